@@ -1,0 +1,1 @@
+"""toolkernel: Tools in Shell for Jupyter."""

@@ -1,0 +1,100 @@
+"""Every exception toolkernel raises, in one tree.
+
+    ToolkernelError
+     ├── ConfigError            a config file is unreadable or wrong (names file and key)
+     └── CallError              a `tools` call did not produce a result; `code` is the
+         │                      seed's error code, shown as one JSON line on stderr
+         ├── UnknownCommand         unknown_command
+         ├── InvalidInput           invalid_input
+         ├── ToolFailed             tool_error (the tool ran and failed)
+         ├── Denied                 denied
+         ├── NeedsApproval          needs_approval
+         ├── Stopped                stopped
+         ├── ConnectionRequired     connection_required
+         ├── CallLimit              call_limit
+         └── Unavailable            unavailable (`retryable` says whether a retry may work)
+
+A tool that runs and fails is a *result* (`ToolResult.is_error`) inside providers;
+the dispatcher turns it into `ToolFailed` only at the edge where a caller needs an
+exception. Errors of the libraries we use are translated where they enter, with
+`raise ... from exc`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class ToolkernelError(Exception):
+    """Base of every toolkernel error."""
+
+
+class ConfigError(ToolkernelError):
+    def __init__(self, path: str, key: str | None, problem: str) -> None:
+        self.path, self.key, self.problem = path, key, problem
+        where = f"{path}: {key}" if key else path
+        super().__init__(f"{where}: {problem}")
+
+
+class CallError(ToolkernelError):
+    code = "tool_error"
+    retryable = False
+
+    def __init__(self, message: str, *, retryable: bool | None = None, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        if retryable is not None:
+            self.retryable = retryable
+        self.details = details
+
+    def to_json(self) -> dict[str, Any]:
+        error = {"code": self.code, "message": self.message, "retryable": self.retryable}
+        error.update(self.details)
+        return {"error": error}
+
+    def json_line(self) -> str:
+        return json.dumps(self.to_json(), ensure_ascii=False, default=str)
+
+
+class UnknownCommand(CallError):
+    code = "unknown_command"
+
+
+class InvalidInput(CallError):
+    code = "invalid_input"
+
+
+class ToolFailed(CallError):
+    code = "tool_error"
+
+
+class Denied(CallError):
+    code = "denied"
+
+
+class NeedsApproval(CallError):
+    code = "needs_approval"
+
+
+class Stopped(CallError):
+    code = "stopped"
+
+
+class ConnectionRequired(CallError):
+    code = "connection_required"
+
+
+class CallLimit(CallError):
+    code = "call_limit"
+
+
+class Unavailable(CallError):
+    code = "unavailable"
+    retryable = True
+
+
+ERROR_CODES = {cls.code: cls for cls in (
+    UnknownCommand, InvalidInput, ToolFailed, Denied, NeedsApproval, Stopped,
+    ConnectionRequired, CallLimit, Unavailable,
+)}

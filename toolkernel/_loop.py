@@ -1,0 +1,76 @@
+"""One private event loop thread, and the one bridge from sync code into it.
+
+Inside a Jupyter kernel the kernel's own loop is busy while a cell runs, so
+MCP sessions, kernel clients and every async tool live on this loop instead.
+Async code is written once; sync callers (the shell builtin, magics, the
+Python API) go through `run()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, Coroutine, TypeVar
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def get_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _lock:
+        if _loop is None or _loop.is_closed():
+            _loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=_loop.run_forever, name="toolkernel-loop", daemon=True)
+            thread.start()
+        return _loop
+
+
+def submit(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    """Start `coro` on the private loop; the future can be waited on or cancelled."""
+    loop = get_loop()
+    if _on_loop_thread(loop):
+        raise RuntimeError("toolkernel.run() called from its own event loop thread")
+    return asyncio.run_coroutine_threadsafe(coro, loop)
+
+
+def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+    """Run `coro` on the private loop and wait for its result.
+
+    Waits in short slices so a KeyboardInterrupt (kernel interrupt) reaches
+    the waiting thread; the coroutine is then cancelled and the interrupt
+    re-raised.
+    """
+    future = submit(coro)
+    try:
+        return wait(future, timeout)
+    except BaseException:
+        future.cancel()
+        raise
+
+
+def wait(future: concurrent.futures.Future[T], timeout: float | None = None) -> T:
+    deadline = None if timeout is None else _now() + timeout
+    while True:
+        slice_ = 0.1 if deadline is None else max(0.0, min(0.1, deadline - _now()))
+        try:
+            return future.result(timeout=slice_)
+        except concurrent.futures.TimeoutError:
+            if deadline is not None and _now() >= deadline:
+                raise TimeoutError("timed out") from None
+
+
+def _now() -> float:
+    import time
+
+    return time.monotonic()
+
+
+def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False

@@ -1,0 +1,167 @@
+"""The contract every tool meets, whoever provides it.
+
+A `Tool` is a name, a description, a JSON Schema for its input, what kind of
+action it is (for the approval layer) and an async `call`. toolkernel's own
+tools are plain functions wrapped by the `tool()` decorator; MCP tools and
+notebook tools build `Tool` objects the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Literal, Mapping
+
+from ._errors import CallError
+
+# What a call may do, from the approval layer's point of view:
+#   read     changes nothing (runs in every mode but a denial)
+#   edit     changes files or notebooks in the workspace (runs in accept-edits)
+#   execute  anything else: runs code, calls out, may change the world
+Kind = Literal["read", "edit", "execute"]
+
+
+@dataclass(frozen=True)
+class Image:
+    data: bytes
+    mime_type: str = "image/png"
+
+
+@dataclass
+class ToolResult:
+    """What a tool gave back. A tool that ran and failed sets `is_error`."""
+
+    texts: list[str] = field(default_factory=list)
+    images: list[Image] = field(default_factory=list)
+    structured: Any = None
+    is_error: bool = False
+
+    @classmethod
+    def text(cls, text: str) -> "ToolResult":
+        return cls(texts=[text])
+
+    @classmethod
+    def json(cls, value: Any) -> "ToolResult":
+        return cls(structured=value)
+
+    @classmethod
+    def error(cls, message: str) -> "ToolResult":
+        return cls(texts=[message], is_error=True)
+
+    def value(self) -> Any:
+        """The result as a Python value: JSON data, or text."""
+        if self.structured is not None:
+            return self.structured
+        text = "\n".join(self.texts)
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+
+ProgressFn = Callable[[float, "float | None", "str | None"], None]
+
+
+def _no_progress(progress: float, total: float | None = None, message: str | None = None) -> None:
+    pass
+
+
+@dataclass
+class ToolContext:
+    """What a tool may know about the call it serves."""
+
+    workdir: Path
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+    progress: ProgressFn = _no_progress
+
+    def resolve(self, path: str) -> Path:
+        """A path from tool input, relative to the working directory."""
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else self.workdir / p
+
+
+CallFn = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    call: CallFn
+    kind: Kind = "execute"
+    server: str | None = None
+    # Input keys that hold file paths; a path outside the workspace asks.
+    path_keys: tuple[str, ...] = ()
+    annotations: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def read_only(self) -> bool:
+        return self.kind == "read"
+
+    @property
+    def qualified_name(self) -> str:
+        if self.server is None:
+            return self.name
+        return f"mcp_{self.server}__{self.name}"
+
+    @property
+    def command(self) -> str:
+        parts = ["tools"] + ([self.server] if self.server else []) + [self.name]
+        return " ".join(p.replace("_", "-") for p in parts)
+
+
+def as_result(value: Any) -> ToolResult:
+    """Normalize what a tool function returned."""
+    if isinstance(value, ToolResult):
+        return value
+    if isinstance(value, Image):
+        return ToolResult(images=[value])
+    if isinstance(value, str):
+        return ToolResult.text(value)
+    return ToolResult.json(value)
+
+
+def tool(
+    name: str,
+    *,
+    description: str,
+    input_schema: Mapping[str, Any],
+    kind: Kind = "execute",
+    path_keys: tuple[str, ...] = (),
+) -> Callable[[Callable[..., Any]], Tool]:
+    """Turn `fn(input, ctx)` (sync or async) into a `Tool`.
+
+    A sync function runs in a worker thread so a slow file or network call
+    never blocks the event loop that serves MCP servers. An exception the
+    function raises becomes an error result, not a crash.
+    """
+
+    def wrap(fn: Callable[..., Any]) -> Tool:
+        @functools.wraps(fn)
+        async def call(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+            try:
+                if inspect.iscoroutinefunction(fn):
+                    value = await fn(arguments, ctx)
+                else:
+                    value = await asyncio.to_thread(fn, arguments, ctx)
+            except CallError:
+                raise  # a coded failure (unavailable, connection_required...) keeps its code
+            except ToolInputError as exc:
+                return ToolResult.error(str(exc))
+            except Exception as exc:  # noqa: BLE001 - a failed tool is a result
+                return ToolResult.error(f"{type(exc).__name__}: {exc}")
+            return as_result(value)
+
+        return Tool(name, description, dict(input_schema), call, kind=kind, path_keys=path_keys)
+
+    return wrap
+
+
+class ToolInputError(Exception):
+    """Raised by a tool function for a failure the caller should read as a result."""
