@@ -1,0 +1,403 @@
+"""What the approval layer decides for one call: allow, ask or deny.
+
+Pure logic, no I/O: the dispatcher hands in a `CallInfo` (the resolved tool,
+its input and its kind) and a `Policy` (built once from the config, the admin
+file and the lasting approvals) and gets a `Decision` back.
+
+Rule syntax (one string per rule; hyphens and underscores are interchangeable,
+`*` is the only wildcard):
+
+    read_file                    toolkernel's own tool, by bare name
+    tool__ripgrep                a custom command tool
+    mcp_github__delete_branch    an MCP tool (`mcp__github__delete_branch` too)
+    mcp_github                   every tool of one MCP server (= `mcp_github__*`)
+    github list-pulls            the command form (`tools github list-pulls` too)
+    github *                     in the command form `*` stays inside one word
+    github get-pull(repo=acme/*, number=7)
+                                 an input constraint: each listed key must be in
+                                 the input and its value (a string as is,
+                                 anything else as compact JSON) must match the
+                                 glob; quote a value holding `,` or `)` as a
+                                 JSON string: `(title="a, b")`
+
+Order: the administrator's deny rules, deny, ask, allow; the first match wins.
+The mode decides what no rule covers. Two things no allow rule can lift: a
+non-read call in `plan` mode is denied, and a call that touches a path outside
+the workspace asks (a deny still denies).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping
+
+if TYPE_CHECKING:
+    from ._hooks import HookOutcome
+
+Kind = Literal["read", "edit", "execute"]
+Action = Literal["allow", "ask", "deny"]
+
+# Loosest last: the admin ceiling keeps the effective mode at or left of it.
+MODES = ("plan", "default", "accept-edits", "bypass-permissions")
+
+
+@dataclass(frozen=True)
+class CallInfo:
+    qualified_name: str  # "mcp_github__delete_branch", "read_file", "tool__ripgrep"
+    command: str  # "tools github delete-branch"
+    input: Mapping[str, Any]
+    kind: Kind
+    outside_workspace: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: str  # human text: which rule or mode decided
+    rule: str | None = None
+
+
+# -- names -------------------------------------------------------------------
+
+
+def _norm(name: str) -> str:
+    return name.replace("-", "_")
+
+
+def normalize_qualified_name(name: str) -> str:
+    """`mcp__github__list-pulls` and `mcp_github__list_pulls` are one name."""
+    name = _norm(name)
+    if name.startswith("mcp__"):
+        return "mcp_" + name[len("mcp__"):]
+    return name
+
+
+def _command_tails(call: CallInfo) -> set[str]:
+    """The call as command words after `tools`, from its command and its name."""
+    tails = set()
+    words = call.command.split()
+    if words and words[0] == "tools":
+        words = words[1:]
+    if words:
+        tails.add(" ".join(_norm(w) for w in words))
+    tails.add(_tail_from_qualified(normalize_qualified_name(call.qualified_name)))
+    return tails
+
+
+def _tail_from_qualified(name: str) -> str:
+    if name.startswith("mcp_") and "__" in name[len("mcp_"):]:
+        server, tool = name[len("mcp_"):].split("__", 1)
+        return f"{server} {tool}"
+    if name.startswith("tool__"):
+        return name[len("tool__"):]
+    return name
+
+
+# -- rules -------------------------------------------------------------------
+
+_WORD = re.compile(r"^[\w.*/:@+\-]+$")
+_KEY = re.compile(r"^[\w.\-]+$")
+
+
+@dataclass(frozen=True)
+class _Rule:
+    text: str
+    # One word: matched against qualified names and one-word commands.
+    # Two words: matched against the command form only.
+    name_pattern: re.Pattern[str] | None
+    command_pattern: re.Pattern[str]
+    constraints: tuple[tuple[str, re.Pattern[str]], ...] = field(default=())
+
+
+def _glob(pattern: str, star: str) -> str:
+    return star.join(re.escape(part) for part in pattern.split("*"))
+
+
+def parse_rule(text: str) -> _Rule:
+    """Parse one rule; a malformed rule raises `ValueError` naming it."""
+    if not isinstance(text, str):
+        raise ValueError(f"a rule must be a string, not {type(text).__name__}")
+    return _parse_cached(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(text: str) -> _Rule:
+    try:
+        return _parse_rule(text)
+    except ValueError as exc:
+        raise ValueError(f"bad rule {text!r}: {exc}") from None
+
+
+def _parse_rule(text: str) -> _Rule:
+    stripped = text.strip()
+    if not stripped:
+        raise ValueError("the rule is empty")
+    name_part, constraints = _split_constraints(stripped)
+    words = name_part.split()
+    if len(words) > 1 and words[0] == "tools":
+        words = words[1:]
+    if not words:
+        raise ValueError("it names no tool")
+    if len(words) > 2:
+        raise ValueError("a command rule is `server tool` or `tool`, at most two words after `tools`")
+    for word in words:
+        if not _WORD.match(word):
+            raise ValueError(f"{word!r} is not a tool name or glob")
+    words = [_norm(w) for w in words]
+    command = re.compile(" ".join(_glob(w, "[^ ]*") for w in words))
+    name = _name_pattern(words[0]) if len(words) == 1 else None
+    return _Rule(text, name, command, constraints)
+
+
+def _name_pattern(word: str) -> re.Pattern[str]:
+    word = normalize_qualified_name(word)
+    pattern = _glob(word, ".*")
+    if word.startswith("mcp_") and "__" not in word[len("mcp_"):]:
+        # `mcp_github` names the whole server, as `mcp_github__*` does.
+        pattern = f"(?:{pattern}|{pattern}__.*)"
+    return re.compile(pattern)
+
+
+def _split_constraints(text: str) -> tuple[str, tuple[tuple[str, re.Pattern[str]], ...]]:
+    if "(" not in text:
+        if ")" in text:
+            raise ValueError("')' without '('")
+        return text, ()
+    if not text.endswith(")"):
+        raise ValueError("an input constraint `(key=glob, ...)` must end the rule")
+    name, body = text[:-1].split("(", 1)
+    if not name.strip():
+        raise ValueError("it names no tool")
+    return name, _parse_constraints(body)
+
+
+def _parse_constraints(body: str) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    pairs: list[tuple[str, re.Pattern[str]]] = []
+    rest = body.strip()
+    if not rest:
+        raise ValueError("empty input constraint `()`")
+    while True:
+        key, sep, rest = rest.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ValueError(f"constraint {key!r} has no `=`")
+        if not _KEY.match(key):
+            raise ValueError(f"{key!r} is not an input key")
+        value, rest = _constraint_value(rest.lstrip())
+        pairs.append((key, re.compile(_glob(value, ".*"), re.DOTALL)))
+        if not rest:
+            return tuple(pairs)
+        if not rest.startswith(","):
+            raise ValueError(f"expected ',' between constraints, found {rest[:10]!r}")
+        rest = rest[1:].strip()
+        if not rest:
+            raise ValueError("a trailing ',' in the input constraint")
+
+
+def _constraint_value(text: str) -> tuple[str, str]:
+    if text.startswith('"'):
+        try:
+            value, end = json.JSONDecoder().raw_decode(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"unterminated quoted value: {exc.msg}") from None
+        return value, text[end:].strip()
+    value, comma, rest = text.partition(",")
+    if "(" in value or ")" in value or '"' in value:
+        raise ValueError(f"quote a value holding parentheses or quotes as a JSON string: {value.strip()!r}")
+    return value.strip(), comma + rest
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _input_matches(rule: _Rule, data: Mapping[str, Any]) -> bool:
+    for key, pattern in rule.constraints:
+        value = _lookup(data, key)
+        if value is _MISSING or not pattern.fullmatch(_value_text(value)):
+            return False
+    return True
+
+
+_MISSING = object()
+
+
+def _lookup(data: Mapping[str, Any], key: str) -> Any:
+    if key in data:
+        return data[key]
+    for name, value in data.items():
+        if isinstance(name, str) and _norm(name) == _norm(key):
+            return value
+    return _MISSING
+
+
+def rule_matches(rule: str, call: CallInfo) -> bool:
+    """Whether `rule` covers `call` (its tool and, if the rule says so, its input)."""
+    parsed = parse_rule(rule)
+    return _names_match(parsed, call) and _input_matches(parsed, call.input)
+
+
+def _names_match(rule: _Rule, call: CallInfo) -> bool:
+    if rule.name_pattern is not None:
+        if rule.name_pattern.fullmatch(normalize_qualified_name(call.qualified_name)):
+            return True
+    return any(rule.command_pattern.fullmatch(tail) for tail in _command_tails(call))
+
+
+def canonical_call_key(qualified_name: str, input: Mapping[str, Any]) -> str:
+    """One string per distinct call: the tool's normalized name and its input
+    as canonical JSON (sorted keys, no spaces, 7.0 written as 7)."""
+    body = {"tool": normalize_qualified_name(qualified_name), "input": _canonical(input)}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# -- policy ------------------------------------------------------------------
+
+
+def normalize_mode(mode: str) -> str:
+    """`accept_edits`, `Accept-Edits` and `accept-edits` are one mode."""
+    if not isinstance(mode, str):
+        raise ValueError(f"a mode must be a string, not {type(mode).__name__}")
+    normal = mode.strip().lower().replace("_", "-")
+    if normal not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+    return normal
+
+
+@dataclass(frozen=True)
+class Policy:
+    mode: str = "default"
+    allow: tuple[str, ...] = ()
+    ask: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    admin_deny: tuple[str, ...] = ()
+    admin_mode_ceiling: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", normalize_mode(self.mode))
+        if self.admin_mode_ceiling is not None:
+            object.__setattr__(self, "admin_mode_ceiling", normalize_mode(self.admin_mode_ceiling))
+        for rules in (self.allow, self.ask, self.deny, self.admin_deny):
+            for rule in rules:
+                parse_rule(rule)
+
+    @property
+    def effective_mode(self) -> str:
+        if self.admin_mode_ceiling is None:
+            return self.mode
+        return min(self.mode, self.admin_mode_ceiling, key=MODES.index)
+
+    @classmethod
+    def from_config(
+        cls,
+        policy: Mapping[str, Any] | None,
+        admin_policy: Mapping[str, Any] | None,
+        extra_allow: Iterable[str] = (),
+    ) -> "Policy":
+        """Build from the `[policy]` table, the admin file's `[policy]` table
+        (`deny`, `mode_ceiling`) and the lasting approvals.
+
+        Raises `ValueError` naming the list and position of a bad entry."""
+        policy = policy or {}
+        admin = admin_policy or {}
+        ceiling = admin.get("mode_ceiling")
+        return cls(
+            mode=_checked_mode(policy.get("mode", "default"), "policy.mode"),
+            allow=_rules(policy.get("allow"), "policy.allow") + _rules(list(extra_allow), "lasting approvals"),
+            ask=_rules(policy.get("ask"), "policy.ask"),
+            deny=_rules(policy.get("deny"), "policy.deny"),
+            admin_deny=_rules(admin.get("deny"), "admin policy.deny"),
+            admin_mode_ceiling=None if ceiling is None else _checked_mode(ceiling, "admin policy.mode_ceiling"),
+        )
+
+
+def _checked_mode(mode: Any, where: str) -> str:
+    try:
+        return normalize_mode(mode)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _rules(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ValueError(f"{where}: expected a list of rule strings, got {type(value).__name__}")
+    for index, rule in enumerate(value):
+        try:
+            parse_rule(rule)
+        except ValueError as exc:
+            raise ValueError(f"{where}[{index}]: {exc}") from None
+    return tuple(value)
+
+
+# -- the decision ------------------------------------------------------------
+
+
+def _first_match(rules: Iterable[str], call: CallInfo) -> str | None:
+    return next((rule for rule in rules if rule_matches(rule, call)), None)
+
+
+def decide(call: CallInfo, policy: Policy, hook: "HookOutcome | None" = None) -> Decision:
+    """Allow, ask or deny `call`.
+
+    `hook` is what the pre-call hooks said (`Hooks.run_before`): a hook's
+    `deny` denies, its `ask` acts as an ask rule and its `allow` as an allow
+    rule, so a hook never lifts a deny rule, plan mode or the workspace
+    boundary."""
+    rule = _first_match(policy.admin_deny, call)
+    if rule:
+        return Decision("deny", f"denied by the administrator's rule {rule!r}", rule)
+    rule = _first_match(policy.deny, call)
+    if rule:
+        return Decision("deny", f"denied by the rule {rule!r}", rule)
+    if hook is not None and hook.action == "deny":
+        return Decision("deny", hook.reason or "denied by a pre-call hook")
+    mode = policy.effective_mode
+    if mode == "plan" and call.kind != "read":
+        return Decision("deny", f"plan mode runs only read-only calls{_capped(policy)}")
+    if hook is not None and hook.action == "ask":
+        return Decision("ask", hook.reason or "a pre-call hook asks for approval")
+    rule = _first_match(policy.ask, call)
+    if rule:
+        return Decision("ask", f"the rule {rule!r} asks for approval", rule)
+    if call.outside_workspace:
+        return Decision("ask", "the call touches a path outside the workspace")
+    rule = _first_match(policy.allow, call)
+    if rule:
+        return Decision("allow", f"allowed by the rule {rule!r}", rule)
+    if hook is not None and hook.action == "allow":
+        return Decision("allow", hook.reason or "allowed by a pre-call hook")
+    return _by_mode(call.kind, mode, _capped(policy))
+
+
+def _by_mode(kind: str, mode: str, capped: str) -> Decision:
+    if kind == "read":
+        return Decision("allow", f"read-only calls run in {mode} mode{capped}")
+    if mode == "bypass-permissions":
+        return Decision("allow", f"bypass-permissions mode runs everything not denied{capped}")
+    if kind == "edit" and mode == "accept-edits":
+        return Decision("allow", f"edits run in accept-edits mode{capped}")
+    what = "an edit" if kind == "edit" else "a call that may change something"
+    return Decision("ask", f"{what} needs approval in {mode} mode{capped}")
+
+
+def _capped(policy: Policy) -> str:
+    if policy.effective_mode == policy.mode:
+        return ""
+    return f" (the administrator caps the mode at {policy.admin_mode_ceiling}; the project asks for {policy.mode})"
