@@ -61,7 +61,8 @@ _MCP_JSON_TYPES = {"stdio": "stdio", "http": "http", "streamable-http": "http",
                    "streamableHttp": "http", "sse": "sse"}
 _SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+# tomllib ends its messages with "(at line N, column M)" or "(at end of document)".
+_TOML_WHERE = re.compile(r"(.*?)\s*\(at (?:line (\d+), column (\d+)|end of document)\)", re.S)
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
@@ -233,7 +234,7 @@ class _Source:
         try:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise self.error(None, _toml_problem(str(exc))) from exc
+            raise self.error(None, _toml_problem(str(exc), text)) from exc
 
     def _parse_json(self, text: str) -> dict[str, Any]:
         try:
@@ -244,12 +245,14 @@ class _Source:
         return _table(self, None, data)
 
 
-def _toml_problem(message: str) -> str:
-    position = _TOML_POSITION.search(message)
-    if not position:
+def _toml_problem(message: str, text: str) -> str:
+    parsed = _TOML_WHERE.fullmatch(message)
+    if not parsed:
         return f"invalid TOML: {message}"
-    reason = message[: position.start()]
-    return f"invalid TOML at line {position[1]}, column {position[2]}: {reason}"
+    reason, line, column = parsed.groups()
+    where = (f"line {line}, column {column}" if line
+             else f"the end of the file (line {text.count(chr(10)) + 1})")
+    return f"invalid TOML at {where}: {reason}"
 
 
 # --- checking values -----------------------------------------------------------------
