@@ -100,6 +100,7 @@ def _tail_from_qualified(name: str) -> str:
 
 _WORD = re.compile(r"^[\w.*/:@+\-]+$")
 _KEY = re.compile(r"^[\w.\-]+$")
+_LOOKS_LIKE_MISSING_COMMA = re.compile(r"\s[\w.\-]+=")
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,8 @@ def _constraint_value(text: str) -> tuple[str, str]:
     value, comma, rest = text.partition(",")
     if "(" in value or ")" in value or '"' in value:
         raise ValueError(f"quote a value holding parentheses or quotes as a JSON string: {value.strip()!r}")
+    if _LOOKS_LIKE_MISSING_COMMA.search(value):
+        raise ValueError(f"missing ',' between constraints in {value.strip()!r}? Quote the value if it is one")
     return value.strip(), comma + rest
 
 
