@@ -148,10 +148,27 @@ def test_hooks_section(tree):
         command = ["redact"]
     """)
     first, second = tree.load().hooks
-    assert dict(first) == {"event": "pre_call", "match": "github *",
-                           "command": ("python", "check.py"), "timeout": 5, "source": str(path)}
-    assert dict(second) == {"event": "post_call", "match": "*", "command": ("redact",),
-                            "source": str(path)}
+    assert dict(first) == {"event": "before_call", "match": "github *",
+                           "command": ("python", "check.py"), "timeout": 5,
+                           "cwd": str(tree.project), "source": str(path)}
+    assert dict(second) == {"event": "after_call", "match": "*", "command": ("redact",),
+                            "cwd": str(tree.project), "source": str(path)}
+
+
+def test_hook_events_may_use_the_hooks_module_names(tree):
+    tree.toml(tree.project, '[[hooks]]\nevent = "before_call"\ncommand = ["a"]\n'
+                            '[[hooks]]\nevent = "after_call"\ncommand = ["b"]\n')
+    assert [h["event"] for h in tree.load().hooks] == ["before_call", "after_call"]
+
+
+def test_config_hooks_register_with_the_hooks_module(tree):
+    from toolkernel._hooks import Hooks
+    tree.toml(tree.project, '[[hooks]]\nevent = "pre_call"\nmatch = "github get-pull(repo=acme/*)"\n'
+                            'command = ["true"]\ntimeout = 2.5\n')
+    hooks = Hooks()
+    for hook in tree.load().hooks:
+        hooks.add_command_hook(hook["event"], hook["match"], list(hook["command"]),
+                               hook.get("timeout", 30), cwd=hook["cwd"])
 
 
 def test_tools_section_merges_per_key_and_names_either_way(tree):
@@ -240,15 +257,32 @@ def test_admin_policy_is_kept_apart(tree):
     tree.admin_file('[policy]\nmode = "default"\ndeny = ["github delete-*"]\n')
     tree.toml(tree.project, '[policy]\nmode = "bypass-permissions"\nallow = ["github *"]\n')
     config = tree.load()
-    assert dict(config.admin_policy) == {"mode": "default", "allow": (), "ask": (),
+    assert dict(config.admin_policy) == {"mode_ceiling": "default", "allow": (), "ask": (),
                                          "deny": ("github delete-*",)}
     assert dict(config.policy) == {"mode": "bypass-permissions", "allow": ("github *",),
                                    "ask": (), "deny": ()}
 
 
-def test_admin_policy_has_no_mode_unless_set(tree):
+def test_admin_policy_reaches_the_policy_module(tree):
+    from toolkernel._policy import CallInfo, Policy, decide
+    tree.admin_file('[policy]\nmode_ceiling = "plan"\ndeny = ["github delete-*"]\n')
+    tree.toml(tree.project, '[policy]\nmode = "bypass-permissions"\nallow = ["github *"]\n')
+    config = tree.load()
+    policy = Policy.from_config(config.policy, config.admin_policy)
+    assert policy.effective_mode == "plan"
+    delete = CallInfo("mcp_github__delete_branch", "tools github delete-branch", {}, "execute")
+    assert decide(delete, policy).action == "deny"
+
+
+def test_admin_policy_has_no_ceiling_unless_set(tree):
     tree.admin_file('[policy]\ndeny = ["x"]\n')
-    assert "mode" not in tree.load().admin_policy
+    admin = tree.load().admin_policy
+    assert "mode_ceiling" not in admin and "mode" not in admin
+
+
+def test_mode_accepts_underscores(tree):
+    tree.toml(tree.project, '[policy]\nmode = "accept_edits"\n')
+    assert tree.load().policy["mode"] == "accept-edits"
 
 
 def test_disabled_mcp_json_server_hides_a_farther_one(tree):
@@ -498,9 +532,13 @@ def test_load_value_error_message(tree):
     ('[policy]\ndeny = [1]\n', "policy.deny[0]", ["expected a string, got an integer"]),
     ('[policy]\nask = [""]\n', "policy.ask[0]", ["must not be empty"]),
     ('[policy]\nmodes = "plan"\n', "policy.modes", ['did you mean "mode"']),
+    ('[policy]\nmode_ceiling = "plan"\n', "policy.mode_ceiling", ["unknown key"]),
+    ('[policy]\nallow = ["github get-pull(repo)"]\n', "policy.allow[0]", ["bad rule", "has no `=`"]),
+    ('[policy]\ndeny = ["a b c"]\n', "policy.deny[0]", ["at most two words"]),
+    ('[[hooks]]\nevent = "pre_call"\nmatch = "x(y"\ncommand = ["h"]\n', "hooks[0].match", ["bad rule"]),
     ('policy = []\n', "policy", ["expected a table, got an array"]),
     ('[hooks]\nevent = "pre_call"\n', "hooks", ["expected an array of tables ([[hooks]]), got a table"]),
-    ('[[hooks]]\nevent = "before"\ncommand = ["x"]\n', "hooks[0].event", ['expected "pre_call" or "post_call", got "before"']),
+    ('[[hooks]]\nevent = "before"\ncommand = ["x"]\n', "hooks[0].event", ['"pre_call", "before_call", "post_call", "after_call", got "before"']),
     ('[[hooks]]\nevent = "pre_call"\n', "hooks[0].command", ["missing"]),
     ('[[hooks]]\nevent = "pre_call"\ncommand = []\n', "hooks[0].command", ["must not be empty"]),
     ('[[hooks]]\nevent = "pre_call"\ncommand = "x"\n', "hooks[0].command", ["expected an array of strings"]),
@@ -534,6 +572,11 @@ def test_mcp_json_errors_name_file_and_key(tree, servers, key, words):
 def test_mcp_servers_must_be_an_object(tree):
     path = tree.write(tree.project / ".mcp.json", '{"mcpServers": []}')
     assert_names(tree.error(), path, "mcpServers", "expected an object, got an array")
+
+
+def test_admin_file_takes_mode_or_mode_ceiling_not_both(tree):
+    path = tree.admin_file('[policy]\nmode = "plan"\nmode_ceiling = "default"\n')
+    assert_names(tree.error(), path, "policy.mode_ceiling", "not both")
 
 
 def test_errors_in_user_and_admin_files_name_them(tree):

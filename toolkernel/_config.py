@@ -39,6 +39,7 @@ from typing import Any, Iterable, Iterator, Literal, Mapping
 from urllib.parse import urlsplit
 
 from ._errors import ConfigError
+from ._policy import parse_rule
 
 CONFIG_NAME = "toolkernel.toml"
 MCP_JSON_NAME = ".mcp.json"
@@ -47,7 +48,9 @@ ADMIN_PATH_VARIABLE = "TOOLKERNEL_ADMIN_CONFIG"
 
 LOAD_MODES = ("eager", "on-demand")
 POLICY_MODES = ("default", "accept-edits", "plan", "bypass-permissions")
-HOOK_EVENTS = ("pre_call", "post_call")
+# The spelling in files (either) and the event names of `_hooks` they become.
+HOOK_EVENTS = {"pre_call": "before_call", "before_call": "before_call",
+               "post_call": "after_call", "after_call": "after_call"}
 RULE_LISTS = ("allow", "ask", "deny")
 
 _SECTIONS = ("mcp_servers", "policy", "hooks", "tools")
@@ -107,10 +110,11 @@ class Config:
     # Merged [policy] of user and project files: "mode" (always present, "default" when
     # no file sets it) and "allow"/"ask"/"deny" tuples (lowest-precedence file first).
     policy: Mapping[str, Any]
-    # [policy] of the admin file alone: "allow"/"ask"/"deny" tuples, and "mode" only
-    # when the admin set one (it is then a ceiling).
+    # [policy] of the admin file alone: "allow"/"ask"/"deny" tuples, and "mode_ceiling"
+    # only when the admin set one (written `mode` or `mode_ceiling` in the file).
     admin_policy: Mapping[str, Any]
-    # [[hooks]]: {"event", "match", "command": tuple, "source": file, "timeout"?}
+    # [[hooks]]: {"event": "before_call"|"after_call", "match": rule pattern,
+    # "command": tuple, "cwd": folder of the file, "source": file, "timeout"?}
     hooks: tuple[Mapping[str, Any], ...]
     # [tools] settings of toolkernel's own tools, keyed by tool name with "_" for "-".
     tools: Mapping[str, Any]
@@ -467,13 +471,40 @@ def _check_url(source: _Source, key: str, url: str) -> None:
 
 def _policy(source: _Source, raw: Any) -> dict[str, Any]:
     table = _table(source, "policy", raw)
-    _known_keys(source, "policy", table, ("mode", *RULE_LISTS))
+    modes = ("mode", "mode_ceiling") if source.admin else ("mode",)
+    _known_keys(source, "policy", table, (*modes, *RULE_LISTS))
+    if len(set(modes) & set(table)) > 1:
+        raise source.error("policy.mode_ceiling", 'set "mode" or "mode_ceiling", not both')
     policy: dict[str, Any] = {}
-    if "mode" in table:
-        policy["mode"] = _choice(source, "policy.mode", table["mode"], POLICY_MODES)
+    for name in modes:
+        if name in table:
+            policy["mode"] = _mode(source, f"policy.{name}", table[name])
     for name in RULE_LISTS:
-        policy[name] = _string_list(source, f"policy.{name}", table.get(name, []))
+        policy[name] = _rules(source, f"policy.{name}", table.get(name, []))
     return policy
+
+
+def _mode(source: _Source, key: str, value: Any) -> str:
+    # accept_edits is accept-edits, as everywhere else in toolkernel
+    spelled = value.replace("_", "-") if isinstance(value, str) else value
+    if spelled in POLICY_MODES:
+        return spelled
+    return _choice(source, key, value, POLICY_MODES)
+
+
+def _rules(source: _Source, key: str, value: Any) -> tuple[str, ...]:
+    rules = _string_list(source, key, value)
+    for index, rule in enumerate(rules):
+        _rule(source, f"{key}[{index}]", rule)
+    return rules
+
+
+def _rule(source: _Source, key: str, rule: str) -> str:
+    try:
+        parse_rule(rule)
+    except ValueError as exc:
+        raise source.error(key, str(exc)) from None
+    return rule
 
 
 def _hooks(source: _Source, raw: Any) -> list[Mapping[str, Any]]:
@@ -487,10 +518,13 @@ def _hook(source: _Source, key: str, raw: Any) -> Mapping[str, Any]:
     for required in ("event", "command"):
         if required not in table:
             raise source.error(f"{key}.{required}", 'missing; a hook needs "event" and "command"')
+    event = _choice(source, f"{key}.event", table["event"], tuple(HOOK_EVENTS))
+    match = _string(source, f"{key}.match", table.get("match", "*"))
     hook: dict[str, Any] = {
-        "event": _choice(source, f"{key}.event", table["event"], HOOK_EVENTS),
-        "match": _string(source, f"{key}.match", table.get("match", "*"), empty_ok=False),
+        "event": HOOK_EVENTS[event],
+        "match": _rule(source, f"{key}.match", match),
         "command": _string_list(source, f"{key}.command", table["command"], empty_ok=False),
+        "cwd": str(source.path.parent),
         "source": str(source.path),
     }
     if "timeout" in table:
@@ -585,7 +619,8 @@ class _Builder:
         for name in RULE_LISTS:
             target[name] = target[name] + policy[name]
         if "mode" in policy:
-            target["mode"] = policy["mode"]
+            # The admin's mode is a ceiling: what `_policy.Policy.from_config` reads.
+            target["mode_ceiling" if source.admin else "mode"] = policy["mode"]
 
     def build(self) -> Config:
         servers = {server.name: server for server in self.servers.values()}
