@@ -1,0 +1,36 @@
+"""Fixture: a server that dies hard mid-call, or at start with --die-at-start."""
+
+import os
+import sys
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("crash")
+
+
+@server.tool()
+def crash(code: int = 3) -> str:
+    """Make the server process exit at once, without answering."""
+    print(f"crash: exiting with code {code} on purpose", file=sys.stderr, flush=True)
+    os._exit(code)
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Give the text back."""
+    return text
+
+
+@server.tool()
+def pid() -> int:
+    """The server's process id, to tell one server process from the next."""
+    return os.getpid()
+
+
+if __name__ == "__main__":
+    if "--die-at-start" in sys.argv:
+        token = os.environ.get("FIXTURE_TOKEN", "")
+        print(f"crash: login with token {token} failed (on purpose)", file=sys.stderr)
+        print("crash: cannot open /nonexistent/database.db (on purpose)", file=sys.stderr, flush=True)
+        sys.exit(2)
+    server.run()

@@ -1,0 +1,31 @@
+"""Fixture: a tool that returns a small real PNG image and a caption."""
+
+import struct
+import zlib
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.utilities.types import Image
+
+server = MCPServer("images")
+
+
+def png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
+    """A solid-colour PNG, built by hand so the fixture needs no imaging library."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    row = b"\x00" + bytes(rgb) * width
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+            + chunk(b"IDAT", zlib.compress(row * height)) + chunk(b"IEND", b""))
+
+
+@server.tool(structured_output=False)
+def red_square(size: int = 4) -> list:
+    """A red square of `size` pixels, and a caption."""
+    return [Image(data=png(size, size, (255, 0, 0)), format="png"), f"a red square, {size}x{size} pixels"]
+
+
+if __name__ == "__main__":
+    server.run()

@@ -1,0 +1,39 @@
+"""Fixture: a slow tool that reports progress after every step."""
+
+import anyio
+
+from mcp.server.mcpserver import Context, MCPServer
+
+server = MCPServer("slow")
+# What happened to each `wait` call, so a test can see a cancellation arrive here.
+outcomes: list[str] = []
+
+
+@server.tool()
+async def wait(steps: int, ctx: Context, step_seconds: float = 0.1) -> str:
+    """Sleep `steps` times `step_seconds`, reporting progress after each step."""
+    try:
+        for step in range(1, steps + 1):
+            await anyio.sleep(step_seconds)
+            await ctx.report_progress(step, steps, f"step {step} of {steps}")
+    except anyio.get_cancelled_exc_class():
+        outcomes.append("cancelled")
+        raise
+    outcomes.append("finished")
+    return f"waited {steps} steps"
+
+
+@server.tool()
+def history() -> list[str]:
+    """How each earlier `wait` call ended: "finished" or "cancelled"."""
+    return outcomes
+
+
+@server.tool()
+def ping() -> str:
+    """Answer at once."""
+    return "pong"
+
+
+if __name__ == "__main__":
+    server.run()

@@ -1,0 +1,51 @@
+"""Fixture: structured results, error results and resource blocks."""
+
+from pydantic import BaseModel
+
+import mcp_types as types
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+server = MCPServer("structured")
+
+
+class Stats(BaseModel):
+    count: int
+    total: float
+    maximum: float
+
+
+@server.tool()
+def stats(numbers: list[float]) -> Stats:
+    """Count, total and maximum of a list of numbers (an object output schema)."""
+    if not numbers:
+        raise ToolError("need at least one number")
+    return Stats(count=len(numbers), total=sum(numbers), maximum=max(numbers))
+
+
+@server.tool()
+def evens(limit: int) -> list[int]:
+    """The even numbers below `limit` (a list, which the SDK wraps in {"result": ...})."""
+    return list(range(0, limit, 2))
+
+
+@server.tool()
+def greet(name: str) -> str:
+    """A plain text greeting (the SDK also sends it as {"result": text})."""
+    return f"hello, {name}"
+
+
+@server.tool(structured_output=False)
+def resources() -> list:
+    """An embedded text resource and a resource link."""
+    return [
+        types.EmbeddedResource(
+            type="resource",
+            resource=types.TextResourceContents(uri="memo://notes/1", mime_type="text/plain", text="first note"),
+        ),
+        types.ResourceLink(type="resource_link", uri="memo://notes/2", name="second note"),
+    ]
+
+
+if __name__ == "__main__":
+    server.run()
