@@ -563,10 +563,9 @@ def _freeze(value: Any) -> Any:
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return [_plain(v) for v in value]
+    # concrete types: an isinstance check against typing.Mapping costs more than the hash
+    if isinstance(value, (dict, MappingProxyType)):
+        return dict(value)  # the mappings held here are flat str -> str
     return value
 
 
