@@ -520,6 +520,8 @@ def test_load_value_error_message(tree):
     ('[mcp_servers.s]\nurl = "http://x/"\nargs = ["a"]\n', "mcp_servers.s.args", ["only to stdio servers"]),
     ('[mcp_servers.s]\ncommand = "c"\nheaders = { A = "b" }\n', "mcp_servers.s.headers", ["only to HTTP servers"]),
     ('[mcp_servers.s]\nurl = "ftp://x/"\n', "mcp_servers.s.url", ["http:// or https:// URL"]),
+    ('[mcp_servers.s]\nurl = "http://[::1/mcp"\n', "mcp_servers.s.url", ["http:// or https:// URL"]),
+    ('[mcp_servers.s]\nurl = "localhost:8080/mcp"\n', "mcp_servers.s.url", ["http:// or https:// URL"]),
     ('[mcp_servers.s]\nload = 1\ncommand = "c"\n', "mcp_servers.s.load", ['expected "eager" or "on-demand", got an integer']),
     ('[mcp_servers."bad name"]\ncommand = "c"\n', "mcp_servers.bad name", ["letters, digits, '-' and '_'"]),
     ('[mcp_servers.-x]\ncommand = "c"\n', "mcp_servers.-x", ["start with a letter or digit"]),
@@ -628,7 +630,7 @@ def test_file_that_cannot_be_read(tree):
     assert_names(tree.error(), path, None, "cannot read the file", "symbolic links")
 
 
-def test_config_error_is_raised_from_nearest_bad_file_only_when_read(tree):
+def test_files_above_home_are_never_read(tree):
     tree.toml(tree.home.parent, "this is not toml")  # above home: never read
     tree.toml(tree.project, '[mcp_servers.s]\ncommand = "c"\n')
     assert "s" in tree.load().servers

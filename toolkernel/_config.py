@@ -378,7 +378,7 @@ def _transport(source: _Source, key: str, table: Mapping[str, Any],
     stdio = transport == "stdio"
     for wrong in (_HTTP_ONLY_KEYS if stdio else _STDIO_ONLY_KEYS):
         if wrong in table:
-            kind = 'stdio servers ("command")' if not stdio else 'HTTP servers ("url")'
+            kind = 'HTTP servers ("url")' if stdio else 'stdio servers ("command")'
             raise source.error(f"{key}.{wrong}", f"applies only to {kind}")
     if stdio:
         return {"transport": transport,
@@ -462,8 +462,12 @@ def _resolve_cwd(cwd: str, base: Path, home: Path) -> str:
 
 def _check_url(source: _Source, key: str, url: str) -> None:
     # The URL may carry a token once expanded, so it is never echoed.
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    try:
+        parts = urlsplit(url)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # e.g. an unclosed [IPv6 address
+        valid = False
+    if not valid:
         raise source.error(key, "expected an http:// or https:// URL")
 
 
