@@ -337,6 +337,22 @@ def test_from_config_builds_every_part():
     assert decide(CREATE, policy).action == "allow"
 
 
+def test_from_config_reads_the_admin_files_mode_as_a_ceiling():
+    # The config layer hands the admin file's [policy] as it is: `mode` there is a ceiling.
+    policy = Policy.from_config({"mode": "bypass-permissions"}, {"mode": "plan", "deny": ()})
+    assert (policy.mode, policy.admin_mode_ceiling, policy.effective_mode) == ("bypass-permissions", "plan", "plan")
+    assert decide(DELETE, policy).action == "deny"
+
+
+def test_admin_ask_rules_are_not_lifted_by_project_allow_rules():
+    policy = Policy.from_config({"mode": "bypass-permissions", "allow": ["github *"]},
+                                {"ask": ["github delete-*"], "allow": ["linear *"]})
+    assert decide(DELETE, policy).action == "ask"
+    assert decide(LIST, policy).action == "allow"
+    assert decide(CREATE, Policy.from_config({}, {"allow": ["linear *"]})).action == "allow"
+    assert decide(CREATE, Policy.from_config({"deny": ["linear *"]}, {"allow": ["linear *"]})).action == "deny"
+
+
 def test_from_config_defaults():
     assert Policy.from_config({}, {}) == Policy()
     assert Policy.from_config(None, None) == Policy()
@@ -351,6 +367,8 @@ def test_from_config_defaults():
         ({"mode": "fast"}, {}, (), "policy.mode"),
         ({}, {"deny": ["x("]}, (), "admin policy.deny[0]"),
         ({}, {"mode_ceiling": "lax"}, (), "admin policy.mode_ceiling"),
+        ({}, {"mode": "lax"}, (), "admin policy.mode"),
+        ({}, {"ask": ["a b c"]}, (), "admin policy.ask[0]"),
         ({}, {}, ["x()"], "lasting approvals[0]"),
     ],
 )

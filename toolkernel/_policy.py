@@ -312,20 +312,25 @@ class Policy:
         admin_policy: Mapping[str, Any] | None,
         extra_allow: Iterable[str] = (),
     ) -> "Policy":
-        """Build from the `[policy]` table, the admin file's `[policy]` table
-        (`deny`, `mode_ceiling`) and the lasting approvals.
+        """Build from the merged `[policy]` table, the admin file's `[policy]`
+        table and the lasting approvals.
 
+        The admin's `mode` (or `mode_ceiling`) is a ceiling, its `deny` rules
+        come before every other rule, its `ask` rules before the project's (so
+        no allow rule lifts them) and its `allow` rules join the others.
         Raises `ValueError` naming the list and position of a bad entry."""
         policy = policy or {}
         admin = admin_policy or {}
-        ceiling = admin.get("mode_ceiling")
+        ceiling_key = "mode_ceiling" if "mode_ceiling" in admin else "mode"
+        ceiling = admin.get(ceiling_key)
         return cls(
             mode=_checked_mode(policy.get("mode", "default"), "policy.mode"),
-            allow=_rules(policy.get("allow"), "policy.allow") + _rules(list(extra_allow), "lasting approvals"),
-            ask=_rules(policy.get("ask"), "policy.ask"),
+            allow=(_rules(policy.get("allow"), "policy.allow") + _rules(admin.get("allow"), "admin policy.allow")
+                   + _rules(list(extra_allow), "lasting approvals")),
+            ask=_rules(admin.get("ask"), "admin policy.ask") + _rules(policy.get("ask"), "policy.ask"),
             deny=_rules(policy.get("deny"), "policy.deny"),
             admin_deny=_rules(admin.get("deny"), "admin policy.deny"),
-            admin_mode_ceiling=None if ceiling is None else _checked_mode(ceiling, "admin policy.mode_ceiling"),
+            admin_mode_ceiling=None if ceiling is None else _checked_mode(ceiling, f"admin policy.{ceiling_key}"),
         )
 
 
