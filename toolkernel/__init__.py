@@ -1,1 +1,100 @@
-"""toolkernel: Tools in Shell for Jupyter."""
+"""toolkernel: Tools in Shell for Jupyter.
+
+`%load_ext toolkernel`, then in a cell:
+
+    %%tools
+    tools --help
+
+From Python: `toolkernel.call("github", "list-pulls", repo="acme/api")`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._errors import (
+    CallError, CallLimit, ConfigError, ConnectionRequired, Denied, InvalidInput, NeedsApproval,
+    Stopped, ToolFailed, ToolkernelError, Unavailable, UnknownCommand,
+)
+from ._tool import Image, Tool, ToolContext, ToolResult, tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CallError", "CallLimit", "ConfigError", "ConnectionRequired", "Denied", "Image",
+    "InvalidInput", "NeedsApproval", "Stopped", "Tool", "ToolContext", "ToolFailed",
+    "ToolResult", "ToolkernelError", "Unavailable", "UnknownCommand",
+    "after_call", "approve", "before_call", "call", "deny", "get_session",
+    "load_ipython_extension", "run", "tool", "unload_ipython_extension",
+]
+
+_session = None
+
+
+def get_session():
+    """The session of this process (created on first use, in the current directory)."""
+    global _session
+    if _session is None:
+        from ._session import Session
+
+        _session = Session()
+    return _session
+
+
+def call(*command: str, input: dict[str, Any] | None = None, **arguments: Any) -> Any:
+    """Call one tool like `tools` would: `call("github", "list-pulls", repo="acme/api")`.
+
+    Returns the result as a Python value (dict/list for JSON, str for text);
+    raises a `CallError` subclass with the seed's error code otherwise.
+    """
+    from ._direct import call_argv
+
+    argv = [*command, *(f"{k}={_arg(v)}" for k, v in arguments.items())]
+    return call_argv(get_session(), argv, base=input)
+
+
+def _arg(value: Any) -> str:
+    import json
+
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def run(script: str):
+    """Run a `tools` script from Python, printing its output; returns a `ShellResult`."""
+    from ._cli_sink import PrintSink
+
+    return get_session().run_script(script, PrintSink())
+
+
+def before_call(pattern: str = "*"):
+    """Register `fn(call) -> HookOutcome | None` to run before matching calls."""
+    return get_session().hooks.before_call(pattern)
+
+
+def after_call(pattern: str = "*"):
+    """Register `fn(call, result) -> ToolResult | None` to see results first."""
+    return get_session().hooks.after_call(pattern)
+
+
+def approve(*, always: bool = False) -> str:
+    """Approve the last call that asked (once, or always for that tool)."""
+    from ._answers import approve as _approve
+
+    return _approve(get_session(), always=always)
+
+
+def deny() -> str:
+    from ._answers import deny as _deny
+
+    return _deny(get_session())
+
+
+def load_ipython_extension(ipython) -> None:
+    global _session
+    from ._magic import load
+
+    _session = load(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    pass

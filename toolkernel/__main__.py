@@ -1,0 +1,87 @@
+"""`toolkernel demo [NOTEBOOK]`: run a notebook headless against the demo MCP server.
+
+With no notebook, runs the quickstart that ships with the package, in a
+fresh temporary folder whose toolkernel.toml points at
+`python -m toolkernel.demo_server`, and prints what every cell printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+DEMO_CONFIG = """\
+[mcp_servers.github]
+command = {python!r}
+args = ["-m", "toolkernel.demo_server"]
+description = "a made-up GitHub with pull requests (ships with toolkernel)"
+"""
+
+
+def quickstart_path() -> Path:
+    packaged = Path(__file__).parent / "_demo" / "quickstart.ipynb"
+    if packaged.exists():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "notebooks" / "quickstart.ipynb"
+
+
+def run_demo(notebook: Path, timeout: int = 300) -> int:
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.read(notebook, as_version=4)
+    with tempfile.TemporaryDirectory(prefix="toolkernel-demo-") as workdir:
+        (Path(workdir) / "toolkernel.toml").write_text(DEMO_CONFIG.format(python=sys.executable))
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                resources={"metadata": {"path": workdir}})
+        try:
+            client.execute()
+            failed = None
+        except CellExecutionError as exc:
+            failed = exc
+    print_outputs(nb)
+    if failed is not None:
+        print(f"\nthe notebook stopped at a failing cell:\n{failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def print_outputs(nb) -> None:
+    for index, cell in enumerate(nb.cells, 1):
+        if cell.cell_type != "code":
+            continue
+        print(f"── cell {index} ─" + "─" * 40)
+        print(cell.source)
+        print("── output:")
+        for output in cell.get("outputs", []):
+            print(_output_text(output), end="")
+
+
+def _output_text(output) -> str:
+    if output.output_type == "stream":
+        return output.text
+    if output.output_type == "error":
+        return f"{output.ename}: {output.evalue}\n"
+    data = output.get("data", {})
+    if "text/plain" in data:
+        return data["text/plain"] + "\n"
+    return f"[{', '.join(data)}]\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="toolkernel", description="Tools in Shell for Jupyter")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run a notebook headless against the demo MCP server")
+    demo.add_argument("notebook", nargs="?", type=Path, help="default: the packaged quickstart")
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        return run_demo(args.notebook or quickstart_path())
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""A person's answers: approve or deny a stopped call, list lasting approvals, pair a notebook.
+
+One set of functions serves the `%tools approve ...` line magics, the
+Python API and the comm target the JupyterLab extension's buttons use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from typing import Any, Mapping
+
+from . import _loop
+from ._approvals import rule_for
+from ._policy import CallInfo, canonical_call_key
+
+COMM_TARGET = "toolkernel.approval"
+
+
+class AnswerError(Exception):
+    """The answer cannot be applied (nothing pending, unknown rule...)."""
+
+
+def approve(session, *, always: bool = False, call: Mapping[str, Any] | None = None) -> str:
+    info = _take_pending(session, call)
+    if always:
+        rule = rule_for(info)
+        session.approvals.always_allow(rule)
+        return f"always allowed: {rule} (saved in {session.workdir / '.toolkernel'}; `%tools approvals` lists it)"
+    session.approvals.grant_once(canonical_call_key(info.qualified_name, info.input))
+    return (f"allowed once: {info.command} {json.dumps(dict(info.input))}"
+            " — run a new script (or the same one again) to make the call")
+
+
+def deny(session, *, call: Mapping[str, Any] | None = None) -> str:
+    info = _take_pending(session, call)
+    return f"denied: {info.command} {json.dumps(dict(info.input))} will keep asking"
+
+
+def list_approvals(session, *, revoke: str | None = None) -> str:
+    if revoke is not None:
+        target: Any = int(revoke) if revoke.isdigit() else revoke
+        session.approvals.revoke(target)
+    rules = session.approvals.lasting_rules()
+    if not rules:
+        return "no lasting approvals"
+    return "\n".join(f"{i}. {rule}" for i, rule in enumerate(rules, 1))
+
+
+def _take_pending(session, call: Mapping[str, Any] | None) -> CallInfo:
+    pending: list[CallInfo] = session.pending
+    if not pending:
+        raise AnswerError("no call is waiting for an approval")
+    index = len(pending) - 1 if call is None else _find(pending, call)
+    return pending.pop(index)
+
+
+def _find(pending: list[CallInfo], call: Mapping[str, Any]) -> int:
+    wanted = json.dumps(call.get("input", {}), sort_keys=True)
+    for i in range(len(pending) - 1, -1, -1):
+        info = pending[i]
+        if info.command == call.get("tool") and json.dumps(dict(info.input), sort_keys=True) == wanted:
+            return i
+    raise AnswerError(f"no pending call matches {call.get('tool')!r}")
+
+
+# -- `%tools approve | deny | approvals | pair | unpair` -----------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="%tools", add_help=False, exit_on_error=False)
+    sub = parser.add_subparsers(dest="what", required=True)
+    sub.add_parser("approve", add_help=False).add_argument("--always", action="store_true")
+    sub.add_parser("deny", add_help=False)
+    sub.add_parser("approvals", add_help=False).add_argument("--revoke", metavar="RULE_OR_NUMBER")
+    pair = sub.add_parser("pair", add_help=False)
+    pair.add_argument("notebook")
+    how = pair.add_mutually_exclusive_group()
+    how.add_argument("--kernel", metavar="NAME")
+    how.add_argument("--existing", metavar="CONNECTION_FILE")
+    how.add_argument("--server", metavar="URL")
+    pair.add_argument("--token")
+    sub.add_parser("unpair", add_help=False)
+    return parser
+
+
+def manage(session, argv: list[str]) -> str:
+    from IPython.core.error import UsageError
+
+    try:
+        args = _parser().parse_args(argv)
+    except (argparse.ArgumentError, SystemExit) as exc:
+        raise UsageError(f"%tools {shlex.join(argv)}: {exc}\n{_usage()}") from None
+    try:
+        return _apply(session, args)
+    except AnswerError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _apply(session, args: argparse.Namespace) -> str:
+    if args.what == "approve":
+        return approve(session, always=args.always)
+    if args.what == "deny":
+        return deny(session)
+    if args.what == "approvals":
+        return list_approvals(session, revoke=args.revoke)
+    from ._notebook import pair, unpair
+
+    if args.what == "unpair":
+        _loop.run(unpair(session.state))
+        return "unpaired"
+    pairing = _loop.run(pair(session.state, session.workdir, args.notebook, kernel=args.kernel,
+                             existing=args.existing, server=args.server, token=args.token))
+    return f"paired: {pairing}"
+
+
+def _usage() -> str:
+    return ("usage: %tools approve [--always] | %tools deny | %tools approvals [--revoke RULE]"
+            " | %tools pair NOTEBOOK [--kernel NAME | --existing FILE | --server URL --token TOKEN]"
+            " | %tools unpair")
+
+
+# -- the comm target of the JupyterLab extension --------------------------------
+
+
+def answer_message(session, data: Mapping[str, Any]) -> dict[str, Any]:
+    """{"action": "allow_once" | "always" | "deny", "call": {"tool", "input"}} -> reply."""
+    actions = {
+        "allow_once": lambda call: approve(session, call=call),
+        "always": lambda call: approve(session, always=True, call=call),
+        "deny": lambda call: deny(session, call=call),
+    }
+    action = actions.get(data.get("action"))
+    if action is None:
+        return {"ok": False, "message": f"unknown action {data.get('action')!r}"}
+    try:
+        return {"ok": True, "message": action(data.get("call"))}
+    except AnswerError as exc:
+        return {"ok": False, "message": str(exc)}
+
+
+def register_comm(ipython, session) -> None:
+    kernel = getattr(ipython, "kernel", None)
+    manager = getattr(kernel, "comm_manager", None)
+    if manager is None:
+        return  # a terminal IPython has no frontend to talk to
+
+    def on_open(comm, open_msg) -> None:
+        @comm.on_msg
+        def on_msg(msg) -> None:
+            comm.send(answer_message(session, msg["content"]["data"]))
+
+    manager.register_target(COMM_TARGET, on_open)

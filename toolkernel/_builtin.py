@@ -1,0 +1,114 @@
+"""The `tools` builtin: argv and stdin in, stdout, stderr and an exit code out.
+
+Bashkit calls it on a worker thread; each invocation makes one trip to
+toolkernel's private loop, where the whole command is handled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import _help, _loop
+from ._catalog import Catalog, norm
+from ._cli import Command, parse_input, split_command
+from ._dispatch import Dispatcher, Run
+from ._errors import CallError, Stopped
+from ._render import render
+
+INTERRUPTED_EXIT = 130
+
+
+@dataclass
+class Outcome:
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int = 0
+    images: list[Path] = field(default_factory=list)
+
+
+class ToolsCommand:
+    """Handles every form of `tools` for one shell run (or one `%tools` line)."""
+
+    def __init__(self, catalog: Catalog, dispatcher: Dispatcher, run: Run, workdir: Path) -> None:
+        self.catalog = catalog
+        self.dispatcher = dispatcher
+        self.run = run
+        self.workdir = workdir
+        self.on_image: Callable[[Path], None] = lambda path: None
+        self._inflight: concurrent.futures.Future | None = None
+        self.interrupted = False
+
+    # -- the Bashkit callback (worker thread) -------------------------------
+
+    def __call__(self, ctx) -> object:
+        from bashkit import BuiltinResult
+
+        outcome = self.handle_sync(list(ctx.argv), ctx.stdin)
+        return BuiltinResult(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
+
+    def handle_sync(self, argv: list[str], stdin: str | None) -> Outcome:
+        if self.interrupted:
+            return _failure(Stopped("not run: the script was interrupted"))
+        self._inflight = _loop.submit(self.handle(argv, stdin))
+        try:
+            outcome = _loop.wait(self._inflight)
+        except concurrent.futures.CancelledError:
+            return _failure(Stopped("interrupted"), INTERRUPTED_EXIT)
+        finally:
+            self._inflight = None
+        for path in outcome.images:
+            self.on_image(path)
+        return outcome
+
+    def interrupt(self) -> None:
+        """Called from the kernel's main thread on interrupt."""
+        self.interrupted = True
+        inflight = self._inflight
+        if inflight is not None:
+            inflight.cancel()
+
+    # -- the command (private loop) -----------------------------------------
+
+    async def handle(self, argv: list[str], stdin: str | None) -> Outcome:
+        try:
+            command = split_command(argv, self.catalog.is_server, self.catalog.split_qualified)
+            return await self._dispatch(command, stdin)
+        except CallError as exc:
+            return _failure(exc)
+
+    async def _dispatch(self, command: Command, stdin: str | None) -> Outcome:
+        if command.action == "help":
+            await self.catalog.load_listed()
+            return Outcome(_help.top_help(self.catalog))
+        if command.action == "search":
+            words = list(command.args)
+            return Outcome(_help.search_results(await self.catalog.search(words), words))
+        if command.action == "server_help":
+            tools = await self.catalog.server_tools(command.server)
+            return Outcome(_help.server_help(self.catalog.servers[norm(command.server)], tools))
+        tool = await self.catalog.find_tool(command.server, command.tool)
+        if command.action == "tool_help":
+            return Outcome(_help.tool_help(tool))
+        return await self._call(tool, command, stdin)
+
+    async def _call(self, tool, command: Command, stdin: str | None) -> Outcome:
+        arguments = parse_input(command.args, tool.input_schema, stdin)
+        result = await self.dispatcher.call(tool, arguments, self.run)
+        label = "-".join(p for p in (tool.server, tool.name) if p)
+        # Saving images is file I/O: keep it off the loop; text needs no thread.
+        rendered = await asyncio.to_thread(render, result, self.workdir, label) if result.images \
+            else render(result, self.workdir, label)
+        notes = "".join(f"tools: image saved to {p}\n" for p in rendered.images)
+        if result.is_error:
+            message = rendered.stdout.strip() or "the tool reported an error"
+            error = CallError(message)
+            return Outcome(stderr=notes + error.json_line() + "\n", exit_code=1, images=rendered.images)
+        return Outcome(rendered.stdout, notes, 0, rendered.images)
+
+
+def _failure(error: CallError, exit_code: int = 1) -> Outcome:
+    return Outcome(stderr=error.json_line() + "\n", exit_code=exit_code)

@@ -1,0 +1,63 @@
+"""Direct calls from Python and from the `%tools` line: results as Python values.
+
+The same dispatcher as in a script, so the same checks: schema, hooks,
+policy, approvals.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from . import _loop
+from ._cli import parse_input, split_command
+from ._errors import ToolFailed, UnknownCommand
+from ._render import render
+from ._session import Session
+
+
+async def _call(session: Session, argv: list[str], base: dict[str, Any] | None,
+                on_image: Callable[[Any], None]) -> Any:
+    command = session.prepare().command
+    catalog = command.catalog
+    parsed = split_command(argv, catalog.is_server, catalog.split_qualified)
+    if parsed.action != "call":
+        outcome = await command.handle(argv, None)
+        if outcome.exit_code:
+            raise _error_from(outcome.stderr)
+        return _Text(outcome.stdout)
+    tool = await catalog.find_tool(parsed.server, parsed.tool)
+    arguments = {**(base or {}), **parse_input(parsed.args, tool.input_schema, None)}
+    result = await command.dispatcher.call(tool, arguments, command.run)
+    label = "-".join(p for p in (tool.server, tool.name) if p)
+    for path in render(result, session.workdir, label).images:
+        on_image(session.workdir / path)
+    if result.is_error:
+        raise ToolFailed("\n".join(result.texts) or f"{tool.command} failed")
+    return result.value()
+
+
+class _Text(str):
+    """Help text: printed by the line magic, not returned as a value."""
+
+
+def _error_from(stderr: str):
+    import json
+
+    from ._errors import ERROR_CODES
+
+    try:
+        error = json.loads(stderr.strip().splitlines()[-1])["error"]
+    except (ValueError, KeyError, IndexError):
+        return UnknownCommand(stderr.strip())
+    cls = ERROR_CODES.get(error.get("code"), UnknownCommand)
+    return cls(error.get("message", ""), retryable=error.get("retryable"))
+
+
+def call_argv(session: Session, argv: list[str], base: dict[str, Any] | None = None,
+              on_image: Callable[[Any], None] = lambda path: None) -> Any:
+    return _loop.run(_call(session, argv, base, on_image))
+
+
+def is_help_text(value: Any) -> bool:
+    return isinstance(value, _Text)
+

@@ -1,0 +1,140 @@
+"""`%%tools` and `%tools`: thin adapters from IPython to the session.
+
+They parse arguments (errors are `UsageError`), hand the work to functions
+tested on their own (`Session.run_script`, `call_argv`, `_answers`), and
+show the results.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from . import _answers, _report
+from ._direct import call_argv, is_help_text
+from ._errors import CallError, ConfigError
+from ._session import Session
+
+MANAGEMENT = {"approve", "deny", "approvals", "pair", "unpair"}
+
+
+class ScriptFailed(Exception):
+    """A `%%tools` cell whose script exited non-zero: stops "Run All"."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of a traceback
+        return [f"{type(self).__name__}: {self}"]
+
+
+class CallFailed(ScriptFailed):
+    """A `%tools` line whose call failed."""
+
+
+class IPythonSink:
+    def __init__(self) -> None:
+        self._progress = None
+
+    def stdout(self, text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def stderr(self, text: str) -> None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+    def image(self, path: Path) -> None:
+        show_image(path)
+
+    def progress(self, tool: str, progress: float, total: float | None, message: str | None) -> None:
+        from IPython.display import display
+
+        text = _report.progress_line(tool, progress, total, message)
+        if self._progress is None:
+            self._progress = display({"text/plain": text}, raw=True, display_id=True)
+        else:
+            self._progress.update({"text/plain": text}, raw=True)
+
+
+def show_image(path: Path) -> None:
+    from IPython.display import Image, display
+
+    try:
+        display(Image(filename=str(path)))
+    except (OSError, ValueError):
+        sys.stderr.write(f"tools: could not show image {path}\n")
+
+
+@magics_class
+class ToolsMagics(Magics):
+    def __init__(self, shell, session: Session) -> None:
+        super().__init__(shell)
+        self.session = session
+
+    @magic_arguments()
+    @argument("--out", metavar="VAR", help="keep the script's stdout in VAR (parsed when it is JSON)")
+    @argument("--no-raise-error", action="store_true", help="do not raise when the script exits non-zero")
+    @argument("--read-only", action="store_true", help="mount the working directory read-only")
+    @line_cell_magic
+    def tools(self, line: str, cell: str | None = None) -> Any:
+        """%%tools: run the cell as a shell script where `tools` reaches every tool.
+        %tools ...: one `tools` command; calls return their result as a Python value.
+        %tools approve [--always] | deny | approvals [--revoke RULE] | pair NOTEBOOK ... | unpair
+        """
+        if cell is None:
+            return self._line(line)
+        args = parse_argstring(self.tools, line)
+        return self._cell(cell, args)
+
+    def _cell(self, script: str, args) -> None:
+        try:
+            result = self.session.run_script(script, IPythonSink(), read_only=args.read_only)
+        except ConfigError as exc:
+            raise ScriptFailed(f"configuration error: {exc}") from None
+        if result.report is not None:
+            _report.display_report(result.report)
+        if args.out:
+            self.shell.user_ns[args.out] = _parse_output(result.stdout)
+        if result.interrupted:
+            sys.stderr.write("tools: interrupted; the output above is what the script printed before\n")
+        if result.exit_code != 0 and not args.no_raise_error:
+            raise ScriptFailed(f"the script exited with code {result.exit_code}")
+
+    def _line(self, line: str) -> Any:
+        try:
+            argv = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"%tools: {exc}") from None
+        if argv and argv[0] in MANAGEMENT:
+            print(_answers.manage(self.session, argv))
+            return None
+        try:
+            value = call_argv(self.session, argv, on_image=show_image)
+        except CallError as exc:
+            raise CallFailed(exc.json_line()) from None
+        except ConfigError as exc:
+            raise CallFailed(f"configuration error: {exc}") from None
+        if is_help_text(value):
+            print(value, end="")
+            return None
+        return value
+
+
+def _parse_output(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def load(ipython) -> Session:
+    session = Session()
+    ipython.register_magics(ToolsMagics(ipython, session))
+    _answers.register_comm(ipython, session)
+    session.start_eager()
+    return session

@@ -1,0 +1,62 @@
+"""Showing the stop report and progress in a notebook.
+
+The report is the seed's JSON, displayed as `application/vnd.toolkernel.report+json`
+(the JupyterLab extension renders it with approval buttons) with text and
+HTML fallbacks for every other frontend.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+MIME = "application/vnd.toolkernel.report+json"
+
+
+def bundle(report: dict[str, Any]) -> dict[str, Any]:
+    return {MIME: report, "text/plain": report_text(report), "text/html": report_html(report)}
+
+
+def display_report(report: dict[str, Any]) -> None:
+    from IPython.display import display
+
+    display(bundle(report), raw=True)
+
+
+def report_text(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n" + _advice(report)
+
+
+def _advice(report: dict[str, Any]) -> str:
+    stopped = report["tools"].get("stopped")
+    if not stopped or stopped.get("reason") != "needs_approval":
+        return ""
+    call = stopped["call"]
+    return (f"\n{call['tool']} {json.dumps(call['input'])} needs your approval:\n"
+            "  %tools approve            allow it once\n"
+            "  %tools approve --always   allow this tool from now on\n"
+            "  %tools deny               refuse it\n")
+
+
+def report_html(report: dict[str, Any]) -> str:
+    tools = report["tools"]
+    rows = "".join(
+        f"<li><code>{html.escape(d['tool'])}</code> {'ok' if d['ok'] else 'failed'}</li>"
+        for d in tools["done"]
+    )
+    stopped = tools.get("stopped")
+    stop = ""
+    if stopped:
+        call = stopped["call"]
+        stop = (f"<p><b>Stopped</b> ({html.escape(stopped['reason'])}) at "
+                f"<code>{html.escape(call['tool'])} {html.escape(json.dumps(call['input']))}</code></p>")
+    return (f"<div class='toolkernel-report'><p>exit code {report['exit_code']}; "
+            f"{tools['read_only_calls']} read-only call(s)</p>{stop}"
+            f"<p>Done:</p><ul>{rows or '<li>nothing</li>'}</ul>"
+            f"<pre>{html.escape(_advice(report))}</pre></div>")
+
+
+def progress_line(tool: str, progress: float, total: float | None, message: str | None) -> str:
+    amount = f"{progress:g}/{total:g}" if total else f"{progress:g}"
+    return f"{tool}: {amount}" + (f" {message}" if message else "")

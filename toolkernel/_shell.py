@@ -1,0 +1,136 @@
+"""Running one script in Bashkit: streaming its output, interrupting it.
+
+The script runs on toolkernel's private loop (Bashkit's async `execute`,
+whose cancellation stops even a `sleep` at once). The calling thread — the
+kernel's main thread in a notebook — only pumps output events to a sink,
+so a kernel interrupt (KeyboardInterrupt) lands here and cancels the run.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from . import _loop
+from ._builtin import INTERRUPTED_EXIT, ToolsCommand
+from ._outputs import OutputLimiter
+
+MAX_COMMANDS = 1_000_000  # Bashkit's default (10,000) ends ordinary loops over data
+_STOP_GRACE = 5.0
+
+
+class Sink(Protocol):
+    def stdout(self, text: str) -> None: ...
+    def stderr(self, text: str) -> None: ...
+    def image(self, path: Path) -> None: ...
+    def progress(self, tool: str, progress: float, total: float | None, message: str | None) -> None: ...
+
+
+@dataclass
+class ShellResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    interrupted: bool = False
+    report: dict[str, Any] | None = None
+    images: list[Path] = field(default_factory=list)
+    saved_output: Path | None = None
+
+
+def new_bash(command: ToolsCommand, workdir: Path, *, read_only: bool = False):
+    from bashkit import Bash
+
+    mount = {"host_path": str(workdir), "vfs_path": str(workdir), "writable": not read_only}
+    return Bash(
+        custom_builtins={"tools": command},
+        cwd=str(workdir),
+        mounts=[mount],
+        max_commands=MAX_COMMANDS,
+    )
+
+
+def execute(bash, command: ToolsCommand, script: str, sink: Sink, workdir: Path) -> ShellResult:
+    """Run `script` to the end (or to an interrupt) and stream what it prints."""
+    events: queue.Queue = queue.Queue()
+    command.on_image = lambda path: events.put(("image", path))
+    command.run.on_progress = lambda *args: events.put(("progress", args))
+    command.run.on_stop = bash.cancel
+
+    async def run_script():
+        return await bash.execute(script, on_output=lambda out, err: events.put(("output", (out, err))))
+
+    future = _loop.submit(run_script())
+    pump = _Pump(sink, workdir)
+    interrupted = False
+    try:
+        pump.until_done(events, future)
+    except KeyboardInterrupt:
+        interrupted = True
+        command.interrupt()
+        bash.cancel()
+        future.cancel()
+        pump.drain(events, deadline=time.monotonic() + _STOP_GRACE, future=future)
+    return pump.finish(future, interrupted)
+
+
+class _Pump:
+    def __init__(self, sink: Sink, workdir: Path) -> None:
+        self.sink = sink
+        self.limiter = OutputLimiter(workdir, sink.stdout)
+        self.stderr: list[str] = []
+        self.images: list[Path] = []
+
+    def until_done(self, events: queue.Queue, future) -> None:
+        while not (future.done() and events.empty()):
+            self._next(events, timeout=0.05)
+
+    def drain(self, events: queue.Queue, deadline: float, future) -> None:
+        while time.monotonic() < deadline and not (future.done() and events.empty()):
+            self._next(events, timeout=0.05)
+
+    def _next(self, events: queue.Queue, timeout: float) -> None:
+        try:
+            kind, payload = events.get(timeout=timeout)
+        except queue.Empty:
+            return
+        if kind == "output":
+            out, err = payload
+            if out:
+                self.limiter.write(out)
+            if err:
+                self.stderr.append(err)
+                self.sink.stderr(err)
+        elif kind == "image":
+            self.images.append(payload)
+            self.sink.image(payload)
+        elif kind == "progress":
+            self.sink.progress(*payload)
+
+    def finish(self, future, interrupted: bool) -> ShellResult:
+        saved = self.limiter.close()
+        exit_code = INTERRUPTED_EXIT if interrupted else _exit_code(future)
+        stderr = "".join(self.stderr)
+        if not interrupted and future.done() and not future.cancelled() and future.exception() is None:
+            message = _limit_message(future.result())
+            if message:
+                self.sink.stderr(message)
+                stderr += message
+        return ShellResult(exit_code, self.limiter.text(), stderr, interrupted,
+                           images=self.images, saved_output=saved)
+
+
+def _exit_code(future) -> int:
+    if future.cancelled() or future.exception() is not None:
+        return 1
+    return future.result().exit_code
+
+
+def _limit_message(result) -> str:
+    # Bashkit reports its own limits (timeout, command count) in `error`, not through on_output.
+    error = getattr(result, "error", None)
+    if error and "cancelled" not in str(error):
+        return f"bashkit: {error}\n"
+    return ""
