@@ -1,0 +1,161 @@
+"""Real kernels, a real Jupyter Server and real notebooks for the notebook tools."""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import httpx
+import nbformat
+import pytest
+from jupyter_client import KernelManager
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
+
+from toolkernel._loop import run
+from toolkernel._notebook import unpair
+from toolkernel._tool import ToolContext
+
+SERVER_TOKEN = "s3cret-test-token-5f1e"
+
+
+def png_bytes(width: int = 2, height: int = 2, rgb: tuple[int, int, int] = (255, 0, 0)) -> bytes:
+    """A real, decodable PNG."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    rows = b"".join(b"\x00" + bytes(rgb) * width for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+PNG = png_bytes()
+
+
+def rich_notebook() -> nbformat.NotebookNode:
+    """Markdown, raw, stream, result, a coloured error and an image, as JupyterLab would save them."""
+    error = new_output("error", ename="ZeroDivisionError", evalue="division by zero", traceback=[
+        "\x1b[0;31m---------------------------------------------------------------------------\x1b[0m",
+        "\x1b[0;31mZeroDivisionError\x1b[0m                         Traceback (most recent call last)",
+        "Cell \x1b[0;32mIn[2], line 1\x1b[0m\n\x1b[0;32m----> 1\x1b[0m \x1b[38;5;241m1\x1b[39m\x1b[38;5;241m/\x1b[39m\x1b[38;5;241m0\x1b[39m",
+        "\x1b[0;31mZeroDivisionError\x1b[0m: division by zero",
+    ])
+    cells = [
+        new_markdown_cell("# Title\nSome *prose*."),
+        new_code_cell("print('hello')\n6 * 7", execution_count=1, outputs=[
+            new_output("stream", name="stdout", text="hello\n"),
+            new_output("execute_result", data={"text/plain": "42"}, execution_count=1),
+        ]),
+        new_code_cell("1/0", execution_count=2, outputs=[error]),
+        new_raw_cell("raw text stays raw"),
+        new_code_cell("show()", execution_count=3, outputs=[
+            new_output("display_data", data={"image/png": base64.b64encode(PNG).decode(),
+                                             "text/plain": "<Figure size 640x480 with 1 Axes>"}),
+        ]),
+    ]
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb
+
+
+def old_notebook_json() -> str:
+    """An nbformat 4.0 notebook as older Jupyter wrote it: no cell ids."""
+    return """{
+ "cells": [
+  {"cell_type": "markdown", "metadata": {}, "source": ["# Old notebook"]},
+  {"cell_type": "code", "execution_count": 1, "metadata": {}, "outputs": [
+    {"name": "stdout", "output_type": "stream", "text": ["old output\\n"]}], "source": ["print('old output')"]},
+  {"cell_type": "code", "execution_count": null, "metadata": {}, "outputs": [], "source": ["y = 2"]}
+ ],
+ "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+ "nbformat": 4,
+ "nbformat_minor": 0
+}
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def ctx(workdir: Path):
+    context = ToolContext(workdir, state={})
+    yield context
+    run(unpair(context.state), timeout=60)
+
+
+def call(tool, ctx: ToolContext, **arguments):
+    return run(tool.call(arguments, ctx), timeout=700)
+
+
+@pytest.fixture(scope="module")
+def outside_kernel():
+    """A kernel someone else runs (as JupyterLab would); it has a connection file."""
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel()
+    yield manager
+    if manager.is_alive():
+        manager.shutdown_kernel(now=True)
+    manager.cleanup_resources()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def jupyter_server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("server-root")
+    port = _free_port()
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path_factory.mktemp("runtime")))
+    env.pop("JUPYTER_TOKEN", None)
+    log = (tmp_path_factory.mktemp("server-log") / "server.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root", f"--ServerApp.port={port}",
+         "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0", f"--IdentityProvider.token={SERVER_TOKEN}",
+         f"--ServerApp.root_dir={root}"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root,
+    )
+    url = f"http://127.0.0.1:{port}/"
+    _wait_for_server(process, url, Path(log.name))
+    yield {"url": url, "root": root, "token": SERVER_TOKEN}
+    process.terminate()
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    log.close()
+
+
+def _wait_for_server(process: subprocess.Popen, url: str, log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"jupyter server exited: {log.read_text(errors='replace')[-2000:]}")
+        try:
+            response = httpx.get(url + "api/status", headers={"Authorization": f"token {SERVER_TOKEN}"}, timeout=5)
+            if response.status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    process.kill()
+    raise RuntimeError("jupyter server did not come up within 120 s")
+
+
+def server_api(server, method: str, path: str, **kwargs):
+    response = httpx.request(method, server["url"] + path, headers={"Authorization": f"token {server['token']}"},
+                             timeout=60, **kwargs)
+    response.raise_for_status()
+    return response.json() if response.content else None

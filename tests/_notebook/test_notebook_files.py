@@ -1,0 +1,202 @@
+"""notebook_read and notebook_edit on real notebook files (no kernel needed)."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+from conftest import PNG, call, old_notebook_json, rich_notebook
+
+from toolkernel._notebook import notebook_tools
+from toolkernel._tool import Image
+
+read, edit, run_tool = notebook_tools()
+
+
+@pytest.fixture
+def rich(workdir):
+    nbformat.write(rich_notebook(), workdir / "rich.ipynb")
+    return workdir / "rich.ipynb"
+
+
+def ids(path):
+    return [cell.id for cell in nbformat.read(path, as_version=4).cells]
+
+
+def test_tools_have_the_right_kinds_and_commands():
+    assert [(t.command, t.kind) for t in notebook_tools()] == [
+        ("tools notebook-read", "read"), ("tools notebook-edit", "edit"), ("tools notebook-run", "execute")]
+    assert edit.path_keys == ("notebook_path",)
+
+
+def test_read_shows_every_cell_with_id_type_count_source_and_text_output(rich, ctx):
+    result = call(read, ctx, notebook_path="rich.ipynb")
+    assert not result.is_error
+    text = result.texts[0]
+    cell_ids = ids(rich)
+    for cell_id in cell_ids:
+        assert f"id={cell_id}" in text
+    assert "rich.ipynb: 5 cells, kernel python3" in text
+    assert f"id={cell_ids[0]} markdown\n# Title\nSome *prose*." in text
+    assert f"id={cell_ids[1]} code [1]\nprint('hello')\n6 * 7" in text
+    assert "--- output 1 (stdout)\nhello" in text
+    assert "--- output 2 (execute_result)\n42" in text
+    assert f"id={cell_ids[3]} raw\nraw text stays raw" in text
+
+
+def test_read_cleans_error_tracebacks(rich, ctx):
+    text = call(read, ctx, notebook_path="rich.ipynb").texts[0]
+    assert "\x1b" not in text
+    assert "-----------" not in text  # IPython's rule of dashes is noise
+    assert "ZeroDivisionError                         Traceback (most recent call last)" in text
+    assert "----> 1 1/0" in text
+    assert "ZeroDivisionError: division by zero" in text
+
+
+def test_read_returns_images_and_says_where_they_came_from(rich, ctx):
+    result = call(read, ctx, notebook_path="rich.ipynb")
+    assert result.images == [Image(PNG, "image/png")]
+    image_cell = ids(rich)[4]
+    assert f"[image 1: image/png, cell {image_cell} output 1]" in result.texts[0]
+    assert "<Figure size" not in result.texts[0]  # the image says it better
+
+
+def test_read_one_cell(rich, ctx):
+    cell_id = ids(rich)[2]
+    text = call(read, ctx, notebook_path="rich.ipynb", cell_id=cell_id).texts[0]
+    assert f"cell 3/5 id={cell_id} code [2]" in text
+    assert "print('hello')" not in text
+
+
+def test_read_unknown_cell_or_missing_file_is_an_error_result(rich, ctx):
+    assert call(read, ctx, notebook_path="rich.ipynb", cell_id="nope").is_error
+    result = call(read, ctx, notebook_path="missing.ipynb")
+    assert result.is_error and "no notebook" in result.texts[0]
+
+
+def test_old_notebook_gets_stable_ids_in_memory_and_on_disk_with_the_next_write(workdir, ctx):
+    path = workdir / "old.ipynb"
+    path.write_text(old_notebook_json())
+    first = call(read, ctx, notebook_path="old.ipynb").texts[0]
+    assert "predates cell ids" in first
+    assert "old output" in first
+    assert first == call(read, ctx, notebook_path="old.ipynb").texts[0]  # same ids every read
+    assert json.loads(path.read_text())["nbformat_minor"] == 0  # reading never writes
+
+    shown = [line.split("id=")[1].split()[0] for line in first.splitlines() if "id=" in line]
+    result = call(edit, ctx, notebook_path="old.ipynb", cell_id=shown[2], new_source="y = 3")
+    assert not result.is_error, result.texts
+    on_disk = nbformat.read(path, as_version=4)
+    nbformat.validate(on_disk)
+    assert on_disk.nbformat_minor >= 5
+    assert [cell.id for cell in on_disk.cells] == shown
+    assert on_disk.cells[2].source == "y = 3"
+
+
+def test_nbformat3_notebook_is_read(workdir, ctx):
+    v3 = nbformat.v3.new_notebook(worksheets=[nbformat.v3.new_worksheet(cells=[
+        nbformat.v3.new_text_cell("markdown", source="v3 prose"), nbformat.v3.new_code_cell(input="a = 1")])])
+    (workdir / "v3.ipynb").write_text(nbformat.writes(v3, version=3))
+    text = call(read, ctx, notebook_path="v3.ipynb").texts[0]
+    assert "markdown\nv3 prose" in text and "code [ ]\na = 1" in text
+
+
+def test_replace_code_cell_clears_outputs_and_execution_count(rich, ctx):
+    call(read, ctx, notebook_path="rich.ipynb")
+    target = ids(rich)[1]
+    result = call(edit, ctx, notebook_path="rich.ipynb", cell_id=target, new_source="print('changed')")
+    assert result.value() == {"notebook_path": str(rich), "edit_mode": "replace", "cell_ids": [target],
+                              "cell_count": 5}
+    cell = nbformat.read(rich, as_version=4).cells[1]
+    assert (cell.id, cell.source, cell.outputs, cell.execution_count) == (target, "print('changed')", [], None)
+
+
+def test_replace_markdown_and_change_a_cells_type(rich, ctx):
+    call(read, ctx, notebook_path="rich.ipynb")
+    cell_ids = ids(rich)
+    call(edit, ctx, notebook_path="rich.ipynb", cell_id=cell_ids[0], new_source="# New title")
+    call(edit, ctx, notebook_path="rich.ipynb", cell_id=cell_ids[3], new_source="x = 1", cell_type="code")
+    cells = nbformat.read(rich, as_version=4).cells
+    assert (cells[0].cell_type, cells[0].source) == ("markdown", "# New title")
+    assert (cells[3].cell_type, cells[3].id, cells[3].outputs) == ("code", cell_ids[3], [])
+
+
+def test_insert_after_a_cell_and_at_the_top(rich, ctx):
+    call(read, ctx, notebook_path="rich.ipynb")
+    before = ids(rich)
+    after_second = call(edit, ctx, notebook_path="rich.ipynb", edit_mode="insert", cell_id=before[1],
+                        new_source="z = 1", cell_type="code").value()["cell_ids"][0]
+    top = call(edit, ctx, notebook_path="rich.ipynb", edit_mode="insert", cell_id="",
+               new_source="## Intro", cell_type="markdown").value()["cell_ids"][0]
+    cells = nbformat.read(rich, as_version=4).cells
+    assert [c.id for c in cells] == [top, before[0], before[1], after_second, *before[2:]]
+    assert cells[0].cell_type == "markdown" and cells[3].source == "z = 1"
+    assert len(set(c.id for c in cells)) == len(cells)
+
+
+def test_insert_needs_cell_type(rich, ctx):
+    call(read, ctx, notebook_path="rich.ipynb")
+    result = call(edit, ctx, notebook_path="rich.ipynb", edit_mode="insert", new_source="x")
+    assert result.is_error and "cell_type" in result.texts[0]
+    assert len(ids(rich)) == 5
+
+
+def test_delete(rich, ctx):
+    call(read, ctx, notebook_path="rich.ipynb")
+    before = ids(rich)
+    result = call(edit, ctx, notebook_path="rich.ipynb", edit_mode="delete", cell_id=before[2])
+    assert result.value()["cell_ids"] == [before[2]]
+    assert ids(rich) == before[:2] + before[3:]
+
+
+def test_edit_of_a_notebook_never_read_is_refused(rich, ctx):
+    original = rich.read_bytes()
+    result = call(edit, ctx, notebook_path="rich.ipynb", cell_id=ids(rich)[0], new_source="x")
+    assert result.is_error and "read it first" in result.texts[0]
+    assert rich.read_bytes() == original
+
+
+def test_edit_after_the_file_changed_on_disk_is_refused_until_read_again(rich, ctx):
+    call(read, ctx, notebook_path="rich.ipynb")
+    person = nbformat.read(rich, as_version=4)
+    person.cells[0].source = "# A person's edit in JupyterLab"
+    nbformat.write(person, rich)
+    changed = rich.read_bytes()
+
+    result = call(edit, ctx, notebook_path="rich.ipynb", cell_id=person.cells[1].id, new_source="x")
+    assert result.is_error and "read it again" in result.texts[0]
+    assert rich.read_bytes() == changed
+
+    call(read, ctx, notebook_path="rich.ipynb")
+    assert not call(edit, ctx, notebook_path="rich.ipynb", cell_id=person.cells[1].id, new_source="x").is_error
+    assert nbformat.read(rich, as_version=4).cells[0].source == "# A person's edit in JupyterLab"
+
+
+def test_an_edit_counts_as_a_read_so_edits_chain(rich, ctx):
+    call(read, ctx, notebook_path="rich.ipynb")
+    cell_ids = ids(rich)
+    for n in range(3):
+        assert not call(edit, ctx, notebook_path="rich.ipynb", cell_id=cell_ids[1], new_source=f"v{n}").is_error
+
+
+def test_writes_are_atomic_valid_and_keep_permissions(rich, ctx):
+    rich.chmod(0o640)
+    call(read, ctx, notebook_path="rich.ipynb")
+    call(edit, ctx, notebook_path="rich.ipynb", cell_id=ids(rich)[0], new_source="# t")
+    nbformat.validate(nbformat.read(rich, as_version=4))
+    assert rich.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in rich.parent.iterdir()) == ["rich.ipynb"]  # no temp file left behind
+
+
+def test_insert_into_a_missing_notebook_creates_it(workdir, ctx):
+    result = call(edit, ctx, notebook_path="new.ipynb", edit_mode="insert", new_source="print(1)", cell_type="code")
+    assert not result.is_error, result.texts
+    nb = nbformat.read(workdir / "new.ipynb", as_version=4)
+    nbformat.validate(nb)
+    assert [c.id for c in nb.cells] == result.value()["cell_ids"]
+
+
+def test_replace_in_a_missing_notebook_is_an_error(ctx):
+    result = call(edit, ctx, notebook_path="nothing.ipynb", cell_id="abc", new_source="x")
+    assert result.is_error and "no notebook" in result.texts[0]
