@@ -1,0 +1,446 @@
+"""The MCP client pool against real MCP servers run as subprocesses (tests/servers/)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from toolkernel import _loop
+from toolkernel._config import ServerConfig
+from toolkernel._errors import ConnectionRequired, Unavailable
+from toolkernel._mcp import ServerPool
+from toolkernel._tool import Tool, ToolContext
+
+REPO = Path(__file__).resolve().parent.parent
+SERVERS = REPO / "tests" / "servers"
+# Stdio servers get only a minimal environment (the SDK's default), so the
+# fixtures are told where toolkernel is.
+ENV = {"PYTHONPATH": str(REPO)}
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+WAIT = 120  # generous bound for any one step on a loaded machine
+
+
+def run(coro):
+    return _loop.run(coro, timeout=WAIT)
+
+
+def fixture(name: str, script: str, *args: str, **overrides) -> ServerConfig:
+    env = {**ENV, **overrides.pop("env", {})}
+    return ServerConfig(name, "stdio", command=sys.executable, args=(str(SERVERS / f"{script}.py"), *args),
+                        env=env, **overrides)
+
+
+def ctx(progress=None) -> ToolContext:
+    return ToolContext(REPO) if progress is None else ToolContext(REPO, progress=progress)
+
+
+def by_name(tools: list[Tool]) -> dict[str, Tool]:
+    return {t.name: t for t in tools}
+
+
+def call(pool: ServerPool, cfg: ServerConfig, tool: str, context: ToolContext | None = None, **arguments):
+    tools = by_name(run(pool.tools(cfg)))
+    return run(tools[tool].call(arguments, context or ctx()))
+
+
+def server_pid(pool: ServerPool, cfg: ServerConfig) -> int:
+    return call(pool, cfg, "pid").value()
+
+
+def wait_until(predicate, what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A dead child not yet reaped still answers kill(0); its /proc state says so.
+    status = Path(f"/proc/{pid}/status")
+    return not status.exists() or "zombie" in status.read_text()
+
+
+@pytest.fixture
+def pool():
+    pool = ServerPool()
+    yield pool
+    run(pool.close())
+
+
+@pytest.fixture(scope="module")
+def shared_pool():
+    """One pool for the tests that only read, so each server starts once."""
+    pool = ServerPool()
+    yield pool
+    run(pool.close())
+
+
+PULLS = fixture("github", "pulls")
+STRUCTURED = fixture("structured", "structured")
+IMAGES = fixture("images", "images")
+SLOW = fixture("slow", "slow")
+
+
+# --- listing ---------------------------------------------------------------------------
+
+def test_lists_tools_with_schema_annotations_and_kind(shared_pool):
+    tools = by_name(run(shared_pool.tools(PULLS)))
+
+    assert {"list_pulls", "get_pull", "create_issue", "delete_branch"} <= set(tools)
+    list_pulls = tools["list_pulls"]
+    assert list_pulls.server == "github"
+    assert list_pulls.command == "tools github list-pulls"
+    assert "pull requests" in list_pulls.description
+    assert list_pulls.input_schema["properties"]["repo"]["type"] == "string"
+    assert list_pulls.annotations["readOnlyHint"] is True
+    assert list_pulls.kind == "read"
+    assert tools["get_pull"].kind == "read"
+    assert tools["delete_branch"].annotations["destructiveHint"] is True
+    assert tools["delete_branch"].kind == "execute"
+    assert tools["create_issue"].annotations == {}
+    assert tools["create_issue"].kind == "execute"
+    assert shared_pool.loaded("github")
+    assert shared_pool.tool_count("github") == len(tools)
+
+
+def test_untrusted_annotations_make_every_tool_execute(pool):
+    untrusted = fixture("github", "pulls", trust_annotations=False)
+    tools = by_name(run(pool.tools(untrusted)))
+    assert tools["list_pulls"].annotations["readOnlyHint"] is True
+    assert {t.kind for t in tools.values()} == {"execute"}
+
+
+def test_unknown_server_has_no_count(pool):
+    assert pool.tool_count("nobody") is None
+    assert not pool.loaded("nobody")
+
+
+def test_same_config_reuses_the_session(pool):
+    cfg = fixture("crashy", "crash")
+    first = server_pid(pool, cfg)
+    run(pool.tools(cfg))
+    assert server_pid(pool, cfg) == first
+
+
+def test_concurrent_first_use_starts_one_server(pool):
+    cfg = fixture("crashy", "crash")
+
+    async def both():
+        return await asyncio.gather(pool.tools(cfg), pool.tools(cfg))
+
+    first, second = run(both())
+    assert [t.name for t in first] == [t.name for t in second]
+    pid = server_pid(pool, cfg)
+    assert server_pid(pool, cfg) == pid
+
+
+def test_changed_config_reconnects(pool):
+    before = server_pid(pool, fixture("crashy", "crash"))
+    changed = fixture("crashy", "crash", env={"SOMETHING": "new"})
+    after = server_pid(pool, changed)
+    assert after != before
+    wait_until(lambda: process_gone(before), "the old server to stop")
+
+
+# --- results ---------------------------------------------------------------------------
+
+def test_list_result_is_unwrapped_json(shared_pool):
+    result = call(shared_pool, PULLS, "list_pulls", repo="acme/api", state="open")
+    assert not result.is_error
+    assert [p["number"] for p in result.structured] == [101, 102, 103, 104]
+    assert {"number", "title", "draft"} <= set(result.structured[0])
+
+
+def test_dict_result_is_structured(shared_pool):
+    result = call(shared_pool, PULLS, "get_pull", repo="acme/api", number=101)
+    assert result.structured["number"] == 101
+    assert result.structured["mergeable"] is True
+    assert result.value()["title"] == "Add rate limiting to /search"
+
+
+def test_text_result_stays_text(shared_pool):
+    result = call(shared_pool, PULLS, "delete_branch", branch="fix-x")
+    assert result.texts == ["deleted branch fix-x"]
+    assert result.structured is None
+    assert result.value() == "deleted branch fix-x"
+
+
+def test_tool_error_is_an_error_result(shared_pool):
+    result = call(shared_pool, PULLS, "get_pull", repo="acme/api", number=999)
+    assert result.is_error
+    assert "#999 not found" in result.texts[0]
+
+
+def test_seed_example_data_flow(shared_pool):
+    """What the seed's script computes, done step by step against the demo data."""
+    pulls = call(shared_pool, PULLS, "list_pulls", repo="acme/api", state="open").value()
+    ready = [p["number"] for p in pulls if not p["draft"]]
+    details = [call(shared_pool, PULLS, "get_pull", repo="acme/api", number=n).value() for n in ready]
+    assert [(d["number"], d["mergeable"]) for d in details] == [(101, True), (103, False), (104, True)]
+
+
+def test_object_output_schema(shared_pool):
+    result = call(shared_pool, STRUCTURED, "stats", numbers=[1, 2, 4.5])
+    assert result.structured == {"count": 3, "total": 7.5, "maximum": 4.5}
+
+
+def test_wrapped_list_output_is_unwrapped(shared_pool):
+    assert call(shared_pool, STRUCTURED, "evens", limit=7).structured == [0, 2, 4, 6]
+
+
+def test_str_tool_with_schema_gives_text(shared_pool):
+    result = call(shared_pool, STRUCTURED, "greet", name="Ada")
+    assert (result.texts, result.structured) == (["hello, Ada"], None)
+
+
+def test_raised_tool_error_in_structured_tool(shared_pool):
+    result = call(shared_pool, STRUCTURED, "stats", numbers=[])
+    assert result.is_error and "at least one number" in result.texts[0]
+
+
+def test_resources_become_text(shared_pool):
+    result = call(shared_pool, STRUCTURED, "resources")
+    assert result.texts == ["first note", "memo://notes/2"]
+
+
+def test_image_result(shared_pool):
+    result = call(shared_pool, IMAGES, "red_square", size=3)
+    assert result.texts == ["a red square, 3x3 pixels"]
+    [image] = result.images
+    assert image.mime_type == "image/png"
+    assert image.data.startswith(PNG_SIGNATURE)
+    width, height = int.from_bytes(image.data[16:20], "big"), int.from_bytes(image.data[20:24], "big")
+    assert (width, height) == (3, 3)
+
+
+# --- progress and cancellation ---------------------------------------------------------
+
+def test_progress_notifications_reach_the_context(shared_pool):
+    seen = []
+    result = call(shared_pool, SLOW, "wait", ctx(lambda *p: seen.append(p)), steps=3, step_seconds=0.05)
+    assert result.texts == ["waited 3 steps"]
+    assert seen == [(1, 3, "step 1 of 3"), (2, 3, "step 2 of 3"), (3, 3, "step 3 of 3")]
+
+
+def test_cancelling_a_slow_call_cancels_it_on_the_server(pool):
+    started = threading.Event()
+    tools = by_name(run(pool.tools(SLOW)))
+    future = _loop.submit(tools["wait"].call({"steps": 3000, "step_seconds": 0.1}, ctx(lambda *_: started.set())))
+    assert started.wait(WAIT)
+
+    future.cancel()
+
+    with pytest.raises(BaseException) as raised:
+        future.result(WAIT)
+    assert type(raised.value).__name__ == "CancelledError"
+    assert pool.loaded("slow")
+    wait_until(lambda: call(pool, SLOW, "history").structured == ["cancelled"], "the server to see the cancel")
+    assert call(pool, SLOW, "ping").texts == ["pong"]
+
+
+# --- failures --------------------------------------------------------------------------
+
+def test_crash_mid_call_is_unavailable_then_recovers(pool):
+    cfg = fixture("crashy", "crash")
+    first = server_pid(pool, cfg)
+
+    with pytest.raises(Unavailable) as raised:
+        call(pool, cfg, "crash", code=3)
+
+    assert raised.value.retryable
+    assert "'crashy'" in raised.value.message
+    assert "exiting with code 3 on purpose" in raised.value.message
+    assert not pool.loaded("crashy")
+    assert call(pool, cfg, "echo", text="back").texts == ["back"]
+    assert server_pid(pool, cfg) != first
+
+
+def test_server_killed_while_idle_reconnects_on_next_use(pool):
+    cfg = fixture("crashy", "crash")
+    tools = by_name(run(pool.tools(cfg)))
+    first = run(tools["pid"].call({}, ctx())).value()
+
+    os.kill(first, signal.SIGKILL)
+    wait_until(lambda: not pool.loaded("crashy"), "the pool to notice the dead server")
+
+    # The Tool objects listed before the death still work: they reconnect.
+    assert run(tools["echo"].call({"text": "again"}, ctx())).texts == ["again"]
+    assert server_pid(pool, cfg) != first
+
+
+def test_die_at_start_is_unavailable_with_its_stderr(pool):
+    cfg = fixture("dead", "crash", "--die-at-start", env={"FIXTURE_TOKEN": "s3cr3t-t0ken"})
+    with pytest.raises(Unavailable) as raised:
+        run(pool.tools(cfg))
+    message = raised.value.message
+    assert raised.value.retryable
+    assert "exited before it finished starting" in message
+    assert "cannot open /nonexistent/database.db" in message
+    assert "s3cr3t-t0ken" not in message and "token *** failed" in message
+    assert pool.last_error("dead") is raised.value
+    assert not pool.loaded("dead")
+
+
+def test_command_not_found_is_unavailable(pool):
+    cfg = ServerConfig("ghost", "stdio", command="toolkernel-no-such-server-command")
+    with pytest.raises(Unavailable, match="command not found: toolkernel-no-such-server-command"):
+        run(pool.tools(cfg))
+
+
+def test_garbage_on_stdout_fails_fast(pool):
+    pool.connect_timeout = 2 * WAIT
+    started = time.monotonic()
+    with pytest.raises(Unavailable, match="not MCP") as raised:
+        run(pool.tools(fixture("garbage", "garbage")))
+    assert time.monotonic() - started < WAIT / 2, "it waited for the connect timeout instead of failing fast"
+    assert "Starting awesome server" in raised.value.message
+
+
+def test_silent_server_times_out(pool):
+    pool.connect_timeout = 1.5
+    cfg = ServerConfig("silent", "stdio", command="sleep", args=("3600",))
+    with pytest.raises(Unavailable, match="did not finish starting within 1.5 s"):
+        run(pool.tools(cfg))
+    assert not pool.loaded("silent")
+
+
+def test_missing_variables_need_a_connection(pool):
+    cfg = ServerConfig("gh", "stdio", command="toolkernel-no-such-server-command",
+                       env={"TOKEN": ""}, missing_vars=("GITHUB_TOKEN",), source="/p/toolkernel.toml")
+    with pytest.raises(ConnectionRequired) as raised:
+        run(pool.tools(cfg))
+    message = raised.value.message
+    assert "${GITHUB_TOKEN}" in message and "/p/toolkernel.toml" in message and "%env GITHUB_TOKEN=" in message
+    assert raised.value.code == "connection_required"
+
+
+# --- streamable HTTP -------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_http_server(port: int) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, str(SERVERS / "pulls.py"), "--http", str(port)],
+        env={**os.environ, **ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+    def listening() -> bool:
+        assert process.poll() is None, "the HTTP fixture server exited"
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_until(listening, "the HTTP server to listen")
+    return process
+
+
+@pytest.fixture
+def http_server():
+    port = free_port()
+    processes = [start_http_server(port)]
+    yield port, processes
+    for process in processes:
+        process.kill()
+        process.wait()
+
+
+def test_streamable_http_with_headers(pool, http_server):
+    port, _ = http_server
+    cfg = ServerConfig("remote", "http", url=f"http://127.0.0.1:{port}/mcp", headers={"X-Team": "platform"})
+
+    assert "list_pulls" in by_name(run(pool.tools(cfg)))
+    assert call(pool, cfg, "request_header", name="x-team").texts == ["platform"]
+    assert [p["number"] for p in call(pool, cfg, "list_pulls", repo="acme/web").structured] == [12, 11]
+
+
+def test_http_server_restart_is_unavailable_then_recovers(pool, http_server):
+    port, processes = http_server
+    cfg = ServerConfig("remote", "http", url=f"http://127.0.0.1:{port}/mcp")
+    tools = by_name(run(pool.tools(cfg)))
+    processes[0].kill()
+    processes[0].wait()
+
+    with pytest.raises(Unavailable) as raised:
+        run(tools["get_pull"].call({"repo": "acme/web", "number": 12}, ctx()))
+    assert raised.value.retryable and f"http://127.0.0.1:{port}" in raised.value.message
+
+    processes.append(start_http_server(port))
+    assert run(tools["get_pull"].call({"repo": "acme/web", "number": 12}, ctx())).structured["number"] == 12
+
+
+def test_http_server_not_running_is_unavailable(pool):
+    cfg = ServerConfig("remote", "http", url=f"http://127.0.0.1:{free_port()}/mcp?token=abc123secret")
+    with pytest.raises(Unavailable, match="could not be reached") as raised:
+        run(pool.tools(cfg))
+    assert "abc123secret" not in raised.value.message
+
+
+# --- start, retire, close --------------------------------------------------------------
+
+def test_start_connects_in_parallel_and_records_errors(pool):
+    good = fixture("good", "crash")
+    dead = fixture("dead", "crash", "--die-at-start")
+    needs = ServerConfig("needs", "stdio", command="x", missing_vars=("API_KEY",))
+
+    run(pool.start([good, dead, needs]))
+
+    assert pool.loaded("good") and pool.last_error("good") is None
+    assert isinstance(pool.last_error("dead"), Unavailable)
+    assert isinstance(pool.last_error("needs"), ConnectionRequired)
+    assert not pool.loaded("dead") and pool.tool_count("dead") is None
+
+
+def test_start_is_parallel(pool):
+    # Three servers that never answer, each given the whole connect timeout:
+    # one after another would take three timeouts.
+    pool.connect_timeout = 4
+    silent = [ServerConfig(f"silent{i}", "stdio", command="sleep", args=("3600",)) for i in range(3)]
+    started = time.monotonic()
+    run(pool.start(silent))
+    assert time.monotonic() - started < 11
+    assert all(isinstance(pool.last_error(cfg.name), Unavailable) for cfg in silent)
+
+
+def test_retire_closes_servers_no_longer_configured(pool):
+    keep, drop = fixture("keep", "crash"), fixture("drop", "crash")
+    run(pool.start([keep, drop]))
+    dropped_pid = server_pid(pool, drop)
+
+    run(pool.retire({"keep"}))
+
+    assert pool.loaded("keep") and not pool.loaded("drop")
+    assert pool.tool_count("drop") is None and pool.tool_count("keep") == 3
+    wait_until(lambda: process_gone(dropped_pid), "the retired server to stop")
+
+
+def test_close_stops_every_server():
+    pool = ServerPool()
+    cfgs = [fixture("a", "crash"), fixture("b", "crash")]
+    run(pool.start(cfgs))
+    pids = [server_pid(pool, cfg) for cfg in cfgs]
+    run(pool.close())
+    assert not pool.loaded("a") and not pool.loaded("b")
+    for pid in pids:
+        wait_until(lambda: process_gone(pid), "a closed server to stop")
+
+
+def test_demo_server_runs_as_a_module(pool):
+    cfg = ServerConfig("github", "stdio", command=sys.executable, args=("-m", "toolkernel.demo_server"), env=ENV)
+    assert sorted(by_name(run(pool.tools(cfg)))) == ["create_issue", "delete_branch", "get_pull", "list_pulls"]
+    assert call(pool, cfg, "create_issue", title="Flaky test").structured["id"] == "ACME-1201"
