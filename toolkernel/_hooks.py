@@ -114,6 +114,7 @@ class Hooks:
     def _decorator(self, event: str, pattern: Any, timeout: float):
         if callable(pattern):
             return self._register_python(event, "*", timeout, pattern)
+        _check_pattern_and_timeout(pattern, timeout)  # fail at the decorator line, not later
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             return self._register_python(event, pattern, timeout, fn)
@@ -281,7 +282,8 @@ class _CommandHook:
     def __init__(self, event: str, argv: list[str], cwd: Path | None) -> None:
         self.event, self.argv, self.cwd = event, argv, cwd
         label = shlex.join(argv)
-        self.name = repr(label if len(label) <= 80 else label[:77] + "...")
+        # The tail names the script; the interpreter's path matters less.
+        self.name = repr(label if len(label) <= 80 else "..." + label[-77:])
 
     async def __call__(self, call: CallInfo, result: ToolResult | None = None) -> Any:
         reply = await self._exchange(_payload(self.event, call, result), call)
