@@ -283,7 +283,7 @@ class _CommandHook:
         self.event, self.argv, self.cwd = event, argv, cwd
         label = shlex.join(argv)
         # The tail names the script; the interpreter's path matters less.
-        self.name = repr(label if len(label) <= 80 else "..." + label[-77:])
+        self.name = "`" + (label if len(label) <= 80 else "..." + label[-77:]) + "`"
 
     async def __call__(self, call: CallInfo, result: ToolResult | None = None) -> Any:
         reply = await self._exchange(_payload(self.event, call, result), call)
