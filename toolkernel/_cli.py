@@ -88,7 +88,7 @@ class _Pairs:
         word = args[i]
         if word == "-":
             return i + 1
-        if word.lstrip().startswith("{"):
+        if word.lstrip().startswith(("{", "[")):
             if self.json_seen:
                 raise InvalidInput("more than one JSON input argument; give one and add key=value pairs")
             self.json_seen = True
