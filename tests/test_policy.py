@@ -247,6 +247,9 @@ def test_input_constraint_value_forms():
     call = mcp("s", "t", flag=True, nothing=None, items=[1, 2], nested={"b": 1, "a": "x"},
                title="a, b (c)", **{"dash-key": "v"})
     assert rule_matches("s t(flag=true)", call)
+    assert rule_matches("s t(n=7)", mcp("s", "t", n=7.0))  # one number, however it was written
+    assert rule_matches("s t(n=7)", mcp("s", "t", n="7"))  # the string form of the value
+    assert not rule_matches("s t(n=7)", mcp("s", "t", n=7.5))
     assert rule_matches("s t(nothing=null)", call)
     assert rule_matches('s t(items="[1,2]")', call)  # anything but a string is compact JSON
     assert rule_matches('s t(items="[1, 2]")', call) is False

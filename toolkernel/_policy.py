@@ -216,7 +216,7 @@ def _constraint_value(text: str) -> tuple[str, str]:
 def _value_text(value: Any) -> str:
     if isinstance(value, str):
         return value
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False, default=str)
+    return json.dumps(_canonical(value), separators=(",", ":"), sort_keys=True, ensure_ascii=False, default=str)
 
 
 def _input_matches(rule: _Rule, data: Mapping[str, Any]) -> bool:
