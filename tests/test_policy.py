@@ -210,6 +210,13 @@ def test_rule_names(rule, call, expected):
     assert rule_matches(rule, call) is expected
 
 
+def test_a_server_glob_covers_tools_with_odd_names():
+    odd = CallInfo("mcp_github__delete branch", "tools github delete branch", {}, "execute")
+    assert rule_matches("github *", odd)
+    assert decide(odd, Policy(allow=("*",), deny=("github *",))).action == "deny"
+    assert not rule_matches("gitlab *", odd)
+
+
 def test_command_rule_matches_by_name_when_the_command_is_unusual():
     # The dispatcher may record a different spelling; the qualified name still decides.
     call = CallInfo("mcp_github__delete_branch", "tools GitHub delete-branch", {}, "execute")

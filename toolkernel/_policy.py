@@ -148,7 +148,10 @@ def _parse_rule(text: str) -> _Rule:
         if not _WORD.match(word):
             raise ValueError(f"{word!r} is not a tool name or glob")
     words = [_norm(w) for w in words]
-    command = re.compile(" ".join(_glob(w, "[^ ]*") for w in words))
+    # `*` in the server word stays inside it; in the tool word it takes the
+    # rest, so `github *` still covers a tool whose (invalid) name has a space.
+    stars = ["[^ ]*", ".*"] if len(words) == 2 else ["[^ ]*"]
+    command = re.compile(" ".join(_glob(w, star) for w, star in zip(words, stars)))
     name = _name_pattern(words[0]) if len(words) == 1 else None
     return _Rule(text, name, command, constraints)
 
