@@ -48,6 +48,8 @@ def new_bash(command: ToolsCommand, workdir: Path, *, read_only: bool = False):
         custom_builtins={"tools": command},
         cwd=str(workdir),
         mounts=[mount],
+        # Bashkit refuses mounts under "sensitive" folders such as /root unless allow-listed.
+        allowed_mount_paths=[str(workdir)],
         max_commands=MAX_COMMANDS,
     )
 
