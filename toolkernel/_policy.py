@@ -12,7 +12,9 @@ Rule syntax (one string per rule; hyphens and underscores are interchangeable,
     mcp_github__delete_branch    an MCP tool (`mcp__github__delete_branch` too)
     mcp_github                   every tool of one MCP server (= `mcp_github__*`)
     github list-pulls            the command form (`tools github list-pulls` too)
-    github *                     in the command form `*` stays inside one word
+    github *                     every tool of a server; `git*` does not name
+                                 `github list-pulls`: in the command form a `*`
+                                 in the server word stays inside that word
     github get-pull(repo=acme/*, number=7)
                                  an input constraint: each listed key must be in
                                  the input and its value (a string as is,
