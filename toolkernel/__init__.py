@@ -28,17 +28,17 @@ __all__ = [
     "load_ipython_extension", "run", "tool", "unload_ipython_extension",
 ]
 
-_session = None
+_default_session = None
 
 
 def get_session():
     """The session of this process (created on first use, in the current directory)."""
-    global _session
-    if _session is None:
+    global _default_session
+    if _default_session is None:
         from ._session import Session
 
-        _session = Session()
-    return _session
+        _default_session = Session()
+    return _default_session
 
 
 def call(*command: str, input: dict[str, Any] | None = None, **arguments: Any) -> Any:
@@ -90,10 +90,10 @@ def deny() -> str:
 
 
 def load_ipython_extension(ipython) -> None:
-    global _session
+    global _default_session
     from ._magic import load
 
-    _session = load(ipython)
+    _default_session = load(ipython)
 
 
 def unload_ipython_extension(ipython) -> None:

@@ -51,10 +51,10 @@ class Session:
 
     # -- per run --------------------------------------------------------------
 
-    def prepare(self) -> Prepared:
+    async def prepare(self) -> Prepared:
         """Read the config and wire a fresh `tools` command. Raises ConfigError."""
         config = load_config(self.workdir)
-        self._retire_removed(config)
+        await self.pool.retire(set(config.servers))
         env = CallEnv(
             workdir=self.workdir,
             policy=Policy.from_config(config.policy, config.admin_policy,
@@ -78,7 +78,7 @@ class Session:
         return self.hooks
 
     def run_script(self, script: str, sink: Sink, *, read_only: bool = False) -> ShellResult:
-        prepared = self.prepare()
+        prepared = _loop.run(self.prepare())
         stopped = _loop.run(preflight(script, prepared.command))
         if stopped is not None:
             sink.stderr(stopped.stderr)
@@ -98,10 +98,6 @@ class Session:
         eager = [s for s in config.servers.values() if s.load == "eager"]
         if eager:
             _loop.submit(self.pool.start(eager))
-
-    def _retire_removed(self, config: Config) -> None:
-        keep = set(config.servers)
-        _loop.submit(self.pool.retire(keep))
 
     def close(self) -> None:
         _loop.run(self.pool.close(), timeout=30)
