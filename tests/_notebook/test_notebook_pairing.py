@@ -1,0 +1,181 @@
+"""Pairing with a kernel someone else runs (--existing) and with a Jupyter Server (--server)."""
+
+from __future__ import annotations
+
+import base64
+import signal
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import PNG, SERVER_TOKEN, call, rich_notebook, server_api
+from jupyter_client import KernelManager
+
+from toolkernel._errors import InvalidInput, Unavailable
+from toolkernel._loop import run
+from toolkernel._notebook import notebook_tools, pair, pairing_args_usage, parse_pairing_args, unpair
+from toolkernel._tool import Image
+
+read, edit, run_tool = notebook_tools()
+
+
+# --- argument parsing --------------------------------------------------------
+
+def test_parse_pairing_args():
+    assert parse_pairing_args("nb.ipynb --kernel python3") == {"notebook": "nb.ipynb", "kernel": "python3"}
+    assert parse_pairing_args(["a b.ipynb", "--server=http://h:8888/", "--token", "t"]) == {
+        "notebook": "a b.ipynb", "server": "http://h:8888/", "token": "t"}
+    for bad in ("nb.ipynb --kernel", "--kernel python3", "a.ipynb b.ipynb --kernel x", "nb.ipynb --colour red"):
+        with pytest.raises(InvalidInput):
+            parse_pairing_args(bad)
+    assert "--existing CONNECTION_FILE" in pairing_args_usage()
+
+
+def test_pair_needs_exactly_one_kernel_source(tmp_path):
+    for kwargs in ({}, {"kernel": "python3", "existing": "k.json"}, {"token": "t", "kernel": "python3"}):
+        with pytest.raises(InvalidInput):
+            run(pair({}, tmp_path, "nb.ipynb", **kwargs))
+    with pytest.raises(InvalidInput):
+        run(pair({}, tmp_path, "notes.txt", kernel="python3"))
+
+
+def test_unknown_kernel_name(tmp_path):
+    with pytest.raises(InvalidInput) as caught:
+        run(pair({}, tmp_path, "nb.ipynb", kernel="no-such-kernel"), timeout=60)
+    assert "kernelspec list" in caught.value.message
+
+
+# --- --existing -------------------------------------------------------------
+
+def test_existing_kernel_by_connection_file_shares_its_variables(outside_kernel, ctx):
+    client = outside_kernel.blocking_client()
+    client.start_channels()
+    client.wait_for_ready(timeout=60)
+    client.execute_interactive("from_jupyterlab = 'hi'", timeout=60)
+    client.stop_channels()
+    pairing = run(pair(ctx.state, ctx.workdir, "nb.ipynb", existing=outside_kernel.connection_file), timeout=120)
+    assert pairing.kind == "existing"
+    assert call(run_tool, ctx, code="from_jupyterlab * 2").texts == ["'hihi'"]
+
+
+def test_existing_kernel_by_bare_name_in_the_runtime_dir(outside_kernel, ctx, monkeypatch):
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(Path(outside_kernel.connection_file).parent))
+    run(pair(ctx.state, ctx.workdir, "nb.ipynb", existing=Path(outside_kernel.connection_file).name), timeout=120)
+    assert call(run_tool, ctx, code="1+1").texts == ["2"]
+
+
+def test_existing_missing_connection_file(ctx):
+    with pytest.raises(InvalidInput) as caught:
+        run(pair(ctx.state, ctx.workdir, "nb.ipynb", existing="kernel-does-not-exist.json"), timeout=60)
+    assert "runtime directory" in caught.value.message
+
+
+def test_existing_kernel_timeout_interrupts_through_the_kernel(outside_kernel, ctx):
+    run(pair(ctx.state, ctx.workdir, "nb.ipynb", existing=outside_kernel.connection_file), timeout=120)
+    result = call(run_tool, ctx, code="import time\nprint('tick', flush=True)\ntime.sleep(60)", timeout_seconds=2)
+    assert result.is_error and result.texts[0].startswith("timed out after 2 s; the kernel was interrupted")
+    assert "KeyboardInterrupt" in result.texts[0]
+    assert call(run_tool, ctx, code="'still here'").texts == ["'still here'"]
+    assert outside_kernel.is_alive()
+
+
+def test_existing_kernel_that_died_is_unavailable_and_not_restarted_by_us(ctx):
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel()
+    try:
+        run(pair(ctx.state, ctx.workdir, "nb.ipynb", existing=manager.connection_file), timeout=120)
+        assert call(run_tool, ctx, code="1").texts == ["1"]
+        manager.signal_kernel(signal.SIGKILL)
+        with pytest.raises(Unavailable) as caught:
+            call(run_tool, ctx, code="1")
+        assert "restart it where it runs" in caught.value.message
+        with pytest.raises(InvalidInput):
+            call(run_tool, ctx, restart=True)
+    finally:
+        manager.cleanup_resources()
+
+
+# --- --server -------------------------------------------------------------------
+
+@pytest.fixture
+def server_ctx(jupyter_server, ctx):
+    ctx.workdir = jupyter_server["root"]  # the server's root is the working directory
+    return ctx
+
+
+def test_server_uses_the_kernel_of_the_notebooks_session(jupyter_server, server_ctx):
+    nbformat.write(rich_notebook(), jupyter_server["root"] / "shared.ipynb")
+    session = server_api(jupyter_server, "POST", "api/sessions", json={
+        "path": "shared.ipynb", "type": "notebook", "name": "shared.ipynb", "kernel": {"name": "python3"}})
+    try:
+        pairing = run(pair(server_ctx.state, server_ctx.workdir, "shared.ipynb", server=jupyter_server["url"],
+                           token=SERVER_TOKEN), timeout=120)
+        assert pairing.kind == "server" and pairing.connection.kernel_id == session["kernel"]["id"]
+        assert call(run_tool, server_ctx, code="print('via server')\nanswer = 6 * 7\nanswer").texts == [
+            "via server\n42"]
+        run(unpair(server_ctx.state), timeout=60)
+        # not ours: the session and its kernel stay, with their variables
+        sessions = server_api(jupyter_server, "GET", "api/sessions")
+        assert session["id"] in [s["id"] for s in sessions]
+        run(pair(server_ctx.state, server_ctx.workdir, "shared.ipynb", server=jupyter_server["url"],
+                 token=SERVER_TOKEN), timeout=120)
+        assert call(run_tool, server_ctx, code="answer").texts == ["42"]
+    finally:
+        run(unpair(server_ctx.state), timeout=60)
+        server_api(jupyter_server, "DELETE", f"api/sessions/{session['id']}")
+
+
+def test_server_starts_a_session_when_the_notebook_has_none_and_ends_it_on_unpair(jupyter_server, server_ctx):
+    url_with_token = f"{jupyter_server['url']}?token={SERVER_TOKEN}"  # as `jupyter server list` prints it
+    pairing = run(pair(server_ctx.state, server_ctx.workdir, "sub/fresh.ipynb", server=url_with_token,
+                       kernel="python3"), timeout=120)
+    sessions = {s["id"]: s for s in server_api(jupyter_server, "GET", "api/sessions")}
+    session_id = pairing.connection.session["id"]
+    assert sessions[session_id]["path"] == "sub/fresh.ipynb"
+    code = ("import base64\nfrom IPython.display import Image, display\n"
+            f"display(Image(data=base64.b64decode('{base64.b64encode(PNG).decode()}')))\n1/0")
+    result = call(run_tool, server_ctx, code=code)
+    assert result.is_error and result.images == [Image(PNG, "image/png")]
+    assert result.texts[0].startswith("[image 1: image/png, output 1]\n")
+    assert result.texts[0].endswith("ZeroDivisionError: division by zero")
+    run(unpair(server_ctx.state), timeout=60)
+    assert session_id not in [s["id"] for s in server_api(jupyter_server, "GET", "api/sessions")]
+
+
+def test_server_timeout_interrupts_and_restart_clears_state(jupyter_server, server_ctx):
+    run(pair(server_ctx.state, server_ctx.workdir, "slow.ipynb", server=jupyter_server["url"], token=SERVER_TOKEN),
+        timeout=120)
+    call(run_tool, server_ctx, code="kept = 1")
+    result = call(run_tool, server_ctx, code="import time\nprint('zzz', flush=True)\ntime.sleep(60)",
+                  timeout_seconds=2)
+    assert result.is_error and result.texts[0].startswith("timed out after 2 s; the kernel was interrupted")
+    assert "zzz" in result.texts[0] and "KeyboardInterrupt" in result.texts[0]
+    assert call(run_tool, server_ctx, code="kept").texts == ["1"]
+    assert call(run_tool, server_ctx, restart=True, code="'kept' in dir()").texts == ["False"]
+
+
+def test_server_run_cell_writes_into_the_local_notebook(jupyter_server, server_ctx):
+    path = jupyter_server["root"] / "cells.ipynb"
+    nbformat.write(rich_notebook(), path)
+    run(pair(server_ctx.state, server_ctx.workdir, "cells.ipynb", server=jupyter_server["url"], token=SERVER_TOKEN),
+        timeout=120)
+    call(read, server_ctx)
+    cell_id = nbformat.read(path, as_version=4).cells[1].id
+    assert not call(run_tool, server_ctx, cell_id=cell_id).is_error
+    cell = nbformat.read(path, as_version=4).cells[1]
+    assert [o.output_type for o in cell.outputs] == ["stream", "execute_result"] and cell.execution_count == 1
+
+
+def test_server_wrong_token_is_refused_without_showing_it(jupyter_server, server_ctx):
+    with pytest.raises(InvalidInput) as caught:
+        run(pair(server_ctx.state, server_ctx.workdir, "x.ipynb", server=jupyter_server["url"],
+                 token="wrong-token-value"), timeout=60)
+    assert "refused the token" in caught.value.message
+    assert "wrong-token-value" not in caught.value.message and SERVER_TOKEN not in caught.value.message
+
+
+def test_server_not_listening_is_unavailable(server_ctx):
+    with pytest.raises(Unavailable) as caught:
+        run(pair(server_ctx.state, server_ctx.workdir, "x.ipynb", server="http://127.0.0.1:9/?token=abc"),
+            timeout=60)
+    assert "abc" not in caught.value.message
