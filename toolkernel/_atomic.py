@@ -23,7 +23,7 @@ def write_atomic(path: Path | str, data: bytes | str) -> None:
     target = Path(os.path.realpath(path))
     folder = target.parent
     folder.mkdir(parents=True, exist_ok=True)
-    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    payload = _as_bytes(data)
     existing = _stat_or_none(target)
     fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
     try:
@@ -37,6 +37,14 @@ def write_atomic(path: Path | str, data: bytes | str) -> None:
         _unlink_quietly(tmp_name)
         raise
     _fsync_folder(folder)
+
+
+def _as_bytes(data: bytes | str) -> bytes:
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"write_atomic takes bytes or str, not {type(data).__name__}")
 
 
 def _stat_or_none(path: Path) -> os.stat_result | None:

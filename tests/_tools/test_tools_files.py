@@ -1,0 +1,201 @@
+import asyncio
+import os
+import shutil
+import subprocess
+import zlib
+import struct
+from pathlib import Path
+
+import pytest
+
+from toolkernel._tool import Image, ToolContext
+from toolkernel._tools import own_tools
+from toolkernel._tools.files import edit_file, read_file, write_file
+
+
+def call(tool, args, workdir):
+    return asyncio.run(tool.call(args, ToolContext(workdir=Path(workdir))))
+
+
+def text_of(result):
+    return "\n".join(result.texts)
+
+
+def tiny_png() -> bytes:
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    pixels = zlib.compress(b"\x00\xff\x00\x00")
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+
+
+# ---- schemas
+
+
+def test_every_own_tool_has_a_strict_described_schema():
+    tools = {t.name: t for t in own_tools()}
+    assert set(tools) == {"read_file", "write_file", "edit_file", "glob_search", "grep_search", "web_fetch", "todo_write"}
+    for tool in tools.values():
+        schema = tool.input_schema
+        assert schema["type"] == "object" and schema["additionalProperties"] is False
+        assert schema["required"]
+        for name, prop in schema["properties"].items():
+            assert prop.get("description"), f"{tool.name}.{name} has no description"
+    assert {n: t.kind for n, t in tools.items()} == {
+        "read_file": "read", "write_file": "edit", "edit_file": "edit", "glob_search": "read",
+        "grep_search": "read", "web_fetch": "read", "todo_write": "read",
+    }
+    assert tools["read_file"].path_keys == ("path",) and tools["grep_search"].path_keys == ("path",)
+
+
+# ---- read_file
+
+
+def test_read_file_numbers_lines_and_pages(tmp_path):
+    (tmp_path / "a.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    out = text_of(call(read_file, {"path": "a.txt"}, tmp_path))
+    assert out.splitlines()[0] == "     1\tline 1"
+    assert out.splitlines()[-1] == "    10\tline 10"
+    page = call(read_file, {"path": "a.txt", "offset": 2, "limit": 3}, tmp_path)
+    assert not page.is_error
+    lines = text_of(page).splitlines()
+    assert lines[:3] == ["     3\tline 3", "     4\tline 4", "     5\tline 5"]
+    assert "offset=5" in lines[3] and "of 10" in lines[3]
+
+
+def test_read_file_cuts_long_lines(tmp_path):
+    (tmp_path / "long.txt").write_text("x" * 2500 + "\nshort\n")
+    lines = text_of(call(read_file, {"path": "long.txt"}, tmp_path)).splitlines()
+    assert lines[0] == "     1\t" + "x" * 2000 + " (line truncated)"
+    assert lines[1] == "     2\tshort"
+
+
+def test_read_file_cut_inside_a_multibyte_character_stays_text(tmp_path):
+    (tmp_path / "u.txt").write_text("a" + "é" * 1500 + "\n", encoding="utf-8")
+    result = call(read_file, {"path": "u.txt"}, tmp_path)
+    assert not result.is_error and text_of(result).endswith("(line truncated)")
+
+
+def test_read_file_missing_and_directory(tmp_path):
+    missing = call(read_file, {"path": "nope.txt"}, tmp_path)
+    assert missing.is_error and "not found" in text_of(missing) and "nope.txt" in text_of(missing)
+    (tmp_path / "d").mkdir()
+    folder = call(read_file, {"path": "d"}, tmp_path)
+    assert folder.is_error and "directory" in text_of(folder)
+
+
+def test_read_file_refuses_binary_and_non_utf8(tmp_path):
+    (tmp_path / "blob.bin").write_bytes(b"ELF\x00\x01\x02stuff")
+    binary = call(read_file, {"path": "blob.bin"}, tmp_path)
+    assert binary.is_error and "binary" in text_of(binary)
+    (tmp_path / "latin.txt").write_bytes("caf\xe9\n".encode("latin-1"))
+    latin = call(read_file, {"path": "latin.txt"}, tmp_path)
+    assert latin.is_error and "UTF-8" in text_of(latin)
+
+
+def test_read_file_returns_images(tmp_path):
+    png = tiny_png()
+    (tmp_path / "pic.png").write_bytes(png)
+    result = call(read_file, {"path": "pic.png"}, tmp_path)
+    assert not result.is_error and result.images == [Image(png, "image/png")]
+    (tmp_path / "photo.dat").write_bytes(b"\xff\xd8\xff\xe0" + b"\x00" * 20)
+    assert call(read_file, {"path": "photo.dat"}, tmp_path).images[0].mime_type == "image/jpeg"
+    (tmp_path / "anim").write_bytes(b"GIF89a" + b"\x00" * 10)
+    assert call(read_file, {"path": "anim"}, tmp_path).images[0].mime_type == "image/gif"
+    (tmp_path / "w.webp").write_bytes(b"RIFF\x10\x00\x00\x00WEBPVP8 " + b"\x00" * 8)
+    assert call(read_file, {"path": "w.webp"}, tmp_path).images[0].mime_type == "image/webp"
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_read_file_refuses_git_objects_loose_and_packed(tmp_path):
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@x"}
+    run = lambda *args: subprocess.run(["git", *args], cwd=tmp_path, env=env, check=True, capture_output=True)
+    run("init", "-q")
+    (tmp_path / "f.txt").write_text("hello\n")
+    run("add", "f.txt")
+    run("commit", "-q", "-m", "one")
+    loose = next(p for p in (tmp_path / ".git" / "objects").rglob("*") if p.is_file() and len(p.parent.name) == 2)
+    result = call(read_file, {"path": str(loose.relative_to(tmp_path))}, tmp_path)
+    assert result.is_error and "git object store" in text_of(result)
+    run("gc", "-q")
+    pack = next((tmp_path / ".git" / "objects" / "pack").glob("*.pack"))
+    packed = call(read_file, {"path": str(pack)}, tmp_path)
+    assert packed.is_error and "git object store" in text_of(packed)
+    # the working tree file itself is fine
+    assert "hello" in text_of(call(read_file, {"path": "f.txt"}, tmp_path))
+
+
+def test_read_file_empty_and_past_the_end(tmp_path):
+    (tmp_path / "e.txt").write_text("")
+    assert "empty" in text_of(call(read_file, {"path": "e.txt"}, tmp_path))
+    (tmp_path / "s.txt").write_text("one\n")
+    assert "past the end" in text_of(call(read_file, {"path": "s.txt", "offset": 5}, tmp_path))
+
+
+# ---- write_file
+
+
+def test_write_file_creates_parents_and_reports(tmp_path):
+    result = call(write_file, {"path": "deep/er/new.py", "content": "a = 1\nb = 2\n"}, tmp_path)
+    assert not result.is_error
+    assert (tmp_path / "deep/er/new.py").read_text() == "a = 1\nb = 2\n"
+    assert text_of(result) == "Created deep/er/new.py (2 lines, 12 bytes)"
+    again = call(write_file, {"path": "deep/er/new.py", "content": "c\n"}, tmp_path)
+    assert text_of(again).startswith("Overwrote deep/er/new.py")
+    assert [p.name for p in (tmp_path / "deep/er").iterdir()] == ["new.py"]  # no temp files left
+
+
+def test_write_file_keeps_permission_bits(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/sh\necho old\n")
+    script.chmod(0o755)
+    call(write_file, {"path": "run.sh", "content": "#!/bin/sh\necho new\n"}, tmp_path)
+    assert script.stat().st_mode & 0o777 == 0o755
+    assert script.read_text().endswith("echo new\n")
+
+
+def test_write_file_refuses_a_directory(tmp_path):
+    (tmp_path / "d").mkdir()
+    assert call(write_file, {"path": "d", "content": "x"}, tmp_path).is_error
+
+
+# ---- edit_file
+
+
+def test_edit_file_replaces_exactly_one(tmp_path):
+    (tmp_path / "x.py").write_text("a = 1\nb = 2\n")
+    result = call(edit_file, {"path": "x.py", "old_string": "b = 2", "new_string": "b = 3"}, tmp_path)
+    assert text_of(result) == "Replaced 1 occurrence in x.py (first at line 2)"
+    assert (tmp_path / "x.py").read_text() == "a = 1\nb = 3\n"
+
+
+def test_edit_file_refuses_non_unique_without_replace_all(tmp_path):
+    (tmp_path / "x.py").write_text("x = 1\nx = 1\n")
+    refused = call(edit_file, {"path": "x.py", "old_string": "x = 1", "new_string": "y"}, tmp_path)
+    assert refused.is_error and "2 times" in text_of(refused) and "replace_all" in text_of(refused)
+    assert (tmp_path / "x.py").read_text() == "x = 1\nx = 1\n"
+    done = call(edit_file, {"path": "x.py", "old_string": "x = 1", "new_string": "y", "replace_all": True}, tmp_path)
+    assert text_of(done).startswith("Replaced 2 occurrences in x.py")
+    assert (tmp_path / "x.py").read_text() == "y\ny\n"
+
+
+def test_edit_file_errors(tmp_path):
+    (tmp_path / "x.py").write_text("abc\n")
+    missing = call(edit_file, {"path": "x.py", "old_string": "zzz", "new_string": "y"}, tmp_path)
+    assert missing.is_error and "not found" in text_of(missing)
+    same = call(edit_file, {"path": "x.py", "old_string": "abc", "new_string": "abc"}, tmp_path)
+    assert same.is_error
+    nofile = call(edit_file, {"path": "none.py", "old_string": "a", "new_string": "b"}, tmp_path)
+    assert nofile.is_error and "write_file" in text_of(nofile)
+    (tmp_path / "b.bin").write_bytes(b"a\x00b")
+    assert call(edit_file, {"path": "b.bin", "old_string": "a", "new_string": "c"}, tmp_path).is_error
+
+
+def test_edit_file_keeps_mode_and_crlf(tmp_path):
+    target = tmp_path / "tool.sh"
+    target.write_bytes(b"echo one\r\necho two\r\n")
+    target.chmod(0o755)
+    call(edit_file, {"path": "tool.sh", "old_string": "one", "new_string": "uno"}, tmp_path)
+    assert target.read_bytes() == b"echo uno\r\necho two\r\n"
+    assert target.stat().st_mode & 0o777 == 0o755
