@@ -39,6 +39,9 @@ class ToolsCommand:
         self.run = run
         self.workdir = workdir
         self.on_image: Callable[[Path], None] = lambda path: None
+        # Bashkit drops a cancelled script's buffered output, so the error of the call
+        # that stopped the script must reach the cell by this side door.
+        self.on_stop_stderr: Callable[[str], None] = lambda text: None
         self._inflight: concurrent.futures.Future | None = None
         self.interrupted = False
 
@@ -62,6 +65,8 @@ class ToolsCommand:
             self._inflight = None
         for path in outcome.images:
             self.on_image(path)
+        if outcome.exit_code and self.run.stopped is not None:
+            self.on_stop_stderr(outcome.stderr)
         return outcome
 
     def interrupt(self) -> None:

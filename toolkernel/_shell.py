@@ -60,6 +60,7 @@ def execute(bash, command: ToolsCommand, script: str, sink: Sink, workdir: Path)
     command.on_image = lambda path: events.put(("image", path))
     command.run.on_progress = lambda *args: events.put(("progress", args))
     command.run.on_stop = bash.cancel
+    command.on_stop_stderr = lambda text: events.put(("output", ("", text)))
 
     async def run_script():
         return await bash.execute(script, on_output=lambda out, err: events.put(("output", (out, err))))
