@@ -12,12 +12,13 @@ import threading
 import time
 from pathlib import Path
 
+import mcp_types as types
 import pytest
 
 from toolkernel import _loop
 from toolkernel._config import ServerConfig
 from toolkernel._errors import ConnectionRequired, Unavailable
-from toolkernel._mcp import ServerPool
+from toolkernel._mcp import ServerPool, convert_result
 from toolkernel._tool import Tool, ToolContext
 
 REPO = Path(__file__).resolve().parent.parent
@@ -184,6 +185,12 @@ def test_tool_error_is_an_error_result(shared_pool):
     assert "#999 not found" in result.texts[0]
 
 
+def test_arguments_the_server_rejects_give_an_error_result(shared_pool):
+    result = call(shared_pool, PULLS, "get_pull", repo="acme/api", number="not a number")
+    assert result.is_error
+    assert "number" in result.texts[0]
+
+
 def test_seed_example_data_flow(shared_pool):
     """What the seed's script computes, done step by step against the demo data."""
     pulls = call(shared_pool, PULLS, "list_pulls", repo="acme/api", state="open").value()
@@ -335,9 +342,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_http_server(port: int) -> subprocess.Popen:
+def start_http_server(port: int, transport: str = "--http") -> subprocess.Popen:
     process = subprocess.Popen(
-        [sys.executable, str(SERVERS / "pulls.py"), "--http", str(port)],
+        [sys.executable, str(SERVERS / "pulls.py"), transport, str(port)],
         env={**os.environ, **ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
 
@@ -382,6 +389,18 @@ def test_http_server_restart_is_unavailable_then_recovers(pool, http_server):
 
     processes.append(start_http_server(port))
     assert run(tools["get_pull"].call({"repo": "acme/web", "number": 12}, ctx())).structured["number"] == 12
+
+
+def test_sse_transport(pool):
+    port = free_port()
+    process = start_http_server(port, "--sse")
+    try:
+        cfg = ServerConfig("older", "sse", url=f"http://127.0.0.1:{port}/sse", headers={"X-Team": "web"})
+        assert call(pool, cfg, "get_pull", repo="acme/web", number=11).structured["draft"] is True
+        assert call(pool, cfg, "request_header", name="x-team").texts == ["web"]
+    finally:
+        process.kill()
+        process.wait()
 
 
 def test_http_server_not_running_is_unavailable(pool):
@@ -444,3 +463,37 @@ def test_demo_server_runs_as_a_module(pool):
     cfg = ServerConfig("github", "stdio", command=sys.executable, args=("-m", "toolkernel.demo_server"), env=ENV)
     assert sorted(by_name(run(pool.tools(cfg)))) == ["create_issue", "delete_branch", "get_pull", "list_pulls"]
     assert call(pool, cfg, "create_issue", title="Flaky test").structured["id"] == "ACME-1201"
+
+
+def test_announced_tool_list_change_is_listed_on_next_use(pool):
+    cfg = fixture("dynamic", "dynamic")
+    assert sorted(by_name(run(pool.tools(cfg)))) == ["add_tool"]
+
+    assert call(pool, cfg, "add_tool", name="fresh").texts == ["added fresh"]
+
+    wait_until(lambda: "fresh" in by_name(run(pool.tools(cfg))), "the new tool to be listed")
+    assert pool.tool_count("dynamic") == 2
+    assert call(pool, cfg, "fresh").texts == ["fresh"]
+
+
+# --- result conversion of blocks the fixtures do not send ------------------------------
+
+def test_convert_blob_resource_and_audio():
+    result = convert_result(types.CallToolResult(content=[
+        types.EmbeddedResource(type="resource", resource=types.BlobResourceContents(
+            uri="file:///report.pdf", mime_type="application/pdf", blob="JVBERg==")),
+        types.AudioContent(type="audio", data="AAAA", mime_type="audio/wav"),
+    ]))
+    assert result.texts == ["[resource file:///report.pdf (application/pdf)]", "[audio (audio/wav), not shown]"]
+
+
+def test_convert_keeps_an_object_named_result_without_a_wrapping_schema():
+    result = convert_result(types.CallToolResult(content=[types.TextContent(type="text", text="{}")],
+                                                 structured_content={"result": [1, 2]}))
+    assert result.structured == {"result": [1, 2]}
+
+
+def test_convert_error_result():
+    result = convert_result(types.CallToolResult(
+        content=[types.TextContent(type="text", text="rate limited")], is_error=True))
+    assert result.is_error and result.texts == ["rate limited"]

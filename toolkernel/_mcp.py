@@ -117,12 +117,15 @@ class ServerPool:
 
     async def _live(self, cfg: ServerConfig) -> _Connection:
         conn = self._connections.get(cfg.name)
-        if conn is not None and conn.usable and conn.cfg == cfg:
+        if conn is not None and conn.usable and not conn.stale and conn.cfg == cfg:
             return conn
         async with self._lock_for(cfg.name):
             conn = self._connections.get(cfg.name)
             if conn is not None and conn.usable and conn.cfg == cfg:
-                return conn  # another caller connected it while we waited
+                if conn.stale:
+                    await conn.relist()
+                    self._counts[cfg.name] = len(conn.tools)
+                return conn  # also when another caller connected it while we waited
             if conn is not None:
                 del self._connections[cfg.name]
                 await conn.close()
@@ -207,6 +210,7 @@ class _Connection:
     session: ClientSession | None = None
     tools: list[Tool] = field(default_factory=list)
     broken: str | None = None  # why this connection can no longer be used
+    stale: bool = False  # the server said its tool list changed
     _stderr: Any = None
     _task: asyncio.Task[None] | None = None
     _ready: asyncio.Future[None] | None = None
@@ -250,9 +254,8 @@ class _Connection:
                     read, write, message_handler=self._on_message, client_info=_CLIENT_INFO
                 ) as session:
                     await session.initialize()
-                    listed = await _list_all_tools(session)
+                    self.tools = await self._list(session)
                     self.session = session
-                    self.tools = [self.build_tool(self.cfg, t) for t in listed]
                     self._set_ready()
                     await self._stop.wait()
         except Exception as exc:  # noqa: BLE001 - handed to the opener through _ready
@@ -260,6 +263,19 @@ class _Connection:
         finally:
             self.broken = self.broken or "closed"
             self._set_ready(ConnectionError("the connection closed"))
+
+    async def _list(self, session: ClientSession) -> list[Tool]:
+        self.stale = False  # before the request: a change announced during it is kept
+        return [self.build_tool(self.cfg, t) for t in await _list_all_tools(session)]
+
+    async def relist(self) -> None:
+        assert self.session is not None
+        try:
+            self.tools = await self._list(self.session)
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                raise self.lost("while listing its tools") from exc
+            raise self._unavailable(f"failed to list its tools: {self._redact(exc.message)}") from exc
 
     def _transport(self) -> contextlib.AbstractAsyncContextManager[Any]:
         cfg = self.cfg
@@ -287,6 +303,9 @@ class _Connection:
             self.broken = "the server closed the connection"
 
     async def _on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.stale = True
+            return
         # Transport faults arrive here as exception items: for stdio, a line on
         # the server's stdout that is not JSON-RPC. Before the handshake is done
         # that means the server will never answer properly, so fail fast.

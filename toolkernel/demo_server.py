@@ -1,8 +1,8 @@
 """A small made-up "github" MCP server that ships with toolkernel.
 
-Run it with `python -m toolkernel.demo_server` (stdio) or
+Run it with `python -m toolkernel.demo_server` (stdio),
 `python -m toolkernel.demo_server --http PORT` (streamable HTTP on
-127.0.0.1). Its data is invented and fixed, so notebooks and tests that use it
+127.0.0.1:PORT/mcp) or `--sse PORT` (the older SSE transport, at /sse). Its data is invented and fixed, so notebooks and tests that use it
 print the same thing every time. The seed's example script works against it:
 
     tools github list-pulls '{"repo":"acme/api","state":"open"}' \\
@@ -104,13 +104,17 @@ def build_server() -> MCPServer:
 
 def main(argv: list[str] | None = None, server: MCPServer | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT")
+    transport = parser.add_mutually_exclusive_group()
+    transport.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT/mcp")
+    transport.add_argument("--sse", type=int, metavar="PORT", help="serve the older SSE transport on 127.0.0.1:PORT/sse")
     args = parser.parse_args(argv)
     server = server or build_server()
-    if args.http is None:
-        server.run()
-    else:
+    if args.http is not None:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
+    elif args.sse is not None:
+        server.run("sse", host="127.0.0.1", port=args.sse)
+    else:
+        server.run()
 
 
 if __name__ == "__main__":

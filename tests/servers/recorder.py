@@ -1,0 +1,48 @@
+"""Fixture: a "github" look-alike whose calls that change something leave a trace.
+
+Every call of `create_issue` or `delete_branch` appends one JSON line
+({"tool", "input"}) to the file named by the RECORD_FILE environment
+variable, so a test can tell whether a call was really made, whatever the
+shell printed. `list_pulls` is read-only and records nothing.
+"""
+
+import json
+import os
+
+from mcp.server.mcpserver import MCPServer
+from mcp_types import ToolAnnotations
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True)
+
+server = MCPServer("github")
+
+
+def _record(tool: str, arguments: dict) -> None:
+    # Opened per call and flushed by close(): the test reads it while the server lives.
+    with open(os.environ["RECORD_FILE"], "a", encoding="utf-8") as file:
+        file.write(json.dumps({"tool": tool, "input": arguments}) + "\n")
+
+
+@server.tool(annotations=READ_ONLY)
+def list_pulls(repo: str) -> list[dict]:
+    """List pull requests (fixed data)."""
+    return [{"number": 101, "title": "Add rate limiting", "repo": repo}]
+
+
+@server.tool()
+def create_issue(title: str) -> dict:
+    """Create an issue (recorded)."""
+    _record("create_issue", {"title": title})
+    return {"number": 1201, "title": title}
+
+
+@server.tool(annotations=DESTRUCTIVE)
+def delete_branch(branch: str) -> str:
+    """Delete a branch (recorded)."""
+    _record("delete_branch", {"branch": branch})
+    return f"deleted branch {branch}"
+
+
+if __name__ == "__main__":
+    server.run()
