@@ -40,7 +40,8 @@ def deny(session, *, call: Mapping[str, Any] | None = None) -> str:
 
 def list_approvals(session, *, revoke: str | None = None) -> str:
     if revoke is not None:
-        target: Any = int(revoke) if revoke.isdigit() else revoke
+        # The list below numbers from 1; the store counts from 0.
+        target: Any = int(revoke) - 1 if revoke.isdigit() else revoke
         session.approvals.revoke(target)
     rules = session.approvals.lasting_rules()
     if not rules:
