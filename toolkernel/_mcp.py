@@ -341,7 +341,7 @@ class _Connection:
             return self._unavailable(f"could not start: command not found: {self.cfg.command}")
         if isinstance(leaf, PermissionError) and self.cfg.transport == "stdio":
             return self._unavailable(f"could not start: permission denied running {self.cfg.command}")
-        if isinstance(leaf, MCPError) and leaf.code == types.CONNECTION_CLOSED or isinstance(leaf, ConnectionError):
+        if (isinstance(leaf, MCPError) and leaf.code == types.CONNECTION_CLOSED) or isinstance(leaf, ConnectionError):
             return self._unavailable("exited before it finished starting")
         if isinstance(leaf, httpx2.HTTPStatusError):
             return self._unavailable(f"answered HTTP {leaf.response.status_code} while starting")
