@@ -41,17 +41,13 @@ class ShellResult:
 
 
 def new_bash(command: ToolsCommand, workdir: Path, *, read_only: bool = False):
-    from bashkit import Bash
+    from bashkit import Bash, FileSystem
 
-    mount = {"host_path": str(workdir), "vfs_path": str(workdir), "writable": not read_only}
-    return Bash(
-        custom_builtins={"tools": command},
-        cwd=str(workdir),
-        mounts=[mount],
-        # Bashkit refuses mounts under "sensitive" folders such as /root unless allow-listed.
-        allowed_mount_paths=[str(workdir)],
-        max_commands=MAX_COMMANDS,
-    )
+    bash = Bash(custom_builtins={"tools": command}, cwd=str(workdir), max_commands=MAX_COMMANDS)
+    # Mounted at run time rather than through `mounts=`: the constructor prints a warning
+    # for every writable mount to the process's stderr, which a kernel shows in the cell.
+    bash.mount(str(workdir), FileSystem.real(str(workdir), writable=not read_only))
+    return bash
 
 
 def execute(bash, command: ToolsCommand, script: str, sink: Sink, workdir: Path) -> ShellResult:
