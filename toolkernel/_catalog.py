@@ -109,7 +109,8 @@ class Catalog:
 
     async def search(self, words: list[str]) -> list[tuple[float, Tool]]:
         terms = [w.lower() for w in words if w.strip()]
-        await self._load_matching_on_demand(terms)
+        # The catalog is new each run: without this, only servers named earlier in the run are searched.
+        await asyncio.gather(self.load_listed(), self._load_matching_on_demand(terms))
         scored = []
         for tool in self.all_loaded_tools():
             score = _score(tool, terms)
