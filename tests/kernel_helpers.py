@@ -1,0 +1,163 @@
+"""Helpers for the core's tests: config files for the fixture servers, a recording
+sink, and a real IPython kernel driven through jupyter_client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SERVERS = Path(__file__).parent / "servers"
+PYTHON = sys.executable
+
+# Fixture servers are unannotated, so their tools would ask in default mode.
+FIXTURE_ALLOW = ["mcp_images", "mcp_structured", "mcp_slow", "mcp_crash"]
+
+
+def server_toml(name: str, *, module: str | None = None, script: str | None = None,
+                load: str = "eager", description: str = "", extra: str = "") -> str:
+    args = ["-m", module] if module else [str(SERVERS / script)]
+    lines = [f"[mcp_servers.{name}]", f"command = {json.dumps(PYTHON)}", f"args = {json.dumps(args)}",
+             f'load = "{load}"']
+    if description:
+        lines.append(f"description = {json.dumps(description)}")
+    if extra:
+        lines.append(extra)
+    return "\n".join(lines) + "\n\n"
+
+
+def github_toml(**kw: Any) -> str:
+    return server_toml("github", module="toolkernel.demo_server", **kw)
+
+
+def fixture_toml(name: str, **kw: Any) -> str:
+    return server_toml(name, script=f"{name}.py", **kw)
+
+
+def policy_toml(allow: list[str] = (), deny: list[str] = (), ask: list[str] = ()) -> str:
+    return (f"[policy]\nallow = {json.dumps(list(allow))}\ndeny = {json.dumps(list(deny))}\n"
+            f"ask = {json.dumps(list(ask))}\n\n")
+
+
+def write_config(workdir: Path, text: str) -> Path:
+    path = workdir / "toolkernel.toml"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)  # a kernel re-reading the config never sees half a file
+    return path
+
+
+def isolated_env(tmp: Path) -> dict[str, str]:
+    """Environment variables that keep the user's and the admin's config files out."""
+    (tmp / "xdg").mkdir(exist_ok=True)
+    return {"XDG_CONFIG_HOME": str(tmp / "xdg"), "TOOLKERNEL_ADMIN_CONFIG": str(tmp / "no-admin.toml")}
+
+
+@dataclass
+class RecordingSink:
+    """A `Sink` that keeps everything a run sends to the cell."""
+
+    out: list[str] = field(default_factory=list)
+    err: list[str] = field(default_factory=list)
+    images: list[Path] = field(default_factory=list)
+    progress_events: list[tuple] = field(default_factory=list)
+
+    def stdout(self, text: str) -> None:
+        self.out.append(text)
+
+    def stderr(self, text: str) -> None:
+        self.err.append(text)
+
+    def image(self, path: Path) -> None:
+        self.images.append(path)
+
+    def progress(self, tool: str, progress: float, total: float | None, message: str | None) -> None:
+        self.progress_events.append((tool, progress, total, message))
+
+    @property
+    def stdout_text(self) -> str:
+        return "".join(self.out)
+
+    @property
+    def stderr_text(self) -> str:
+        return "".join(self.err)
+
+
+def error_lines(stderr: str) -> list[dict[str, Any]]:
+    """The `{"error": ...}` JSON lines of a run's stderr."""
+    errors = []
+    for line in stderr.splitlines():
+        if line.startswith('{"error"'):
+            errors.append(json.loads(line)["error"])
+    return errors
+
+
+# -- a real kernel ---------------------------------------------------------------
+
+
+@dataclass
+class CellRun:
+    reply: dict[str, Any]
+    messages: list[dict[str, Any]]
+
+    @property
+    def status(self) -> str:
+        return self.reply["content"]["status"]
+
+    def of_type(self, *types: str) -> list[dict[str, Any]]:
+        return [m for m in self.messages if m["msg_type"] in types]
+
+    def stream(self, name: str) -> str:
+        return "".join(m["content"]["text"] for m in self.of_type("stream") if m["content"]["name"] == name)
+
+    @property
+    def stdout(self) -> str:
+        return self.stream("stdout")
+
+    @property
+    def stderr(self) -> str:
+        return self.stream("stderr")
+
+    @property
+    def error(self) -> dict[str, Any] | None:
+        errors = self.of_type("error")
+        return errors[0]["content"] if errors else None
+
+    def displays(self) -> list[dict[str, Any]]:
+        return [m["content"] for m in self.of_type("display_data", "update_display_data", "execute_result")]
+
+
+class Kernel:
+    """A real python3 kernel whose working directory is `cwd`."""
+
+    def __init__(self, cwd: Path, env: dict[str, str] | None = None) -> None:
+        from jupyter_client.manager import start_new_kernel
+
+        full_env = {**os.environ, **(env or {})}
+        self.manager, self.client = start_new_kernel(kernel_name="python3", cwd=str(cwd), env=full_env,
+                                                     startup_timeout=120)
+        self.cwd = cwd
+
+    def execute(self, code: str, timeout: float = 120, stop_on_error: bool = True) -> CellRun:
+        messages: list[dict[str, Any]] = []
+        reply = self.client.execute_interactive(code, output_hook=messages.append, timeout=timeout,
+                                                stop_on_error=stop_on_error, allow_stdin=False)
+        return CellRun(reply, messages)
+
+    def execute_ok(self, code: str, timeout: float = 120) -> CellRun:
+        run = self.execute(code, timeout)
+        assert run.status == "ok", f"cell failed: {run.error} stdout={run.stdout!r} stderr={run.stderr!r}"
+        return run
+
+    def value(self, expression: str) -> Any:
+        """The JSON value of a Python expression evaluated in the kernel."""
+        run = self.execute_ok(f"import json as _j; print(_j.dumps({expression}))")
+        return json.loads(run.stdout.strip().splitlines()[-1])
+
+    def shutdown(self) -> None:
+        self.client.stop_channels()
+        self.manager.shutdown_kernel(now=True)
