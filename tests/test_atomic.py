@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -110,7 +111,6 @@ def kill_a_writer(folder):
         for _ in range(random.randint(1, 4)):
             assert child.stdout.readline() == b"writing\n"  # a write has started
         # land the kill somewhere inside a write (they take tens of milliseconds)
-        import time
         time.sleep(random.uniform(0.0, 0.05))
     finally:
         child.send_signal(signal.SIGKILL)

@@ -1,5 +1,3 @@
-from pathlib import Path
-
 from toolkernel._tools import outside_workspace
 from toolkernel._tools.files import read_file
 from toolkernel._tools.search import grep_search

@@ -3,7 +3,6 @@ import codecs
 import itertools
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest

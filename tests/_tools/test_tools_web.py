@@ -203,7 +203,16 @@ def test_address_classes(address, reason):
 
 
 def test_pinned_url_keeps_path_and_query():
-    hop = Hop("https://example.com/a/b?q=1#frag", "example.com", 443, "2606:2800:220:1::1")
-    assert pinned_url(hop) == "https://[2606:2800:220:1::1]:443/a/b?q=1"
-    hop = Hop("http://example.com", "example.com", 80, "93.184.216.34")
-    assert pinned_url(hop) == "http://93.184.216.34:80/"
+    hop = Hop("https://example.com/a/b?q=1#frag", "example.com", 443, ("2606:2800:220:1::1",))
+    assert pinned_url(hop, hop.addresses[0]) == "https://[2606:2800:220:1::1]:443/a/b?q=1"
+    hop = Hop("http://example.com", "example.com", 80, ("93.184.216.34",))
+    assert pinned_url(hop, "93.184.216.34") == "http://93.184.216.34:80/"
+
+
+def test_allowed_name_tries_each_checked_address(server):
+    base, httpd = server
+    port = base.rsplit(":", 1)[1]
+    # localhost may resolve to ::1 first while the server listens on 127.0.0.1 only
+    result = fetch({"url": f"http://localhost:{port}/headers"}, allow=("localhost",))
+    assert not result.is_error, text(result)
+    assert json.loads(text(result))["Host"] == f"localhost:{port}"

@@ -12,10 +12,11 @@ pinned to the address resolved for them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import socket
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, AsyncIterator, Iterable, Mapping
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
@@ -50,7 +51,7 @@ class Hop:
     url: str
     host: str
     port: int
-    address: str  # the checked IP the connection goes to
+    addresses: tuple[str, ...]  # the checked IPs; the connection goes to one of these
 
 
 @tool(
@@ -110,13 +111,12 @@ def _request_headers(extra: Mapping[str, Any]) -> dict[str, str]:
 
 async def _fetch(url: str, headers: dict[str, str], allow_hosts: frozenset[str]) -> ToolResult | Image | str:
     timeout = httpx.Timeout(TIMEOUT_SECONDS)
-    # trust_env=False: an environment proxy would resolve names itself, past our checks
     requested = url
+    # trust_env=False: an environment proxy would resolve names itself, past our checks
     async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as client:
         for _ in range(MAX_REDIRECTS + 1):
             hop = await check_url(url, allow_hosts)
-            async with client.stream("GET", pinned_url(hop), headers=_hop_headers(hop, headers),
-                                     extensions={"sni_hostname": hop.host}) as response:
+            async with _open(client, hop, headers) as response:
                 location = response.headers.get("location")
                 if response.status_code in _REDIRECT_CODES and location:
                     url = urljoin(url, location)
@@ -124,6 +124,25 @@ async def _fetch(url: str, headers: dict[str, str], allow_hosts: frozenset[str])
                 body, truncated = await _read_capped(response)
                 return _to_result(requested, url, response, body, truncated)
     raise ToolInputError(f"web_fetch: more than {MAX_REDIRECTS} redirects, stopped at {url}")
+
+
+@contextlib.asynccontextmanager
+async def _open(client: httpx.AsyncClient, hop: Hop, headers: dict[str, str]) -> AsyncIterator[httpx.Response]:
+    """A streamed GET to the first checked address that accepts the connection."""
+    for index, address in enumerate(hop.addresses):
+        request = client.build_request("GET", pinned_url(hop, address), headers=_hop_headers(hop, headers),
+                                       extensions={"sni_hostname": hop.host})
+        try:
+            response = await client.send(request, stream=True)
+        except httpx.ConnectError:
+            if index + 1 == len(hop.addresses):
+                raise
+            continue  # e.g. localhost answering on 127.0.0.1 but not on ::1
+        try:
+            yield response
+        finally:
+            await response.aclose()
+        return
 
 
 async def check_url(url: str, allow_hosts: frozenset[str]) -> Hop:
@@ -148,7 +167,7 @@ async def check_url(url: str, allow_hosts: frozenset[str]) -> Hop:
                     "(not on the public internet). Allow the host in the web_fetch.allow_hosts setting "
                     "if it is meant to be reached."
                 )
-    return Hop(url, host, port, addresses[0])
+    return Hop(url, host, port, tuple(addresses))
 
 
 async def _resolve(host: str, port: int) -> list[str]:
@@ -191,10 +210,10 @@ _CLASSES = (
 )
 
 
-def pinned_url(hop: Hop) -> str:
-    """The hop's URL with the host replaced by the checked address."""
+def pinned_url(hop: Hop, address: str) -> str:
+    """The hop's URL with the host replaced by a checked address."""
     parts = urlsplit(hop.url)
-    ip = ipaddress.ip_address(hop.address.split("%", 1)[0])
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
     literal = f"[{ip}]" if ip.version == 6 else str(ip)
     netloc = f"{literal}:{hop.port}"
     return urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
