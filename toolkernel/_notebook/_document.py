@@ -15,8 +15,6 @@ has not seen what they would overwrite.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from typing import Any
 import nbformat
 from nbformat import NotebookNode
 
+from .._atomic import write_atomic
 from .._tool import ToolInputError
 
 READS_KEY = "notebook_reads"
@@ -133,31 +132,3 @@ def save(state: dict[str, Any], notebook: NotebookFile) -> None:
 
 def _key(path: Path) -> str:
     return str(path.resolve())
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    try:
-        from .._atomic import write_atomic as shared_write_atomic
-    except ImportError:
-        _write_atomic(path, data)
-    else:
-        shared_write_atomic(path, data)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    # A temp file in the same folder, flushed to disk, then renamed over the
-    # old one: a reader (JupyterLab) sees the old notebook or the new, never half.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o7777 if path.exists() else None
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
