@@ -10,6 +10,7 @@ From Python: `toolkernel.call("github", "list-pulls", repo="acme/api")`.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any
 
 from ._errors import (
@@ -38,6 +39,8 @@ def get_session():
         from ._session import Session
 
         _default_session = Session()
+    if isinstance(_default_session, Future):  # %load_ext starts it in the background
+        _default_session = _default_session.result()
     return _default_session
 
 

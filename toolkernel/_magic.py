@@ -7,9 +7,11 @@ show the results.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import shlex
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +19,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import _answers, _report
-from ._direct import call_argv, is_help_text
+from . import _report
 from ._errors import CallError, ConfigError
-from ._session import Session
 
 MANAGEMENT = {"approve", "deny", "approvals", "pair", "unpair"}
 
@@ -72,9 +72,14 @@ def show_image(path: Path) -> None:
 
 @magics_class
 class ToolsMagics(Magics):
-    def __init__(self, shell, session: Session) -> None:
+    def __init__(self, shell, session: "concurrent.futures.Future") -> None:
         super().__init__(shell)
-        self.session = session
+        self._session = session
+
+    @property
+    def session(self):
+        """The session, once the background start (imports, eager servers) is done."""
+        return self._session.result()
 
     @magic_arguments()
     @argument("--out", metavar="VAR", help="keep the script's stdout in VAR (parsed when it is JSON)")
@@ -110,6 +115,9 @@ class ToolsMagics(Magics):
             argv = shlex.split(line)
         except ValueError as exc:
             raise UsageError(f"%tools: {exc}") from None
+        from . import _answers
+        from ._direct import call_argv, is_help_text
+
         if argv and argv[0] in MANAGEMENT:
             print(_answers.manage(self.session, argv))
             return None
@@ -132,9 +140,26 @@ def _parse_output(text: str) -> Any:
         return text
 
 
-def load(ipython) -> Session:
-    session = Session()
+def load(ipython) -> "concurrent.futures.Future":
+    """Register the magics now; import the heavy parts and start servers in the background.
+
+    Importing the shell, the MCP SDK and jsonschema takes seconds; `%load_ext`
+    should not. The magics wait for the session the first time they need it.
+    """
+    session: concurrent.futures.Future = concurrent.futures.Future()
+
+    def start() -> None:
+        try:
+            from . import _answers
+            from ._session import Session
+
+            started = Session()
+            _answers.register_comm(ipython, started)
+            started.start_eager()
+            session.set_result(started)
+        except BaseException as exc:  # noqa: BLE001 - shown when the magic is used
+            session.set_exception(exc)
+
+    threading.Thread(target=start, name="toolkernel-start", daemon=True).start()
     ipython.register_magics(ToolsMagics(ipython, session))
-    _answers.register_comm(ipython, session)
-    session.start_eager()
     return session
