@@ -20,6 +20,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from . import _report
+from ._cli_sink import PrintSink
 from ._errors import CallError, ConfigError
 
 MANAGEMENT = {"approve", "deny", "approvals", "pair", "unpair"}
@@ -36,17 +37,11 @@ class CallFailed(ScriptFailed):
     """A `%tools` line whose call failed."""
 
 
-class IPythonSink:
+class IPythonSink(PrintSink):
+    """Prints like `PrintSink`; shows images inline and progress as one updating line."""
+
     def __init__(self) -> None:
         self._progress = None
-
-    def stdout(self, text: str) -> None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-
-    def stderr(self, text: str) -> None:
-        sys.stderr.write(text)
-        sys.stderr.flush()
 
     def image(self, path: Path) -> None:
         show_image(path)
