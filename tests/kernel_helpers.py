@@ -161,3 +161,48 @@ class Kernel:
     def shutdown(self) -> None:
         self.client.stop_channels()
         self.manager.shutdown_kernel(now=True)
+
+    # -- cells whose messages a test watches as they arrive ------------------------
+
+    def start(self, code: str, stop_on_error: bool = True) -> str:
+        return self.client.execute(code, stop_on_error=stop_on_error, allow_stdin=False)
+
+    def messages_until(self, msg_id: str, predicate, timeout: float) -> list[dict[str, Any]]:
+        """iopub messages of `msg_id` until `predicate(messages)` holds (or the cell is idle)."""
+        import queue
+        import time
+
+        deadline = time.monotonic() + timeout
+        seen: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            try:
+                msg = self.client.get_iopub_msg(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+            except queue.Empty:
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            seen.append(msg)
+            if predicate(seen):
+                return seen
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                return seen
+        raise TimeoutError(f"no matching messages within {timeout} s: {[m['msg_type'] for m in seen]}")
+
+    def reply(self, msg_id: str, timeout: float) -> dict[str, Any]:
+        import queue
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                msg = self.client.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return msg
+        raise TimeoutError(f"no reply to {msg_id} within {timeout} s")
+
+    def finish(self, msg_id: str, timeout: float = 120) -> CellRun:
+        """The rest of a started cell's messages and its reply."""
+        messages = self.messages_until(msg_id, lambda seen: False, timeout)
+        return CellRun(self.reply(msg_id, timeout), [m for m in messages if m["msg_type"] != "status"])

@@ -1,0 +1,215 @@
+"""`%%tools`, `%tools` and the Python API in a real IPython kernel (jupyter_client),
+with real MCP servers as subprocesses; and `%load_ext toolkernel` in a plain IPython.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernel_helpers import (
+    FIXTURE_ALLOW, Kernel, error_lines, fixture_toml, github_toml, isolated_env, policy_toml, write_config,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+SEED_SCRIPT = """\
+tools github list-pulls '{"repo":"acme/api","state":"open"}' \\
+  | jq -r '.[] | select(.draft | not) | .number' \\
+  | while read n; do
+      tools github get-pull "repo=acme/api" "number=$n" | jq -c '{number, title, mergeable}'
+    done
+"""
+
+SEED_LINES = [
+    '{"number":101,"title":"Add rate limiting to /search","mergeable":true}',
+    '{"number":103,"title":"Fix pagination off-by-one","mergeable":false}',
+    '{"number":104,"title":"Bump httpx to 0.27","mergeable":true}',
+]
+
+
+def base_config() -> str:
+    return (github_toml() + fixture_toml("images") + fixture_toml("slow") + fixture_toml("crash")
+            + policy_toml(allow=FIXTURE_ALLOW))
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("magic")
+    project = root / "project"
+    project.mkdir()
+    write_config(project, base_config())
+    return project
+
+
+@pytest.fixture(scope="module")
+def kernel(workdir):
+    env = {**isolated_env(workdir.parent), "PYTHONPATH": os.pathsep.join(sys.path)}
+    k = Kernel(workdir, env)
+    try:
+        k.execute_ok("%load_ext toolkernel")
+        yield k
+    finally:
+        k.shutdown()
+
+
+@pytest.fixture
+def config(workdir):
+    """Rewrite toolkernel.toml for one test; the base config comes back afterwards."""
+    yield lambda text: write_config(workdir, text)
+    write_config(workdir, base_config())
+
+
+def cell(script: str, flags: str = "") -> str:
+    return f"%%tools {flags}\n{script}"
+
+
+# -- %%tools --------------------------------------------------------------------------
+
+
+def test_output_streams_into_the_cell_as_it_comes(kernel):
+    run = kernel.execute_ok(cell("echo first; sleep 1; echo second"))
+    chunks = [m["content"]["text"] for m in run.of_type("stream") if m["content"]["name"] == "stdout"]
+    assert run.stdout == "first\nsecond\n"
+    assert len(chunks) >= 2  # not one block at the end
+    assert "first" in chunks[0] and "second" not in chunks[0]
+
+
+def test_seed_example_prints_its_three_lines(kernel):
+    run = kernel.execute_ok(cell(SEED_SCRIPT))
+    assert run.stdout.splitlines() == SEED_LINES
+
+
+def test_non_zero_exit_raises_and_stops_run_all(kernel):
+    kernel.execute_ok("next_cell_ran = False")
+    failing = kernel.start(cell("echo partial; tools github get-pull repo=acme/api number=999"))
+    following = kernel.start("next_cell_ran = True")
+    first = kernel.finish(failing)
+    assert first.reply["content"]["status"] == "error"
+    assert first.error["ename"] == "ScriptFailed"
+    assert "exited with code 1" in first.error["evalue"]
+    assert first.stdout == "partial\n"
+    assert error_lines(first.stderr)[0]["code"] == "tool_error"
+    second = kernel.finish(following)
+    assert second.reply["content"]["status"] == "aborted"
+    assert kernel.value("next_cell_ran") is False
+
+
+def test_no_raise_error_keeps_the_cell_ok(kernel):
+    run = kernel.execute(cell("echo partial; exit 3", "--no-raise-error"))
+    assert run.status == "ok"
+    assert run.stdout == "partial\n"
+
+
+def test_out_keeps_json_as_a_value_and_text_as_str(kernel):
+    kernel.execute_ok(cell("tools github list-pulls repo=acme/web", "--out prs"))
+    assert kernel.value("[p['number'] for p in prs]") == [12, 11]
+    kernel.execute_ok(cell("tools github get-pull repo=acme/web number=12 | jq -r .title", "--out title"))
+    assert kernel.value("[type(title).__name__, title]") == ["str", "Dark mode\n"]
+
+
+def test_read_only_mount_refuses_writes(kernel, workdir):
+    run = kernel.execute(cell("echo data > written.txt", "--read-only"))
+    assert run.status == "error"
+    assert not (workdir / "written.txt").exists()
+    kernel.execute_ok(cell("echo data > written.txt && cat written.txt"))
+    assert (workdir / "written.txt").read_text() == "data\n"
+
+
+def test_images_are_saved_and_shown_inline(kernel, workdir):
+    run = kernel.execute_ok(cell("tools images red-square size=4"))
+    assert "a red square, 4x4 pixels" in run.stdout
+    saved = sorted((workdir / "tool-images").glob("images-red*.png"))
+    assert saved and saved[-1].read_bytes().startswith(b"\x89PNG")
+    assert str(saved[-1].relative_to(workdir)) in run.stderr
+    pictures = [d for d in run.displays() if "image/png" in d.get("data", {})]
+    assert len(pictures) == 1
+
+
+def test_progress_of_a_slow_call_is_shown(kernel):
+    run = kernel.execute_ok(cell("tools slow wait steps=3 step_seconds=0.3"))
+    assert run.stdout == "waited 3 steps\n"
+    shown = [d["data"]["text/plain"] for d in run.displays() if "text/plain" in d.get("data", {})]
+    assert any("step" in text and "/3" in text for text in shown), shown
+    assert run.of_type("update_display_data")
+
+
+def test_interrupt_stops_the_script_and_keeps_earlier_output(kernel):
+    msg_id = kernel.start(cell("echo before; sleep 30; echo after"))
+    kernel.messages_until(msg_id, lambda seen: any(
+        m["msg_type"] == "stream" and "before" in m["content"]["text"] for m in seen), timeout=60)
+    started = time.monotonic()
+    kernel.manager.interrupt_kernel()
+    run = kernel.finish(msg_id, timeout=60)
+    assert time.monotonic() - started < 25  # generous: far less than the 30 s sleep
+    assert "after" not in run.stdout
+    assert run.reply["content"]["status"] == "error"
+    assert kernel.value("1 + 1") == 2
+    assert kernel.execute_ok(cell("echo again")).stdout == "again\n"
+
+
+def test_bad_config_gives_one_clear_error_and_the_kernel_lives(kernel, config, workdir):
+    path = config(base_config() + "[mcp_servers.broken]\ncommand = 5\n")
+    run = kernel.execute(cell("tools --help"))
+    assert run.status == "error"
+    message = run.error["evalue"]
+    assert str(path) in message and "command" in message
+    assert run.stdout == ""
+    config(base_config())
+    assert "github (4 tools)" in kernel.execute_ok(cell("tools --help")).stdout
+
+
+def test_a_server_added_between_cells_shows_up(kernel, config):
+    assert "structured" not in kernel.execute_ok(cell("tools --help")).stdout
+    config(base_config() + fixture_toml("structured"))
+    assert "structured (4 tools)" in kernel.execute_ok(cell("tools --help")).stdout
+
+
+def test_a_crashed_server_is_unavailable_and_comes_back(kernel):
+    run = kernel.execute(cell("tools crash crash", "--no-raise-error"))
+    error = error_lines(run.stderr)[0]
+    assert error["code"] == "unavailable" and error["retryable"] is True
+    assert kernel.execute_ok(cell("tools crash echo text=back")).stdout == "back\n"
+
+
+# -- %tools and the Python API ---------------------------------------------------------
+
+
+def test_line_magic_returns_the_value(kernel):
+    kernel.execute_ok("prs = %tools github list-pulls repo=acme/api")
+    assert kernel.value("[type(prs).__name__, [p['number'] for p in prs]]") == ["list", [101, 102, 103, 104]]
+
+
+def test_python_call_returns_the_same_value(kernel):
+    kernel.execute_ok("import toolkernel\nsame = toolkernel.call('github', 'list-pulls', repo='acme/api')")
+    assert kernel.value("same == prs") is True
+
+
+def test_line_magic_failure_raises_with_the_error_line(kernel):
+    run = kernel.execute("%tools github get-pull repo=acme/api number=999")
+    assert run.status == "error"
+    assert json.loads(run.error["evalue"])["error"]["code"] == "tool_error"
+
+
+# -- a plain IPython, no kernel --------------------------------------------------------------
+
+
+def test_load_ext_in_a_plain_ipython_terminal(workdir):
+    code = (
+        "%load_ext toolkernel\n"
+        "prs = %tools github list-pulls repo=acme/web\n"
+        "print('numbers', [p['number'] for p in prs])\n"
+        "get_ipython().run_cell_magic('tools', '', 'tools github list-pulls repo=acme/api | jq length')\n"
+    )
+    env = {**os.environ, **isolated_env(workdir.parent)}
+    done = subprocess.run([sys.executable, "-m", "IPython", "--quick", "--no-banner", "-c", code],
+                          cwd=workdir, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert "numbers [12, 11]" in done.stdout
+    assert "\n4\n" in "\n" + done.stdout
