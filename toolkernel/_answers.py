@@ -42,7 +42,10 @@ def list_approvals(session, *, revoke: str | None = None) -> str:
     if revoke is not None:
         # The list below numbers from 1; the store counts from 0.
         target: Any = int(revoke) - 1 if revoke.isdigit() else revoke
-        session.approvals.revoke(target)
+        try:
+            session.approvals.revoke(target)
+        except (KeyError, IndexError):
+            raise AnswerError(f"no lasting approval {revoke!r}; `%tools approvals` lists them") from None
     rules = session.approvals.lasting_rules()
     if not rules:
         return "no lasting approvals"
