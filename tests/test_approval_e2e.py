@@ -1,0 +1,308 @@
+"""The approval layer end to end: the seed's scenarios through a real kernel.
+
+Each test starts a real IPython kernel (jupyter_client) in its own project
+folder whose toolkernel.toml points at the demo `github` MCP server, runs
+cells as a notebook would, and checks what the person is shown: the streams,
+the report bundle (`application/vnd.toolkernel.report+json`), the failed cell.
+The frontend is headless (stdin not allowed), so a call that asks is
+`needs_approval`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from approval_helpers import (
+    REPORT_MIME, Kernel, demo_server_section, error_codes, hook_section, kernel_env, policy_section,
+    write_project,
+)
+
+pytestmark = pytest.mark.timeout(900)
+
+NOT_REACHED = "the stopped call and everything after it; write a new script for the rest"
+DELETE_FIX_X = {"tool": "tools github delete-branch", "input": {"branch": "fix-x"}}
+DELETE_FROM_LOOP = """
+for b in fix-x; do
+  tools github delete-branch "branch=$b"
+done
+"""
+
+
+@pytest.fixture
+def start_kernel(tmp_path):
+    """Start kernels in project folders under tmp_path; all are shut down after the test."""
+    kernels: list[Kernel] = []
+
+    def start(*sections: str, name: str = "project", **env: str) -> Kernel:
+        workdir = write_project(tmp_path / name, demo_server_section(), *sections).parent
+        kernel = Kernel(workdir, kernel_env(workdir, **env))
+        kernels.append(kernel)
+        return kernel
+
+    yield start
+    for kernel in kernels:
+        kernel.close()
+
+
+def tools_cell(script: str, flags: str = "") -> str:
+    return f"%%tools {flags}\n{script.strip()}\n"
+
+
+def assert_failed_with_report(cell) -> dict:
+    assert not cell.ok and cell.error is not None and cell.error["ename"] == "ScriptFailed", cell
+    return cell.report
+
+
+# -- before the start ------------------------------------------------------------------
+
+
+def test_a_literal_destructive_call_stops_the_script_before_it_starts(start_kernel):
+    kernel = start_kernel()
+    cell = kernel.run(tools_cell("""
+echo started > started.txt
+echo printed
+tools github list-pulls repo=acme/api
+tools github delete-branch branch=fix-x
+echo after
+"""))
+    report = assert_failed_with_report(cell)
+    assert report == {
+        "exit_code": 1,
+        "success": False,
+        "tools": {
+            "done": [],
+            "read_only_calls": 0,
+            "stopped": {"reason": "needs_approval", "approval": "requested", "call": DELETE_FIX_X,
+                        "before_start": True},
+            "not_reached": NOT_REACHED,
+        },
+    }
+    assert "printed" not in cell.stdout and "after" not in cell.stdout
+    assert not (kernel.workdir / "started.txt").exists(), "nothing before the call may run"
+    assert "needs_approval" in error_codes(cell.stderr)
+
+
+def test_the_report_bundle_has_text_and_html_fallbacks_naming_the_call(start_kernel):
+    kernel = start_kernel()
+    cell = kernel.run(tools_cell("tools github delete-branch branch=fix-x"))
+    bundle = next(d for d in cell.displays if REPORT_MIME in d)
+    assert json.loads(bundle["text/plain"].split("\n\n")[0]) == bundle[REPORT_MIME]
+    assert "%tools approve" in bundle["text/plain"]
+    assert "delete-branch" in bundle["text/html"] and "fix-x" in bundle["text/html"]
+
+
+# -- while it runs ---------------------------------------------------------------------
+
+
+def test_a_call_built_in_a_loop_stops_the_script_mid_run_with_the_exact_report(start_kernel):
+    kernel = start_kernel()
+    # create-issue asks too: the first run does not start; "always" allows it from now on.
+    first = kernel.run(tools_cell('tools github create-issue "title=Flaky test"'))
+    assert assert_failed_with_report(first)["tools"]["stopped"]["before_start"] is True
+    assert kernel.run("%tools approve --always").ok
+
+    cell = kernel.run(tools_cell(f"""
+tools github list-pulls repo=acme/api > /dev/null
+tools github get-pull repo=acme/api number=101 | jq -r .title
+tools github list-pulls repo=acme/web > /dev/null
+tools github create-issue "title=Flaky test" | jq -c '{{id}}'
+echo "before the stop"
+{DELETE_FROM_LOOP}
+echo "after the stop"
+echo written > after.txt
+"""))
+    report = assert_failed_with_report(cell)
+    assert report == {
+        "exit_code": 1,
+        "success": False,
+        "tools": {
+            "done": [{"tool": "tools github create-issue", "input": {"title": "Flaky test"}, "ok": True,
+                      "result": {"id": "ACME-1201", "number": 1201, "title": "Flaky test"}}],
+            "read_only_calls": 3,
+            "stopped": {"reason": "needs_approval", "approval": "requested", "call": DELETE_FIX_X},
+            "not_reached": NOT_REACHED,
+        },
+    }
+    assert cell.stdout.splitlines() == ["Add rate limiting to /search", '{"id":"ACME-1201"}', "before the stop"]
+    assert not (kernel.workdir / "after.txt").exists(), "nothing after the stop may run"
+    assert "needs_approval" in error_codes(cell.stderr)
+
+
+# -- the person's answers --------------------------------------------------------------
+
+
+def test_a_one_off_approval_lets_the_rerun_pass_once_and_not_twice(start_kernel):
+    kernel = start_kernel()
+    stopped = kernel.run(tools_cell(DELETE_FROM_LOOP))
+    assert assert_failed_with_report(stopped)["tools"]["stopped"]["call"] == DELETE_FIX_X
+
+    answer = kernel.run("%tools approve")
+    assert answer.ok and "allowed once" in answer.stdout, answer
+
+    rerun = kernel.run(tools_cell(DELETE_FROM_LOOP))
+    assert rerun.ok, rerun
+    assert rerun.stdout.strip() == "deleted branch fix-x" and rerun.reports == []
+
+    again = kernel.run(tools_cell(DELETE_FROM_LOOP))
+    assert assert_failed_with_report(again)["tools"]["stopped"]["call"] == DELETE_FIX_X
+    assert "deleted branch" not in again.stdout
+
+
+def test_a_one_off_approval_of_a_script_that_did_not_start_lets_the_same_script_start_once(start_kernel):
+    kernel = start_kernel()
+    script = tools_cell("echo start\ntools github delete-branch branch=fix-x")
+    assert assert_failed_with_report(kernel.run(script))["tools"]["stopped"]["before_start"] is True
+    assert kernel.run("%tools approve").ok
+
+    rerun = kernel.run(script)
+    assert rerun.ok and rerun.stdout == "start\ndeleted branch fix-x\n", rerun
+
+    again = kernel.run(script)
+    assert assert_failed_with_report(again)["tools"]["stopped"]["before_start"] is True
+    assert "start" not in again.stdout
+
+
+def test_a_one_off_approval_covers_that_input_only(start_kernel):
+    kernel = start_kernel()
+    kernel.run(tools_cell(DELETE_FROM_LOOP))
+    assert kernel.run("%tools approve").ok
+    other = kernel.run(tools_cell('for b in wip-auth; do tools github delete-branch "branch=$b"; done'))
+    report = assert_failed_with_report(other)
+    assert report["tools"]["stopped"]["call"]["input"] == {"branch": "wip-auth"}
+    assert "deleted branch" not in other.stdout
+
+
+def test_a_denial_keeps_asking(start_kernel):
+    kernel = start_kernel()
+    kernel.run(tools_cell(DELETE_FROM_LOOP))
+    answer = kernel.run("%tools deny")
+    assert answer.ok and "denied" in answer.stdout, answer
+    again = kernel.run(tools_cell(DELETE_FROM_LOOP))
+    assert assert_failed_with_report(again)["tools"]["stopped"]["reason"] == "needs_approval"
+    assert "deleted branch" not in again.stdout
+
+
+def test_always_allow_persists_in_the_project_is_listed_and_revocable(start_kernel):
+    kernel = start_kernel()
+    kernel.run(tools_cell('tools github create-issue "title=One"'))
+    answer = kernel.run("%tools approve --always")
+    assert answer.ok and "mcp_github__create_issue" in answer.stdout, answer
+
+    saved = json.loads((kernel.workdir / ".toolkernel" / "approvals.json").read_text())
+    assert [entry["rule"] for entry in saved["allow"]] == ["mcp_github__create_issue"]
+    listing = kernel.run("%tools approvals")
+    assert listing.ok and listing.stdout.strip() == "1. mcp_github__create_issue", listing
+
+    # Another kernel on the same project finds the approval on disk.
+    other = start_kernel()
+    made = other.run(tools_cell('tools github create-issue "title=Two" | jq -r .title'))
+    assert made.ok and made.stdout == "Two\n", made
+
+    for missing in ("2", "0", "mcp_github__delete_branch"):
+        refused = other.run(f"%tools approvals --revoke {missing}")
+        assert "UsageError: no lasting approval" in refused.stderr + str(refused.error), refused
+    revoked = other.run("%tools approvals --revoke 1")
+    assert revoked.ok and revoked.stdout.strip() == "no lasting approvals", revoked
+    asks = kernel.run(tools_cell('tools github create-issue "title=Three"'))
+    assert assert_failed_with_report(asks)["tools"]["stopped"]["call"]["tool"] == "tools github create-issue"
+
+
+def test_the_comm_target_answers_allow_once(start_kernel):
+    kernel = start_kernel()
+    kernel.run(tools_cell(DELETE_FROM_LOOP))
+
+    unknown = kernel.comm_request("toolkernel.approval", {"action": "maybe", "call": DELETE_FIX_X})
+    assert unknown["ok"] is False
+    wrong_call = kernel.comm_request("toolkernel.approval", {
+        "action": "allow_once", "call": {"tool": "tools github delete-branch", "input": {"branch": "main"}}})
+    assert wrong_call["ok"] is False
+
+    reply = kernel.comm_request("toolkernel.approval", {"action": "allow_once", "call": DELETE_FIX_X})
+    assert reply["ok"] is True and "allowed once" in reply["message"], reply
+
+    rerun = kernel.run(tools_cell(DELETE_FROM_LOOP))
+    assert rerun.ok and rerun.stdout.strip() == "deleted branch fix-x", rerun
+    again = kernel.run(tools_cell(DELETE_FROM_LOOP))
+    assert not again.ok and again.report["tools"]["stopped"]["call"] == DELETE_FIX_X
+
+    nothing_left = kernel.comm_request("toolkernel.approval", {"action": "deny", "call": {
+        "tool": "tools github create-issue", "input": {"title": "never asked"}}})
+    assert nothing_left["ok"] is False
+
+
+def test_direct_calls_ask_too_and_a_python_approval_lets_one_through(start_kernel):
+    kernel = start_kernel()
+    line = kernel.run("%tools github delete-branch branch=fix-x")
+    assert not line.ok and line.error["ename"] == "CallFailed" and "needs_approval" in line.error["evalue"], line
+
+    api = kernel.run(
+        "import toolkernel\n"
+        "try:\n"
+        "    toolkernel.call('github', 'delete-branch', branch='fix-x')\n"
+        "except toolkernel.NeedsApproval as exc:\n"
+        "    print('asked:', exc.code)\n"
+        "print(toolkernel.approve())\n"
+        "print(toolkernel.call('github', 'delete-branch', branch='fix-x'))\n"
+        "try:\n"
+        "    toolkernel.call('github', 'delete-branch', branch='fix-x')\n"
+        "except toolkernel.NeedsApproval:\n"
+        "    print('asked again')\n"
+    )
+    assert api.ok, api
+    lines = api.stdout.splitlines()
+    assert lines[0] == "asked: needs_approval" and lines[1].startswith("allowed once")
+    assert lines[2:] == ["deleted branch fix-x", "asked again"]
+
+
+# -- policy ------------------------------------------------------------------------------
+
+
+def test_deny_beats_allow(start_kernel):
+    kernel = start_kernel(policy_section(
+        mode="bypass-permissions",
+        allow=["github *", "mcp_github__delete_branch"],
+        deny=["github delete-branch(branch=fix-*)"],
+    ))
+    cell = kernel.run(tools_cell("""
+tools github delete-branch branch=wip-auth
+tools github delete-branch branch=fix-x
+echo "exit $?"
+"""), )
+    assert cell.ok, cell  # a denial is an error of that call; the script goes on
+    assert cell.stdout.splitlines() == ["deleted branch wip-auth", "exit 1"]
+    assert error_codes(cell.stderr) == ["denied"]
+
+    last_fails = kernel.run(tools_cell("tools github delete-branch branch=wip-auth\n"
+                                       "tools github delete-branch branch=fix-x"))
+    report = assert_failed_with_report(last_fails)
+    assert report == {"exit_code": 1, "success": False, "tools": {
+        "done": [{"tool": "tools github delete-branch", "input": {"branch": "wip-auth"}, "ok": True,
+                  "result": "deleted branch wip-auth"}],
+        "read_only_calls": 0}}
+
+
+def test_a_lasting_approval_does_not_beat_a_deny_rule(start_kernel):
+    kernel = start_kernel(policy_section(deny=["github delete-branch"]))
+    approvals = kernel.workdir / ".toolkernel"
+    approvals.mkdir()
+    (approvals / "approvals.json").write_text(json.dumps(
+        {"version": 1, "allow": [{"rule": "mcp_github__delete_branch", "added": ""}]}))
+    cell = kernel.run(tools_cell("tools github delete-branch branch=fix-x"))
+    assert not cell.ok and error_codes(cell.stderr) == ["denied"], cell
+    assert "deleted branch" not in cell.stdout
+
+
+def test_admin_deny_beats_a_project_allow(start_kernel, tmp_path):
+    admin = write_project(tmp_path / "admin", policy_section(mode="default", deny=["github delete-branch"],
+                                                             ceiling=True))
+    kernel = start_kernel(
+        policy_section(mode="bypass-permissions", allow=["mcp_github__delete_branch", "github *"]),
+        TOOLKERNEL_ADMIN_CONFIG=str(admin),
+    )
+    cell = kernel.run(tools_cell("tools github delete-branch branch=fix-x"))
+    assert not cell.ok and error_codes(cell.stderr) == ["denied"], cell
+    assert "deleted branch" not in cell.stdout
+    line = kernel.run("%tools github delete-branch branch=wip-auth")
+    assert not line.ok and '"denied"' in line.error["evalue"], line
