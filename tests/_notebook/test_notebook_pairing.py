@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import signal
+import time
 from pathlib import Path
 
 import nbformat
@@ -179,3 +180,21 @@ def test_server_not_listening_is_unavailable(server_ctx):
         run(pair(server_ctx.state, server_ctx.workdir, "x.ipynb", server="http://127.0.0.1:9/?token=abc"),
             timeout=60)
     assert "abc" not in caught.value.message
+
+
+def test_server_kernel_dying_mid_run_is_unavailable_then_the_servers_restart_serves(jupyter_server, server_ctx):
+    run(pair(server_ctx.state, server_ctx.workdir, "crash.ipynb", server=jupyter_server["url"], token=SERVER_TOKEN,
+             kernel="python3"), timeout=120)
+    with pytest.raises(Unavailable) as caught:
+        call(run_tool, server_ctx, code="import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    assert "died while the code ran" in caught.value.message
+    # Jupyter Server restarts a dead kernel by itself; the pairing keeps working, with a fresh kernel.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            assert call(run_tool, server_ctx, code="1+1").texts == ["2"]
+            break
+        except Unavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import signal
+import time
 
 import nbformat
 import pytest
@@ -157,3 +158,14 @@ def test_pairing_again_replaces_and_shuts_down_the_owned_kernel(tmp_path):
         run(unpair(state), timeout=60)
     assert "notebook" not in state
     assert not run(second.connection.manager.is_alive())
+
+
+def test_a_stopped_call_interrupts_the_kernel(paired):
+    from toolkernel._loop import submit
+
+    future = submit(run_tool.call({"code": "import time\ntime.sleep(120)"}, paired))
+    time.sleep(2)
+    future.cancel()
+    # Were the sleep still running, this would wait behind it and time out.
+    result = call(run_tool, paired, code="'free again'", timeout_seconds=30)
+    assert result.texts == ["'free again'"], result.texts

@@ -112,7 +112,14 @@ class KernelConnection(ABC):
             msg_id = await self._send_execute(code)
             execution = Execution()
             collector = OutputCollector(execution)
-            if await self._collect(msg_id, collector, timeout):
+            try:
+                finished = await self._collect(msg_id, collector, timeout)
+            except asyncio.CancelledError:
+                # The caller stopped (an interrupted cell, a stopped shell run): the
+                # code must not keep running in the kernel behind their back.
+                await self._interrupt_quietly()
+                raise
+            if finished:
                 reply = await self._reply(msg_id, REPLY_WAIT_SECONDS)
                 self._apply_reply(execution, reply)
                 return execution
@@ -120,6 +127,12 @@ class KernelConnection(ABC):
             await self._interrupt()
             execution.settled = await self._collect(msg_id, collector, INTERRUPT_GRACE_SECONDS)
             return execution
+
+    async def _interrupt_quietly(self) -> None:
+        try:
+            await asyncio.wait_for(self._interrupt(), INTERRUPT_GRACE_SECONDS)
+        except Exception:  # noqa: BLE001 - best effort while the caller is already leaving
+            pass
 
     async def _collect(self, msg_id: str, collector: OutputCollector, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -193,5 +206,7 @@ class KernelConnection(ABC):
         return self.label
 
 
+# stop_on_error is off: a failure (or interrupt) of our code must not abort
+# requests that a person queued in the same kernel from JupyterLab.
 EXECUTE_CONTENT = {"silent": False, "store_history": True, "user_expressions": {},
-                   "allow_stdin": False, "stop_on_error": True}
+                   "allow_stdin": False, "stop_on_error": False}
