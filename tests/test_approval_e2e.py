@@ -11,6 +11,7 @@ The frontend is headless (stdin not allowed), so a call that asks is
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -298,7 +299,7 @@ def test_admin_deny_beats_a_project_allow(start_kernel, tmp_path):
     admin = write_project(tmp_path / "admin", policy_section(mode="default", deny=["github delete-branch"],
                                                              ceiling=True))
     kernel = start_kernel(
-        policy_section(mode="bypass-permissions", allow=["mcp_github__delete_branch", "github *"]),
+        policy_section(mode="bypass-permissions", allow=["mcp_github__delete_branch"]),
         TOOLKERNEL_ADMIN_CONFIG=str(admin),
     )
     cell = kernel.run(tools_cell("tools github delete-branch branch=fix-x"))
@@ -306,3 +307,101 @@ def test_admin_deny_beats_a_project_allow(start_kernel, tmp_path):
     assert "deleted branch" not in cell.stdout
     line = kernel.run("%tools github delete-branch branch=wip-auth")
     assert not line.ok and '"denied"' in line.error["evalue"], line
+
+    # The admin's mode ceiling (default) caps the project's bypass-permissions: create-issue asks.
+    capped = kernel.run(tools_cell('tools github create-issue "title=Capped"'))
+    assert assert_failed_with_report(capped)["tools"]["stopped"]["reason"] == "needs_approval"
+
+
+# -- guardrails and hooks ------------------------------------------------------------------
+
+COMMAND_HOOK_DENY = (
+    "import json, sys; call = json.load(sys.stdin); "
+    "print(json.dumps({'action': 'deny', 'reason': 'no issues today: ' + call['input']['title']}))"
+)
+COMMAND_HOOK_REDACT = "import json, sys; json.load(sys.stdin); print(json.dumps({'redact': ['dependabot']}))"
+
+
+def test_hooks_deny_before_the_call_and_a_failing_hook_denies(start_kernel):
+    kernel = start_kernel(
+        policy_section(allow=["mcp_github__delete_branch", "mcp_github__create_issue"]),
+        hook_section("before_call", "github create-issue", [sys.executable, "-c", COMMAND_HOOK_DENY]),
+    )
+    registered = kernel.run(
+        "import toolkernel\n"
+        "from toolkernel._hooks import HookOutcome\n"
+        "@toolkernel.before_call('github delete-branch(branch=fix-*)')\n"
+        "def protect(call):\n"
+        "    return HookOutcome('deny', 'fix branches are protected')\n"
+        "@toolkernel.before_call('github list-pulls')\n"
+        "def broken(call):\n"
+        "    raise RuntimeError('a bug in the guardrail')\n"
+    )
+    assert registered.ok, registered
+    cell = kernel.run(tools_cell("""
+tools github delete-branch branch=wip-auth
+tools github delete-branch branch=fix-x
+tools github create-issue "title=Hello"
+tools github list-pulls repo=acme/api
+tools github get-pull repo=acme/api number=101 | jq -r .title
+"""))
+    assert cell.ok, cell
+    assert cell.stdout.splitlines() == ["deleted branch wip-auth", "Add rate limiting to /search"]
+    errors = [json.loads(line)["error"] for line in cell.stderr.splitlines() if line.startswith("{")]
+    assert [e["code"] for e in errors] == ["denied", "denied", "denied"], cell.stderr
+    assert "fix branches are protected" in errors[0]["message"]
+    assert "no issues today: Hello" in errors[1]["message"]
+    assert "a bug in the guardrail" in errors[2]["message"] or "RuntimeError" in errors[2]["message"]
+
+
+def test_post_call_hooks_redact_the_result_before_the_script_sees_it(start_kernel):
+    kernel = start_kernel(
+        hook_section("after_call", "github list-pulls", [sys.executable, "-c", COMMAND_HOOK_REDACT]),
+    )
+    registered = kernel.run(
+        "import toolkernel\n"
+        "from toolkernel._hooks import redact\n"
+        "@toolkernel.after_call('mcp_github__get_pull')\n"
+        "def hide(call, result):\n"
+        "    return redact(result, ['mira'])\n"
+    )
+    assert registered.ok, registered
+    cell = kernel.run(tools_cell("""
+tools github get-pull repo=acme/api number=101 | jq -r .author
+tools github list-pulls repo=acme/api | jq -r '.[].author'
+"""))
+    assert cell.ok, cell
+    assert cell.stdout.splitlines() == ["[redacted]", "mira", "tomas", "ana", "[redacted]"]
+    value = kernel.run("%tools github get-pull repo=acme/api number=101")
+    assert value.ok and "mira" not in value.value and "[redacted]" in value.value, value
+
+
+# -- the call limit --------------------------------------------------------------------------
+
+
+def test_the_call_limit_stops_the_script_with_the_report(start_kernel):
+    kernel = start_kernel(policy_section(allow=["mcp_github__create_issue"]))
+    cell = kernel.run(tools_cell("""
+tools github create-issue "title=Before the limit" > /dev/null
+for i in $(seq 1 60); do
+  tools github list-pulls repo=acme/api > /dev/null
+  echo "call $i"
+done
+echo after > after.txt
+"""))
+    report = assert_failed_with_report(cell)
+    assert report == {
+        "exit_code": 1,
+        "success": False,
+        "tools": {
+            "done": [{"tool": "tools github create-issue", "input": {"title": "Before the limit"}, "ok": True,
+                      "result": {"id": "ACME-1201", "number": 1201, "title": "Before the limit"}}],
+            "read_only_calls": 49,
+            "stopped": {"reason": "call_limit",
+                        "call": {"tool": "tools github list-pulls", "input": {"repo": "acme/api"}}},
+            "not_reached": NOT_REACHED,
+        },
+    }
+    assert cell.stdout.splitlines() == [f"call {i}" for i in range(1, 50)]
+    assert not (kernel.workdir / "after.txt").exists()
+    assert "call_limit" in error_codes(cell.stderr)
