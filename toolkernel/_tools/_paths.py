@@ -17,6 +17,8 @@ from .._tool import Tool
 
 def outside_workspace(tool: Tool, arguments: Mapping[str, Any], workdir: Path) -> bool:
     """True when a path argument of `tool` resolves outside `workdir`."""
+    if not tool.path_keys:
+        return False  # skip the realpath system calls on every call of a tool without paths
     root = real_path(Path(workdir))
     for key in tool.path_keys:
         value = arguments.get(key)
