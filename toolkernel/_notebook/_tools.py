@@ -11,7 +11,7 @@ from nbformat import NotebookNode
 from .._tool import Image, Tool, ToolContext, ToolInputError, ToolResult, tool
 from . import _document as doc
 from ._connection import Execution
-from ._pairing import STATE_KEY, current_pairing
+from ._pairing import STATE_KEY, Pairing, current_pairing
 from ._text import describe_output, join_source
 
 DEFAULT_TIMEOUT_SECONDS = 120
@@ -218,7 +218,7 @@ async def notebook_run(arguments: dict[str, Any], ctx: ToolContext) -> ToolResul
     return _execution_result(execution, timeout, where="output")
 
 
-async def _run_cell(pairing, cell_id: str, timeout: float, state: dict[str, Any]) -> ToolResult:
+async def _run_cell(pairing: Pairing, cell_id: str, timeout: float, state: dict[str, Any]) -> ToolResult:
     notebook = doc.load(pairing.notebook)
     doc.require_unchanged(state, notebook)
     cell = notebook.nb.cells[notebook.find(cell_id)]
@@ -234,8 +234,7 @@ async def _run_cell(pairing, cell_id: str, timeout: float, state: dict[str, Any]
     else:
         note = (f"[outputs NOT written: {notebook.path.name} changed on disk while the cell ran; "
                 "read it again]")
-    result.texts = [t for t in (result.texts[0] if result.texts else "", note) if t]
-    result.texts = ["\n".join(result.texts)]
+    result.texts = ["\n".join(part for part in (*result.texts, note) if part)]
     return result
 
 

@@ -7,6 +7,7 @@ costs one execute round trip, as a bare `execute_interactive` does.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from queue import Empty
@@ -71,8 +72,6 @@ class ZmqConnection(KernelConnection):
         return await self._heartbeat_alive()
 
     async def _heartbeat_alive(self) -> bool:
-        import asyncio
-
         hb = self.client.hb_channel
         deadline = time.monotonic() + HEARTBEAT_GRACE_SECONDS
         while not hb.is_beating():
@@ -103,8 +102,13 @@ class ZmqConnection(KernelConnection):
 
     async def close(self) -> None:
         self.client.stop_channels()
-        if self.manager is not None and await self.manager.is_alive():
-            await self.manager.shutdown_kernel(now=False)
+        if self.manager is None:
+            return
+        try:
+            # A dead kernel still leaves ports and a connection file to clean up.
+            await self.manager.shutdown_kernel(now=not await self.manager.is_alive())
+        except (OSError, RuntimeError) as exc:
+            raise Unavailable(f"the {self.label} kernel did not shut down cleanly: {exc}", retryable=False) from exc
 
     def describe(self) -> str:
         if self.owned:
