@@ -116,7 +116,7 @@ def _apply(session, args: argparse.Namespace) -> str:
         return "unpaired"
     pairing = _loop.run(pair(session.state, session.workdir, args.notebook, kernel=args.kernel,
                              existing=args.existing, server=args.server, token=args.token))
-    return f"paired: {pairing}"
+    return f"paired: {pairing.describe()}"
 
 
 def _usage() -> str:
