@@ -1,0 +1,234 @@
+"""Benchmark: what a `tools` call inside a script costs over calling the tool directly.
+
+    python bench/bench_tools.py [--calls 500] [--mcp-calls 200] [--repeat 5] [--profile]
+
+1. In-process tool: a loop of `tools noop` in a script, minus the same loop
+   running `:` (the shell's own loop cost), over the same tool called directly
+   with `toolkernel._loop.run(tool.call(arguments, ctx))`. Target: < 100 us per call.
+2. MCP tool: a loop of `tools github get-pull` in a script over a bare
+   `mcp.ClientSession.call_tool` loop against its own demo server. Target: <= 1.1x.
+
+Each figure is the median (and the best) of --repeat interleaved runs; both parts run in
+the same process.
+The call limit (50) is lifted for the benchmark's runs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from toolkernel import _loop, tool
+from toolkernel._session import Session
+from toolkernel._shell import execute, new_bash
+from toolkernel._tool import ToolContext
+
+IN_PROCESS_TARGET_US = 100.0
+MCP_TARGET_RATIO = 1.1
+PULL_INPUT = {"repo": "acme/api", "number": 101}
+
+
+@tool("noop", description="Do nothing and say so (benchmark tool).",
+      input_schema={"type": "object", "properties": {"n": {"type": "integer"}}}, kind="read")
+async def noop(arguments, ctx):
+    return "ok"
+
+
+class NullSink:
+    def stdout(self, text: str) -> None: ...
+    def stderr(self, text: str) -> None:
+        if '"error"' in text:
+            raise SystemExit(f"benchmark script failed: {text.strip()}")
+    def image(self, path) -> None: ...
+    def progress(self, *args) -> None: ...
+
+
+def project_dir() -> Path:
+    # Config in world-writable folders is ignored, so the project lives in a private one.
+    root = Path(tempfile.mkdtemp(prefix="toolkernel-bench-"))
+    os.environ["XDG_CONFIG_HOME"] = str(root / "xdg")
+    os.environ["TOOLKERNEL_ADMIN_CONFIG"] = str(root / "no-admin.toml")
+    project = root / "project"
+    project.mkdir()
+    (project / "toolkernel.toml").write_text(
+        f'[mcp_servers.github]\ncommand = {json.dumps(sys.executable)}\nargs = ["-m", "toolkernel.demo_server"]\n'
+    )
+    return project
+
+
+def timed_script(session: Session, script: str) -> float:
+    """Seconds to run `script` to the end, with a fresh `tools` command and no call limit."""
+    prepared = _loop.run(session.prepare())
+    prepared.run.limit = 10**9
+    bash = new_bash(prepared.command, session.workdir)
+    started = time.perf_counter()
+    result = execute(bash, prepared.command, script, NullSink(), session.workdir)
+    elapsed = time.perf_counter() - started
+    if result.exit_code != 0:
+        raise SystemExit(f"benchmark script exited {result.exit_code}: {result.stderr[-500:]}")
+    return elapsed
+
+
+def loop_script(body: str, calls: int) -> str:
+    return f"for i in $(seq 1 {calls}); do {body} >/dev/null; done"
+
+
+def direct_in_process(session: Session, calls: int) -> float:
+    ctx = ToolContext(workdir=session.workdir, settings={}, state={}, progress=lambda *a: None)
+    started = time.perf_counter()
+    for _ in range(calls):
+        _loop.run(noop.call({}, ctx))
+    return time.perf_counter() - started
+
+
+def direct_mcp(session: Session, calls: int) -> float:
+    """The same MCP tool through toolkernel's pool, without the shell and the dispatcher."""
+    prepared = _loop.run(session.prepare())
+    pull = _loop.run(prepared.command.catalog.find_tool("github", "get_pull"))
+    ctx = ToolContext(workdir=session.workdir, settings={}, state={}, progress=lambda *a: None)
+    started = time.perf_counter()
+    for _ in range(calls):
+        _loop.run(pull.call(dict(PULL_INPUT), ctx))
+    return time.perf_counter() - started
+
+
+async def bare_mcp(calls: int) -> float:
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "toolkernel.demo_server"])
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+        await client.initialize()
+        await client.call_tool("get_pull", PULL_INPUT)  # warm-up, like the script's pool
+        started = time.perf_counter()
+        for _ in range(calls):
+            result = await client.call_tool("get_pull", PULL_INPUT)
+            if result.is_error:
+                raise SystemExit(f"bare call failed: {result}")
+        return time.perf_counter() - started
+
+
+def interleaved(repeat: int, measures: dict[str, callable]) -> dict[str, tuple[float, float]]:
+    """(median, min) seconds of each measure; rounds alternate so load from other processes
+    on a shared machine falls on every measure alike."""
+    samples: dict[str, list[float]] = {name: [] for name in measures}
+    for _ in range(repeat):
+        for name, measure in measures.items():
+            samples[name].append(measure())
+    return {name: (statistics.median(values), min(values)) for name, values in samples.items()}
+
+
+def bench_in_process(session: Session, calls: int, repeat: int) -> dict[str, tuple[float, float]]:
+    t = interleaved(repeat, {
+        "tools_loop": lambda: timed_script(session, loop_script("tools noop", calls)),
+        "empty_loop": lambda: timed_script(session, loop_script(":", calls)),
+        "direct": lambda: direct_in_process(session, calls),
+    })
+    return {
+        "script_us": _per_call(t["tools_loop"], calls, minus=t["empty_loop"]),
+        "direct_us": _per_call(t["direct"], calls),
+        "added_us": _per_call(t["tools_loop"], calls, minus=t["empty_loop"], minus2=t["direct"]),
+    }
+
+
+def bench_mcp(session: Session, calls: int, repeat: int) -> dict[str, tuple[float, float]]:
+    body = "tools github get-pull repo=acme/api number=101"
+    timed_script(session, loop_script(body, 3))  # start the server before timing
+    t = interleaved(repeat, {
+        "script": lambda: timed_script(session, loop_script(body, calls)),
+        "empty": lambda: timed_script(session, loop_script(":", calls)),
+        "direct": lambda: direct_mcp(session, calls),
+        "bare": lambda: asyncio.run(bare_mcp(calls)),
+    })
+    return {
+        "script_us": _per_call(t["script"], calls),
+        "loop_us": _per_call(t["empty"], calls),
+        "direct_us": _per_call(t["direct"], calls),
+        "bare_us": _per_call(t["bare"], calls),
+        "ratio": (t["script"][0] / t["bare"][0], t["script"][1] / t["bare"][1]),
+    }
+
+
+def _per_call(total, calls, minus=(0.0, 0.0), minus2=(0.0, 0.0)) -> tuple[float, float]:
+    return tuple((total[i] - minus[i] - minus2[i]) / calls * 1e6 for i in (0, 1))
+
+
+def print_table(inproc, mcp, args) -> None:
+    us = lambda pair: (f"{pair[0]:.1f} us", f"{pair[1]:.1f} us")  # noqa: E731
+    rows = [
+        ("in-process: tools call in a script (minus the bare loop)", *us(inproc["script_us"]), ""),
+        ("in-process: direct _loop.run(tool.call(...))", *us(inproc["direct_us"]), ""),
+        ("in-process: added per call by `tools`", *us(inproc["added_us"]),
+         _verdict(inproc["added_us"][0] < IN_PROCESS_TARGET_US, f"< {IN_PROCESS_TARGET_US:g} us")),
+        ("MCP: tools github get-pull in a script", *us(mcp["script_us"]), ""),
+        ("MCP: of which the shell loop itself", *us(mcp["loop_us"]), ""),
+        ("MCP: direct tool.call through the pool (no shell)", *us(mcp["direct_us"]), ""),
+        ("MCP: bare ClientSession.call_tool", *us(mcp["bare_us"]), ""),
+        ("MCP: script / bare", f"{mcp['ratio'][0]:.3f}x", f"{mcp['ratio'][1]:.3f}x",
+         _verdict(mcp["ratio"][0] <= MCP_TARGET_RATIO, f"<= {MCP_TARGET_RATIO:g}x")),
+    ]
+    print(f"toolkernel bench: {args.calls} in-process calls, {args.mcp_calls} MCP calls,"
+          f" {args.repeat} interleaved runs; per call: median, best")
+    width = max(len(r[0]) for r in rows)
+    for name, median, best, verdict in rows:
+        print(f"  {name:<{width}}  {median:>11}  {best:>11}  {verdict}")
+    load = os.getloadavg()[0]
+    if load > (os.cpu_count() or 1):
+        print(f"  note: load average {load:.1f} on {os.cpu_count()} CPUs; other processes skew these figures")
+
+
+def _verdict(ok: bool, target: str) -> str:
+    return f"{'ok' if ok else 'MISSED'} (target {target})"
+
+
+def profile(session: Session, calls: int) -> None:
+    """Where the time of a `tools` loop goes (this thread only pumps; the loop thread is sampled too)."""
+    profiler = cProfile.Profile()
+    _loop.run(_enable(profiler))
+    try:
+        timed_script(session, loop_script("tools noop", calls))
+        timed_script(session, loop_script("tools github get-pull repo=acme/api number=101", calls))
+    finally:
+        _loop.run(_disable(profiler))
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+
+
+async def _enable(profiler) -> None:
+    profiler.enable()
+
+
+async def _disable(profiler) -> None:
+    profiler.disable()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--mcp-calls", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--profile", action="store_true", help="also print a cProfile of the private loop")
+    args = parser.parse_args()
+    session = Session(project_dir())
+    session.extra_tools = [noop]
+    try:
+        timed_script(session, loop_script("tools noop", 10))  # warm-up: imports, caches
+        inproc = bench_in_process(session, args.calls, args.repeat)
+        mcp = bench_mcp(session, args.mcp_calls, args.repeat)
+        print_table(inproc, mcp, args)
+        if args.profile:
+            profile(session, min(args.calls, 200))
+    finally:
+        session.close()
+
+
+if __name__ == "__main__":
+    main()
