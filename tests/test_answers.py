@@ -1,0 +1,108 @@
+"""A person's answers: approve once or always, deny, list and revoke, pair a notebook."""
+
+import sys
+
+import nbformat
+import pytest
+from IPython.core.error import UsageError
+
+from toolkernel._answers import answer_message, manage
+from toolkernel._session import Session
+
+CONFIG = f"""
+[mcp_servers.github]
+command = {sys.executable!r}
+args = ["-m", "toolkernel.demo_server"]
+
+[policy]
+allow = ["notebook_run"]
+"""
+
+
+class Sink:
+    def __init__(self):
+        self.out, self.err = [], []
+
+    def stdout(self, text):
+        self.out.append(text)
+
+    def stderr(self, text):
+        self.err.append(text)
+
+    def image(self, path):
+        pass
+
+    def progress(self, *args):
+        pass
+
+
+@pytest.fixture
+def session(tmp_path):
+    (tmp_path / "toolkernel.toml").write_text(CONFIG)
+    s = Session(tmp_path)
+    yield s
+    s.close()
+
+
+def run(session, script):
+    sink = Sink()
+    result = session.run_script(script, sink)
+    return result, "".join(sink.out), "".join(sink.err)
+
+
+DELETE = "tools github delete-branch branch=fix-x"
+
+
+def test_approve_once_covers_one_run_only(session):
+    assert run(session, DELETE)[0].report["tools"]["stopped"]["before_start"] is True
+    assert "allowed once" in manage(session, ["approve"])
+    result, out, _ = run(session, DELETE)
+    assert result.exit_code == 0 and result.report is None and "deleted branch fix-x" in out
+    again = run(session, DELETE)[0]
+    assert again.exit_code == 1 and again.report["tools"]["stopped"]["reason"] == "needs_approval"
+
+
+def test_approve_always_persists_and_can_be_revoked(session, tmp_path):
+    run(session, DELETE)
+    assert "always allowed: mcp_github__delete_branch" in manage(session, ["approve", "--always"])
+    assert (tmp_path / ".toolkernel" / "approvals.json").exists()
+    assert manage(session, ["approvals"]) == "1. mcp_github__delete_branch"
+    assert run(session, DELETE)[0].exit_code == 0
+    assert run(session, DELETE)[0].exit_code == 0
+    assert manage(session, ["approvals", "--revoke", "1"]) == "no lasting approvals"
+    assert run(session, DELETE)[0].report["tools"]["stopped"]["reason"] == "needs_approval"
+
+
+def test_deny_forgets_the_pending_call(session):
+    run(session, DELETE)
+    assert "denied" in manage(session, ["deny"])
+    with pytest.raises(UsageError, match="no call is waiting"):
+        manage(session, ["approve"])
+
+
+def test_bad_arguments_are_usage_errors(session):
+    with pytest.raises(UsageError, match="usage: %tools approve"):
+        manage(session, ["approve", "--sometimes"])
+
+
+def test_the_comm_answer_names_the_call(session):
+    stopped = run(session, DELETE)[0].report["tools"]["stopped"]
+    assert answer_message(session, {"action": "maybe", "call": stopped["call"]})["ok"] is False
+    other = {"tool": "tools github delete-branch", "input": {"branch": "main"}}
+    assert answer_message(session, {"action": "allow_once", "call": other})["ok"] is False
+    reply = answer_message(session, {"action": "allow_once", "call": stopped["call"]})
+    assert reply["ok"] is True and "allowed once" in reply["message"]
+    assert run(session, DELETE)[0].exit_code == 0
+
+
+def test_pair_then_run_code_in_the_paired_kernel(session, tmp_path):
+    nbformat.write(nbformat.v4.new_notebook(), tmp_path / "nb.ipynb")
+    assert "paired" in manage(session, ["pair", "nb.ipynb", "--kernel", "python3"])
+    try:
+        result, out, err = run(session, "tools notebook-run code='x = 20 + 22; print(x)'")
+        assert result.exit_code == 0, err
+        assert "42" in out
+    finally:
+        assert manage(session, ["unpair"]) == "unpaired"
+    result, _, err = run(session, "tools notebook-run code=1")
+    assert result.exit_code == 1 and '"connection_required"' in err
