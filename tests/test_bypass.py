@@ -150,3 +150,114 @@ def test_attempt_reaches_the_tool_when_allowed(project, name):
     record.unlink(missing_ok=True)
     assert made and made[0] == {"tool": "delete_branch", "input": {"branch": "fix-x"}}, \
         f"{name}: the allowed call did not reach the server: exit {result.exit_code}, stderr {stderr!r}"
+
+
+# -- approvals and rules that cover something else ----------------------------------------
+
+
+def session_on(root: Path, record: Path, *sections: str) -> Session:
+    return Session(write_project(root, recorder_server_section(record), *sections).parent)
+
+
+@pytest.fixture
+def record(tmp_path) -> Path:
+    return tmp_path / "record.jsonl"
+
+
+def made_by(session: Session, record: Path, script: str) -> tuple[list, str]:
+    try:
+        result, stderr = run(session, script)
+    finally:
+        session.close()
+    return recorded_calls(record), stderr
+
+
+def test_a_one_off_approval_covers_one_call_not_two(tmp_path, record):
+    session = session_on(tmp_path / "p", record)
+    session.approvals.grant_once(canonical_call_key("mcp_github__delete_branch", {"branch": "fix-x"}))
+    made, stderr = made_by(session, record, "for i in 1 2 3; do b=fix-x; tools github delete-branch branch=$b; done")
+    assert made == [{"tool": "delete_branch", "input": {"branch": "fix-x"}}]
+    assert "needs_approval" in error_codes(stderr)
+
+
+def test_a_one_off_approval_does_not_cover_another_input(tmp_path, record):
+    session = session_on(tmp_path / "p", record)
+    session.approvals.grant_once(canonical_call_key("mcp_github__delete_branch", {"branch": "wip-auth"}))
+    made, stderr = made_by(session, record, "b=fix-x; tools github delete-branch branch=$b")
+    assert made == [] and "needs_approval" in error_codes(stderr)
+
+
+def test_a_one_off_approval_does_not_cover_extra_input(tmp_path, record):
+    session = session_on(tmp_path / "p", record)
+    session.approvals.grant_once(canonical_call_key("mcp_github__delete_branch", {"branch": "fix-x"}))
+    made, stderr = made_by(session, record, "b=fix-x; tools github delete-branch branch=$b force=true")
+    assert made == []
+
+
+def test_an_input_constrained_allow_covers_only_that_input(tmp_path, record):
+    session = session_on(tmp_path / "p", record, policy_section(allow=["github delete-branch(branch=wip-*)"]))
+    made, stderr = made_by(session, record, "for b in wip-auth fix-x; do tools github delete-branch branch=$b; done")
+    assert made == [{"tool": "delete_branch", "input": {"branch": "wip-auth"}}]
+    assert "needs_approval" in error_codes(stderr)
+
+
+def test_always_allowing_one_tool_does_not_allow_another(tmp_path, record):
+    session = session_on(tmp_path / "p", record)
+    session.approvals.always_allow("mcp_github__create_issue")
+    made, stderr = made_by(session, record, 'tools github create-issue "title=ok"\n'
+                                            "b=fix-x; tools github delete-branch branch=$b")
+    assert made == [{"tool": "create_issue", "input": {"title": "ok"}}]
+    assert "needs_approval" in error_codes(stderr)
+
+
+@pytest.mark.parametrize("rule", [
+    "mcp_github__delete_branch", "mcp_github__delete-branch", "mcp__github__delete_branch",
+    "github delete_branch", "github delete-branch", "github  delete-branch", "github *", "mcp_github__*",
+    "github delete-*", "*", "mcp_github__delete_branch(branch=fix-x)", "github delete-branch(branch=*)",
+])
+def test_a_deny_rule_in_any_spelling_denies_even_in_bypass_mode(tmp_path, record, rule):
+    session = session_on(tmp_path / "p", record, policy_section(mode="bypass-permissions", deny=[rule]))
+    made, stderr = made_by(session, record, "b=fix-x; tools github delete-branch branch=$b")
+    assert made == [] and error_codes(stderr) == ["denied"], stderr
+
+
+def test_the_bypass_mode_control_makes_the_call(tmp_path, record):
+    session = session_on(tmp_path / "p", record, policy_section(mode="bypass-permissions"))
+    made, _ = made_by(session, record, "b=fix-x; tools github delete-branch branch=$b")
+    assert made == [{"tool": "delete_branch", "input": {"branch": "fix-x"}}]
+
+
+# -- through a real kernel: the magics and the Python API ----------------------------------
+
+KERNEL_ATTEMPTS = [
+    f"%%tools\neval \"$(echo {B64} | base64 -d)\"",
+    f"%%tools\necho {B64} | base64 -d | bash",
+    "%%tools\nf() { tools github delete-branch \"branch=$1\"; }\nf fix-x",
+    "%tools github delete-branch branch=fix-x",
+    "%tools mcp__github__delete_branch '{\"branch\": \"fix-x\"}'",
+    "import toolkernel\ntoolkernel.call('github', 'delete-branch', input={'branch': 'fix-x'})",
+    "import toolkernel\ntoolkernel.call('mcp_github__delete_branch', branch='fix-x')",
+    "import toolkernel\nr = toolkernel.run('b=fix-x; tools github delete-branch branch=$b')\n"
+    "assert r.exit_code != 0, r",
+    "import toolkernel\nr = toolkernel.get_session().run_script("
+    "'for b in fix-x; do tools github delete-branch branch=$b; done', __import__('toolkernel._cli_sink')"
+    "._cli_sink.PrintSink())\nassert r.exit_code != 0",
+]
+
+
+def test_attempts_through_a_kernel_do_not_make_the_call(tmp_path):
+    record = tmp_path / "record.jsonl"
+    workdir = write_project(tmp_path / "project", recorder_server_section(record)).parent
+    kernel = Kernel(workdir, kernel_env(workdir))
+    try:
+        for code in KERNEL_ATTEMPTS:
+            cell = kernel.run(code)
+            assert recorded_calls(record) == [], f"made by {code!r}: {cell}"
+            shown = cell.stdout + cell.stderr + json.dumps(cell.error) + json.dumps(cell.displays)
+            assert "needs_approval" in shown or "NeedsApproval" in shown, f"{code!r} was not asked about: {cell}"
+        # The control: after `%tools approve` the last asking call is made, once.
+        assert kernel.run("%tools approve").ok
+        assert kernel.run("%tools github delete-branch branch=fix-x").ok
+        assert recorded_calls(record) == [{"tool": "delete_branch", "input": {"branch": "fix-x"}}]
+    finally:
+        kernel.close()
