@@ -261,3 +261,35 @@ def test_attempts_through_a_kernel_do_not_make_the_call(tmp_path):
         assert recorded_calls(record) == [{"tool": "delete_branch", "input": {"branch": "fix-x"}}]
     finally:
         kernel.close()
+
+
+# -- nothing after the stop runs, however the script tries to go on -------------------------
+
+ASKS = "b=fix-x; tools github delete-branch branch=$b"
+AFTER_THE_STOP = {
+    "or-true": f"{ASKS} || true\necho ran > after.txt",
+    "command-substitution": f'x=$({ASKS}); echo "$x" > after.txt',
+    "inside-a-subshell": f"( {ASKS}; echo ran > after.txt )\necho ran > after.txt",
+    "pipeline": f"{ASKS} | while read l; do echo $l; done; echo ran > after.txt",
+    "trap-err": f"trap 'echo ran > after.txt' ERR\n{ASKS}",
+    "trap-exit": f"trap 'echo ran > after.txt' EXIT\n{ASKS}",
+    "background": f"{ASKS} &\nwait\necho ran > after.txt",
+    "rest-of-a-function": f"f() {{ {ASKS}; echo ran > after.txt; }}\nf",
+    "rest-of-an-eval": f"eval '{ASKS}; echo ran > after.txt'",
+    "rest-of-bash-c": f"bash -c '{ASKS}; echo ran > after.txt'",
+    "next-tools-call": f"{ASKS}; tools github create-issue title=after",
+    "next-xargs-item": "printf 'fix-x\\nwip-auth\\n' | xargs -I{} tools github delete-branch branch={}",
+}
+
+
+@pytest.mark.parametrize("name", list(AFTER_THE_STOP))
+def test_nothing_after_the_stop_runs(tmp_path, record, name):
+    session = session_on(tmp_path / "p", record, policy_section(allow=["mcp_github__create_issue"]))
+    try:
+        result, stderr = run(session, AFTER_THE_STOP[name])
+    finally:
+        session.close()
+    assert recorded_calls(record) == []
+    assert not (tmp_path / "p" / "after.txt").exists(), f"{name}: a command after the stop ran"
+    assert result.exit_code != 0 and result.report["tools"]["stopped"]["reason"] == "needs_approval"
+    assert result.report["tools"]["stopped"]["call"]["input"] == {"branch": "fix-x"}
