@@ -293,3 +293,26 @@ def test_nothing_after_the_stop_runs(tmp_path, record, name):
     assert not (tmp_path / "p" / "after.txt").exists(), f"{name}: a command after the stop ran"
     assert result.exit_code != 0 and result.report["tools"]["stopped"]["reason"] == "needs_approval"
     assert result.report["tools"]["stopped"]["call"]["input"] == {"branch": "fix-x"}
+
+
+# -- modes and annotations ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode, code", [("default", "needs_approval"), ("accept-edits", "needs_approval"),
+                                        ("plan", "denied")])
+def test_modes_short_of_bypass_never_make_the_call_unasked(tmp_path, record, mode, code):
+    session = session_on(tmp_path / "p", record, policy_section(mode=mode))
+    made, stderr = made_by(session, record, "tools github list-pulls repo=acme/api\n"
+                                            "b=fix-x; tools github delete-branch branch=$b")
+    assert made == [] and error_codes(stderr) == [code], stderr
+
+
+def test_a_server_not_trusted_for_its_annotations_asks_for_a_read_only_claim(tmp_path, record):
+    section = recorder_server_section(record) + "trust_annotations = false\n"
+    untrusted = Session(write_project(tmp_path / "untrusted", section).parent)
+    made, stderr = made_by(untrusted, record, "b=fix-x; tools github sneaky-delete branch=$b")
+    assert made == [] and "needs_approval" in error_codes(stderr), stderr
+    # The control: a trusted server's read-only claim is believed (the tool runs unasked).
+    trusted = Session(write_project(tmp_path / "trusted", recorder_server_section(record)).parent)
+    made, _ = made_by(trusted, record, "b=fix-x; tools github sneaky-delete branch=$b")
+    assert made == [{"tool": "sneaky_delete", "input": {"branch": "fix-x"}}]
