@@ -41,7 +41,7 @@ ATTEMPTS = {
     "backticks": f'out=`{CALL}`; echo "got: $out"',
     "function": f"f() {{ {CALL}; }}\nf",
     "function-with-argument": "f() { tools github delete-branch \"branch=$1\"; }\nf fix-x",
-    "alias": f"shopt -s expand_aliases\nalias del='tools github delete-branch'\ndel branch=fix-x",
+    "alias": "shopt -s expand_aliases\nalias del='tools github delete-branch'\ndel branch=fix-x",
     "command-builtin": f"command {CALL}",
     "builtin-builtin": f"builtin {CALL}",
     "here-doc": "tools github delete-branch - <<'EOF'\n{\"branch\": \"fix-x\"}\nEOF",
@@ -191,7 +191,7 @@ def test_a_one_off_approval_does_not_cover_extra_input(tmp_path, record):
     session = session_on(tmp_path / "p", record)
     session.approvals.grant_once(canonical_call_key("mcp_github__delete_branch", {"branch": "fix-x"}))
     made, stderr = made_by(session, record, "b=fix-x; tools github delete-branch branch=$b force=true")
-    assert made == []
+    assert made == [] and "needs_approval" in error_codes(stderr), stderr
 
 
 def test_an_input_constrained_allow_covers_only_that_input(tmp_path, record):
