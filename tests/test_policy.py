@@ -201,7 +201,8 @@ MATCH_TABLE = [
     ("ripgrep", RIPGREP, True),
     ("tools ripgrep", RIPGREP, True),
     ("tool__ripgrep", READ, False),
-    ("Read_File", READ, False),  # names are case-sensitive
+    ("Read_File", READ, True),  # names fold case: a deny rule in another case must not fail open
+    ("mcp_GitHub__Delete_Branch", DELETE, True),
 ]
 
 

@@ -5,11 +5,11 @@ import toolkernel
 
 def test_all_is_pinned():
     assert sorted(toolkernel.__all__) == sorted([
-        "CallError", "CallLimit", "ConfigError", "ConnectionRequired", "Denied", "Image",
+        "CallError", "CallLimit", "ConfigError", "ConnectionRequired", "Denied", "HookOutcome", "Image",
         "InvalidInput", "NeedsApproval", "Stopped", "Tool", "ToolContext", "ToolFailed",
         "ToolResult", "ToolkernelError", "Unavailable", "UnknownCommand",
         "after_call", "approve", "before_call", "call", "deny", "get_session",
-        "load_ipython_extension", "run", "tool", "unload_ipython_extension",
+        "load_ipython_extension", "redact", "run", "tool", "unload_ipython_extension",
     ])
     for name in toolkernel.__all__:
         assert hasattr(toolkernel, name), name

@@ -17,16 +17,17 @@ from ._errors import (
     CallError, CallLimit, ConfigError, ConnectionRequired, Denied, InvalidInput, NeedsApproval,
     Stopped, ToolFailed, ToolkernelError, Unavailable, UnknownCommand,
 )
+from ._hooks import HookOutcome, redact
 from ._tool import Image, Tool, ToolContext, ToolResult, tool
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CallError", "CallLimit", "ConfigError", "ConnectionRequired", "Denied", "Image",
+    "CallError", "CallLimit", "ConfigError", "ConnectionRequired", "Denied", "HookOutcome", "Image",
     "InvalidInput", "NeedsApproval", "Stopped", "Tool", "ToolContext", "ToolFailed",
     "ToolResult", "ToolkernelError", "Unavailable", "UnknownCommand",
     "after_call", "approve", "before_call", "call", "deny", "get_session",
-    "load_ipython_extension", "run", "tool", "unload_ipython_extension",
+    "load_ipython_extension", "redact", "run", "tool", "unload_ipython_extension",
 ]
 
 _default_session = None

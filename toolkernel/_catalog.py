@@ -19,8 +19,8 @@ from ._tool import Tool
 
 
 def norm(name: str) -> str:
-    """Hyphens and underscores are interchangeable in every name."""
-    return name.replace("-", "_")
+    """Hyphens and underscores are interchangeable in every name, and case does not matter."""
+    return name.replace("-", "_").lower()
 
 
 def display(name: str) -> str:

@@ -20,6 +20,7 @@ from ._errors import CallError, CallLimit, Denied, InvalidInput, NeedsApproval, 
 from ._hooks import HookOutcome, Hooks
 from ._policy import CallInfo, Decision, Policy, canonical_call_key, decide
 from ._tool import Tool, ToolContext, ToolResult
+from ._guard import touches_protected
 from ._tools._paths import outside_workspace
 
 CALL_LIMIT = 50
@@ -89,7 +90,8 @@ class Dispatcher:
             command=tool.command,
             input=arguments,
             kind=tool.kind,
-            outside_workspace=outside_workspace(tool, dict(arguments), self.env.workdir),
+            outside_workspace=outside_workspace(tool, arguments, self.env.workdir),
+            protected=touches_protected(tool, arguments, self.env.workdir),
         )
 
     async def call(self, tool: Tool, arguments: dict[str, Any], run: Run) -> ToolResult:
@@ -152,8 +154,9 @@ class Dispatcher:
         self.env.pending.append(info)
         run.stop("needs_approval", info, approval="requested")
         raise NeedsApproval(
-            f"{info.command} needs a person's approval ({decision.reason}); the script stops here."
-            " Approve with `%tools approve` (or --always), then run a new script for the rest"
+            f"{info.command} needs a person's approval ({decision.reason}); it was not made,"
+            " and in a script nothing after it runs. Approve with `%tools approve` (or --always),"
+            " or `toolkernel.approve()`, then make the call again (in a new script for the rest)"
         )
 
     async def _invoke(self, tool: Tool, arguments: dict[str, Any], run: Run) -> ToolResult:

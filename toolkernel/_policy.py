@@ -53,6 +53,8 @@ class CallInfo:
     input: Mapping[str, Any]
     kind: Kind
     outside_workspace: bool = False
+    # The call would write toolkernel's own config or approvals (see _guard.py).
+    protected: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,8 @@ class Decision:
 
 
 def _norm(name: str) -> str:
-    return name.replace("-", "_")
+    # Case folds too: a deny rule spelled `GitHub` must not fail open.
+    return name.replace("-", "_").lower()
 
 
 def normalize_qualified_name(name: str) -> str:
@@ -391,6 +394,8 @@ def decide(call: CallInfo, policy: Policy, hook: "HookOutcome | None" = None) ->
         return Decision("ask", f"the rule {rule!r} asks for approval", rule)
     if call.outside_workspace:
         return Decision("ask", "the call touches a path outside the workspace")
+    if call.protected:
+        return Decision("ask", "the call would change toolkernel's own configuration or approvals")
     rule = _first_match(policy.allow, call)
     if rule:
         return Decision("allow", f"allowed by the rule {rule!r}", rule)

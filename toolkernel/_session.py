@@ -19,6 +19,7 @@ from ._builtin import ToolsCommand
 from ._catalog import Catalog
 from ._config import Config, load_config
 from ._dispatch import CallEnv, Dispatcher, Run
+from ._guard import ConfigGuard
 from ._hooks import Hooks
 from ._mcp import ServerPool
 from ._notebook import notebook_tools
@@ -84,7 +85,11 @@ class Session:
             sink.stderr(stopped.stderr)
             return stopped
         bash = new_bash(prepared.command, self.workdir, read_only=read_only)
+        guard = ConfigGuard(self.workdir)
         result = execute(bash, prepared.command, script, sink, self.workdir)
+        for message in guard.undo_changes():
+            sink.stderr(message)
+            result.stderr += message
         if prepared.run.needs_report(result.exit_code):
             result.report = prepared.run.report(result.exit_code)
         return result

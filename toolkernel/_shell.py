@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from . import _loop
 from ._builtin import INTERRUPTED_EXIT, ToolsCommand
+from ._guard import STATE_DIR
 from ._outputs import OutputLimiter
 
 MAX_COMMANDS = 1_000_000  # Bashkit's default (10,000) ends ordinary loops over data
@@ -47,6 +48,9 @@ def new_bash(command: ToolsCommand, workdir: Path, *, read_only: bool = False):
     # Mounted at run time rather than through `mounts=`: the constructor prints a warning
     # for every writable mount to the process's stderr, which a kernel shows in the cell.
     bash.mount(str(workdir), FileSystem.real(str(workdir), writable=not read_only))
+    state = workdir / STATE_DIR
+    if state.is_dir():  # approvals live here: a script must not write them (see _guard.py)
+        bash.mount(str(state), FileSystem.real(str(state), writable=False))
     return bash
 
 
