@@ -24,6 +24,7 @@ from ._guard import touches_protected
 from ._tools._paths import outside_workspace
 
 CALL_LIMIT = 50
+_NO_HOOK = HookOutcome()
 NOT_REACHED = "the stopped call and everything after it; write a new script for the rest"
 
 
@@ -100,7 +101,8 @@ class Dispatcher:
         info = self.call_info(tool, arguments)
         info = await self._before(info, tool, run)
         result = await self._invoke(tool, dict(info.input), run)
-        result = await self.env.hooks.run_after(info, result)
+        if self.env.hooks.any("after_call"):
+            result = await self.env.hooks.run_after(info, result)
         run.record(tool, info.input, result)
         return result
 
@@ -114,9 +116,10 @@ class Dispatcher:
             raise CallLimit(f"more than {run.limit} tool calls in one shell run; the script stops here")
 
     def validate(self, tool: Tool, arguments: Mapping[str, Any]) -> None:
-        error = jsonschema.exceptions.best_match(self._validator(tool).iter_errors(arguments))
-        if error is None:
+        validator = self._validator(tool)
+        if validator.is_valid(arguments):  # the common case, without best_match's bookkeeping
             return
+        error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
         where = "input" + "".join(f"[{p!r}]" for p in error.absolute_path)
         schema_path = "/".join(str(p) for p in error.absolute_schema_path)
         raise InvalidInput(
@@ -134,7 +137,8 @@ class Dispatcher:
         return cached[1]
 
     async def _before(self, info: CallInfo, tool: Tool, run: Run) -> CallInfo:
-        outcome = await self.env.hooks.run_before(info)
+        hooks = self.env.hooks
+        outcome = await hooks.run_before(info) if hooks.any("before_call") else _NO_HOOK
         if outcome.input is not None:
             self.validate(tool, outcome.input)
             info = self.call_info(tool, outcome.input)

@@ -154,6 +154,10 @@ class Hooks:
     def _hooks(self, event: str) -> tuple[_Hook, ...]:
         return tuple(self._commands[event]) + tuple(self._python[event])
 
+    def any(self, event: str) -> bool:
+        """Whether a hook is registered for `event` (lets callers skip the hook machinery)."""
+        return bool(self._commands[event] or self._python[event])
+
     # -- running -----------------------------------------------------------
 
     async def run_before(self, call: CallInfo) -> HookOutcome:

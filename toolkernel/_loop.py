@@ -63,6 +63,43 @@ def wait(future: concurrent.futures.Future[T], timeout: float | None = None) -> 
                 raise TimeoutError("timed out") from None
 
 
+def on_private_loop() -> bool:
+    """True when called from a coroutine running on toolkernel's private loop."""
+    return _loop is not None and _on_loop_thread(_loop)
+
+
+_local = threading.local()
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    loop = getattr(_local, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _local.loop = asyncio.new_event_loop()
+    return loop
+
+
+def local_task(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """A task on this thread's own loop, to be run by `run_here` (and cancelled by `cancel`)."""
+    return _thread_loop().create_task(coro)
+
+
+def run_here(task: asyncio.Task[T]) -> T:
+    """Run a `local_task` to the end on this thread's own loop (no thread hand-off).
+
+    For work bound to nothing on the private loop. Each thread keeps one
+    loop, so repeated calls (a `tools` builtin in a shell loop) stay cheap.
+    """
+    return task.get_loop().run_until_complete(task)
+
+
+def cancel(work: "asyncio.Task[Any] | concurrent.futures.Future[Any]") -> None:
+    """Cancel running work from any thread."""
+    if isinstance(work, asyncio.Task):
+        work.get_loop().call_soon_threadsafe(work.cancel)
+    else:
+        work.cancel()
+
+
 def _now() -> float:
     import time
 

@@ -164,6 +164,7 @@ class ServerPool:
             kind=_kind_of(annotations, cfg.trust_annotations),
             server=cfg.name,
             annotations=annotations,
+            loop_bound=True,
         )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal, Mapping
 
 from ._errors import CallError
+from ._loop import on_private_loop
 
 # What a call may do, from the approval layer's point of view:
 #   read     changes nothing (runs in every mode but a denial)
@@ -99,18 +100,22 @@ class Tool:
     # Input keys that hold file paths; a path outside the workspace asks.
     path_keys: tuple[str, ...] = ()
     annotations: Mapping[str, Any] = field(default_factory=dict)
+    # True when `call` must run on toolkernel's private loop because it uses
+    # connections that live there (MCP sessions, kernel clients). Other tools
+    # may run on the calling thread's own loop, which spares a thread hand-off.
+    loop_bound: bool = False
 
     @property
     def read_only(self) -> bool:
         return self.kind == "read"
 
-    @property
+    @functools.cached_property  # names are asked for on every call
     def qualified_name(self) -> str:
         if self.server is None:
             return self.name
         return f"mcp_{self.server}__{self.name}"
 
-    @property
+    @functools.cached_property
     def command(self) -> str:
         parts = ["tools"] + ([self.server] if self.server else []) + [self.name]
         return " ".join(p.replace("_", "-") for p in parts)
@@ -134,12 +139,14 @@ def tool(
     input_schema: Mapping[str, Any],
     kind: Kind = "execute",
     path_keys: tuple[str, ...] = (),
+    loop_bound: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Turn `fn(input, ctx)` (sync or async) into a `Tool`.
 
-    A sync function runs in a worker thread so a slow file or network call
-    never blocks the event loop that serves MCP servers. An exception the
-    function raises becomes an error result, not a crash.
+    On toolkernel's private loop a sync function runs in a worker thread, so a
+    slow file or network call never blocks the loop that serves MCP servers;
+    on any other thread's loop it runs in place. An exception the function
+    raises becomes an error result, not a crash.
     """
 
     def wrap(fn: Callable[..., Any]) -> Tool:
@@ -148,8 +155,10 @@ def tool(
             try:
                 if inspect.iscoroutinefunction(fn):
                     value = await fn(arguments, ctx)
-                else:
+                elif on_private_loop():
                     value = await asyncio.to_thread(fn, arguments, ctx)
+                else:
+                    value = fn(arguments, ctx)
             except CallError:
                 raise  # a coded failure (unavailable, connection_required...) keeps its code
             except ToolInputError as exc:
@@ -158,7 +167,8 @@ def tool(
                 return ToolResult.error(f"{type(exc).__name__}: {exc}")
             return as_result(value)
 
-        return Tool(name, description, dict(input_schema), call, kind=kind, path_keys=path_keys)
+        return Tool(name, description, dict(input_schema), call, kind=kind,
+                    path_keys=path_keys, loop_bound=loop_bound)
 
     return wrap
 

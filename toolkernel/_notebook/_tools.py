@@ -196,7 +196,7 @@ def _require_source(arguments: dict[str, Any], mode: str) -> str:
 
 # --- notebook_run ----------------------------------------------------------
 
-@tool("notebook_run", kind="execute", input_schema=RUN_SCHEMA, description=(
+@tool("notebook_run", kind="execute", loop_bound=True, input_schema=RUN_SCHEMA, description=(
     "Run code in the paired notebook's kernel, sharing its variables and imports; or run one code cell of the "
     "paired notebook by cell_id and write its outputs into the notebook. Returns stream text, the result, errors "
     "and images. Default timeout 120 s, at most 600; on timeout the kernel is interrupted."))
