@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_client import KernelManager
+from kernel_helpers import RecordingSink
 
 REPO = Path(__file__).resolve().parent.parent
 SERVERS = REPO / "tests" / "servers"
@@ -75,25 +76,8 @@ def recorded_calls(record_file: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in record_file.read_text(encoding="utf-8").splitlines() if line]
 
 
-class CollectingSink:
-    """A shell sink that keeps everything, in order, for assertions."""
-
-    def __init__(self) -> None:
-        self.out: list[str] = []
-        self.err: list[str] = []
-        self.images: list[Path] = []
-
-    def stdout(self, text: str) -> None:
-        self.out.append(text)
-
-    def stderr(self, text: str) -> None:
-        self.err.append(text)
-
-    def image(self, path: Path) -> None:
-        self.images.append(path)
-
-    def progress(self, tool, progress, total, message) -> None:
-        pass
+# The same recording sink as the kernel tests use.
+CollectingSink = RecordingSink
 
 
 def error_codes(stderr: str) -> list[str]:

@@ -57,6 +57,16 @@ def isolated_env(tmp: Path) -> dict[str, str]:
     return {"XDG_CONFIG_HOME": str(tmp / "xdg"), "TOOLKERNEL_ADMIN_CONFIG": str(tmp / "no-admin.toml")}
 
 
+# The seed's own example script, run unchanged by the shell and the kernel tests.
+SEED_SCRIPT = """\
+tools github list-pulls '{"repo":"acme/api","state":"open"}' \\
+  | jq -r '.[] | select(.draft | not) | .number' \\
+  | while read n; do
+      tools github get-pull "repo=acme/api" "number=$n" | jq -c '{number, title, mergeable}'
+    done
+"""
+
+
 @dataclass
 class RecordingSink:
     """A `Sink` that keeps everything a run sends to the cell."""

@@ -7,6 +7,7 @@ import pytest
 from IPython.core.error import UsageError
 
 from toolkernel._answers import answer_message, manage
+from kernel_helpers import RecordingSink
 from toolkernel._session import Session
 
 CONFIG = f"""
@@ -19,23 +20,6 @@ allow = ["notebook_run"]
 """
 
 
-class Sink:
-    def __init__(self):
-        self.out, self.err = [], []
-
-    def stdout(self, text):
-        self.out.append(text)
-
-    def stderr(self, text):
-        self.err.append(text)
-
-    def image(self, path):
-        pass
-
-    def progress(self, *args):
-        pass
-
-
 @pytest.fixture
 def session(tmp_path):
     (tmp_path / "toolkernel.toml").write_text(CONFIG)
@@ -45,7 +29,7 @@ def session(tmp_path):
 
 
 def run(session, script):
-    sink = Sink()
+    sink = RecordingSink()
     result = session.run_script(script, sink)
     return result, "".join(sink.out), "".join(sink.err)
 

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from kernel_helpers import RecordingSink
 from toolkernel._session import Session
 
 SERVER = f"""
@@ -12,23 +13,6 @@ SERVER = f"""
 command = {sys.executable!r}
 args = ["-m", "toolkernel.demo_server"]
 """
-
-
-class Sink:
-    def __init__(self):
-        self.err = []
-
-    def stdout(self, text):
-        pass
-
-    def stderr(self, text):
-        self.err.append(text)
-
-    def image(self, path):
-        pass
-
-    def progress(self, *args):
-        pass
 
 
 @pytest.fixture
@@ -44,7 +28,7 @@ def project(tmp_path, monkeypatch):
 
 
 def run(session, script):
-    sink = Sink()
+    sink = RecordingSink()
     result = session.run_script(script, sink)
     return result, "".join(sink.err)
 

@@ -14,18 +14,12 @@ from pathlib import Path
 import pytest
 
 from kernel_helpers import (
+    SEED_SCRIPT,
     FIXTURE_ALLOW, Kernel, error_lines, fixture_toml, github_toml, isolated_env, policy_toml, write_config,
 )
 
 pytestmark = pytest.mark.timeout(300)
 
-SEED_SCRIPT = """\
-tools github list-pulls '{"repo":"acme/api","state":"open"}' \\
-  | jq -r '.[] | select(.draft | not) | .number' \\
-  | while read n; do
-      tools github get-pull "repo=acme/api" "number=$n" | jq -c '{number, title, mergeable}'
-    done
-"""
 
 SEED_LINES = [
     '{"number":101,"title":"Add rate limiting to /search","mergeable":true}',

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kernel_helpers import (
+    SEED_SCRIPT,
     FIXTURE_ALLOW, RecordingSink, error_lines, fixture_toml, github_toml, isolated_env, policy_toml,
     server_toml, write_config,
 )
@@ -18,13 +19,6 @@ from toolkernel._session import Session
 
 pytestmark = pytest.mark.timeout(240)
 
-SEED_SCRIPT = """\
-tools github list-pulls '{"repo":"acme/api","state":"open"}' \\
-  | jq -r '.[] | select(.draft | not) | .number' \\
-  | while read n; do
-      tools github get-pull "repo=acme/api" "number=$n" | jq -c '{number, title, mergeable}'
-    done
-"""
 
 ECHO_SCHEMA = {
     "type": "object",
