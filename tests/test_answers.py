@@ -90,3 +90,12 @@ def test_pair_then_run_code_in_the_paired_kernel(session, tmp_path):
         assert manage(session, ["unpair"]) == "unpaired"
     result, _, err = run(session, "tools notebook-run code=1")
     assert result.exit_code == 1 and '"connection_required"' in err
+
+
+def test_a_one_off_approval_does_not_start_a_script_that_makes_the_call_twice(session):
+    run(session, DELETE)
+    manage(session, ["approve"])
+    result, out, err = run(session, f"echo first\n{DELETE}\n{DELETE}")
+    assert out == "" and "makes this exact call twice" in err
+    assert result.report["tools"]["stopped"]["before_start"] is True
+    assert run(session, DELETE)[0].exit_code == 0  # the approval was not spent

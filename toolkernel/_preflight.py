@@ -17,14 +17,21 @@ from ._shell import ShellResult
 
 async def preflight(script: str, command: ToolsCommand) -> ShellResult | None:
     """None when the script may start; otherwise the result of a script that did not start."""
+    spent: set[str] = set()  # a one-off approval covers one call: the same call twice asks
     for argv in _literal_tools_calls(script):
         info = await _resolve(argv, command)
         if info is None:
             continue
         decision = command.dispatcher.decide(info)
+        if decision.action != "ask":
+            continue
         key = canonical_call_key(info.qualified_name, info.input)
-        if decision.action == "ask" and not command.dispatcher.env.approvals.has_once(key):
-            return _not_started(command, info, decision.reason)
+        if key in spent or not command.dispatcher.env.approvals.has_once(key):
+            reason = decision.reason if key not in spent else (
+                "the script makes this exact call twice and a one-off approval covers one;"
+                " approve it --always or make it once")
+            return _not_started(command, info, reason)
+        spent.add(key)
     return None
 
 
