@@ -99,3 +99,62 @@ def test_a_one_off_approval_does_not_start_a_script_that_makes_the_call_twice(se
     assert out == "" and "makes this exact call twice" in err
     assert result.report["tools"]["stopped"]["before_start"] is True
     assert run(session, DELETE)[0].exit_code == 0  # the approval was not spent
+
+
+def test_asking_inline_before_the_start_then_running(session):
+    from toolkernel._answers import run_asking
+
+    questions = []
+
+    def ask(prompt):
+        questions.append(prompt)
+        return "o"
+
+    sink = RecordingSink()
+    result = run_asking(session, f"echo start\n{DELETE}", sink, ask)
+    assert result.exit_code == 0 and result.report is None
+    assert len(questions) == 1 and "needs your approval" in questions[0]
+    assert "start\ndeleted branch fix-x" in "".join(sink.out)
+    assert run(session, DELETE)[0].report["tools"]["stopped"]["reason"] == "needs_approval"
+
+
+def test_asking_inline_denied_or_headless_keeps_the_report(session):
+    from toolkernel._answers import run_asking
+
+    denied = run_asking(session, DELETE, RecordingSink(), lambda prompt: "d")
+    assert denied.report["tools"]["stopped"]["before_start"] is True
+    headless = run_asking(session, DELETE, RecordingSink(), None)
+    assert headless.report["tools"]["stopped"]["before_start"] is True
+
+
+def test_a_kernel_that_allows_stdin_asks_inline_and_then_runs(tmp_path):
+    import os
+
+    from jupyter_client.manager import start_new_kernel
+    from kernel_helpers import isolated_env
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "toolkernel.toml").write_text(CONFIG)
+    env = {**os.environ, **isolated_env(tmp_path)}
+    km, kc = start_new_kernel(kernel_name="python3", cwd=str(work), env=env)
+    try:
+        prompts, out = [], []
+
+        def answer(msg):
+            prompts.append(msg["content"]["prompt"])
+            kc.input("o")
+
+        def collect(msg):
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+
+        kc.execute_interactive("%load_ext toolkernel", timeout=120)
+        reply = kc.execute_interactive(f"%%tools\n{DELETE}", allow_stdin=True, stdin_hook=answer,
+                                       output_hook=collect, timeout=120)
+        assert reply["content"]["status"] == "ok", out
+        assert len(prompts) == 1 and "delete-branch" in prompts[0]
+        assert "deleted branch fix-x" in "".join(out)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)

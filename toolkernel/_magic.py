@@ -92,8 +92,11 @@ class ToolsMagics(Magics):
         return self._cell(cell, args)
 
     def _cell(self, script: str, args) -> None:
+        from ._answers import run_asking
+
+        ask = input if _stdin_allowed(self.shell) else None
         try:
-            result = self.session.run_script(script, IPythonSink(), read_only=args.read_only)
+            result = run_asking(self.session, script, IPythonSink(), ask, read_only=args.read_only)
         except ConfigError as exc:
             raise ScriptFailed(f"configuration error: {exc}") from None
         if result.report is not None:
@@ -126,6 +129,14 @@ class ToolsMagics(Magics):
             print(value, end="")
             return None
         return value
+
+
+def _stdin_allowed(shell) -> bool:
+    """Whether a person can answer `input()` now (never in headless runs)."""
+    kernel = getattr(shell, "kernel", None)
+    if kernel is not None:
+        return bool(getattr(kernel, "_allow_stdin", False))
+    return sys.stdin is not None and sys.stdin.isatty()
 
 
 def _parse_output(text: str) -> Any:
