@@ -1,7 +1,8 @@
 """The `tools` builtin: argv and stdin in, stdout, stderr and an exit code out.
 
-Bashkit calls it on a worker thread; each invocation makes one trip to
-toolkernel's private loop, where the whole command is handled.
+Bashkit calls it on the script's thread. A command that needs the MCP pool
+or a paired kernel makes one trip to toolkernel's private loop; a call of
+any other tool is handled on the script thread's own loop.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class ToolsCommand:
         # Bashkit drops a cancelled script's buffered output, so the error of the call
         # that stopped the script must reach the cell by this side door.
         self.on_stop_stderr: Callable[[str], None] = lambda text: None
-        self._inflight: concurrent.futures.Future | None = None
+        self._inflight: concurrent.futures.Future | asyncio.Task | None = None
         self.interrupted = False
 
     # -- the Bashkit callback (worker thread) -------------------------------
@@ -100,7 +101,7 @@ class ToolsCommand:
         if inflight is not None:
             _loop.cancel(inflight)
 
-    # -- the command (private loop) -----------------------------------------
+    # -- the command (on the private loop, or this thread's own) ---------------
 
     async def handle(self, argv: list[str], stdin: str | None, command: Command | None = None) -> Outcome:
         try:
