@@ -92,6 +92,15 @@ def run_here(task: asyncio.Task[T]) -> T:
     return task.get_loop().run_until_complete(task)
 
 
+def close_here() -> None:
+    """Close this thread's own loop, if it has one (a thread that ends calls this)."""
+    loop = getattr(_local, "loop", None)
+    if loop is not None and not loop.is_closed():
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+    _local.loop = None
+
+
 def cancel(work: "asyncio.Task[Any] | concurrent.futures.Future[Any]") -> None:
     """Cancel running work from any thread."""
     if isinstance(work, asyncio.Task):

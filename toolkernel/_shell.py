@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from . import _loop
 from ._builtin import INTERRUPTED_EXIT, ToolsCommand
 from ._guard import STATE_DIR
 from ._outputs import OutputLimiter
@@ -92,6 +93,8 @@ def _start(bash, script: str, on_output) -> concurrent.futures.Future:
             future.set_result(bash.execute_sync(script, on_output=on_output))
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             future.set_exception(exc)
+        finally:
+            _loop.close_here()  # the `tools` calls of this run used this thread's loop
 
     threading.Thread(target=run, name="toolkernel-script", daemon=True).start()
     return future
