@@ -67,6 +67,8 @@ def test_deny_forgets_the_pending_call(session):
 def test_bad_arguments_are_usage_errors(session):
     with pytest.raises(UsageError, match="usage: %tools approve"):
         manage(session, ["approve", "--sometimes"])
+    with pytest.raises(UsageError, match="name exactly one notebook"):
+        manage(session, ["pair", "--kernel", "python3"])
 
 
 def test_the_comm_answer_names_the_call(session):

@@ -8,7 +8,6 @@ fresh temporary folder whose toolkernel.toml points at
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import tempfile
 from pathlib import Path

@@ -118,13 +118,6 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("approve", add_help=False).add_argument("--always", action="store_true")
     sub.add_parser("deny", add_help=False)
     sub.add_parser("approvals", add_help=False).add_argument("--revoke", metavar="RULE_OR_NUMBER")
-    pair = sub.add_parser("pair", add_help=False)
-    pair.add_argument("notebook")
-    how = pair.add_mutually_exclusive_group()
-    how.add_argument("--kernel", metavar="NAME")
-    how.add_argument("--existing", metavar="CONNECTION_FILE")
-    how.add_argument("--server", metavar="URL")
-    pair.add_argument("--token")
     sub.add_parser("unpair", add_help=False)
     return parser
 
@@ -132,6 +125,8 @@ def _parser() -> argparse.ArgumentParser:
 def manage(session, argv: list[str]) -> str:
     from IPython.core.error import UsageError
 
+    if argv[:1] == ["pair"]:
+        return _pair(session, argv[1:])
     try:
         args = _parser().parse_args(argv)
     except (argparse.ArgumentError, SystemExit) as exc:
@@ -149,13 +144,22 @@ def _apply(session, args: argparse.Namespace) -> str:
         return deny(session)
     if args.what == "approvals":
         return list_approvals(session, revoke=args.revoke)
-    from ._notebook import pair, unpair
+    from ._notebook import unpair
 
-    if args.what == "unpair":
-        _loop.run(unpair(session.state))
-        return "unpaired"
-    pairing = _loop.run(pair(session.state, session.workdir, args.notebook, kernel=args.kernel,
-                             existing=args.existing, server=args.server, token=args.token))
+    _loop.run(unpair(session.state))
+    return "unpaired"
+
+
+def _pair(session, argv: list[str]) -> str:
+    from IPython.core.error import UsageError
+
+    from ._errors import CallError
+    from ._notebook import pair, parse_pairing_args
+
+    try:
+        pairing = _loop.run(pair(session.state, session.workdir, **parse_pairing_args(argv)))
+    except CallError as exc:
+        raise UsageError(f"%tools pair: {exc.message}") from None
     return f"paired: {pairing.describe()}"
 
 
