@@ -160,3 +160,15 @@ def test_a_kernel_that_allows_stdin_asks_inline_and_then_runs(tmp_path):
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def test_python_api_help_is_text_and_errors_keep_their_class(session, monkeypatch):
+    import toolkernel
+
+    monkeypatch.setattr(toolkernel, "_default_session", session)
+    assert "list-pulls" in toolkernel.call("github", "--help")
+    with pytest.raises(toolkernel.UnknownCommand, match="did you mean github"):
+        toolkernel.call("githb", "--help")
+    with pytest.raises(toolkernel.InvalidInput, match="number"):
+        toolkernel.call("github", "get-pull", repo="acme/api", number="x")
+    assert toolkernel.call("github", "get-pull", repo="acme/api", number=101)["number"] == 101

@@ -107,11 +107,12 @@ class ToolsCommand:
         try:
             if command is None:
                 command = split_command(argv, self.catalog.is_server, self.catalog.split_qualified)
-            return await self._dispatch(command, stdin)
+            return await self.run_command(command, stdin)
         except CallError as exc:
             return _failure(exc)
 
-    async def _dispatch(self, command: Command, stdin: str | None) -> Outcome:
+    async def run_command(self, command: Command, stdin: str | None) -> Outcome:
+        """One parsed command; a failure is raised as its `CallError`."""
         if command.action == "help":
             await self.catalog.load_listed()
             return Outcome(_help.top_help(self.catalog))

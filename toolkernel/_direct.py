@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from . import _loop
 from ._cli import parse_input, split_command
-from ._errors import ToolFailed, UnknownCommand
+from ._errors import ToolFailed
 from ._render import render
 from ._session import Session
 
@@ -21,10 +21,7 @@ async def _call(session: Session, argv: list[str], base: dict[str, Any] | None,
     catalog = command.catalog
     parsed = split_command(argv, catalog.is_server, catalog.split_qualified)
     if parsed.action != "call":
-        outcome = await command.handle(argv, None)
-        if outcome.exit_code:
-            raise _error_from(outcome.stderr)
-        return _Text(outcome.stdout)
+        return _Text((await command.run_command(parsed, None)).stdout)
     tool = await catalog.find_tool(parsed.server, parsed.tool)
     arguments = {**(base or {}), **parse_input(parsed.args, tool.input_schema, None)}
     result = await command.dispatcher.call(tool, arguments, command.run)
@@ -38,19 +35,6 @@ async def _call(session: Session, argv: list[str], base: dict[str, Any] | None,
 
 class _Text(str):
     """Help text: printed by the line magic, not returned as a value."""
-
-
-def _error_from(stderr: str):
-    import json
-
-    from ._errors import ERROR_CODES
-
-    try:
-        error = json.loads(stderr.strip().splitlines()[-1])["error"]
-    except (ValueError, KeyError, IndexError):
-        return UnknownCommand(stderr.strip())
-    cls = ERROR_CODES.get(error.get("code"), UnknownCommand)
-    return cls(error.get("message", ""), retryable=error.get("retryable"))
 
 
 def call_argv(session: Session, argv: list[str], base: dict[str, Any] | None = None,
