@@ -66,29 +66,33 @@ def measure(ctx: ToolContext, client: BlockingKernelClient, rounds: int) -> tupl
     return bare_times, tool_times
 
 
-def bench_kernel(workdir: Path, rounds: int):
+def measure_paired(workdir: Path, rounds: int, bare_client_for, **how):
+    """Pair `bench.ipynb` as `how` says, measure against a bare client on the same kernel, unpair."""
     ctx = ToolContext(workdir, state={})
-    pairing = run(pair(ctx.state, workdir, "bench.ipynb", kernel="python3"), timeout=120)
-    client = bare_client(info=pairing.connection.client.get_connection_info())
+    pairing = run(pair(ctx.state, workdir, "bench.ipynb", **how), timeout=120)
     try:
-        return measure(ctx, client, rounds)
+        client = bare_client_for(pairing)
+        try:
+            return measure(ctx, client, rounds)
+        finally:
+            client.stop_channels()
     finally:
-        client.stop_channels()
         run(unpair(ctx.state), timeout=60)
+
+
+def bench_kernel(workdir: Path, rounds: int):
+    return measure_paired(workdir, rounds,
+                          lambda p: bare_client(info=p.connection.client.get_connection_info()),
+                          kernel="python3")
 
 
 def bench_existing(workdir: Path, rounds: int):
     manager = KernelManager(kernel_name="python3")
     manager.start_kernel()
-    ctx = ToolContext(workdir, state={})
     try:
-        run(pair(ctx.state, workdir, "bench.ipynb", existing=manager.connection_file), timeout=120)
-        client = bare_client(connection_file=manager.connection_file)
-        try:
-            return measure(ctx, client, rounds)
-        finally:
-            client.stop_channels()
-            run(unpair(ctx.state), timeout=60)
+        return measure_paired(workdir, rounds,
+                              lambda p: bare_client(connection_file=manager.connection_file),
+                              existing=manager.connection_file)
     finally:
         manager.shutdown_kernel(now=True)
         manager.cleanup_resources()
@@ -104,17 +108,12 @@ def bench_server(workdir: Path, rounds: int):
          "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0", f"--IdentityProvider.token={TOKEN}",
          f"--ServerApp.root_dir={workdir}"], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
-    ctx = ToolContext(workdir, state={})
     try:
         _wait_for(url)
-        pairing = run(pair(ctx.state, workdir, "bench.ipynb", server=url, token=TOKEN, kernel="python3"),
-                      timeout=120)
-        client = bare_client(connection_file=str(runtime / f"kernel-{pairing.connection.kernel_id}.json"))
-        try:
-            return measure(ctx, client, rounds)
-        finally:
-            client.stop_channels()
-            run(unpair(ctx.state), timeout=60)
+        return measure_paired(
+            workdir, rounds,
+            lambda p: bare_client(connection_file=str(runtime / f"kernel-{p.connection.kernel_id}.json")),
+            server=url, token=TOKEN, kernel="python3")
     finally:
         server.terminate()
         server.wait(timeout=60)

@@ -67,11 +67,11 @@ def project_dir() -> Path:
 
 def timed_script(session: Session, script: str) -> float:
     """Seconds to run `script` to the end, with a fresh `tools` command and no call limit."""
-    prepared = _loop.run(session.prepare())
-    prepared.run.limit = 10**9
-    bash = new_bash(prepared.command, session.workdir)
+    command = _loop.run(session.prepare())
+    command.run.limit = 10**9
+    bash = new_bash(command, session.workdir)
     started = time.perf_counter()
-    result = execute(bash, prepared.command, script, NullSink(), session.workdir)
+    result = execute(bash, command, script, NullSink(), session.workdir)
     elapsed = time.perf_counter() - started
     if result.exit_code != 0:
         raise SystemExit(f"benchmark script exited {result.exit_code}: {result.stderr[-500:]}")
@@ -93,8 +93,8 @@ def direct_in_process(session: Session, calls: int) -> float:
 
 def direct_mcp(session: Session, calls: int) -> float:
     """The same MCP tool through toolkernel's pool, without the shell and the dispatcher."""
-    prepared = _loop.run(session.prepare())
-    pull = _loop.run(prepared.command.catalog.find_tool("github", "get_pull"))
+    command = _loop.run(session.prepare())
+    pull = _loop.run(command.catalog.find_tool("github", "get_pull"))
     ctx = ToolContext(workdir=session.workdir, settings={}, state={}, progress=lambda *a: None)
     started = time.perf_counter()
     for _ in range(calls):

@@ -335,7 +335,7 @@ def test_runtime_call_that_needs_approval_stops_the_loop(session):
 
 
 def test_a_call_after_a_stop_is_stopped(session):
-    command = _loop.run(session.prepare()).command
+    command = _loop.run(session.prepare())
     first = command.handle_sync(["github", "delete-branch", "branch=wip-auth"], None)
     assert json.loads(first.stderr)["error"]["code"] == "needs_approval"
     second = command.handle_sync(["github", "list-pulls", "repo=acme/api"], None)
@@ -344,7 +344,7 @@ def test_a_call_after_a_stop_is_stopped(session):
 
 
 def test_a_call_after_an_interrupt_is_stopped(session):
-    command = _loop.run(session.prepare()).command
+    command = _loop.run(session.prepare())
     command.interrupt()
     outcome = command.handle_sync(["github", "list-pulls", "repo=acme/api"], None)
     assert outcome.exit_code == 1 and outcome.stdout == ""

@@ -16,6 +16,8 @@ from ._approvals import rule_for
 from ._policy import CallInfo, canonical_call_key
 
 COMM_TARGET = "toolkernel.approval"
+# The `%tools` words that answer or pair rather than call a tool.
+SUBCOMMANDS = ("approve", "deny", "approvals", "pair", "unpair")
 
 
 class AnswerError(Exception):

@@ -17,7 +17,7 @@ from ._session import Session
 
 async def _call(session: Session, argv: list[str], base: dict[str, Any] | None,
                 on_image: Callable[[Any], None]) -> Any:
-    command = (await session.prepare()).command
+    command = await session.prepare()
     catalog = command.catalog
     parsed = split_command(argv, catalog.is_server, catalog.split_qualified)
     if parsed.action != "call":

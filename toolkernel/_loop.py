@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from typing import Any, Coroutine, TypeVar
 
 T = TypeVar("T")
@@ -53,13 +54,13 @@ def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
 
 
 def wait(future: concurrent.futures.Future[T], timeout: float | None = None) -> T:
-    deadline = None if timeout is None else _now() + timeout
+    deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        slice_ = 0.1 if deadline is None else max(0.0, min(0.1, deadline - _now()))
+        slice_ = 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
         try:
             return future.result(timeout=slice_)
         except concurrent.futures.TimeoutError:
-            if deadline is not None and _now() >= deadline:
+            if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError("timed out") from None
 
 
@@ -107,12 +108,6 @@ def cancel(work: "asyncio.Task[Any] | concurrent.futures.Future[Any]") -> None:
         work.get_loop().call_soon_threadsafe(work.cancel)
     else:
         work.cancel()
-
-
-def _now() -> float:
-    import time
-
-    return time.monotonic()
 
 
 def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:

@@ -23,9 +23,6 @@ from . import _report
 from ._cli_sink import PrintSink
 from ._errors import CallError, ConfigError
 
-MANAGEMENT = {"approve", "deny", "approvals", "pair", "unpair"}
-
-
 class ScriptFailed(Exception):
     """A `%%tools` cell whose script exited non-zero: stops "Run All"."""
 
@@ -116,7 +113,7 @@ class ToolsMagics(Magics):
         from . import _answers
         from ._direct import call_argv, is_help_text
 
-        if argv and argv[0] in MANAGEMENT:
+        if argv and argv[0] in _answers.SUBCOMMANDS:
             print(_answers.manage(self.session, argv))
             return None
         try:

@@ -9,7 +9,6 @@ and call record.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +29,6 @@ from ._tool import Tool
 from ._tools import own_tools
 
 
-@dataclass
-class Prepared:
-    config: Config
-    command: ToolsCommand
-
-    @property
-    def run(self) -> Run:
-        return self.command.run
-
-
 class Session:
     def __init__(self, workdir: str | Path | None = None) -> None:
         self.workdir = Path(workdir or os.getcwd()).resolve()
@@ -52,7 +41,7 @@ class Session:
 
     # -- per run --------------------------------------------------------------
 
-    async def prepare(self) -> Prepared:
+    async def prepare(self) -> ToolsCommand:
         """Read the config and wire a fresh `tools` command. Raises ConfigError."""
         config = load_config(self.workdir)
         await self.pool.retire(set(config.servers))
@@ -68,8 +57,7 @@ class Session:
         )
         tools = [*own_tools(), *notebook_tools(), *self.extra_tools]
         catalog = Catalog(config.servers.values(), tools, self.pool)
-        command = ToolsCommand(catalog, Dispatcher(env), Run(), self.workdir)
-        return Prepared(config, command)
+        return ToolsCommand(catalog, Dispatcher(env), Run(), self.workdir)
 
     def _hooks_for(self, config: Config) -> Hooks:
         self.hooks.clear_command_hooks()
@@ -79,20 +67,23 @@ class Session:
         return self.hooks
 
     def run_script(self, script: str, sink: Sink, *, read_only: bool = False) -> ShellResult:
-        prepared = _loop.run(self.prepare())
-        stopped = _loop.run(preflight(script, prepared.command))
+        command, stopped = _loop.run(self._prepare_and_check(script))
         if stopped is not None:
             sink.stderr(stopped.stderr)
             return stopped
-        bash = new_bash(prepared.command, self.workdir, read_only=read_only)
+        bash = new_bash(command, self.workdir, read_only=read_only)
         guard = ConfigGuard(self.workdir)
-        result = execute(bash, prepared.command, script, sink, self.workdir)
+        result = execute(bash, command, script, sink, self.workdir)
         for message in guard.undo_changes():
             sink.stderr(message)
             result.stderr += message
-        if prepared.run.needs_report(result.exit_code):
-            result.report = prepared.run.report(result.exit_code)
+        if command.run.needs_report(result.exit_code):
+            result.report = command.run.report(result.exit_code)
         return result
+
+    async def _prepare_and_check(self, script: str) -> tuple[ToolsCommand, ShellResult | None]:
+        command = await self.prepare()
+        return command, await preflight(script, command)
 
     def start_eager(self) -> None:
         """Start eager servers in the background; errors show up when they are used."""
