@@ -68,7 +68,6 @@ class ServerPool:
         self.connect_timeout = connect_timeout
         self._connections: dict[str, _Connection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._counts: dict[str, int] = {}
         self._errors: dict[str, CallError] = {}
 
     async def tools(self, cfg: ServerConfig) -> list[Tool]:
@@ -81,7 +80,8 @@ class ServerPool:
         return conn is not None and conn.usable
 
     def tool_count(self, name: str) -> int | None:
-        return self._counts.get(name)
+        conn = self._connections.get(name)
+        return None if conn is None else len(conn.tools)
 
     def last_error(self, name: str) -> CallError | None:
         """Why the last attempt to connect `name` failed; None once it succeeds."""
@@ -98,9 +98,6 @@ class ServerPool:
         for name in list(self._errors):
             if name not in keep:
                 del self._errors[name]
-        for name in list(self._counts):
-            if name not in keep:
-                del self._counts[name]
 
     async def close(self) -> None:
         await self.retire(set())
@@ -124,7 +121,6 @@ class ServerPool:
             if conn is not None and conn.usable and conn.cfg == cfg:
                 if conn.stale:
                     await conn.relist()
-                    self._counts[cfg.name] = len(conn.tools)
                 return conn  # also when another caller connected it while we waited
             if conn is not None:
                 del self._connections[cfg.name]
@@ -136,7 +132,6 @@ class ServerPool:
                 raise
             self._errors.pop(cfg.name, None)
             self._connections[cfg.name] = conn
-            self._counts[cfg.name] = len(conn.tools)
             return conn
 
     async def _for_call(self, cfg: ServerConfig) -> _Connection:
