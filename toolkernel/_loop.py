@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import queue
 import threading
 import time
 from typing import Any, Coroutine, TypeVar
@@ -54,12 +55,17 @@ def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
 
 
 def wait(future: concurrent.futures.Future[T], timeout: float | None = None) -> T:
+    # The wait happens in SimpleQueue's C code, not in the future's Python Condition:
+    # a KeyboardInterrupt landing inside `with condition:` can leave that lock held
+    # (a known CPython race), and the loop thread would then hang setting the result.
+    done: queue.SimpleQueue = queue.SimpleQueue()
+    future.add_done_callback(done.put)
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         slice_ = 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
         try:
-            return future.result(timeout=slice_)
-        except concurrent.futures.TimeoutError:
+            return done.get(timeout=slice_).result()
+        except queue.Empty:
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError("timed out") from None
 

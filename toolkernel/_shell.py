@@ -57,7 +57,9 @@ def new_bash(command: ToolsCommand, workdir: Path, *, read_only: bool = False):
 
 def execute(bash, command: ToolsCommand, script: str, sink: Sink, workdir: Path) -> ShellResult:
     """Run `script` to the end (or to an interrupt) and stream what it prints."""
-    events: queue.Queue = queue.Queue()
+    # SimpleQueue waits in C: an interrupt landing in `queue.Queue.get` can leave its
+    # Python lock held (the `with`-statement race of CPython), hanging the kernel for good.
+    events: queue.SimpleQueue = queue.SimpleQueue()
     command.on_image = lambda path: events.put(("image", path))
     command.run.on_progress = lambda *args: events.put(("progress", args))
     command.run.on_stop = bash.cancel
@@ -107,15 +109,15 @@ class _Pump:
         self.stderr: list[str] = []
         self.images: list[Path] = []
 
-    def until_done(self, events: queue.Queue, future) -> None:
+    def until_done(self, events: queue.SimpleQueue, future) -> None:
         while not (future.done() and events.empty()):
             self._next(events, timeout=0.05)
 
-    def drain(self, events: queue.Queue, deadline: float, future) -> None:
+    def drain(self, events: queue.SimpleQueue, deadline: float, future) -> None:
         while time.monotonic() < deadline and not (future.done() and events.empty()):
             self._next(events, timeout=0.05)
 
-    def _next(self, events: queue.Queue, timeout: float) -> None:
+    def _next(self, events: queue.SimpleQueue, timeout: float) -> None:
         try:
             kind, payload = events.get(timeout=timeout)
         except queue.Empty:
