@@ -29,7 +29,8 @@ from pathlib import Path
 
 from toolkernel import _loop, tool
 from toolkernel._session import Session
-from toolkernel._shell import execute, new_bash
+from toolkernel._bashkit import BashkitRunner
+from toolkernel._shell import ScriptEvents, execute
 from toolkernel._tool import ToolContext
 
 IN_PROCESS_TARGET_US = 100.0
@@ -67,11 +68,11 @@ def project_dir() -> Path:
 
 def timed_script(session: Session, script: str) -> float:
     """Seconds to run `script` to the end, with a fresh `tools` command and no call limit."""
-    command = _loop.run(session.prepare())
+    events = ScriptEvents()
+    command = _loop.run(session.prepare(events))
     command.run.limit = 10**9
-    bash = new_bash(command, session.workdir)
     started = time.perf_counter()
-    result = execute(bash, command, script, NullSink(), session.workdir)
+    result = execute(BashkitRunner(), command, script, events, NullSink())
     elapsed = time.perf_counter() - started
     if result.exit_code != 0:
         raise SystemExit(f"benchmark script exited {result.exit_code}: {result.stderr[-500:]}")

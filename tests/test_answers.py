@@ -104,8 +104,6 @@ def test_a_one_off_approval_does_not_start_a_script_that_makes_the_call_twice(se
 
 
 def test_asking_inline_before_the_start_then_running(session):
-    from toolkernel._answers import run_asking
-
     questions = []
 
     def ask(prompt):
@@ -113,7 +111,7 @@ def test_asking_inline_before_the_start_then_running(session):
         return "o"
 
     sink = RecordingSink()
-    result = run_asking(session, f"echo start\n{DELETE}", sink, ask)
+    result = session.run_script(f"echo start\n{DELETE}", sink, ask=ask)
     assert result.exit_code == 0 and result.report is None
     assert len(questions) == 1 and "needs your approval" in questions[0]
     assert "start\ndeleted branch fix-x" in "".join(sink.out)
@@ -121,11 +119,9 @@ def test_asking_inline_before_the_start_then_running(session):
 
 
 def test_asking_inline_denied_or_headless_keeps_the_report(session):
-    from toolkernel._answers import run_asking
-
-    denied = run_asking(session, DELETE, RecordingSink(), lambda prompt: "d")
+    denied = session.run_script(DELETE, RecordingSink(), ask=lambda prompt: "d")
     assert denied.report["tools"]["stopped"]["before_start"] is True
-    headless = run_asking(session, DELETE, RecordingSink(), None)
+    headless = session.run_script(DELETE, RecordingSink())
     assert headless.report["tools"]["stopped"]["before_start"] is True
 
 

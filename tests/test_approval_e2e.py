@@ -70,6 +70,7 @@ echo after
 """))
     report = assert_failed_with_report(cell)
     assert report == {
+        "version": 1,
         "exit_code": 1,
         "success": False,
         "tools": {
@@ -116,6 +117,7 @@ echo written > after.txt
 """))
     report = assert_failed_with_report(cell)
     assert report == {
+        "version": 1,
         "exit_code": 1,
         "success": False,
         "tools": {
@@ -278,7 +280,7 @@ echo "exit $?"
     last_fails = kernel.run(tools_cell("tools github delete-branch branch=wip-auth\n"
                                        "tools github delete-branch branch=fix-x"))
     report = assert_failed_with_report(last_fails)
-    assert report == {"exit_code": 1, "success": False, "tools": {
+    assert report == {"version": 1, "exit_code": 1, "success": False, "tools": {
         "done": [{"tool": "tools github delete-branch", "input": {"branch": "wip-auth"}, "ok": True,
                   "result": "deleted branch wip-auth"}],
         "read_only_calls": 0}}
@@ -391,6 +393,7 @@ echo after > after.txt
 """))
     report = assert_failed_with_report(cell)
     assert report == {
+        "version": 1,
         "exit_code": 1,
         "success": False,
         "tools": {

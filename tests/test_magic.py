@@ -188,6 +188,19 @@ def test_line_magic_failure_raises_with_the_error_line(kernel):
     assert json.loads(run.error["evalue"])["error"]["code"] == "tool_error"
 
 
+def test_line_magic_failure_carries_its_error_code_like_the_python_api(kernel):
+    kernel.execute_ok(
+        "from toolkernel._magic import CallFailed\n"
+        "codes = []\n"
+        "for line in ('github get-pull repo=acme/api number=999', 'githb --help', 'github get-pull number=x'):\n"
+        "    try:\n"
+        "        get_ipython().run_line_magic('tools', line)\n"
+        "    except CallFailed as exc:\n"
+        "        codes.append(exc.code)\n"
+    )
+    assert kernel.value("codes") == ["tool_error", "unknown_command", "invalid_input"]
+
+
 # -- a plain IPython, no kernel --------------------------------------------------------------
 
 

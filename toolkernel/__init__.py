@@ -101,4 +101,8 @@ def load_ipython_extension(ipython) -> None:
 
 
 def unload_ipython_extension(ipython) -> None:
-    pass
+    global _default_session
+    from ._magic import unload
+
+    unload(_default_session)
+    _default_session = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from . import _loop
 from ._approvals import rule_for
@@ -55,60 +55,12 @@ def list_approvals(session, *, revoke: str | None = None) -> str:
 
 
 def _take_pending(session, call: Mapping[str, Any] | None) -> CallInfo:
-    pending: list[CallInfo] = session.pending
-    if not pending:
+    info = session.approvals.take_pending(call)
+    if info is not None:
+        return info
+    if call is None or not session.approvals.has_pending():
         raise AnswerError("no call is waiting for an approval")
-    index = len(pending) - 1 if call is None else _find(pending, call)
-    return pending.pop(index)
-
-
-def _find(pending: list[CallInfo], call: Mapping[str, Any]) -> int:
-    wanted = json.dumps(call.get("input", {}), sort_keys=True)
-    for i in range(len(pending) - 1, -1, -1):
-        info = pending[i]
-        if info.command == call.get("tool") and json.dumps(dict(info.input), sort_keys=True) == wanted:
-            return i
     raise AnswerError(f"no pending call matches {call.get('tool')!r}")
-
-
-# -- asking inline, before the start -------------------------------------------
-
-MAX_QUESTIONS = 10
-_ONCE, _ALWAYS = ("o", "once", "y", "yes"), ("a", "always")
-
-
-def run_asking(session, script: str, sink, ask: Callable[[str], str] | None, *, read_only: bool = False):
-    """Run `script`; while it does not start for want of an approval, ask with `ask(prompt)`.
-
-    Only before the start: nothing has run yet, so running the script again after
-    the answer repeats nothing. Without `ask` (headless), the first result stands.
-    """
-    result = session.run_script(script, sink, read_only=read_only)
-    for _ in range(MAX_QUESTIONS):
-        call = _before_start_call(result.report)
-        if ask is None or call is None or not answer_inline(session, call, ask):
-            break
-        result = session.run_script(script, sink, read_only=read_only)
-    return result
-
-
-def _before_start_call(report: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    stopped = (report or {}).get("tools", {}).get("stopped") or {}
-    if stopped.get("before_start") and stopped.get("reason") == "needs_approval":
-        return stopped["call"]
-    return None
-
-
-def answer_inline(session, call: Mapping[str, Any], ask: Callable[[str], str]) -> bool:
-    """Ask about one call; True when the person allowed it (once or always)."""
-    prompt = (f"{call['tool']} {json.dumps(call['input'])} needs your approval."
-              " Allow [o]nce, [a]lways, or [d]eny? ")
-    reply = ask(prompt).strip().lower()
-    if reply in _ONCE or reply in _ALWAYS:
-        print(approve(session, always=reply in _ALWAYS, call=call))
-        return True
-    print(deny(session, call=call))
-    return False
 
 
 # -- `%tools approve | deny | approvals | pair | unpair` -----------------------

@@ -1,4 +1,4 @@
-"""The person's answers: one-off approvals in memory, lasting ones on disk.
+"""Approvals: one-off ones in memory, lasting ones on disk, pending requests.
 
 A one-off approval covers one exact call (its tool and its input, compared by
 `canonical_call_key`) once: the re-run script can make it, and it is spent.
@@ -26,11 +26,12 @@ import os
 import stat
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
+from ._approver import Answer, ApprovalRequest, Approver
 from ._atomic import write_atomic
 from ._errors import ConfigError
-from ._policy import CallInfo, normalize_qualified_name, parse_rule
+from ._policy import CallInfo, canonical_call_key, normalize_qualified_name, parse_rule
 
 FOLDER = ".toolkernel"
 FILE_NAME = "approvals.json"
@@ -184,3 +185,70 @@ class ApprovalStore:
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+class Approvals(ApprovalStore):
+    """The one owner of a session's approvals: once-grants, lasting rules (the
+    store above), and the requests waiting for a person. The dispatcher, the
+    before-start check and the person's answers talk only to this."""
+
+    def __init__(self, project_dir: Path | str) -> None:
+        super().__init__(project_dir)
+        self._pending: list[CallInfo] = []  # oldest first; `%tools approve` answers the last
+        self._held: list[str] | None = None  # lasting rules answered during a guarded run
+
+    @contextlib.contextmanager
+    def holding_lasting_rules(self) -> Iterator[None]:
+        """Save the lasting rules a person gives during a shell run only when the block
+        ends: the run's guard undoes every change to approvals.json made meanwhile."""
+        self._held = []
+        try:
+            yield
+        finally:
+            held, self._held = self._held, None
+            for rule in held:
+                self.always_allow(rule)
+
+    async def ask(self, request: ApprovalRequest, approver: Approver) -> Answer:
+        """At the ask point: a once-grant answers first, then the approver. An answer
+        that allows is applied here (a lasting rule is saved; before the start a
+        once-grant is kept for the run's own check); "later" leaves the call pending."""
+        key = canonical_call_key(request.call.qualified_name, request.call.input)
+        if not request.before_start and self.consume_once(key):
+            return Answer.ONCE
+        answer = await approver(request)
+        if answer is Answer.ALWAYS:
+            self._save_lasting(rule_for(request.call))
+        if answer in (Answer.ONCE, Answer.ALWAYS) and request.before_start:
+            # This run's policy was read before the answer: the call itself asks once more.
+            self.grant_once(key)
+        if answer is Answer.LATER:
+            self.add_pending(request.call)
+        return answer
+
+    def _save_lasting(self, rule: str) -> None:
+        if self._held is None:
+            self.always_allow(rule)
+        else:
+            self._held.append(rule)
+
+    def add_pending(self, call: CallInfo) -> None:
+        with self._guard:
+            self._pending.append(call)
+
+    def take_pending(self, call: Mapping[str, Any] | None = None) -> CallInfo | None:
+        """The last pending call, or the last one matching {"tool", "input"}; None if none."""
+        with self._guard:
+            for index in range(len(self._pending) - 1, -1, -1):
+                if call is None or _same_call(self._pending[index], call):
+                    return self._pending.pop(index)
+        return None
+
+    def has_pending(self) -> bool:
+        with self._guard:
+            return bool(self._pending)
+
+
+def _same_call(info: CallInfo, call: Mapping[str, Any]) -> bool:
+    wanted = json.dumps(call.get("input", {}), sort_keys=True)
+    return info.command == call.get("tool") and json.dumps(dict(info.input), sort_keys=True) == wanted

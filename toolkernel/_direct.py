@@ -1,7 +1,7 @@
 """Direct calls from Python and from the `%tools` line: results as Python values.
 
-The same dispatcher as in a script, so the same checks: schema, hooks,
-policy, approvals.
+The same `ToolsCommand.call` as a `tools` line in a script, so the same
+checks (schema, hooks, policy, approvals) and the same error classes.
 """
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ from typing import Any, Callable
 
 from . import _loop
 from ._cli import parse_input, split_command
-from ._errors import ToolFailed
-from ._render import render
 from ._session import Session
 
 
@@ -23,14 +21,12 @@ async def _call(session: Session, argv: list[str], base: dict[str, Any] | None,
     if parsed.action != "call":
         return _Text((await command.run_command(parsed, None)).stdout)
     tool = await catalog.find_tool(parsed.server, parsed.tool)
-    arguments = {**(base or {}), **parse_input(parsed.args, tool.input_schema, None)}
-    result = await command.dispatcher.call(tool, arguments, command.run)
-    label = "-".join(p for p in (tool.server, tool.name) if p)
-    for path in render(result, session.workdir, label).images:
+    called = await command.call(tool, {**(base or {}), **parse_input(parsed.args, tool.input_schema, None)})
+    for path in called.images:
         on_image(session.workdir / path)
-    if result.is_error:
-        raise ToolFailed("\n".join(result.texts) or f"{tool.command} failed")
-    return result.value()
+    if called.failure is not None:
+        raise called.failure
+    return called.result.value()
 
 
 class _Text(str):
@@ -44,4 +40,3 @@ def call_argv(session: Session, argv: list[str], base: dict[str, Any] | None = N
 
 def is_help_text(value: Any) -> bool:
     return isinstance(value, _Text)
-

@@ -9,62 +9,24 @@ order:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import jsonschema
 
-from ._approvals import ApprovalStore
+from ._approvals import Approvals
+from ._approver import Answer, ApprovalRequest, Approver, stop_and_report
 from ._errors import CallError, CallLimit, Denied, InvalidInput, NeedsApproval, Stopped
 from ._hooks import HookOutcome, Hooks
-from ._policy import CallInfo, Decision, Policy, canonical_call_key, decide
+from ._policy import CallInfo, Decision, Policy, decide
+from ._run import NO_EVENTS, Run, RunEvents
 from ._tool import Tool, ToolContext, ToolResult
 from ._guard import touches_protected
 from ._tools._paths import outside_workspace
 
-CALL_LIMIT = 50
 _NO_HOOK = HookOutcome()
-NOT_REACHED = "the stopped call and everything after it; write a new script for the rest"
-
-
-@dataclass
-class Run:
-    """The calls of one shell run (or one direct call), for the report."""
-
-    limit: int = CALL_LIMIT
-    calls: int = 0
-    done: list[dict[str, Any]] = field(default_factory=list)
-    read_only_calls: int = 0
-    stopped: dict[str, Any] | None = None
-    before_start: bool = False
-    on_stop: Callable[[], None] = lambda: None
-    on_progress: Callable[[str, float, float | None, str | None], None] = lambda *a: None
-
-    def stop(self, reason: str, call: CallInfo, **extra: Any) -> None:
-        self.stopped = {"reason": reason, **extra, "call": {"tool": call.command, "input": dict(call.input)}}
-        self.on_stop()
-
-    def record(self, tool: Tool, arguments: Mapping[str, Any], result: ToolResult) -> None:
-        if tool.read_only:
-            self.read_only_calls += 1
-            return
-        value = result.value() if not result.images else {"images": len(result.images), "value": result.value()}
-        self.done.append({"tool": tool.command, "input": dict(arguments), "ok": not result.is_error, "result": value})
-
-    def record_failure(self, tool: Tool, arguments: Mapping[str, Any], error: CallError) -> None:
-        if not tool.read_only:
-            self.done.append({"tool": tool.command, "input": dict(arguments), "ok": False, "error": error.to_json()["error"]})
-
-    def needs_report(self, exit_code: int) -> bool:
-        return self.stopped is not None or (exit_code != 0 and bool(self.done))
-
-    def report(self, exit_code: int) -> dict[str, Any]:
-        tools: dict[str, Any] = {"done": self.done, "read_only_calls": self.read_only_calls}
-        if self.stopped is not None:
-            tools["stopped"] = {**self.stopped, **({"before_start": True} if self.before_start else {})}
-            tools["not_reached"] = NOT_REACHED
-        return {"exit_code": exit_code, "success": exit_code == 0 and self.stopped is None, "tools": tools}
+_ALLOWS = (Answer.ONCE, Answer.ALWAYS)
 
 
 @dataclass
@@ -73,11 +35,11 @@ class CallEnv:
 
     workdir: Path
     policy: Policy  # includes the lasting "always allow" rules
-    approvals: ApprovalStore
+    approvals: Approvals
     hooks: Hooks
     settings: Mapping[str, Any]
     state: dict[str, Any]
-    pending: list[CallInfo]  # calls that asked a person; `%tools approve` answers the last
+    approver: Approver = stop_and_report  # who answers at the ask point
 
 
 class Dispatcher:
@@ -95,24 +57,25 @@ class Dispatcher:
             protected=touches_protected(tool, arguments, self.env.workdir),
         )
 
-    async def call(self, tool: Tool, arguments: dict[str, Any], run: Run) -> ToolResult:
+    async def call(self, tool: Tool, arguments: dict[str, Any], run: Run,
+                   events: RunEvents = NO_EVENTS) -> ToolResult:
         self._count(tool, arguments, run)
         self.validate(tool, arguments)
         info = self.call_info(tool, arguments)
         info = await self._before(info, tool, run)
-        result = await self._invoke(tool, dict(info.input), run)
+        result = await self._invoke(tool, dict(info.input), run, events)
         if self.env.hooks.any("after_call"):
             result = await self.env.hooks.run_after(info, result)
-        run.record(tool, info.input, result)
+        value = result.value() if not result.images else {"images": len(result.images), "value": result.value()}
+        run.record(tool.command, info.input, read_only=tool.read_only, ok=not result.is_error, result=value)
         return result
 
     def _count(self, tool: Tool, arguments: Mapping[str, Any], run: Run) -> None:
         if run.stopped is not None:
-            raise Stopped(f"not run: an earlier call stopped the script ({run.stopped['reason']})")
+            raise Stopped(f"not run: an earlier call stopped the script ({run.stopped.reason})")
         run.calls += 1
         if run.calls > run.limit:
-            info = CallInfo(tool.qualified_name, tool.command, arguments, tool.kind)
-            run.stop("call_limit", info)
+            run.stop("call_limit", tool.command, arguments)
             raise CallLimit(f"more than {run.limit} tool calls in one shell run; the script stops here")
 
     def validate(self, tool: Tool, arguments: Mapping[str, Any]) -> None:
@@ -142,37 +105,44 @@ class Dispatcher:
         if outcome.input is not None:
             self.validate(tool, outcome.input)
             info = self.call_info(tool, outcome.input)
-        self._enforce(self.decide(info, outcome), info, run)
+        decision = self.decide(info, outcome)
+        if decision.action != "allow":  # the common case spares a coroutine
+            await self._enforce(decision, info, run)
         return info
 
     def decide(self, info: CallInfo, hook: HookOutcome | None = None) -> Decision:
         return decide(info, self.env.policy, hook)
 
-    def _enforce(self, decision: Decision, info: CallInfo, run: Run) -> None:
-        if decision.action == "allow":
-            return
+    async def _enforce(self, decision: Decision, info: CallInfo, run: Run) -> None:
         if decision.action == "deny":
             raise Denied(f"{info.command}: {decision.reason}")
-        if self.env.approvals.consume_once(canonical_call_key(info.qualified_name, info.input)):
+        answer = await self.ask(ApprovalRequest(info, decision.reason))
+        if answer in _ALLOWS:
             return
-        self.env.pending.append(info)
-        run.stop("needs_approval", info, approval="requested")
+        if answer is Answer.DENY:
+            raise Denied(f"{info.command}: a person denied this call")
+        run.stop("needs_approval", info.command, info.input, approval="requested")
         raise NeedsApproval(
             f"{info.command} needs a person's approval ({decision.reason}); it was not made,"
             " and in a script nothing after it runs. Approve with `%tools approve` (or --always),"
             " or `toolkernel.approve()`, then make the call again (in a new script for the rest)"
         )
 
-    async def _invoke(self, tool: Tool, arguments: dict[str, Any], run: Run) -> ToolResult:
+    async def ask(self, request: ApprovalRequest) -> Answer:
+        """The one ask point, at run time and before the start alike."""
+        return await self.env.approvals.ask(request, self.env.approver)
+
+    async def _invoke(self, tool: Tool, arguments: dict[str, Any], run: Run, events: RunEvents) -> ToolResult:
         ctx = ToolContext(
             workdir=self.env.workdir,
             settings=self.env.settings,
             state=self.env.state,
-            progress=lambda p, total=None, msg=None: run.on_progress(tool.command, p, total, msg),
+            progress=lambda p, total=None, msg=None: events.progress(tool.command, p, total, msg),
         )
         try:
             return await tool.call(arguments, ctx)
         except CallError as exc:
-            run.record_failure(tool, arguments, exc)
+            if not tool.read_only:
+                run.record(tool.command, arguments, read_only=False, ok=False, error=exc.to_json()["error"])
             raise
 

@@ -19,16 +19,44 @@ T = TypeVar("T")
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
+_thread: threading.Thread | None = None
 
 
 def get_loop() -> asyncio.AbstractEventLoop:
-    global _loop
+    global _loop, _thread
     with _lock:
         if _loop is None or _loop.is_closed():
             _loop = asyncio.new_event_loop()
-            thread = threading.Thread(target=_loop.run_forever, name="toolkernel-loop", daemon=True)
-            thread.start()
+            _thread = threading.Thread(target=_loop.run_forever, name="toolkernel-loop", daemon=True)
+            _thread.start()
         return _loop
+
+
+def stop(timeout: float = 10) -> None:
+    """Cancel what runs on the private loop, stop it and end its thread (the extension
+    is unloaded); the next `run()` starts a fresh one."""
+    global _loop, _thread
+    with _lock:
+        loop, thread, _loop, _thread = _loop, _thread, None, None
+    if loop is None or loop.is_closed():
+        return
+    try:
+        asyncio.run_coroutine_threadsafe(_cancel_all(), loop).result(timeout)
+    except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
+        pass  # stopped below all the same; what did not end is dropped with the loop
+    loop.call_soon_threadsafe(loop.stop)
+    if thread is not None:
+        thread.join(timeout)
+    if not loop.is_running():
+        loop.close()
+
+
+async def _cancel_all() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()
 
 
 def submit(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:

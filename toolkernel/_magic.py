@@ -31,7 +31,11 @@ class ScriptFailed(Exception):
 
 
 class CallFailed(ScriptFailed):
-    """A `%tools` line whose call failed."""
+    """A `%tools` line whose call failed; `code` is the seed's error code, as on `CallError`."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class IPythonSink(PrintSink):
@@ -62,6 +66,17 @@ def show_image(path: Path) -> None:
         sys.stderr.write(f"tools: could not show image {path}\n")
 
 
+def shell_args(magic):
+    """The options every script magic shares (`%%tools`, and `%%bash` with the `tools` shim)."""
+    for option in (
+        argument("--read-only", action="store_true", help="mount the working directory read-only"),
+        argument("--no-raise-error", action="store_true", help="do not raise when the script exits non-zero"),
+        argument("--out", metavar="VAR", help="keep the script's stdout in VAR (parsed when it is JSON)"),
+    ):
+        magic = option(magic)
+    return magic
+
+
 @magics_class
 class ToolsMagics(Magics):
     def __init__(self, shell, session: "concurrent.futures.Future") -> None:
@@ -74,9 +89,7 @@ class ToolsMagics(Magics):
         return self._session.result()
 
     @magic_arguments()
-    @argument("--out", metavar="VAR", help="keep the script's stdout in VAR (parsed when it is JSON)")
-    @argument("--no-raise-error", action="store_true", help="do not raise when the script exits non-zero")
-    @argument("--read-only", action="store_true", help="mount the working directory read-only")
+    @shell_args
     @line_cell_magic
     def tools(self, line: str, cell: str | None = None) -> Any:
         """%%tools: run the cell as a shell script where `tools` reaches every tool.
@@ -89,15 +102,13 @@ class ToolsMagics(Magics):
         return self._cell(cell, args)
 
     def _cell(self, script: str, args) -> None:
-        from ._answers import run_asking
-
         ask = input if _stdin_allowed(self.shell) else None
         try:
-            result = run_asking(self.session, script, IPythonSink(), ask, read_only=args.read_only)
+            result = self.session.run_script(script, IPythonSink(), read_only=args.read_only, ask=ask)
         except ConfigError as exc:
             raise ScriptFailed(f"configuration error: {exc}") from None
-        if result.report is not None:
-            _report.display_report(result.report)
+        if result.run_report is not None:
+            _report.display_report(result.run_report)
         if args.out:
             self.shell.user_ns[args.out] = _parse_output(result.stdout)
         if result.interrupted:
@@ -119,7 +130,7 @@ class ToolsMagics(Magics):
         try:
             value = call_argv(self.session, argv, on_image=show_image)
         except CallError as exc:
-            raise CallFailed(exc.json_line()) from None
+            raise CallFailed(exc.json_line(), exc.code) from None
         except ConfigError as exc:
             raise CallFailed(f"configuration error: {exc}") from None
         if is_help_text(value):
@@ -166,3 +177,14 @@ def load(ipython) -> "concurrent.futures.Future":
     threading.Thread(target=start, name="toolkernel-start", daemon=True).start()
     ipython.register_magics(ToolsMagics(ipython, session))
     return session
+
+
+def unload(session: "concurrent.futures.Future | Any") -> None:
+    """Close the session's servers and kernels, then stop toolkernel's private loop."""
+    from . import _loop
+
+    if isinstance(session, concurrent.futures.Future):
+        session = session.result() if session.done() and session.exception() is None else None
+    if session is not None:
+        session.close()
+    _loop.stop()

@@ -1,24 +1,32 @@
-"""Before the start: calls written out in full that need a person stop the script from starting.
+"""Before the start: calls written out in full that need a person are asked about first.
 
-This only improves the experience (nothing runs, so nothing is half done).
-It is never the guarantee: every call is checked again by the dispatcher
-when it runs, and anything this analysis cannot read literally (variables,
-loops, eval, functions, stdin input) is left to that run-time check.
+Such a call goes to the same ask point as at run time (`Dispatcher.ask`,
+with `before_start=True`): when the person allows it, the script starts and
+the call runs in it; otherwise the script does not start at all (nothing
+runs, so nothing is half done). This only improves the experience. It is
+never the guarantee: every call is checked again by the dispatcher when it
+runs, and anything the runner cannot read literally (variables, loops,
+eval, functions, stdin input) is left to that run-time check.
 """
 
 from __future__ import annotations
 
-from ._builtin import ToolsCommand
+from ._approver import Answer, ApprovalRequest
 from ._cli import parse_input, split_command
-from ._errors import CallError, NeedsApproval
+from ._command import ToolsCommand
+from ._errors import CallError, Denied, NeedsApproval
 from ._policy import CallInfo, canonical_call_key
-from ._shell import ShellResult
+
+_TWICE = ("the script makes this exact call twice and a one-off approval covers one;"
+          " approve it --always or make it once")
 
 
-async def preflight(script: str, command: ToolsCommand) -> ShellResult | None:
-    """None when the script may start; otherwise the result of a script that did not start."""
+async def preflight(literal_calls: list[list[str]], command: ToolsCommand) -> str | None:
+    """None when the script may start; otherwise the error line of a script that did not
+    start (the run's stop is recorded, with `before_start`)."""
+    approvals = command.dispatcher.env.approvals
     spent: set[str] = set()  # a one-off approval covers one call: the same call twice asks
-    for argv in _literal_tools_calls(script):
+    for argv in literal_calls:
         info = await _resolve(argv, command)
         if info is None:
             continue
@@ -26,27 +34,16 @@ async def preflight(script: str, command: ToolsCommand) -> ShellResult | None:
         if decision.action != "ask":
             continue
         key = canonical_call_key(info.qualified_name, info.input)
-        if key in spent or not command.dispatcher.env.approvals.has_once(key):
-            reason = decision.reason if key not in spent else (
-                "the script makes this exact call twice and a one-off approval covers one;"
-                " approve it --always or make it once")
-            return _not_started(command, info, reason)
+        if key in spent:
+            approvals.add_pending(info)  # `%tools approve --always` answers it
+            return _not_started(command, info, _TWICE, "requested")
+        if not approvals.has_once(key):
+            answer = await command.dispatcher.ask(ApprovalRequest(info, decision.reason, before_start=True))
+            if answer not in (Answer.ONCE, Answer.ALWAYS):
+                return _not_started(command, info, decision.reason,
+                                    "denied" if answer is Answer.DENY else "requested")
         spent.add(key)
     return None
-
-
-def _literal_tools_calls(script: str) -> list[list[str]]:
-    from bashkit import Bash
-
-    try:
-        analysis = Bash().analyze(script)
-    except Exception:  # noqa: BLE001 - a script Bashkit cannot parse fails when it runs
-        return []
-    return [
-        list(c.args)
-        for c in analysis.commands
-        if c.name == "tools" and c.context != "function_body" and all(a is not None for a in c.args)
-    ]
 
 
 async def _resolve(argv: list[str], command: ToolsCommand) -> CallInfo | None:
@@ -63,15 +60,12 @@ async def _resolve(argv: list[str], command: ToolsCommand) -> CallInfo | None:
     return command.dispatcher.call_info(tool, arguments)
 
 
-def _not_started(command: ToolsCommand, info: CallInfo, reason: str) -> ShellResult:
-    run = command.run
-    run.before_start = True
-    run.stopped = {"reason": "needs_approval", "approval": "requested",
-                   "call": {"tool": info.command, "input": dict(info.input)}}
-    command.dispatcher.env.pending.append(info)
+def _not_started(command: ToolsCommand, info: CallInfo, reason: str, approval: str) -> str:
+    command.run.stop("needs_approval", info.command, info.input, approval=approval, before_start=True)
+    if approval == "denied":
+        return Denied(f"{info.command}: a person denied this call; the script did not start").json_line() + "\n"
     error = NeedsApproval(
         f"{info.command} needs a person's approval ({reason}); the script did not start."
         " Approve with `%tools approve` (or --always), then run it again"
     )
-    stderr = error.json_line() + "\n"
-    return ShellResult(exit_code=1, stdout="", stderr=stderr, report=run.report(1))
+    return error.json_line() + "\n"

@@ -1,8 +1,9 @@
 """Showing the stop report and progress in a notebook.
 
-The report is the seed's JSON, displayed as `application/vnd.toolkernel.report+json`
-(the JupyterLab extension renders it with approval buttons) with text and
-HTML fallbacks for every other frontend.
+The report (`_run.RunReport`) is displayed as its versioned JSON under
+`application/vnd.toolkernel.report+json` (schema: docs/report.schema.json; the
+JupyterLab extension renders it with approval buttons), with text and HTML
+fallbacks for every other frontend.
 """
 
 from __future__ import annotations
@@ -11,14 +12,17 @@ import html
 import json
 from typing import Any
 
+from ._run import RunReport
+
 MIME = "application/vnd.toolkernel.report+json"
 
 
-def bundle(report: dict[str, Any]) -> dict[str, Any]:
-    return {MIME: report, "text/plain": report_text(report), "text/html": report_html(report)}
+def bundle(report: RunReport) -> dict[str, Any]:
+    data = report.to_json()
+    return {MIME: data, "text/plain": report_text(data), "text/html": report_html(data)}
 
 
-def display_report(report: dict[str, Any]) -> None:
+def display_report(report: RunReport) -> None:
     from IPython.display import display
 
     display(bundle(report), raw=True)

@@ -12,19 +12,23 @@ import os
 from pathlib import Path
 from typing import Any
 
+from typing import Callable
+
 from . import _loop
-from ._approvals import ApprovalStore
-from ._builtin import ToolsCommand
+from ._approvals import Approvals
+from ._approver import Approver, StdinApprover, stop_and_report
+from ._command import ToolsCommand
 from ._catalog import Catalog
 from ._config import Config, load_config
-from ._dispatch import CallEnv, Dispatcher, Run
+from ._dispatch import CallEnv, Dispatcher
 from ._guard import ConfigGuard
 from ._hooks import Hooks
 from ._mcp import ServerPool
 from ._notebook import notebook_tools
 from ._policy import Policy
 from ._preflight import preflight
-from ._shell import ShellResult, Sink, execute, new_bash
+from ._run import NO_EVENTS, Run, RunEvents
+from ._shell import ScriptEvents, ScriptRunner, ShellResult, Sink, execute
 from ._tool import Tool
 from ._tools import own_tools
 
@@ -35,13 +39,12 @@ class Session:
         self.pool = ServerPool()
         self.state: dict[str, Any] = {}
         self.hooks = Hooks()
-        self.pending: list = []
-        self.approvals = ApprovalStore(self.workdir)
+        self.approvals = Approvals(self.workdir)
         self.extra_tools: list[Tool] = []
 
     # -- per run --------------------------------------------------------------
 
-    async def prepare(self) -> ToolsCommand:
+    async def prepare(self, events: RunEvents = NO_EVENTS, approver: Approver = stop_and_report) -> ToolsCommand:
         """Read the config and wire a fresh `tools` command. Raises ConfigError."""
         config = load_config(self.workdir)
         await self.pool.retire(set(config.servers))
@@ -53,11 +56,11 @@ class Session:
             hooks=self._hooks_for(config),
             settings=config.tools,
             state=self.state,
-            pending=self.pending,
+            approver=approver,
         )
         tools = [*own_tools(), *notebook_tools(), *self.extra_tools]
         catalog = Catalog(config.servers.values(), tools, self.pool)
-        return ToolsCommand(catalog, Dispatcher(env), Run(), self.workdir)
+        return ToolsCommand(catalog, Dispatcher(env), Run(), self.workdir, events)
 
     def _hooks_for(self, config: Config) -> Hooks:
         self.hooks.clear_command_hooks()
@@ -66,24 +69,37 @@ class Session:
                                         hook.get("timeout", 30), cwd=hook.get("cwd"))
         return self.hooks
 
-    def run_script(self, script: str, sink: Sink, *, read_only: bool = False) -> ShellResult:
-        command, stopped = _loop.run(self._prepare_and_check(script))
-        if stopped is not None:
-            sink.stderr(stopped.stderr)
-            return stopped
-        bash = new_bash(command, self.workdir, read_only=read_only)
-        guard = ConfigGuard(self.workdir)
-        result = execute(bash, command, script, sink, self.workdir)
-        for message in guard.undo_changes():
-            sink.stderr(message)
-            result.stderr += message
+    def run_script(self, script: str, sink: Sink, *, read_only: bool = False,
+                   runner: ScriptRunner | None = None, approver: Approver | None = None,
+                   ask: Callable[[str], str] | None = None) -> ShellResult:
+        """Run `script` in `runner` (Bashkit by default). Who answers a call that asks:
+        `approver`, or else a person at `ask(prompt)` (such as `input`), or else nobody
+        (the run stops and reports)."""
+        from ._bashkit import BashkitRunner
+
+        runner = runner or BashkitRunner(read_only=read_only)
+        events = ScriptEvents()
+        if approver is None and ask is not None:
+            approver = StdinApprover(lambda prompt: events.on_pump_thread(ask, prompt))
+        command = _loop.run(self.prepare(events, approver or stop_and_report))
+        with self.approvals.holding_lasting_rules():
+            guard = ConfigGuard(self.workdir)
+            result = execute(runner, command, script, events, sink,
+                             before_start=lambda: self._may_start(script, command, runner, events))
+            for message in guard.undo_changes():
+                sink.stderr(message)
+                result.stderr += message
         if command.run.needs_report(result.exit_code):
-            result.report = command.run.report(result.exit_code)
+            result.run_report = command.run.report(result.exit_code)
         return result
 
-    async def _prepare_and_check(self, script: str) -> tuple[ToolsCommand, ShellResult | None]:
-        command = await self.prepare()
-        return command, await preflight(script, command)
+    @staticmethod
+    def _may_start(script: str, command: ToolsCommand, runner: ScriptRunner, events: RunEvents) -> bool:
+        """The before-start check, on the script's thread (a person may be asked)."""
+        error = _loop.run(preflight(runner.literal_calls(script), command))
+        if error is not None:
+            events.output("", error)
+        return error is None
 
     def start_eager(self) -> None:
         """Start eager servers in the background; errors show up when they are used."""
@@ -96,4 +112,11 @@ class Session:
             _loop.submit(self.pool.start(eager))
 
     def close(self) -> None:
-        _loop.run(self.pool.close(), timeout=30)
+        """Close the MCP servers and the paired kernel of this session."""
+        _loop.run(self._close(), timeout=30)
+
+    async def _close(self) -> None:
+        from ._notebook import unpair
+
+        await unpair(self.state)
+        await self.pool.close()

@@ -1,7 +1,9 @@
-"""Running one script in Bashkit: streaming its output, interrupting it.
+"""Running one script: the runner seam, streaming its output, interrupting it.
 
-The script runs on a thread of its own. The calling thread — the kernel's
-main thread in a notebook — only pumps output events to a sink, so a kernel
+A `ScriptRunner` (Bashkit today; host bash later) runs the script on a
+thread of its own and calls the `tools` command for each `tools` line. The
+calling thread (the kernel's main thread in a notebook) only pumps the run's
+events to a sink and answers questions put to the person, so a kernel
 interrupt (KeyboardInterrupt) lands here and cancels the run.
 """
 
@@ -13,14 +15,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from . import _loop
-from ._builtin import INTERRUPTED_EXIT, ToolsCommand
-from ._guard import STATE_DIR
+from ._command import INTERRUPTED_EXIT
 from ._outputs import OutputLimiter
 
-MAX_COMMANDS = 1_000_000  # Bashkit's default (10,000) ends ordinary loops over data
+if TYPE_CHECKING:
+    from ._command import ToolsCommand
+    from ._run import RunEvents, RunReport
+
 _STOP_GRACE = 0.5
 
 
@@ -37,52 +41,85 @@ class ShellResult:
     stdout: str
     stderr: str
     interrupted: bool = False
-    report: dict[str, Any] | None = None
+    run_report: RunReport | None = None
     images: list[Path] = field(default_factory=list)
     saved_output: Path | None = None
 
-
-def new_bash(command: ToolsCommand, workdir: Path, *, read_only: bool = False):
-    from bashkit import Bash, FileSystem
-
-    bash = Bash(custom_builtins={"tools": command}, cwd=str(workdir), max_commands=MAX_COMMANDS)
-    # Mounted at run time rather than through `mounts=`: the constructor prints a warning
-    # for every writable mount to the process's stderr, which a kernel shows in the cell.
-    bash.mount(str(workdir), FileSystem.real(str(workdir), writable=not read_only))
-    state = workdir / STATE_DIR
-    if state.is_dir():  # approvals live here: a script must not write them (see _guard.py)
-        bash.mount(str(state), FileSystem.real(str(state), writable=False))
-    return bash
+    @property
+    def report(self) -> dict[str, Any] | None:
+        """The stop report as the seed's JSON (None when the run needs none)."""
+        return None if self.run_report is None else self.run_report.to_json()
 
 
-def execute(bash, command: ToolsCommand, script: str, sink: Sink, workdir: Path) -> ShellResult:
-    """Run `script` to the end (or to an interrupt) and stream what it prints."""
-    # SimpleQueue waits in C: an interrupt landing in `queue.Queue.get` can leave its
-    # Python lock held (the `with`-statement race of CPython), hanging the kernel for good.
-    events: queue.SimpleQueue = queue.SimpleQueue()
-    command.on_image = lambda path: events.put(("image", path))
-    command.run.on_progress = lambda *args: events.put(("progress", args))
-    command.run.on_stop = bash.cancel
-    command.on_stop_stderr = lambda text: events.put(("output", ("", text)))
-    future = _start(bash, script, lambda out, err: events.put(("output", (out, err))))
+class ScriptRunner(Protocol):
+    """Runs a script whose `tools` lines go to `command.handle_sync`."""
+
+    def literal_calls(self, script: str) -> list[list[str]]:
+        """The `tools` argvs written out in full, for the before-start check ([] if unknown)."""
+
+    def run(self, script: str, command: ToolsCommand, events: RunEvents) -> ShellResult:
+        """Run to the end, on the calling (script) thread. Output goes to `events.output`;
+        when a call stops the run (`Outcome.stops_script`) the script ends there. The
+        result's `exit_code` counts, and its `stderr` is what did not reach `events` yet."""
+
+    def cancel(self) -> None:
+        """End the script at its next command; any thread, any time."""
+
+
+class ScriptEvents:
+    """`RunEvents` through a queue the calling thread pumps: output, images, progress,
+    and functions that must run there (asking a person at `input()`)."""
+
+    def __init__(self) -> None:
+        # SimpleQueue waits in C: an interrupt landing in `queue.Queue.get` can leave its
+        # Python lock held (the `with`-statement race of CPython), hanging the kernel for good.
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+
+    def output(self, stdout: str, stderr: str) -> None:
+        self.queue.put(("output", (stdout, stderr)))
+
+    def image(self, path: Path) -> None:
+        self.queue.put(("image", path))
+
+    def progress(self, tool: str, progress: float, total: float | None, message: str | None) -> None:
+        self.queue.put(("progress", (tool, progress, total, message)))
+
+    def stopped(self, stderr: str) -> None:
+        self.output("", stderr)
+
+    def on_pump_thread(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
+        """Run `fn(*args)` on the thread that pumps (where `input()` and interrupts work)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self.queue.put(("call", (fn, args, future)))
+        return future
+
+
+def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: ScriptEvents, sink: Sink,
+            *, before_start: Callable[[], bool] = lambda: True) -> ShellResult:
+    """Run `script` to the end (or to an interrupt) and stream what it prints.
+
+    `before_start()` runs first on the script's thread (it may ask the person);
+    False means the script does not start.
+    """
+    future = _start(lambda: runner.run(script, command, events) if before_start() else None)
     # Wakes the pump at once when the script ends, instead of at its next poll (up to 50 ms a run).
-    future.add_done_callback(lambda _: events.put(("done", None)))
-    pump = _Pump(sink, workdir)
+    future.add_done_callback(lambda _: events.queue.put(("done", None)))
+    pump = _Pump(sink, command.workdir)
     interrupted = False
     try:
-        pump.until_done(events, future)
+        pump.until_done(events.queue, future)
     except KeyboardInterrupt:
         interrupted = True
         command.interrupt()
-        bash.cancel()
+        runner.cancel()
         # A builtin such as `sleep` only sees the cancel when it ends: past the grace
         # the run is left to finish on its own thread, and the cell returns now.
-        pump.drain(events, deadline=time.monotonic() + _STOP_GRACE, future=future)
+        pump.drain(events.queue, deadline=time.monotonic() + _STOP_GRACE, future=future)
     return pump.finish(future, interrupted)
 
 
-def _start(bash, script: str, on_output) -> concurrent.futures.Future:
-    """Run the script on a thread of its own.
+def _start(body: Callable[[], ShellResult | None]) -> concurrent.futures.Future:
+    """Run the body on a thread of its own.
 
     Bashkit's synchronous `execute_sync` calls the `tools` builtin about three
     times faster than its async `execute` does, and the kernel's main thread
@@ -92,7 +129,7 @@ def _start(bash, script: str, on_output) -> concurrent.futures.Future:
 
     def run() -> None:
         try:
-            future.set_result(bash.execute_sync(script, on_output=on_output))
+            future.set_result(body())
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             future.set_exception(exc)
         finally:
@@ -123,40 +160,44 @@ class _Pump:
         except queue.Empty:
             return
         if kind == "output":
-            out, err = payload
-            if out:
-                self.limiter.write(out)
-            if err:
-                self.stderr.append(err)
-                self.sink.stderr(err)
+            self._output(*payload)
         elif kind == "image":
             self.images.append(payload)
             self.sink.image(payload)
         elif kind == "progress":
             self.sink.progress(*payload)
+        elif kind == "call":
+            _call_into(*payload)
+
+    def _output(self, out: str, err: str) -> None:
+        if out:
+            self.limiter.write(out)
+        if err:
+            self.stderr.append(err)
+            self.sink.stderr(err)
 
     def finish(self, future, interrupted: bool) -> ShellResult:
         saved = self.limiter.close()
-        exit_code = INTERRUPTED_EXIT if interrupted else _exit_code(future)
-        stderr = "".join(self.stderr)
-        if not interrupted and future.done() and not future.cancelled() and future.exception() is None:
-            message = _limit_message(future.result())
-            if message:
-                self.sink.stderr(message)
-                stderr += message
-        return ShellResult(exit_code, self.limiter.text(), stderr, interrupted,
+        ran = None if interrupted else _result(future)
+        if ran is not None and ran.stderr:
+            self._output("", ran.stderr)
+        exit_code = INTERRUPTED_EXIT if interrupted else (1 if ran is None else ran.exit_code)
+        return ShellResult(exit_code, self.limiter.text(), "".join(self.stderr), interrupted,
                            images=self.images, saved_output=saved)
 
 
-def _exit_code(future) -> int:
-    if future.cancelled() or future.exception() is not None:
-        return 1
-    return future.result().exit_code
+def _call_into(fn: Callable[..., Any], args: tuple, future: concurrent.futures.Future) -> None:
+    try:
+        future.set_result(fn(*args))
+    except BaseException as exc:
+        # An interrupt during `input()` ends the question too, then the run.
+        future.set_exception(exc if isinstance(exc, Exception) else concurrent.futures.CancelledError())
+        if not isinstance(exc, Exception):
+            raise
 
 
-def _limit_message(result) -> str:
-    # Bashkit reports its own limits (timeout, command count) in `error`, not through on_output.
-    error = getattr(result, "error", None)
-    if error and "cancelled" not in str(error):
-        return f"bashkit: {error}\n"
-    return ""
+def _result(future) -> ShellResult | None:
+    """What the runner returned; None when it failed, or the script did not start."""
+    if not future.done() or future.cancelled() or future.exception() is not None:
+        return None
+    return future.result()

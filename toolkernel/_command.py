@@ -1,8 +1,10 @@
-"""The `tools` builtin: argv and stdin in, stdout, stderr and an exit code out.
+"""The `tools` command: argv, stdin and cwd in; stdout, stderr and an exit code out.
 
-Bashkit calls it on the script's thread. A command that needs the MCP pool
-or a paired kernel makes one trip to toolkernel's private loop; a call of
-any other tool is handled on the script thread's own loop.
+It knows no shell. A runner (Bashkit, later host bash) calls `handle_sync`
+on the script's thread for every `tools` line; `%tools` and
+`toolkernel.call` take the same `call` path for a tool call. A command that
+needs the MCP pool or a paired kernel makes one trip to toolkernel's private
+loop; a call of any other tool is handled on the calling thread's own loop.
 """
 
 from __future__ import annotations
@@ -11,16 +13,16 @@ import asyncio
 import concurrent.futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
-
-from bashkit import BuiltinResult
+from typing import Any
 
 from . import _help, _loop
 from ._catalog import Catalog, norm
 from ._cli import Command, parse_input, split_command
-from ._dispatch import Dispatcher, Run
-from ._errors import CallError, Stopped
+from ._dispatch import Dispatcher
+from ._errors import CallError, Stopped, ToolFailed
 from ._render import render
+from ._run import NO_EVENTS, Run, RunEvents
+from ._tool import Tool, ToolResult
 
 INTERRUPTED_EXIT = 130
 
@@ -31,30 +33,37 @@ class Outcome:
     stderr: str = ""
     exit_code: int = 0
     images: list[Path] = field(default_factory=list)
+    stops_script: bool = False  # this call stopped the run: the runner ends the script now
+
+
+@dataclass
+class Called:
+    """A tool's result as the caller sees it: rendered text, saved images, or the failure."""
+
+    result: ToolResult
+    stdout: str
+    images: list[Path]
+    failure: ToolFailed | None
 
 
 class ToolsCommand:
     """Handles every form of `tools` for one shell run (or one `%tools` line)."""
 
-    def __init__(self, catalog: Catalog, dispatcher: Dispatcher, run: Run, workdir: Path) -> None:
+    def __init__(self, catalog: Catalog, dispatcher: Dispatcher, run: Run, workdir: Path,
+                 events: RunEvents = NO_EVENTS) -> None:
         self.catalog = catalog
         self.dispatcher = dispatcher
         self.run = run
         self.workdir = workdir
-        self.on_image: Callable[[Path], None] = lambda path: None
-        # Bashkit drops a cancelled script's buffered output, so the error of the call
-        # that stopped the script must reach the cell by this side door.
-        self.on_stop_stderr: Callable[[str], None] = lambda text: None
+        self.events = events
         self._inflight: concurrent.futures.Future | asyncio.Task | None = None
         self.interrupted = False
 
-    # -- the Bashkit callback (worker thread) -------------------------------
+    # -- called by a runner, on the script's thread -----------------------------
 
-    def __call__(self, ctx) -> object:
-        outcome = self.handle_sync(list(ctx.argv), ctx.stdin)
-        return BuiltinResult(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
-
-    def handle_sync(self, argv: list[str], stdin: str | None) -> Outcome:
+    def handle_sync(self, argv: list[str], stdin: str | None, cwd: str | None = None) -> Outcome:
+        """One `tools` line. `cwd` is the script's directory; tools resolve their
+        paths against the workspace, so it only matters to runners that move it."""
         if self.interrupted:
             return _failure(Stopped("not run: the script was interrupted"))
         try:
@@ -66,9 +75,8 @@ class ToolsCommand:
         except (concurrent.futures.CancelledError, asyncio.CancelledError):
             return _failure(Stopped("interrupted"), INTERRUPTED_EXIT)
         for path in outcome.images:
-            self.on_image(path)
-        if outcome.exit_code and self.run.stopped is not None:
-            self.on_stop_stderr(outcome.stderr)
+            self.events.image(path)
+        outcome.stops_script = bool(outcome.exit_code) and self.run.stopped is not None
         return outcome
 
     def _runs_here(self, command: Command) -> bool:
@@ -125,21 +133,24 @@ class ToolsCommand:
         tool = await self.catalog.find_tool(command.server, command.tool)
         if command.action == "tool_help":
             return Outcome(_help.tool_help(tool))
-        return await self._call(tool, command, stdin)
+        called = await self.call(tool, parse_input(command.args, tool.input_schema, stdin))
+        notes = "".join(f"tools: image saved to {p}\n" for p in called.images)
+        if called.failure is not None:
+            return Outcome(stderr=notes + called.failure.json_line() + "\n", exit_code=1, images=called.images)
+        return Outcome(called.stdout, notes, 0, called.images)
 
-    async def _call(self, tool, command: Command, stdin: str | None) -> Outcome:
-        arguments = parse_input(command.args, tool.input_schema, stdin)
-        result = await self.dispatcher.call(tool, arguments, self.run)
+    async def call(self, tool: Tool, arguments: dict[str, Any]) -> Called:
+        """The one call path of scripts, `%tools` and `toolkernel.call`: the dispatcher's
+        checks, the call, then the result rendered (images saved under tool-images/)."""
+        result = await self.dispatcher.call(tool, arguments, self.run, self.events)
         label = "-".join(p for p in (tool.server, tool.name) if p)
         # Saving images is file I/O: keep it off the loop; text needs no thread.
         rendered = await asyncio.to_thread(render, result, self.workdir, label) if result.images \
             else render(result, self.workdir, label)
-        notes = "".join(f"tools: image saved to {p}\n" for p in rendered.images)
+        failure = None
         if result.is_error:
-            message = rendered.stdout.strip() or "the tool reported an error"
-            error = CallError(message)
-            return Outcome(stderr=notes + error.json_line() + "\n", exit_code=1, images=rendered.images)
-        return Outcome(rendered.stdout, notes, 0, rendered.images)
+            failure = ToolFailed(rendered.stdout.strip() or f"{tool.command} reported an error")
+        return Called(result, rendered.stdout, rendered.images, failure)
 
 
 def _failure(error: CallError, exit_code: int = 1) -> Outcome:

@@ -1,0 +1,255 @@
+"""The run path's seams with test doubles: a fake runner (no Bashkit), fake approvers
+answering at the ask point, the typed report against its published schema, and a
+soak run that keeps descriptors and memory flat.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from kernel_helpers import RecordingSink, error_lines, github_toml, isolated_env, write_config
+from toolkernel._approver import Answer, ApprovalRequest, ElicitApprover
+from toolkernel._session import Session
+from toolkernel._shell import ShellResult
+
+pytestmark = pytest.mark.timeout(600)
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA = json.loads((REPO / "docs" / "report.schema.json").read_text())
+DELETE = "tools github delete-branch branch=fix-x"
+BUILT_AT_RUN_TIME = "b=fix-x\ntools github delete-branch branch=$b\necho after"
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    for key, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+@pytest.fixture
+def session(project):
+    write_config(project, github_toml())
+    s = Session(project)
+    yield s
+    s.close()
+
+
+class FakeRunner:
+    """A runner with no shell: each line is one `tools` argv (space-separated)."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def literal_calls(self, script: str) -> list[list[str]]:
+        return []  # it cannot read scripts: every call is checked as it runs
+
+    def run(self, script, command, events) -> ShellResult:
+        exit_code = 0
+        for line in script.splitlines():
+            outcome = command.handle_sync(line.split()[1:], None, str(command.workdir))
+            events.output(outcome.stdout, outcome.stderr)
+            exit_code = outcome.exit_code
+            if outcome.stops_script or self.cancelled:
+                break
+        return ShellResult(exit_code, "", "")
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Answering:
+    """An approver that answers every question with `answer`, keeping the questions."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.requests: list[ApprovalRequest] = []
+
+    async def __call__(self, request: ApprovalRequest) -> Answer:
+        self.requests.append(request)
+        return self.answer
+
+
+# -- the runner seam ------------------------------------------------------------------
+
+
+def test_the_tools_command_imports_no_bashkit():
+    code = ("import sys, toolkernel._command, toolkernel._session, toolkernel._shell, toolkernel._preflight;"
+            " print('bashkit' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.stdout.strip() == "False"
+
+
+def test_a_fake_runner_runs_tools_lines_through_the_same_command(session):
+    sink = RecordingSink()
+    result = session.run_script("tools github get-pull repo=acme/api number=101\ntools nosuch", sink,
+                                runner=FakeRunner())
+    assert json.loads("".join(sink.out))["number"] == 101
+    assert [e["code"] for e in error_lines("".join(sink.err))] == ["unknown_command"]
+    assert result.exit_code == 1 and result.report is None
+
+
+def test_a_fake_runner_stops_where_a_call_needs_approval(session):
+    sink = RecordingSink()
+    result = session.run_script(f"{DELETE}\ntools github list-pulls repo=acme/api", sink, runner=FakeRunner())
+    assert result.report["tools"]["stopped"]["call"]["tool"] == "tools github delete-branch"
+    assert "before_start" not in result.report["tools"]["stopped"]  # this runner cannot read ahead
+    assert "".join(sink.out) == "" and [e["code"] for e in error_lines(result.stderr)] == ["needs_approval"]
+
+
+# -- the approver seam ------------------------------------------------------------------
+
+
+def test_an_approver_answering_once_at_the_ask_point_lets_the_call_run_in_the_same_script(session):
+    approver = Answering(Answer.ONCE)
+    sink = RecordingSink()
+    result = session.run_script(BUILT_AT_RUN_TIME, sink, approver=approver)
+    assert result.exit_code == 0 and result.report is None
+    assert "".join(sink.out) == "deleted branch fix-x\nafter\n"
+    assert [r.before_start for r in approver.requests] == [False]
+    assert approver.requests[0].call.input == {"branch": "fix-x"}
+    assert not session.approvals.has_pending()
+    # "once" covered that call only: the next script asks again.
+    assert session.run_script(BUILT_AT_RUN_TIME, RecordingSink()).report["tools"]["stopped"]["reason"] \
+        == "needs_approval"
+
+
+def test_an_approver_answering_once_before_the_start_starts_the_script_without_a_rerun(session):
+    approver = Answering(Answer.ONCE)
+    sink = RecordingSink()
+    result = session.run_script(f"echo start > started.txt\necho start\n{DELETE}", sink, approver=approver)
+    assert result.exit_code == 0 and result.report is None
+    assert "".join(sink.out) == "start\ndeleted branch fix-x\n"
+    assert "".join(sink.err) == "", "no stale needs_approval line after an inline approval"
+    assert [r.before_start for r in approver.requests] == [True]  # asked once, before the start only
+    assert session.approvals.pending_once() == []  # the grant was spent by the call itself
+
+
+def test_an_approver_answering_deny_mid_run_denies_the_call_and_the_script_goes_on(session):
+    sink = RecordingSink()
+    result = session.run_script(BUILT_AT_RUN_TIME, sink, approver=Answering(Answer.DENY))
+    assert [e["code"] for e in error_lines("".join(sink.err))] == ["denied"]
+    assert "".join(sink.out) == "after\n" and result.exit_code == 0
+    assert not session.approvals.has_pending()
+
+
+def test_an_approver_answering_always_saves_a_lasting_rule(session):
+    result = session.run_script(DELETE, RecordingSink(), approver=Answering(Answer.ALWAYS))
+    assert result.exit_code == 0
+    assert session.approvals.lasting_rules() == ["mcp_github__delete_branch"]
+    assert session.run_script(BUILT_AT_RUN_TIME, RecordingSink()).exit_code == 0  # no approver needed now
+
+
+def test_later_leaves_the_call_pending_for_the_persons_answer(session):
+    result = session.run_script(BUILT_AT_RUN_TIME, RecordingSink(), approver=Answering(Answer.LATER))
+    assert result.report["tools"]["stopped"]["approval"] == "requested"
+    assert session.approvals.take_pending().input == {"branch": "fix-x"}
+
+
+def test_the_elicitation_approver_maps_the_clients_answer():
+    import asyncio
+
+    from toolkernel._policy import CallInfo
+
+    asked = []
+
+    async def elicit(message, schema):
+        asked.append((message, schema))
+        return replies.pop(0)
+
+    replies = [{"answer": "once"}, {"answer": "always"}, {"answer": "deny"}, None, {"answer": "maybe"}]
+    approver = ElicitApprover(elicit)
+    request = ApprovalRequest(CallInfo("mcp_github__delete_branch", "tools github delete-branch",
+                                       {"branch": "fix-x"}, "destructive"), "destructive tool")
+    answers = [asyncio.run(approver(request)) for _ in range(5)]
+    assert answers == [Answer.ONCE, Answer.ALWAYS, Answer.DENY, Answer.LATER, Answer.DENY]
+    assert "delete-branch" in asked[0][0] and asked[0][1]["properties"]["answer"]["enum"] == ["once", "always", "deny"]
+
+
+# -- the typed report ------------------------------------------------------------------
+
+
+def test_real_reports_validate_against_the_published_schema(session):
+    write_config(session.workdir, github_toml() + '[policy]\nallow = ["mcp_github__create_issue"]\n')
+    reports = [
+        session.run_script(DELETE, RecordingSink()).report,  # before the start
+        session.run_script(f"tools github create-issue title=x\n{BUILT_AT_RUN_TIME}", RecordingSink()).report,
+        session.run_script("for i in $(seq 1 51); do tools github list-pulls repo=acme/api >/dev/null; done",
+                           RecordingSink()).report,  # the call limit
+        session.run_script("tools github create-issue title=y\nexit 3", RecordingSink()).report,
+    ]
+    for report in reports:
+        jsonschema.validate(report, SCHEMA)
+        assert report["version"] == 1
+    assert [r["tools"].get("stopped", {}).get("reason") for r in reports] == \
+        ["needs_approval", "needs_approval", "call_limit", None]
+    assert reports[0]["tools"]["stopped"]["before_start"] is True
+    assert reports[1]["tools"]["done"][0]["ok"] is True and reports[3]["exit_code"] == 3
+
+
+def test_the_schema_rejects_a_report_without_its_seed_fields(session):
+    report = session.run_script(DELETE, RecordingSink()).report
+    del report["tools"]["not_reached"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(report, SCHEMA)
+
+
+# -- lifecycle ----------------------------------------------------------------------------
+
+
+def test_unloading_the_extension_closes_the_session_and_stops_the_private_loop(project):
+    write_config(project, github_toml())
+    code = (
+        "import threading\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "ip = InteractiveShell.instance()\n"
+        "ip.run_line_magic('load_ext', 'toolkernel')\n"
+        "ip.run_cell_magic('tools', '', 'tools github list-pulls repo=acme/api > /dev/null')\n"
+        "alive = lambda: sorted(t.name for t in threading.enumerate() if t.name == 'toolkernel-loop')\n"
+        "print(alive())\n"
+        "ip.run_line_magic('unload_ext', 'toolkernel')\n"
+        "print(alive())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=project,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.stdout.splitlines()[-2:] == ["['toolkernel-loop']", "[]"], out.stderr
+
+
+# -- soak: no descriptor or memory leak per run ------------------------------------------------
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_five_thousand_runs_keep_descriptors_and_memory_flat(project):
+    session = Session(project)  # no servers: what is measured is the run path itself
+    sink = RecordingSink()
+    try:
+        for _ in range(100):  # warm-up: imports, caches, the private loop
+            session.run_script("echo hi; tools --help > /dev/null", sink)
+        descriptors, rss = _open_descriptors(), _rss_bytes()
+        for _ in range(5_000):
+            sink.out.clear()
+            session.run_script("echo hi; tools --help > /dev/null", sink)
+        # The leak this guards against was 3 descriptors a run (15,000 here).
+        assert _open_descriptors() - descriptors <= 10
+        assert _rss_bytes() - rss < 200 * 2**20
+        assert "".join(sink.out) == "hi\n" and "".join(sink.err) == ""
+    finally:
+        session.close()

@@ -1,0 +1,105 @@
+"""Bashkit as a script runner: the only module that imports `bashkit`.
+
+Each run gets a fresh `Bash` whose `tools` builtin calls the runner-free
+`ToolsCommand`. Nothing the `Bash` holds may hold the `Bash` back: such a
+cycle runs through Rust, where the garbage collector cannot see it, and every
+run would leak the interpreter and three file descriptors. So the builtin
+reaches the runner (which alone holds the `Bash`) through a weak reference.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from pathlib import Path
+
+from ._command import ToolsCommand
+from ._guard import STATE_DIR
+from ._run import RunEvents
+from ._shell import ShellResult
+
+MAX_COMMANDS = 1_000_000  # Bashkit's default (10,000) ends ordinary loops over data
+
+
+class BashkitRunner:
+    """Runs scripts in Bashkit's virtual shell, the workspace mounted (read-only on request)."""
+
+    def __init__(self, *, read_only: bool = False) -> None:
+        self.read_only = read_only
+        self._bash = None
+        self._lock = threading.Lock()
+
+    def literal_calls(self, script: str) -> list[list[str]]:
+        """The `tools` calls the script writes out in full (advisory: see _preflight)."""
+        from bashkit import Bash
+
+        try:
+            analysis = Bash().analyze(script)
+        except Exception:  # noqa: BLE001 - a script Bashkit cannot parse fails when it runs
+            return []
+        return [
+            list(c.args)
+            for c in analysis.commands
+            if c.name == "tools" and c.context != "function_body" and all(a is not None for a in c.args)
+        ]
+
+    def run(self, script: str, command: ToolsCommand, events: RunEvents) -> ShellResult:
+        bash = _new_bash(_Builtin(command, events, weakref.ref(self)), command.workdir, self.read_only)
+        with self._lock:
+            self._bash = bash
+        if command.interrupted:  # the interrupt came before there was a Bash to cancel
+            bash.cancel()
+        try:
+            result = bash.execute_sync(script, on_output=events.output)
+        finally:
+            with self._lock:
+                self._bash = None
+        return ShellResult(result.exit_code, "", _limit_message(result))
+
+    def cancel(self) -> None:
+        """Stop the script at its next command (any thread)."""
+        with self._lock:
+            bash = self._bash
+        if bash is not None:
+            bash.cancel()
+
+
+class _Builtin:
+    """The `tools` builtin as Bashkit calls it, on the script's thread."""
+
+    def __init__(self, command: ToolsCommand, events: RunEvents, runner: "weakref.ref[BashkitRunner]") -> None:
+        self.command, self.events, self.runner = command, events, runner
+
+    def __call__(self, ctx) -> object:
+        from bashkit import BuiltinResult
+
+        outcome = self.command.handle_sync(list(ctx.argv), ctx.stdin, ctx.cwd)
+        if outcome.stops_script:
+            # Bashkit drops a cancelled script's buffered output, so the error of the call
+            # that stopped the script reaches the cell by this side door.
+            self.events.stopped(outcome.stderr)
+            runner = self.runner()
+            if runner is not None:
+                runner.cancel()
+        return BuiltinResult(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
+
+
+def _new_bash(builtin: _Builtin, workdir: Path, read_only: bool):
+    from bashkit import Bash, FileSystem
+
+    bash = Bash(custom_builtins={"tools": builtin}, cwd=str(workdir), max_commands=MAX_COMMANDS)
+    # Mounted at run time rather than through `mounts=`: the constructor prints a warning
+    # for every writable mount to the process's stderr, which a kernel shows in the cell.
+    bash.mount(str(workdir), FileSystem.real(str(workdir), writable=not read_only))
+    state = workdir / STATE_DIR
+    if state.is_dir():  # approvals live here: a script must not write them (see _guard.py)
+        bash.mount(str(state), FileSystem.real(str(state), writable=False))
+    return bash
+
+
+def _limit_message(result) -> str:
+    # Bashkit reports its own limits (timeout, command count) in `error`, not through on_output.
+    error = getattr(result, "error", None)
+    if error and "cancelled" not in str(error):
+        return f"bashkit: {error}\n"
+    return ""

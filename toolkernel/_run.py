@@ -1,0 +1,139 @@
+"""One run's record and report, and the events a run sends out while it goes.
+
+A model module: no IPython, no runner, no I/O. The report is the seed's JSON
+(`exit_code`, `success`, `tools.done`, `read_only_calls`, `stopped`,
+`not_reached`) plus `version`; fields are only ever added. Its JSON Schema is
+`docs/report.schema.json`, read by the JupyterLab renderer and MCP clients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Protocol
+
+CALL_LIMIT = 50
+REPORT_VERSION = 1
+NOT_REACHED = "the stopped call and everything after it; write a new script for the rest"
+
+
+class RunEvents(Protocol):
+    """What a run sends out while it goes. Passed into the run; every method may be
+    called from the script's thread (or the private loop), never blocks."""
+
+    def output(self, stdout: str, stderr: str) -> None: ...
+
+    def image(self, path: Path) -> None: ...
+
+    def progress(self, tool: str, progress: float, total: float | None, message: str | None) -> None: ...
+
+    def stopped(self, stderr: str) -> None:
+        """A call stopped the script (approval, call limit); `stderr` is its error line."""
+
+
+class NoEvents:
+    """For runs nobody watches while they go (direct calls show their result afterwards)."""
+
+    def output(self, stdout: str, stderr: str) -> None:
+        pass
+
+    def image(self, path: Path) -> None:
+        pass
+
+    def progress(self, tool: str, progress: float, total: float | None, message: str | None) -> None:
+        pass
+
+    def stopped(self, stderr: str) -> None:
+        pass
+
+
+NO_EVENTS = NoEvents()
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """A call that may have changed something (read-only calls are only counted)."""
+
+    tool: str
+    input: Mapping[str, Any]
+    ok: bool
+    result: Any = None
+    error: Mapping[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"tool": self.tool, "input": dict(self.input), "ok": self.ok}
+        if self.error is not None:
+            body["error"] = dict(self.error)
+        else:
+            body["result"] = self.result
+        return body
+
+
+@dataclass(frozen=True)
+class StopInfo:
+    """Why and where a script stopped (or did not start: `before_start`)."""
+
+    reason: str  # needs_approval | call_limit
+    tool: str
+    input: Mapping[str, Any]
+    approval: str | None = None  # "requested" when a person is asked
+    before_start: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"reason": self.reason}
+        if self.approval is not None:
+            body["approval"] = self.approval
+        body["call"] = {"tool": self.tool, "input": dict(self.input)}
+        if self.before_start:
+            body["before_start"] = True
+        return body
+
+
+@dataclass(frozen=True)
+class RunReport:
+    exit_code: int
+    done: tuple[CallRecord, ...]
+    read_only_calls: int
+    stopped: StopInfo | None = None
+    version: int = REPORT_VERSION
+
+    @property
+    def success(self) -> bool:
+        return self.exit_code == 0 and self.stopped is None
+
+    def to_json(self) -> dict[str, Any]:
+        tools: dict[str, Any] = {"done": [d.to_json() for d in self.done], "read_only_calls": self.read_only_calls}
+        if self.stopped is not None:
+            tools["stopped"] = self.stopped.to_json()
+            tools["not_reached"] = NOT_REACHED
+        return {"version": self.version, "exit_code": self.exit_code, "success": self.success, "tools": tools}
+
+
+@dataclass
+class Run:
+    """The calls of one shell run (or one direct call): the count, the limit, the record."""
+
+    limit: int = CALL_LIMIT
+    calls: int = 0
+    done: list[CallRecord] = field(default_factory=list)
+    read_only_calls: int = 0
+    stopped: StopInfo | None = None
+
+    def stop(self, reason: str, tool: str, input: Mapping[str, Any], *, approval: str | None = None,
+             before_start: bool = False) -> None:
+        """The only writer of the stop: the first stop stands."""
+        if self.stopped is None:
+            self.stopped = StopInfo(reason, tool, dict(input), approval, before_start)
+
+    def record(self, tool: str, arguments: Mapping[str, Any], *, read_only: bool, ok: bool,
+               result: Any = None, error: Mapping[str, Any] | None = None) -> None:
+        if read_only:
+            self.read_only_calls += 1
+        else:
+            self.done.append(CallRecord(tool, dict(arguments), ok, result, error))
+
+    def needs_report(self, exit_code: int) -> bool:
+        return self.stopped is not None or (exit_code != 0 and bool(self.done))
+
+    def report(self, exit_code: int) -> RunReport:
+        return RunReport(exit_code, tuple(self.done), self.read_only_calls, self.stopped)
