@@ -125,7 +125,12 @@ def test_asking_inline_denied_or_headless_keeps_the_report(session):
     assert headless.report["tools"]["stopped"]["before_start"] is True
 
 
-def test_a_kernel_that_allows_stdin_asks_inline_and_then_runs(tmp_path):
+@pytest.mark.parametrize("script, expected", [
+    (DELETE, "deleted branch fix-x\n"),
+    # Built at run time: asked where the call is made, then made in the same script.
+    ("b=fix-x\ntools github delete-branch branch=$b\necho after", "deleted branch fix-x\nafter\n"),
+])
+def test_a_kernel_that_allows_stdin_asks_inline_and_then_runs(tmp_path, script, expected):
     import os
 
     from jupyter_client.manager import start_new_kernel
@@ -148,11 +153,11 @@ def test_a_kernel_that_allows_stdin_asks_inline_and_then_runs(tmp_path):
                 out.append(msg["content"]["text"])
 
         kc.execute_interactive("%load_ext toolkernel", timeout=120)
-        reply = kc.execute_interactive(f"%%tools\n{DELETE}", allow_stdin=True, stdin_hook=answer,
+        reply = kc.execute_interactive(f"%%tools\n{script}", allow_stdin=True, stdin_hook=answer,
                                        output_hook=collect, timeout=120)
         assert reply["content"]["status"] == "ok", out
         assert len(prompts) == 1 and "delete-branch" in prompts[0]
-        assert "deleted branch fix-x" in "".join(out)
+        assert "".join(out) == expected
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
