@@ -66,8 +66,8 @@ class Dispatcher:
         result = await self._invoke(tool, dict(info.input), run, events)
         if self.env.hooks.any("after_call"):
             result = await self.env.hooks.run_after(info, result)
-        value = result.value() if not result.images else {"images": len(result.images), "value": result.value()}
-        run.record(tool.command, info.input, read_only=tool.read_only, ok=not result.is_error, result=value)
+        run.record(tool.command, info.input, read_only=tool.read_only, ok=not result.is_error,
+                   result=None if tool.read_only else _recorded(result))
         return result
 
     def _count(self, tool: Tool, arguments: Mapping[str, Any], run: Run) -> None:
@@ -146,3 +146,7 @@ class Dispatcher:
                 run.record(tool.command, arguments, read_only=False, ok=False, error=exc.to_json()["error"])
             raise
 
+
+def _recorded(result: ToolResult) -> object:
+    """A result as the report keeps it (images counted, not copied)."""
+    return result.value() if not result.images else {"images": len(result.images), "value": result.value()}
