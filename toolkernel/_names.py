@@ -70,6 +70,7 @@ def qualified(kind: ProviderKind | None, server: str | None, tool: str) -> str:
     return tool
 
 
+@functools.lru_cache(maxsize=8192)
 def parse_qualified(name: str) -> QualifiedName:
     """The inverse of `qualified`; `mcp__github__x` is read as `mcp_github__x` too.
 

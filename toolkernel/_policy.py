@@ -71,6 +71,7 @@ class Decision:
 # -- names -------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)  # asked for every rule on every call
 def normalize_qualified_name(name: str) -> str:
     """`mcp__github__list-pulls` and `mcp_github__list_pulls` are one name."""
     parsed = parse_qualified(_norm(name))
