@@ -177,3 +177,17 @@ def test_register_tools_refuses_a_name_already_taken(workdir: Path, name, words)
         session.register_tools([taken])
     assert words in str(caught.value)
     assert caught.value.path == "toolkernel.register_tools"
+
+
+def test_help_says_why_an_on_demand_server_last_failed_to_start(workdir: Path):
+    from toolkernel import Unavailable
+
+    session = Session(workdir)
+    fake = FakeProvider()
+    fake.on_demand, fake.loaded, fake.error = True, False, Unavailable("the server exited with code 2\nmore")
+    session.add_provider(fake)
+    try:
+        result, sink = run(session, "tools --help")
+    finally:
+        session.close()
+    assert "fake (not loaded; last start failed: the server exited with code 2)" in sink.stdout_text

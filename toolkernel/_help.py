@@ -36,6 +36,9 @@ def _server_line(entry: ServerEntry) -> str:
     name = display(entry.name)
     if entry.error is not None:
         status = f"(unavailable: {entry.error.message.splitlines()[0]})"
+    elif entry.tools is None and entry.provider.error is not None:
+        # An on-demand server not started this run, whose last start failed (the pool remembers why).
+        status = f"(not loaded; last start failed: {entry.provider.error.message.splitlines()[0]})"
     elif entry.tools is None:
         status = "(not loaded)"
     else:
