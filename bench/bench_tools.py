@@ -220,7 +220,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of the private loop")
     args = parser.parse_args()
     session = Session(project_dir())
-    session.extra_tools = [noop]
+    session.register_tools([noop])
     try:
         timed_script(session, loop_script("tools noop", 10))  # warm-up: imports, caches
         inproc = bench_in_process(session, args.calls, args.repeat)

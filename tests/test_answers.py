@@ -173,3 +173,15 @@ def test_python_api_help_is_text_and_errors_keep_their_class(session, monkeypatc
     with pytest.raises(toolkernel.InvalidInput, match="number"):
         toolkernel.call("github", "get-pull", repo="acme/api", number="x")
     assert toolkernel.call("github", "get-pull", repo="acme/api", number=101)["number"] == 101
+
+
+def test_one_parser_and_one_usage_for_every_tools_word(session):
+    text = manage(session, ["pair", "--help"])
+    assert text == manage(session, ["--help"]) == manage(session, ["approve", "-h"])
+    for words in ("%tools approve [--always]", "%tools deny", "%tools approvals [--revoke",
+                  "%tools pair NOTEBOOK --kernel NAME", "%tools unpair"):
+        assert words in text
+    with pytest.raises(UsageError, match="unrecognized arguments: --colour"):
+        manage(session, ["pair", "nb.ipynb", "--colour", "red"])
+    with pytest.raises(UsageError, match="--kernel needs a value"):
+        manage(session, ["pair", "nb.ipynb", "--kernel="])

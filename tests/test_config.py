@@ -693,3 +693,27 @@ def test_same_server_moved_to_another_file_keeps_its_fingerprint(tree):
     assert after.servers["s"] == before.servers["s"]
     assert hash(after.servers["s"]) == hash(before.servers["s"])
     assert after.fingerprint == before.fingerprint
+
+
+def test_server_names_differing_only_in_case_are_one_name(tree):
+    tree.toml(tree.project, '[mcp_servers.GitHub]\ncommand = "a"\n[mcp_servers.github]\ncommand = "b"\n')
+    error = tree.error()
+    assert error.key == "mcp_servers.github"
+    assert 'same name as "GitHub"' in str(error) and "case does not matter" in str(error)
+
+
+def test_a_nearer_file_replaces_a_server_spelled_in_another_case(tree):
+    tree.user('[mcp_servers.GitHub]\ncommand = "user"\n')
+    tree.toml(tree.project, '[mcp_servers.github]\ncommand = "project"\n')
+    config = tree.load()
+    assert list(config.servers) == ["github"]
+    assert config.server("GITHUB").command == "project"
+
+
+@pytest.mark.parametrize("name", ["foo-", "foo_", "foo__x", "foo-_x"])
+def test_server_names_that_blur_the_server_tool_boundary_are_refused(tree, name):
+    # Else the allow rule `mcp_foo` would read `mcp_foo___x` (server `foo_`) as a tool of `foo`.
+    tree.mcp_json(tree.project, {name: {"command": "c"}})
+    error = tree.error()
+    assert error.key == f"mcpServers.{name}"
+    assert "no doubled separator" in str(error)

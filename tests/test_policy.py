@@ -430,3 +430,37 @@ def test_canonical_key_tells_different_calls_apart():
     assert base != canonical_call_key("mcp_github__delete_branch", {"branch": "fix-x", "force": True})
     assert canonical_call_key("t", {"n": 7}) != canonical_call_key("t", {"n": "7"})
     assert canonical_call_key("t", {"n": 7}) != canonical_call_key("t", {"n": 7.5})
+
+
+# -- the server/tool boundary and Unicode folding (issue 8 item 11) -------------
+
+
+@pytest.mark.parametrize("rule, call", [
+    ("mcp_fo*__read", mcp("foo__x", "read")),   # a `*` in the server part stays in the server
+    ("mcp_foo", mcp("foo-bar", "t")),
+    ("mcp_foo", own("mcp_foo_t")),               # a bare name is no MCP tool
+    ("tool__rip*", mcp("tool", "ripgrep")),
+    ("mcp_foo__*", custom("foo__x")),
+])
+def test_rules_respect_the_server_tool_boundary(rule, call):
+    assert not rule_matches(rule, call)
+
+
+@pytest.mark.parametrize("rule, call", [
+    ("mcp_fo*__read", mcp("foo", "read")),
+    ("mcp_foo", mcp("foo", "x__y")),
+    ("mcp_*", mcp("foo", "t")),
+    ("tool__rip*", RIPGREP),
+    ("*", mcp("foo", "t")),
+])
+def test_rules_still_cover_what_they_name(rule, call):
+    assert rule_matches(rule, call)
+
+
+@pytest.mark.parametrize("rule, call", [
+    ("mcp_docs__STRASSE", mcp("docs", "straße")),
+    ("docs straße", mcp("docs", "STRASSE")),
+    ("ＲＥＡＤ_ＦＩＬＥ", READ),
+])
+def test_deny_rules_fold_case_the_unicode_way(rule, call):
+    assert decide(call, Policy(mode="bypass-permissions", deny=(rule,))).action == "deny"

@@ -64,7 +64,7 @@ def github_toml_as(name: str, **kw) -> str:
 
 def new_session(workdir: Path) -> Session:
     session = Session(workdir)
-    session.extra_tools = [echo_input, blob]
+    session.register_tools([echo_input, blob])
     return session
 
 

@@ -10,12 +10,12 @@ From Python: `toolkernel.call("github", "list-pulls", repo="acme/api")`.
 
 from __future__ import annotations
 
-from concurrent.futures import Future
-from typing import Any
+from concurrent.futures import Future as _Future
+from typing import Any as _Any
 
 from ._errors import (
     CallError, CallLimit, ConfigError, ConnectionRequired, Denied, InvalidInput, NeedsApproval,
-    Stopped, ToolFailed, ToolkernelError, Unavailable, UnknownCommand,
+    Stopped, ToolFailed, ToolInputError, ToolkernelError, Unavailable, UnknownCommand,
 )
 from ._hooks import HookOutcome, redact
 from ._tool import Image, Tool, ToolContext, ToolResult, tool
@@ -24,10 +24,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CallError", "CallLimit", "ConfigError", "ConnectionRequired", "Denied", "HookOutcome", "Image",
-    "InvalidInput", "NeedsApproval", "Stopped", "Tool", "ToolContext", "ToolFailed",
+    "InvalidInput", "NeedsApproval", "Stopped", "Tool", "ToolContext", "ToolFailed", "ToolInputError",
     "ToolResult", "ToolkernelError", "Unavailable", "UnknownCommand",
     "after_call", "approve", "before_call", "call", "deny", "get_session",
-    "load_ipython_extension", "redact", "run", "tool", "unload_ipython_extension",
+    "load_ipython_extension", "redact", "register_tools", "run", "tool", "unload_ipython_extension",
 ]
 
 _default_session = None
@@ -40,12 +40,12 @@ def get_session():
         from ._session import Session
 
         _default_session = Session()
-    if isinstance(_default_session, Future):  # %load_ext starts it in the background
+    if isinstance(_default_session, _Future):  # %load_ext starts it in the background
         _default_session = _default_session.result()
     return _default_session
 
 
-def call(*command: str, input: dict[str, Any] | None = None, **arguments: Any) -> Any:
+def call(*command: str, input: dict[str, _Any] | None = None, **arguments: _Any) -> _Any:
     """Call one tool like `tools` would: `call("github", "list-pulls", repo="acme/api")`.
 
     Returns the result as a Python value (dict/list for JSON, str for text);
@@ -57,7 +57,7 @@ def call(*command: str, input: dict[str, Any] | None = None, **arguments: Any) -
     return call_argv(get_session(), argv, base=input)
 
 
-def _arg(value: Any) -> str:
+def _arg(value: _Any) -> str:
     import json
 
     return value if isinstance(value, str) else json.dumps(value)
@@ -68,6 +68,15 @@ def run(script: str):
     from ._cli_sink import PrintSink
 
     return get_session().run_script(script, PrintSink())
+
+
+def register_tools(*tools: Tool) -> None:
+    """Add tools made with `@toolkernel.tool` as top-level commands (`tools <name>`) from the next run on.
+
+    They go through the approval layer like every other tool. A name another
+    tool or a configured MCP server already uses raises `ConfigError`.
+    """
+    get_session().register_tools(list(tools))
 
 
 def before_call(pattern: str = "*"):
@@ -106,3 +115,11 @@ def unload_ipython_extension(ipython) -> None:
 
     unload(_default_session)
     _default_session = None
+
+
+# Public names print as `toolkernel.X`, not the private module they live in.
+for _name in __all__:
+    _value = globals()[_name]
+    if getattr(_value, "__module__", "").startswith("toolkernel."):
+        _value.__module__ = "toolkernel"
+del _name, _value

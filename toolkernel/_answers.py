@@ -66,25 +66,35 @@ def _take_pending(session, call: Mapping[str, Any] | None) -> CallInfo:
 # -- `%tools approve | deny | approvals | pair | unpair` -----------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print and exit the kernel's process
+        raise argparse.ArgumentError(None, message)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="%tools", add_help=False, exit_on_error=False)
+    """The one parser of every `%tools` word that is not a tool call."""
+    from ._notebook import add_pairing_arguments
+
+    parser = _Parser(prog="%tools", add_help=False)
     sub = parser.add_subparsers(dest="what", required=True)
     sub.add_parser("approve", add_help=False).add_argument("--always", action="store_true")
     sub.add_parser("deny", add_help=False)
     sub.add_parser("approvals", add_help=False).add_argument("--revoke", metavar="RULE_OR_NUMBER")
+    add_pairing_arguments(sub.add_parser("pair", add_help=False))
     sub.add_parser("unpair", add_help=False)
     return parser
 
 
 def manage(session, argv: list[str]) -> str:
+    """Apply one `%tools approve|deny|approvals|pair|unpair ...` line; `--help` gives the usage."""
     from IPython.core.error import UsageError
 
-    if argv[:1] == ["pair"]:
-        return _pair(session, argv[1:])
+    if any(arg in ("--help", "-h") for arg in argv):
+        return usage()
     try:
         args = _parser().parse_args(argv)
-    except (argparse.ArgumentError, SystemExit) as exc:
-        raise UsageError(f"%tools {shlex.join(argv)}: {exc}\n{_usage()}") from None
+    except argparse.ArgumentError as exc:
+        raise UsageError(f"%tools {shlex.join(argv)}: {exc}\n{usage()}") from None
     try:
         return _apply(session, args)
     except AnswerError as exc:
@@ -98,29 +108,35 @@ def _apply(session, args: argparse.Namespace) -> str:
         return deny(session)
     if args.what == "approvals":
         return list_approvals(session, revoke=args.revoke)
+    if args.what == "pair":
+        return _pair(session, args)
     from ._notebook import unpair
 
     _loop.run(unpair(session.state))
     return "unpaired"
 
 
-def _pair(session, argv: list[str]) -> str:
+def _pair(session, args: argparse.Namespace) -> str:
     from IPython.core.error import UsageError
 
     from ._errors import CallError
-    from ._notebook import pair, parse_pairing_args
+    from ._notebook import pair, pairing_kwargs
 
     try:
-        pairing = _loop.run(pair(session.state, session.workdir, **parse_pairing_args(argv)))
+        pairing = _loop.run(pair(session.state, session.workdir, **pairing_kwargs(args)))
     except CallError as exc:
         raise UsageError(f"%tools pair: {exc.message}") from None
     return f"paired: {pairing.describe()}"
 
 
-def _usage() -> str:
-    return ("usage: %tools approve [--always] | %tools deny | %tools approvals [--revoke RULE]"
-            " | %tools pair NOTEBOOK [--kernel NAME | --existing FILE | --server URL --token TOKEN]"
-            " | %tools unpair")
+def usage() -> str:
+    from ._notebook import pairing_args_usage
+
+    lines = ["%tools approve [--always]                        allow the call that asked, once or always",
+             "%tools deny                                     refuse it",
+             "%tools approvals [--revoke RULE_OR_NUMBER]      list or revoke lasting approvals",
+             *pairing_args_usage().splitlines()]
+    return "usage: " + "\n       ".join(lines)
 
 
 # -- the comm target of the JupyterLab extension --------------------------------

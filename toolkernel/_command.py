@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from . import _help, _loop
-from ._catalog import Catalog, norm
+from ._catalog import Catalog
 from ._cli import Command, parse_input, split_command
 from ._dispatch import Dispatcher
 from ._errors import CallError, Stopped, ToolFailed
+from ._names import fold
 from ._render import render
 from ._run import NO_EVENTS, Run, RunEvents
 from ._tool import Tool, ToolResult
@@ -81,10 +82,9 @@ class ToolsCommand:
 
     def _runs_here(self, command: Command) -> bool:
         """A call of a tool bound to nothing on the private loop runs on this thread."""
-        if command.action not in ("call", "tool_help") or command.server is not None:
+        if command.action not in ("call", "tool_help"):
             return False
-        tool = self.catalog.own.get(norm(command.tool or ""))
-        return tool is not None and not tool.loop_bound
+        return not self.catalog.runs_on_private_loop(command.server, command.tool)
 
     def _run(self, coro, here: bool) -> Outcome:
         # The hand-off to the private loop costs about 200 us on these machines;
@@ -129,7 +129,7 @@ class ToolsCommand:
             return Outcome(_help.search_results(await self.catalog.search(words), words))
         if command.action == "server_help":
             tools = await self.catalog.server_tools(command.server)
-            return Outcome(_help.server_help(self.catalog.servers[norm(command.server)], tools))
+            return Outcome(_help.server_help(self.catalog.servers[fold(command.server)], tools))
         tool = await self.catalog.find_tool(command.server, command.tool)
         if command.action == "tool_help":
             return Outcome(_help.tool_help(tool))

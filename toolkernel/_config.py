@@ -39,6 +39,7 @@ from typing import Any, Iterable, Iterator, Literal, Mapping
 from urllib.parse import urlsplit
 
 from ._errors import ConfigError
+from ._names import SERVER_NAME, SERVER_NAME_RULE, fold
 from ._policy import parse_rule
 
 CONFIG_NAME = "toolkernel.toml"
@@ -62,7 +63,6 @@ _HTTP_ONLY_KEYS = ("headers",)
 # `type` values seen in .mcp.json files of Claude Code, Cursor, VS Code and Cline.
 _MCP_JSON_TYPES = {"stdio": "stdio", "http": "http", "streamable-http": "http",
                    "streamableHttp": "http", "sse": "sse"}
-_SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # tomllib ends its messages with "(at line N, column M)" or "(at end of document)".
 _TOML_WHERE = re.compile(r"(.*?)\s*\(at (?:line (\d+), column (\d+)|end of document)\)", re.S)
@@ -123,8 +123,8 @@ class Config:
 
     def server(self, name: str) -> ServerConfig | None:
         """The server called `name`, hyphens and underscores being the same."""
-        wanted = _canonical(name)
-        return next((s for n, s in self.servers.items() if _canonical(n) == wanted), None)
+        wanted = fold(name)
+        return next((s for n, s in self.servers.items() if fold(n) == wanted), None)
 
     def tool_settings(self, name: str) -> Mapping[str, Any]:
         settings = self.tools.get(name.replace("-", "_"), _EMPTY)
@@ -332,14 +332,9 @@ def _known_keys(source: _Source, prefix: str | None, table: Mapping[str, Any],
 
 # --- servers -------------------------------------------------------------------------
 
-def _canonical(name: str) -> str:
-    return name.replace("_", "-")
-
-
 def _server_name(source: _Source, prefix: str, name: str) -> str:
-    if not _SERVER_NAME.fullmatch(name):
-        raise source.error(_join(prefix, name), "a server name may use only letters, digits, "
-                           "'-' and '_', and must start with a letter or digit")
+    if not SERVER_NAME.fullmatch(name):
+        raise source.error(_join(prefix, name), SERVER_NAME_RULE)
     return name
 
 
@@ -606,10 +601,10 @@ class _Builder:
         found: dict[str, str] = {}
         for name, entry in _table(source, prefix, raw).items():
             key = _join(prefix, _server_name(source, prefix, name))
-            canonical = _canonical(name)
+            canonical = fold(name)
             if canonical in found:
                 raise source.error(key, f'is the same name as "{found[canonical]}" '
-                                   "(hyphens and underscores are interchangeable)")
+                                   "(case does not matter, and hyphens and underscores are interchangeable)")
             found[canonical] = name
             spec = parse(source, key, entry)
             # A disabled server hides a farther definition of the same name too.

@@ -1,7 +1,10 @@
 """Every exception toolkernel raises, in one tree.
 
     ToolkernelError
-     ├── ConfigError            a config file is unreadable or wrong (names file and key)
+     ├── ConfigError            a config file is unreadable or wrong (names file and key),
+     │                          or two sources of tools claim one name
+     ├── ToolInputError         raised by a tool's own function for input it cannot use;
+     │                          the `tool()` wrapper turns it into the tool's error result
      └── CallError              a `tools` call did not produce a result; `code` is the
          │                      seed's error code, shown as one JSON line on stderr
          ├── UnknownCommand         unknown_command
@@ -14,10 +17,16 @@
          ├── CallLimit              call_limit
          └── Unavailable            unavailable (`retryable` says whether a retry may work)
 
-A tool that runs and fails is a *result* (`ToolResult.is_error`) inside providers;
-the dispatcher turns it into `ToolFailed` only at the edge where a caller needs an
-exception. Errors of the libraries we use are translated where they enter, with
-`raise ... from exc`.
+A tool that runs and fails is a *result* (`ToolResult.is_error`), not an exception:
+the `tools` command prints it as a `tool_error` line (exit code 1), and the Python
+API (`toolkernel.call`, `%tools x`) raises it as `ToolFailed`. Errors of the
+libraries we use are translated where they enter, with `raise ... from exc`.
+
+Four exceptions stay inside one module and never reach a caller, so they are not
+in the tree: `_hooks.HookFailed` (a hook gave no usable answer; the call is then
+denied), `_answers.AnswerError` (shown as a `UsageError` by `%tools`),
+`_tools._glob.GlobError` (a `ValueError` for a bad pattern, an error result of the
+tool) and `_tools.web.Refused` (a `ToolInputError` for a URL it will not fetch).
 """
 
 from __future__ import annotations
@@ -35,6 +44,10 @@ class ConfigError(ToolkernelError):
         self.path, self.key, self.problem = path, key, problem
         where = f"{path}: {key}" if key else path
         super().__init__(f"{where}: {problem}")
+
+
+class ToolInputError(ToolkernelError):
+    """Raise it from a tool function for a failure the caller should read as the tool's result."""
 
 
 class CallError(ToolkernelError):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from ._catalog import Catalog, ServerEntry, display
+from ._catalog import Catalog, ServerEntry
+from ._names import display
 from ._tool import Tool
 
 USAGE = """\
@@ -25,21 +26,24 @@ def top_help(catalog: Catalog) -> str:
     lines = [USAGE, "MCP servers:"]
     if not catalog.servers:
         lines.append("  (none configured: add [mcp_servers.NAME] to toolkernel.toml or .mcp.json)")
-    lines += [_server_line(e) for e in sorted(catalog.servers.values(), key=lambda e: e.config.name)]
+    lines += [_server_line(e) for e in sorted(catalog.servers.values(), key=lambda e: e.name)]
     lines += ["", "Other tools:"]
     lines += _tool_lines(sorted(catalog.own.values(), key=lambda t: t.name))
     return "\n".join(lines) + "\n"
 
 
 def _server_line(entry: ServerEntry) -> str:
-    name = display(entry.config.name)
+    name = display(entry.name)
     if entry.error is not None:
         status = f"(unavailable: {entry.error.message.splitlines()[0]})"
+    elif entry.tools is None and entry.provider.error is not None:
+        # An on-demand server not started this run, whose last start failed (the pool remembers why).
+        status = f"(not loaded; last start failed: {entry.provider.error.message.splitlines()[0]})"
     elif entry.tools is None:
         status = "(not loaded)"
     else:
         status = f"({len(entry.tools)} tool{'s' if len(entry.tools) != 1 else ''})"
-    description = getattr(entry.config, "description", "")
+    description = entry.provider.description
     return f"  {name} {status}" + (f"  {description}" if description else "")
 
 
@@ -51,8 +55,8 @@ def _tool_lines(tools: list[Tool], prefix: str = "") -> list[str]:
 
 
 def server_help(entry: ServerEntry, tools: list[Tool]) -> str:
-    name = display(entry.config.name)
-    head = f"{name}: {getattr(entry.config, 'description', '') or 'MCP server'}"
+    name = display(entry.name)
+    head = f"{name}: {entry.provider.description or 'MCP server'}"
     lines = [head, f"Usage: tools {name} <tool> [input]   (tools {name} <tool> --help for its input)", ""]
     lines += _tool_lines(sorted(tools, key=lambda t: t.name))
     return "\n".join(lines) + "\n"

@@ -42,7 +42,7 @@ from mcp.shared.exceptions import MCPError
 
 from . import _tool
 from ._errors import CallError, ConnectionRequired, Unavailable
-from ._tool import Image, Kind, Tool, ToolContext, ToolResult
+from ._tool import Image, Kind, ProviderRef, Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
     from ._config import ServerConfig
@@ -157,9 +157,8 @@ class ServerPool:
             input_schema=listed.input_schema,
             call=call,
             kind=_kind_of(annotations, cfg.trust_annotations),
-            server=cfg.name,
+            provider=ProviderRef("mcp", cfg.name, loop_bound=True),
             annotations=annotations,
-            loop_bound=True,
         )
 
 

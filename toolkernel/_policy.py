@@ -36,6 +36,10 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping
 
+from ._names import MCP_PREFIX, parse_qualified, qualified
+# One folding rule for tool names, rule words and input keys.
+from ._names import fold as _norm
+
 if TYPE_CHECKING:
     from ._hooks import HookOutcome
 
@@ -67,17 +71,14 @@ class Decision:
 # -- names -------------------------------------------------------------------
 
 
-def _norm(name: str) -> str:
-    # Case folds too: a deny rule spelled `GitHub` must not fail open.
-    return name.replace("-", "_").lower()
-
-
+@functools.lru_cache(maxsize=4096)  # asked for every rule on every call
 def normalize_qualified_name(name: str) -> str:
     """`mcp__github__list-pulls` and `mcp_github__list_pulls` are one name."""
-    name = _norm(name)
-    if name.startswith("mcp__"):
-        return "mcp_" + name[len("mcp__"):]
-    return name
+    parsed = parse_qualified(_norm(name))
+    if parsed.kind == "mcp":
+        return qualified("mcp", parsed.server, parsed.tool) if parsed.tool is not None \
+            else MCP_PREFIX + parsed.server
+    return _norm(name)
 
 
 def _command_tails(call: CallInfo) -> set[str]:
@@ -93,12 +94,10 @@ def _command_tails(call: CallInfo) -> set[str]:
 
 
 def _tail_from_qualified(name: str) -> str:
-    if name.startswith("mcp_") and "__" in name[len("mcp_"):]:
-        server, tool = name[len("mcp_"):].split("__", 1)
-        return f"{server} {tool}"
-    if name.startswith("tool__"):
-        return name[len("tool__"):]
-    return name
+    parsed = parse_qualified(name)
+    if parsed.kind == "mcp" and parsed.tool is not None:
+        return f"{parsed.server} {parsed.tool}"
+    return parsed.tool or name
 
 
 # -- rules -------------------------------------------------------------------
@@ -113,7 +112,7 @@ class _Rule:
     text: str
     # One word: matched against qualified names and one-word commands.
     # Two words: matched against the command form only.
-    name_pattern: re.Pattern[str] | None
+    name_pattern: "_NamePattern | None"
     command_pattern: re.Pattern[str]
     constraints: tuple[tuple[str, re.Pattern[str]], ...] = field(default=())
 
@@ -161,13 +160,37 @@ def _parse_rule(text: str) -> _Rule:
     return _Rule(text, name, command, constraints)
 
 
-def _name_pattern(word: str) -> re.Pattern[str]:
-    word = normalize_qualified_name(word)
-    pattern = _glob(word, ".*")
-    if word.startswith("mcp_") and "__" not in word[len("mcp_"):]:
-        # `mcp_github` names the whole server, as `mcp_github__*` does.
-        pattern = f"(?:{pattern}|{pattern}__.*)"
-    return re.compile(pattern)
+@dataclass(frozen=True)
+class _NamePattern:
+    """A one-word rule against flat tool names.
+
+    `mcp_` and `tool__` rules match the server and tool parts each on its own,
+    so neither `mcp_foo` nor a `*` in its server part reaches past the
+    server/tool boundary (`mcp_foo` does not cover a server `foo-x`'s tools).
+    """
+
+    kind: str | None
+    first: re.Pattern[str]  # the whole name (bare rules), or the server
+    tool: re.Pattern[str] | None = None  # None: every tool of the server
+
+    def matches(self, name: str) -> bool:
+        if self.kind is None:
+            return self.first.fullmatch(name) is not None
+        parsed = parse_qualified(name)
+        if parsed.kind != self.kind or parsed.tool is None:
+            return False
+        if self.kind == "command":
+            return self.first.fullmatch(parsed.tool) is not None
+        return self.first.fullmatch(parsed.server) is not None and (
+            self.tool is None or self.tool.fullmatch(parsed.tool) is not None)
+
+
+def _name_pattern(word: str) -> _NamePattern:
+    parsed = parse_qualified(normalize_qualified_name(word))
+    if parsed.kind == "mcp":
+        tool = None if parsed.tool is None else re.compile(_glob(parsed.tool, ".*"))
+        return _NamePattern("mcp", re.compile(_glob(parsed.server, ".*")), tool)
+    return _NamePattern(parsed.kind, re.compile(_glob(parsed.tool, ".*")))
 
 
 def _split_constraints(text: str) -> tuple[str, tuple[tuple[str, re.Pattern[str]], ...]]:
@@ -255,7 +278,7 @@ def rule_matches(rule: str, call: CallInfo) -> bool:
 
 def _names_match(rule: _Rule, call: CallInfo) -> bool:
     if rule.name_pattern is not None:
-        if rule.name_pattern.fullmatch(normalize_qualified_name(call.qualified_name)):
+        if rule.name_pattern.matches(normalize_qualified_name(call.qualified_name)):
             return True
     return any(rule.command_pattern.fullmatch(tail) for tail in _command_tails(call))
 

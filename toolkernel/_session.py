@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
-
-from typing import Callable
+from typing import Any, Callable
 
 from . import _loop
 from ._approvals import Approvals
 from ._approver import Approver, StdinApprover, stop_and_report
+from ._catalog import Catalog, check_names
 from ._command import ToolsCommand
-from ._catalog import Catalog
 from ._config import Config, load_config
 from ._dispatch import CallEnv, Dispatcher
 from ._guard import ConfigGuard
@@ -27,6 +25,7 @@ from ._mcp import ServerPool
 from ._notebook import notebook_tools
 from ._policy import Policy
 from ._preflight import preflight
+from ._providers import ToolProvider, ToolSet, mcp_providers
 from ._run import NO_EVENTS, Run, RunEvents
 from ._shell import ScriptEvents, ScriptRunner, ShellResult, Sink, execute
 from ._tool import Tool
@@ -40,7 +39,19 @@ class Session:
         self.state: dict[str, Any] = {}
         self.hooks = Hooks()
         self.approvals = Approvals(self.workdir)
-        self.extra_tools: list[Tool] = []
+        # The in-process sources; each run adds one provider per configured MCP server.
+        self.providers: list[ToolProvider] = [ToolSet("builtin", own_tools()), ToolSet("notebook", notebook_tools())]
+
+    def add_provider(self, provider: ToolProvider) -> None:
+        """Add a source of tools for the runs that start from now on (see `toolkernel.register_tools`)."""
+        self.providers.append(provider)
+
+    def register_tools(self, tools: list[Tool]) -> None:
+        """Add Python tools as top-level commands; a name already taken raises ConfigError."""
+        provider = ToolSet("builtin", tools, source="toolkernel.register_tools")
+        in_process = [p for p in self.providers if isinstance(p, ToolSet) and p.name is None] + [provider]
+        check_names(in_process, [p.listed for p in in_process])
+        self.add_provider(provider)
 
     # -- per run --------------------------------------------------------------
 
@@ -58,8 +69,7 @@ class Session:
             state=self.state,
             approver=approver,
         )
-        tools = [*own_tools(), *notebook_tools(), *self.extra_tools]
-        catalog = Catalog(config.servers.values(), tools, self.pool)
+        catalog = await Catalog.open([*self.providers, *mcp_providers(config.servers.values(), self.pool)])
         return ToolsCommand(catalog, Dispatcher(env), Run(), self.workdir, events)
 
     def _hooks_for(self, config: Config) -> Hooks:

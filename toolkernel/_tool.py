@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal, Mapping
 
-from ._errors import CallError
+from ._errors import CallError, ToolInputError
 from ._loop import on_private_loop
+from ._names import ProviderKind, display, qualified
 
 # What a call may do, from the approval layer's point of view:
 #   read     changes nothing (runs in every mode but a denial)
@@ -90,35 +91,61 @@ CallFn = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
 
 
 @dataclass(frozen=True)
+class ProviderRef:
+    """Which provider a tool came from (see `_providers.ToolProvider`).
+
+    `name` is None for providers whose tools are top-level commands
+    (`tools read-file`); an MCP provider is named after its server. `loop_bound`:
+    the provider's tools use connections that live on toolkernel's private loop
+    (MCP sessions), so their calls must run there.
+    """
+
+    kind: ProviderKind = "builtin"
+    name: str | None = None
+    loop_bound: bool = False
+
+
+BUILTIN = ProviderRef()
+
+
+@dataclass(frozen=True)
 class Tool:
     name: str
     description: str
     input_schema: Mapping[str, Any]
     call: CallFn
     kind: Kind = "execute"
-    server: str | None = None
+    provider: ProviderRef = BUILTIN
     # Input keys that hold file paths; a path outside the workspace asks.
     path_keys: tuple[str, ...] = ()
     annotations: Mapping[str, Any] = field(default_factory=dict)
-    # True when `call` must run on toolkernel's private loop because it uses
-    # connections that live there (MCP sessions, kernel clients). Other tools
-    # may run on the calling thread's own loop, which spares a thread hand-off.
+    # A single tool of an in-process provider that holds a connection living on
+    # toolkernel's private loop (a paired kernel's client) says so here; a
+    # provider whose every tool does says so in its `ProviderRef`.
     loop_bound: bool = False
 
     @property
     def read_only(self) -> bool:
         return self.kind == "read"
 
+    @property
+    def server(self) -> str | None:
+        """The provider's name: the MCP server's, None for a top-level tool."""
+        return self.provider.name
+
+    @property
+    def runs_on_private_loop(self) -> bool:
+        # Other tools may run on the calling thread's own loop, which spares a thread hand-off.
+        return self.loop_bound or self.provider.loop_bound
+
     @functools.cached_property  # names are asked for on every call
     def qualified_name(self) -> str:
-        if self.server is None:
-            return self.name
-        return f"mcp_{self.server}__{self.name}"
+        return qualified(self.provider.kind, self.provider.name, self.name)
 
     @functools.cached_property
     def command(self) -> str:
-        parts = ["tools"] + ([self.server] if self.server else []) + [self.name]
-        return " ".join(p.replace("_", "-") for p in parts)
+        parts = ["tools"] + ([self.provider.name] if self.provider.name else []) + [self.name]
+        return " ".join(display(p) for p in parts)
 
 
 def as_result(value: Any) -> ToolResult:
@@ -171,7 +198,3 @@ def tool(
                     path_keys=path_keys, loop_bound=loop_bound)
 
     return wrap
-
-
-class ToolInputError(Exception):
-    """Raised by a tool function for a failure the caller should read as a result."""

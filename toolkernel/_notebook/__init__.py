@@ -8,10 +8,14 @@
 the pairing lives in state["notebook"], read fingerprints in state["notebook_reads"].
 """
 
-from ._pairing import Pairing, current_pairing, pair, pairing_args_usage, parse_pairing_args, unpair
+from ._pairing import (
+    Pairing, add_pairing_arguments, current_pairing, pair, pairing_args_usage, pairing_kwargs, parse_pairing_args,
+    unpair,
+)
 from ._tools import notebook_edit, notebook_read, notebook_run, notebook_tools
 
 __all__ = [
-    "Pairing", "current_pairing", "pair", "pairing_args_usage", "parse_pairing_args", "unpair",
+    "Pairing", "add_pairing_arguments", "current_pairing", "pair", "pairing_args_usage", "pairing_kwargs",
+    "parse_pairing_args", "unpair",
     "notebook_edit", "notebook_read", "notebook_run", "notebook_tools",
 ]

@@ -6,6 +6,7 @@ the previous pairing (a kernel this session started is shut down).
 
 from __future__ import annotations
 
+import argparse
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,28 +45,37 @@ def pairing_args_usage() -> str:
     return USAGE
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print and exit the kernel's process
+        raise InvalidInput(f"{message}\n{USAGE}")
+
+
+def add_pairing_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `%tools pair`, for the `%tools` parser tree (and `parse_pairing_args`)."""
+    parser.add_argument("notebook", nargs="*", metavar="NOTEBOOK")
+    parser.add_argument("--kernel", metavar="NAME")
+    parser.add_argument("--existing", metavar="CONNECTION_FILE")
+    parser.add_argument("--server", metavar="URL")
+    parser.add_argument("--token", metavar="TOKEN")
+
+
+def pairing_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Parsed `%tools pair` arguments -> keyword arguments for `pair`."""
+    for option in ("kernel", "existing", "server", "token"):
+        if getattr(args, option) == "":
+            raise InvalidInput(f"--{option} needs a value\n{USAGE}")
+    if len(args.notebook) != 1:
+        raise InvalidInput(f"name exactly one notebook to pair\n{USAGE}")
+    parsed = {k: getattr(args, k) for k in ("kernel", "existing", "server", "token") if getattr(args, k)}
+    return {"notebook": args.notebook[0], **parsed}
+
+
 def parse_pairing_args(args: str | list[str]) -> dict[str, Any]:
     """`NOTEBOOK --kernel NAME ...` (a string or argv list) → keyword arguments for `pair`."""
     argv = shlex.split(args) if isinstance(args, str) else list(args)
-    options = {"--kernel": "kernel", "--existing": "existing", "--server": "server", "--token": "token"}
-    parsed: dict[str, Any] = {}
-    positional: list[str] = []
-    items = iter(argv)
-    for item in items:
-        name, eq, inline = item.partition("=")
-        if name in options:
-            value = inline if eq else next(items, None)
-            if value is None or value == "":
-                raise InvalidInput(f"{name} needs a value\n{USAGE}")
-            parsed[options[name]] = value
-        elif item.startswith("--"):
-            raise InvalidInput(f"unknown option {name}\n{USAGE}")
-        else:
-            positional.append(item)
-    if len(positional) != 1:
-        raise InvalidInput(f"name exactly one notebook to pair\n{USAGE}")
-    parsed["notebook"] = positional[0]
-    return parsed
+    parser = _Parser(prog="%tools pair", add_help=False)
+    add_pairing_arguments(parser)
+    return pairing_kwargs(parser.parse_args(argv))
 
 
 async def pair(state: dict, workdir: Path, notebook: str, *, kernel: str | None = None,
