@@ -69,7 +69,7 @@ def timed_script(session: Session, script: str) -> float:
     """Seconds to run `script` to the end, with a fresh `tools` command and no call limit."""
     command = _loop.run(session.prepare())
     command.run.limit = 10**9
-    bash = new_bash(command, session.workdir)
+    bash = new_bash(command, session.workdir, command.dispatcher.env.guarded)
     started = time.perf_counter()
     result = execute(bash, command, script, NullSink(), session.workdir)
     elapsed = time.perf_counter() - started

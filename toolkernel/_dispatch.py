@@ -20,7 +20,7 @@ from ._errors import CallError, CallLimit, Denied, InvalidInput, NeedsApproval, 
 from ._hooks import HookOutcome, Hooks
 from ._policy import CallInfo, Decision, Policy, canonical_call_key, decide
 from ._tool import Tool, ToolContext, ToolResult
-from ._guard import touches_protected
+from ._guard import Protection, touches_protected
 from ._tools._paths import outside_workspace
 
 CALL_LIMIT = 50
@@ -78,6 +78,8 @@ class CallEnv:
     settings: Mapping[str, Any]
     state: dict[str, Any]
     pending: list[CallInfo]  # calls that asked a person; `%tools approve` answers the last
+    guarded: Protection | None = None  # what no call may write unasked (see _guard.py)
+    untrusted: tuple[str, ...] = ()  # project folders whose config only tightens, for --help
 
 
 class Dispatcher:
@@ -92,7 +94,7 @@ class Dispatcher:
             input=arguments,
             kind=tool.kind,
             outside_workspace=outside_workspace(tool, arguments, self.env.workdir),
-            protected=touches_protected(tool, arguments, self.env.workdir),
+            protected=touches_protected(tool, arguments, self.env.workdir, self.env.guarded),
         )
 
     async def call(self, tool: Tool, arguments: dict[str, Any], run: Run) -> ToolResult:

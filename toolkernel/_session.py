@@ -8,6 +8,7 @@ and call record.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from ._builtin import ToolsCommand
 from ._catalog import Catalog
 from ._config import Config, load_config
 from ._dispatch import CallEnv, Dispatcher, Run
-from ._guard import ConfigGuard
+from ._guard import mount_plan
 from ._hooks import Hooks
 from ._mcp import ServerPool
 from ._notebook import notebook_tools
@@ -41,19 +42,24 @@ class Session:
 
     # -- per run --------------------------------------------------------------
 
-    async def prepare(self) -> ToolsCommand:
-        """Read the config and wire a fresh `tools` command. Raises ConfigError."""
+    async def prepare(self, *, read_only: bool = False) -> ToolsCommand:
+        """Read the config and wire a fresh `tools` command. Raises ConfigError
+        (`_guard.Unprotectable` too: what scripts must not write cannot be protected)."""
         config = load_config(self.workdir)
         await self.pool.retire(set(config.servers))
+        # Lasting approvals loosen the policy: only those of a trusted folder count.
+        lasting = self.approvals.lasting_rules() if config.approvals_trusted else ()
+        policy = Policy.from_config(config.policy, config.admin_policy, extra_allow=lasting)
         env = CallEnv(
             workdir=self.workdir,
-            policy=Policy.from_config(config.policy, config.admin_policy,
-                                      extra_allow=self.approvals.lasting_rules()),
+            policy=dataclasses.replace(policy, read_only=read_only),
             approvals=self.approvals,
             hooks=self._hooks_for(config),
             settings=config.tools,
             state=self.state,
             pending=self.pending,
+            guarded=mount_plan(self.workdir, config),
+            untrusted=config.untrusted,
         )
         tools = [*own_tools(), *notebook_tools(), *self.extra_tools]
         catalog = Catalog(config.servers.values(), tools, self.pool)
@@ -67,22 +73,18 @@ class Session:
         return self.hooks
 
     def run_script(self, script: str, sink: Sink, *, read_only: bool = False) -> ShellResult:
-        command, stopped = _loop.run(self._prepare_and_check(script))
+        command, stopped = _loop.run(self._prepare_and_check(script, read_only))
         if stopped is not None:
             sink.stderr(stopped.stderr)
             return stopped
-        bash = new_bash(command, self.workdir, read_only=read_only)
-        guard = ConfigGuard(self.workdir)
+        bash = new_bash(command, self.workdir, command.dispatcher.env.guarded, read_only=read_only)
         result = execute(bash, command, script, sink, self.workdir)
-        for message in guard.undo_changes():
-            sink.stderr(message)
-            result.stderr += message
         if command.run.needs_report(result.exit_code):
             result.report = command.run.report(result.exit_code)
         return result
 
-    async def _prepare_and_check(self, script: str) -> tuple[ToolsCommand, ShellResult | None]:
-        command = await self.prepare()
+    async def _prepare_and_check(self, script: str, read_only: bool) -> tuple[ToolsCommand, ShellResult | None]:
+        command = await self.prepare(read_only=read_only)
         return command, await preflight(script, command)
 
     def start_eager(self) -> None:

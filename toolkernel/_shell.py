@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from . import _loop
 from ._builtin import INTERRUPTED_EXIT, ToolsCommand
-from ._guard import STATE_DIR
+from ._guard import GuardedChmod, Protection, mount
 from ._outputs import OutputLimiter
 
 MAX_COMMANDS = 1_000_000  # Bashkit's default (10,000) ends ordinary loops over data
@@ -42,16 +42,15 @@ class ShellResult:
     saved_output: Path | None = None
 
 
-def new_bash(command: ToolsCommand, workdir: Path, *, read_only: bool = False):
+def new_bash(command: ToolsCommand, workdir: Path, plan: Protection, *, read_only: bool = False):
     from bashkit import Bash, FileSystem
 
-    bash = Bash(custom_builtins={"tools": command}, cwd=str(workdir), max_commands=MAX_COMMANDS)
+    builtins = {"tools": command, "chmod": GuardedChmod(plan, read_only)}
+    bash = Bash(custom_builtins=builtins, cwd=str(workdir), max_commands=MAX_COMMANDS)
     # Mounted at run time rather than through `mounts=`: the constructor prints a warning
     # for every writable mount to the process's stderr, which a kernel shows in the cell.
     bash.mount(str(workdir), FileSystem.real(str(workdir), writable=not read_only))
-    state = workdir / STATE_DIR
-    if state.is_dir():  # approvals live here: a script must not write them (see _guard.py)
-        bash.mount(str(state), FileSystem.real(str(state), writable=False))
+    mount(bash, plan)  # what no script may write (see _guard.py)
     return bash
 
 
