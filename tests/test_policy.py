@@ -264,7 +264,8 @@ def test_input_constraint_value_forms():
     assert rule_matches('s t(nested="{\\"a\\":\\"x\\",\\"b\\":1}")', call)
     assert rule_matches('s t(title="a, b (c)")', call)
     assert rule_matches('s t(title="a, b*")', call)
-    assert rule_matches("s t(dash_key=v)", call)
+    assert not rule_matches("s t(dash_key=v)", call)  # a grant needs the key as spelled
+    assert rule_matches("s t(dash_key=v)", call, grants=False)  # a deny takes any spelling
     spaced = mcp("s", "t", title="Flaky test", url="https://x/?a=b")
     assert rule_matches("s t(title=Flaky test, url=https://x/?a=*)", spaced)
     assert rule_matches('s t(title="Flaky test b=c")', mcp("s", "t", title="Flaky test b=c"))

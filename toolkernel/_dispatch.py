@@ -82,6 +82,11 @@ class CallEnv:
     untrusted: tuple[str, ...] = ()  # project folders whose config only tightens, for --help
 
 
+def _schema_keys(tool: Tool) -> frozenset[str] | None:
+    properties = tool.input_schema.get("properties") if isinstance(tool.input_schema, Mapping) else None
+    return frozenset(properties) if isinstance(properties, Mapping) else None
+
+
 class Dispatcher:
     def __init__(self, env: CallEnv) -> None:
         self.env = env
@@ -95,6 +100,7 @@ class Dispatcher:
             kind=tool.kind,
             outside_workspace=outside_workspace(tool, arguments, self.env.workdir),
             protected=touches_protected(tool, arguments, self.env.workdir, self.env.guarded),
+            schema_keys=_schema_keys(tool),
         )
 
     async def call(self, tool: Tool, arguments: dict[str, Any], run: Run) -> ToolResult:

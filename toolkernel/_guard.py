@@ -6,9 +6,11 @@ lasting approvals, the trust records or a hook it knows will run could give
 itself permissions nobody granted. So the sandbox's view of the workspace is
 built to refuse those writes up front (prevention, not undo):
 
-- a protected file at the top of the workspace is covered by an empty,
-  read-only stand-in (a mount point: it cannot be written, removed, renamed
-  over or linked to; scripts read it with `tools read-file`);
+- a protected file at the top of the workspace is covered by a read-only
+  stand-in folder holding only a note, `PROTECTED` (a mount point: it cannot
+  be written, removed, renamed over or linked to; scripts read the file with
+  `tools read-file`); so is the place of one that does not exist yet, such
+  as `toolkernel.toml` in a fresh project;
 - a protected path deeper down makes its top-level folder read-only, since a
   folder that holds a mount point can still be renamed or replaced by a
   symlink on the host, the protected file with it;
@@ -18,7 +20,7 @@ built to refuse those writes up front (prevention, not undo):
   through a real mount reach the host.
 
 Protected are: `toolkernel.toml` and `.mcp.json` (by name, anywhere, for tool
-calls; in the sandbox, those that exist at the top of the workspace),
+calls; in the sandbox, at the top of the workspace),
 `.toolkernel/`, the user config folder, the admin file and the trust records
 when they lie in the workspace, and every workspace file a configured server
 or hook executes (named in its `command` or `args`). Config files a script
@@ -101,20 +103,16 @@ def mount_plan(workdir: Path, config: Any = None,
     tops: dict[Path, Mount] = {}
     for path in found.protected:
         top = found.workdir / path.relative_to(found.workdir).parts[0]
-        mount = _mount_for(top, path)
-        if mount is not None and not (top in tops and tops[top].real):
-            tops[top] = mount
+        tops[top] = _mount_for(top, path)
     return Protection(found.workdir, found.protected, tuple(tops.values()))
 
 
-def _mount_for(top: Path, path: Path) -> Mount | None:
+def _mount_for(top: Path, path: Path) -> Mount:
     if top.is_symlink():
         raise Unprotectable(top, f"is a symlink, so {path} cannot be protected through it;"
                             " replace it by the folder or file itself")
     if top.is_dir():
         return Mount(top, real=True)
-    if not top.exists() and top == path and top.name in CONFIG_FILES:
-        return None  # an absent config file: one a script writes is never trusted
     return Mount(top, real=False)  # a file, or the place of one that does not exist yet
 
 

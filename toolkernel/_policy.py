@@ -27,7 +27,8 @@ Rule syntax (one string per rule; hyphens and underscores are interchangeable,
                                  in an allow rule a key only counts when spelled
                                  exactly and no other spelling is in the input,
                                  while a deny or ask rule also covers a call
-                                 that spells the key otherwise or leaves it out
+                                 that spells the key otherwise or leaves out a
+                                 key the tool's schema has (it may default)
 
 Order: the administrator's deny rules, deny, `--read-only` (only read calls
 run), ask, allow; the first match wins.
@@ -63,6 +64,8 @@ class CallInfo:
     outside_workspace: bool = False
     # The call would write toolkernel's own config or approvals (see _guard.py).
     protected: bool = False
+    # The input keys the tool's schema names; None when unknown (any key may have a default).
+    schema_keys: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -235,7 +238,8 @@ def _value_text(value: Any) -> str:
     return json.dumps(_canonical(value), separators=(",", ":"), sort_keys=True, ensure_ascii=False, default=str)
 
 
-def _input_matches(rule: _Rule, data: Mapping[str, Any], *, grants: bool) -> bool:
+def _input_matches(rule: _Rule, data: Mapping[str, Any], schema_keys: frozenset[str] | None, *,
+                   grants: bool) -> bool:
     """Whether every constraint holds. A rule that grants (allow) needs the exact key
     and no look-alike; a rule that restricts (deny, ask) takes any spelling and a
     missing key as a match, since the server may read either or fill in a default."""
@@ -245,17 +249,22 @@ def _input_matches(rule: _Rule, data: Mapping[str, Any], *, grants: bool) -> boo
         if grants:
             holds = exact and len(values) == 1 and bool(pattern.fullmatch(_value_text(data[key])))
         else:
-            holds = not exact or any(pattern.fullmatch(_value_text(value)) for value in values)
+            holds = (not exact and (bool(values) or _may_default(key, schema_keys))
+                     or any(pattern.fullmatch(_value_text(value)) for value in values))
         if not holds:
             return False
     return True
+
+
+def _may_default(key: str, schema_keys: frozenset[str] | None) -> bool:
+    return schema_keys is None or any(_norm(name) == _norm(key) for name in schema_keys)
 
 
 def rule_matches(rule: str, call: CallInfo, *, grants: bool = True) -> bool:
     """Whether `rule` covers `call` (its tool and, if the rule says so, its input);
     `grants` is False for deny and ask rules (see `_input_matches`)."""
     parsed = parse_rule(rule)
-    return _names_match(parsed, call) and _input_matches(parsed, call.input, grants=grants)
+    return _names_match(parsed, call) and _input_matches(parsed, call.input, call.schema_keys, grants=grants)
 
 
 def _names_match(rule: _Rule, call: CallInfo) -> bool:
