@@ -31,6 +31,7 @@ from typing import Any, Iterator
 from ._atomic import write_atomic
 from ._errors import ConfigError
 from ._policy import CallInfo, normalize_qualified_name, parse_rule
+from ._trust import TrustStore
 
 FOLDER = ".toolkernel"
 FILE_NAME = "approvals.json"
@@ -175,8 +176,11 @@ class ApprovalStore:
         return entries
 
     def _write(self, entries: list[dict[str, str]]) -> None:
-        body = {"version": _VERSION, "allow": entries}
-        write_atomic(self.path, json.dumps(body, indent=2, ensure_ascii=False) + "\n")
+        body = (json.dumps({"version": _VERSION, "allow": entries}, indent=2, ensure_ascii=False) + "\n").encode()
+        old = self.path.read_bytes() if self.path.exists() else None
+        write_atomic(self.path, body)
+        # The person's own answer: a folder they trusted stays trusted (see _trust.py).
+        TrustStore().replace(self.project_dir, f"{FOLDER}/{FILE_NAME}", old, body)
 
     def _error(self, key: str | None, problem: str) -> ConfigError:
         return ConfigError(str(self.path), key, problem)

@@ -128,6 +128,8 @@ class Config:
     fingerprint: str
     # One line per project folder whose config only tightened: the folder, why, the fix.
     untrusted: tuple[str, ...] = ()
+    # The folders among them that a person's trust would make count (`_trust`).
+    to_trust: tuple[str, ...] = ()
     # Whether the lasting approvals in the working directory's .toolkernel/ may be used.
     approvals_trusted: bool = True
 
@@ -160,7 +162,8 @@ def load_config(workdir: Path, *, user_config_dir: Path | None = None,
         data = source.read()
         if data is not None:
             builder.add(source, data, doubts.about(source))
-    return builder.build(doubts.notes(), approvals_trusted=not doubts.of(Path(workdir).resolve()))
+    return builder.build(doubts.notes(), doubts.to_trust(),
+                         approvals_trusted=not doubts.of(Path(workdir).resolve()))
 
 
 class _Doubts:
@@ -188,6 +191,9 @@ class _Doubts:
 
     def notes(self) -> tuple[str, ...]:
         return tuple(f"{folder}: {doubt}" for folder, doubt in self.found.items())
+
+    def to_trust(self) -> tuple[str, ...]:
+        return tuple(str(folder) for folder, doubt in self.found.items() if "toolkernel trust" in doubt)
 
 
 # --- where the files are -------------------------------------------------------------
@@ -683,7 +689,8 @@ class _Builder:
         if "stricter_mode" in policy:
             self.strictest = _stricter(policy["stricter_mode"], self.strictest)
 
-    def build(self, untrusted: tuple[str, ...] = (), *, approvals_trusted: bool = True) -> Config:
+    def build(self, untrusted: tuple[str, ...] = (), to_trust: tuple[str, ...] = (), *,
+              approvals_trusted: bool = True) -> Config:
         servers = {server.name: server for server in self.servers.values()}
         mode = _stricter(self.policy.get("mode", "default"), self.strictest)
         return Config(
@@ -695,6 +702,7 @@ class _Builder:
             files=tuple(self.files),
             fingerprint=_digest({name: s.fingerprint for name, s in servers.items()}),
             untrusted=untrusted,
+            to_trust=to_trust,
             approvals_trusted=approvals_trusted,
         )
 

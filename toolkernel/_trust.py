@@ -25,7 +25,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from ._atomic import write_atomic
 from ._errors import ConfigError
@@ -102,13 +102,19 @@ class TrustStore:
         return removed
 
     def replace(self, folder: Path, name: str, old: bytes | None, new: bytes) -> None:
-        """Carry trust over a change toolkernel made for the person itself
-        (a lasting approval): only when the record held exactly the old file."""
-        records = self._records()
-        record = records.get(_key(folder))
-        if record is None or record.get(name) != (_digest(old) if old is not None else None):
+        """Carry trust over a change toolkernel made for the person itself (a
+        lasting approval): when the folder was trusted with the old file, it
+        stays trusted with the new one."""
+        if trust_all(self.environ):
             return
-        record[name] = _digest(new)
+        before = fingerprints(folder)
+        before.pop(name, None)
+        if old is not None:
+            before[name] = _digest(old)
+        records = self._records()
+        if before and records.get(_key(folder)) != before:
+            return  # not trusted before the change: the change does not make it so
+        records[_key(folder)] = {**before, name: _digest(new)}
         self._save(records)
 
     def _records(self) -> dict[str, dict[str, str]]:
@@ -155,3 +161,30 @@ def trust_command(folder: Path, store: TrustStore | None = None) -> str:
 
 def how_to_trust(folder: Path | str) -> str:
     return f"`toolkernel trust {folder}` or `%tools trust {folder}` after reading it"
+
+
+def trust_line(workdir: Path, args: list[str]) -> str:
+    """`%tools trust [DIR]` (DIR relative to the kernel's folder). ValueError: bad usage."""
+    if len(args) > 1 or any(arg.startswith("-") for arg in args):
+        raise ValueError("usage: %tools trust [DIR]  (default: the kernel's folder)")
+    return trust_command(Path(workdir) / Path(args[0] if args else ".").expanduser())
+
+
+def ask_to_trust(workdir: Path, ask: Callable[[str], str], declined: set[str],
+                 store: TrustStore | None = None) -> list[str]:
+    """Ask a person about each project folder of `workdir` whose config is not
+    trusted (once: a "no" lands in `declined`); trust those they say yes to.
+    Returns what to show them."""
+    from ._config import load_config  # _config reads trust records itself
+
+    said = []
+    for folder in load_config(workdir).to_trust:
+        if folder in declined:
+            continue
+        declined.add(folder)
+        names = ", ".join(sorted(fingerprints(Path(folder))))
+        question = (f"toolkernel: {folder} has config that is not trusted ({names}); its servers, hooks,"
+                    " allow rules and lasting approvals are not used. Trust it as it is now? [y/N] ")
+        if ask(question).strip().lower() in ("y", "yes"):
+            said.append(trust_command(Path(folder), store))
+    return said
