@@ -108,13 +108,14 @@ ROUTES = {
 def test_a_script_cannot_loosen_the_next_run(project, name):
     work, record, session = project
     before = snapshot(work)
-    run(session(), ROUTES[name])
+    kernel = session()  # one session, as one kernel: it reads the config afresh for every run
+    run(kernel, ROUTES[name])
     assert snapshot(work) == before, f"{name}: a protected file or the workspace mode changed"
-    result, err = run(session(), f"tools --help > /dev/null; tools local --help; {CALL}")
+    result, err = run(kernel, f"tools --help > /dev/null; tools local --help; {CALL}")
     assert recorded_calls(record) == [], f"{name}: the call was made unasked: {err}"
     assert "needs_approval" in error_codes(err), err
     assert not (work / "pwned").exists(), f"{name}: planted code ran on the host"
-    assert run(session(), "tools read-file path=secret.txt")[0].exit_code == 1
+    assert run(kernel, "tools read-file path=secret.txt")[0].exit_code == 1
 
 
 def test_a_hook_rewritten_in_the_run_cannot_allow_a_call_in_the_same_run(project):
