@@ -9,9 +9,12 @@ fresh temporary folder whose toolkernel.toml points at
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
+
+from ._trust import TRUST_ALL_VARIABLE
 
 DEMO_CONFIG = """\
 [mcp_servers.github]
@@ -34,6 +37,9 @@ def run_demo(notebook: Path, timeout: int = 300) -> int:
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(notebook, as_version=4)
+    # The demo's kernel trusts the config the demo writes itself (see _trust.py),
+    # without leaving a record for a temporary folder in the person's trust file.
+    os.environ[TRUST_ALL_VARIABLE] = "1"
     with tempfile.TemporaryDirectory(prefix="toolkernel-demo-") as workdir:
         (Path(workdir) / "toolkernel.toml").write_text(DEMO_CONFIG.format(python=sys.executable))
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
