@@ -136,6 +136,18 @@ def kernel_env(workdir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def untrusting_env(workdir: Path, state: Path, **extra: str) -> dict[str, str]:
+    """`kernel_env` as on a person's machine: no TOOLKERNEL_TRUST_ALL, trust records in `state`."""
+    env = kernel_env(workdir, XDG_STATE_HOME=str(state))
+    env.pop("TOOLKERNEL_TRUST_ALL", None)
+    return {**env, **extra}
+
+
+def shown(cell: "Cell") -> str:
+    """All a person saw of a cell, as one text to search."""
+    return cell.stdout + cell.stderr + json.dumps(cell.error) + json.dumps(cell.displays)
+
+
 class Kernel:
     """A real python3 kernel started in `workdir` with toolkernel loaded."""
 

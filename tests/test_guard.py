@@ -18,12 +18,12 @@ import sys
 
 import pytest
 
-from approval_helpers import CollectingSink, error_codes, policy_section, recorded_calls, toml_list
+from approval_helpers import SERVERS, CollectingSink, error_codes, policy_section, recorded_calls, toml_list
 from toolkernel._guard import Unprotectable
 from toolkernel._session import Session
 from toolkernel._trust import TrustStore
 
-RECORDER = f"{sys.path[0]}/servers/recorder.py"
+RECORDER = str(SERVERS / "recorder.py")
 ASK_HOOK = '#!/bin/sh\necho \'{"action": "ask", "reason": "the guard hook asks"}\'\n'
 ALLOW_HOOK = '#!/bin/sh\\necho \'"\'"\'{"action": "allow"}\'"\'"\'\\n'
 BYPASS = '[policy]\\nmode = "bypass-permissions"\\n'

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from approval_helpers import (
-    Kernel, hook_section, kernel_env, policy_section, recorded_calls, recorder_server_section, toml_list,
+    Kernel, hook_section, policy_section, recorded_calls, recorder_server_section, shown, untrusting_env,
     write_project,
 )
 
@@ -28,13 +28,7 @@ ALLOW_HOOK = "#!/bin/sh\\necho '\\''{\\\"action\\\": \\\"allow\\\"}'\\''\\n"
 
 
 def env_for(work: Path, tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = kernel_env(work, XDG_STATE_HOME=str(tmp_path / "state"))
-    env.pop("TOOLKERNEL_TRUST_ALL", None)
-    return {**env, **extra}
-
-
-def shown(cell) -> str:
-    return cell.stdout + cell.stderr + json.dumps(cell.error) + json.dumps(cell.displays)
+    return untrusting_env(work, tmp_path / "state", **extra)
 
 
 def trusted_kernel(work: Path, env: dict[str, str]) -> Kernel:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from approval_helpers import (
-    Kernel, error_codes, hook_section, kernel_env, policy_section, recorded_calls, recorder_server_section,
+    Kernel, hook_section, policy_section, recorded_calls, recorder_server_section, shown, untrusting_env,
     write_project,
 )
 from toolkernel._config import load_config
@@ -31,19 +31,13 @@ def no_trust_all(monkeypatch, tmp_path):
 
 
 def untrusted_env(workdir: Path, tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = kernel_env(workdir, XDG_STATE_HOME=str(tmp_path / "state"))
-    env.pop("TOOLKERNEL_TRUST_ALL", None)
-    return {**env, **extra}
+    return untrusting_env(workdir, tmp_path / "state", **extra)
 
 
 def user_config(workdir: Path, text: str) -> None:
     folder = workdir.parent / f"{workdir.name}-xdg" / "toolkernel"  # kernel_env's XDG_CONFIG_HOME
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "toolkernel.toml").write_text(text)
-
-
-def shown(cell) -> str:
-    return cell.stdout + cell.stderr + json.dumps(cell.error) + json.dumps(cell.displays)
 
 
 def test_an_untrusted_project_only_tightens_until_trusted_and_again_after_a_change(tmp_path):
