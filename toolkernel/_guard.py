@@ -120,7 +120,10 @@ def _make_state_dir(state: Path) -> None:
     if os.path.lexists(state) and (state.is_symlink() or not state.is_dir()):
         raise Unprotectable(state, "is not a folder (a script may have put it there);"
                             " remove it, toolkernel creates the folder itself")
-    state.mkdir(mode=0o700, exist_ok=True)
+    try:
+        state.mkdir(mode=0o700, exist_ok=True)
+    except OSError:
+        pass  # a folder we may not write to: a stand-in covers the name (scripts run as we do)
 
 
 def _user_config_dir(environ: Mapping[str, str]) -> Path:
