@@ -91,7 +91,8 @@ def protection(workdir: Path, config: Any = None,
     paths += [_user_config_dir(environ), store_path(environ).parent, _admin_file(environ)]
     if config is not None:
         paths += executed_files(_commands(config), environ, default_cwd=root)
-    inside = sorted({real_path(p) for p in paths if is_inside(real_path(p), root) and real_path(p) != root})
+    reals = {real_path(p) for p in paths}
+    inside = sorted(p for p in reals if p != root and is_inside(p, root))
     return Protection(root, tuple(inside), ())
 
 
