@@ -77,7 +77,8 @@ class ToolsMagics(Magics):
     @magic_arguments()
     @argument("--out", metavar="VAR", help="keep the script's stdout in VAR (parsed when it is JSON)")
     @argument("--no-raise-error", action="store_true", help="do not raise when the script exits non-zero")
-    @argument("--read-only", action="store_true", help="mount the working directory read-only")
+    @argument("--read-only", action="store_true",
+              help="mount the working directory read-only and deny every tool call that is not a read")
     @line_cell_magic
     def tools(self, line: str, cell: str | None = None) -> Any:
         """%%tools: run the cell as a shell script where `tools` reaches every tool.
