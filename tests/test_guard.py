@@ -80,7 +80,7 @@ def snapshot(work):
 
 
 ROUTES = {
-    "append-a-mode": f"printf '{BYPASS}' >> toolkernel.toml",
+    "append-a-mode": "printf 'mode = \"bypass-permissions\"\\n' >> toolkernel.toml",  # [policy] is last
     "overwrite-the-config": f"printf '{BYPASS}' > toolkernel.toml",
     "move-over-the-config": f"printf '{BYPASS}' > x.toml; mv -f x.toml toolkernel.toml",
     "copy-over-the-config": f"printf '{BYPASS}' > x.toml; cp x.toml toolkernel.toml",
@@ -111,7 +111,8 @@ def test_a_script_cannot_loosen_the_next_run(project, name):
     kernel = session()  # one session, as one kernel: it reads the config afresh for every run
     run(kernel, ROUTES[name])
     assert snapshot(work) == before, f"{name}: a protected file or the workspace mode changed"
-    result, err = run(kernel, f"tools --help > /dev/null; tools local --help; {CALL}")
+    # create-issue: the hook asks only about delete-branch, so here the policy alone decides
+    result, err = run(kernel, "tools --help > /dev/null; tools local --help; tools github create-issue title=x")
     assert recorded_calls(record) == [], f"{name}: the call was made unasked: {err}"
     assert "needs_approval" in error_codes(err), err
     assert not (work / "pwned").exists(), f"{name}: planted code ran on the host"
