@@ -129,11 +129,23 @@ class Cell:
 
 def kernel_env(workdir: Path, **extra: str) -> dict[str, str]:
     """The kernel's environment: isolated from the machine's user and admin configs."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLKERNEL_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLKERNEL_") or k == "TOOLKERNEL_TRUST_ALL"}
     env["XDG_CONFIG_HOME"] = str(workdir.parent / f"{workdir.name}-xdg")
     env["TOOLKERNEL_ADMIN_CONFIG"] = str(workdir.parent / f"{workdir.name}-no-admin.toml")
     env.update(extra)
     return env
+
+
+def untrusting_env(workdir: Path, state: Path, **extra: str) -> dict[str, str]:
+    """`kernel_env` as on a person's machine: no TOOLKERNEL_TRUST_ALL, trust records in `state`."""
+    env = kernel_env(workdir, XDG_STATE_HOME=str(state))
+    env.pop("TOOLKERNEL_TRUST_ALL", None)
+    return {**env, **extra}
+
+
+def shown(cell: "Cell") -> str:
+    """All a person saw of a cell, as one text to search."""
+    return cell.stdout + cell.stderr + json.dumps(cell.error) + json.dumps(cell.displays)
 
 
 class Kernel:

@@ -28,7 +28,8 @@ class Tree:
         self.admin = root / "etc" / "toolkernel.toml"
         for folder in (self.workdir, self.user_dir, self.admin.parent):
             folder.mkdir(parents=True, exist_ok=True)
-        self.environ: dict[str, str] = {"HOME": str(self.home)}
+        # Trusted: these tests are about reading files (test_trust.py is about trust).
+        self.environ: dict[str, str] = {"HOME": str(self.home), "TOOLKERNEL_TRUST_ALL": "1"}
 
     def write(self, path: Path, text: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -314,15 +315,36 @@ def test_relative_workdir_is_resolved(tree, monkeypatch):
     assert "p" in tree.load(Path(".")).servers
 
 
-def test_files_in_world_writable_folders_are_ignored(tree):
+def test_files_in_world_writable_folders_only_tighten(tree):
+    # Even trusted (TOOLKERNEL_TRUST_ALL): anyone could have written them.
     shared = tree.project / "shared"
     shared.mkdir()
-    tree.toml(shared, '[mcp_servers.planted]\ncommand = "evil"\n')
+    tree.toml(shared, '[mcp_servers.planted]\ncommand = "evil"\n'
+              '[policy]\nmode = "plan"\nallow = ["write_file"]\ndeny = ["read_file"]\n')
     tree.mcp_json(shared, {"planted2": {"command": "evil"}})
     shared.chmod(0o777)
-    assert tree.load(shared).servers == {}
+    config = tree.load(shared)
+    assert config.servers == {}
+    assert dict(config.policy) == {"mode": "plan", "allow": (), "ask": (), "deny": ("read_file",)}
+    assert "anyone may write" in config.untrusted[0] and str(shared) in config.untrusted[0]
     shared.chmod(0o755)
     assert set(tree.load(shared).servers) == {"planted", "planted2"}
+
+
+def test_a_world_writable_config_file_only_tightens(tree):
+    path = tree.toml(tree.project, '[mcp_servers.p]\ncommand = "p"\n[policy]\ndeny = ["read_file"]\n')
+    path.chmod(0o666)
+    config = tree.load()
+    assert config.servers == {} and config.policy["deny"] == ("read_file",)
+    assert "anyone may write to toolkernel.toml" in config.untrusted[0]
+
+
+@pytest.mark.parametrize("target", ["nowhere.toml", "f/x.toml"])
+def test_a_config_symlink_to_nothing_is_an_error_not_absent(tree, target):
+    (tree.project / "f").write_text("a file, not a folder")
+    (tree.project / "toolkernel.toml").symlink_to(target)
+    error = tree.error()
+    assert error.path == str(tree.project / "toolkernel.toml") and "symlink to nothing" in error.problem
 
 
 def test_default_locations_come_from_the_environment(tree, monkeypatch):

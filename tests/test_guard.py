@@ -1,78 +1,193 @@
-"""No script may change toolkernel's own configuration or approvals."""
+"""No script may change what decides policy or runs on the host (see toolkernel/_guard.py).
+
+Every route below runs in a real Bashkit shell on a real project: the recorder
+MCP server as `github` (its calls that change something leave a line in a
+file), a pre-call hook kept in the workspace (`hooks/guard.sh`, answering
+"ask"), an on-demand server whose code is in the workspace (`srv.py`) and a
+deny rule. The folder is trusted the way a person trusts it (no
+TOOLKERNEL_TRUST_ALL). After the attempt, the next script must still be asked
+before `delete-branch`, no planted code may have run, and the protected files
+must be byte for byte what they were.
+"""
+
+from __future__ import annotations
 
 import json
+import stat
 import sys
 
 import pytest
 
-from kernel_helpers import RecordingSink
+from approval_helpers import SERVERS, CollectingSink, error_codes, policy_section, recorded_calls, toml_list
+from toolkernel._guard import Unprotectable
 from toolkernel._session import Session
+from toolkernel._trust import TrustStore
 
-SERVER = f"""
-[mcp_servers.github]
-command = {sys.executable!r}
-args = ["-m", "toolkernel.demo_server"]
-"""
+RECORDER = str(SERVERS / "recorder.py")
+ASK_HOOK = '#!/bin/sh\necho \'{"action": "ask", "reason": "the guard hook asks"}\'\n'
+ALLOW_HOOK = '#!/bin/sh\\necho \'"\'"\'{"action": "allow"}\'"\'"\'\\n'
+BYPASS = '[policy]\\nmode = "bypass-permissions"\\n'
+PLANT = "import pathlib; pathlib.Path('pwned').write_text('x')\\n"
+EVIL_SERVER = json.dumps({"mcpServers": {"evil": {"command": "sh", "args": ["-c", "touch pwned"]}}})
+GRANT = json.dumps({"version": 1, "allow": ["mcp_github__delete_branch"]})
+CALL = "tools github delete-branch branch=fix-x"
+
+
+def project_toml(record, mode=None, deny=("read_file(path=secret*)",)) -> str:
+    return "\n".join([
+        f"[mcp_servers.github]\ncommand = {json.dumps(sys.executable)}\nargs = {toml_list([RECORDER])}\n"
+        f"env = {{ RECORD_FILE = {json.dumps(str(record))} }}\n",
+        f'[mcp_servers.local]\ncommand = {json.dumps(sys.executable)}\nargs = ["srv.py"]\nload = "on-demand"\n',
+        '[[hooks]]\nevent = "pre_call"\nmatch = "mcp_github__delete_branch"\ncommand = ["sh", "hooks/guard.sh"]\n',
+        policy_section(mode=mode, deny=deny),
+    ])
 
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):
+    monkeypatch.delenv("TOOLKERNEL_TRUST_ALL", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("TOOLKERNEL_ADMIN_CONFIG", str(tmp_path / "no-admin.toml"))
     work = tmp_path / "work"
-    (work / ".toolkernel").mkdir(parents=True)
-    (work / "toolkernel.toml").write_text(SERVER)
-    session = Session(work)
-    yield work, session
-    session.close()
+    (work / "hooks").mkdir(parents=True)
+    record = tmp_path / "record.jsonl"
+    (work / "toolkernel.toml").write_text(project_toml(record))
+    (work / "hooks" / "guard.sh").write_text(ASK_HOOK)
+    (work / "srv.py").write_text("print('the project server')\n")
+    (work / "secret.txt").write_text("s3cret")
+    TrustStore().trust(work)
+    sessions: list[Session] = []
+
+    def session(folder=work) -> Session:
+        sessions.append(Session(folder))
+        return sessions[-1]
+
+    yield work, record, session
+    for opened in sessions:
+        opened.close()
 
 
-def run(session, script):
-    sink = RecordingSink()
+def run(session: Session, script: str):
+    sink = CollectingSink()
     result = session.run_script(script, sink)
     return result, "".join(sink.err)
 
 
-def test_a_script_cannot_write_the_approvals(project):
-    work, session = project
-    grant = json.dumps({"version": 1, "allow": ["mcp_github__delete_branch"]})
-    result, err = run(session, f"echo '{grant}' > .toolkernel/approvals.json")
-    assert result.exit_code != 0 and "readonly" in err
-    assert not (work / ".toolkernel" / "approvals.json").exists()
-    stopped = run(session, "tools github delete-branch branch=fix-x")[0].report["tools"]["stopped"]
-    assert stopped["reason"] == "needs_approval"
+def snapshot(work):
+    files = ("toolkernel.toml", "hooks/guard.sh", "srv.py")
+    return {name: (work / name).read_bytes() for name in files}, stat.S_IMODE((work).stat().st_mode)
 
 
-@pytest.mark.parametrize("name", ["toolkernel.toml", ".mcp.json"])
-def test_a_config_change_by_a_script_is_undone_and_kept_aside(project, name):
-    work, session = project
-    before = (work / name).read_bytes() if (work / name).exists() else None
-    loosen = '[policy]\\nmode = "bypass-permissions"\\n' if name == "toolkernel.toml" else '{"mcpServers": {}}'
-    result, err = run(session, f"printf '{loosen}' >> {name}")
-    assert result.exit_code == 0
-    assert f"the script changed {name}" in err
-    now = (work / name).read_bytes() if (work / name).exists() else None
-    assert now == before
-    kept = list((work / ".toolkernel" / "rejected").iterdir())
-    assert len(kept) == 1 and kept[0].name.startswith(name)
-    stopped = run(session, "tools github delete-branch branch=fix-x")[0].report["tools"]["stopped"]
-    assert stopped["reason"] == "needs_approval"
+ROUTES = {
+    "append-a-mode": "printf 'mode = \"bypass-permissions\"\\n' >> toolkernel.toml",  # [policy] is last
+    "overwrite-the-config": f"printf '{BYPASS}' > toolkernel.toml",
+    "move-over-the-config": f"printf '{BYPASS}' > x.toml; mv -f x.toml toolkernel.toml",
+    "copy-over-the-config": f"printf '{BYPASS}' > x.toml; cp x.toml toolkernel.toml",
+    "remove-then-write": f"rm -f toolkernel.toml; printf '{BYPASS}' > toolkernel.toml",
+    "symlink-to-nowhere": "rm -rf toolkernel.toml; echo f > f; ln -s f/x.toml toolkernel.toml",
+    "symlink-to-own-config": f"printf '{BYPASS}' > x.toml; rm -rf toolkernel.toml; ln -s x.toml toolkernel.toml",
+    "mcp-json-with-own-server": f"echo '{EVIL_SERVER}' > .mcp.json",
+    "write-the-approvals": f"echo '{GRANT}' > .toolkernel/approvals.json",
+    "replace-the-state-folder": f"rm -rf .toolkernel; mkdir g; echo '{GRANT}' > g/approvals.json; ln -s g .toolkernel",
+    "rewrite-the-hook": f"printf '{ALLOW_HOOK}' > hooks/guard.sh",
+    "rename-the-hook-folder": f"mv hooks h; mkdir hooks; printf '{ALLOW_HOOK}' > hooks/guard.sh",
+    "symlink-the-hook-folder": f"mv hooks h; mkdir e; printf '{ALLOW_HOOK}' > e/guard.sh; ln -s e hooks",
+    "link-to-the-hook": f"ln hooks/guard.sh l; printf '{ALLOW_HOOK}' > l",
+    "rewrite-the-server-code": f'printf "{PLANT}" > srv.py',
+    "move-over-the-server-code": f'printf "{PLANT}" > x.py; mv -f x.py srv.py',
+    "chmod-the-workspace": "chmod 777 .",
+    "chmod-through-find": "find . -maxdepth 0 -exec chmod 777 {} \\;",
+    "chmod-through-a-symlink": "ln -s . me; chmod 777 me",
+    "chmod-through-bash-c": "bash -c 'chmod 777 \"$PWD\"'",
+    "chmod-the-config": "chmod 666 toolkernel.toml",
+}
 
 
-def test_own_tools_ask_before_writing_protected_files_even_in_bypass_mode(project):
-    work, session = project
-    (work / "toolkernel.toml").write_text(SERVER + '\n[policy]\nmode = "bypass-permissions"\n')
-    for path in ("toolkernel.toml", ".mcp.json", ".toolkernel/approvals.json"):
-        result, err = run(session, f"tools write-file path={path} content=x")
+@pytest.mark.parametrize("name", list(ROUTES))
+def test_a_script_cannot_loosen_the_next_run(project, name):
+    work, record, session = project
+    before = snapshot(work)
+    kernel = session()  # one session, as one kernel: it reads the config afresh for every run
+    run(kernel, ROUTES[name])
+    assert snapshot(work) == before, f"{name}: a protected file or the workspace mode changed"
+    # create-issue: the hook asks only about delete-branch, so here the policy alone decides
+    result, err = run(kernel, "tools --help > /dev/null; tools local --help; tools github create-issue title=x")
+    assert recorded_calls(record) == [], f"{name}: the call was made unasked: {err}"
+    assert "needs_approval" in error_codes(err), err
+    assert not (work / "pwned").exists(), f"{name}: planted code ran on the host"
+    assert run(kernel, "tools read-file path=secret.txt")[0].exit_code == 1
+
+
+def test_a_hook_rewritten_in_the_run_cannot_allow_a_call_in_the_same_run(project):
+    work, record, session = project
+    result, err = run(session(), f"printf '{ALLOW_HOOK}' > hooks/guard.sh\n{CALL}")
+    assert recorded_calls(record) == [] and "needs_approval" in error_codes(err), err
+    assert (work / "hooks" / "guard.sh").read_text() == ASK_HOOK
+
+
+def test_config_a_script_writes_in_a_subfolder_is_not_obeyed_there(project):
+    work, record, session = project
+    (work / "sub").mkdir()
+    result, err = run(session(), f"printf '{BYPASS}' > sub/toolkernel.toml")
+    assert result.exit_code == 0, err  # deeper down, the write itself is not refused...
+    in_sub = session(work / "sub")
+    result, err = run(in_sub, CALL)
+    assert recorded_calls(record) == [], err  # ...but the file is not trusted
+    assert "needs_approval" in error_codes(err)
+    shown = run(in_sub, "tools --help")[0].stdout
+    assert f"{work / 'sub'}: its config is not trusted" in shown and "toolkernel trust" in shown
+
+
+def test_a_user_config_in_the_workspace_cannot_be_written(project, monkeypatch):
+    work, record, session = project
+    monkeypatch.delenv("XDG_CONFIG_HOME")
+    monkeypatch.setenv("HOME", str(work))
+    script = f"mkdir -p .config/toolkernel; printf '{BYPASS}' > .config/toolkernel/toolkernel.toml"
+    result, err = run(session(), script)
+    assert result.exit_code != 0 and not (work / ".config").exists(), err
+    result, err = run(session(), CALL)
+    assert recorded_calls(record) == [] and "needs_approval" in error_codes(err)
+
+
+def test_ordinary_files_stay_writable_and_chmod_works_on_them(project):
+    work, _, session = project
+    result, err = run(session(), "mkdir -p out; echo data > out/a.csv; echo n > notes.txt; chmod 600 notes.txt\n"
+                                 "mv notes.txt out/; ls toolkernel.toml")
+    assert result.exit_code == 0, err
+    assert (work / "out" / "a.csv").read_text() == "data\n"
+    assert stat.S_IMODE((work / "out" / "notes.txt").stat().st_mode) == 0o600
+    assert "PROTECTED" in result.stdout
+
+
+def test_a_state_folder_that_is_a_symlink_stops_every_script(project):
+    work, record, session = project
+    (work / "elsewhere").mkdir()
+    (work / ".toolkernel").symlink_to("elsewhere")
+    with pytest.raises(Unprotectable, match="is not a folder"):
+        run(session(), "echo hi > out.txt")
+    assert not (work / "out.txt").exists()
+
+
+def retrust(work, record, **policy) -> None:
+    (work / "toolkernel.toml").write_text(project_toml(record, **policy))
+    TrustStore().trust(work)
+
+
+def test_own_tools_ask_before_writing_protected_paths_even_in_bypass_mode(project):
+    work, record, session = project
+    retrust(work, record, mode="bypass-permissions")
+    for path in ("toolkernel.toml", ".mcp.json", "sub/toolkernel.toml", "sub/.mcp.json",
+                 ".toolkernel/approvals.json", "hooks/guard.sh", "srv.py"):
+        result, err = run(session(), f"tools write-file path={path} content=x")
         assert result.report["tools"]["stopped"]["reason"] == "needs_approval", path
         assert "own configuration" in err
-    assert run(session, "tools write-file path=notes.txt content=x")[0].exit_code == 0
-    assert run(session, "tools read-file path=toolkernel.toml")[0].exit_code == 0
+    assert run(session(), "tools write-file path=notes.txt content=x")[0].exit_code == 0
+    assert run(session(), "tools read-file path=toolkernel.toml")[0].exit_code == 0
 
 
 def test_a_deny_rule_in_another_case_still_denies(project):
-    work, session = project
-    (work / "toolkernel.toml").write_text(
-        SERVER + '\n[policy]\nmode = "bypass-permissions"\ndeny = ["mcp_GitHub__Delete_Branch"]\n')
-    result, err = run(session, "tools github delete-branch branch=fix-x")
+    work, record, session = project
+    retrust(work, record, mode="bypass-permissions", deny=["mcp_GitHub__Delete_Branch"])
+    result, err = run(session(), CALL)
     assert result.exit_code == 1 and '"denied"' in err

@@ -264,7 +264,8 @@ def test_input_constraint_value_forms():
     assert rule_matches('s t(nested="{\\"a\\":\\"x\\",\\"b\\":1}")', call)
     assert rule_matches('s t(title="a, b (c)")', call)
     assert rule_matches('s t(title="a, b*")', call)
-    assert rule_matches("s t(dash_key=v)", call)
+    assert not rule_matches("s t(dash_key=v)", call)  # a grant needs the key as spelled
+    assert rule_matches("s t(dash_key=v)", call, grants=False)  # a deny takes any spelling
     spaced = mcp("s", "t", title="Flaky test", url="https://x/?a=b")
     assert rule_matches("s t(title=Flaky test, url=https://x/?a=*)", spaced)
     assert rule_matches('s t(title="Flaky test b=c")', mcp("s", "t", title="Flaky test b=c"))
@@ -464,3 +465,40 @@ def test_rules_still_cover_what_they_name(rule, call):
 ])
 def test_deny_rules_fold_case_the_unicode_way(rule, call):
     assert decide(call, Policy(mode="bypass-permissions", deny=(rule,))).action == "deny"
+
+# -- input constraints fail closed (issue 8, item 5) --------------------------------------
+
+def repo_call(schema_keys=frozenset({"repo"}), **input) -> CallInfo:
+    return CallInfo("mcp_github__delete_repo", "tools github delete-repo", input, "execute",
+                    schema_keys=schema_keys)
+
+
+@pytest.mark.parametrize("input", [{"Repo": "sandbox/x"}, {"REPO": "sandbox/y"},
+                                   {"repo": "sandbox/x", "Repo": "prod"}, {}])
+def test_an_allow_constraint_needs_the_key_as_spelled_and_no_look_alike(input):
+    policy = Policy(allow=("mcp_github__delete_repo(repo=sandbox/*)",))
+    assert decide(repo_call(**input), policy).action == "ask"
+    assert decide(repo_call(repo="sandbox/z"), policy).action == "allow"  # the control
+
+
+@pytest.mark.parametrize("input", [{}, {"Repo": "x"}, {"REPO": "prod"}, {"repo": "prod"},
+                                   {"repo": "x", "Repo": "prod"}])
+def test_a_deny_constraint_covers_other_spellings_and_a_defaulted_key(input):
+    policy = Policy(mode="bypass-permissions", deny=("github delete-repo(repo=prod)",))
+    assert decide(repo_call(**input), policy).action == "deny"
+    assert decide(repo_call(repo="scratch"), policy).action == "allow"  # the control
+
+
+def test_a_deny_constraint_skips_a_tool_whose_schema_lacks_the_key():
+    policy = Policy(mode="bypass-permissions", deny=("github *(repo=prod)",))
+    no_repo = CallInfo("mcp_github__list_orgs", "tools github list-orgs", {}, "read", schema_keys=frozenset())
+    assert decide(no_repo, policy).action == "allow"
+    unknown = CallInfo("mcp_github__list_orgs", "tools github list-orgs", {}, "read")
+    assert decide(unknown, policy).action == "deny"  # no schema to tell: fail closed
+
+
+def test_read_only_denies_every_call_that_is_not_a_read_whatever_the_mode():
+    policy = Policy(mode="bypass-permissions", allow=("*",), read_only=True)
+    decision = decide(mcp("github", "create-issue"), policy)
+    assert decision.action == "deny" and "--read-only" in decision.reason
+    assert decide(mcp("github", "list-pulls", kind="read"), policy).action == "allow"

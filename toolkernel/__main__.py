@@ -1,4 +1,5 @@
 """`toolkernel demo [NOTEBOOK]`: run a notebook headless against the demo MCP server.
+`toolkernel trust [DIR]`: trust a folder's toolkernel config as it is now (see `_trust`).
 
 With no notebook, runs the quickstart that ships with the package, in a
 fresh temporary folder whose toolkernel.toml points at
@@ -8,9 +9,12 @@ fresh temporary folder whose toolkernel.toml points at
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
+
+from ._trust import TRUST_ALL_VARIABLE
 
 DEMO_CONFIG = """\
 [mcp_servers.github]
@@ -33,6 +37,9 @@ def run_demo(notebook: Path, timeout: int = 300) -> int:
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(notebook, as_version=4)
+    # The demo's kernel trusts the config the demo writes itself (see _trust.py),
+    # without leaving a record for a temporary folder in the person's trust file.
+    os.environ[TRUST_ALL_VARIABLE] = "1"
     with tempfile.TemporaryDirectory(prefix="toolkernel-demo-") as workdir:
         (Path(workdir) / "toolkernel.toml").write_text(DEMO_CONFIG.format(python=sys.executable))
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
@@ -76,10 +83,27 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a notebook headless against the demo MCP server")
     demo.add_argument("notebook", nargs="?", type=Path, help="default: the packaged quickstart")
+    trust = sub.add_parser("trust", help="trust a folder's toolkernel config (servers, hooks, allow rules)"
+                           " as it is now; a changed file needs trust again")
+    trust.add_argument("folder", nargs="?", type=Path, default=Path("."), help="default: this folder")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return run_demo(args.notebook or quickstart_path())
+    if args.command == "trust":
+        return run_trust(args.folder)
     return 2
+
+
+def run_trust(folder: Path) -> int:
+    from ._errors import ConfigError
+    from ._trust import trust_command
+
+    try:
+        print(trust_command(folder))
+    except ConfigError as exc:
+        print(f"toolkernel trust: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from ._approver import Answer, ApprovalRequest, Approver
 from ._atomic import write_atomic
 from ._errors import ConfigError
 from ._policy import CallInfo, canonical_call_key, normalize_qualified_name, parse_rule
+from ._trust import TrustStore
 
 FOLDER = ".toolkernel"
 FILE_NAME = "approvals.json"
@@ -176,8 +177,11 @@ class ApprovalStore:
         return entries
 
     def _write(self, entries: list[dict[str, str]]) -> None:
-        body = {"version": _VERSION, "allow": entries}
-        write_atomic(self.path, json.dumps(body, indent=2, ensure_ascii=False) + "\n")
+        body = (json.dumps({"version": _VERSION, "allow": entries}, indent=2, ensure_ascii=False) + "\n").encode()
+        old = self.path.read_bytes() if self.path.exists() else None
+        write_atomic(self.path, body)
+        # The person's own answer: a folder they trusted stays trusted (see _trust.py).
+        TrustStore().replace(self.project_dir, f"{FOLDER}/{FILE_NAME}", old, body)
 
     def _error(self, key: str | None, problem: str) -> ConfigError:
         return ConfigError(str(self.path), key, problem)

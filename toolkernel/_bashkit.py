@@ -14,7 +14,7 @@ import weakref
 from pathlib import Path
 
 from ._command import ToolsCommand
-from ._guard import STATE_DIR
+from ._guard import GuardedChmod, Protection, mount
 from ._run import RunEvents
 from ._shell import ShellResult
 
@@ -44,7 +44,8 @@ class BashkitRunner:
         ]
 
     def run(self, script: str, command: ToolsCommand, events: RunEvents) -> ShellResult:
-        bash = _new_bash(_Builtin(command, events, weakref.ref(self)), command.workdir, self.read_only)
+        bash = _new_bash(_Builtin(command, events, weakref.ref(self)), command.workdir,
+                         command.dispatcher.env.guarded, self.read_only)
         with self._lock:
             self._bash = bash
         if command.interrupted:  # the interrupt came before there was a Bash to cancel
@@ -84,16 +85,15 @@ class _Builtin:
         return BuiltinResult(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
 
 
-def _new_bash(builtin: _Builtin, workdir: Path, read_only: bool):
+def _new_bash(builtin: _Builtin, workdir: Path, plan: Protection, read_only: bool):
     from bashkit import Bash, FileSystem
 
-    bash = Bash(custom_builtins={"tools": builtin}, cwd=str(workdir), max_commands=MAX_COMMANDS)
+    builtins = {"tools": builtin, "chmod": GuardedChmod(plan, read_only)}
+    bash = Bash(custom_builtins=builtins, cwd=str(workdir), max_commands=MAX_COMMANDS)
     # Mounted at run time rather than through `mounts=`: the constructor prints a warning
     # for every writable mount to the process's stderr, which a kernel shows in the cell.
     bash.mount(str(workdir), FileSystem.real(str(workdir), writable=not read_only))
-    state = workdir / STATE_DIR
-    if state.is_dir():  # approvals live here: a script must not write them (see _guard.py)
-        bash.mount(str(state), FileSystem.real(str(state), writable=False))
+    mount(bash, plan)  # what no script may write (see _guard.py)
     return bash
 
 

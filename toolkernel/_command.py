@@ -123,7 +123,7 @@ class ToolsCommand:
         """One parsed command; a failure is raised as its `CallError`."""
         if command.action == "help":
             await self.catalog.load_listed()
-            return Outcome(_help.top_help(self.catalog))
+            return Outcome(_help.top_help(self.catalog) + _help.untrusted_note(self.dispatcher.env.untrusted))
         if command.action == "search":
             words = list(command.args)
             return Outcome(_help.search_results(await self.catalog.search(words), words))

@@ -18,8 +18,13 @@ concatenated. `[tools]` tables are merged key by key, the higher file winning.
 
 The upward walk stops at the home directory when the working directory is inside it
 (a `~/.config` is never mistaken for a project) and at the filesystem root otherwise.
-Project files in a world-writable directory (such as `/tmp`) are ignored: anyone could
-have put them there, and a server's `command` is code that will run.
+
+Project files count whole only when their folder is trusted (see `_trust`) and nobody
+but its owners may write them. Otherwise only what tightens is kept, their deny and
+ask rules and a stricter mode, and `Config.untrusted` says which folder and why:
+servers and hooks start code, and allow rules, `[tools]` settings and a looser mode
+loosen. A config file that exists but cannot be read (a dangling symlink, no
+permission) is an error, never taken as absent.
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ from urllib.parse import urlsplit
 
 from ._errors import ConfigError
 from ._names import SERVER_NAME, SERVER_NAME_RULE, fold
-from ._policy import parse_rule
+from ._policy import MODES, parse_rule
+from ._trust import TrustStore, how_to_trust
 
 CONFIG_NAME = "toolkernel.toml"
 MCP_JSON_NAME = ".mcp.json"
@@ -120,6 +126,12 @@ class Config:
     tools: Mapping[str, Any]
     files: tuple[str, ...]
     fingerprint: str
+    # One line per project folder whose config only tightened: the folder, why, the fix.
+    untrusted: tuple[str, ...] = ()
+    # The folders among them that a person's trust would make count (`_trust`).
+    to_trust: tuple[str, ...] = ()
+    # Whether the lasting approvals in the working directory's .toolkernel/ may be used.
+    approvals_trusted: bool = True
 
     def server(self, name: str) -> ServerConfig | None:
         """The server called `name`, hyphens and underscores being the same."""
@@ -145,11 +157,43 @@ def load_config(workdir: Path, *, user_config_dir: Path | None = None,
     builder = _Builder(environ, home)
     admin = _Source(admin_path or _admin_path(environ), admin=True)
     user = _Source((user_config_dir or _user_config_dir(environ, home)) / CONFIG_NAME)
+    doubts = _Doubts(TrustStore(environ=environ))
     for source in _unique([admin, user, *_project_sources(Path(workdir), home)]):
         data = source.read()
         if data is not None:
-            builder.add(source, data)
-    return builder.build()
+            builder.add(source, data, doubts.about(source))
+    return builder.build(doubts.notes(), doubts.to_trust(),
+                         approvals_trusted=not doubts.of(Path(workdir).resolve()))
+
+
+class _Doubts:
+    """Why a project folder's config may only tighten: untrusted, or writable by anyone."""
+
+    def __init__(self, store: TrustStore) -> None:
+        self.store = store
+        self.found: dict[Path, str] = {}
+
+    def of(self, folder: Path) -> str | None:
+        if _world_writable(folder):
+            return "anyone may write to the folder, so its config is not trusted; remove write access for others (chmod o-w)"
+        if not self.store.is_trusted(folder):
+            return f"its config is not trusted yet (or changed since); trust it with {how_to_trust(folder)}"
+        return None
+
+    def about(self, source: "_Source") -> str | None:
+        if not source.project:
+            return None
+        folder = source.path.parent
+        doubt = self.of(folder) or _writable_file(source.path)
+        if doubt:
+            self.found.setdefault(folder, doubt)
+        return doubt
+
+    def notes(self) -> tuple[str, ...]:
+        return tuple(f"{folder}: {doubt}" for folder, doubt in self.found.items())
+
+    def to_trust(self) -> tuple[str, ...]:
+        return tuple(str(folder) for folder, doubt in self.found.items() if "toolkernel trust" in doubt)
 
 
 # --- where the files are -------------------------------------------------------------
@@ -189,11 +233,17 @@ def _unique(sources: Iterable["_Source"]) -> Iterator["_Source"]:
             yield source
 
 
-def _world_writable(directory: Path) -> bool:
+def _world_writable(path: Path) -> bool:
     try:
-        return bool(directory.stat().st_mode & stat.S_IWOTH)
+        return bool(path.stat().st_mode & stat.S_IWOTH)
     except OSError:
         return True
+
+
+def _writable_file(path: Path) -> str | None:
+    if _world_writable(path):
+        return f"anyone may write to {path.name}, so it is not trusted; remove write access for others (chmod o-w)"
+    return None
 
 
 # --- reading one file ----------------------------------------------------------------
@@ -212,17 +262,20 @@ class _Source:
         return ConfigError(str(self.path), key, problem)
 
     def read(self) -> dict[str, Any] | None:
-        """The file's data; None when it does not exist (or is not to be trusted)."""
+        """The file's data; None only when nothing is there at all.
+
+        A name that exists but leads nowhere (a dangling symlink, a path through
+        a file) is an error: taking it as absent would drop its deny rules."""
         try:
             raw = self.path.read_bytes()
         except (FileNotFoundError, NotADirectoryError):
+            if os.path.lexists(self.path):
+                raise self.error(None, "is a symlink to nothing; fix or remove it") from None
             return None
         except IsADirectoryError:
             raise self.error(None, "is a directory, expected a file") from None
         except OSError as exc:
             raise self.error(None, f"cannot read the file ({exc.strerror})") from exc
-        if self.project and _world_writable(self.path.parent):
-            return None
         return self._parse(self._decode(raw))
 
     def _decode(self, raw: bytes) -> str:
@@ -584,20 +637,27 @@ class _Builder:
         self.hooks: list[Mapping[str, Any]] = []
         self.tools: dict[str, Any] = {}
         self.files: list[str] = []
+        self.strictest: str | None = None  # the strictest mode of an untrusted file
 
-    def add(self, source: _Source, data: dict[str, Any]) -> None:
+    def add(self, source: _Source, data: dict[str, Any], doubt: str | None = None) -> None:
+        """Fold one file in; with a `doubt`, only what tightens (checked all the same)."""
         self.files.append(str(source.path))
         if source.is_json:
-            self._add_servers(source, "mcpServers", data.get("mcpServers", {}), _mcp_json_server)
+            self._add_servers(source, "mcpServers", data.get("mcpServers", {}), _mcp_json_server,
+                              use=doubt is None)
             return
         _known_keys(source, None, data, _SECTIONS)
-        self._add_servers(source, "mcp_servers", data.get("mcp_servers", {}), _toml_server)
+        self._add_servers(source, "mcp_servers", data.get("mcp_servers", {}), _toml_server,
+                          use=doubt is None)
         if "policy" in data:
-            self._add_policy(source, _policy(source, data["policy"]))
-        self.hooks.extend(_hooks(source, data.get("hooks", [])))
-        self.tools = _merge_tables(self.tools, _tools(source, data.get("tools", {})))
+            policy = _policy(source, data["policy"])
+            self._add_policy(source, _tightening(policy) if doubt else policy)
+        hooks, tools = _hooks(source, data.get("hooks", [])), _tools(source, data.get("tools", {}))
+        if doubt is None:
+            self.hooks.extend(hooks)
+            self.tools = _merge_tables(self.tools, tools)
 
-    def _add_servers(self, source: _Source, prefix: str, raw: Any, parse) -> None:
+    def _add_servers(self, source: _Source, prefix: str, raw: Any, parse, *, use: bool) -> None:
         found: dict[str, str] = {}
         for name, entry in _table(source, prefix, raw).items():
             key = _join(prefix, _server_name(source, prefix, name))
@@ -607,6 +667,8 @@ class _Builder:
                                    "(case does not matter, and hyphens and underscores are interchangeable)")
             found[canonical] = name
             spec = parse(source, key, entry)
+            if not use:
+                continue
             # A disabled server hides a farther definition of the same name too.
             self.servers.pop(canonical, None)
             if spec is not None:
@@ -619,15 +681,36 @@ class _Builder:
         if "mode" in policy:
             # The admin's mode is a ceiling: what `_policy.Policy.from_config` reads.
             target["mode_ceiling" if source.admin else "mode"] = policy["mode"]
+        if "stricter_mode" in policy:
+            self.strictest = _stricter(policy["stricter_mode"], self.strictest)
 
-    def build(self) -> Config:
+    def build(self, untrusted: tuple[str, ...] = (), to_trust: tuple[str, ...] = (), *,
+              approvals_trusted: bool = True) -> Config:
         servers = {server.name: server for server in self.servers.values()}
+        mode = _stricter(self.policy.get("mode", "default"), self.strictest)
         return Config(
             servers=MappingProxyType(servers),
-            policy=MappingProxyType({"mode": "default", **self.policy}),
+            policy=MappingProxyType({**self.policy, "mode": mode}),
             admin_policy=MappingProxyType(dict(self.admin_policy)),
             hooks=tuple(self.hooks),
             tools=_freeze(self.tools),
             files=tuple(self.files),
             fingerprint=_digest({name: s.fingerprint for name, s in servers.items()}),
+            untrusted=untrusted,
+            to_trust=to_trust,
+            approvals_trusted=approvals_trusted,
         )
+
+
+def _tightening(policy: dict[str, Any]) -> dict[str, Any]:
+    """The parts of an untrusted `[policy]` that can only take permissions away."""
+    kept = {"allow": (), "ask": policy["ask"], "deny": policy["deny"]}
+    if "mode" in policy:
+        kept["stricter_mode"] = policy["mode"]
+    return kept
+
+
+def _stricter(mode: str, other: str | None) -> str:
+    if other is None:
+        return mode
+    return min(mode, other, key=MODES.index)

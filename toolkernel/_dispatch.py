@@ -22,7 +22,7 @@ from ._hooks import HookOutcome, Hooks
 from ._policy import CallInfo, Decision, Policy, decide
 from ._run import NO_EVENTS, Run, RunEvents
 from ._tool import Tool, ToolContext, ToolResult
-from ._guard import touches_protected
+from ._guard import Protection, touches_protected
 from ._tools._paths import outside_workspace
 
 _NO_HOOK = HookOutcome()
@@ -40,6 +40,13 @@ class CallEnv:
     settings: Mapping[str, Any]
     state: dict[str, Any]
     approver: Approver = stop_and_report  # who answers at the ask point
+    guarded: Protection | None = None  # what no call may write unasked (see _guard.py)
+    untrusted: tuple[str, ...] = ()  # project folders whose config only tightens, for --help
+
+
+def _schema_keys(tool: Tool) -> frozenset[str] | None:
+    properties = tool.input_schema.get("properties") if isinstance(tool.input_schema, Mapping) else None
+    return frozenset(properties) if isinstance(properties, Mapping) else None
 
 
 class Dispatcher:
@@ -54,7 +61,8 @@ class Dispatcher:
             input=arguments,
             kind=tool.kind,
             outside_workspace=outside_workspace(tool, arguments, self.env.workdir),
-            protected=touches_protected(tool, arguments, self.env.workdir),
+            protected=touches_protected(tool, arguments, self.env.workdir, self.env.guarded),
+            schema_keys=_schema_keys(tool),
         )
 
     async def call(self, tool: Tool, arguments: dict[str, Any], run: Run,

@@ -32,6 +32,15 @@ def top_help(catalog: Catalog) -> str:
     return "\n".join(lines) + "\n"
 
 
+def untrusted_note(folders: tuple[str, ...]) -> str:
+    """What `tools --help` says about project config that only tightens (see _trust.py)."""
+    if not folders:
+        return ""
+    lines = ["", "Not used until trusted (servers, hooks, allow rules, [tools] settings, a looser"
+             " mode, lasting approvals; deny and ask rules and a stricter mode still apply):"]
+    return "\n".join(lines + [f"  {folder}" for folder in folders]) + "\n"
+
+
 def _server_line(entry: ServerEntry) -> str:
     name = display(entry.name)
     if entry.error is not None:

@@ -164,7 +164,7 @@ class Hooks:
         current, rewritten = call, False
         verdict = HookOutcome()
         for hook in self._hooks("before_call"):
-            if not rule_matches(hook.pattern, current):
+            if not rule_matches(hook.pattern, current, grants=False):
                 continue
             try:
                 outcome = _checked_outcome(await _within(hook, hook.run(current)))
@@ -183,7 +183,7 @@ class Hooks:
 
     async def run_after(self, call: CallInfo, result: ToolResult) -> ToolResult:
         for hook in self._hooks("after_call"):
-            if not rule_matches(hook.pattern, call):
+            if not rule_matches(hook.pattern, call, grants=False):
                 continue
             try:
                 replaced = await _within(hook, hook.run(call, result))

@@ -69,7 +69,8 @@ def show_image(path: Path) -> None:
 def shell_args(magic):
     """The options every script magic shares (`%%tools`, and `%%bash` with the `tools` shim)."""
     for option in (
-        argument("--read-only", action="store_true", help="mount the working directory read-only"),
+        argument("--read-only", action="store_true",
+                 help="mount the working directory read-only and deny every tool call that is not a read"),
         argument("--no-raise-error", action="store_true", help="do not raise when the script exits non-zero"),
         argument("--out", metavar="VAR", help="keep the script's stdout in VAR (parsed when it is JSON)"),
     ):
@@ -82,6 +83,7 @@ class ToolsMagics(Magics):
     def __init__(self, shell, session: "concurrent.futures.Future") -> None:
         super().__init__(shell)
         self._session = session
+        self._declined: set[str] = set()  # folders a person chose not to trust: asked once
 
     @property
     def session(self):
@@ -95,6 +97,7 @@ class ToolsMagics(Magics):
         """%%tools: run the cell as a shell script where `tools` reaches every tool.
         %tools ...: one `tools` command; calls return their result as a Python value.
         %tools approve [--always] | deny | approvals [--revoke RULE] | pair NOTEBOOK ... | unpair
+        %tools trust [DIR]: trust a folder's toolkernel config as it is now (see the README)
         """
         if cell is None:
             return self._line(line)
@@ -102,8 +105,12 @@ class ToolsMagics(Magics):
         return self._cell(cell, args)
 
     def _cell(self, script: str, args) -> None:
+        from ._trust import ask_to_trust
+
         ask = input if _stdin_allowed(self.shell) else None
         try:
+            for said in ask_to_trust(self.session.workdir, ask, self._declined) if ask else ():
+                print(said)
             result = self.session.run_script(script, IPythonSink(), read_only=args.read_only, ask=ask)
         except ConfigError as exc:
             raise ScriptFailed(f"configuration error: {exc}") from None
@@ -124,6 +131,8 @@ class ToolsMagics(Magics):
         from . import _answers
         from ._direct import call_argv, is_help_text
 
+        if argv[:1] == ["trust"]:
+            return self._trust(argv[1:])
         if argv and argv[0] in _answers.SUBCOMMANDS:
             print(_answers.manage(self.session, argv))
             return None
@@ -137,6 +146,17 @@ class ToolsMagics(Magics):
             print(value, end="")
             return None
         return value
+
+
+    def _trust(self, args: list[str]) -> None:
+        from ._trust import trust_line
+
+        try:
+            print(trust_line(self.session.workdir, args))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        except ConfigError as exc:
+            raise UsageError(f"%tools trust: {exc}") from None
 
 
 def _stdin_allowed(shell) -> bool:

@@ -20,9 +20,18 @@ Rule syntax (one string per rule; hyphens and underscores are interchangeable,
                                  the input and its value (a string as is,
                                  anything else as compact JSON) must match the
                                  glob; quote a value holding `,` or `)` as a
-                                 JSON string: `(title="a, b")`
+                                 JSON string: `(title="a, b")`. Keys are exact,
+                                 as the tool's schema spells them; since a
+                                 server may read `Repo` as `repo` or ignore it
+                                 and use a default, a constraint fails closed:
+                                 in an allow rule a key only counts when spelled
+                                 exactly and no other spelling is in the input,
+                                 while a deny or ask rule also covers a call
+                                 that spells the key otherwise or leaves out a
+                                 key the tool's schema has (it may default)
 
-Order: the administrator's deny rules, deny, ask, allow; the first match wins.
+Order: the administrator's deny rules, deny, `--read-only` (only read calls
+run), ask, allow; the first match wins.
 The mode decides what no rule covers. Two things no allow rule can lift: a
 non-read call in `plan` mode is denied, and a call that touches a path outside
 the workspace asks (a deny still denies).
@@ -59,6 +68,8 @@ class CallInfo:
     outside_workspace: bool = False
     # The call would write toolkernel's own config or approvals (see _guard.py).
     protected: bool = False
+    # The input keys the tool's schema names; None when unknown (any key may have a default).
+    schema_keys: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -250,30 +261,33 @@ def _value_text(value: Any) -> str:
     return json.dumps(_canonical(value), separators=(",", ":"), sort_keys=True, ensure_ascii=False, default=str)
 
 
-def _input_matches(rule: _Rule, data: Mapping[str, Any]) -> bool:
+def _input_matches(rule: _Rule, data: Mapping[str, Any], schema_keys: frozenset[str] | None, *,
+                   grants: bool) -> bool:
+    """Whether every constraint holds. A rule that grants (allow) needs the exact key
+    and no look-alike; a rule that restricts (deny, ask) takes any spelling and a
+    missing key as a match, since the server may read either or fill in a default."""
     for key, pattern in rule.constraints:
-        value = _lookup(data, key)
-        if value is _MISSING or not pattern.fullmatch(_value_text(value)):
+        values = [value for name, value in data.items() if isinstance(name, str) and _norm(name) == _norm(key)]
+        exact = key in data
+        if grants:
+            holds = exact and len(values) == 1 and bool(pattern.fullmatch(_value_text(data[key])))
+        else:
+            holds = (not exact and (bool(values) or _may_default(key, schema_keys))
+                     or any(pattern.fullmatch(_value_text(value)) for value in values))
+        if not holds:
             return False
     return True
 
 
-_MISSING = object()
+def _may_default(key: str, schema_keys: frozenset[str] | None) -> bool:
+    return schema_keys is None or any(_norm(name) == _norm(key) for name in schema_keys)
 
 
-def _lookup(data: Mapping[str, Any], key: str) -> Any:
-    if key in data:
-        return data[key]
-    for name, value in data.items():
-        if isinstance(name, str) and _norm(name) == _norm(key):
-            return value
-    return _MISSING
-
-
-def rule_matches(rule: str, call: CallInfo) -> bool:
-    """Whether `rule` covers `call` (its tool and, if the rule says so, its input)."""
+def rule_matches(rule: str, call: CallInfo, *, grants: bool = True) -> bool:
+    """Whether `rule` covers `call` (its tool and, if the rule says so, its input);
+    `grants` is False for deny and ask rules (see `_input_matches`)."""
     parsed = parse_rule(rule)
-    return _names_match(parsed, call) and _input_matches(parsed, call.input)
+    return _names_match(parsed, call) and _input_matches(parsed, call.input, call.schema_keys, grants=grants)
 
 
 def _names_match(rule: _Rule, call: CallInfo) -> bool:
@@ -321,6 +335,7 @@ class Policy:
     deny: tuple[str, ...] = ()
     admin_deny: tuple[str, ...] = ()
     admin_mode_ceiling: str | None = None
+    read_only: bool = False  # `%%tools --read-only`: every call that is not a read is denied
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", normalize_mode(self.mode))
@@ -388,8 +403,8 @@ def _rules(value: Any, where: str) -> tuple[str, ...]:
 # -- the decision ------------------------------------------------------------
 
 
-def _first_match(rules: Iterable[str], call: CallInfo) -> str | None:
-    return next((rule for rule in rules if rule_matches(rule, call)), None)
+def _first_match(rules: Iterable[str], call: CallInfo, *, grants: bool = False) -> str | None:
+    return next((rule for rule in rules if rule_matches(rule, call, grants=grants)), None)
 
 
 def decide(call: CallInfo, policy: Policy, hook: "HookOutcome | None" = None) -> Decision:
@@ -407,6 +422,8 @@ def decide(call: CallInfo, policy: Policy, hook: "HookOutcome | None" = None) ->
         return Decision("deny", f"denied by the rule {rule!r}", rule)
     if hook is not None and hook.action == "deny":
         return Decision("deny", hook.reason or "denied by a pre-call hook")
+    if policy.read_only and call.kind != "read":
+        return Decision("deny", "the cell runs with --read-only: only read-only calls run")
     mode = policy.effective_mode
     if mode == "plan" and call.kind != "read":
         return Decision("deny", f"plan mode runs only read-only calls{_capped(policy)}")
@@ -419,7 +436,7 @@ def decide(call: CallInfo, policy: Policy, hook: "HookOutcome | None" = None) ->
         return Decision("ask", "the call touches a path outside the workspace")
     if call.protected:
         return Decision("ask", "the call would change toolkernel's own configuration or approvals")
-    rule = _first_match(policy.allow, call)
+    rule = _first_match(policy.allow, call, grants=True)
     if rule:
         return Decision("allow", f"allowed by the rule {rule!r}", rule)
     if hook is not None and hook.action == "allow":

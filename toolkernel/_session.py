@@ -8,6 +8,7 @@ and call record.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -19,7 +20,7 @@ from ._catalog import Catalog, check_names
 from ._command import ToolsCommand
 from ._config import Config, load_config
 from ._dispatch import CallEnv, Dispatcher
-from ._guard import ConfigGuard
+from ._guard import mount_plan
 from ._hooks import Hooks
 from ._mcp import ServerPool
 from ._notebook import notebook_tools
@@ -55,19 +56,25 @@ class Session:
 
     # -- per run --------------------------------------------------------------
 
-    async def prepare(self, events: RunEvents = NO_EVENTS, approver: Approver = stop_and_report) -> ToolsCommand:
-        """Read the config and wire a fresh `tools` command. Raises ConfigError."""
+    async def prepare(self, events: RunEvents = NO_EVENTS, approver: Approver = stop_and_report,
+                      *, read_only: bool = False) -> ToolsCommand:
+        """Read the config and wire a fresh `tools` command. Raises ConfigError
+        (`_guard.Unprotectable` too: what scripts must not write cannot be protected)."""
         config = load_config(self.workdir)
         await self.pool.retire(set(config.servers))
+        # Lasting approvals loosen the policy: only those of a trusted folder count.
+        lasting = self.approvals.lasting_rules() if config.approvals_trusted else ()
+        policy = Policy.from_config(config.policy, config.admin_policy, extra_allow=lasting)
         env = CallEnv(
             workdir=self.workdir,
-            policy=Policy.from_config(config.policy, config.admin_policy,
-                                      extra_allow=self.approvals.lasting_rules()),
+            policy=dataclasses.replace(policy, read_only=read_only),
             approvals=self.approvals,
             hooks=self._hooks_for(config),
             settings=config.tools,
             state=self.state,
             approver=approver,
+            guarded=mount_plan(self.workdir, config),
+            untrusted=config.untrusted,
         )
         catalog = await Catalog.open([*self.providers, *mcp_providers(config.servers.values(), self.pool)])
         return ToolsCommand(catalog, Dispatcher(env), Run(), self.workdir, events)
@@ -91,14 +98,10 @@ class Session:
         events = ScriptEvents()
         if approver is None and ask is not None:
             approver = StdinApprover(lambda prompt: events.on_pump_thread(ask, prompt))
-        command = _loop.run(self.prepare(events, approver or stop_and_report))
+        command = _loop.run(self.prepare(events, approver or stop_and_report, read_only=read_only))
         with self.approvals.holding_lasting_rules():
-            guard = ConfigGuard(self.workdir)
             result = execute(runner, command, script, events, sink,
                              before_start=lambda: self._may_start(script, command, runner, events))
-            for message in guard.undo_changes():
-                sink.stderr(message)
-                result.stderr += message
         if command.run.needs_report(result.exit_code):
             result.run_report = command.run.report(result.exit_code)
         return result

@@ -1,0 +1,146 @@
+"""Workspace trust (toolkernel/_trust.py), without TOOLKERNEL_TRUST_ALL.
+
+A project's servers, hooks, allow rules and lasting approvals count only once
+a person trusted the folder's config as it is; its deny rules always count.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from approval_helpers import (
+    Kernel, hook_section, policy_section, recorded_calls, recorder_server_section, shown, untrusting_env,
+    write_project,
+)
+from toolkernel._config import load_config
+from toolkernel._trust import TrustStore, ask_to_trust, fingerprints
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(autouse=True)
+def no_trust_all(monkeypatch, tmp_path):
+    monkeypatch.delenv("TOOLKERNEL_TRUST_ALL", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+
+def untrusted_env(workdir: Path, tmp_path: Path, **extra: str) -> dict[str, str]:
+    return untrusting_env(workdir, tmp_path / "state", **extra)
+
+
+def user_config(workdir: Path, text: str) -> None:
+    folder = workdir.parent / f"{workdir.name}-xdg" / "toolkernel"  # kernel_env's XDG_CONFIG_HOME
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "toolkernel.toml").write_text(text)
+
+
+def test_an_untrusted_project_only_tightens_until_trusted_and_again_after_a_change(tmp_path):
+    record = tmp_path / "record.jsonl"
+    work = tmp_path / "project"
+    hook_marker = tmp_path / "hook-ran"
+    server_marker = tmp_path / "server-started"
+    # The github server comes from the user's config (trusted); the project adds
+    # its own server, a hook, an allow rule and a deny rule.
+    user_config(work, recorder_server_section(record))
+    write_project(
+        work,
+        f'[mcp_servers.own]\ncommand = "sh"\nargs = ["-c", "touch {server_marker}"]\n',
+        hook_section("pre_call", "*", ["sh", "-c", f"touch {hook_marker}; echo '{{}}'"]),
+        policy_section(allow=["mcp_github__delete_branch"], deny=["mcp_github__create_issue"]),
+    )
+    kernel = Kernel(work, untrusted_env(work, tmp_path))
+    try:
+        cell = kernel.run("%%tools --no-raise-error\ntools --help")
+        assert "Not used until trusted" in cell.stdout and f"{work}: its config is not trusted" in cell.stdout
+        assert "own" not in cell.stdout.split("Other tools:")[0]
+        assert "toolkernel trust" in cell.stdout
+        cell = kernel.run("%%tools --no-raise-error\ntools github delete-branch branch=fix-x")
+        assert "needs_approval" in shown(cell)  # the allow rule does not count
+        cell = kernel.run("%%tools --no-raise-error\ntools github create-issue title=x")
+        assert "denied" in shown(cell)  # the deny rule does
+        assert recorded_calls(record) == []
+        assert not hook_marker.exists() and not server_marker.exists()
+
+        cell = kernel.run("%tools trust")
+        assert cell.ok and "trusted the config of" in cell.stdout, cell
+        cell = kernel.run("%%tools --no-raise-error\ntools github delete-branch branch=fix-x")
+        assert recorded_calls(record) == [{"tool": "delete_branch", "input": {"branch": "fix-x"}}], shown(cell)
+        assert hook_marker.exists()
+        assert "not trusted" not in kernel.run("%%tools\ntools --help").stdout
+
+        # A changed file, or an added one, needs trust again.
+        (work / ".mcp.json").write_text('{"mcpServers": {}}')
+        record.unlink()
+        cell = kernel.run("%%tools --no-raise-error\ntools github delete-branch branch=fix-x")
+        assert recorded_calls(record) == [] and "needs_approval" in shown(cell)
+    finally:
+        kernel.close()
+
+
+def test_trust_all_trusts_every_folder(tmp_path):
+    record = tmp_path / "record.jsonl"
+    work = write_project(tmp_path / "project", recorder_server_section(record),
+                         policy_section(allow=["mcp_github__delete_branch"])).parent
+    kernel = Kernel(work, untrusted_env(work, tmp_path, TOOLKERNEL_TRUST_ALL="1"))
+    try:
+        cell = kernel.run("%%tools\ntools github delete-branch branch=fix-x")
+        assert cell.ok, cell
+        assert recorded_calls(record) == [{"tool": "delete_branch", "input": {"branch": "fix-x"}}]
+    finally:
+        kernel.close()
+    assert not (tmp_path / "state" / "toolkernel" / "trust.json").exists()
+
+
+def test_lasting_approvals_count_only_in_a_trusted_folder_and_keep_it_trusted(tmp_path):
+    work = write_project(tmp_path / "project", policy_section(deny=["read_file(path=secret*)"])).parent
+    (work / ".toolkernel").mkdir()
+    (work / ".toolkernel" / "approvals.json").write_text(json.dumps({"version": 1, "allow": ["write_file"]}))
+    assert load_config(work).approvals_trusted is False
+    TrustStore().trust(work)
+    assert load_config(work).approvals_trusted is True
+    from toolkernel._approvals import ApprovalStore
+
+    ApprovalStore(work).always_allow("edit_file")  # the person's own answer
+    assert load_config(work).approvals_trusted is True
+    (work / ".toolkernel" / "approvals.json").write_text(json.dumps({"version": 1, "allow": ["*"]}))
+    assert load_config(work).approvals_trusted is False
+
+
+def test_the_command_line_trusts_a_folder_and_records_it_outside_the_workspace(tmp_path):
+    work = write_project(tmp_path / "project", "[policy]\nallow = [\"write_file\"]\n").parent
+    env = untrusted_env(work, tmp_path)
+    done = subprocess.run([sys.executable, "-m", "toolkernel", "trust", str(work)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "toolkernel.toml" in done.stdout, done.stderr
+    store = json.loads((tmp_path / "state" / "toolkernel" / "trust.json").read_text())
+    assert store["folders"][str(work)] == fingerprints(work)
+    assert load_config(work).policy["allow"] == ("write_file",)
+    missing = subprocess.run([sys.executable, "-m", "toolkernel", "trust", str(tmp_path / "nope")], env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 1 and "is not a folder" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_a_prompt_trusts_what_the_person_says_yes_to_and_asks_once(tmp_path):
+    work = write_project(tmp_path / "project", "[policy]\nallow = [\"write_file\"]\n").parent
+    questions: list[str] = []
+    declined: set[str] = set()
+    assert ask_to_trust(work, lambda q: questions.append(q) or "n", declined) == []
+    assert ask_to_trust(work, lambda q: questions.append(q) or "y", declined) == []  # asked once
+    assert len(questions) == 1 and "toolkernel.toml" in questions[0]
+    said = ask_to_trust(work, lambda q: "yes", set())
+    assert said and load_config(work).policy["allow"] == ("write_file",)
+
+
+def test_a_broken_trust_store_trusts_nothing_and_says_so(tmp_path):
+    work = write_project(tmp_path / "project", "[policy]\nallow = [\"write_file\"]\n").parent
+    store = tmp_path / "state" / "toolkernel" / "trust.json"
+    store.parent.mkdir(parents=True)
+    store.write_text("{not json")
+    with pytest.raises(Exception, match="not a toolkernel trust file"):
+        load_config(work)
