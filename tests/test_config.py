@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkernel._config import Config, ServerConfig, load_config
+from toolkernel._config import DEFAULT_CALL_TIMEOUT, Config, ServerConfig, load_config
 from toolkernel._errors import ConfigError
 
 
@@ -693,3 +693,24 @@ def test_same_server_moved_to_another_file_keeps_its_fingerprint(tree):
     assert after.servers["s"] == before.servers["s"]
     assert hash(after.servers["s"]) == hash(before.servers["s"])
     assert after.fingerprint == before.fingerprint
+
+
+def test_server_timeout_defaults_and_is_checked(tree):
+    path = tree.toml(tree.project, '[mcp_servers.a]\ncommand = "c"\ntimeout = 12.5\n'
+                                   '[mcp_servers.b]\ncommand = "c"\n')
+    servers = tree.load().servers
+    assert (servers["a"].timeout, servers["b"].timeout) == (12.5, DEFAULT_CALL_TIMEOUT)
+    tree.toml(tree.project, '[mcp_servers.a]\ncommand = "c"\ntimeout = 0\n')
+    assert_names(tree.error(), path, "mcp_servers.a.timeout")
+
+
+def test_expanded_values_are_kept_as_secrets_apart_from_defaults_and_literals(tree):
+    tree.environ.update(TOKEN="t0k-from-env", BIN="mcp-bin")
+    tree.toml(tree.project, """
+        [mcp_servers.s]
+        command = "/opt/${BIN}"
+        args = ["--token=${TOKEN}", "--mode=${MODE:-fast}", "literal"]
+    """)
+    server = tree.load().servers["s"]
+    assert server.args == ("--token=t0k-from-env", "--mode=fast", "literal")
+    assert set(server.secrets) == {"mcp-bin", "t0k-from-env"}
