@@ -193,9 +193,7 @@ class _ToolCall:
         except RuntimeError as exc:  # the SDK found the output does not match the tool's outputSchema
             return ToolResult.error(str(exc))
         if clock.cancelled_caught:
-            # The SDK told the server the request is cancelled; the session stays open.
-            raise conn._unavailable(f"sent no result nor progress for {self.name} within {timeout:g} s; "
-                                    "the call was cancelled (raise `timeout` in its config if it needs longer)")
+            raise conn.timed_out(self.name, timeout)
         return convert_result(result, self.wrapped)
 
 
@@ -341,6 +339,12 @@ class _Connection:
         """The error for a connection that broke mid-call; marks it for restart."""
         self.broken = self.broken or "the connection broke"
         return self._unavailable(f"stopped answering {when} (it will be restarted on the next call)")
+
+    def timed_out(self, tool: str, timeout: float) -> Unavailable:
+        """The error for a call past its timeout; the SDK has told the server it is cancelled,
+        and the session stays open for the next call."""
+        return self._unavailable(f"sent no result nor progress for {tool} within {timeout:g} s; the call was "
+                                 "cancelled (raise `timeout` in the server's config if it needs longer)")
 
     def _start_failure(self, exc: BaseException) -> Unavailable:
         leaf = _leaf(exc)
