@@ -68,9 +68,10 @@ async def _read_stdout(process: Process, to_session: Any) -> None:
                     await to_session.send(_parse(line))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             pass  # the session is gone, or our shutdown closed the pipe
-    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-        async for _ in lines(process.stdout):
-            pass
+    # Drained until shutdown closes the pipe: a server blocked writing could not exit.
+    with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+        while True:
+            await process.stdout.receive(_READ_SIZE)
 
 
 async def _write_stdin(process: Process, from_session: Any, to_session: Any, flushed: anyio.Event) -> None:
