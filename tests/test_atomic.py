@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkernel._atomic import write_atomic
+from toolkernel._atomic import STALE_TEMP_SECONDS, write_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -118,3 +118,42 @@ def kill_a_writer(folder):
         child.stdout.close()
     data = target.read_bytes()
     assert data in (b"A" * size, b"B" * size), "the target holds a mix of old and new content"
+
+
+def test_a_failing_check_aborts_before_the_rename(tmp_path):
+    target = tmp_path / "f.txt"
+    target.write_text("theirs")
+
+    def changed_meanwhile():
+        raise RuntimeError("someone saved it")
+
+    with pytest.raises(RuntimeError, match="someone saved it"):
+        write_atomic(target, "ours", check=changed_meanwhile)
+    assert target.read_text() == "theirs"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+def test_a_killed_writers_temp_file_is_removed_once_stale_never_while_fresh(tmp_path):
+    leftovers = []
+    for round_ in range(12):
+        folder = tmp_path / f"round{round_}"
+        folder.mkdir()
+        kill_a_writer(folder)
+        leftovers = [p for p in folder.iterdir() if p.name != "big.bin"]
+        if leftovers:
+            break
+    assert leftovers, "no kill landed inside a write; the test proved nothing"
+    [temp] = leftovers
+    someone_elses = folder / ".notes.abcdefgh.tmp"  # a name of another program's pattern
+    someone_elses.write_text("keep")
+
+    write_atomic(folder / "other.txt", "x")  # the next write in that folder
+    assert temp.exists(), "a temp file as young as a live write's was removed"
+
+    long_ago = time.time() - STALE_TEMP_SECONDS - 60
+    for path in (temp, someone_elses):
+        os.utime(path, (long_ago, long_ago))
+    write_atomic(folder / "other.txt", "y")
+    assert not temp.exists()
+    assert someone_elses.read_text() == "keep"
+    assert (folder / "big.bin").stat().st_size == 8 * 1024 * 1024

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkernel._config import Config, ServerConfig, load_config
+from toolkernel._config import DEFAULT_CALL_TIMEOUT, Config, ServerConfig, load_config
 from toolkernel._errors import ConfigError
 
 
@@ -739,3 +739,23 @@ def test_server_names_that_blur_the_server_tool_boundary_are_refused(tree, name)
     error = tree.error()
     assert error.key == f"mcpServers.{name}"
     assert "no doubled separator" in str(error)
+
+def test_server_timeout_defaults_and_is_checked(tree):
+    path = tree.toml(tree.project, '[mcp_servers.a]\ncommand = "c"\ntimeout = 12.5\n'
+                                   '[mcp_servers.b]\ncommand = "c"\n')
+    servers = tree.load().servers
+    assert (servers["a"].timeout, servers["b"].timeout) == (12.5, DEFAULT_CALL_TIMEOUT)
+    tree.toml(tree.project, '[mcp_servers.a]\ncommand = "c"\ntimeout = 0\n')
+    assert_names(tree.error(), path, "mcp_servers.a.timeout")
+
+
+def test_expanded_values_are_kept_as_secrets_apart_from_defaults_and_literals(tree):
+    tree.environ.update(TOKEN="t0k-from-env", BIN="mcp-bin")
+    tree.toml(tree.project, """
+        [mcp_servers.s]
+        command = "/opt/${BIN}"
+        args = ["--token=${TOKEN}", "--mode=${MODE:-fast}", "literal"]
+    """)
+    server = tree.load().servers["s"]
+    assert server.args == ("--token=t0k-from-env", "--mode=fast", "literal")
+    assert set(server.secrets) == {"mcp-bin", "t0k-from-env"}

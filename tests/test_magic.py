@@ -169,6 +169,19 @@ def test_a_crashed_server_is_unavailable_and_comes_back(kernel):
     assert kernel.execute_ok(cell("tools crash echo text=back")).stdout == "back\n"
 
 
+def test_broken_server_schema_and_deep_input_are_json_lines_not_tracebacks(kernel, config):
+    config(fixture_toml("badschema") + policy_toml(allow=["mcp_badschema"]))
+    deep = "[" * 100_000 + "]" * 100_000
+    script = f"tools badschema bad_type n=1; tools badschema bad_ref n=1; tools badschema good '{deep}'"
+    run = kernel.execute(cell(script, "--no-raise-error"))
+    assert run.status == "ok" and run.error is None, (run.error, run.stderr[:2000])
+    assert [e["code"] for e in error_lines(run.stderr)] == ["tool_error", "tool_error", "invalid_input"]
+    assert "Traceback" not in run.stderr and len(run.stderr.splitlines()) == 3, run.stderr
+    line = kernel.execute("%tools badschema bad_pattern s=x")
+    assert line.error["ename"] == "CallFailed" and "'(unclosed' is not a 'regex'" in line.error["evalue"]
+    assert "Traceback" not in line.stderr
+
+
 # -- %tools and the Python API ---------------------------------------------------------
 
 

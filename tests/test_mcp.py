@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import os
 import signal
 import socket
@@ -16,7 +18,7 @@ import mcp_types as types
 import pytest
 
 from toolkernel import _loop
-from toolkernel._config import ServerConfig
+from toolkernel._config import ServerConfig, load_config
 from toolkernel._errors import ConnectionRequired, Unavailable
 from toolkernel._mcp import ServerPool, convert_result
 from toolkernel._tool import Tool, ToolContext
@@ -322,6 +324,48 @@ def test_silent_server_times_out(pool):
     with pytest.raises(Unavailable, match="did not finish starting within 1.5 s"):
         run(pool.tools(cfg))
     assert not pool.loaded("silent")
+
+
+def test_a_call_past_its_timeout_is_retryable_and_the_server_stays_usable(pool):
+    cfg = fixture("big", "big", timeout=1.5)
+    with pytest.raises(Unavailable) as raised:
+        call(pool, cfg, "hang")
+    assert raised.value.retryable
+    assert "sent no result nor progress for hang within 1.5 s" in raised.value.message
+    assert call(pool, cfg, "ping").texts == ["pong"]  # the same connection, no restart
+    assert pool.loaded("big")
+
+
+def test_progress_restarts_the_call_clock(pool):
+    # 12 steps of 0.4 s run well past the 3 s timeout; each step's progress restarts it.
+    cfg = fixture("slow", "slow", timeout=3)
+    assert call(pool, cfg, "wait", steps=12, step_seconds=0.4).texts == ["waited 12 steps"]
+
+
+def test_a_40_mb_result_arrives_whole(pool):
+    # The SDK's own stdio reader took 44 s here (quadratic); WAIT bounds this call.
+    cfg = fixture("big", "big")
+    text = call(pool, cfg, "blob", megabytes=40).texts[0]
+    assert len(text) == 40_000_000
+    assert hashlib.sha256(text.encode()).hexdigest() == call(pool, cfg, "digest", megabytes=40).texts[0]
+
+
+def test_secrets_from_variables_in_command_and_args_are_masked(pool, tmp_path):
+    environ = {"HOME": str(tmp_path), "FIXTURE_SECRET": "arg-s3cr3t-value", "SECRET_CMD": "cmd-s3cr3t-name"}
+    (tmp_path / "toolkernel.toml").write_text(
+        f"[mcp_servers.dead]\ncommand = {json.dumps(sys.executable)}\n"
+        f"args = {json.dumps([str(SERVERS / 'crash.py'), '--die-at-start', '--token=${FIXTURE_SECRET}'])}\n"
+        f"env = {{PYTHONPATH = {json.dumps(ENV['PYTHONPATH'])}}}\n\n"
+        '[mcp_servers.ghost]\ncommand = "/opt/${SECRET_CMD}/server"\n')
+    config = load_config(tmp_path, environ=environ, admin_path=tmp_path / "none.toml")
+    messages = []
+    for name in ("dead", "ghost"):
+        with pytest.raises(Unavailable) as raised:
+            run(pool.tools(config.server(name)))
+        messages.append(raised.value.message)
+    assert "started as" in messages[0] and "--token=***" in messages[0], messages[0]
+    assert "command not found: /opt/***/server" in messages[1]
+    assert not any(secret in "".join(messages) for secret in ("arg-s3cr3t-value", "cmd-s3cr3t-name"))
 
 
 def test_missing_variables_need_a_connection(pool):

@@ -391,3 +391,68 @@ def test_large_output_shows_head_and_tail_and_saves_the_whole(session, workdir):
     assert result.saved_output.parts[:2] == (".toolkernel", "outputs")
     saved = (workdir / result.saved_output).read_text()
     assert saved == f"{size + 1}\n" + "HEAD-MARK" + "x" * (size - 18) + "TAIL-MARK\n"
+
+
+# -- what servers and inputs get wrong (issue 8 items 7 and 9) --------------------------------
+
+
+@pytest.fixture
+def badschema_session(tmp_path, monkeypatch):
+    for key, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    project = tmp_path / "project"
+    project.mkdir()
+    write_config(project, fixture_toml("badschema") + policy_toml(allow=["mcp_badschema"]))
+    session = new_session(project)
+    yield session
+    session.close()
+
+
+@pytest.mark.parametrize("tool, problem", [
+    ("bad_type", "at properties/n/type: 'integr' is not valid"),
+    ("bad_ref", "PointerToNowhere: '/$defs/missing'"),
+    ("bad_pattern", "at properties/s/pattern: '(unclosed' is not a 'regex'"),
+    ("bad_remote_ref", "Unresolvable: https://example.invalid/s.json"),
+])
+def test_an_invalid_input_schema_is_one_tool_error_line_blaming_the_server(badschema_session, tool, problem):
+    result, sink = run(badschema_session, f"tools badschema {tool} n=1 s=x")
+    error = single_error(result, sink)
+    assert error["code"] == "tool_error" and not error["retryable"]
+    assert problem in error["message"] and "fault of the MCP server 'badschema'" in error["message"]
+    assert sink.stderr_text.count("\n") == 1, sink.stderr_text
+    # Its help still shows, and the server's good tools still work.
+    assert run(badschema_session, f"tools badschema {tool} --help")[0].exit_code == 0
+    good, good_sink = run(badschema_session, "tools badschema good n=1")
+    assert (good.exit_code, good_sink.stdout_text) == (0, "good ran with ['n']\n")
+
+
+@pytest.mark.parametrize("script", [
+    "tools echo_input '" + "[" * 100_000 + "]" * 100_000 + "'",
+    "tools echo_input '{\"tags\": " + "[" * 150 + "]" * 150 + "}'",
+    "tools echo_input tags=" + "[" * 5_000 + "]" * 5_000,
+    "echo '" + "[" * 100_000 + "]" * 100_000 + "' | tools echo_input -",
+])
+def test_deeply_nested_input_is_one_invalid_input_line(session, script):
+    result, sink = run(session, script)
+    error = single_error(result, sink)
+    assert error["code"] == "invalid_input" and "nested more than 100 levels deep" in error["message"]
+    assert sink.stderr_text.count("\n") == 1, sink.stderr_text
+
+
+def test_a_server_that_hangs_at_start_gives_its_error_line_past_thirty_seconds(tmp_path, monkeypatch):
+    # Bashkit's default limit (30 s) once ended the script first and the line was lost.
+    for key, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    write_config(tmp_path, server_toml("hanging", script="big.py", load="on-demand")
+                 .replace('big.py"]', 'big.py", "--hang-at-start"]') + policy_toml(allow=["mcp_hanging"]))
+    session = new_session(tmp_path)
+    session.pool.connect_timeout = 33
+    try:
+        result, sink = run(session, "tools hanging ping; echo after")
+    finally:
+        session.close()
+    [error] = error_lines(sink.stderr_text)
+    assert error["code"] == "unavailable" and error["retryable"]
+    assert "did not finish starting within 33 s" in error["message"]
+    assert "waiting for a database that never comes" in error["message"]
+    assert sink.stdout_text == "after\n"

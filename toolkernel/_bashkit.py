@@ -19,6 +19,10 @@ from ._run import RunEvents
 from ._shell import ShellResult
 
 MAX_COMMANDS = 1_000_000  # Bashkit's default (10,000) ends ordinary loops over data
+# Bashkit's default (30 s) cut every longer script, swallowing the error line of a
+# tool that was still waiting (a server starting, a slow call with its own timeout).
+# A person stops a cell with an interrupt; this only bounds a run nobody watches.
+MAX_SECONDS = 24 * 3600
 
 
 class BashkitRunner:
@@ -89,7 +93,8 @@ def _new_bash(builtin: _Builtin, workdir: Path, plan: Protection, read_only: boo
     from bashkit import Bash, FileSystem
 
     builtins = {"tools": builtin, "chmod": GuardedChmod(plan, read_only)}
-    bash = Bash(custom_builtins=builtins, cwd=str(workdir), max_commands=MAX_COMMANDS)
+    bash = Bash(custom_builtins=builtins, cwd=str(workdir), max_commands=MAX_COMMANDS,
+                timeout_seconds=MAX_SECONDS)
     # Mounted at run time rather than through `mounts=`: the constructor prints a warning
     # for every writable mount to the process's stderr, which a kernel shows in the cell.
     bash.mount(str(workdir), FileSystem.real(str(workdir), writable=not read_only))

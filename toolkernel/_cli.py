@@ -13,6 +13,9 @@ from typing import Any, Callable, Mapping
 from ._errors import InvalidInput
 
 HELP_FLAGS = ("--help", "-h")
+# Deeper input is refused up front: Python's JSON parser, the schema check and
+# everything after them recurse, and would fail with RecursionError on it.
+MAX_INPUT_DEPTH = 100
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,8 @@ def parse_input(args: tuple[str, ...] | list[str], schema: Mapping[str, Any], st
 
 class _Pairs:
     def __init__(self, schema: Mapping[str, Any]) -> None:
-        self.properties = schema.get("properties") or {}
+        properties = schema.get("properties")
+        self.properties = properties if isinstance(properties, Mapping) else {}  # a broken schema is the validator's to report
         self.values: dict[str, Any] = {}
         self.json_seen = False
 
@@ -120,9 +124,13 @@ class _Pairs:
         if _is_string(self.properties.get(key)):
             return text
         try:
-            return json.loads(text)
+            value = json.loads(text)
         except ValueError:
             return text
+        except RecursionError:
+            value = _TOO_DEEP
+        _check_depth(value, f"the value of {key!r}")
+        return value
 
 
 def _types(prop: Any) -> set[str]:
@@ -154,6 +162,25 @@ def _json_object(text: str, where: str) -> dict[str, Any]:
         value = json.loads(text)
     except ValueError as exc:
         raise InvalidInput(f"{where} is not valid JSON: {exc}") from exc
+    except RecursionError:
+        value = _TOO_DEEP
+    _check_depth(value, where)
     if not isinstance(value, dict):
         raise InvalidInput(f"{where} must be a JSON object, got {type(value).__name__}")
     return value
+
+
+_TOO_DEEP = object()  # what json.loads gave up on
+
+
+def _check_depth(value: Any, where: str) -> None:
+    """Refuse JSON nested deeper than MAX_INPUT_DEPTH (walked without recursion)."""
+    level: list[Any] = [value]
+    for _ in range(MAX_INPUT_DEPTH):
+        if any(item is _TOO_DEEP for item in level):
+            break
+        level = [child for item in level if isinstance(item, (dict, list))
+                 for child in (item.values() if isinstance(item, dict) else item)]
+        if not level:
+            return
+    raise InvalidInput(f"{where} is nested more than {MAX_INPUT_DEPTH} levels deep")

@@ -62,7 +62,10 @@ RULE_LISTS = ("allow", "ask", "deny")
 
 _SECTIONS = ("mcp_servers", "policy", "hooks", "tools")
 _SERVER_KEYS = ("command", "args", "env", "cwd", "url", "headers", "load", "description",
-                "trust_annotations")
+                "trust_annotations", "timeout")
+# Seconds one MCP tool call may run without a word from the server (its progress
+# notifications restart the clock).
+DEFAULT_CALL_TIMEOUT = 300.0
 _HOOK_KEYS = ("event", "match", "command", "timeout")
 _STDIO_ONLY_KEYS = ("args", "env", "cwd")
 _HTTP_ONLY_KEYS = ("headers",)
@@ -98,9 +101,13 @@ class ServerConfig:
     load: Literal["eager", "on-demand"] = "eager"
     description: str = ""
     trust_annotations: bool = True
+    timeout: float = DEFAULT_CALL_TIMEOUT
     # ${VAR}s that were unset: the server cannot be used until they are (connection_required).
     missing_vars: tuple[str, ...] = ()
     source: str = field(default="", compare=False)
+    # The values `${VAR}`s expanded to in command, args and url: masked in every
+    # message, as env and header values are.
+    secrets: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     @cached_property
     def fingerprint(self) -> str:
@@ -399,6 +406,8 @@ def _toml_server(source: _Source, key: str, raw: Any) -> dict[str, Any]:
     spec["description"] = _string(source, f"{key}.description", table.get("description", ""))
     spec["trust_annotations"] = _boolean(source, f"{key}.trust_annotations",
                                          table.get("trust_annotations", True))
+    if "timeout" in table:
+        spec["timeout"] = _positive_number(source, f"{key}.timeout", table["timeout"])
     return spec
 
 
@@ -461,6 +470,7 @@ class _Expander:
     def __init__(self, environ: Mapping[str, str]) -> None:
         self.environ = environ
         self.missing: list[str] = []
+        self.values: list[str] = []  # what came from the environment: may be secret
 
     def __call__(self, text: str) -> str:
         return _VARIABLE.sub(self._value, text)
@@ -474,6 +484,7 @@ class _Expander:
             if name not in self.missing:
                 self.missing.append(name)
             return ""
+        self.values.append(value)
         return value
 
     def each(self, values: Iterable[str]) -> tuple[str, ...]:
@@ -498,7 +509,8 @@ def _server(source: _Source, key: str, name: str, spec: dict[str, Any],
         name=name, transport=spec["transport"], command=command, args=args, env=env, cwd=cwd,
         url=url, headers=headers, load=spec.get("load", "eager"),
         description=spec["description"], trust_annotations=spec.get("trust_annotations", True),
-        missing_vars=tuple(expand.missing), source=str(source.path))
+        timeout=spec.get("timeout", DEFAULT_CALL_TIMEOUT), missing_vars=tuple(expand.missing),
+        source=str(source.path), secrets=tuple(expand.values))
 
 
 def _resolve_cwd(cwd: str, base: Path, home: Path) -> str:

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import jsonschema
+import referencing.exceptions
 
 from ._approvals import Approvals
 from ._approver import Answer, ApprovalRequest, Approver, stop_and_report
-from ._errors import CallError, CallLimit, Denied, InvalidInput, NeedsApproval, Stopped
+from ._errors import CallError, CallLimit, Denied, InvalidInput, NeedsApproval, Stopped, ToolFailed
 from ._hooks import HookOutcome, Hooks
 from ._policy import CallInfo, Decision, Policy, decide
 from ._run import NO_EVENTS, Run, RunEvents
@@ -88,9 +89,14 @@ class Dispatcher:
 
     def validate(self, tool: Tool, arguments: Mapping[str, Any]) -> None:
         validator = self._validator(tool)
-        if validator.is_valid(arguments):  # the common case, without best_match's bookkeeping
-            return
-        error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+        try:
+            if validator.is_valid(arguments):  # the common case, without best_match's bookkeeping
+                return
+            error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+        except referencing.exceptions.Unresolvable as exc:  # a $ref that leads nowhere
+            raise _broken_schema(tool, str(exc).splitlines()[0]) from exc
+        except RecursionError as exc:  # input nested deeper than a recursive schema can follow
+            raise InvalidInput("input is nested too deeply to check against the schema") from exc
         where = "input" + "".join(f"[{p!r}]" for p in error.absolute_path)
         schema_path = "/".join(str(p) for p in error.absolute_schema_path)
         raise InvalidInput(
@@ -103,6 +109,11 @@ class Dispatcher:
         cached = self._validators.get(id(schema))
         if cached is None or cached[0] is not schema:
             cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+            try:
+                cls.check_schema(schema)  # once per schema: a bad type or regex fails here, not mid-check
+            except jsonschema.SchemaError as exc:
+                where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
+                raise _broken_schema(tool, f"at {where}: {exc.message}") from exc
             cached = (schema, cls(schema))
             self._validators[id(schema)] = cached
         return cached[1]
@@ -158,3 +169,11 @@ class Dispatcher:
 def _recorded(result: ToolResult) -> object:
     """A result as the report keeps it (images counted, not copied)."""
     return result.value() if not result.images else {"images": len(result.images), "value": result.value()}
+
+
+def _broken_schema(tool: Tool, problem: str) -> ToolFailed:
+    owner = f"MCP server '{tool.server}'" if tool.server else "tool"
+    return ToolFailed(
+        f"{tool.command} cannot be called: its input schema, as the {owner} declares it, is invalid"
+        f" ({problem}). This is a fault of the {owner}, not of your input; report it to its maintainers"
+    )

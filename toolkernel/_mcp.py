@@ -14,9 +14,19 @@ plus the config's `env`, which wins. Secrets in the kernel's environment
 therefore reach a server only when its config names them (`env = {TOKEN =
 "${TOKEN}"}`).
 
+Stdio servers run through `_stdio.stdio_transport` (the SDK's own reads a
+long message in quadratic time).
+
 A server's stderr goes to a temporary file, so its logs never land in a cell;
-the last lines are quoted (with the config's env and header values blanked
-out) when the server fails to start or dies.
+the last lines are quoted when the server fails to start or dies. Every such
+message masks the config's env and header values and whatever a `${VAR}`
+expanded to in its command, args or url (a token passed as `--token
+${TOKEN}`).
+
+Each call has the server's `timeout` (seconds, default 300); a progress
+notification restarts the clock. A call past it is cancelled on the server
+(the session stays open for the next call) and fails as `unavailable` with
+`retryable: true`.
 """
 
 from __future__ import annotations
@@ -24,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import logging
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -34,24 +43,18 @@ from urllib.parse import urlsplit
 import anyio
 import httpx2
 import mcp_types as types
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession
 from mcp.client.sse import sse_client
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from . import _tool
 from ._errors import CallError, ConnectionRequired, Unavailable
+from ._stdio import stdio_transport
 from ._tool import Image, Kind, ProviderRef, Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
     from ._config import ServerConfig
-
-# The SDK logs every non-JSON line a server prints with a traceback; with no
-# logging configured that goes to stderr, which in a kernel is the cell. We
-# report such output ourselves (as `unavailable`), so keep it out of cells
-# while still letting an application that configures logging see it.
-logging.getLogger("mcp.client.stdio").addHandler(logging.NullHandler())
 
 DEFAULT_CONNECT_TIMEOUT = 30.0
 _STDERR_TAIL_BYTES = 2000
@@ -175,9 +178,11 @@ class _ToolCall:
         conn = await self.pool._for_call(self.cfg)
         session = conn.session
         assert session is not None
-        progress = None if ctx.progress is _tool._no_progress else _forward_progress(ctx)
+        timeout = conn.cfg.timeout
         try:
-            result = await session.call_tool(self.name, arguments, progress_callback=progress)
+            with anyio.CancelScope(deadline=anyio.current_time() + timeout) as clock:
+                progress = _progress_handler(ctx, clock, timeout)
+                result = await session.call_tool(self.name, arguments, progress_callback=progress)
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED:
                 raise conn.lost(f"while running {self.name}") from exc
@@ -186,14 +191,21 @@ class _ToolCall:
             raise conn.lost(f"while running {self.name}") from exc
         except RuntimeError as exc:  # the SDK found the output does not match the tool's outputSchema
             return ToolResult.error(str(exc))
+        if clock.cancelled_caught:
+            raise conn.timed_out(self.name, timeout)
         return convert_result(result, self.wrapped)
 
 
-def _forward_progress(ctx: ToolContext):
-    async def forward(progress: float, total: float | None, message: str | None) -> None:
-        ctx.progress(progress, total, message)
+def _progress_handler(ctx: ToolContext, clock: anyio.CancelScope, timeout: float):
+    """Each progress notification restarts the call's clock, and reaches the context if it listens."""
+    listening = ctx.progress is not _tool._no_progress
 
-    return forward
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        clock.deadline = anyio.current_time() + timeout
+        if listening:
+            ctx.progress(progress, total, message)
+
+    return on_progress
 
 
 @dataclass
@@ -270,7 +282,7 @@ class _Connection:
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED:
                 raise self.lost("while listing its tools") from exc
-            raise self._unavailable(f"failed to list its tools: {self._redact(exc.message)}") from exc
+            raise self._unavailable(f"failed to list its tools: {exc.message}") from exc
 
     def _transport(self) -> contextlib.AbstractAsyncContextManager[Any]:
         cfg = self.cfg
@@ -279,10 +291,7 @@ class _Connection:
         if cfg.transport == "sse":
             return sse_client(cfg.url or "", headers=dict(cfg.headers))
         self._stderr = tempfile.TemporaryFile()
-        params = StdioServerParameters(
-            command=cfg.command or "", args=list(cfg.args), env=dict(cfg.env) or None, cwd=cfg.cwd
-        )
-        return stdio_client(params, errlog=self._stderr)
+        return stdio_transport(cfg.command or "", cfg.args, cfg.env, cfg.cwd, self._stderr)
 
     def _set_ready(self, error: BaseException | None = None) -> None:
         if self._ready is None or self._ready.done():
@@ -306,7 +315,7 @@ class _Connection:
         # that means the server will never answer properly, so fail fast.
         if isinstance(message, Exception) and self._ready is not None and not self._ready.done():
             self._set_ready(self._unavailable(
-                f"wrote something that is not MCP (JSON-RPC) to stdout: {self._redact(_first_line(message))}"
+                f"wrote something that is not MCP (JSON-RPC) to stdout: {_first_line(message)}"
             ))
 
     async def close(self) -> None:
@@ -330,6 +339,12 @@ class _Connection:
         self.broken = self.broken or "the connection broke"
         return self._unavailable(f"stopped answering {when} (it will be restarted on the next call)")
 
+    def timed_out(self, tool: str, timeout: float) -> Unavailable:
+        """The error for a call past its timeout; the SDK has told the server it is cancelled,
+        and the session stays open for the next call."""
+        return self._unavailable(f"sent no result nor progress for {tool} within {timeout:g} s; the call was "
+                                 "cancelled (raise `timeout` in the server's config if it needs longer)")
+
     def _start_failure(self, exc: BaseException) -> Unavailable:
         leaf = _leaf(exc)
         if isinstance(leaf, FileNotFoundError) and self.cfg.transport == "stdio":
@@ -342,14 +357,14 @@ class _Connection:
             return self._unavailable(f"answered HTTP {leaf.response.status_code} while starting")
         if isinstance(leaf, httpx2.TransportError):
             return self._unavailable(f"could not be reached: {type(leaf).__name__}")
-        return self._unavailable(f"failed while starting: {type(leaf).__name__}: {self._redact(str(leaf))}")
+        return self._unavailable(f"failed while starting: {type(leaf).__name__}: {leaf}")
 
     def _unavailable(self, problem: str) -> Unavailable:
         message = f"MCP server '{self.cfg.name}' ({_where(self.cfg)}) {problem}"
         tail = self._stderr_tail()
         if tail:
             message += f"\nits stderr ended with:\n{tail}"
-        return Unavailable(message, retryable=True)
+        return Unavailable(self._redact(message), retryable=True)
 
     def _stderr_tail(self) -> str:
         if self._stderr is None:
@@ -359,11 +374,13 @@ class _Connection:
             size = os.fstat(fd).st_size
             data = os.pread(fd, _STDERR_TAIL_BYTES, max(0, size - _STDERR_TAIL_BYTES))
             lines = data.decode("utf-8", "replace").strip().splitlines()[-_STDERR_TAIL_LINES:]
-            return self._redact("\n".join("  " + line for line in lines))
+            return "\n".join("  " + line for line in lines)
         return ""
 
     def _redact(self, text: str) -> str:
-        for value in (*self.cfg.env.values(), *self.cfg.headers.values()):
+        # Longest first: a secret that contains another is masked whole.
+        values = sorted({*self.cfg.env.values(), *self.cfg.headers.values(), *self.cfg.secrets}, key=len, reverse=True)
+        for value in values:
             if len(value) >= 4:
                 text = text.replace(value, "***")
         return text

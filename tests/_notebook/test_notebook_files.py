@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 
 import nbformat
 import pytest
@@ -155,6 +158,46 @@ def test_edit_of_a_notebook_never_read_is_refused(rich, ctx):
     result = call(edit, ctx, notebook_path="rich.ipynb", cell_id=ids(rich)[0], new_source="x")
     assert result.is_error and "read it first" in result.texts[0]
     assert rich.read_bytes() == original
+
+
+# Saves the notebook as an editor does, each save adding one marker to what it read,
+# mostly at gaps of up to 2 ms, now and then up to 50 ms (so that on a loaded machine
+# some edits still get through); prints the number of saves when told to stop.
+OUTSIDE_WRITER = textwrap.dedent("""
+    import json, os, random, sys, time
+    path, stop = sys.argv[1], sys.argv[2]
+    saves = 0
+    while not os.path.exists(stop):
+        with open(path, encoding="utf-8") as f:
+            nb = json.load(f)
+        saves += 1
+        nb["metadata"].setdefault("markers", []).append(saves)
+        with open(path + ".writer", "w", encoding="utf-8") as f:
+            json.dump(nb, f)
+        os.replace(path + ".writer", path)
+        time.sleep(random.uniform(0, 0.05 if random.random() < 0.1 else 0.002))
+    print(saves)
+""")
+
+
+def test_an_outside_save_during_an_edit_is_never_lost(rich, ctx):
+    stop = rich.parent / "stop"
+    writer = subprocess.Popen([sys.executable, "-c", OUTSIDE_WRITER, str(rich), str(stop)],
+                              stdout=subprocess.PIPE, text=True)
+    made = 0
+    try:
+        for attempt in range(300):
+            call(read, ctx, notebook_path="rich.ipynb")
+            cell_id = nbformat.read(rich, as_version=4).cells[1].id
+            made += not call(edit, ctx, notebook_path="rich.ipynb", cell_id=cell_id,
+                             new_source=f"print({attempt})").is_error
+    finally:
+        stop.touch()
+        saves = int(writer.communicate(timeout=120)[0])
+    markers = json.loads(rich.read_text())["metadata"].get("markers", [])
+    lost = sorted(set(range(1, saves + 1)) - set(markers))
+    assert made >= 1 and saves >= 1, "no edit got through between the outside saves; the test proved nothing"
+    assert lost == [], f"{len(lost)} of {saves} outside saves were overwritten by {made} edits"
 
 
 def test_edit_after_the_file_changed_on_disk_is_refused_until_read_again(rich, ctx):

@@ -31,6 +31,7 @@ if __name__ == "__main__":
     if "--die-at-start" in sys.argv:
         token = os.environ.get("FIXTURE_TOKEN", "")
         print(f"crash: login with token {token} failed (on purpose)", file=sys.stderr)
+        print(f"crash: started as {sys.argv[1:]}", file=sys.stderr)
         print("crash: cannot open /nonexistent/database.db (on purpose)", file=sys.stderr, flush=True)
         sys.exit(2)
     server.run()

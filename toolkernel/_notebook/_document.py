@@ -115,6 +115,14 @@ def is_unchanged_since(notebook: NotebookFile) -> bool:
     return notebook.fingerprint is not None and hashlib.sha256(data).hexdigest() == notebook.fingerprint.sha256
 
 
+def _require_still_on_disk(notebook: NotebookFile) -> None:
+    if not is_unchanged_since(notebook):
+        raise ToolInputError(
+            f"{notebook.path.name} changed on disk while this edit was being saved (someone else saved it); "
+            f"nothing was written. Read it again (tools notebook-read notebook_path={notebook.path.name}) and redo the edit"
+        )
+
+
 def save(state: dict[str, Any], notebook: NotebookFile) -> None:
     """Validate, write atomically, and count what was written as read."""
     nb = notebook.nb
@@ -124,7 +132,8 @@ def save(state: dict[str, Any], notebook: NotebookFile) -> None:
     except nbformat.ValidationError as exc:
         raise ToolInputError(f"the edit would make {notebook.path.name} invalid: {exc.message}") from exc
     data = (nbformat.writes(nb) + "\n").encode("utf-8")
-    write_atomic(notebook.path, data)
+    # Checked again right before the rename: a save from outside since the stale check is not lost.
+    write_atomic(notebook.path, data, check=lambda: _require_still_on_disk(notebook))
     notebook.fingerprint = Fingerprint(hashlib.sha256(data).hexdigest(), notebook.path.stat().st_mtime_ns)
     notebook.ids_added = False
     record_read(state, notebook)

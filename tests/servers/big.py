@@ -1,0 +1,50 @@
+"""Fixture: results of any size, a call that never answers, a server that never starts."""
+
+import hashlib
+import sys
+import time
+
+import anyio
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("big")
+
+
+def blob_text(megabytes: float) -> str:
+    """The same text for the same size in every process: a test checks it arrived whole."""
+    size = int(megabytes * 1_000_000)
+    line = "0123456789abcdefghijklmnopqrstuvwxyz\u00e9\u4e2d\n"  # multi-byte characters too
+    return (line * (size // len(line) + 1))[:size]
+
+
+@server.tool()
+def blob(megabytes: float) -> str:
+    """A text result of about `megabytes` MB."""
+    return blob_text(megabytes)
+
+
+@server.tool()
+def digest(megabytes: float) -> str:
+    """The sha256 of `blob(megabytes)`, computed here."""
+    return hashlib.sha256(blob_text(megabytes).encode()).hexdigest()
+
+
+@server.tool()
+async def hang() -> str:
+    """Never answers."""
+    await anyio.sleep_forever()
+    return "unreachable"
+
+
+@server.tool()
+def ping() -> str:
+    """Answer at once."""
+    return "pong"
+
+
+if __name__ == "__main__":
+    if "--hang-at-start" in sys.argv:
+        print("big: waiting for a database that never comes (on purpose)", file=sys.stderr, flush=True)
+        time.sleep(3600)
+    server.run()
