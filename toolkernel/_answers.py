@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 
 from . import _loop
 from ._approvals import rule_for
+from ._report import described_call
 from ._policy import CallInfo, canonical_call_key
 
 COMM_TARGET = "toolkernel.approval"
@@ -101,7 +102,7 @@ def _before_start_call(report: Mapping[str, Any] | None) -> Mapping[str, Any] | 
 
 def answer_inline(session, call: Mapping[str, Any], ask: Callable[[str], str]) -> bool:
     """Ask about one call; True when the person allowed it (once or always)."""
-    prompt = (f"{call['tool']} {json.dumps(call['input'])} needs your approval."
+    prompt = (f"{described_call(call)} needs your approval."
               " Allow [o]nce, [a]lways, or [d]eny? ")
     reply = ask(prompt).strip().lower()
     if reply in _ONCE or reply in _ALWAYS:

@@ -38,6 +38,7 @@ from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Literal, Mapping
 from urllib.parse import urlsplit
 
+from . import _commands
 from ._errors import ConfigError
 from ._policy import parse_rule
 
@@ -120,6 +121,8 @@ class Config:
     tools: Mapping[str, Any]
     files: tuple[str, ...]
     fingerprint: str
+    # [tools.NAME] tables with a `command` (seed 003), keyed by name with "_" for "-".
+    commands: Mapping[str, "_commands.CommandToolConfig"] = field(default_factory=_no_mapping)
 
     def server(self, name: str) -> ServerConfig | None:
         """The server called `name`, hyphens and underscores being the same."""
@@ -548,6 +551,39 @@ def _tools(source: _Source, raw: Any) -> dict[str, Any]:
     return {name.replace("-", "_"): value for name, value in _table(source, "tools", raw).items()}
 
 
+# -- command tools (seed 003; the tools themselves are in _commands) -------------------
+
+_COMMAND_TOOL_KEYS = ("command", "description", "parameters", "timeout", "env", "cwd",
+                      "read_only")
+
+
+def _command_tool(source: _Source, name: str, raw: dict[str, Any],
+                  environ: Mapping[str, str]) -> "_commands.CommandToolConfig":
+    key = f"tools.{name}"
+    if not _SERVER_NAME.fullmatch(name):
+        raise source.error(key, "a tool name may use only letters, digits, '-' and '_', and "
+                           "must start with a letter or digit")
+    _known_keys(source, key, raw, _COMMAND_TOOL_KEYS)
+    command = _string_list(source, f"{key}.command", raw["command"], empty_ok=False)
+    for index, template in enumerate(command):
+        if problem := _commands.template_problem(template):
+            raise source.error(f"{key}.command[{index}]", problem)
+    parameters = _commands.plain_json(raw.get("parameters", _commands.NO_PARAMETERS))
+    if problem := _commands.schema_problem(parameters):
+        raise source.error(f"{key}.parameters", problem)
+    expand = _Expander(environ)
+    env = (expand.table(_string_table(source, f"{key}.env", raw["env"]))
+           if "env" in raw else None)
+    cwd = expand(_string(source, f"{key}.cwd", raw["cwd"], empty_ok=False)) if "cwd" in raw else None
+    return _commands.CommandToolConfig(
+        name=name, command=command, parameters=parameters, env=env, cwd=cwd,
+        description=_string(source, f"{key}.description", raw.get("description", "")),
+        timeout=_positive_number(source, f"{key}.timeout",
+                                 raw.get("timeout", _commands.DEFAULT_TIMEOUT)),
+        read_only=_boolean(source, f"{key}.read_only", raw.get("read_only", False)),
+        missing_vars=tuple(expand.missing), source=str(source.path))
+
+
 def _merge_tables(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in over.items():
@@ -588,6 +624,7 @@ class _Builder:
         self.admin_policy: dict[str, Any] = {name: () for name in RULE_LISTS}
         self.hooks: list[Mapping[str, Any]] = []
         self.tools: dict[str, Any] = {}
+        self.commands: dict[str, _commands.CommandToolConfig] = {}
         self.files: list[str] = []
 
     def add(self, source: _Source, data: dict[str, Any]) -> None:
@@ -600,7 +637,11 @@ class _Builder:
         if "policy" in data:
             self._add_policy(source, _policy(source, data["policy"]))
         self.hooks.extend(_hooks(source, data.get("hooks", [])))
-        self.tools = _merge_tables(self.tools, _tools(source, data.get("tools", {})))
+        tools = _tools(source, data.get("tools", {}))
+        for name in [n for n, t in tools.items() if isinstance(t, dict) and "command" in t]:
+            # A command tool defined again replaces the earlier one whole, as a server does.
+            self.commands[name] = _command_tool(source, name, tools.pop(name), self.environ)
+        self.tools = _merge_tables(self.tools, tools)
 
     def _add_servers(self, source: _Source, prefix: str, raw: Any, parse) -> None:
         found: dict[str, str] = {}
@@ -634,5 +675,6 @@ class _Builder:
             hooks=tuple(self.hooks),
             tools=_freeze(self.tools),
             files=tuple(self.files),
+            commands=MappingProxyType(dict(self.commands)),
             fingerprint=_digest({name: s.fingerprint for name, s in servers.items()}),
         )

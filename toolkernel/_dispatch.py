@@ -42,7 +42,7 @@ class Run:
     on_progress: Callable[[str, float, float | None, str | None], None] = lambda *a: None
 
     def stop(self, reason: str, call: CallInfo, **extra: Any) -> None:
-        self.stopped = {"reason": reason, **extra, "call": {"tool": call.command, "input": dict(call.input)}}
+        self.stopped = {"reason": reason, **extra, "call": call_shown(call)}
         self.on_stop()
 
     def record(self, tool: Tool, arguments: Mapping[str, Any], result: ToolResult) -> None:
@@ -65,6 +65,11 @@ class Run:
             tools["stopped"] = {**self.stopped, **({"before_start": True} if self.before_start else {})}
             tools["not_reached"] = NOT_REACHED
         return {"exit_code": exit_code, "success": exit_code == 0 and self.stopped is None, "tools": tools}
+
+
+def call_shown(call: CallInfo) -> dict[str, Any]:
+    """A call as a person is shown it: the tool, the input and what the tool adds (argv)."""
+    return {"tool": call.command, "input": dict(call.input), **call.shown}
 
 
 @dataclass
@@ -93,6 +98,7 @@ class Dispatcher:
             kind=tool.kind,
             outside_workspace=outside_workspace(tool, arguments, self.env.workdir),
             protected=touches_protected(tool, arguments, self.env.workdir),
+            shown=tool.describe_call(arguments),
         )
 
     async def call(self, tool: Tool, arguments: dict[str, Any], run: Run) -> ToolResult:

@@ -55,6 +55,8 @@ class CallInfo:
     outside_workspace: bool = False
     # The call would write toolkernel's own config or approvals (see _guard.py).
     protected: bool = False
+    # Shown to a person beside the input, never matched by rules: a command tool's argv.
+    shown: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)

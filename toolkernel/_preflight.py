@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ._builtin import ToolsCommand
 from ._cli import parse_input, split_command
+from ._dispatch import call_shown
 from ._errors import CallError, NeedsApproval
 from ._policy import CallInfo, canonical_call_key
 from ._shell import ShellResult
@@ -67,7 +68,7 @@ def _not_started(command: ToolsCommand, info: CallInfo, reason: str) -> ShellRes
     run = command.run
     run.before_start = True
     run.stopped = {"reason": "needs_approval", "approval": "requested",
-                   "call": {"tool": info.command, "input": dict(info.input)}}
+                   "call": call_shown(info)}
     command.dispatcher.env.pending.append(info)
     error = NeedsApproval(
         f"{info.command} needs a person's approval ({reason}); the script did not start."

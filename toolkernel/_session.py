@@ -16,6 +16,7 @@ from . import _loop
 from ._approvals import ApprovalStore
 from ._builtin import ToolsCommand
 from ._catalog import Catalog
+from ._commands import ProcessSlots, check_names, command_tool
 from ._config import Config, load_config
 from ._dispatch import CallEnv, Dispatcher, Run
 from ._guard import ConfigGuard
@@ -38,6 +39,7 @@ class Session:
         self.pending: list = []
         self.approvals = ApprovalStore(self.workdir)
         self.extra_tools: list[Tool] = []
+        self.process_slots = ProcessSlots()  # command-tool processes at once, per kernel
 
     # -- per run --------------------------------------------------------------
 
@@ -56,8 +58,15 @@ class Session:
             pending=self.pending,
         )
         tools = [*own_tools(), *notebook_tools(), *self.extra_tools]
+        tools += self._command_tools(config, tools)
         catalog = Catalog(config.servers.values(), tools, self.pool)
         return ToolsCommand(catalog, Dispatcher(env), Run(), self.workdir)
+
+    def _command_tools(self, config: Config, own: list[Tool]) -> list[Tool]:
+        servers = {s.name: s.source for s in config.servers.values()}
+        for problem in check_names(config.commands.values(), [t.name for t in own], servers):
+            raise problem
+        return [command_tool(c, self.process_slots) for c in config.commands.values()]
 
     def _hooks_for(self, config: Config) -> Hooks:
         self.hooks.clear_command_hooks()

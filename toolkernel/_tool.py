@@ -115,6 +115,10 @@ class Tool:
             return self.name
         return f"mcp_{self.server}__{self.name}"
 
+    def describe_call(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """What a person asked about this call sees beside its input (a command tool: argv)."""
+        return {}
+
     @functools.cached_property
     def command(self) -> str:
         parts = ["tools"] + ([self.server] if self.server else []) + [self.name]
