@@ -1,4 +1,5 @@
 """`toolkernel demo [NOTEBOOK]`: run a notebook headless against the demo MCP server.
+`toolkernel lint [DIR]`: check the config that applies to DIR without starting anything.
 
 With no notebook, runs the quickstart that ships with the package, in a
 fresh temporary folder whose toolkernel.toml points at
@@ -76,10 +77,23 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a notebook headless against the demo MCP server")
     demo.add_argument("notebook", nargs="?", type=Path, help="default: the packaged quickstart")
+    check = sub.add_parser("lint", help="check the config statically: rules, hooks, command tools")
+    check.add_argument("directory", nargs="?", type=Path, default=Path.cwd(),
+                       help="the working directory whose config files are checked (default: here)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return run_demo(args.notebook or quickstart_path())
+    if args.command == "lint":
+        return run_lint(args.directory)
     return 2
+
+
+def run_lint(directory: Path) -> int:
+    from ._lint import lint, report
+
+    findings = lint(directory)
+    print(report(findings), end="")
+    return 1 if findings else 0
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from ._policy import CallInfo, canonical_call_key
 
 COMM_TARGET = "toolkernel.approval"
 # The `%tools` words that answer or pair rather than call a tool.
-SUBCOMMANDS = ("approve", "deny", "approvals", "pair", "unpair")
+SUBCOMMANDS = ("approve", "deny", "approvals", "pair", "unpair", "lint")
 
 
 class AnswerError(Exception):
@@ -112,7 +112,7 @@ def answer_inline(session, call: Mapping[str, Any], ask: Callable[[str], str]) -
     return False
 
 
-# -- `%tools approve | deny | approvals | pair | unpair` -----------------------
+# -- `%tools approve | deny | approvals | pair | unpair | lint` ----------------
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -122,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("deny", add_help=False)
     sub.add_parser("approvals", add_help=False).add_argument("--revoke", metavar="RULE_OR_NUMBER")
     sub.add_parser("unpair", add_help=False)
+    sub.add_parser("lint", add_help=False)
     return parser
 
 
@@ -147,6 +148,10 @@ def _apply(session, args: argparse.Namespace) -> str:
         return deny(session)
     if args.what == "approvals":
         return list_approvals(session, revoke=args.revoke)
+    if args.what == "lint":
+        from ._lint import lint, report
+
+        return report(lint(session.workdir)).rstrip("\n")
     from ._notebook import unpair
 
     _loop.run(unpair(session.state))
@@ -169,7 +174,7 @@ def _pair(session, argv: list[str]) -> str:
 def _usage() -> str:
     return ("usage: %tools approve [--always] | %tools deny | %tools approvals [--revoke RULE]"
             " | %tools pair NOTEBOOK [--kernel NAME | --existing FILE | --server URL --token TOKEN]"
-            " | %tools unpair")
+            " | %tools unpair | %tools lint")
 
 
 # -- the comm target of the JupyterLab extension --------------------------------

@@ -82,6 +82,7 @@ class ToolsMagics(Magics):
         """%%tools: run the cell as a shell script where `tools` reaches every tool.
         %tools ...: one `tools` command; calls return their result as a Python value.
         %tools approve [--always] | deny | approvals [--revoke RULE] | pair NOTEBOOK ... | unpair
+        %tools lint: check the config (rules, hooks, command tools) without starting anything
         """
         if cell is None:
             return self._line(line)
