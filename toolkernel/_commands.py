@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -228,6 +229,9 @@ async def run_command(config: CommandToolConfig, arguments: Mapping[str, Any], w
                                 f"{', '.join(config.missing_vars)} named in env/cwd are not set")
     argv = fill(config, arguments)
     cwd = workdir / Path(config.cwd).expanduser() if config.cwd else workdir
+    if not _findable(config, argv[0]):
+        return ToolResult.error(f"tool__{config.name}: could not start {argv[0]!r}: not found on "
+                                "the PATH of its env allow-list (add PATH = \"${PATH}\" to env)")
     async with slots.semaphore:
         try:
             done = await run_capped(argv, env=config.env, cwd=cwd, timeout=config.timeout,
@@ -236,6 +240,15 @@ async def run_command(config: CommandToolConfig, arguments: Mapping[str, Any], w
             return ToolResult.error(f"tool__{config.name}: could not start {argv[0]!r}: "
                                     f"{exc.strerror or exc}")
     return _result(config, done)
+
+
+def _findable(config: CommandToolConfig, program: str) -> bool:
+    """With an env allow-list, a bare program is looked up on that PATH only (seed 003);
+    Python would fall back to /bin:/usr/bin, a PATH the person never allowed."""
+    if config.env is None or "/" in program:
+        return True
+    path = config.env.get("PATH")
+    return bool(path) and shutil.which(program, path=path) is not None
 
 
 def _result(config: CommandToolConfig, done: ProcessResult) -> ToolResult:
