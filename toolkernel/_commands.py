@@ -172,7 +172,9 @@ def _compiled(template: str):
 def fill(config: CommandToolConfig, arguments: Mapping[str, Any]) -> list[str]:
     """The argv for one call: each element rendered on its own, never split or joined."""
     context = {"input": dict(arguments)}
-    return [_compiled(template)(context) for template in config.command]
+    # Most elements are literal words: they skip the renderer (about 0.1 ms each).
+    return [_compiled(template)(context) if "{{" in template else template
+            for template in config.command]
 
 
 class ProcessSlots:
