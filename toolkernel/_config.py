@@ -14,7 +14,9 @@ files, lowest precedence first:
 A server defined again replaces the earlier definition whole (no field merging);
 server names compare hyphen/underscore-insensitively, like the `tools` command does.
 Policy rule lists are concatenated and the highest-precedence `mode` wins. Hooks are
-concatenated. `[tools]` tables are merged key by key, the higher file winning.
+concatenated. `[tools]` tables are merged key by key, the higher file winning, except
+a table with a `command` (a command tool, `_commands.py`): like a server, it replaces an
+earlier definition whole.
 
 The upward walk stops at the home directory when the working directory is inside it
 (a `~/.config` is never mistaken for a project) and at the filesystem root otherwise.
