@@ -404,3 +404,22 @@ def _wait_for_text(path: Path, within: float = 120) -> None:
     while not (path.exists() and path.read_text()):
         assert time.monotonic() < deadline, f"{path} was not written"
         time.sleep(0.1)
+
+
+def test_hooks_match_command_tools_by_qualified_name_and_see_the_input(project):
+    from toolkernel._hooks import HookOutcome
+
+    marker = project / "ran"
+    seen = []
+    write_config(project, command_tool("guarded", ["touch", str(marker)], read_only=True))
+    session = Session(project)
+
+    @session.hooks.before_call("tool__guarded")
+    def refuse(call):
+        seen.append((call.qualified_name, call.command, dict(call.input)))
+        return HookOutcome("deny", "not today")
+
+    result, sink = run_script(project, command_tool("guarded", ["touch", str(marker)], read_only=True),
+                              "tools guarded\n", session)
+    assert error_lines(sink.stderr_text)[0]["code"] == "denied" and not marker.exists()
+    assert seen == [("tool__guarded", "tools guarded", {})]
