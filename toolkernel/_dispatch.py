@@ -9,6 +9,7 @@ order:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -69,7 +70,7 @@ class Run:
 
 def call_shown(call: CallInfo) -> dict[str, Any]:
     """A call as a person is shown it: the tool, the input and what the tool adds (argv)."""
-    return {"tool": call.command, "input": dict(call.input), **call.shown}
+    return {"tool": call.command, "input": dict(call.input), **call.shown()}
 
 
 @dataclass
@@ -98,7 +99,7 @@ class Dispatcher:
             kind=tool.kind,
             outside_workspace=outside_workspace(tool, arguments, self.env.workdir),
             protected=touches_protected(tool, arguments, self.env.workdir),
-            shown=tool.describe_call(arguments),
+            shown=functools.partial(tool.describe_call, arguments),
         )
 
     async def call(self, tool: Tool, arguments: dict[str, Any], run: Run) -> ToolResult:

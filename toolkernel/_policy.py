@@ -34,7 +34,7 @@ import functools
 import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping
 
 if TYPE_CHECKING:
     from ._hooks import HookOutcome
@@ -55,8 +55,9 @@ class CallInfo:
     outside_workspace: bool = False
     # The call would write toolkernel's own config or approvals (see _guard.py).
     protected: bool = False
-    # Shown to a person beside the input, never matched by rules: a command tool's argv.
-    shown: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    # What a person asked about the call sees beside the input (a command tool's argv);
+    # made only when someone is shown the call, never matched by rules.
+    shown: Callable[[], Mapping[str, Any]] = field(default=lambda: {}, compare=False)
 
 
 @dataclass(frozen=True)
