@@ -64,8 +64,9 @@ class Session:
 
     def _command_tools(self, config: Config, own: list[Tool]) -> list[Tool]:
         servers = {s.name: s.source for s in config.servers.values()}
-        for problem in check_names(config.commands.values(), [t.name for t in own], servers):
-            raise problem
+        problems = check_names(config.commands.values(), [t.name for t in own], servers)
+        if problems:
+            raise problems[0]
         return [command_tool(c, self.process_slots) for c in config.commands.values()]
 
     def _hooks_for(self, config: Config) -> Hooks:
