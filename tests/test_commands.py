@@ -331,16 +331,18 @@ def test_lint_finds_each_problem_with_file_and_key(project, capsys):
               + '[policy]\nallow = ["tool__rg", "github list-pulls", "mcp_github__any", "read_file"]\n'
               'deny = ["tool__rgx", "gitlab *", "mcp_gitlab"]\n'
               'ask = ["github"]\n\n'
-              '[[hooks]]\nevent = "pre_call"\nmatch = "tool__nothing"\ncommand = ["true"]\n')
+              '[[hooks]]\nevent = "pre_call"\nmatch = "tool__nothing"\ncommand = ["true"]\n\n'
+              '[tools_in_shell]\nkeep_visible = ["web_fetch", "tool__rg", "webfetch"]\n')
     write_config(project, config)
     found = {(f.key, f.file) for f in lint(project)}
     file = str(project / "toolkernel.toml")
     assert found == {(k, file) for k in ["tools.rg.command[2]", "policy.deny[0]", "policy.deny[1]",
-                                         "policy.deny[2]", "policy.ask[0]", "hooks[0].match"]}
+                                         "policy.deny[2]", "policy.ask[0]", "hooks[0].match",
+                                         "tools_in_shell.keep_visible[2]"]}
     assert cli_main(["lint", str(project)]) == 1
     out = capsys.readouterr().out
     assert f"{file}: tools.rg.command[2]: uses {{{{ input.dri }}}}" in out
-    assert "6 problem(s)" in out
+    assert "7 problem(s)" in out
 
 
 def test_lint_reports_a_config_error_and_a_clean_config(project, capsys):

@@ -56,7 +56,9 @@ HOOK_EVENTS = {"pre_call": "before_call", "before_call": "before_call",
                "post_call": "after_call", "after_call": "after_call"}
 RULE_LISTS = ("allow", "ask", "deny")
 
-_SECTIONS = ("mcp_servers", "policy", "hooks", "tools")
+_SECTIONS = ("mcp_servers", "policy", "hooks", "tools", "tools_in_shell")
+# [tools_in_shell] (seed 000, issue 14): read and checked now; `toolkernel serve` will use it.
+_TOOLS_IN_SHELL_KEYS = ("enabled", "keep_visible")
 _SERVER_KEYS = ("command", "args", "env", "cwd", "url", "headers", "load", "description",
                 "trust_annotations")
 _HOOK_KEYS = ("event", "match", "command", "timeout")
@@ -125,6 +127,8 @@ class Config:
     fingerprint: str
     # [tools.NAME] tables with a `command` (seed 003), keyed by name with "_" for "-".
     commands: Mapping[str, "_commands.CommandToolConfig"] = field(default_factory=_no_mapping)
+    # [tools_in_shell]: "enabled" and "keep_visible" when a file sets them, the higher file winning.
+    tools_in_shell: Mapping[str, Any] = field(default_factory=_no_mapping)
 
     def server(self, name: str) -> ServerConfig | None:
         """The server called `name`, hyphens and underscores being the same."""
@@ -586,6 +590,17 @@ def _command_tool(source: _Source, name: str, raw: dict[str, Any],
         missing_vars=tuple(expand.missing), source=str(source.path))
 
 
+def _tools_in_shell(source: _Source, raw: Any) -> dict[str, Any]:
+    table = _table(source, "tools_in_shell", raw)
+    _known_keys(source, "tools_in_shell", table, _TOOLS_IN_SHELL_KEYS)
+    section: dict[str, Any] = {}
+    if "enabled" in table:
+        section["enabled"] = _boolean(source, "tools_in_shell.enabled", table["enabled"])
+    if "keep_visible" in table:
+        section["keep_visible"] = _rules(source, "tools_in_shell.keep_visible", table["keep_visible"])
+    return section
+
+
 def _merge_tables(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in over.items():
@@ -627,6 +642,7 @@ class _Builder:
         self.hooks: list[Mapping[str, Any]] = []
         self.tools: dict[str, Any] = {}
         self.commands: dict[str, _commands.CommandToolConfig] = {}
+        self.tools_in_shell: dict[str, Any] = {}
         self.files: list[str] = []
 
     def add(self, source: _Source, data: dict[str, Any]) -> None:
@@ -644,6 +660,7 @@ class _Builder:
             # A command tool defined again replaces the earlier one whole, as a server does.
             self.commands[name] = _command_tool(source, name, tools.pop(name), self.environ)
         self.tools = _merge_tables(self.tools, tools)
+        self.tools_in_shell.update(_tools_in_shell(source, data.get("tools_in_shell", {})))
 
     def _add_servers(self, source: _Source, prefix: str, raw: Any, parse) -> None:
         found: dict[str, str] = {}
@@ -678,5 +695,6 @@ class _Builder:
             tools=_freeze(self.tools),
             files=tuple(self.files),
             commands=MappingProxyType(dict(self.commands)),
+            tools_in_shell=_freeze(self.tools_in_shell),
             fingerprint=_digest({name: s.fingerprint for name, s in servers.items()}),
         )
