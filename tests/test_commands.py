@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kernel_helpers import RecordingSink, error_lines, isolated_env, write_config
-from test_process import alive, wait_dead
+from test_process import wait_dead
 from toolkernel import _loop
 from toolkernel.__main__ import main as cli_main
 from toolkernel._errors import ConfigError
