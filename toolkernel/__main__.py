@@ -1,5 +1,6 @@
 """`toolkernel demo [NOTEBOOK]`: run a notebook headless against the demo MCP server.
 `toolkernel trust [DIR]`: trust a folder's toolkernel config as it is now (see `_trust`).
+`toolkernel lint [DIR]`: check the config that applies to DIR without starting anything.
 
 With no notebook, runs the quickstart that ships with the package, in a
 fresh temporary folder whose toolkernel.toml points at
@@ -86,11 +87,16 @@ def main(argv: list[str] | None = None) -> int:
     trust = sub.add_parser("trust", help="trust a folder's toolkernel config (servers, hooks, allow rules)"
                            " as it is now; a changed file needs trust again")
     trust.add_argument("folder", nargs="?", type=Path, default=Path("."), help="default: this folder")
+    check = sub.add_parser("lint", help="check the config statically: rules, hooks, command tools")
+    check.add_argument("directory", nargs="?", type=Path, default=Path.cwd(),
+                       help="the working directory whose config files are checked (default: here)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return run_demo(args.notebook or quickstart_path())
     if args.command == "trust":
         return run_trust(args.folder)
+    if args.command == "lint":
+        return run_lint(args.directory)
     return 2
 
 
@@ -104,6 +110,14 @@ def run_trust(folder: Path) -> int:
         print(f"toolkernel trust: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def run_lint(directory: Path) -> int:
+    from ._lint import lint, report
+
+    findings = lint(directory)
+    print(report(findings), end="")
+    return 1 if findings else 0
 
 
 if __name__ == "__main__":

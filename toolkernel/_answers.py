@@ -17,7 +17,7 @@ from ._policy import CallInfo, canonical_call_key
 
 COMM_TARGET = "toolkernel.approval"
 # The `%tools` words that answer or pair rather than call a tool.
-SUBCOMMANDS = ("approve", "deny", "approvals", "pair", "unpair")
+SUBCOMMANDS = ("approve", "deny", "approvals", "pair", "unpair", "lint")
 
 
 class AnswerError(Exception):
@@ -63,7 +63,7 @@ def _take_pending(session, call: Mapping[str, Any] | None) -> CallInfo:
     raise AnswerError(f"no pending call matches {call.get('tool')!r}")
 
 
-# -- `%tools approve | deny | approvals | pair | unpair` -----------------------
+# -- `%tools approve | deny | approvals | pair | unpair | lint` ----------------
 
 
 class _Parser(argparse.ArgumentParser):
@@ -82,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("approvals", add_help=False).add_argument("--revoke", metavar="RULE_OR_NUMBER")
     add_pairing_arguments(sub.add_parser("pair", add_help=False))
     sub.add_parser("unpair", add_help=False)
+    sub.add_parser("lint", add_help=False)
     return parser
 
 
@@ -110,6 +111,10 @@ def _apply(session, args: argparse.Namespace) -> str:
         return list_approvals(session, revoke=args.revoke)
     if args.what == "pair":
         return _pair(session, args)
+    if args.what == "lint":
+        from ._lint import lint, report
+
+        return report(lint(session.workdir)).rstrip("\n")
     from ._notebook import unpair
 
     _loop.run(unpair(session.state))
@@ -135,6 +140,7 @@ def usage() -> str:
     lines = ["%tools approve [--always]                        allow the call that asked, once or always",
              "%tools deny                                     refuse it",
              "%tools approvals [--revoke RULE_OR_NUMBER]      list or revoke lasting approvals",
+             "%tools lint                                     check the config without starting anything",
              *pairing_args_usage().splitlines()]
     return "usage: " + "\n       ".join(lines)
 

@@ -19,11 +19,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import enum
-import json
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from ._policy import CallInfo
+from ._run import described_call
 
 
 class Answer(enum.Enum):
@@ -40,7 +40,8 @@ class ApprovalRequest:
     before_start: bool = False  # True: nothing of the script has run yet
 
     def question(self) -> str:
-        return f"{self.call.command} {json.dumps(dict(self.call.input))} needs your approval ({self.reason})."
+        call = {"tool": self.call.command, "input": dict(self.call.input), **self.call.shown()}
+        return f"{described_call(call)} needs your approval ({self.reason})."
 
 
 class Approver(Protocol):

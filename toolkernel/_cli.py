@@ -92,7 +92,7 @@ class _Pairs:
         word = args[i]
         if word == "-":
             return i + 1
-        if word.lstrip().startswith(("{", "[")):
+        if word.lstrip().startswith(("{", "[")) or word.strip() == "null":
             if self.json_seen:
                 raise InvalidInput("more than one JSON input argument; give one and add key=value pairs")
             self.json_seen = True
@@ -165,6 +165,8 @@ def _json_object(text: str, where: str) -> dict[str, Any]:
     except RecursionError:
         value = _TOO_DEEP
     _check_depth(value, where)
+    if value is None:
+        return {}  # seed 003: empty or null input is no input
     if not isinstance(value, dict):
         raise InvalidInput(f"{where} must be a JSON object, got {type(value).__name__}")
     return value

@@ -14,7 +14,9 @@ files, lowest precedence first:
 A server defined again replaces the earlier definition whole (no field merging);
 server names compare hyphen/underscore-insensitively, like the `tools` command does.
 Policy rule lists are concatenated and the highest-precedence `mode` wins. Hooks are
-concatenated. `[tools]` tables are merged key by key, the higher file winning.
+concatenated. `[tools]` tables are merged key by key, the higher file winning, except
+a table with a `command` (a command tool, `_commands.py`): like a server, it replaces an
+earlier definition whole.
 
 The upward walk stops at the home directory when the working directory is inside it
 (a `~/.config` is never mistaken for a project) and at the filesystem root otherwise.
@@ -43,6 +45,7 @@ from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Literal, Mapping
 from urllib.parse import urlsplit
 
+from . import _commands
 from ._errors import ConfigError
 from ._names import SERVER_NAME, SERVER_NAME_RULE, fold
 from ._policy import MODES, parse_rule
@@ -60,7 +63,9 @@ HOOK_EVENTS = {"pre_call": "before_call", "before_call": "before_call",
                "post_call": "after_call", "after_call": "after_call"}
 RULE_LISTS = ("allow", "ask", "deny")
 
-_SECTIONS = ("mcp_servers", "policy", "hooks", "tools")
+_SECTIONS = ("mcp_servers", "policy", "hooks", "tools", "tools_in_shell")
+# [tools_in_shell] (seed 000, issue 14): read and checked now; `toolkernel serve` will use it.
+_TOOLS_IN_SHELL_KEYS = ("enabled", "keep_visible")
 _SERVER_KEYS = ("command", "args", "env", "cwd", "url", "headers", "load", "description",
                 "trust_annotations", "timeout")
 # Seconds one MCP tool call may run without a word from the server (its progress
@@ -139,6 +144,10 @@ class Config:
     to_trust: tuple[str, ...] = ()
     # Whether the lasting approvals in the working directory's .toolkernel/ may be used.
     approvals_trusted: bool = True
+    # [tools.NAME] tables with a `command` (seed 003), keyed by name with "_" for "-".
+    commands: Mapping[str, "_commands.CommandToolConfig"] = field(default_factory=_no_mapping)
+    # [tools_in_shell]: "enabled" and "keep_visible" when a file sets them, the higher file winning.
+    tools_in_shell: Mapping[str, Any] = field(default_factory=_no_mapping)
 
     def server(self, name: str) -> ServerConfig | None:
         """The server called `name`, hyphens and underscores being the same."""
@@ -608,6 +617,49 @@ def _tools(source: _Source, raw: Any) -> dict[str, Any]:
     return {name.replace("-", "_"): value for name, value in _table(source, "tools", raw).items()}
 
 
+# -- command tools (seed 003; the tools themselves are in _commands) -------------------
+
+_COMMAND_TOOL_KEYS = ("command", "description", "parameters", "timeout", "env", "cwd",
+                      "read_only")
+
+
+def _command_tool(source: _Source, name: str, raw: dict[str, Any],
+                  environ: Mapping[str, str]) -> "_commands.CommandToolConfig":
+    key = f"tools.{name}"
+    if not SERVER_NAME.fullmatch(name):  # the same words as a server: `tool__<name>` reads one way
+        raise source.error(key, SERVER_NAME_RULE.replace("a server name", "a command tool name"))
+    _known_keys(source, key, raw, _COMMAND_TOOL_KEYS)
+    command = _string_list(source, f"{key}.command", raw["command"], empty_ok=False)
+    for index, template in enumerate(command):
+        if problem := _commands.template_problem(template):
+            raise source.error(f"{key}.command[{index}]", problem)
+    parameters = _commands.plain_json(raw.get("parameters", _commands.NO_PARAMETERS))
+    if problem := _commands.schema_problem(parameters):
+        raise source.error(f"{key}.parameters", problem)
+    expand = _Expander(environ)
+    env = (expand.table(_string_table(source, f"{key}.env", raw["env"]))
+           if "env" in raw else None)
+    cwd = expand(_string(source, f"{key}.cwd", raw["cwd"], empty_ok=False)) if "cwd" in raw else None
+    return _commands.CommandToolConfig(
+        name=name, command=command, parameters=parameters, env=env, cwd=cwd,
+        description=_string(source, f"{key}.description", raw.get("description", "")),
+        timeout=_positive_number(source, f"{key}.timeout",
+                                 raw.get("timeout", _commands.DEFAULT_TIMEOUT)),
+        read_only=_boolean(source, f"{key}.read_only", raw.get("read_only", False)),
+        missing_vars=tuple(expand.missing), source=str(source.path))
+
+
+def _tools_in_shell(source: _Source, raw: Any) -> dict[str, Any]:
+    table = _table(source, "tools_in_shell", raw)
+    _known_keys(source, "tools_in_shell", table, _TOOLS_IN_SHELL_KEYS)
+    section: dict[str, Any] = {}
+    if "enabled" in table:
+        section["enabled"] = _boolean(source, "tools_in_shell.enabled", table["enabled"])
+    if "keep_visible" in table:
+        section["keep_visible"] = _rules(source, "tools_in_shell.keep_visible", table["keep_visible"])
+    return section
+
+
 def _merge_tables(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in over.items():
@@ -648,6 +700,8 @@ class _Builder:
         self.admin_policy: dict[str, Any] = {name: () for name in RULE_LISTS}
         self.hooks: list[Mapping[str, Any]] = []
         self.tools: dict[str, Any] = {}
+        self.commands: dict[str, _commands.CommandToolConfig] = {}
+        self.tools_in_shell: dict[str, Any] = {}
         self.files: list[str] = []
         self.strictest: str | None = None  # the strictest mode of an untrusted file
 
@@ -665,9 +719,14 @@ class _Builder:
             policy = _policy(source, data["policy"])
             self._add_policy(source, _tightening(policy) if doubt else policy)
         hooks, tools = _hooks(source, data.get("hooks", [])), _tools(source, data.get("tools", {}))
-        if doubt is None:
+        commands = {name: _command_tool(source, name, tools.pop(name), self.environ)
+                    for name in [n for n, t in tools.items() if isinstance(t, dict) and "command" in t]}
+        self.tools_in_shell.update(_tools_in_shell(source, data.get("tools_in_shell", {})))
+        if doubt is None:  # hooks and command tools run code: only from trusted config
             self.hooks.extend(hooks)
             self.tools = _merge_tables(self.tools, tools)
+            # A command tool defined again replaces the earlier one whole, as a server does.
+            self.commands.update(commands)
 
     def _add_servers(self, source: _Source, prefix: str, raw: Any, parse, *, use: bool) -> None:
         found: dict[str, str] = {}
@@ -707,6 +766,8 @@ class _Builder:
             hooks=tuple(self.hooks),
             tools=_freeze(self.tools),
             files=tuple(self.files),
+            commands=MappingProxyType(dict(self.commands)),
+            tools_in_shell=_freeze(self.tools_in_shell),
             fingerprint=_digest({name: s.fingerprint for name, s in servers.items()}),
             untrusted=untrusted,
             to_trust=to_trust,

@@ -9,6 +9,7 @@ order:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -64,6 +65,7 @@ class Dispatcher:
             outside_workspace=outside_workspace(tool, arguments, self.env.workdir),
             protected=touches_protected(tool, arguments, self.env.workdir, self.env.guarded),
             schema_keys=_schema_keys(tool),
+            shown=functools.partial(tool.describe_call, arguments),
         )
 
     async def call(self, tool: Tool, arguments: dict[str, Any], run: Run,
@@ -140,7 +142,7 @@ class Dispatcher:
             return
         if answer is Answer.DENY:
             raise Denied(f"{info.command}: a person denied this call")
-        run.stop("needs_approval", info.command, info.input, approval="requested")
+        run.stop("needs_approval", info.command, info.input, approval="requested", shown=info.shown())
         raise NeedsApproval(
             f"{info.command} needs a person's approval ({decision.reason}); it was not made,"
             " and in a script nothing after it runs. Approve with `%tools approve` (or --always),"

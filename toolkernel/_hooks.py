@@ -52,12 +52,12 @@ import inspect
 import json
 import os
 import shlex
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal, Mapping
 
 from ._policy import CallInfo, parse_rule, rule_matches
+from ._process import ProcessResult, run_capped
 from ._tool import ToolResult
 
 HookAction = Literal["continue", "allow", "deny", "ask"]
@@ -67,6 +67,7 @@ REDACTED = "[redacted]"
 
 _ACTIONS = ("continue", "allow", "deny", "ask")
 _STDOUT_LIMIT = 16 * 1024 * 1024  # as the custom command tools cap their output
+_STDERR_LIMIT = 64 * 1024
 _STDERR_SHOWN = 300
 _ENV_PASSED = ("PATH", "HOME", "LANG")
 
@@ -298,33 +299,17 @@ class _CommandHook:
     async def _exchange(self, payload: dict[str, Any], call: CallInfo) -> dict[str, Any]:
         data = json.dumps(payload, ensure_ascii=False, default=str).encode()
         try:
-            process = await asyncio.create_subprocess_exec(
-                *self.argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=_child_env(self.event, call),
-                cwd=self.cwd,
-                start_new_session=True,  # so a timeout can kill what it started too
-            )
+            done = await run_capped(self.argv, stdin=data, env=_child_env(self.event, call),
+                                    cwd=self.cwd, stdout_cap=_STDOUT_LIMIT,
+                                    stderr_cap=_STDERR_LIMIT)
         except OSError as exc:
             raise HookFailed(f"could not start: {exc.strerror or exc}") from exc
-        try:
-            _, out, err = await asyncio.gather(
-                _feed(process, data),
-                _read_capped(process, process.stdout, _STDOUT_LIMIT),
-                _read_capped(process, process.stderr, 64 * 1024),
-            )
-            code = await process.wait()
-        finally:
-            if process.returncode is None:  # timed out, cancelled or flooding
-                _kill_group(process)
-                await process.wait()
-        if len(out) > _STDOUT_LIMIT:
-            raise HookFailed(f"wrote more than {_STDOUT_LIMIT} bytes")
-        if code != 0:
-            raise HookFailed(f"exited with code {code}{_stderr_tail(err)}")
-        return _parse_reply(out)
+        if done.over_cap:
+            limit = _STDOUT_LIMIT if done.over_cap == "stdout" else _STDERR_LIMIT
+            raise HookFailed(f"wrote more than {limit} bytes to {done.over_cap}")
+        if done.returncode != 0:
+            raise HookFailed(f"exited with code {done.returncode}{_stderr_tail(done)}")
+        return _parse_reply(done.stdout)
 
 
 def _child_env(event: str, call: CallInfo) -> dict[str, str]:
@@ -354,48 +339,9 @@ def _payload(event: str, call: CallInfo, result: ToolResult | None) -> dict[str,
     return payload
 
 
-async def _feed(process: asyncio.subprocess.Process, data: bytes) -> None:
-    assert process.stdin is not None
-    try:
-        process.stdin.write(data)
-        await process.stdin.drain()
-        process.stdin.close()
-        await process.stdin.wait_closed()
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # a hook may decide without reading its stdin
-
-
-async def _read_capped(
-    process: asyncio.subprocess.Process, stream: asyncio.StreamReader | None, limit: int
-) -> bytes:
-    """Read to EOF; past `limit` kill the child rather than buffer a flood."""
-    assert stream is not None
-    chunks, size = [], 0
-    while chunk := await stream.read(65536):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            _kill_group(process)
-            break
-    return b"".join(chunks)
-
-
-def _kill_group(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is not None:
-        return
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _stderr_tail(err: bytes) -> str:
-    text = err.decode("utf-8", "replace").strip()
-    if not text:
-        return ""
-    if len(text) > _STDERR_SHOWN:
-        text = "..." + text[-_STDERR_SHOWN:]
-    return f": {text}"
+def _stderr_tail(done: ProcessResult) -> str:
+    text = done.stderr_tail(_STDERR_SHOWN)
+    return f": {text}" if text else ""
 
 
 def _parse_reply(out: bytes) -> dict[str, Any]:

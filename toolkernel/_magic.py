@@ -98,6 +98,7 @@ class ToolsMagics(Magics):
         %tools ...: one `tools` command; calls return their result as a Python value.
         %tools approve [--always] | deny | approvals [--revoke RULE] | pair NOTEBOOK ... | unpair
         %tools trust [DIR]: trust a folder's toolkernel config as it is now (see the README)
+        %tools lint: check the config (rules, hooks, command tools) without starting anything
         """
         if cell is None:
             return self._line(line)

@@ -43,7 +43,7 @@ import functools
 import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping
 
 from ._names import MCP_PREFIX, parse_qualified, qualified
 # One folding rule for tool names, rule words and input keys.
@@ -70,6 +70,9 @@ class CallInfo:
     protected: bool = False
     # The input keys the tool's schema names; None when unknown (any key may have a default).
     schema_keys: frozenset[str] | None = None
+    # What a person asked about the call sees beside the input (a command tool's argv);
+    # made only when someone is shown the call, never matched by rules.
+    shown: Callable[[], Mapping[str, Any]] = field(default=lambda: {}, compare=False)
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,8 @@ async def _resolve(argv: list[str], command: ToolsCommand) -> CallInfo | None:
 
 
 def _not_started(command: ToolsCommand, info: CallInfo, reason: str, approval: str) -> str:
-    command.run.stop("needs_approval", info.command, info.input, approval=approval, before_start=True)
+    command.run.stop("needs_approval", info.command, info.input, approval=approval, before_start=True,
+                     shown=info.shown())
     if approval == "denied":
         return Denied(f"{info.command}: a person denied this call; the script did not start").json_line() + "\n"
     error = NeedsApproval(

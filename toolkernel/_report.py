@@ -12,7 +12,7 @@ import html
 import json
 from typing import Any
 
-from ._run import RunReport
+from ._run import RunReport, described_call
 
 MIME = "application/vnd.toolkernel.report+json"
 
@@ -36,11 +36,16 @@ def _advice(report: dict[str, Any]) -> str:
     stopped = report["tools"].get("stopped")
     if not stopped or stopped.get("reason") != "needs_approval":
         return ""
-    call = stopped["call"]
-    return (f"\n{call['tool']} {json.dumps(call['input'])} needs your approval:\n"
+    return (f"\n{described_call(stopped['call'])} needs your approval:\n"
             "  %tools approve            allow it once\n"
             "  %tools approve --always   allow this tool from now on\n"
             "  %tools deny               refuse it\n")
+
+
+def _argv_html(call: dict[str, Any]) -> str:
+    if "argv" not in call:
+        return ""
+    return f", which runs <code>{html.escape(json.dumps(call['argv'], ensure_ascii=False))}</code>"
 
 
 def report_html(report: dict[str, Any]) -> str:
@@ -54,7 +59,8 @@ def report_html(report: dict[str, Any]) -> str:
     if stopped:
         call = stopped["call"]
         stop = (f"<p><b>Stopped</b> ({html.escape(stopped['reason'])}) at "
-                f"<code>{html.escape(call['tool'])} {html.escape(json.dumps(call['input']))}</code></p>")
+                f"<code>{html.escape(call['tool'])} {html.escape(json.dumps(call['input']))}</code>"
+                f"{_argv_html(call)}</p>")
     return (f"<div class='toolkernel-report'><p>exit code {report['exit_code']}; "
             f"{tools['read_only_calls']} read-only call(s)</p>{stop}"
             f"<p>Done:</p><ul>{rows or '<li>nothing</li>'}</ul>"

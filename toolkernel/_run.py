@@ -8,6 +8,7 @@ A model module: no IPython, no runner, no I/O. The report is the seed's JSON
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Protocol
@@ -78,12 +79,14 @@ class StopInfo:
     input: Mapping[str, Any]
     approval: str | None = None  # "requested" when a person is asked
     before_start: bool = False
+    # What the person is shown beside the input (a command tool's filled `argv`).
+    shown: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"reason": self.reason}
         if self.approval is not None:
             body["approval"] = self.approval
-        body["call"] = {"tool": self.tool, "input": dict(self.input)}
+        body["call"] = {"tool": self.tool, "input": dict(self.input), **self.shown}
         if self.before_start:
             body["before_start"] = True
         return body
@@ -120,10 +123,10 @@ class Run:
     stopped: StopInfo | None = None
 
     def stop(self, reason: str, tool: str, input: Mapping[str, Any], *, approval: str | None = None,
-             before_start: bool = False) -> None:
+             before_start: bool = False, shown: Mapping[str, Any] | None = None) -> None:
         """The only writer of the stop: the first stop stands."""
         if self.stopped is None:
-            self.stopped = StopInfo(reason, tool, dict(input), approval, before_start)
+            self.stopped = StopInfo(reason, tool, dict(input), approval, before_start, dict(shown or {}))
 
     def record(self, tool: str, arguments: Mapping[str, Any], *, read_only: bool, ok: bool,
                result: Any = None, error: Mapping[str, Any] | None = None) -> None:
@@ -137,3 +140,11 @@ class Run:
 
     def report(self, exit_code: int) -> RunReport:
         return RunReport(exit_code, tuple(self.done), self.read_only_calls, self.stopped)
+
+
+def described_call(call: Mapping[str, Any]) -> str:
+    """`tools x {...}`, and for a command tool the argv that would run: it may differ."""
+    text = f"{call['tool']} {json.dumps(call['input'])}"
+    if "argv" in call:
+        text += f" (runs {json.dumps(call['argv'], ensure_ascii=False)})"
+    return text

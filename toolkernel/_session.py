@@ -18,6 +18,7 @@ from ._approvals import Approvals
 from ._approver import Approver, StdinApprover, stop_and_report
 from ._catalog import Catalog, check_names
 from ._command import ToolsCommand
+from ._commands import ProcessSlots, command_tool
 from ._config import Config, load_config
 from ._dispatch import CallEnv, Dispatcher
 from ._guard import mount_plan
@@ -53,6 +54,7 @@ class Session:
         in_process = [p for p in self.providers if isinstance(p, ToolSet) and p.name is None] + [provider]
         check_names(in_process, [p.listed for p in in_process])
         self.add_provider(provider)
+        self.process_slots = ProcessSlots()  # command-tool processes at once, per kernel
 
     # -- per run --------------------------------------------------------------
 
@@ -76,8 +78,18 @@ class Session:
             guarded=mount_plan(self.workdir, config),
             untrusted=config.untrusted,
         )
-        catalog = await Catalog.open([*self.providers, *mcp_providers(config.servers.values(), self.pool)])
+        catalog = await Catalog.open([*self.providers, *self._command_tools(config),
+                                      *mcp_providers(config.servers.values(), self.pool)])
         return ToolsCommand(catalog, Dispatcher(env), Run(), self.workdir, events)
+
+    def _command_tools(self, config: Config) -> list[ToolProvider]:
+        """One provider per command tool, so a name collision names its own file and key."""
+        providers = []
+        for cfg in config.commands.values():
+            provider = ToolSet("command", [command_tool(cfg, self.process_slots)], source=cfg.source)
+            provider.source = (cfg.source, cfg.key)
+            providers.append(provider)
+        return providers
 
     def _hooks_for(self, config: Config) -> Hooks:
         self.hooks.clear_command_hooks()

@@ -142,6 +142,10 @@ class Tool:
     def qualified_name(self) -> str:
         return qualified(self.provider.kind, self.provider.name, self.name)
 
+    def describe_call(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """What a person asked about this call sees beside its input (a command tool: argv)."""
+        return {}
+
     @functools.cached_property
     def command(self) -> str:
         parts = ["tools"] + ([self.provider.name] if self.provider.name else []) + [self.name]

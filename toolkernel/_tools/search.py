@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from .._process import run_capped
 from .._tool import ToolContext, ToolInputError, tool
 from ._glob import FilterGlob, GlobError, compile_path_glob, name_matcher
 from ._paths import display_path
@@ -35,6 +36,9 @@ SKIPPED_DIRS = (".git", "node_modules", "vendor", "__pycache__", ".next", "dist"
 GLOB_LIMIT = 100
 DEFAULT_HEAD_LIMIT = 250
 MAX_SHOWN_LINE = 500  # characters of one content line; minified files would flood the cell
+# rg's output is parsed whole: past this the search fails instead of filling the memory.
+_RG_OUTPUT_CAP = 256 * 1024 * 1024
+_RG_ERROR_CAP = 1024 * 1024
 
 # The definitions are ours (passed to rg with --type-add) so both engines agree.
 FILE_TYPES: dict[str, tuple[str, ...]] = {
@@ -307,20 +311,15 @@ async def search_rg(query: GrepQuery, rg: str) -> list[FileHits]:
         cwd, target = query.root.parent, query.root.name
     else:
         cwd, target = query.root, "."
-    process = await asyncio.create_subprocess_exec(
-        rg, *rg_arguments(query), "--", target,
-        cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await process.communicate()
-    except asyncio.CancelledError:
-        _kill(process)
-        raise
+    done = await run_capped([rg, *rg_arguments(query), "--", target], cwd=cwd,
+                            stdout_cap=_RG_OUTPUT_CAP, stderr_cap=_RG_ERROR_CAP)
+    if done.over_cap:
+        raise ToolInputError(f"grep_search: rg wrote more than {_RG_OUTPUT_CAP // 2**20} MiB of "
+                             "matches; narrow the pattern, the path or the glob")
     # exit 1 is "no match"; 2 is an error, which may still come with results
-    if process.returncode == 2 and not out:
-        raise ToolInputError(f"grep_search: {_rg_error(err)}")
-    hits = _parse_rg(out, query)
+    if done.returncode == 2 and not done.stdout:
+        raise ToolInputError(f"grep_search: {_rg_error(done.stderr)}")
+    hits = _parse_rg(done.stdout, query)
     if query.root.is_file():
         for hit in hits:
             hit.rel = ""
@@ -383,13 +382,6 @@ def _rel_from_rg(raw: bytes) -> str:
 def _rg_error(err: bytes) -> str:
     text = err.decode("utf-8", errors="replace").strip()
     return "\n".join(text.splitlines()[:12]) or "rg failed"
-
-
-def _kill(process: asyncio.subprocess.Process) -> None:
-    try:
-        process.kill()
-    except ProcessLookupError:
-        pass
 
 
 # ---- the built-in engine

@@ -1,0 +1,427 @@
+"""Command tools (seed 003) through a real Bashkit run: real child processes for every
+call, the config reader's errors, approval with the filled argv, the parallel cap and lint."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernel_helpers import RecordingSink, error_lines, isolated_env, write_config
+from test_process import wait_dead
+from toolkernel import _loop
+from toolkernel.__main__ import main as cli_main
+from toolkernel._errors import ConfigError
+from toolkernel._lint import lint
+from toolkernel._session import Session
+from toolkernel._tool import ToolContext
+
+pytestmark = pytest.mark.timeout(240)
+
+PY = sys.executable
+# A program that prints its argv (after the program) as JSON: what the command really got.
+ARGV_PRINTER = "import json, sys; print(json.dumps(sys.argv[1:]))"
+
+
+def q(value) -> str:
+    return json.dumps(value)  # JSON strings and arrays are valid TOML values
+
+
+def command_tool(name: str, command: list[str], **keys) -> str:
+    lines = [f"[tools.{name}]", f"command = {q(command)}"]
+    for key, value in keys.items():
+        if key == "parameters":
+            lines.append(f"parameters = {_toml_inline(value)}")
+        elif key == "env":
+            lines.append("env = { " + ", ".join(f"{k} = {q(v)}" for k, v in value.items()) + " }")
+        else:
+            lines.append(f"{key} = {q(value)}")
+    return "\n".join(lines) + "\n\n"
+
+
+def _toml_inline(value) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_inline(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_inline(v) for v in value) + "]"
+    return q(value)
+
+
+STRINGS = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"},
+                                           "nested": {"type": "object",
+                                                      "properties": {"c": {"type": "string"}}}}}
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    for key, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    folder = tmp_path / "project"
+    folder.mkdir()
+    return folder
+
+
+def run_script(folder: Path, config: str, script: str, session: Session | None = None):
+    write_config(folder, config)
+    sink = RecordingSink()
+    result = (session or Session(folder)).run_script(script, sink)
+    return result, sink
+
+
+# -- templates and injection ---------------------------------------------------------------
+
+INJECTIONS = ["a; touch {m}", "b | touch {m}", "`touch {m}`", "$(touch {m})", "two words",
+              "line1\nline2", "-rf", "--output={m}", "' \" \\", "{{{{ input.b }}}}"]
+
+
+@pytest.mark.parametrize("value", INJECTIONS)
+def test_a_value_is_one_argv_element_whatever_it_holds(project, value):
+    marker = project / "pwned"
+    value = value.format(m=marker)
+    config = command_tool("argv", [PY, "-c", ARGV_PRINTER, "x{{ input.a }}y", "{{input.a}}",
+                                   "{{ input.nested.c }}", "fixed"],
+                          parameters=STRINGS, read_only=True)
+    tool_input = json.dumps({"a": value, "b": "B", "nested": {"c": value}})
+    result, sink = run_script(project, config, f"tools argv {_shell_quote(tool_input)}\n")
+    assert result.exit_code == 0, sink.stderr_text
+    assert json.loads(sink.stdout_text) == [f"x{value}y", value, value, "fixed"]
+    assert not marker.exists()
+
+
+def _shell_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def test_handlebars_semantics_for_missing_values_lists_and_objects(project):
+    config = command_tool("shapes", [PY, "-c", ARGV_PRINTER, "[{{ input.missing }}]", "{{ input.list }}",
+                                     "{{#each input.list}}<{{this}}>{{/each}}", "{{ input.obj.k }}",
+                                     "{{ input.flag }}", "{{ input.amp }}"], read_only=True)
+    result, sink = run_script(project, config,
+                              """tools shapes '{"list": [1, "b"], "obj": {"k": 2}, "flag": true, "amp": "a&b<c>"}'\n""")
+    assert result.exit_code == 0, sink.stderr_text
+    # values go in as they are: no HTML escaping of & and <
+    assert json.loads(sink.stdout_text) == ["[]", "1,b", "<1><b>", "2", "true", "a&b<c>"]
+
+
+# -- input -------------------------------------------------------------------------------------
+
+def test_null_and_empty_input_are_an_empty_object(project):
+    config = command_tool("noargs", [PY, "-c", ARGV_PRINTER, "ran"], read_only=True)
+    result, sink = run_script(project, config, "tools noargs null\ntools noargs\necho '' | tools noargs -\n")
+    assert result.exit_code == 0, sink.stderr_text
+    assert sink.stdout_text.split() == ['["ran"]'] * 3
+
+
+@pytest.mark.parametrize("bad", ["'[1, 2]'", "'\"text\"'", "5", "true"])
+def test_input_that_is_not_an_object_runs_nothing(project, bad):
+    marker = project / "ran"
+    config = command_tool("touch", ["touch", str(marker)], read_only=True)
+    result, sink = run_script(project, config, f"tools touch {bad}\n")
+    assert result.exit_code == 1
+    assert error_lines(sink.stderr_text)[0]["code"] == "invalid_input"
+    assert not marker.exists()
+
+
+def test_the_whole_schema_is_checked_before_anything_runs(project):
+    marker = project / "ran"
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 3},
+                                               "mode": {"enum": ["fast", "slow"]}},
+              "required": ["n"], "additionalProperties": False}
+    config = command_tool("touch", ["touch", str(marker)], parameters=schema, read_only=True)
+    for bad in ["n=2", "n=5 mode=other", "n=5 extra=1", "mode=fast"]:
+        result, sink = run_script(project, config, f"tools touch {bad}\n")
+        assert error_lines(sink.stderr_text)[0]["code"] == "invalid_input", bad
+        assert not marker.exists()
+    result, sink = run_script(project, config, "tools touch n=5 mode=slow\n")
+    assert result.exit_code == 0 and marker.exists()
+
+
+# -- running ------------------------------------------------------------------------------------
+
+def test_the_env_allow_list_hides_the_kernels_secrets(project, monkeypatch):
+    monkeypatch.setenv("KERNEL_SECRET", "hunter2-secret")
+    monkeypatch.setenv("SAFE_VALUE", "shown")
+    show = "import json, os; print(json.dumps(dict(os.environ)))"
+    config = (command_tool("fenced", [PY, "-c", show], env={"SAFE": "${SAFE_VALUE}"}, read_only=True)
+              + command_tool("open", [PY, "-c", show], read_only=True))
+    result, sink = run_script(project, config, "tools fenced\n")
+    assert result.exit_code == 0, sink.stderr_text
+    seen = json.loads(sink.stdout_text)
+    assert seen.get("SAFE") == "shown"
+    assert "KERNEL_SECRET" not in seen and "hunter2-secret" not in sink.stdout_text
+    result, sink = run_script(project, config, "tools open\n")
+    assert json.loads(sink.stdout_text)["KERNEL_SECRET"] == "hunter2-secret"  # no env: inherited
+
+
+def test_an_env_without_path_cannot_find_a_bare_program(project):
+    config = command_tool("nopath", ["true"], env={"X": "1"}, read_only=True)
+    result, sink = run_script(project, config, "tools nopath\n")
+    error = error_lines(sink.stderr_text)[0]
+    assert error["code"] == "tool_error" and "could not start 'true'" in error["message"]
+    config = command_tool("withpath", ["true"], env={"PATH": "${PATH}"}, read_only=True)
+    result, sink = run_script(project, config, "tools withpath\n")
+    assert result.exit_code == 0, sink.stderr_text
+
+
+def test_cwd_is_expanded_and_relative_to_the_working_directory(project, monkeypatch):
+    (project / "sub").mkdir()
+    monkeypatch.setenv("SUBDIR", "sub")
+    config = command_tool("where", [PY, "-c", "import os; print(os.getcwd())"], cwd="${SUBDIR}",
+                          read_only=True)
+    result, sink = run_script(project, config, "tools where\n")
+    assert sink.stdout_text.strip() == str(project / "sub")
+
+
+def test_a_failing_command_is_a_tool_error_and_the_script_goes_on(project):
+    fail = "import sys; sys.stderr.write('early\\n' + 'x' * 5000 + '\\nthe real reason'); sys.exit(4)"
+    config = command_tool("fails", [PY, "-c", fail], read_only=True)
+    result, sink = run_script(project, config, "tools fails; echo after=$?\n")
+    assert "after=1" in sink.stdout_text
+    error = error_lines(sink.stderr_text)[0]
+    assert error["code"] == "tool_error"
+    assert "exited with code 4" in error["message"] and error["message"].endswith("the real reason")
+    assert "early" not in error["message"]  # the end of stderr, not all of it
+
+
+def test_a_command_that_is_not_found(project):
+    config = command_tool("ghost", ["/nonexistent/ghost-program", "x"], read_only=True)
+    result, sink = run_script(project, config, "tools ghost || echo handled\n")
+    assert "handled" in sink.stdout_text
+    error = error_lines(sink.stderr_text)[0]
+    assert error["code"] == "tool_error" and "ghost-program" in error["message"]
+
+
+def test_non_utf8_output_becomes_replacement_characters(project):
+    config = command_tool("bytes", [PY, "-c", "import sys; sys.stdout.buffer.write(b'a\\xffb\\n')"],
+                          read_only=True)
+    result, sink = run_script(project, config, "tools bytes\n")
+    assert result.exit_code == 0 and sink.stdout_text == "a\ufffdb\n"
+
+
+def test_a_timeout_kills_a_grandchild_and_is_a_tool_error(project):
+    pid_file = project / "grandchild.pid"
+    code = ("import subprocess, sys, time\n"
+            f"g = subprocess.Popen(['sleep', '300']); open({str(pid_file)!r}, 'w').write(str(g.pid))\n"
+            "sys.stderr.write('still busy'); sys.stderr.flush(); time.sleep(300)")
+    config = command_tool("slow", [PY, "-c", code], timeout=2, read_only=True)
+    result, sink = run_script(project, config, "tools slow; echo next\n")
+    assert "next" in sink.stdout_text
+    error = error_lines(sink.stderr_text)[0]
+    assert "timed out after 2 s" in error["message"] and "still busy" in error["message"]
+    assert wait_dead(int(pid_file.read_text()))
+
+
+def test_output_past_16_mib_kills_the_tree_and_names_the_limit(project):
+    pid_file = project / "grandchild.pid"
+    code = ("import subprocess, sys, time\n"
+            f"g = subprocess.Popen(['sleep', '300']); open({str(pid_file)!r}, 'w').write(str(g.pid))\n"
+            "chunk = b'y' * 65536\n"
+            "for _ in range(1600): sys.stdout.buffer.write(chunk)\n"  # 100 MiB
+            "time.sleep(300)")
+    config = command_tool("flood", [PY, "-c", code], read_only=True)
+    result, sink = run_script(project, config, "tools flood | wc -c; echo done\n")
+    assert "done" in sink.stdout_text
+    error = error_lines(sink.stderr_text)[0]
+    assert error["code"] == "tool_error" and "16 MiB limit" in error["message"]
+    assert wait_dead(int(pid_file.read_text()))
+
+
+def test_at_most_eight_command_processes_run_at_once(project):
+    running = project / "running"
+    running.mkdir()
+    code = ("import os, sys, time, uuid\n"
+            f"me = os.path.join({str(running)!r}, uuid.uuid4().hex); open(me, 'w').close()\n"
+            f"print(len(os.listdir({str(running)!r})))\n"
+            "time.sleep(3); os.remove(me)")
+    write_config(project, command_tool("par", [PY, "-c", code], read_only=True))
+    session = Session(project)
+
+    async def twelve_at_once():
+        command = await session.prepare()
+        tool = command.catalog.own["par"]
+        ctx = ToolContext(workdir=project)
+        return await asyncio.gather(*(tool.call({}, ctx) for _ in range(12)))
+
+    results = _loop.run(twelve_at_once(), timeout=180)
+    counts = [int(r.texts[0]) for r in results]
+    assert max(counts) == 8, counts
+
+
+# -- names, policy and approval ------------------------------------------------------------------
+
+def test_a_name_taken_by_an_own_tool_or_a_server_is_a_config_error_naming_both(project):
+    for clash, other in [("read-file", "own tool 'read_file'"), ("github", "MCP server 'github'")]:
+        config = (f'[mcp_servers.github]\ncommand = {q(PY)}\nargs = ["-m", "toolkernel.demo_server"]\n\n'
+                  + command_tool(clash, ["true"]))
+        write_config(project, config)
+        with pytest.raises(ConfigError) as caught:
+            Session(project).run_script("tools --help\n", RecordingSink())
+        assert caught.value.key == f"tools.{clash.replace('-', '_')}" and other in caught.value.problem
+        assert caught.value.path == str(project / "toolkernel.toml")
+
+
+@pytest.mark.parametrize("entry, key, problem", [
+    (command_tool("e", []), "tools.e.command", "must not be empty"),
+    (command_tool("e", ["echo", "{{#if input.x}}"]), "tools.e.command[1]", "not a valid Handlebars template"),
+    (command_tool("e", ["true"], parameters={"type": "object", "properties": {"a": {"type": "wat"}}}),
+     "tools.e.parameters", "not a valid JSON Schema"),
+    (command_tool("e", ["true"], parameters={"type": "array"}), "tools.e.parameters", '"type" must be "object"'),
+    (command_tool("e", ["true"], timeout=0), "tools.e.timeout", "greater than 0"),
+    (command_tool("e", ["true"], shell=True), "tools.e.shell", "unknown key"),
+])
+def test_bad_command_tool_tables_name_file_and_key(project, entry, key, problem):
+    write_config(project, entry)
+    with pytest.raises(ConfigError) as caught:
+        Session(project).run_script("true\n", RecordingSink())
+    assert caught.value.key == key and problem in caught.value.problem
+
+
+def test_own_tool_settings_tables_keep_their_meaning(project):
+    config = '[tools.web_fetch]\nmax_bytes = 1234\n\n' + command_tool("ok", ["true"], read_only=True)
+    write_config(project, config)
+    command = _loop.run(Session(project).prepare())
+    assert command.dispatcher.env.settings["web_fetch"]["max_bytes"] == 1234
+    assert "web_fetch" in command.catalog.own and "ok" in command.catalog.own
+
+
+def test_policy_rules_name_command_tools_by_qualified_name(project):
+    marker = project / "ran"
+    config = (command_tool("touch", ["touch", str(marker)], read_only=True)
+              + '[policy]\ndeny = ["tool__*"]\n')
+    result, sink = run_script(project, config, "tools touch\n")
+    assert error_lines(sink.stderr_text)[0]["code"] == "denied" and not marker.exists()
+
+
+def test_a_command_that_may_change_things_asks_and_the_report_shows_the_argv(project):
+    marker = project / "ran"
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+    config = command_tool("mk", ["touch", "--", "prefix-{{ input.name }}"], parameters=schema)
+    # literal: stopped before the start
+    result, sink = run_script(project, config, "tools mk name=x\n")
+    call = result.report["tools"]["stopped"]["call"]
+    assert result.report["tools"]["stopped"]["before_start"]
+    assert call == {"tool": "tools mk", "input": {"name": "x"}, "argv": ["touch", "--", "prefix-x"]}
+    # through a variable: stopped as it runs, same call shape
+    result, sink = run_script(project, config, 'n=y; tools mk name="$n"\n')
+    call = result.report["tools"]["stopped"]["call"]
+    assert call["argv"] == ["touch", "--", "prefix-y"] and not marker.exists()
+    from toolkernel._report import report_html, report_text
+
+    assert '["touch", "--", "prefix-y"]' in report_text(result.report)
+    assert "prefix-y" in report_html(result.report)
+
+
+def test_read_only_command_tools_run_in_default_mode(project):
+    config = command_tool("look", [PY, "-c", "print('looked')"], read_only=True)
+    result, sink = run_script(project, config, "tools look\n")
+    assert result.exit_code == 0 and sink.stdout_text == "looked\n"
+
+
+# -- lint ----------------------------------------------------------------------------------------
+
+def test_lint_finds_each_problem_with_file_and_key(project, capsys):
+    config = (f'[mcp_servers.github]\ncommand = {q(PY)}\nargs = ["-m", "toolkernel.demo_server"]\n'
+              'load = "on-demand"\n\n'
+              + command_tool("rg", ["rg", "{{ input.pattern }}", "{{#if input.dir}}{{ input.dri }}{{/if}}"],
+                             parameters={"type": "object", "properties": {"pattern": {"type": "string"},
+                                                                          "dir": {"type": "string"}}})
+              + '[policy]\nallow = ["tool__rg", "github list-pulls", "mcp_github__any", "read_file"]\n'
+              'deny = ["tool__rgx", "gitlab *", "mcp_gitlab"]\n'
+              'ask = ["github"]\n\n'
+              '[[hooks]]\nevent = "pre_call"\nmatch = "tool__nothing"\ncommand = ["true"]\n\n'
+              '[tools_in_shell]\nkeep_visible = ["web_fetch", "tool__rg", "webfetch"]\n')
+    write_config(project, config)
+    found = {(f.key, f.file) for f in lint(project)}
+    file = str(project / "toolkernel.toml")
+    assert found == {(k, file) for k in ["tools.rg.command[2]", "policy.deny[0]", "policy.deny[1]",
+                                         "policy.deny[2]", "policy.ask[0]", "hooks[0].match",
+                                         "tools_in_shell.keep_visible[2]"]}
+    assert cli_main(["lint", str(project)]) == 1
+    out = capsys.readouterr().out
+    assert f"{file}: tools.rg.command[2]: uses {{{{ input.dri }}}}" in out
+    assert "7 problem(s)" in out
+
+
+def test_lint_reports_a_config_error_and_a_clean_config(project, capsys):
+    write_config(project, command_tool("e", []))
+    assert [(f.key, "must not be empty" in f.problem) for f in lint(project)] == [("tools.e.command", True)]
+    write_config(project, command_tool("fine", ["echo", "{{ input.a }}"], parameters=STRINGS)
+                 + '[policy]\nallow = ["tool__fine", "*"]\n')
+    assert lint(project) == []
+    assert cli_main(["lint", str(project)]) == 0
+    assert "no problems found" in capsys.readouterr().out
+
+
+def test_lint_catches_a_name_collision(project):
+    write_config(project, command_tool("glob-search", ["true"]))
+    (finding,) = lint(project)
+    assert finding.key == "tools.glob_search" and "own tool" in finding.problem
+
+
+# -- end to end in a real kernel -----------------------------------------------------------------
+
+@pytest.fixture
+def kernel(project):
+    from kernel_helpers import Kernel
+
+    env = {**isolated_env(project.parent), "PYTHONPATH": __import__("os").pathsep.join(sys.path)}
+    k = Kernel(project, env)
+    try:
+        k.execute_ok("%load_ext toolkernel")
+        yield k
+    finally:
+        k.shutdown()
+
+
+def test_a_tools_cell_in_a_real_kernel_calls_a_command_tool_and_an_interrupt_kills_its_tree(project, kernel):
+    pid_file = project / "grandchild.pid"
+    slow = ("import subprocess, time\n"
+            f"g = subprocess.Popen(['sleep', '300']); open({str(pid_file)!r}, 'w').write(str(g.pid))\n"
+            "time.sleep(300)")
+    write_config(project, command_tool("words", [PY, "-c", ARGV_PRINTER, "{{ input.a }}"],
+                                       parameters=STRINGS, read_only=True)
+                 + command_tool("slow", [PY, "-c", slow], read_only=True))
+    run = kernel.execute_ok("%%tools\ntools words a='one; two' | jq -c 'length'\n")
+    assert run.stdout == "1\n"
+    kernel.execute_ok("%%tools --out words\ntools words a='$(x)'\n")
+    assert kernel.value("words") == ["$(x)"]
+    assert "no problems found" in kernel.execute_ok("%tools lint").stdout
+
+    msg_id = kernel.start("%%tools\ntools slow\n")
+    _wait_for_text(pid_file)
+    kernel.manager.interrupt_kernel()
+    run = kernel.finish(msg_id, timeout=120)
+    assert run.reply["content"]["status"] == "error"
+    assert wait_dead(int(pid_file.read_text())), "the command tool's grandchild outlived the interrupt"
+    assert kernel.value("1 + 1") == 2
+
+
+def _wait_for_text(path: Path, within: float = 120) -> None:
+    import time
+
+    deadline = time.monotonic() + within
+    while not (path.exists() and path.read_text()):
+        assert time.monotonic() < deadline, f"{path} was not written"
+        time.sleep(0.1)
+
+
+def test_hooks_match_command_tools_by_qualified_name_and_see_the_input(project):
+    from toolkernel._hooks import HookOutcome
+
+    marker = project / "ran"
+    seen = []
+    write_config(project, command_tool("guarded", ["touch", str(marker)], read_only=True))
+    session = Session(project)
+
+    @session.hooks.before_call("tool__guarded")
+    def refuse(call):
+        seen.append((call.qualified_name, call.command, dict(call.input)))
+        return HookOutcome("deny", "not today")
+
+    result, sink = run_script(project, command_tool("guarded", ["touch", str(marker)], read_only=True),
+                              "tools guarded\n", session)
+    assert error_lines(sink.stderr_text)[0]["code"] == "denied" and not marker.exists()
+    assert seen == [("tool__guarded", "tools guarded", {})]

@@ -1,0 +1,117 @@
+"""`_process.run_capped` with real child processes: caps, timeouts and cancellation
+kill the whole tree, grandchildren included; output is decoded with replacement."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from toolkernel._process import run_capped
+
+pytestmark = pytest.mark.timeout(120)
+
+PY = sys.executable
+MiB = 1024 * 1024
+
+
+def _spawner(pid_file: Path, then: str) -> list[str]:
+    """A child that starts a grandchild (`sleep 300`), writes its pid, then runs `then`."""
+    code = (
+        "import subprocess, sys, time\n"
+        "g = subprocess.Popen(['sleep', '300'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(g.pid))\n"
+        f"{then}\n"
+    )
+    return [PY, "-c", code]
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie (the container's init may be slow to reap orphans)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def wait_dead(pid: int, within: float = 30) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_output_and_exit_code_of_a_plain_run():
+    done = run(run_capped([PY, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"],
+                          stdout_cap=MiB, stderr_cap=MiB))
+    assert (done.returncode, done.stdout_text, done.stderr_text) == (3, "out\n", "err\n")
+    assert done.over_cap is None and not done.timed_out
+
+
+def test_stdin_is_fed_and_closed():
+    done = run(run_capped([PY, "-c", "import sys; print(sys.stdin.read()[::-1])"], stdin=b"abc",
+                          stdout_cap=MiB, stderr_cap=MiB))
+    assert done.stdout_text == "cba\n"
+
+
+def test_a_100_mib_producer_is_killed_at_the_cap_with_its_children(tmp_path):
+    pid_file = tmp_path / "grandchild"
+    flood = "chunk = b'x' * 65536\nfor _ in range(1600): sys.stdout.buffer.write(chunk)\ntime.sleep(300)"
+    done = run(run_capped(_spawner(pid_file, flood), stdout_cap=16 * MiB, stderr_cap=MiB, timeout=100))
+    assert done.over_cap == "stdout" and done.returncode is None and not done.timed_out
+    assert len(done.stdout) == 16 * MiB
+    assert wait_dead(int(pid_file.read_text())), "the grandchild outlived the cap"
+
+
+def test_stderr_has_its_own_cap(tmp_path):
+    done = run(run_capped([PY, "-c", "import sys; sys.stderr.write('e' * 5000)"],
+                          stdout_cap=MiB, stderr_cap=1000))
+    assert done.over_cap == "stderr" and len(done.stderr) == 1000
+
+
+def test_a_timeout_kills_a_grandchild_and_keeps_stderr_so_far(tmp_path):
+    pid_file = tmp_path / "grandchild"
+    then = "sys.stderr.write('working on it\\n'); sys.stderr.flush(); time.sleep(300)"
+    done = run(run_capped(_spawner(pid_file, then), stdout_cap=MiB, stderr_cap=MiB, timeout=3))
+    assert done.timed_out and done.returncode is None
+    assert "working on it" in done.stderr_text
+    assert wait_dead(int(pid_file.read_text())), "the grandchild outlived the timeout"
+
+
+def test_cancelling_the_call_kills_the_tree(tmp_path):
+    pid_file = tmp_path / "grandchild"
+
+    async def cancel_when_started():
+        task = asyncio.ensure_future(run_capped(_spawner(pid_file, "time.sleep(300)"),
+                                                stdout_cap=MiB, stderr_cap=MiB))
+        for _ in range(600):
+            if pid_file.exists() and pid_file.read_text():
+                break
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(cancel_when_started())
+    assert wait_dead(int(pid_file.read_text())), "the grandchild outlived the cancellation"
+
+
+def test_non_utf8_output_is_decoded_with_replacement():
+    done = run(run_capped([PY, "-c", "import sys; sys.stdout.buffer.write(b'ok \\xff\\xfe end')"],
+                          stdout_cap=MiB, stderr_cap=MiB))
+    assert done.stdout_text == "ok \ufffd\ufffd end"
+
+
+def test_a_missing_program_raises_oserror():
+    with pytest.raises(FileNotFoundError):
+        run(run_capped(["/nonexistent/program-xyz"], stdout_cap=MiB, stderr_cap=MiB))
