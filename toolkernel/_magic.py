@@ -165,4 +165,8 @@ def load(ipython) -> "concurrent.futures.Future":
 
     threading.Thread(target=start, name="toolkernel-start", daemon=True).start()
     ipython.register_magics(ToolsMagics(ipython, session))
+    # hostbash (issue 13): `%%bash` runs host bash with `tools` on its PATH, replacing IPython's.
+    from ._hostbash._magic import HostBashMagics
+
+    ipython.register_magics(HostBashMagics(ipython, session))
     return session
