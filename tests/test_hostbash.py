@@ -248,3 +248,66 @@ def test_display_shows_an_image_file_and_tools_images_render_inline(kernel, work
     assert len(pictures) == 2
     bad = kernel.execute(bash("display missing.png"))
     assert bad.status == "error" and "no such file" in bad.stderr
+
+
+# -- the cell as a Bash call when an agent started it --------------------------------------
+
+
+AGENT_POLICY = policy_toml(allow=[*FIXTURE_ALLOW, "notebook_run", "Bash(echo *)", "Bash(git status)"],
+                           deny=["Bash(rm *)"])
+
+
+@pytest.fixture
+def agent_config(workdir):
+    write_config(workdir, base_config().replace(policy_toml(allow=FIXTURE_ALLOW), "") + AGENT_POLICY)
+    yield
+    write_config(workdir, base_config())
+
+
+def agent_execute(kernel, code: str):
+    """Send a cell the way notebook-run does: the request carries the agent mark."""
+    from toolkernel._notebook._connection import AGENT_METADATA, EXECUTE_CONTENT
+
+    msg = kernel.client.session.msg("execute_request", {"code": code, **EXECUTE_CONTENT}, metadata=AGENT_METADATA)
+    kernel.client.shell_channel.send(msg)
+    return kernel.finish(msg["header"]["msg_id"])
+
+
+def test_an_agents_cell_is_checked_against_bash_rules_and_a_persons_is_not(kernel, workdir, agent_config):
+    assert agent_execute(kernel, bash("echo agent-ok")).stdout == "agent-ok\n"
+    asked = agent_execute(kernel, bash("echo hi && touch agent.txt"))
+    assert asked.status == "error" and [e["code"] for e in error_lines(asked.stderr)] == ["needs_approval"]
+    assert "touch agent.txt" in error_lines(asked.stderr)[0]["message"] and not (workdir / "agent.txt").exists()
+    report = next(d["data"] for d in asked.displays() if "application/vnd.toolkernel.report+json" in d["data"])
+    assert report["application/vnd.toolkernel.report+json"]["tools"]["stopped"]["call"]["tool"] == "Bash"
+    kernel.execute_ok("%tools deny")
+    denied = agent_execute(kernel, bash("echo x; rm -f person.txt"))
+    assert [e["code"] for e in error_lines(denied.stderr)] == ["denied"]
+    opaque = agent_execute(kernel, bash('cmd="echo hi"; eval "$cmd"'))
+    assert [e["code"] for e in error_lines(opaque.stderr)] == ["needs_approval"]
+    kernel.execute_ok("%tools deny")
+    # The same cells pressed by a person just run.
+    (workdir / "person.txt").write_text("x")
+    kernel.execute_ok(bash("echo hi && touch agent.txt; rm -f person.txt"))
+    assert (workdir / "agent.txt").exists() and not (workdir / "person.txt").exists()
+
+
+def test_an_agent_cannot_approve_its_own_cell(kernel, agent_config):
+    agent_execute(kernel, bash("touch approved.txt"))
+    refused = agent_execute(kernel, "%tools approve")
+    assert refused.status == "error" and "only a person can approve" in refused.stderr
+    kernel.execute_ok("%tools approve")  # the person can
+    assert agent_execute(kernel, bash("touch approved.txt")).status == "ok"
+
+
+def test_notebook_run_marks_its_cells_as_an_agents(kernel, workdir, agent_config):
+    kernel.execute_ok("%tools pair agent.ipynb --kernel python3", timeout=180)
+    try:
+        kernel.execute_ok("import toolkernel; toolkernel.call('notebook-run', code='%load_ext toolkernel')")
+        ok = kernel.value("toolkernel.call('notebook-run', code='%%bash\\necho via-notebook-run')")
+        assert ok.strip() == "via-notebook-run"
+        refused = kernel.execute("toolkernel.call('notebook-run', code='%%bash\\ntouch from-agent.txt')")
+        assert refused.status == "error" and "needs_approval" in refused.error["evalue"]
+        assert not (workdir / "from-agent.txt").exists()
+    finally:
+        kernel.execute("%tools unpair")

@@ -114,6 +114,7 @@ class ToolsMagics(Magics):
         from ._direct import call_argv, is_help_text
 
         if argv and argv[0] in _answers.SUBCOMMANDS:
+            _refuse_agent_approval(self.shell, argv)
             print(_answers.manage(self.session, argv))
             return None
         try:
@@ -126,6 +127,16 @@ class ToolsMagics(Magics):
             print(value, end="")
             return None
         return value
+
+
+def _refuse_agent_approval(shell, argv: list[str]) -> None:
+    """hostbash (issue 13): a request marked as an agent's (notebook-run) cannot approve for a person."""
+    if argv[0] != "approve":
+        return
+    from ._hostbash._cell import started_by_agent
+
+    if started_by_agent(shell):
+        raise UsageError("%tools approve: only a person can approve; this cell was sent by an agent (notebook-run)")
 
 
 def _stdin_allowed(shell) -> bool:
