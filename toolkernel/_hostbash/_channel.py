@@ -63,8 +63,9 @@ class Channel:
         threading.Thread(target=self._server.serve_forever, name="toolkernel-bash-channel", daemon=True).start()
 
     def _install_shims(self) -> None:
-        # `-IS`: isolated, no site: the interpreter starts in about half the time.
-        text = f"#!{sys.executable} -IS\n" + _SHIM.read_text()
+        # `-IS`: isolated, no site: the interpreter starts in about half the time. The real
+        # interpreter behind a venv's link: the shim needs none of the venv's packages.
+        text = f"#!{os.path.realpath(sys.executable)} -IS\n" + _SHIM.read_text()
         for name in ("tools", "display"):
             path = self.bin / name
             path.write_text(text)
