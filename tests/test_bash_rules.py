@@ -87,3 +87,14 @@ def test_bash_rules_load_with_the_policy_and_never_match_a_tool():
 def test_the_parts_are_the_simple_commands():
     parts = [p.words for p in analyze("FOO=1 git status && echo $(whoami) | tee f").parts]
     assert parts == [("FOO=1", "git", "status"), ("echo", None), ("whoami",), ("tee", "f")]
+
+
+def test_always_allowing_an_agents_cell_names_its_one_command():
+    from toolkernel._approvals import rule_for
+
+    cell = lambda text: CallInfo("Bash", "Bash", {"command": text}, "execute")  # noqa: E731
+    assert rule_for(cell("git push origin 'my branch'\n")) == "Bash(git push origin 'my branch')"
+    assert action("git push origin 'my branch'", allow=[rule_for(cell("git push origin 'my branch'"))]) == "allow"
+    for text in ("git add . && git commit", "eval x", "$cmd"):
+        with pytest.raises(ValueError, match="not one plain command"):
+            rule_for(cell(text))

@@ -298,6 +298,8 @@ def test_an_agent_cannot_approve_its_own_cell(kernel, agent_config):
     assert refused.status == "error" and "only a person can approve" in refused.stderr
     kernel.execute_ok("%tools approve")  # the person can
     assert agent_execute(kernel, bash("touch approved.txt")).status == "ok"
+    assert agent_execute(kernel, bash("touch approved.txt")).status == "error"  # once is once
+    kernel.execute_ok("%tools deny")
 
 
 def test_notebook_run_marks_its_cells_as_an_agents(kernel, workdir, agent_config):

@@ -30,6 +30,7 @@ from typing import Any, Iterator
 
 from ._atomic import write_atomic
 from ._errors import ConfigError
+from ._bash_rules import TOOL_NAME as BASH_TOOL, rule_for_script
 from ._policy import CallInfo, normalize_qualified_name, parse_rule
 
 FOLDER = ".toolkernel"
@@ -39,6 +40,8 @@ _VERSION = 1
 
 def rule_for(call: CallInfo) -> str:
     """The allow rule "always allow" adds: this tool, whatever its input."""
+    if call.qualified_name == BASH_TOOL:  # hostbash (issue 13): an agent's %%bash cell
+        return rule_for_script(call.input["command"])
     name = normalize_qualified_name(call.qualified_name)
     if "*" in name:
         raise ValueError(f"{call.qualified_name!r} cannot be named exactly by a rule")

@@ -273,3 +273,13 @@ def decide_script(script: Script, policy: Policy) -> Decision:
 
 def decide_bash(text: str, policy: Policy) -> Decision:
     return decide_script(analyze(text), policy)
+
+
+def rule_for_script(text: str) -> str:
+    """The rule "always allow" adds for an agent's cell: its one command as a prefix rule."""
+    script = analyze(text)
+    words = script.parts[0].words if len(script.parts) == 1 else ()
+    if script.unreadable or not words or any(w is None for w in words):
+        raise ValueError("this cell is not one plain command, so no single rule names it; allow it once, or add"
+                         " Bash(...) rules for its commands to [policy] allow in toolkernel.toml")
+    return f"{TOOL_NAME}({shlex.join(words)})"
