@@ -30,6 +30,7 @@ from .. import _loop
 from .._builtin import Outcome, ToolsCommand, _failure
 from .._cli import split_command
 from .._errors import Denied, InvalidInput
+from .shim import _exact  # the shim's own framing, so both ends read alike
 
 SECRET_ENV = "TOOLKERNEL_TOOLS_SECRET"
 SOCKET_ENV = "TOOLKERNEL_TOOLS_SOCKET"
@@ -119,7 +120,7 @@ class _Handler(socketserver.BaseRequestHandler):
             fields = _read_request(sock)
             outcome = self._serve(sock, fields)
             _send_result(sock, outcome)
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # ConnectionError is an OSError
             return  # the caller went away (its process group was ended) or sent garbage
         finally:
             _loop.close_here()  # the calls of this connection used this thread's own loop
@@ -168,26 +169,15 @@ def _same_user(sock: socket.socket) -> bool:
     return uid == os.getuid()
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    chunks = []
-    while size:
-        chunk = sock.recv(min(size, 1 << 20))
-        if not chunk:
-            raise ValueError("the caller closed the connection")
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
-
-
 def _read_field(sock: socket.socket) -> bytes:
-    size = int.from_bytes(_recv_exact(sock, 4), "big")
+    size = int.from_bytes(_exact(sock, 4), "big")
     if size > _MAX_FIELD:
         raise ValueError("a field larger than the channel takes")
-    return _recv_exact(sock, size)
+    return _exact(sock, size)
 
 
 def _read_request(sock: socket.socket) -> list[bytes]:
-    count = int.from_bytes(_recv_exact(sock, 4), "big")
+    count = int.from_bytes(_exact(sock, 4), "big")
     if not 4 <= count <= 100_000:
         raise ValueError("not a tools request")
     return [_read_field(sock) for _ in range(count)]

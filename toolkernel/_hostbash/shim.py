@@ -62,7 +62,9 @@ def _write(fd, data):
 
 
 def _fail(message):
-    line = '{"error":{"code":"unavailable","message":"%s","retryable":false}}\n' % message.replace('"', "'")
+    # The json module would double the start; a message needs only these escaped.
+    text = "".join(c if c >= " " and c not in '"\\' else "\\u%04x" % ord(c) for c in message)
+    line = '{"error": {"code": "unavailable", "message": "%s", "retryable": false}}\n' % text
     _write(2, line.encode())
     return 1
 
