@@ -253,7 +253,9 @@ def test_display_shows_an_image_file_and_tools_images_render_inline(kernel, work
 # -- the cell as a Bash call when an agent started it --------------------------------------
 
 
-AGENT_POLICY = policy_toml(allow=[*FIXTURE_ALLOW, "notebook_run", "Bash(echo *)", "Bash(git status)"],
+# An agent may send %%bash cells (checked by the Bash rules) and load toolkernel, nothing else.
+AGENT_POLICY = policy_toml(allow=[*FIXTURE_ALLOW, 'notebook_run(code="%%bash*")',
+                                  'notebook_run(code="%load_ext toolkernel")', "Bash(echo *)", "Bash(git status)"],
                            deny=["Bash(rm *)"])
 
 
@@ -311,5 +313,8 @@ def test_notebook_run_marks_its_cells_as_an_agents(kernel, workdir, agent_config
         refused = kernel.execute("toolkernel.call('notebook-run', code='%%bash\\ntouch from-agent.txt')")
         assert refused.status == "error" and "needs_approval" in refused.error["evalue"]
         assert not (workdir / "from-agent.txt").exists()
+        python = kernel.execute("toolkernel.call('notebook-run', code='import os')")
+        assert python.status == "error" and "needs_approval" in python.error["evalue"]
+        kernel.execute_ok("%tools deny")
     finally:
         kernel.execute("%tools unpair")
