@@ -12,7 +12,7 @@ from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .. import _report
-from .._errors import ConfigError
+from .._errors import ConfigError, Unavailable
 from .._magic import IPythonSink, ScriptFailed
 
 
@@ -80,6 +80,8 @@ class HostBashMagics(Magics):
             return self._foreground(cell, args, agent)
         except ConfigError as exc:
             raise ScriptFailed(f"configuration error: {exc}") from None
+        except Unavailable as exc:  # no bash on this host
+            raise ScriptFailed(exc.message) from None
 
     def _foreground(self, cell: str, args, agent: bool) -> None:
         from ._cell import run_cell

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._builtin import ToolsCommand
+from .._errors import Unavailable
 from .._guard import ConfigGuard
 from .._shell import ShellResult, Sink, _Pump
 from ._channel import Channel, RunChannel
@@ -57,9 +58,13 @@ class HostRun:
         # Called on the channel's thread inside the call that stops the run.
         command.run.on_stop = lambda: threading.Thread(target=self.end_group, daemon=True).start()
         env = {**os.environ, **channel.env(self.run)}
-        self.proc = subprocess.Popen(["bash", str(self.script_file)], cwd=workdir, env=env,
-                                     stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                                     start_new_session=True)
+        try:
+            self.proc = subprocess.Popen(["bash", str(self.script_file)], cwd=workdir, env=env,
+                                         stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                         start_new_session=True)
+        except OSError as exc:
+            self.close()
+            raise Unavailable(f"could not start bash: {exc}", retryable=False) from exc
 
     def end_group(self, ladder=_LADDER[1:]) -> None:
         """Signal the whole process group (grandchildren too) up the ladder until it is gone."""
