@@ -27,7 +27,11 @@ class AnswerError(Exception):
 def approve(session, *, always: bool = False, call: Mapping[str, Any] | None = None) -> str:
     info = _take_pending(session, call)
     if always:
-        rule = rule_for(info)
+        try:
+            rule = rule_for(info)
+        except ValueError as exc:  # no rule names this call (an agent's multi-command %%bash cell)
+            session.pending.append(info)
+            raise AnswerError(str(exc)) from None
         session.approvals.always_allow(rule)
         return f"always allowed: {rule} (saved in {session.workdir / '.toolkernel'}; `%tools approvals` lists it)"
     session.approvals.grant_once(canonical_call_key(info.qualified_name, info.input))

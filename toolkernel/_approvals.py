@@ -31,6 +31,7 @@ from typing import Any, Iterator, Mapping
 from ._approver import Answer, ApprovalRequest, Approver
 from ._atomic import write_atomic
 from ._errors import ConfigError
+from ._bash_rules import TOOL_NAME as BASH_TOOL, rule_for_script
 from ._policy import CallInfo, canonical_call_key, normalize_qualified_name, parse_rule
 from ._trust import TrustStore
 
@@ -41,6 +42,8 @@ _VERSION = 1
 
 def rule_for(call: CallInfo) -> str:
     """The allow rule "always allow" adds: this tool, whatever its input."""
+    if call.qualified_name == BASH_TOOL:  # hostbash (issue 13): an agent's %%bash cell
+        return rule_for_script(call.input["command"])
     name = normalize_qualified_name(call.qualified_name)
     if "*" in name:
         raise ValueError(f"{call.qualified_name!r} cannot be named exactly by a rule")

@@ -132,6 +132,8 @@ class ToolsMagics(Magics):
         from . import _answers
         from ._direct import call_argv, is_help_text
 
+        if argv[:1] in (["trust"], ["approve"]):
+            _refuse_agent_approval(self.shell, argv)
         if argv[:1] == ["trust"]:
             return self._trust(argv[1:])
         if argv and argv[0] in _answers.SUBCOMMANDS:
@@ -158,6 +160,15 @@ class ToolsMagics(Magics):
             raise UsageError(str(exc)) from None
         except ConfigError as exc:
             raise UsageError(f"%tools trust: {exc}") from None
+
+
+def _refuse_agent_approval(shell, argv: list[str]) -> None:
+    """A request marked as an agent's (notebook-run) cannot approve or trust for a person."""
+    from ._hostbash._cell import started_by_agent
+
+    if started_by_agent(shell):
+        raise UsageError(f"%tools {argv[0]}: only a person can {argv[0]}; this cell was sent by an agent"
+                         " (notebook-run)")
 
 
 def _stdin_allowed(shell) -> bool:
@@ -197,6 +208,10 @@ def load(ipython) -> "concurrent.futures.Future":
 
     threading.Thread(target=start, name="toolkernel-start", daemon=True).start()
     ipython.register_magics(ToolsMagics(ipython, session))
+    # hostbash (issue 13): `%%bash` runs host bash with `tools` on its PATH, replacing IPython's.
+    from ._hostbash._magic import HostBashMagics
+
+    ipython.register_magics(HostBashMagics(ipython, session))
     return session
 
 

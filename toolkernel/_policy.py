@@ -119,6 +119,7 @@ def _tail_from_qualified(name: str) -> str:
 _WORD = re.compile(r"^[\w.*/:@+\-]+$")
 _KEY = re.compile(r"^[\w.\-]+$")
 _LOOKS_LIKE_MISSING_COMMA = re.compile(r"\s[\w.\-]+=")
+_NEVER = re.compile(r"(?!)")
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,13 @@ def _parse_rule(text: str) -> _Rule:
     stripped = text.strip()
     if not stripped:
         raise ValueError("the rule is empty")
+    # hostbash (issue 13): `Bash(git *)` rules check agent-started %%bash cells
+    # (_bash_rules.py); they name no tool, so they match no tool call.
+    from ._bash_rules import is_bash_rule, parse_bash_rule
+
+    if is_bash_rule(stripped):
+        parse_bash_rule(stripped)
+        return _Rule(text, None, _NEVER)
     name_part, constraints = _split_constraints(stripped)
     words = name_part.split()
     if len(words) > 1 and words[0] == "tools":

@@ -210,3 +210,6 @@ class KernelConnection(ABC):
 # requests that a person queued in the same kernel from JupyterLab.
 EXECUTE_CONTENT = {"silent": False, "store_history": True, "user_expressions": {},
                    "allow_stdin": False, "stop_on_error": False}
+# hostbash (issue 13): marks the request as an agent's, never a person's; a `%%bash`
+# cell that sees it in its parent message is checked against Bash(...) rules.
+AGENT_METADATA = {"toolkernel": {"started_by": "agent"}}

@@ -28,7 +28,7 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 
 from .._errors import InvalidInput, Unavailable
-from ._connection import EXECUTE_CONTENT, KernelConnection, Message
+from ._connection import AGENT_METADATA, EXECUTE_CONTENT, KernelConnection, Message
 
 HTTP_TIMEOUT_SECONDS = 30.0
 READY_TIMEOUT_SECONDS = 60.0
@@ -143,12 +143,13 @@ class ServerConnection(KernelConnection):
         elif channel == "shell":
             self._replies.put_nowait(msg)
 
-    async def _send(self, channel: str, msg_type: str, content: dict[str, Any]) -> str:
+    async def _send(self, channel: str, msg_type: str, content: dict[str, Any],
+                    metadata: dict[str, Any] | None = None) -> str:
         msg_id = uuid.uuid4().hex
         header = {"msg_id": msg_id, "msg_type": msg_type, "username": "toolkernel",
                   "session": self._client_session, "version": PROTOCOL_VERSION,
                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat()}
-        msg = {"header": header, "parent_header": {}, "metadata": {}, "content": content,
+        msg = {"header": header, "parent_header": {}, "metadata": metadata or {}, "content": content,
                "channel": channel, "buffers": []}
         if self._ws is None:
             raise Unavailable(f"the channels of the {self.label} kernel are closed", retryable=True)
@@ -161,7 +162,7 @@ class ServerConnection(KernelConnection):
 
     async def _send_execute(self, code: str) -> str:
         self._run_started = time.monotonic()
-        return await self._send("shell", "execute_request", {"code": code, **EXECUTE_CONTENT})
+        return await self._send("shell", "execute_request", {"code": code, **EXECUTE_CONTENT}, AGENT_METADATA)
 
     async def _next_iopub(self, timeout: float) -> Message | None:
         try:

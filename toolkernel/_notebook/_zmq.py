@@ -16,7 +16,7 @@ from jupyter_client import AsyncKernelClient, AsyncKernelManager, find_connectio
 from jupyter_client.kernelspec import NoSuchKernel
 
 from .._errors import InvalidInput, Unavailable
-from ._connection import EXECUTE_CONTENT, KernelConnection, Message
+from ._connection import AGENT_METADATA, EXECUTE_CONTENT, KernelConnection, Message
 
 READY_TIMEOUT_SECONDS = 60.0
 # The heartbeat thread answers once a second; a kernel is declared dead only
@@ -38,7 +38,10 @@ class ZmqConnection(KernelConnection):
         return self.manager is not None
 
     async def _send_execute(self, code: str) -> str:
-        return self.client.execute(code, **EXECUTE_CONTENT)
+        msg = self.client.session.msg("execute_request", {"code": code, **EXECUTE_CONTENT},
+                                      metadata=AGENT_METADATA)
+        self.client.shell_channel.send(msg)
+        return msg["header"]["msg_id"]
 
     async def _next_iopub(self, timeout: float) -> Message | None:
         try:

@@ -1,0 +1,100 @@
+"""Bash(...) rules for an agent's %%bash cell: splitting, prefix matching, what cannot be read (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolkernel._bash_rules import analyze, decide_bash, rule_covers, parse_bash_rule
+from toolkernel._policy import CallInfo, Policy, rule_matches
+
+
+def action(script: str, allow=(), deny=(), ask=(), mode="default", admin_deny=()) -> str:
+    policy = Policy(mode=mode, allow=tuple(allow), deny=tuple(deny), ask=tuple(ask), admin_deny=tuple(admin_deny))
+    return decide_bash(script, policy).action
+
+
+@pytest.mark.parametrize("command, covered", [
+    ("git status", True), ("git status --short", True), ("git statusx", False), ("git", False),
+    ("git log", False), ("gi't' status", True), ('"git" "status"', True),
+])
+def test_a_prefix_rule_has_a_word_boundary(command, covered):
+    assert (action(command, allow=["Bash(git status)"]) == "allow") is covered
+
+
+@pytest.mark.parametrize("command, covered", [
+    ("git", True), ("git log -p", True), ("gitk", False), ("git $(echo status)", False),
+])
+def test_a_trailing_star_takes_any_words(command, covered):
+    assert (action(command, allow=["Bash(git *)"]) == "allow") is covered
+
+
+def test_star_alone_takes_one_word_and_inside_a_word_is_a_glob():
+    assert rule_covers(parse_bash_rule("Bash(npm * build)"), ("npm", "run", "build"))
+    assert not rule_covers(parse_bash_rule("Bash(npm * build)"), ("npm", "run", "test"))
+    assert rule_covers(parse_bash_rule("Bash(pytest tests/*)"), ("pytest", "tests/test_x.py"))
+
+
+@pytest.mark.parametrize("script", [
+    "git status && rm -rf x", "git status || rm -rf x", "git status; rm -rf x", "git status | rm -rf x",
+    "git status\nrm -rf x", "rm -rf x & git status", "git status $(rm -rf x)", "git status `rm -rf x`",
+    "(rm -rf x)", "for f in a; do rm -rf x; done", "f() { rm -rf x; }; git status", "if true; then rm -rf x; fi",
+    "cat <<EOF\n$(rm -rf x)\nEOF",
+])
+def test_every_part_must_be_allowed(script):
+    assert action(script, allow=["Bash(git status)", "Bash(cat)", "Bash(true)", "Bash(f)"]) == "ask"
+    assert action(script, allow=["Bash(git status)", "Bash(cat)", "Bash(true)", "Bash(f)", "Bash(rm -rf x)"]) == "allow"
+
+
+@pytest.mark.parametrize("script", [
+    'eval "echo hi"', "source ./x.sh", ". ./x.sh", "bash -c 'echo hi'", "sh -c ls", "bash -xc ls",
+    "$cmd hi", "exec echo hi", "echo hi > out.txt", "echo hi >> out.txt", "PATH=/tmp/evil; echo hi",
+    "if ((", "echo 'unterminated",
+])
+def test_what_cannot_be_read_asks_whatever_the_allow_rules_say(script):
+    assert action(script, allow=["Bash(*)"]) == "ask"
+    assert action(script, allow=["Bash(*)"], mode="bypass-permissions") == "ask"
+
+
+def test_harmless_redirections_and_local_variables_are_read():
+    assert action("ls 2>&1 > /dev/null; x=1; echo $x < in.txt", allow=["Bash(ls)", "Bash(echo *)"]) == "allow"
+
+
+@pytest.mark.parametrize("script", ["rm -rf /", "echo hi; rm x", "sudo rm -rf /", "/bin/rm x",
+                                    "xargs -0 rm", "timeout 5 rm x", "env A=1 rm x"])
+def test_deny_rules_see_through_paths_and_wrappers(script):
+    assert action(script, allow=["Bash(*)"], deny=["Bash(rm *)"]) == "deny"
+    assert action(script, allow=["Bash(*)"], admin_deny=["Bash(rm *)"]) == "deny"
+
+
+def test_modes_and_ask_rules():
+    assert action("git status", allow=["Bash(git *)"], mode="plan") == "deny"
+    assert action("make build", mode="bypass-permissions") == "allow"
+    assert action("make build", mode="accept-edits") == "ask"
+    assert action("git push", allow=["Bash(git *)"], ask=["Bash(git push)"]) == "ask"
+    assert action("# only a comment\n") == "allow"
+
+
+def test_bash_rules_load_with_the_policy_and_never_match_a_tool():
+    policy = Policy.from_config({"allow": ["Bash(git *)"], "deny": ["bash(rm *)"]}, None)
+    assert policy.allow == ("Bash(git *)",)
+    tool = CallInfo("bash", "tools bash", {}, "execute")
+    assert not rule_matches("Bash(git *)", tool) and not rule_matches("Bash(*)", tool)
+    for bad in ("Bash()", "Bash('unterminated)"):
+        with pytest.raises(ValueError):
+            Policy.from_config({"allow": [bad]}, None)
+
+
+def test_the_parts_are_the_simple_commands():
+    parts = [p.words for p in analyze("FOO=1 git status && echo $(whoami) | tee f").parts]
+    assert parts == [("FOO=1", "git", "status"), ("echo", None), ("whoami",), ("tee", "f")]
+
+
+def test_always_allowing_an_agents_cell_names_its_one_command():
+    from toolkernel._approvals import rule_for
+
+    cell = lambda text: CallInfo("Bash", "Bash", {"command": text}, "execute")  # noqa: E731
+    assert rule_for(cell("git push origin 'my branch'\n")) == "Bash(git push origin 'my branch')"
+    assert action("git push origin 'my branch'", allow=[rule_for(cell("git push origin 'my branch'"))]) == "allow"
+    for text in ("git add . && git commit", "eval x", "$cmd"):
+        with pytest.raises(ValueError, match="not one plain command"):
+            rule_for(cell(text))

@@ -1,0 +1,320 @@
+"""`%%bash` on the host in a real IPython kernel (jupyter_client): real bash, real child
+processes, the real `tools` shim over the kernel's Unix socket, real MCP fixture servers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernel_helpers import (
+    FIXTURE_ALLOW, Kernel, error_lines, fixture_toml, github_toml, isolated_env, policy_toml, write_config,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def base_config() -> str:
+    return github_toml() + fixture_toml("images") + policy_toml(allow=FIXTURE_ALLOW)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    project = tmp_path_factory.mktemp("hostbash") / "project"
+    project.mkdir()
+    write_config(project, base_config())
+    return project
+
+
+@pytest.fixture(scope="module")
+def kernel(workdir):
+    env = {**isolated_env(workdir.parent), "PYTHONPATH": os.pathsep.join(sys.path)}
+    k = Kernel(workdir, env)
+    try:
+        k.execute_ok("%load_ext toolkernel")
+        yield k
+    finally:
+        k.shutdown()
+
+
+def bash(script: str, flags: str = "") -> str:
+    return f"%%bash {flags}\n{script}"
+
+
+def stream_chunks(run, name: str) -> list[str]:
+    return [m["content"]["text"] for m in run.of_type("stream") if m["content"]["name"] == name]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose.
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "State:\tZ" not in status.read_text()
+
+
+def wait_gone(pid: int, within: float = 20) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# -- real bash, as IPython's %%bash ---------------------------------------------------
+
+
+def test_it_is_the_hosts_bash_with_stdin_empty_and_the_script_from_a_file(kernel):
+    run = kernel.execute_ok(bash('echo "$BASH_VERSION" | cut -c1; read -r line; echo "read:[$line]"\necho last'))
+    assert run.stdout.splitlines() == [run.stdout[0], "read:[]", "last"]
+    assert run.stdout[0].isdigit()  # a real bash version, not Bashkit's
+
+
+def test_stdout_and_stderr_stream_live_and_apart(kernel):
+    run = kernel.execute_ok(bash("echo out1; echo err1 >&2; sleep 1; echo out2; echo err2 >&2"))
+    assert run.stdout == "out1\nout2\n" and run.stderr == "err1\nerr2\n"
+    out = stream_chunks(run, "stdout")
+    assert len(out) >= 2 and "out2" not in out[0]
+    order = [m["content"]["text"] for m in run.of_type("stream")]
+    assert order.index("err1\n") < next(i for i, t in enumerate(order) if "out2" in t)
+
+
+def test_a_carriage_return_progress_bar_arrives_as_it_is_drawn(kernel):
+    run = kernel.execute_ok(bash("for p in 10 50 100; do printf '\\r%3d%%' $p; sleep 0.4; done; echo"))
+    chunks = stream_chunks(run, "stdout")
+    assert run.stdout == "\r 10%\r 50%\r100%\n"
+    assert len(chunks) >= 3 and chunks[0].startswith("\r")
+
+
+def test_out_and_err_keep_the_streams_instead_of_showing_them(kernel):
+    run = kernel.execute_ok(bash("echo hi; echo oops >&2", "--out o --err e"))
+    assert "hi" not in run.stdout and "oops" not in run.stderr
+    assert kernel.value("[o, e]") == ["hi\n", "oops\n"]
+
+
+def test_bg_returns_at_once_with_the_process_and_its_pipe(kernel):
+    kernel.execute_ok(bash("sleep 1; echo from-the-background", "--bg --out bg_out --proc bg_proc"))
+    assert kernel.value("bg_proc.poll() is None")  # still running when the cell is done
+    assert kernel.value("(bg_proc.wait(60), bg_out.read().decode())") == [0, "from-the-background\n"]
+
+
+def test_non_zero_exit_stops_run_all_with_a_short_message(kernel):
+    run = kernel.execute(bash("echo before; exit 3"))
+    assert run.status == "error" and run.stdout == "before\n"
+    assert run.error["ename"] == "ScriptFailed" and "code 3" in run.error["evalue"]
+    assert len(run.error["traceback"]) == 1  # no Python traceback
+    assert kernel.execute(bash("exit 3", "--no-raise-error")).status == "ok"
+
+
+def test_timeout_ends_the_whole_group(kernel, workdir):
+    run = kernel.execute(bash("sleep 300 & echo $! > timeout.pid; sleep 300", "--timeout 1"), timeout=120)
+    assert run.status == "error" and "code 124" in run.error["evalue"]
+    assert "timed out after 1 s" in run.stderr
+    assert wait_gone(int((workdir / "timeout.pid").read_text()))
+
+
+def test_interrupt_kills_the_process_group_grandchildren_included(kernel, workdir):
+    pid_file = workdir / "grandchild.pid"
+    pid_file.unlink(missing_ok=True)
+    msg_id = kernel.start(bash("echo started; bash -c 'sleep 300 & echo $! > grandchild.pid; wait'; echo never"))
+    kernel.messages_until(msg_id, lambda seen: any("started" in m["content"].get("text", "") for m in seen), 60)
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    grandchild = int(pid_file.read_text())
+    kernel.manager.interrupt_kernel()
+    run = kernel.finish(msg_id)
+    assert wait_gone(grandchild)
+    assert run.status == "error" and "never" not in run.stdout
+    assert "interrupted" in run.stderr
+    assert kernel.execute_ok("print('alive')").stdout == "alive\n"
+
+
+# -- tools inside it ------------------------------------------------------------------
+
+
+def test_tools_prints_what_the_builtin_prints_with_the_same_errors(kernel):
+    script = ("tools github list-pulls repo=acme/api | jq length\n"
+              "tools github nope; echo \"exit=$?\"\n"
+              "tools read-file; echo \"exit=$?\"\n"
+              "echo '{\"repo\":\"acme/api\",\"number\":101}' | tools github get-pull | jq -r .title\n"
+              "tools github get-pull repo=acme/api number=101 | tools github get-pull - number=103 | jq -r .number\n")
+    host = kernel.execute_ok(bash(script))
+    sandbox = kernel.execute_ok(f"%%tools\n{script}")
+    assert host.stdout == sandbox.stdout and host.stdout.splitlines()[1:3] == ["exit=1", "exit=1"]
+    assert error_lines(host.stderr) == error_lines(sandbox.stderr)
+    assert [e["code"] for e in error_lines(host.stderr)][:2] == ["unknown_command", "invalid_input"]
+
+
+def test_tools_from_subshells_pipelines_xargs_and_background_jobs(kernel):
+    script = (
+        "(tools github get-pull repo=acme/api number=101 | jq -r .number)\n"
+        "tools github list-pulls repo=acme/api | jq -r '.[].number' | head -2"
+        " | while read n; do tools github get-pull repo=acme/api number=$n | jq -r .number; done\n"
+        "printf '101\\n103\\n104\\n101\\n' | xargs -P 4 -I{} tools github get-pull repo=acme/api number={}"
+        " | jq -r .number | sort | tr '\\n' ' '; echo\n"
+        "tools github get-pull repo=acme/api number=104 | jq -r .number > bg.txt & wait; cat bg.txt\n"
+    )
+    run = kernel.execute_ok(bash(script))
+    assert run.stdout.splitlines() == ["101", "101", "102", "101 101 103 104 ", "104"]
+
+
+def test_calls_from_parallel_processes_share_the_one_call_limit_and_the_group_ends(kernel, workdir):
+    (workdir / "note.txt").write_text("x")
+    script = ("sleep 300 & echo $! > limit.pid\n"
+              "seq 1 80 | xargs -P 4 -I{} tools read-file path=note.txt > /dev/null; echo after")
+    run = kernel.execute(bash(script), timeout=200)
+    assert run.status == "error" and "after" not in run.stdout
+    assert "call_limit" in [e["code"] for e in error_lines(run.stderr)]
+    report = next(d["data"] for d in run.displays() if "application/vnd.toolkernel.report+json" in d["data"])
+    stopped = report["application/vnd.toolkernel.report+json"]["tools"]
+    assert stopped["stopped"]["reason"] == "call_limit" and stopped["read_only_calls"] == 50
+    assert wait_gone(int((workdir / "limit.pid").read_text()))
+
+
+def test_a_call_that_needs_approval_stops_the_group_and_shows_the_report(kernel, workdir):
+    script = "sleep 300 & echo $! > ask.pid\necho first\ntools write-file path=asked.txt content=hi\necho never"
+    run = kernel.execute(bash(script))
+    assert run.status == "error" and run.stdout == "first\n"
+    assert [e["code"] for e in error_lines(run.stderr)] == ["needs_approval"]
+    report = next(d["data"] for d in run.displays() if "application/vnd.toolkernel.report+json" in d["data"])
+    stopped = report["application/vnd.toolkernel.report+json"]["tools"]["stopped"]
+    assert stopped["reason"] == "needs_approval" and stopped["call"]["tool"] == "tools write-file"
+    assert "%tools approve" in report["text/plain"]
+    assert wait_gone(int((workdir / "ask.pid").read_text()))
+    assert not (workdir / "asked.txt").exists()
+    kernel.execute_ok("%tools deny")
+
+
+def test_the_channel_refuses_a_caller_without_the_runs_secret(kernel, workdir):
+    kernel.execute_ok(bash('echo "$TOOLKERNEL_TOOLS_SOCKET" > chan.txt; echo "$TOOLKERNEL_TOOLS_SECRET" >> chan.txt;'
+                           ' command -v tools >> chan.txt'))
+    socket_path, old_secret, shim = (workdir / "chan.txt").read_text().split()
+    assert (os.stat(Path(socket_path).parent).st_mode & 0o777) == 0o700
+
+    def call(secret: str | None) -> subprocess.CompletedProcess:
+        env = {"PATH": os.environ["PATH"], "TOOLKERNEL_TOOLS_SOCKET": socket_path}
+        if secret is not None:
+            env["TOOLKERNEL_TOOLS_SECRET"] = secret
+        return subprocess.run([shim, "github", "list-pulls", "repo=acme/api"], env=env, cwd=workdir,
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+    for secret in (old_secret, "0" * 64, None):  # a finished run's, a guessed one, none
+        refused = call(secret)
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert [e["code"] for e in error_lines(refused.stderr)] in (["denied"], ["unavailable"])
+    # Another cell's secret while it runs works only for that cell's own processes.
+    msg_id = kernel.start(bash('echo "$TOOLKERNEL_TOOLS_SECRET" > live.txt; sleep 3'))
+    deadline = time.monotonic() + 30
+    while not (workdir / "live.txt").exists() or len((workdir / "live.txt").read_text().strip()) < 64:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert call((workdir / "live.txt").read_text().strip()).returncode == 0
+    assert call(old_secret).returncode == 1
+    kernel.finish(msg_id)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").exists(),
+                    reason="needs root to act as another user, and a Python that user may run")
+def test_another_user_cannot_reach_the_socket(kernel, workdir):
+    kernel.execute_ok(bash('echo "$TOOLKERNEL_TOOLS_SOCKET" > sock.txt'))
+    socket_path = (workdir / "sock.txt").read_text().strip()
+    code = f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({socket_path!r})"
+    other = subprocess.run(["/usr/bin/python3", "-c", code], user=65534, group=65534, capture_output=True, text=True,
+                           timeout=60, cwd="/")
+    assert other.returncode != 0 and "PermissionError" in other.stderr
+
+
+# -- images -----------------------------------------------------------------------------
+
+
+def test_display_shows_an_image_file_and_tools_images_render_inline(kernel, workdir):
+    sys.path.insert(0, str(Path(__file__).parent / "servers"))
+    from images import png
+
+    (workdir / "plot.png").write_bytes(png(2, 2, (0, 0, 255)))
+    run = kernel.execute_ok(bash("mkdir -p sub; cd sub; display ../plot.png; tools images red-square size=4"))
+    pictures = [d for d in run.displays() if "image/png" in d["data"]]
+    assert len(pictures) == 2
+    bad = kernel.execute(bash("display missing.png"))
+    assert bad.status == "error" and "no such file" in bad.stderr
+
+
+# -- the cell as a Bash call when an agent started it --------------------------------------
+
+
+# An agent may send %%bash cells (checked by the Bash rules) and load toolkernel, nothing else.
+AGENT_POLICY = policy_toml(allow=[*FIXTURE_ALLOW, 'notebook_run(code="%%bash*")',
+                                  'notebook_run(code="%load_ext toolkernel")', "Bash(echo *)", "Bash(git status)"],
+                           deny=["Bash(rm *)"])
+
+
+@pytest.fixture
+def agent_config(workdir):
+    write_config(workdir, base_config().replace(policy_toml(allow=FIXTURE_ALLOW), "") + AGENT_POLICY)
+    yield
+    write_config(workdir, base_config())
+
+
+def agent_execute(kernel, code: str):
+    """Send a cell the way notebook-run does: the request carries the agent mark."""
+    from toolkernel._notebook._connection import AGENT_METADATA, EXECUTE_CONTENT
+
+    msg = kernel.client.session.msg("execute_request", {"code": code, **EXECUTE_CONTENT}, metadata=AGENT_METADATA)
+    kernel.client.shell_channel.send(msg)
+    return kernel.finish(msg["header"]["msg_id"])
+
+
+def test_an_agents_cell_is_checked_against_bash_rules_and_a_persons_is_not(kernel, workdir, agent_config):
+    assert agent_execute(kernel, bash("echo agent-ok")).stdout == "agent-ok\n"
+    asked = agent_execute(kernel, bash("echo hi && touch agent.txt"))
+    assert asked.status == "error" and [e["code"] for e in error_lines(asked.stderr)] == ["needs_approval"]
+    assert "touch agent.txt" in error_lines(asked.stderr)[0]["message"] and not (workdir / "agent.txt").exists()
+    report = next(d["data"] for d in asked.displays() if "application/vnd.toolkernel.report+json" in d["data"])
+    assert report["application/vnd.toolkernel.report+json"]["tools"]["stopped"]["call"]["tool"] == "Bash"
+    kernel.execute_ok("%tools deny")
+    denied = agent_execute(kernel, bash("echo x; rm -f person.txt"))
+    assert [e["code"] for e in error_lines(denied.stderr)] == ["denied"]
+    opaque = agent_execute(kernel, bash('cmd="echo hi"; eval "$cmd"'))
+    assert [e["code"] for e in error_lines(opaque.stderr)] == ["needs_approval"]
+    kernel.execute_ok("%tools deny")
+    # The same cells pressed by a person just run.
+    (workdir / "person.txt").write_text("x")
+    kernel.execute_ok(bash("echo hi && touch agent.txt; rm -f person.txt"))
+    assert (workdir / "agent.txt").exists() and not (workdir / "person.txt").exists()
+
+
+def test_an_agent_cannot_approve_its_own_cell(kernel, agent_config):
+    agent_execute(kernel, bash("touch approved.txt"))
+    refused = agent_execute(kernel, "%tools approve")
+    assert refused.status == "error" and "only a person can approve" in refused.stderr
+    kernel.execute_ok("%tools approve")  # the person can
+    assert agent_execute(kernel, bash("touch approved.txt")).status == "ok"
+    assert agent_execute(kernel, bash("touch approved.txt")).status == "error"  # once is once
+    kernel.execute_ok("%tools deny")
+
+
+def test_notebook_run_marks_its_cells_as_an_agents(kernel, workdir, agent_config):
+    kernel.execute_ok("%tools pair agent.ipynb --kernel python3", timeout=180)
+    try:
+        kernel.execute_ok("import toolkernel; toolkernel.call('notebook-run', code='%load_ext toolkernel')")
+        ok = kernel.value("toolkernel.call('notebook-run', code='%%bash\\necho via-notebook-run')")
+        assert ok.strip() == "via-notebook-run"
+        refused = kernel.execute("toolkernel.call('notebook-run', code='%%bash\\ntouch from-agent.txt')")
+        assert refused.status == "error" and "needs_approval" in refused.error["evalue"]
+        assert not (workdir / "from-agent.txt").exists()
+        python = kernel.execute("toolkernel.call('notebook-run', code='import os')")
+        assert python.status == "error" and python.error["ename"] == "NeedsApproval"
+        kernel.execute_ok("%tools deny")
+    finally:
+        kernel.execute("%tools unpair")
