@@ -233,8 +233,7 @@ class ContentsStore(WholeDocumentStore):
         return f"{self.path} through the Contents API of {self.api.base}"
 
     async def load(self, *, missing_ok: bool = False) -> Loaded:
-        model = await self.api.request("GET", "api/contents", self.path, params={"type": "notebook", "content": "1"},
-                                       missing_ok=True)
+        model = await self._get()
         if model is None:
             if missing_ok:
                 return Loaded(self.name, nbformat.v4.new_notebook(), None)
@@ -244,7 +243,16 @@ class ContentsStore(WholeDocumentStore):
         ids_added = doc.give_cells_ids(nb, digest)
         return Loaded(self.name, nb, digest, ids_added)
 
+    async def _get(self) -> dict[str, Any] | None:
+        return await self.api.request("GET", "api/contents", self.path, params={"type": "notebook", "content": "1"},
+                                      missing_ok=True)
+
     async def _write(self, nb: NotebookNode) -> str:
-        await self.api.request("PUT", "api/contents", self.path,
-                               body={"type": "notebook", "format": "json", "content": nb})
-        return notebook_digest(json.loads(nbformat.writes(nb)))
+        written = await self.api.request("PUT", "api/contents", self.path,
+                                         body={"type": "notebook", "format": "json", "content": nb})
+        # The server normalises what it stores; its copy is what the next stale check compares with. If
+        # someone saved in between (another modification time), nothing counts as read: fail closed.
+        model = await self._get()
+        if model is None or model.get("last_modified") != (written or {}).get("last_modified"):
+            return "changed-since-written"
+        return notebook_digest(model["content"])
