@@ -120,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("approve", add_help=False).add_argument("--always", action="store_true")
     sub.add_parser("deny", add_help=False)
     sub.add_parser("approvals", add_help=False).add_argument("--revoke", metavar="RULE_OR_NUMBER")
-    sub.add_parser("unpair", add_help=False)
+    sub.add_parser("unpair", add_help=False).add_argument("notebook", nargs="?")
     return parser
 
 
@@ -146,10 +146,14 @@ def _apply(session, args: argparse.Namespace) -> str:
         return deny(session)
     if args.what == "approvals":
         return list_approvals(session, revoke=args.revoke)
+    from ._errors import CallError
     from ._notebook import unpair
 
-    _loop.run(unpair(session.state))
-    return "unpaired"
+    try:
+        _loop.run(unpair(session.state, session.workdir, args.notebook))
+    except CallError as exc:
+        raise AnswerError(f"%tools unpair: {exc.message}") from None
+    return f"unpaired {args.notebook}" if args.notebook else "unpaired"
 
 
 def _pair(session, argv: list[str]) -> str:
@@ -168,7 +172,7 @@ def _pair(session, argv: list[str]) -> str:
 def _usage() -> str:
     return ("usage: %tools approve [--always] | %tools deny | %tools approvals [--revoke RULE]"
             " | %tools pair NOTEBOOK [--kernel NAME | --existing FILE | --server URL --token TOKEN]"
-            " | %tools unpair")
+            " | %tools unpair [NOTEBOOK]")
 
 
 # -- the comm target of the JupyterLab extension --------------------------------
