@@ -15,7 +15,7 @@ from urllib.parse import quote, urlencode
 import httpx
 import nbformat
 import pytest
-from conftest import SERVER_TOKEN, call, start_server, stop_server
+from conftest import NO_COLLABORATION, SERVER_TOKEN, call, start_server, stop_server
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from toolkernel._errors import ConnectionRequired
@@ -277,3 +277,64 @@ def test_two_notebooks_on_one_server_never_cross(collab_server, tmp_path):
     finally:
         run(unpair(first.state), timeout=60)
         run(unpair(second.state), timeout=60)
+
+
+# --- kernels from a Jupyter Kernel Gateway ------------------------------------------------------
+
+GATEWAY_TOKEN = "gateway-token-9c2d"
+
+
+@pytest.fixture(scope="module")
+def gateway_server(tmp_path_factory):
+    """Jupyter Kernel Gateway on loopback, and a Jupyter Server whose kernels all run there."""
+    import subprocess
+    import sys
+
+    from conftest import _free_port
+
+    pytest.importorskip("kernel_gateway")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("gateway-log") / "gateway.log"
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "kernel_gateway", "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={port}",
+         f"--KernelGatewayApp.auth_token={GATEWAY_TOKEN}", "--KernelGatewayApp.port_retries=0",
+         "--JupyterWebsocketPersonality.list_kernels=True"],  # Jupyter Server lists the gateway's kernels
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=tmp_path_factory.mktemp("gateway-cwd"))
+    gateway_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(gateway_url + "/api", headers={"Authorization": f"token {GATEWAY_TOKEN}"},
+                             timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if gateway.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"kernel gateway did not come up: {log.read_text()[-2000:]}")
+            time.sleep(0.3)
+        process, server = start_server(
+            tmp_path_factory, f"--gateway-url={gateway_url}", f"--GatewayClient.auth_token={GATEWAY_TOKEN}",
+            f"--ServerApp.jpserver_extensions={NO_COLLABORATION}")
+        server["gateway"] = gateway_url
+        yield server
+        stop_server(process)
+    finally:
+        stop_server(gateway)
+
+
+def test_pairing_works_unchanged_when_the_kernels_come_from_a_gateway(gateway_server, kernel_dir_ctx):
+    ids = write_notebook(gateway_server["root"], "remote.ipynb")
+    pairing = pair_with(gateway_server, kernel_dir_ctx, "remote.ipynb")
+    on_gateway = httpx.get(gateway_server["gateway"] + "/api/kernels",
+                           headers={"Authorization": f"token {GATEWAY_TOKEN}"}, timeout=30).json()
+    assert pairing.connection.kernel_id in [kernel["id"] for kernel in on_gateway]
+    call(read, kernel_dir_ctx, notebook_path="remote.ipynb")
+    call(run_tool, kernel_dir_ctx, notebook_path="remote.ipynb", cell_id=ids[1])
+    result = call(run_tool, kernel_dir_ctx, notebook_path="remote.ipynb", cell_id=ids[2])
+    assert result.texts[0].startswith("40\n[cell ")
+    assert nbformat.read(gateway_server["root"] / "remote.ipynb", as_version=4).cells[2].outputs[0].text == "40\n"
+    result = call(run_tool, kernel_dir_ctx, notebook_path="remote.ipynb", code="import time\ntime.sleep(60)",
+                  timeout_seconds=2)
+    assert result.is_error and "the kernel was interrupted" in result.texts[0]
+    assert call(run_tool, kernel_dir_ctx, notebook_path="remote.ipynb", code="x").texts == ["20"]

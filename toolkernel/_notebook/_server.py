@@ -69,8 +69,7 @@ class ServerApi:
         if response.status_code == 404 and missing_ok:
             return None
         if response.status_code in (401, 403):
-            raise InvalidInput(f"the Jupyter Server at {self.base} refused the token (HTTP {response.status_code}); "
-                               "pass the server's token with --token")
+            raise InvalidInput(_refusal(self.base, where, response))
         if response.status_code >= 400:
             raise Unavailable(f"the Jupyter Server answered HTTP {response.status_code} to {where}",
                               retryable=response.status_code >= 500)
@@ -78,6 +77,25 @@ class ServerApi:
 
     async def close(self) -> None:
         await self.http.aclose()
+
+
+def _refusal(base: str, where: str, response: httpx.Response) -> str:
+    """Jupyter Server answers a wrong token with 403 too; a 403 that says why is about something else
+    (a gateway or an authorizer refusing the request), and saying "token" there misleads."""
+    reason = _server_message(response)
+    if response.status_code == 401 or reason in ("", "Forbidden"):
+        return (f"the Jupyter Server at {base} refused the token (HTTP {response.status_code}); "
+                "pass the server's token with --token")
+    return f"the Jupyter Server at {base} refused {where} (HTTP 403): {reason}"
+
+
+def _server_message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message)[:300] if message else ""
 
 
 def _split_token(url: str) -> tuple[str, str | None]:
