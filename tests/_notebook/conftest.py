@@ -117,11 +117,12 @@ def _free_port() -> int:
 NO_COLLABORATION = '{"jupyter_server_ydoc": False, "jupyter_collaboration": False, "jupyterlab": False}'
 
 
-def start_server(tmp_path_factory, *args: str, app: str = "jupyter_server") -> tuple[subprocess.Popen, dict]:
+def start_server(tmp_path_factory, *args: str, app: str = "jupyter_server",
+                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen, dict]:
     """A Jupyter Server (or JupyterLab) on loopback serving a fresh root folder."""
     root = tmp_path_factory.mktemp("server-root")
     port = _free_port()
-    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path_factory.mktemp("runtime")))
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path_factory.mktemp("runtime")), **(env or {}))
     env.pop("JUPYTER_TOKEN", None)
     log = tmp_path_factory.mktemp("server-log") / "server.log"
     process = subprocess.Popen(
