@@ -73,7 +73,8 @@ def test_existing_missing_connection_file(ctx):
 
 def test_existing_kernel_timeout_interrupts_through_the_kernel(outside_kernel, ctx):
     run(pair(ctx.state, ctx.workdir, "nb.ipynb", existing=outside_kernel.connection_file), timeout=120)
-    result = call(run_tool, ctx, notebook_path="nb.ipynb", code="import time\nprint('tick', flush=True)\ntime.sleep(60)", timeout_seconds=2)
+    result = call(run_tool, ctx, notebook_path="nb.ipynb",
+                  code="import time\nprint('tick', flush=True)\ntime.sleep(60)", timeout_seconds=2)
     assert result.is_error and result.texts[0].startswith("timed out after 2 s; the kernel was interrupted")
     assert "KeyboardInterrupt" in result.texts[0]
     assert call(run_tool, ctx, notebook_path="nb.ipynb", code="'still here'").texts == ["'still here'"]
@@ -112,7 +113,8 @@ def test_server_uses_the_kernel_of_the_notebooks_session(jupyter_server, server_
         pairing = run(pair(server_ctx.state, server_ctx.workdir, "shared.ipynb", server=jupyter_server["url"],
                            token=SERVER_TOKEN), timeout=120)
         assert pairing.kind == "server" and pairing.connection.kernel_id == session["kernel"]["id"]
-        assert call(run_tool, server_ctx, notebook_path="shared.ipynb", code="print('via server')\nanswer = 6 * 7\nanswer").texts == [
+        assert call(run_tool, server_ctx, notebook_path="shared.ipynb",
+                    code="print('via server')\nanswer = 6 * 7\nanswer").texts == [
             "via server\n42"]
         run(unpair(server_ctx.state), timeout=60)
         # not ours: the session and its kernel stay, with their variables
@@ -147,15 +149,17 @@ def test_server_timeout_interrupts_and_restart_clears_state(jupyter_server, serv
     run(pair(server_ctx.state, server_ctx.workdir, "slow.ipynb", server=jupyter_server["url"], token=SERVER_TOKEN),
         timeout=120)
     call(run_tool, server_ctx, notebook_path="slow.ipynb", code="kept = 1")
-    result = call(run_tool, server_ctx, notebook_path="slow.ipynb", code="import time\nprint('zzz', flush=True)\ntime.sleep(60)",
+    result = call(run_tool, server_ctx, notebook_path="slow.ipynb",
+                  code="import time\nprint('zzz', flush=True)\ntime.sleep(60)",
                   timeout_seconds=2)
     assert result.is_error and result.texts[0].startswith("timed out after 2 s; the kernel was interrupted")
     assert "zzz" in result.texts[0] and "KeyboardInterrupt" in result.texts[0]
     assert call(run_tool, server_ctx, notebook_path="slow.ipynb", code="kept").texts == ["1"]
-    assert call(run_tool, server_ctx, notebook_path="slow.ipynb", restart=True, code="'kept' in dir()").texts == ["False"]
+    assert call(run_tool, server_ctx, notebook_path="slow.ipynb",
+                restart=True, code="'kept' in dir()").texts == ["False"]
 
 
-def test_server_run_cell_writes_into_the_local_notebook(jupyter_server, server_ctx):
+def test_server_run_cell_writes_into_the_notebook_through_the_server(jupyter_server, server_ctx):
     path = jupyter_server["root"] / "cells.ipynb"
     nbformat.write(rich_notebook(), path)
     run(pair(server_ctx.state, server_ctx.workdir, "cells.ipynb", server=jupyter_server["url"], token=SERVER_TOKEN),
@@ -186,7 +190,8 @@ def test_server_kernel_dying_mid_run_is_unavailable_then_the_servers_restart_ser
     run(pair(server_ctx.state, server_ctx.workdir, "crash.ipynb", server=jupyter_server["url"], token=SERVER_TOKEN,
              kernel="python3"), timeout=120)
     with pytest.raises(Unavailable) as caught:
-        call(run_tool, server_ctx, notebook_path="crash.ipynb", code="import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+        call(run_tool, server_ctx, notebook_path="crash.ipynb",
+             code="import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
     assert "died while the code ran" in caught.value.message
     # Jupyter Server restarts a dead kernel by itself; the pairing keeps working, with a fresh kernel.
     deadline = time.monotonic() + 60

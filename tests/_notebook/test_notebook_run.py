@@ -36,7 +36,8 @@ def test_unpaired_run_asks_for_a_connection_and_says_how(ctx):
 
 
 def test_result_and_stream_text(paired):
-    result = call(run_tool, paired, notebook_path="nb.ipynb", code="print('hello')\nimport sys; print('warn', file=sys.stderr)\n40 + 2")
+    result = call(run_tool, paired, notebook_path="nb.ipynb",
+                  code="print('hello')\nimport sys; print('warn', file=sys.stderr)\n40 + 2")
     assert not result.is_error
     assert result.texts == ["hello\nwarn\n42"]
 
@@ -47,7 +48,8 @@ def test_variables_and_imports_are_shared_between_calls(paired):
 
 
 def test_ansi_codes_and_carriage_return_redraws_are_stripped(paired):
-    result = call(run_tool, paired, notebook_path="nb.ipynb", code="print('\\x1b[31mred\\x1b[0m plain'); print('10%\\r50%\\r100%')")
+    result = call(run_tool, paired, notebook_path="nb.ipynb",
+                  code="print('\\x1b[31mred\\x1b[0m plain'); print('10%\\r50%\\r100%')")
     assert result.texts == ["red plain\n100%"]
 
 

@@ -58,7 +58,8 @@ EDIT_SCHEMA = {
 RUN_SCHEMA = {
     "type": "object",
     "properties": {
-        "notebook_path": {**_PATH, "description": "The paired notebook whose kernel runs the code. " + _PATH["description"]},
+        "notebook_path": {**_PATH,
+                          "description": "The paired notebook whose kernel runs the code. " + _PATH["description"]},
         "code": {"type": "string", "description": "Code to run in the notebook's kernel."},
         "cell_id": {"type": "string", "minLength": 1,
                     "description": "Run this code cell of the notebook and write its outputs into the notebook."},
