@@ -9,13 +9,14 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from urllib.parse import quote, urlencode
 
 import httpx
 import nbformat
 import pytest
-from conftest import NO_COLLABORATION, SERVER_TOKEN, call, start_server, stop_server
+from conftest import NO_COLLABORATION, SERVER_TOKEN, call, old_notebook_json, start_server, stop_server
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from toolkernel._errors import ConnectionRequired
@@ -252,6 +253,15 @@ def test_insert_and_delete_in_the_shared_document(collab_server, kernel_dir_ctx)
             assert [person.cell(i)["id"] for i in range(3)] == [ids[0], new_id, ids[1]]
 
     run(scenario(), timeout=120)
+
+
+def test_a_notebook_older_than_cell_ids_is_edited_by_the_ids_the_read_shows(collab_server, kernel_dir_ctx):
+    (collab_server["root"] / "old.ipynb").write_text(old_notebook_json())
+    pair_with(collab_server, kernel_dir_ctx, "old.ipynb")
+    text = call(read, kernel_dir_ctx, notebook_path="old.ipynb").texts[0]
+    cell_id = re.search(r"--- cell 3/3 id=(\S+) code", text).group(1)
+    assert not call(edit, kernel_dir_ctx, notebook_path="old.ipynb", cell_id=cell_id, new_source="y = 3").is_error
+    assert "y = 3" in call(read, kernel_dir_ctx, notebook_path="old.ipynb", cell_id=cell_id).texts[0]
 
 
 def test_two_notebooks_on_one_server_never_cross(collab_server, tmp_path):

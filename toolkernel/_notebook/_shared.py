@@ -115,6 +115,9 @@ class SharedStore(NotebookStore):
     async def load(self, *, missing_ok: bool = False) -> Loaded:
         self._require_open()
         content = self._ynb.get()
+        for cell, ycell in zip(content["cells"], self._ynb.ycells):
+            # jupyter_ydoc leaves ids out for notebooks older than nbformat 4.5; the shared cells have them.
+            cell.setdefault("id", ycell.get("id"))
         return Loaded(self.name, nbformat.from_dict(content), notebook_digest(content))
 
     # -- editing: one cell, one transaction ------------------------------------
