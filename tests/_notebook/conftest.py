@@ -23,6 +23,7 @@ from toolkernel._notebook import unpair
 from toolkernel._tool import ToolContext
 
 SERVER_TOKEN = "s3cret-test-token-5f1e"
+SERVER_START_SECONDS = 300  # JupyterLab with its extensions starts slowly on a shared, busy machine
 
 
 def png_bytes(width: int = 2, height: int = 2, rgb: tuple[int, int, int] = (255, 0, 0)) -> bytes:
@@ -153,7 +154,7 @@ def jupyter_server(tmp_path_factory):
 
 
 def _wait_for_server(process: subprocess.Popen, url: str, log: Path) -> None:
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + SERVER_START_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"jupyter server exited: {log.read_text(errors='replace')[-2000:]}")
@@ -165,7 +166,7 @@ def _wait_for_server(process: subprocess.Popen, url: str, log: Path) -> None:
             pass
         time.sleep(0.3)
     process.kill()
-    raise RuntimeError("jupyter server did not come up within 120 s")
+    raise RuntimeError(f"jupyter server did not come up within {SERVER_START_SECONDS} s")
 
 
 def server_api(server, method: str, path: str, **kwargs):
