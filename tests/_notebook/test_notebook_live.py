@@ -177,7 +177,7 @@ def test_the_shared_document_is_what_is_read_edited_and_run(collab_server, kerne
             await wait_until(lambda: person.cell(1)["source"] == "x = 50", "the agent's edit at the person's")
             assert person.cell(0)["source"] == "# Data (draft)"  # their typing is untouched
             seen = []  # (execution state, number of outputs) at the person's, after each change
-            watching = person.notebook.ycells[2].observe_deep(
+            person.watching = person.notebook.ycells[2].observe_deep(  # kept alive while watched
                 lambda events: seen.append((person.cell(2).get("execution_state"), len(person.cell(2)["outputs"]))))
             await run_tool.call({"notebook_path": "team/live.ipynb", "cell_id": ids[1]}, kernel_dir_ctx)
             ran = await run_tool.call({"notebook_path": "team/live.ipynb", "cell_id": ids[2]}, kernel_dir_ctx)
@@ -186,7 +186,6 @@ def test_the_shared_document_is_what_is_read_edited_and_run(collab_server, kerne
                 {"output_type": "stream", "name": "stdout", "text": "100\n"}], "the run's output at the person's")
             await wait_until(lambda: person.cell(2)["execution_state"] == "idle", "the cell no longer running")
             assert person.cell(2)["execution_count"] >= 1
-            person.notebook.ycells[2].unobserve(watching)
             assert ("running", 1) in seen, seen  # they saw the output while the cell ran
 
     run(scenario(), timeout=600)
