@@ -50,7 +50,7 @@ def measure(ctx: ToolContext, client: BlockingKernelClient, rounds: int) -> tupl
         assert reply["content"]["status"] == "ok"
 
     def tool() -> None:
-        result = run(notebook_run.call({"code": "1+1"}, ctx))
+        result = run(notebook_run.call({"notebook_path": "bench.ipynb", "code": "1+1"}, ctx))
         assert result.texts == ["2"], result.texts
 
     for _ in range(BLOCK):  # warm up both paths

@@ -85,12 +85,14 @@ def test_pair_then_run_code_in_the_paired_kernel(session, tmp_path):
     nbformat.write(nbformat.v4.new_notebook(), tmp_path / "nb.ipynb")
     assert "paired" in manage(session, ["pair", "nb.ipynb", "--kernel", "python3"])
     try:
-        result, out, err = run(session, "tools notebook-run code='x = 20 + 22; print(x)'")
+        result, out, err = run(session, "tools notebook-run notebook_path=nb.ipynb code='x = 20 + 22; print(x)'")
         assert result.exit_code == 0, err
         assert "42" in out
+        with pytest.raises(UsageError, match="other.ipynb is not paired"):
+            manage(session, ["unpair", "other.ipynb"])
     finally:
-        assert manage(session, ["unpair"]) == "unpaired"
-    result, _, err = run(session, "tools notebook-run code=1")
+        assert manage(session, ["unpair", "nb.ipynb"]) == "unpaired nb.ipynb"
+    result, _, err = run(session, "tools notebook-run notebook_path=nb.ipynb code=1")
     assert result.exit_code == 1 and '"connection_required"' in err
 
 

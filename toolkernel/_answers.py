@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("deny", add_help=False)
     sub.add_parser("approvals", add_help=False).add_argument("--revoke", metavar="RULE_OR_NUMBER")
     add_pairing_arguments(sub.add_parser("pair", add_help=False))
-    sub.add_parser("unpair", add_help=False)
+    sub.add_parser("unpair", add_help=False).add_argument("notebook", nargs="?")
     sub.add_parser("lint", add_help=False)
     return parser
 
@@ -119,10 +119,14 @@ def _apply(session, args: argparse.Namespace) -> str:
         from ._lint import lint, report
 
         return report(lint(session.workdir)).rstrip("\n")
+    from ._errors import CallError
     from ._notebook import unpair
 
-    _loop.run(unpair(session.state))
-    return "unpaired"
+    try:
+        _loop.run(unpair(session.state, session.workdir, args.notebook))
+    except CallError as exc:
+        raise AnswerError(f"%tools unpair: {exc.message}") from None
+    return f"unpaired {args.notebook}" if args.notebook else "unpaired"
 
 
 def _pair(session, args: argparse.Namespace) -> str:
@@ -145,7 +149,8 @@ def usage() -> str:
              "%tools deny                                     refuse it",
              "%tools approvals [--revoke RULE_OR_NUMBER]      list or revoke lasting approvals",
              "%tools lint                                     check the config without starting anything",
-             *pairing_args_usage().splitlines()]
+             *pairing_args_usage().splitlines(),
+             "%tools unpair [NOTEBOOK]                        forget one notebook's pairing (no NOTEBOOK: all)"]
     return "usage: " + "\n       ".join(lines)
 
 

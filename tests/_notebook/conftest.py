@@ -23,6 +23,7 @@ from toolkernel._notebook import unpair
 from toolkernel._tool import ToolContext
 
 SERVER_TOKEN = "s3cret-test-token-5f1e"
+SERVER_START_SECONDS = 300  # JupyterLab with its extensions starts slowly on a shared, busy machine
 
 
 def png_bytes(width: int = 2, height: int = 2, rgb: tuple[int, int, int] = (255, 0, 0)) -> bytes:
@@ -113,33 +114,47 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def jupyter_server(tmp_path_factory):
+# Extensions a plain Jupyter Server must not load even when they are installed (the Contents API path).
+NO_COLLABORATION = '{"jupyter_server_ydoc": False, "jupyter_collaboration": False, "jupyterlab": False}'
+
+
+def start_server(tmp_path_factory, *args: str, app: str = "jupyter_server",
+                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen, dict]:
+    """A Jupyter Server (or JupyterLab) on loopback serving a fresh root folder."""
     root = tmp_path_factory.mktemp("server-root")
     port = _free_port()
-    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path_factory.mktemp("runtime")))
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path_factory.mktemp("runtime")), **(env or {}))
     env.pop("JUPYTER_TOKEN", None)
-    log = (tmp_path_factory.mktemp("server-log") / "server.log").open("wb")
+    log = tmp_path_factory.mktemp("server-log") / "server.log"
     process = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root", f"--ServerApp.port={port}",
+        [sys.executable, "-m", app, "--no-browser", "--allow-root", f"--ServerApp.port={port}",
          "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0", f"--IdentityProvider.token={SERVER_TOKEN}",
-         f"--ServerApp.root_dir={root}"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root,
+         f"--ServerApp.root_dir={root}", *args],
+        env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=root,
     )
     url = f"http://127.0.0.1:{port}/"
-    _wait_for_server(process, url, Path(log.name))
-    yield {"url": url, "root": root, "token": SERVER_TOKEN}
+    _wait_for_server(process, url, log)
+    return process, {"url": url, "root": root, "token": SERVER_TOKEN, "log": log}
+
+
+def stop_server(process: subprocess.Popen) -> None:
     process.terminate()
     try:
         process.wait(timeout=60)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-    log.close()
+
+
+@pytest.fixture(scope="module")
+def jupyter_server(tmp_path_factory):
+    process, server = start_server(tmp_path_factory, f"--ServerApp.jpserver_extensions={NO_COLLABORATION}")
+    yield server
+    stop_server(process)
 
 
 def _wait_for_server(process: subprocess.Popen, url: str, log: Path) -> None:
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + SERVER_START_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"jupyter server exited: {log.read_text(errors='replace')[-2000:]}")
@@ -151,7 +166,7 @@ def _wait_for_server(process: subprocess.Popen, url: str, log: Path) -> None:
             pass
         time.sleep(0.3)
     process.kill()
-    raise RuntimeError("jupyter server did not come up within 120 s")
+    raise RuntimeError(f"jupyter server did not come up within {SERVER_START_SECONDS} s")
 
 
 def server_api(server, method: str, path: str, **kwargs):

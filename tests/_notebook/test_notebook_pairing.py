@@ -56,13 +56,13 @@ def test_existing_kernel_by_connection_file_shares_its_variables(outside_kernel,
     client.stop_channels()
     pairing = run(pair(ctx.state, ctx.workdir, "nb.ipynb", existing=outside_kernel.connection_file), timeout=120)
     assert pairing.kind == "existing"
-    assert call(run_tool, ctx, code="from_jupyterlab * 2").texts == ["'hihi'"]
+    assert call(run_tool, ctx, notebook_path="nb.ipynb", code="from_jupyterlab * 2").texts == ["'hihi'"]
 
 
 def test_existing_kernel_by_bare_name_in_the_runtime_dir(outside_kernel, ctx, monkeypatch):
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(Path(outside_kernel.connection_file).parent))
     run(pair(ctx.state, ctx.workdir, "nb.ipynb", existing=Path(outside_kernel.connection_file).name), timeout=120)
-    assert call(run_tool, ctx, code="1+1").texts == ["2"]
+    assert call(run_tool, ctx, notebook_path="nb.ipynb", code="1+1").texts == ["2"]
 
 
 def test_existing_missing_connection_file(ctx):
@@ -73,10 +73,11 @@ def test_existing_missing_connection_file(ctx):
 
 def test_existing_kernel_timeout_interrupts_through_the_kernel(outside_kernel, ctx):
     run(pair(ctx.state, ctx.workdir, "nb.ipynb", existing=outside_kernel.connection_file), timeout=120)
-    result = call(run_tool, ctx, code="import time\nprint('tick', flush=True)\ntime.sleep(60)", timeout_seconds=2)
+    result = call(run_tool, ctx, notebook_path="nb.ipynb",
+                  code="import time\nprint('tick', flush=True)\ntime.sleep(60)", timeout_seconds=2)
     assert result.is_error and result.texts[0].startswith("timed out after 2 s; the kernel was interrupted")
     assert "KeyboardInterrupt" in result.texts[0]
-    assert call(run_tool, ctx, code="'still here'").texts == ["'still here'"]
+    assert call(run_tool, ctx, notebook_path="nb.ipynb", code="'still here'").texts == ["'still here'"]
     assert outside_kernel.is_alive()
 
 
@@ -85,13 +86,13 @@ def test_existing_kernel_that_died_is_unavailable_and_not_restarted_by_us(ctx):
     manager.start_kernel()
     try:
         run(pair(ctx.state, ctx.workdir, "nb.ipynb", existing=manager.connection_file), timeout=120)
-        assert call(run_tool, ctx, code="1").texts == ["1"]
+        assert call(run_tool, ctx, notebook_path="nb.ipynb", code="1").texts == ["1"]
         manager.signal_kernel(signal.SIGKILL)
         with pytest.raises(Unavailable) as caught:
-            call(run_tool, ctx, code="1")
+            call(run_tool, ctx, notebook_path="nb.ipynb", code="1")
         assert "restart it where it runs" in caught.value.message
         with pytest.raises(InvalidInput):
-            call(run_tool, ctx, restart=True)
+            call(run_tool, ctx, notebook_path="nb.ipynb", restart=True)
     finally:
         manager.cleanup_resources()
 
@@ -112,7 +113,8 @@ def test_server_uses_the_kernel_of_the_notebooks_session(jupyter_server, server_
         pairing = run(pair(server_ctx.state, server_ctx.workdir, "shared.ipynb", server=jupyter_server["url"],
                            token=SERVER_TOKEN), timeout=120)
         assert pairing.kind == "server" and pairing.connection.kernel_id == session["kernel"]["id"]
-        assert call(run_tool, server_ctx, code="print('via server')\nanswer = 6 * 7\nanswer").texts == [
+        assert call(run_tool, server_ctx, notebook_path="shared.ipynb",
+                    code="print('via server')\nanswer = 6 * 7\nanswer").texts == [
             "via server\n42"]
         run(unpair(server_ctx.state), timeout=60)
         # not ours: the session and its kernel stay, with their variables
@@ -120,7 +122,7 @@ def test_server_uses_the_kernel_of_the_notebooks_session(jupyter_server, server_
         assert session["id"] in [s["id"] for s in sessions]
         run(pair(server_ctx.state, server_ctx.workdir, "shared.ipynb", server=jupyter_server["url"],
                  token=SERVER_TOKEN), timeout=120)
-        assert call(run_tool, server_ctx, code="answer").texts == ["42"]
+        assert call(run_tool, server_ctx, notebook_path="shared.ipynb", code="answer").texts == ["42"]
     finally:
         run(unpair(server_ctx.state), timeout=60)
         server_api(jupyter_server, "DELETE", f"api/sessions/{session['id']}")
@@ -135,7 +137,7 @@ def test_server_starts_a_session_when_the_notebook_has_none_and_ends_it_on_unpai
     assert sessions[session_id]["path"] == "sub/fresh.ipynb"
     code = ("import base64\nfrom IPython.display import Image, display\n"
             f"display(Image(data=base64.b64decode('{base64.b64encode(PNG).decode()}')))\n1/0")
-    result = call(run_tool, server_ctx, code=code)
+    result = call(run_tool, server_ctx, notebook_path="sub/fresh.ipynb", code=code)
     assert result.is_error and result.images == [Image(PNG, "image/png")]
     assert result.texts[0].startswith("[image 1: image/png, output 1]\n")
     assert result.texts[0].endswith("ZeroDivisionError: division by zero")
@@ -146,23 +148,25 @@ def test_server_starts_a_session_when_the_notebook_has_none_and_ends_it_on_unpai
 def test_server_timeout_interrupts_and_restart_clears_state(jupyter_server, server_ctx):
     run(pair(server_ctx.state, server_ctx.workdir, "slow.ipynb", server=jupyter_server["url"], token=SERVER_TOKEN),
         timeout=120)
-    call(run_tool, server_ctx, code="kept = 1")
-    result = call(run_tool, server_ctx, code="import time\nprint('zzz', flush=True)\ntime.sleep(60)",
+    call(run_tool, server_ctx, notebook_path="slow.ipynb", code="kept = 1")
+    result = call(run_tool, server_ctx, notebook_path="slow.ipynb",
+                  code="import time\nprint('zzz', flush=True)\ntime.sleep(60)",
                   timeout_seconds=2)
     assert result.is_error and result.texts[0].startswith("timed out after 2 s; the kernel was interrupted")
     assert "zzz" in result.texts[0] and "KeyboardInterrupt" in result.texts[0]
-    assert call(run_tool, server_ctx, code="kept").texts == ["1"]
-    assert call(run_tool, server_ctx, restart=True, code="'kept' in dir()").texts == ["False"]
+    assert call(run_tool, server_ctx, notebook_path="slow.ipynb", code="kept").texts == ["1"]
+    assert call(run_tool, server_ctx, notebook_path="slow.ipynb",
+                restart=True, code="'kept' in dir()").texts == ["False"]
 
 
-def test_server_run_cell_writes_into_the_local_notebook(jupyter_server, server_ctx):
+def test_server_run_cell_writes_into_the_notebook_through_the_server(jupyter_server, server_ctx):
     path = jupyter_server["root"] / "cells.ipynb"
     nbformat.write(rich_notebook(), path)
     run(pair(server_ctx.state, server_ctx.workdir, "cells.ipynb", server=jupyter_server["url"], token=SERVER_TOKEN),
         timeout=120)
-    call(read, server_ctx)
+    call(read, server_ctx, notebook_path="cells.ipynb")
     cell_id = nbformat.read(path, as_version=4).cells[1].id
-    assert not call(run_tool, server_ctx, cell_id=cell_id).is_error
+    assert not call(run_tool, server_ctx, notebook_path="cells.ipynb", cell_id=cell_id).is_error
     cell = nbformat.read(path, as_version=4).cells[1]
     assert [o.output_type for o in cell.outputs] == ["stream", "execute_result"] and cell.execution_count == 1
 
@@ -186,13 +190,14 @@ def test_server_kernel_dying_mid_run_is_unavailable_then_the_servers_restart_ser
     run(pair(server_ctx.state, server_ctx.workdir, "crash.ipynb", server=jupyter_server["url"], token=SERVER_TOKEN,
              kernel="python3"), timeout=120)
     with pytest.raises(Unavailable) as caught:
-        call(run_tool, server_ctx, code="import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+        call(run_tool, server_ctx, notebook_path="crash.ipynb",
+             code="import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
     assert "died while the code ran" in caught.value.message
     # Jupyter Server restarts a dead kernel by itself; the pairing keeps working, with a fresh kernel.
     deadline = time.monotonic() + 60
     while True:
         try:
-            assert call(run_tool, server_ctx, code="1+1").texts == ["2"]
+            assert call(run_tool, server_ctx, notebook_path="crash.ipynb", code="1+1").texts == ["2"]
             break
         except Unavailable:
             if time.monotonic() > deadline:

@@ -2,20 +2,21 @@
 
     tools = notebook_tools()                       # three Tool objects for the registry
     await pair(state, workdir, "nb.ipynb", kernel="python3")   # on toolkernel's loop
-    await unpair(state)
+    await unpair(state, workdir, "nb.ipynb")                   # or unpair(state): every pairing
 
 `state` is the session's state dict (the same one tools see as `ctx.state`):
-the pairing lives in state["notebook"], read fingerprints in state["notebook_reads"].
+the session's pairings live in a `Pairings` object there (`pairings(state)`),
+one per notebook; what each notebook looked like when read is kept there too.
 """
 
 from ._pairing import (
-    Pairing, add_pairing_arguments, current_pairing, pair, pairing_args_usage, pairing_kwargs, parse_pairing_args,
-    unpair,
+    Pairing, Pairings, add_pairing_arguments, pair, pairing_args_usage, pairing_kwargs, pairings,
+    parse_pairing_args, unpair,
 )
 from ._tools import notebook_edit, notebook_read, notebook_run, notebook_tools
 
 __all__ = [
-    "Pairing", "add_pairing_arguments", "current_pairing", "pair", "pairing_args_usage", "pairing_kwargs",
+    "Pairing", "Pairings", "add_pairing_arguments", "pair", "pairing_args_usage", "pairing_kwargs", "pairings",
     "parse_pairing_args", "unpair",
     "notebook_edit", "notebook_read", "notebook_run", "notebook_tools",
 ]

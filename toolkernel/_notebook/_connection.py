@@ -12,7 +12,7 @@ import asyncio
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from nbformat import NotebookNode
 from nbformat.v4 import output_from_msg
@@ -29,6 +29,10 @@ REPLY_WAIT_SECONDS = 10.0
 LIVENESS_POLL_SECONDS = 1.0
 
 OUTPUT_TYPES = {"stream", "display_data", "execute_result", "error"}
+# Messages after which a live view of the outputs (or the execution count) changes.
+SHOWN_TYPES = OUTPUT_TYPES | {"execute_input", "clear_output", "update_display_data"}
+
+OnOutput = Callable[["Execution"], Awaitable[None]]
 
 
 @dataclass
@@ -46,17 +50,24 @@ class Execution:
 class OutputCollector:
     """Builds notebook outputs from IOPub messages, as a notebook frontend would."""
 
-    def __init__(self, execution: Execution) -> None:
+    def __init__(self, execution: Execution, on_output: OnOutput | None = None) -> None:
         self.execution = execution
+        self._on_output = on_output
         self._clear_pending = False
         self._display_index: dict[str, list[int]] = {}
 
-    def feed(self, msg: Message) -> bool:
+    async def feed(self, msg: Message) -> bool:
         """Take one message of our request; True once the kernel is idle."""
         kind = msg["header"]["msg_type"]
         content = msg.get("content") or {}
         if kind == "status":
             return content.get("execution_state") == "idle"
+        self._take(kind, msg, content)
+        if self._on_output is not None and kind in SHOWN_TYPES:
+            await self._on_output(self.execution)
+        return False
+
+    def _take(self, kind: str, msg: Message, content: dict[str, Any]) -> None:
         if kind == "execute_input":
             self.execution.execution_count = content.get("execution_count")
         elif kind == "clear_output":
@@ -65,7 +76,6 @@ class OutputCollector:
             self._update_display(content)
         elif kind in OUTPUT_TYPES:
             self._append(msg)
-        return False
 
     def _append(self, msg: Message) -> None:
         if self._clear_pending:
@@ -106,12 +116,13 @@ class KernelConnection(ABC):
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
 
-    async def execute(self, code: str, timeout: float) -> Execution:
+    async def execute(self, code: str, timeout: float, on_output: OnOutput | None = None) -> Execution:
+        """Run `code`; `on_output` is awaited each time the outputs so far change (to stream them)."""
         async with self._lock:
             await self._require_alive()
             msg_id = await self._send_execute(code)
             execution = Execution()
-            collector = OutputCollector(execution)
+            collector = OutputCollector(execution, on_output)
             try:
                 finished = await self._collect(msg_id, collector, timeout)
             except asyncio.CancelledError:
@@ -145,7 +156,7 @@ class KernelConnection(ABC):
             if (msg.get("parent_header") or {}).get("msg_id") != msg_id:
                 self._notice_other(msg)
                 continue
-            if collector.feed(msg):
+            if await collector.feed(msg):
                 return True
         return False
 

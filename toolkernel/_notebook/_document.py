@@ -6,10 +6,8 @@ hash and the cell's position, so the ids a caller saw in a read still name the
 same cells in the edit that follows (the stale check guarantees the file is
 byte-for-byte the one that was read). They reach the disk with the next write.
 
-The stale check: an edit (or a run that writes outputs) is refused unless this
-session has read the file and it is unchanged since — byte-identical, by
-SHA-256. A notebook this session never read is refused too: whoever edits it
-has not seen what they would overwrite.
+The SHA-256 of the bytes is the fingerprint the stale check (in `_stores`)
+compares: a write is refused unless the file is byte-identical to the one read.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import nbformat
 from nbformat import NotebookNode
@@ -25,7 +22,6 @@ from nbformat import NotebookNode
 from .._atomic import write_atomic
 from .._tool import ToolInputError
 
-READS_KEY = "notebook_reads"
 NBFORMAT_MINOR_WITH_IDS = 5
 
 
@@ -42,13 +38,6 @@ class NotebookFile:
     fingerprint: Fingerprint | None  # None: the file does not exist yet
     ids_added: bool = False
 
-    def find(self, cell_id: str) -> int:
-        for index, cell in enumerate(self.nb.cells):
-            if cell.get("id") == cell_id:
-                return index
-        known = ", ".join(cell.get("id", "?") for cell in self.nb.cells[:20]) or "none"
-        raise ToolInputError(f"{self.path.name} has no cell with id {cell_id!r} (ids: {known})")
-
 
 def load(path: Path, *, missing_ok: bool = False) -> NotebookFile:
     try:
@@ -61,7 +50,7 @@ def load(path: Path, *, missing_ok: bool = False) -> NotebookFile:
         raise ToolInputError(f"{path} is a directory, not a notebook") from None
     fingerprint = Fingerprint(hashlib.sha256(data).hexdigest(), path.stat().st_mtime_ns)
     nb = _parse(path, data)
-    ids_added = _give_cells_ids(nb, fingerprint.sha256)
+    ids_added = give_cells_ids(nb, fingerprint.sha256)
     return NotebookFile(path, nb, fingerprint, ids_added)
 
 
@@ -73,7 +62,7 @@ def _parse(path: Path, data: bytes) -> NotebookNode:
         raise ToolInputError(f"{path.name} is not a readable notebook: {exc}") from exc
 
 
-def _give_cells_ids(nb: NotebookNode, file_hash: str) -> bool:
+def give_cells_ids(nb: NotebookNode, file_hash: str) -> bool:
     missing = [i for i, cell in enumerate(nb.cells) if not cell.get("id")]
     for index in missing:
         nb.cells[index]["id"] = hashlib.sha256(f"{file_hash}:{index}".encode()).hexdigest()[:8]
@@ -81,29 +70,6 @@ def _give_cells_ids(nb: NotebookNode, file_hash: str) -> bool:
         nb.metadata.setdefault("orig_nbformat_minor", nb.get("nbformat_minor", 0))
         nb.nbformat_minor = NBFORMAT_MINOR_WITH_IDS
     return bool(missing)
-
-
-def record_read(state: dict[str, Any], notebook: NotebookFile) -> None:
-    if notebook.fingerprint is not None:
-        state.setdefault(READS_KEY, {})[_key(notebook.path)] = notebook.fingerprint
-
-
-def require_unchanged(state: dict[str, Any], notebook: NotebookFile) -> None:
-    """Refuse to write over a notebook the caller has not seen as it is now."""
-    if notebook.fingerprint is None:
-        return  # a new notebook: nothing to overwrite
-    seen = state.get(READS_KEY, {}).get(_key(notebook.path))
-    name = notebook.path.name
-    if seen is None:
-        raise ToolInputError(
-            f"{name} has not been read in this session; read it first "
-            f"(tools notebook-read notebook_path={name}) and then edit it"
-        )
-    if seen.sha256 != notebook.fingerprint.sha256:
-        raise ToolInputError(
-            f"{name} changed on disk since you last read it (someone may have edited it in JupyterLab); "
-            f"read it again (tools notebook-read notebook_path={name}) before editing, so their work is not overwritten"
-        )
 
 
 def is_unchanged_since(notebook: NotebookFile) -> bool:
@@ -123,21 +89,10 @@ def _require_still_on_disk(notebook: NotebookFile) -> None:
         )
 
 
-def save(state: dict[str, Any], notebook: NotebookFile) -> None:
-    """Validate, write atomically, and count what was written as read."""
-    nb = notebook.nb
-    nb.nbformat, nb.nbformat_minor = 4, max(nb.get("nbformat_minor", 0), NBFORMAT_MINOR_WITH_IDS)
-    try:
-        nbformat.validate(nb)
-    except nbformat.ValidationError as exc:
-        raise ToolInputError(f"the edit would make {notebook.path.name} invalid: {exc.message}") from exc
-    data = (nbformat.writes(nb) + "\n").encode("utf-8")
+def save(notebook: NotebookFile) -> None:
+    """Write atomically (validated by the caller); the fingerprint becomes the written file's."""
+    data = (nbformat.writes(notebook.nb) + "\n").encode("utf-8")
     # Checked again right before the rename: a save from outside since the stale check is not lost.
     write_atomic(notebook.path, data, check=lambda: _require_still_on_disk(notebook))
     notebook.fingerprint = Fingerprint(hashlib.sha256(data).hexdigest(), notebook.path.stat().st_mtime_ns)
     notebook.ids_added = False
-    record_read(state, notebook)
-
-
-def _key(path: Path) -> str:
-    return str(path.resolve())

@@ -28,7 +28,9 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 
 from .._errors import InvalidInput, Unavailable
-from ._connection import AGENT_METADATA, EXECUTE_CONTENT, KernelConnection, Message
+from ._connection import AGENT_METADATA, EXECUTE_CONTENT, Execution, KernelConnection, Message, OnOutput
+from ._shared import open_shared
+from ._stores import ContentsStore, NotebookStore
 
 HTTP_TIMEOUT_SECONDS = 30.0
 READY_TIMEOUT_SECONDS = 60.0
@@ -43,29 +45,31 @@ class ServerApi:
     def __init__(self, url: str, token: str | None) -> None:
         self.base, url_token = _split_token(url)
         self.token = token or url_token or os.environ.get("JUPYTER_TOKEN") or None
-        headers = {"Authorization": f"token {self.token}"} if self.token else {}
-        self.http = httpx.AsyncClient(headers=headers, timeout=HTTP_TIMEOUT_SECONDS)
+        self.http = httpx.AsyncClient(headers=self.auth_headers(), timeout=HTTP_TIMEOUT_SECONDS)
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"token {self.token}"} if self.token else {}
 
     def url(self, *parts: str) -> str:
         return self.base.rstrip("/") + "/" + "/".join(p.strip("/") for p in parts)
 
-    def ws_url(self, kernel_id: str, session_id: str) -> str:
-        scheme, netloc, path, _, _ = urlsplit(self.url("api/kernels", kernel_id, "channels"))
+    def ws_url(self, *parts: str, query: str) -> str:
+        scheme, netloc, path, _, _ = urlsplit(self.url(*parts))
         ws_scheme = {"http": "ws", "https": "wss"}[scheme]
-        return urlunsplit((ws_scheme, netloc, path, urlencode({"session_id": session_id}), ""))
+        return urlunsplit((ws_scheme, netloc, path, query, ""))
 
-    async def request(self, method: str, *parts: str, body: Any = None, missing_ok: bool = False) -> Any:
+    async def request(self, method: str, *parts: str, body: Any = None, params: dict[str, str] | None = None,
+                      missing_ok: bool = False) -> Any:
         where = f"{method} {self.url(*parts)}"
         try:
-            response = await self.http.request(method, self.url(*parts), json=body)
+            response = await self.http.request(method, self.url(*parts), json=body, params=params)
         except httpx.HTTPError as exc:
             raise Unavailable(f"the Jupyter Server at {self.base} did not answer ({where}): {type(exc).__name__}",
                               retryable=True) from exc
         if response.status_code == 404 and missing_ok:
             return None
         if response.status_code in (401, 403):
-            raise InvalidInput(f"the Jupyter Server at {self.base} refused the token (HTTP {response.status_code}); "
-                               "pass the server's token with --token")
+            raise InvalidInput(_refusal(self.base, where, response))
         if response.status_code >= 400:
             raise Unavailable(f"the Jupyter Server answered HTTP {response.status_code} to {where}",
                               retryable=response.status_code >= 500)
@@ -73,6 +77,25 @@ class ServerApi:
 
     async def close(self) -> None:
         await self.http.aclose()
+
+
+def _refusal(base: str, where: str, response: httpx.Response) -> str:
+    """Jupyter Server answers a wrong token with 403 too; a 403 that says why is about something else
+    (a gateway or an authorizer refusing the request), and saying "token" there misleads."""
+    reason = _server_message(response)
+    if response.status_code == 401 or reason in ("", "Forbidden"):
+        return (f"the Jupyter Server at {base} refused the token (HTTP {response.status_code}); "
+                "pass the server's token with --token")
+    return f"the Jupyter Server at {base} refused {where} (HTTP 403): {reason}"
+
+
+def _server_message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message)[:300] if message else ""
 
 
 def _split_token(url: str) -> tuple[str, str | None]:
@@ -103,10 +126,10 @@ class ServerConnection(KernelConnection):
         self._checked_at = 0.0
 
     async def open(self) -> None:
-        url = self.api.ws_url(self.kernel_id, self._client_session)
-        headers = {"Authorization": f"token {self.api.token}"} if self.api.token else {}
+        url = self.api.ws_url("api/kernels", self.kernel_id, "channels",
+                              query=urlencode({"session_id": self._client_session}))
         try:
-            self._ws = await websockets.connect(url, additional_headers=headers, max_size=None,
+            self._ws = await websockets.connect(url, additional_headers=self.api.auth_headers(), max_size=None,
                                                 open_timeout=HTTP_TIMEOUT_SECONDS)
         except (OSError, websockets.WebSocketException, asyncio.TimeoutError) as exc:
             raise Unavailable(f"could not open the kernel channels of {self.label} on {self.api.base}: "
@@ -184,9 +207,9 @@ class ServerConnection(KernelConnection):
     async def _interrupt(self) -> None:
         await self.api.request("POST", "api/kernels", self.kernel_id, "interrupt")
 
-    async def execute(self, code: str, timeout: float):
+    async def execute(self, code: str, timeout: float, on_output: OnOutput | None = None) -> Execution:
         try:
-            return await super().execute(code, timeout)
+            return await super().execute(code, timeout, on_output)
         finally:
             self._run_started = 0.0
 
@@ -257,26 +280,32 @@ def _ack_at_once(sock: socket.socket | None) -> None:
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 
 
-async def connect_server(url: str, token: str | None, notebook: str, kernel_name: str | None) -> ServerConnection:
-    api = ServerApi(url, token)
-    try:
-        path = _server_path(notebook)
-        session, created = await _find_or_start_session(api, path, kernel_name)
-        connection = ServerConnection(api, session, created=created)
-        await connection.open()
-    except BaseException:
-        await api.close()
-        raise
+async def connect_server(api: ServerApi, path: str, kernel_name: str | None) -> ServerConnection:
+    """The kernel of `path`'s session on the server (a session is started when there is none)."""
+    session, created = await _find_or_start_session(api, path, kernel_name)
+    connection = ServerConnection(api, session, created=created)
+    await connection.open()
     return connection
 
 
-def _server_path(notebook: str) -> str:
-    return str(PurePosixPath(notebook.replace(os.sep, "/"))).lstrip("/")
+async def open_notebook(api: ServerApi, path: str) -> NotebookStore | None:
+    """How this server's copy of `path` is read and changed; None while the notebook does not exist."""
+    if await api.request("GET", "api/contents", path, params={"content": "0"}, missing_ok=True) is None:
+        return None
+    return await open_shared(api, path) or ContentsStore(api, path)
+
+
+def server_path(notebook: str) -> str:
+    """`notebook` relative to the server's root, whatever folder the kernel runs in."""
+    path = PurePosixPath(notebook.replace(os.sep, "/"))
+    if ".." in path.parts:
+        raise InvalidInput(f"{notebook!r}: give the notebook's path from the server's root, without '..'")
+    return str(path).lstrip("/")
 
 
 async def _find_or_start_session(api: ServerApi, path: str, kernel_name: str | None) -> tuple[dict[str, Any], bool]:
     for session in await api.request("GET", "api/sessions") or []:
-        if _server_path(session.get("path") or "") == path and session.get("kernel"):
+        if server_path(session.get("path") or "") == path and session.get("kernel"):
             return session, False
     kernel = {"name": kernel_name} if kernel_name else {}
     body = {"path": path, "name": PurePosixPath(path).name, "type": "notebook", "kernel": kernel}

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import nbformat
 from nbformat import NotebookNode
 
 from .._tool import Image, Tool, ToolContext, ToolInputError, ToolResult, tool
-from . import _document as doc
 from ._connection import Execution
-from ._pairing import STATE_KEY, Pairing, current_pairing
+from ._pairing import Pairing, pairings
+from ._stores import CellEdit, FileStore, Loaded, NotebookStore
 from ._text import describe_output, join_source
 
 DEFAULT_TIMEOUT_SECONDS = 120
@@ -19,7 +18,8 @@ MAX_TIMEOUT_SECONDS = 600
 CELL_TYPES = ("code", "markdown", "raw")
 
 _PATH = {"type": "string", "minLength": 1,
-         "description": "Notebook (.ipynb) path, relative to the working directory. Default: the paired notebook."}
+         "description": "Notebook (.ipynb) path: relative to the working directory, or, for a notebook paired "
+                        "with --server, its path on that server as paired."}
 
 READ_SCHEMA = {
     "type": "object",
@@ -27,6 +27,7 @@ READ_SCHEMA = {
         "notebook_path": _PATH,
         "cell_id": {"type": "string", "minLength": 1, "description": "Show only this cell."},
     },
+    "required": ["notebook_path"],
     "additionalProperties": False,
 }
 
@@ -41,6 +42,7 @@ EDIT_SCHEMA = {
                       "description": "Type of the new cell (insert: required); for replace, changes the cell's type."},
         "edit_mode": {"type": "string", "enum": ["replace", "insert", "delete"], "default": "replace"},
     },
+    "required": ["notebook_path"],
     "additionalProperties": False,
     "allOf": [
         {"if": {"properties": {"edit_mode": {"const": "insert"}}, "required": ["edit_mode"]},
@@ -56,15 +58,18 @@ EDIT_SCHEMA = {
 RUN_SCHEMA = {
     "type": "object",
     "properties": {
-        "code": {"type": "string", "description": "Code to run in the paired notebook's kernel."},
+        "notebook_path": {**_PATH,
+                          "description": "The paired notebook whose kernel runs the code. " + _PATH["description"]},
+        "code": {"type": "string", "description": "Code to run in the notebook's kernel."},
         "cell_id": {"type": "string", "minLength": 1,
-                    "description": "Run this code cell of the paired notebook and write its outputs into the notebook."},
+                    "description": "Run this code cell of the notebook and write its outputs into the notebook."},
         "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_SECONDS,
                             "default": DEFAULT_TIMEOUT_SECONDS},
         "restart": {"type": "boolean", "default": False,
                     "description": "Restart the kernel first (a kernel this session started with --kernel, or a "
                                    "--server kernel); its variables are lost."},
     },
+    "required": ["notebook_path"],
     "additionalProperties": False,
     "anyOf": [{"required": ["code"]}, {"required": ["cell_id"]},
               {"required": ["restart"], "properties": {"restart": {"const": True}}}],
@@ -78,8 +83,9 @@ RUN_SCHEMA = {
     "Read a Jupyter notebook: every cell's id, type, execution count, source and text output; image outputs "
     "are returned as images. Cell ids are the handle for notebook-edit and notebook-run."))
 async def notebook_read(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    notebook = doc.load(_notebook_path(arguments, ctx))
-    doc.record_read(ctx.state, notebook)
+    store = await _store(arguments, ctx)
+    notebook = await store.load()
+    store.record_read(ctx.state, notebook)
     cells = list(enumerate(notebook.nb.cells, 1))
     if arguments.get("cell_id"):
         index = notebook.find(arguments["cell_id"])
@@ -89,10 +95,10 @@ async def notebook_read(arguments: dict[str, Any], ctx: ToolContext) -> ToolResu
     return ToolResult(texts=["\n\n".join(blocks)], images=images)
 
 
-def _read_header(notebook: doc.NotebookFile) -> str:
+def _read_header(notebook: Loaded) -> str:
     nb = notebook.nb
     kernel = (nb.metadata.get("kernelspec") or {}).get("name", "no kernel recorded")
-    header = f"{notebook.path.name}: {len(nb.cells)} cells, kernel {kernel}"
+    header = f"{notebook.name}: {len(nb.cells)} cells, kernel {kernel}"
     if notebook.ids_added:
         header += ("\n(this notebook predates cell ids; ids were given in memory and are written with the next "
                    "edit)")
@@ -126,45 +132,44 @@ def _output_label(output: NotebookNode) -> str:
     "file changed since this session last read it. Returns the ids touched."))
 async def notebook_edit(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     mode = arguments.get("edit_mode") or "replace"
-    notebook = doc.load(_notebook_path(arguments, ctx), missing_ok=mode == "insert")
-    doc.require_unchanged(ctx.state, notebook)
-    touched = EDITS[mode](notebook, arguments)
-    doc.save(ctx.state, notebook)
-    return {"notebook_path": str(notebook.path), "edit_mode": mode, "cell_ids": touched,
+    store = await _store(arguments, ctx)
+    notebook = await store.load(missing_ok=mode == "insert")
+    change = EDITS[mode](notebook, arguments)
+    notebook = await store.edit(ctx.state, notebook, change)
+    touched = [change.cell_id] if mode != "insert" else [str(change.cell.id)]
+    return {"notebook_path": store.location, "edit_mode": mode, "cell_ids": touched,
             "cell_count": len(notebook.nb.cells)}
 
 
-def _replace(notebook: doc.NotebookFile, arguments: dict[str, Any]) -> list[str]:
+def _replace(notebook: Loaded, arguments: dict[str, Any]) -> CellEdit:
     cell_id = _require(arguments, "cell_id", "replace")
     source = _require_source(arguments, "replace")
-    index = notebook.find(cell_id)
-    old = notebook.nb.cells[index]
+    old = notebook.nb.cells[notebook.find(cell_id)]
     cell_type = arguments.get("cell_type") or old.cell_type
     cell = _new_cell(cell_type, source, cell_id)
     cell.metadata = old.get("metadata", {})
     if cell_type == "markdown" and old.cell_type == "markdown" and "attachments" in old:
         cell.attachments = old.attachments
-    notebook.nb.cells[index] = cell
-    return [cell_id]
+    return CellEdit("replace", cell_id, cell)
 
 
-def _insert(notebook: doc.NotebookFile, arguments: dict[str, Any]) -> list[str]:
+def _insert(notebook: Loaded, arguments: dict[str, Any]) -> CellEdit:
     cell_type = _require(arguments, "cell_type", "insert")
     source = _require_source(arguments, "insert")
     after = arguments.get("cell_id") or ""
-    position = notebook.find(after) + 1 if after else 0
+    if after:
+        notebook.find(after)
     taken = {cell.get("id") for cell in notebook.nb.cells}
     cell = _new_cell(cell_type, source, None)
     while cell.id in taken:
         cell = _new_cell(cell_type, source, None)
-    notebook.nb.cells.insert(position, cell)
-    return [cell.id]
+    return CellEdit("insert", after, cell)
 
 
-def _delete(notebook: doc.NotebookFile, arguments: dict[str, Any]) -> list[str]:
+def _delete(notebook: Loaded, arguments: dict[str, Any]) -> CellEdit:
     cell_id = _require(arguments, "cell_id", "delete")
-    del notebook.nb.cells[notebook.find(cell_id)]
-    return [cell_id]
+    notebook.find(cell_id)
+    return CellEdit("delete", cell_id)
 
 
 EDITS = {"replace": _replace, "insert": _insert, "delete": _delete}
@@ -201,7 +206,7 @@ def _require_source(arguments: dict[str, Any], mode: str) -> str:
     "paired notebook by cell_id and write its outputs into the notebook. Returns stream text, the result, errors "
     "and images. Default timeout 120 s, at most 600; on timeout the kernel is interrupted."))
 async def notebook_run(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    pairing = current_pairing(ctx.state)
+    pairing = pairings(ctx.state).require(ctx.workdir, _path_argument(arguments))
     code, cell_id = arguments.get("code"), arguments.get("cell_id")
     timeout = _timeout(arguments)
     if code is not None and cell_id:
@@ -213,27 +218,29 @@ async def notebook_run(arguments: dict[str, Any], ctx: ToolContext) -> ToolResul
     if cell_id:
         return await _run_cell(pairing, cell_id, timeout, ctx.state)
     if code is None:
-        raise ToolInputError("give code to run, or the cell_id of a code cell of the paired notebook")
+        raise ToolInputError("give code to run, or the cell_id of a code cell of the notebook")
     execution = await pairing.connection.execute(code, timeout)
     return _execution_result(execution, timeout, where="output")
 
 
 async def _run_cell(pairing: Pairing, cell_id: str, timeout: float, state: dict[str, Any]) -> ToolResult:
-    notebook = doc.load(pairing.notebook)
-    doc.require_unchanged(state, notebook)
+    store = await pairing.notebook_store()
+    notebook = await store.load()
     cell = notebook.nb.cells[notebook.find(cell_id)]
     if cell.cell_type != "code":
         raise ToolInputError(f"cell {cell_id} is a {cell.cell_type} cell; only code cells run")
-    execution = await pairing.connection.execute(join_source(cell.source), timeout)
+    await store.check_runnable(state, notebook, cell_id)
+
+    async def show(execution: Execution) -> None:
+        await store.output_changed(cell_id, execution)
+
+    try:
+        execution = await pairing.connection.execute(join_source(cell.source), timeout, show)
+    except BaseException:
+        await store.run_stopped(cell_id)
+        raise
+    note = await store.write_outputs(state, notebook, cell_id, execution)
     result = _execution_result(execution, timeout, where=f"cell {cell_id} output")
-    if doc.is_unchanged_since(notebook):
-        cell.outputs = execution.outputs
-        cell.execution_count = execution.execution_count
-        doc.save(state, notebook)
-        note = f"[cell {cell_id} ran as [{execution.execution_count}]; its outputs are written to {notebook.path.name}]"
-    else:
-        note = (f"[outputs NOT written: {notebook.path.name} changed on disk while the cell ran; "
-                "read it again]")
     result.texts = ["\n".join(part for part in (*result.texts, note) if part)]
     return result
 
@@ -259,13 +266,20 @@ def _execution_result(execution: Execution, timeout: float, *, where: str) -> To
     return ToolResult(texts=["\n".join(parts)], images=images, is_error=execution.status != "ok")
 
 
-def _notebook_path(arguments: dict[str, Any], ctx: ToolContext) -> Path:
-    if arguments.get("notebook_path"):
-        return ctx.resolve(arguments["notebook_path"])
-    pairing = ctx.state.get(STATE_KEY)
-    if pairing is None:
-        raise ToolInputError("give notebook_path (no notebook is paired in this session)")
-    return pairing.notebook
+def _path_argument(arguments: dict[str, Any]) -> str:
+    path = arguments.get("notebook_path")
+    if not path:
+        raise ToolInputError("give notebook_path: every notebook tool call names its notebook")
+    return path
+
+
+async def _store(arguments: dict[str, Any], ctx: ToolContext) -> NotebookStore:
+    """Where the named notebook lives: through its pairing's server, else the local file."""
+    path = _path_argument(arguments)
+    pairing = pairings(ctx.state).find(ctx.workdir, path)
+    if pairing is not None:
+        return await pairing.notebook_store()
+    return FileStore(ctx.resolve(path), path)
 
 
 def notebook_tools() -> list[Tool]:

@@ -1,0 +1,87 @@
+"""A person has the notebook open in JupyterLab (Debian's Chromium through Playwright) while the agent
+edits and runs it through the shared document: they see the edit and the output appear, keep their own
+unsaved typing, and get no "file changed on disk" dialog."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import nbformat
+import pytest
+from conftest import SERVER_TOKEN, call, start_server, stop_server
+from nbformat.v4 import new_code_cell, new_notebook
+
+from toolkernel._loop import run
+from toolkernel._notebook import notebook_tools, pair, unpair
+from toolkernel._tool import ToolContext
+
+read, edit, run_tool = notebook_tools()
+CHROMIUM = "/usr/bin/chromium"
+WAIT_MS = 60_000  # generous: the machine is shared
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    pytest.importorskip("jupyterlab")
+    pytest.importorskip("jupyter_server_ydoc")
+    if not shutil.which(CHROMIUM):
+        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
+    settings = tmp_path_factory.mktemp("lab-settings")
+    news = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    news.parent.mkdir(parents=True)
+    news.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    process, server = start_server(tmp_path_factory, "--YDocExtension.document_save_delay=0.3", app="jupyterlab",
+                                   env={"JUPYTERLAB_SETTINGS_DIR": str(settings)})
+    yield server
+    stop_server(process)
+
+
+@pytest.fixture
+def browser_page():
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
+
+
+def test_the_person_sees_the_agents_edit_and_output_live_and_keeps_their_typing(lab, browser_page, tmp_path):
+    nb = new_notebook(cells=[new_code_cell("a = 1"), new_code_cell("x = 20"), new_code_cell("print(x * 2)")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, lab["root"] / "open.ipynb")
+    ids = [cell.id for cell in nb.cells]
+    ctx = ToolContext(tmp_path, state={})
+    run(pair(ctx.state, tmp_path, "open.ipynb", server=lab["url"], token=SERVER_TOKEN, kernel="python3"),
+        timeout=120)
+    try:
+        page = browser_page
+        page.goto(f"{lab['url']}lab/tree/open.ipynb?token={SERVER_TOKEN}")
+        cells = page.locator(".jp-Notebook .jp-Cell")
+        cells.nth(2).wait_for(timeout=WAIT_MS)
+        editor = cells.nth(0).locator(".cm-content")
+        editor.click()
+        page.keyboard.press("End")
+        page.keyboard.type("  # typed, not saved")
+
+        call(read, ctx, notebook_path="open.ipynb")
+        assert not call(edit, ctx, notebook_path="open.ipynb", cell_id=ids[1], new_source="x = 50").is_error
+        call(run_tool, ctx, notebook_path="open.ipynb", cell_id=ids[1])
+        result = call(run_tool, ctx, notebook_path="open.ipynb", cell_id=ids[2])
+        assert result.texts[0].startswith("100\n")
+
+        page.wait_for_function("document.querySelectorAll('.jp-Notebook .jp-Cell')[1]"
+                               ".querySelector('.cm-content').innerText.includes('x = 50')", timeout=WAIT_MS)
+        cells.nth(2).locator(".jp-OutputArea-output", has_text="100").wait_for(timeout=WAIT_MS)
+        prompt = cells.nth(2).locator(".jp-InputArea-prompt").inner_text()
+        assert prompt.strip("[]: ").isdigit(), prompt  # the execution count, as after pressing run
+        assert "a = 1  # typed, not saved" in editor.inner_text()
+        page.wait_for_timeout(1500)  # the server has saved the document to the file by now
+        assert page.locator(".jp-Dialog").count() == 0
+        assert "a = 1  # typed, not saved" in editor.inner_text()
+        saved = nbformat.read(lab["root"] / "open.ipynb", as_version=4)
+        assert saved.cells[1].source == "x = 50" and saved.cells[2].outputs[0].text == "100\n"
+    finally:
+        run(unpair(ctx.state), timeout=60)

@@ -1,0 +1,350 @@
+"""Notebooks paired with --server are read, edited and run THROUGH the server.
+
+- A plain Jupyter Server: the Contents API (paths from the server's root).
+- A Jupyter Server with jupyter-collaboration: the shared Y.js document. A second
+  Y.js client in the same room plays the person who has the notebook open in
+  JupyterLab: their unsaved typing, edits racing theirs, outputs they see live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from urllib.parse import quote, urlencode
+
+import httpx
+import nbformat
+import pytest
+from conftest import NO_COLLABORATION, SERVER_TOKEN, call, old_notebook_json, start_server, stop_server
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from toolkernel._errors import ConnectionRequired
+from toolkernel._loop import run
+from toolkernel._notebook import notebook_tools, pair, pairings, unpair
+from toolkernel._tool import ToolContext
+
+read, edit, run_tool = notebook_tools()
+
+
+def three_cells() -> nbformat.NotebookNode:
+    nb = new_notebook(cells=[new_markdown_cell("# Data"), new_code_cell("x = 20"), new_code_cell("print(x * 2)")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb
+
+
+def write_notebook(root, path: str) -> list[str]:
+    (root / path).parent.mkdir(parents=True, exist_ok=True)
+    nb = three_cells()
+    nbformat.write(nb, root / path)
+    return [cell.id for cell in nb.cells]
+
+
+@pytest.fixture
+def kernel_dir_ctx(tmp_path):
+    """The kernel runs in a folder of its own, not the server's root."""
+    context = ToolContext(tmp_path, state={})
+    yield context
+    run(unpair(context.state), timeout=60)
+
+
+def pair_with(server, ctx, notebook: str):
+    return run(pair(ctx.state, ctx.workdir, notebook, server=server["url"], token=SERVER_TOKEN, kernel="python3"),
+               timeout=300)
+
+
+# --- a plain Jupyter Server: the Contents API -------------------------------------------------
+
+def test_contents_api_paths_are_the_servers_and_edits_go_through_it(jupyter_server, kernel_dir_ctx):
+    root = jupyter_server["root"]
+    ids = write_notebook(root, "work/ds.ipynb")
+    # the kernel's own folder has a different notebook of the same relative name: it must not be touched
+    (kernel_dir_ctx.workdir / "work").mkdir()
+    nbformat.write(new_notebook(cells=[new_code_cell("local copy")]), kernel_dir_ctx.workdir / "work/ds.ipynb")
+    pairing = pair_with(jupyter_server, kernel_dir_ctx, "work/ds.ipynb")
+    assert "Contents API" in pairing.describe()
+    text = call(read, kernel_dir_ctx, notebook_path="work/ds.ipynb").texts[0]
+    assert f"id={ids[1]} code [ ]\nx = 20" in text and "local copy" not in text
+    result = call(edit, kernel_dir_ctx, notebook_path="work/ds.ipynb", cell_id=ids[1], new_source="x = 21")
+    assert result.value()["notebook_path"] == "work/ds.ipynb"
+    assert nbformat.read(root / "work/ds.ipynb", as_version=4).cells[1].source == "x = 21"
+    assert "local copy" in (kernel_dir_ctx.workdir / "work/ds.ipynb").read_text()
+    # the run writes outputs back through the server too
+    call(run_tool, kernel_dir_ctx, notebook_path="work/ds.ipynb", cell_id=ids[1])
+    result = call(run_tool, kernel_dir_ctx, notebook_path="work/ds.ipynb", cell_id=ids[2])
+    assert result.texts[0].startswith("42\n[cell ")
+    saved = nbformat.read(root / "work/ds.ipynb", as_version=4).cells[2]
+    assert saved.outputs[0].text == "42\n" and saved.execution_count is not None
+
+
+def test_contents_api_refuses_an_edit_after_someone_saved_the_notebook(jupyter_server, kernel_dir_ctx):
+    root = jupyter_server["root"]
+    ids = write_notebook(root, "stale.ipynb")
+    pair_with(jupyter_server, kernel_dir_ctx, "stale.ipynb")
+    call(read, kernel_dir_ctx, notebook_path="stale.ipynb")
+    nb = nbformat.read(root / "stale.ipynb", as_version=4)
+    nb.cells[0].source = "# Data, retitled by a person"
+    nbformat.write(nb, root / "stale.ipynb")
+    result = call(edit, kernel_dir_ctx, notebook_path="stale.ipynb", cell_id=ids[1], new_source="x = 1")
+    assert result.is_error and "changed since you last read it" in result.texts[0]
+    assert nbformat.read(root / "stale.ipynb", as_version=4).cells[0].source == "# Data, retitled by a person"
+
+
+def test_a_notebook_that_is_not_on_the_server_is_a_clear_error(jupyter_server, kernel_dir_ctx):
+    pair_with(jupyter_server, kernel_dir_ctx, "later.ipynb")
+    result = call(read, kernel_dir_ctx, notebook_path="later.ipynb")
+    assert result.is_error and "no notebook later.ipynb under the root of the Jupyter Server" in result.texts[0]
+    # an insert creates it, through the server
+    assert not call(edit, kernel_dir_ctx, notebook_path="later.ipynb", edit_mode="insert", cell_type="code",
+                    new_source="1 + 1").is_error
+    assert nbformat.read(jupyter_server["root"] / "later.ipynb", as_version=4).cells[0].source == "1 + 1"
+
+
+# --- a Jupyter Server with jupyter-collaboration: the shared document ------------------------
+
+@pytest.fixture(scope="module")
+def collab_server(tmp_path_factory):
+    pytest.importorskip("jupyter_server_ydoc")
+    process, server = start_server(tmp_path_factory, "--YDocExtension.document_save_delay=0.3")
+    yield server
+    stop_server(process)
+
+
+class Person:
+    """Someone with the notebook open in JupyterLab: a second client of the same shared document."""
+
+    def __init__(self, server, path: str) -> None:
+        self.server, self.path = server, path
+
+    async def __aenter__(self) -> Person:
+        import websockets
+        from jupyter_ydoc import YNotebook
+        from pycrdt import Doc, Provider
+
+        from toolkernel._notebook._shared import _WebsocketChannel
+
+        headers = {"Authorization": f"token {SERVER_TOKEN}"}
+        async with httpx.AsyncClient(headers=headers) as http:
+            response = await http.put(self.server["url"] + "api/collaboration/session/" + quote(self.path),
+                                      json={"format": "json", "type": "notebook"})
+        session = response.json()
+        room = f"json:notebook:{session['fileId']}"
+        url = (self.server["url"].replace("http", "ws", 1) + "api/collaboration/room/" + room + "?"
+               + urlencode({"sessionId": session["sessionId"]}))
+        self.ws = await websockets.connect(url, additional_headers=headers, max_size=None)
+        self.notebook = YNotebook(Doc())
+        self.provider = Provider(self.notebook.ydoc, _WebsocketChannel(self.ws, room))
+        self.task = asyncio.create_task(self.provider.start())
+        await asyncio.wait_for(self.provider.synced.wait(), 120)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await asyncio.sleep(0.2)
+        await self.provider.stop()
+        await self.ws.close()
+
+    def cell(self, index: int) -> dict:
+        return self.notebook.ycells[index].to_py()
+
+    def type_into(self, index: int, text: str) -> None:
+        source = self.notebook.ycells[index]["source"]
+        source.insert(len(source), text)
+
+
+async def wait_until(check, what: str, timeout: float = 120.0):
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not seen within {timeout:g} s: {what}")
+        await asyncio.sleep(0.05)
+
+
+def test_the_shared_document_is_what_is_read_edited_and_run(collab_server, kernel_dir_ctx):
+    root = collab_server["root"]
+    ids = write_notebook(root, "team/live.ipynb")
+    pairing = pair_with(collab_server, kernel_dir_ctx, "team/live.ipynb")
+    assert "shared document" in pairing.describe()
+
+    async def scenario():
+        async with Person(collab_server, "team/live.ipynb") as person:
+            person.type_into(0, " (draft)")  # unsaved typing in another cell
+            store = await pairing.notebook_store()
+            await wait_until(lambda: "(draft)" in str(store._ynb.ycells[0]["source"]), "the typing at the agent's")
+            assert "# Data (draft)" in (await read.call({"notebook_path": "team/live.ipynb"}, kernel_dir_ctx)).texts[0]
+            edited = await edit.call({"notebook_path": "team/live.ipynb", "cell_id": ids[1],
+                                      "new_source": "x = 50"}, kernel_dir_ctx)
+            assert not edited.is_error, edited.texts
+            await wait_until(lambda: person.cell(1)["source"] == "x = 50", "the agent's edit at the person's")
+            assert person.cell(0)["source"] == "# Data (draft)"  # their typing is untouched
+            seen = []  # (execution state, number of outputs) at the person's, after each change
+            person.watching = person.notebook.ycells[2].observe_deep(  # kept alive while watched
+                lambda events: seen.append((person.cell(2).get("execution_state"), len(person.cell(2)["outputs"]))))
+            await run_tool.call({"notebook_path": "team/live.ipynb", "cell_id": ids[1]}, kernel_dir_ctx)
+            ran = await run_tool.call({"notebook_path": "team/live.ipynb", "cell_id": ids[2]}, kernel_dir_ctx)
+            assert ran.texts[0].startswith("100\n[cell ") and "shared document" in ran.texts[0]
+            await wait_until(lambda: person.cell(2)["outputs"][:1] == [
+                {"output_type": "stream", "name": "stdout", "text": "100\n"}], "the run's output at the person's")
+            await wait_until(lambda: person.cell(2)["execution_state"] == "idle", "the cell no longer running")
+            assert person.cell(2)["execution_count"] >= 1
+            assert ("running", 1) in seen, seen  # they saw the output while the cell ran
+
+    run(scenario(), timeout=600)
+
+    def saved():
+        return nbformat.read(root / "team/live.ipynb", as_version=4)
+
+    deadline = time.monotonic() + 120  # the server saves the shared document to the file by itself
+    while saved().cells[2].get("outputs") == [] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    nb = saved()
+    assert [c.source for c in nb.cells] == ["# Data (draft)", "x = 50", "print(x * 2)"]
+    assert nb.cells[2].outputs[0].text == "100\n" and nb.cells[2].execution_count is not None
+
+
+def test_an_edit_of_a_cell_the_person_is_typing_in_is_refused(collab_server, kernel_dir_ctx):
+    ids = write_notebook(collab_server["root"], "race.ipynb")
+    pair_with(collab_server, kernel_dir_ctx, "race.ipynb")
+
+    async def scenario():
+        async with Person(collab_server, "race.ipynb") as person:
+            await read.call({"notebook_path": "race.ipynb"}, kernel_dir_ctx)
+            person.type_into(1, "  # tuned by hand")
+            store = await pairings(kernel_dir_ctx.state).require(kernel_dir_ctx.workdir,
+                                                                 "race.ipynb").notebook_store()
+            await wait_until(lambda: "tuned" in str(store._ynb.ycells[1]["source"]), "typing reached the agent")
+            refused = await edit.call({"notebook_path": "race.ipynb", "cell_id": ids[1], "new_source": "x = 0"},
+                                      kernel_dir_ctx)
+            assert refused.is_error and f"cell {ids[1]} of race.ipynb changed since you last read it" in \
+                refused.texts[0]
+            ran = await run_tool.call({"notebook_path": "race.ipynb", "cell_id": ids[1]}, kernel_dir_ctx)
+            assert ran.is_error and "read it again" in ran.texts[0]
+            # another cell is fine, and the typed text stays
+            other = await edit.call({"notebook_path": "race.ipynb", "cell_id": ids[2], "new_source": "x"},
+                                    kernel_dir_ctx)
+            assert not other.is_error, other.texts
+            await wait_until(lambda: person.cell(2)["source"] == "x", "the other edit")
+            assert person.cell(1)["source"] == "x = 20  # tuned by hand"
+            # read again: now the agent may edit it
+            await read.call({"notebook_path": "race.ipynb"}, kernel_dir_ctx)
+            again = await edit.call({"notebook_path": "race.ipynb", "cell_id": ids[1], "new_source": "x = 0"},
+                                    kernel_dir_ctx)
+            assert not again.is_error
+            await wait_until(lambda: person.cell(1)["source"] == "x = 0", "the edit after a fresh read")
+
+    run(scenario(), timeout=600)
+
+
+def test_insert_and_delete_in_the_shared_document(collab_server, kernel_dir_ctx):
+    ids = write_notebook(collab_server["root"], "cells.ipynb")
+    pair_with(collab_server, kernel_dir_ctx, "cells.ipynb")
+
+    async def scenario():
+        async with Person(collab_server, "cells.ipynb") as person:
+            await read.call({"notebook_path": "cells.ipynb"}, kernel_dir_ctx)
+            inserted = (await edit.call({"notebook_path": "cells.ipynb", "edit_mode": "insert", "cell_id": ids[0],
+                                         "cell_type": "markdown", "new_source": "Notes"}, kernel_dir_ctx)).value()
+            new_id = inserted["cell_ids"][0]
+            await wait_until(lambda: len(person.notebook.ycells) == 4, "the inserted cell")
+            assert person.cell(1)["id"] == new_id and person.cell(1)["source"] == "Notes"
+            await edit.call({"notebook_path": "cells.ipynb", "edit_mode": "delete", "cell_id": ids[2]},
+                            kernel_dir_ctx)
+            await wait_until(lambda: len(person.notebook.ycells) == 3, "the deleted cell")
+            assert [person.cell(i)["id"] for i in range(3)] == [ids[0], new_id, ids[1]]
+
+    run(scenario(), timeout=600)
+
+
+def test_a_notebook_older_than_cell_ids_is_edited_by_the_ids_the_read_shows(collab_server, kernel_dir_ctx):
+    (collab_server["root"] / "old.ipynb").write_text(old_notebook_json())
+    pair_with(collab_server, kernel_dir_ctx, "old.ipynb")
+    text = call(read, kernel_dir_ctx, notebook_path="old.ipynb").texts[0]
+    cell_id = re.search(r"--- cell 3/3 id=(\S+) code", text).group(1)
+    assert not call(edit, kernel_dir_ctx, notebook_path="old.ipynb", cell_id=cell_id, new_source="y = 3").is_error
+    assert "y = 3" in call(read, kernel_dir_ctx, notebook_path="old.ipynb", cell_id=cell_id).texts[0]
+
+
+def test_two_notebooks_on_one_server_never_cross(collab_server, tmp_path):
+    first, second = ToolContext(tmp_path, state={}), ToolContext(tmp_path, state={})  # two sessions
+    a_ids = write_notebook(collab_server["root"], "a.ipynb")
+    b_ids = write_notebook(collab_server["root"], "b.ipynb")
+    try:
+        pair_with(collab_server, first, "a.ipynb")
+        pair_with(collab_server, first, "b.ipynb")
+        pair_with(collab_server, second, "b.ipynb")
+        call(run_tool, first, notebook_path="a.ipynb", code="who = 'a'")
+        call(run_tool, first, notebook_path="b.ipynb", code="who = 'b'")
+        assert call(run_tool, first, notebook_path="a.ipynb", code="who").texts == ["'a'"]
+        # the second session's pairing of b reaches b's session kernel, not a's
+        assert call(run_tool, second, notebook_path="b.ipynb", code="who").texts == ["'b'"]
+        with pytest.raises(ConnectionRequired):
+            call(run_tool, second, notebook_path="a.ipynb", code="who")
+        # reads are per session: the second session has not read b, so it may not edit it
+        refused = call(edit, second, notebook_path="b.ipynb", cell_id=b_ids[1], new_source="x = 2")
+        assert refused.is_error and "has not been read in this session" in refused.texts[0]
+        call(read, first, notebook_path="a.ipynb")
+        assert not call(edit, first, notebook_path="a.ipynb", cell_id=a_ids[1], new_source="x = 1").is_error
+        assert "x = 20" in call(read, first, notebook_path="b.ipynb").texts[0]
+    finally:
+        run(unpair(first.state), timeout=60)
+        run(unpair(second.state), timeout=60)
+
+
+# --- kernels from a Jupyter Kernel Gateway ------------------------------------------------------
+
+GATEWAY_TOKEN = "gateway-token-9c2d"
+
+
+@pytest.fixture(scope="module")
+def gateway_server(tmp_path_factory):
+    """Jupyter Kernel Gateway on loopback, and a Jupyter Server whose kernels all run there."""
+    import subprocess
+    import sys
+
+    from conftest import _free_port
+
+    pytest.importorskip("kernel_gateway")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("gateway-log") / "gateway.log"
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "kernel_gateway", "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={port}",
+         f"--KernelGatewayApp.auth_token={GATEWAY_TOKEN}", "--KernelGatewayApp.port_retries=0",
+         "--JupyterWebsocketPersonality.list_kernels=True"],  # Jupyter Server lists the gateway's kernels
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=tmp_path_factory.mktemp("gateway-cwd"))
+    gateway_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                if httpx.get(gateway_url + "/api", headers={"Authorization": f"token {GATEWAY_TOKEN}"},
+                             timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if gateway.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"kernel gateway did not come up: {log.read_text()[-2000:]}")
+            time.sleep(0.3)
+        process, server = start_server(
+            tmp_path_factory, f"--gateway-url={gateway_url}", f"--GatewayClient.auth_token={GATEWAY_TOKEN}",
+            f"--ServerApp.jpserver_extensions={NO_COLLABORATION}")
+        server["gateway"] = gateway_url
+        yield server
+        stop_server(process)
+    finally:
+        stop_server(gateway)
+
+
+def test_pairing_works_unchanged_when_the_kernels_come_from_a_gateway(gateway_server, kernel_dir_ctx):
+    ids = write_notebook(gateway_server["root"], "remote.ipynb")
+    pairing = pair_with(gateway_server, kernel_dir_ctx, "remote.ipynb")
+    on_gateway = httpx.get(gateway_server["gateway"] + "/api/kernels",
+                           headers={"Authorization": f"token {GATEWAY_TOKEN}"}, timeout=30).json()
+    assert pairing.connection.kernel_id in [kernel["id"] for kernel in on_gateway]
+    call(read, kernel_dir_ctx, notebook_path="remote.ipynb")
+    call(run_tool, kernel_dir_ctx, notebook_path="remote.ipynb", cell_id=ids[1])
+    result = call(run_tool, kernel_dir_ctx, notebook_path="remote.ipynb", cell_id=ids[2])
+    assert result.texts[0].startswith("40\n[cell ")
+    assert nbformat.read(gateway_server["root"] / "remote.ipynb", as_version=4).cells[2].outputs[0].text == "40\n"
+    result = call(run_tool, kernel_dir_ctx, notebook_path="remote.ipynb", code="import time\ntime.sleep(60)",
+                  timeout_seconds=2)
+    assert result.is_error and "the kernel was interrupted" in result.texts[0]
+    assert call(run_tool, kernel_dir_ctx, notebook_path="remote.ipynb", code="x").texts == ["20"]
