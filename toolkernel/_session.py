@@ -41,6 +41,7 @@ class Session:
         self.state: dict[str, Any] = {}
         self.hooks = Hooks()
         self.approvals = Approvals(self.workdir)
+        self.process_slots = ProcessSlots()  # command-tool processes at once, per kernel
         # The in-process sources; each run adds one provider per configured MCP server.
         self.providers: list[ToolProvider] = [ToolSet("builtin", own_tools()), ToolSet("notebook", notebook_tools())]
 
