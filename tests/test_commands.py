@@ -253,13 +253,15 @@ def test_at_most_eight_command_processes_run_at_once(project):
 # -- names, policy and approval ------------------------------------------------------------------
 
 def test_a_name_taken_by_an_own_tool_or_a_server_is_a_config_error_naming_both(project):
-    for clash, other in [("read-file", "own tool 'read_file'"), ("github", "MCP server 'github'")]:
+    # One rule for every source of tools (the catalog's): the error names both claims.
+    for clash, other in [("read-file", "the tool 'read-file'"), ("github", "the MCP server 'github'")]:
         config = (f'[mcp_servers.github]\ncommand = {q(PY)}\nargs = ["-m", "toolkernel.demo_server"]\n\n'
                   + command_tool(clash, ["true"]))
         write_config(project, config)
         with pytest.raises(ConfigError) as caught:
             Session(project).run_script("tools --help\n", RecordingSink())
-        assert caught.value.key == f"tools.{clash.replace('-', '_')}" and other in caught.value.problem
+        assert f"the command tool '{clash}'" in caught.value.problem and other in caught.value.problem
+        assert caught.value.key in (f"tools.{clash.replace('-', '_')}", f"mcp_servers.{clash}")
         assert caught.value.path == str(project / "toolkernel.toml")
 
 
