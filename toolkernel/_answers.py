@@ -190,7 +190,8 @@ def answer_message(session, data: Mapping[str, Any]) -> dict[str, Any]:
         return {"ok": False, "message": str(exc)}
 
 
-def register_comm(ipython, session) -> None:
+def register_comm(ipython, session, handler: Callable[..., dict[str, Any]] = answer_message) -> None:
+    """Answer each message on `COMM_TARGET` with `handler(session, data)`."""
     kernel = getattr(ipython, "kernel", None)
     manager = getattr(kernel, "comm_manager", None)
     if manager is None:
@@ -199,6 +200,6 @@ def register_comm(ipython, session) -> None:
     def on_open(comm, open_msg) -> None:
         @comm.on_msg
         def on_msg(msg) -> None:
-            comm.send(answer_message(session, msg["content"]["data"]))
+            comm.send(handler(session, msg["content"]["data"]))
 
     manager.register_target(COMM_TARGET, on_open)

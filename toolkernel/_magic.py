@@ -90,14 +90,15 @@ class ToolsMagics(Magics):
 
     def _cell(self, script: str, args) -> None:
         from ._answers import run_asking
+        from ._lab import asking_with_buttons, with_offer
 
-        ask = input if _stdin_allowed(self.shell) else None
+        ask = asking_with_buttons(self.session, input) if _stdin_allowed(self.shell) else None
         try:
             result = run_asking(self.session, script, IPythonSink(), ask, read_only=args.read_only)
         except ConfigError as exc:
             raise ScriptFailed(f"configuration error: {exc}") from None
         if result.report is not None:
-            _report.display_report(result.report)
+            _report.display_report(with_offer(self.session, result.report))
         if args.out:
             self.shell.user_ns[args.out] = _parse_output(result.stdout)
         if result.interrupted:
@@ -153,11 +154,11 @@ def load(ipython) -> "concurrent.futures.Future":
 
     def start() -> None:
         try:
-            from . import _answers
+            from . import _lab
             from ._session import Session
 
             started = Session()
-            _answers.register_comm(ipython, started)
+            _lab.register_comm(ipython, started)
             started.start_eager()
             session.set_result(started)
         except BaseException as exc:  # noqa: BLE001 - shown when the magic is used

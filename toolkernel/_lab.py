@@ -1,0 +1,159 @@
+"""The kernel side of the JupyterLab extension: the approval question and the comm.
+
+Two ways the page talks to the kernel:
+
+- Before the start, the kernel is blocked in `input()`, so it cannot read a
+  comm message. Just before asking, it displays the question as an
+  `application/vnd.toolkernel.approval+json` bundle; the extension shows the
+  buttons and answers the pending stdin request with the key of the plain
+  prompt (`o`, `a`, `d`). Frontends without the extension show the text.
+- After the cell has finished (a mid-run stop, the "Tools" sidebar), the
+  page opens a comm on `COMM_TARGET` and sends one request per message:
+  the answers of `_answers.answer_message`, plus `overview`, `search` and
+  `revoke` for the sidebar. Every reply is {"ok": bool, ...}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+from typing import Any, Callable, Mapping
+
+from . import _loop
+from . import _answers
+from ._answers import AnswerError, answer_message, list_approvals
+from ._approvals import rule_for
+from ._errors import CallError, ConfigError
+from ._policy import CallInfo, Policy, decide
+
+APPROVAL_MIME = "application/vnd.toolkernel.approval+json"
+# The replies the plain text prompt understands (see `_answers.answer_inline`).
+PROMPT_KEYS = {"once": "o", "always": "a", "deny": "d"}
+
+
+def lasting_rule_covers(policy: Policy, info: CallInfo) -> bool:
+    """Whether "Always allow" would make this call run without asking.
+
+    An ask rule, a path outside the workspace or a protected file asks even
+    when an allow rule matches, so then only "Allow once" and "Deny" help."""
+    try:
+        rule = rule_for(info)
+    except ValueError:
+        return False
+    trial = dataclasses.replace(policy, allow=(*policy.allow, rule))
+    return decide(info, trial).action == "allow"
+
+
+def pending_info(session, call: Mapping[str, Any]) -> CallInfo | None:
+    """The pending `CallInfo` the report's call stands for (newest first)."""
+    wanted = json.dumps(call.get("input", {}), sort_keys=True)
+    for info in reversed(session.pending):
+        if info.command == call.get("tool") and json.dumps(dict(info.input), sort_keys=True) == wanted:
+            return info
+    return None
+
+
+def always_offered(session, call: Mapping[str, Any]) -> bool:
+    info = pending_info(session, call)
+    if info is None:
+        return False
+    try:
+        command = _loop.run(session.prepare())
+    except ConfigError:
+        return False
+    return lasting_rule_covers(command.dispatcher.env.policy, info)
+
+
+# -- before the start: the question shown as buttons ----------------------------
+
+
+def approval_bundle(call: Mapping[str, Any], always: bool) -> dict[str, Any]:
+    question = {"call": {"tool": call["tool"], "input": dict(call["input"])},
+                "always_offered": always, "keys": PROMPT_KEYS}
+    text = f"{call['tool']} {json.dumps(call['input'])} needs your approval."
+    return {APPROVAL_MIME: question, "text/plain": text, "text/html": f"<p>{html.escape(text)}</p>"}
+
+
+def show_question(session, call: Mapping[str, Any]) -> None:
+    """Display the question for the extension; the text prompt follows it."""
+    from IPython.display import display
+
+    display(approval_bundle(call, always_offered(session, call)), raw=True)
+
+
+def asking_with_buttons(session, ask: Callable[[str], str]) -> Callable[[str], str]:
+    """`ask` that first shows the question for the extension's buttons.
+
+    The call asked about is the newest pending one: `run_asking` asks right
+    after the script did not start for it."""
+    def ask_with_question(prompt: str) -> str:
+        if session.pending:
+            info = session.pending[-1]
+            show_question(session, {"tool": info.command, "input": dict(info.input)})
+        return ask(prompt)
+
+    return ask_with_question
+
+
+def with_offer(session, report: dict[str, Any]) -> dict[str, Any]:
+    """The report with `always_offered` on its stopped call, for the buttons."""
+    stopped = report.get("tools", {}).get("stopped")
+    if not stopped or stopped.get("reason") != "needs_approval":
+        return report
+    offered = always_offered(session, stopped["call"])
+    tools = {**report["tools"], "stopped": {**stopped, "always_offered": offered}}
+    return {**report, "tools": tools}
+
+
+# -- the comm ------------------------------------------------------------------
+
+
+def handle(session, data: Mapping[str, Any]) -> dict[str, Any]:
+    action = data.get("action")
+    try:
+        if action == "overview":
+            return {"ok": True, **_loop.run(_overview(session))}
+        if action == "search":
+            return {"ok": True, "text": _search(session, data.get("words", ""))}
+        if action == "revoke":
+            return {"ok": True, "message": list_approvals(session, revoke=str(data.get("rule", "")))}
+    except (AnswerError, CallError, ConfigError) as exc:
+        return {"ok": False, "message": getattr(exc, "message", None) or str(exc)}
+    return answer_message(session, data)
+
+
+async def _overview(session) -> dict[str, Any]:
+    command = await session.prepare()
+    catalog = command.catalog
+    await catalog.load_listed()  # what `tools --help` loads: eager and already running servers
+    servers = [_server(entry) for entry in catalog.servers.values()]
+    own = [_tool(tool) for tool in catalog.own.values()]
+    return {"servers": servers, "own_tools": own, "approvals": session.approvals.lasting_approvals()}
+
+
+def _server(entry) -> dict[str, Any]:
+    cfg = entry.config
+    if entry.tools is not None:
+        state, tools = "running", [_tool(tool) for tool in entry.tools]
+    elif entry.error is not None:
+        state, tools = "failed", []
+    else:
+        state, tools = "not loaded", []
+    return {"name": cfg.name, "description": getattr(cfg, "description", None) or "", "state": state,
+            "error": entry.error.message if entry.error is not None else None, "tools": tools}
+
+
+def _tool(tool) -> dict[str, Any]:
+    return {"command": tool.command, "description": tool.description or "",
+            "kind": tool.kind, "schema": json.loads(json.dumps(tool.input_schema, default=str))}
+
+
+def _search(session, words: str) -> str:
+    from ._direct import call_argv
+
+    return str(call_argv(session, ["search", *words.split()]))
+
+
+def register_comm(ipython, session) -> None:
+    _answers.register_comm(ipython, session, handle)
