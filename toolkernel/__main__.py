@@ -76,10 +76,26 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a notebook headless against the demo MCP server")
     demo.add_argument("notebook", nargs="?", type=Path, help="default: the packaged quickstart")
+    kernel = sub.add_parser("install-kernel", help='install the "Python 3 (toolkernel)" kernel (loads toolkernel at start)')
+    where = kernel.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="for the current user only")
+    where.add_argument("--sys-prefix", action="store_true", help="into this Python environment (sys.prefix)")
+    where.add_argument("--prefix", help="under this prefix (share/jupyter/kernels)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return run_demo(args.notebook or quickstart_path())
+    if args.command == "install-kernel":
+        return _install_kernel(args)
     return 2
+
+
+def _install_kernel(args) -> int:
+    from ._kernelspec import DISPLAY_NAME, install_kernel
+
+    prefix = sys.prefix if args.sys_prefix else args.prefix
+    folder = install_kernel(user=args.user, prefix=prefix)
+    print(f"installed {DISPLAY_NAME!r} in {folder}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ Two ways the page talks to the kernel:
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import html
 import json
@@ -96,14 +97,21 @@ def asking_with_buttons(session, ask: Callable[[str], str]) -> Callable[[str], s
     return ask_with_question
 
 
-def with_offer(session, report: dict[str, Any]) -> dict[str, Any]:
-    """The report with `always_offered` on its stopped call, for the buttons."""
+def display_report(session, report: dict[str, Any]) -> None:
+    """The stop report, with whether "Always allow" is offered in its metadata
+    (the report itself stays the seed's JSON)."""
+    from IPython.display import display
+
+    from . import _report
+
+    display(_report.bundle(report), metadata={_report.MIME: report_metadata(session, report)}, raw=True)
+
+
+def report_metadata(session, report: dict[str, Any]) -> dict[str, Any]:
     stopped = report.get("tools", {}).get("stopped")
     if not stopped or stopped.get("reason") != "needs_approval":
-        return report
-    offered = always_offered(session, stopped["call"])
-    tools = {**report["tools"], "stopped": {**stopped, "always_offered": offered}}
-    return {**report, "tools": tools}
+        return {"always_offered": False}
+    return {"always_offered": always_offered(session, stopped["call"])}
 
 
 # -- the comm ------------------------------------------------------------------
@@ -155,5 +163,6 @@ def _search(session, words: str) -> str:
     return str(call_argv(session, ["search", *words.split()]))
 
 
-def register_comm(ipython, session) -> None:
-    _answers.register_comm(ipython, session, handle)
+def register_comm(ipython, starting: "concurrent.futures.Future") -> None:
+    """Register at `%load_ext`; a request made while the session starts waits for it."""
+    _answers.register_comm(ipython, starting, lambda future, data: handle(future.result(), data))

@@ -90,7 +90,7 @@ class ToolsMagics(Magics):
 
     def _cell(self, script: str, args) -> None:
         from ._answers import run_asking
-        from ._lab import asking_with_buttons, with_offer
+        from ._lab import asking_with_buttons, display_report
 
         ask = asking_with_buttons(self.session, input) if _stdin_allowed(self.shell) else None
         try:
@@ -98,7 +98,7 @@ class ToolsMagics(Magics):
         except ConfigError as exc:
             raise ScriptFailed(f"configuration error: {exc}") from None
         if result.report is not None:
-            _report.display_report(with_offer(self.session, result.report))
+            display_report(self.session, result.report)
         if args.out:
             self.shell.user_ns[args.out] = _parse_output(result.stdout)
         if result.interrupted:
@@ -154,16 +154,17 @@ def load(ipython) -> "concurrent.futures.Future":
 
     def start() -> None:
         try:
-            from . import _lab
             from ._session import Session
 
             started = Session()
-            _lab.register_comm(ipython, started)
             started.start_eager()
             session.set_result(started)
         except BaseException as exc:  # noqa: BLE001 - shown when the magic is used
             session.set_exception(exc)
 
+    from . import _lab
+
+    _lab.register_comm(ipython, session)  # now: a page may ask while the session starts
     threading.Thread(target=start, name="toolkernel-start", daemon=True).start()
     ipython.register_magics(ToolsMagics(ipython, session))
     return session

@@ -33,7 +33,6 @@ interface IReport {
       call: ICall;
       argv?: string[] | string;
       before_start?: boolean;
-      always_offered?: boolean;
       [key: string]: unknown;
     };
     not_reached?: string;
@@ -76,7 +75,9 @@ export class ReportRenderer extends Widget implements IRenderMime.IRenderer {
     this.node.appendChild(el('div', 'toolkernel-report-head', `toolkernel: ${outcome}, exit code ${report.exit_code}`));
     this.node.appendChild(this.doneSection(tools.done, tools.read_only_calls));
     if (tools.stopped) {
-      this.node.appendChild(this.stoppedSection(tools.stopped));
+      // The kernel says in the metadata whether a lasting rule would cover the call.
+      const meta = (model.metadata[REPORT_MIME] ?? {}) as { always_offered?: boolean };
+      this.node.appendChild(this.stoppedSection(tools.stopped, meta.always_offered === true));
     }
     if (tools.not_reached) {
       this.node.appendChild(el('div', 'toolkernel-not-reached', `Not reached: ${tools.not_reached}`));
@@ -100,7 +101,7 @@ export class ReportRenderer extends Widget implements IRenderMime.IRenderer {
     return section;
   }
 
-  private stoppedSection(stopped: NonNullable<IReport['tools']['stopped']>): HTMLElement {
+  private stoppedSection(stopped: NonNullable<IReport['tools']['stopped']>, alwaysOffered: boolean): HTMLElement {
     const when = stopped.before_start ? 'before the script started' : 'while the script ran';
     const section = el('div', 'toolkernel-stopped', '', [
       el('div', 'toolkernel-stopped-head', `Stopped ${when}: ${stopped.reason.replace(/_/g, ' ')}`),
@@ -112,7 +113,7 @@ export class ReportRenderer extends Widget implements IRenderMime.IRenderer {
       section.appendChild(el('pre', 'toolkernel-argv', argv));
     }
     if (stopped.reason === 'needs_approval' && this.host) {
-      section.appendChild(this.answerRow(stopped.call, stopped.always_offered === true));
+      section.appendChild(this.answerRow(stopped.call, alwaysOffered));
     }
     return section;
   }
