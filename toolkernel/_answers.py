@@ -58,11 +58,12 @@ def _take_pending(session, call: Mapping[str, Any] | None) -> CallInfo:
     pending: list[CallInfo] = session.pending
     if not pending:
         raise AnswerError("no call is waiting for an approval")
-    index = len(pending) - 1 if call is None else _find(pending, call)
+    index = len(pending) - 1 if call is None else find_pending(pending, call)
     return pending.pop(index)
 
 
-def _find(pending: list[CallInfo], call: Mapping[str, Any]) -> int:
+def find_pending(pending: list[CallInfo], call: Mapping[str, Any]) -> int:
+    """The index of the newest pending call with this tool and input."""
     wanted = json.dumps(call.get("input", {}), sort_keys=True)
     for i in range(len(pending) - 1, -1, -1):
         info = pending[i]

@@ -48,11 +48,10 @@ def lasting_rule_covers(policy: Policy, info: CallInfo) -> bool:
 
 def pending_info(session, call: Mapping[str, Any]) -> CallInfo | None:
     """The pending `CallInfo` the report's call stands for (newest first)."""
-    wanted = json.dumps(call.get("input", {}), sort_keys=True)
-    for info in reversed(session.pending):
-        if info.command == call.get("tool") and json.dumps(dict(info.input), sort_keys=True) == wanted:
-            return info
-    return None
+    try:
+        return session.pending[_answers.find_pending(session.pending, call)]
+    except AnswerError:
+        return None
 
 
 def always_offered(session, call: Mapping[str, Any]) -> bool:
@@ -78,8 +77,11 @@ def approval_bundle(call: Mapping[str, Any], always: bool) -> dict[str, Any]:
 
 def show_question(session, call: Mapping[str, Any]) -> None:
     """Display the question for the extension; the text prompt follows it."""
+    from IPython import get_ipython
     from IPython.display import display
 
+    if getattr(get_ipython(), "kernel", None) is None:
+        return  # a terminal shows the text prompt alone
     display(approval_bundle(call, always_offered(session, call)), raw=True)
 
 

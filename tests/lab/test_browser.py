@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -210,3 +209,11 @@ def test_approval_buttons_report_and_sidebar_in_jupyterlab(lab):
         finally:
             browser.close()
     print(f"browser steps took {time.monotonic() - started:.1f} s")
+
+
+def test_the_installed_extension_is_listed_enabled_and_ok(browser_ready):
+    """`pip install .` put the prebuilt extension where JupyterLab finds it."""
+    listed = subprocess.run([sys.executable, "-m", "jupyterlab.labextensions", "list"], capture_output=True,
+                            text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
+    line = next((l for l in (listed.stdout + listed.stderr).splitlines() if "toolkernel" in l), "")
+    assert "enabled" in line and "OK" in line, listed.stdout + listed.stderr
