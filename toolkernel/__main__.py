@@ -90,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     check = sub.add_parser("lint", help="check the config statically: rules, hooks, command tools")
     check.add_argument("directory", nargs="?", type=Path, default=Path.cwd(),
                        help="the working directory whose config files are checked (default: here)")
+    kernel = sub.add_parser("install-kernel", help='install the "Python 3 (toolkernel)" kernel (loads toolkernel at start)')
+    where = kernel.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="for the current user only")
+    where.add_argument("--sys-prefix", action="store_true", help="into this Python environment (sys.prefix)")
+    where.add_argument("--prefix", help="under this prefix (share/jupyter/kernels)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return run_demo(args.notebook or quickstart_path())
@@ -97,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_trust(args.folder)
     if args.command == "lint":
         return run_lint(args.directory)
+    if args.command == "install-kernel":
+        return _install_kernel(args)
     return 2
 
 
@@ -118,6 +125,15 @@ def run_lint(directory: Path) -> int:
     findings = lint(directory)
     print(report(findings), end="")
     return 1 if findings else 0
+
+
+def _install_kernel(args) -> int:
+    from ._kernelspec import DISPLAY_NAME, install_kernel
+
+    prefix = sys.prefix if args.sys_prefix else args.prefix
+    folder = install_kernel(user=args.user, prefix=prefix)
+    print(f"installed {DISPLAY_NAME!r} in {folder}")
+    return 0
 
 
 if __name__ == "__main__":

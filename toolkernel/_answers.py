@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from . import _loop
 from ._approvals import rule_for
@@ -30,7 +30,7 @@ def approve(session, *, always: bool = False, call: Mapping[str, Any] | None = N
         try:
             rule = rule_for(info)
         except ValueError as exc:  # no rule names this call (an agent's multi-command %%bash cell)
-            session.pending.append(info)
+            session.approvals.add_pending(info)
             raise AnswerError(str(exc)) from None
         session.approvals.always_allow(rule)
         return f"always allowed: {rule} (saved in {session.workdir / '.toolkernel'}; `%tools approvals` lists it)"
@@ -173,7 +173,8 @@ def answer_message(session, data: Mapping[str, Any]) -> dict[str, Any]:
         return {"ok": False, "message": str(exc)}
 
 
-def register_comm(ipython, session) -> None:
+def register_comm(ipython, session, handler: Callable[..., dict[str, Any]] = answer_message) -> None:
+    """Answer each message on `COMM_TARGET` with `handler(session, data)`."""
     kernel = getattr(ipython, "kernel", None)
     manager = getattr(kernel, "comm_manager", None)
     if manager is None:
@@ -182,6 +183,6 @@ def register_comm(ipython, session) -> None:
     def on_open(comm, open_msg) -> None:
         @comm.on_msg
         def on_msg(msg) -> None:
-            comm.send(answer_message(session, msg["content"]["data"]))
+            comm.send(handler(session, msg["content"]["data"]))
 
     manager.register_target(COMM_TARGET, on_open)

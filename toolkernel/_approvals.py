@@ -19,6 +19,7 @@ it would let anyone allow anything.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import fcntl
 import json
@@ -32,7 +33,7 @@ from ._approver import Answer, ApprovalRequest, Approver
 from ._atomic import write_atomic
 from ._errors import ConfigError
 from ._bash_rules import TOOL_NAME as BASH_TOOL, rule_for_script
-from ._policy import CallInfo, canonical_call_key, normalize_qualified_name, parse_rule
+from ._policy import CallInfo, canonical_call_key, decide, normalize_qualified_name, parse_rule
 from ._trust import TrustStore
 
 FOLDER = ".toolkernel"
@@ -251,9 +252,27 @@ class Approvals(ApprovalStore):
                     return self._pending.pop(index)
         return None
 
+    def find_pending(self, call: Mapping[str, Any]) -> CallInfo | None:
+        """The newest pending call matching {"tool", "input"}, left pending."""
+        with self._guard:
+            return next((info for info in reversed(self._pending) if _same_call(info, call)), None)
+
     def has_pending(self) -> bool:
         with self._guard:
             return bool(self._pending)
+
+
+def lasting_rule_covers(policy, info: CallInfo) -> bool:
+    """Whether "always allow" (the rule `rule_for` adds) would make this call run unasked.
+
+    An ask rule, a path outside the workspace or a protected file asks even when an
+    allow rule matches; then only a one-off answer helps. Pure: no I/O."""
+    try:
+        rule = rule_for(info)
+    except ValueError:
+        return False
+    trial = dataclasses.replace(policy, allow=(*policy.allow, rule))
+    return decide(info, trial).action == "allow"
 
 
 def _same_call(info: CallInfo, call: Mapping[str, Any]) -> bool:

@@ -38,6 +38,9 @@ class ApprovalRequest:
     call: CallInfo
     reason: str  # why the policy asks
     before_start: bool = False  # True: nothing of the script has run yet
+    # Whether "always" would make the call run unasked (an ask rule, a path outside the
+    # workspace or a protected file asks whatever is allowed): else offer once or deny only.
+    always_offered: bool = True
 
     def question(self) -> str:
         call = {"tool": self.call.command, "input": dict(self.call.input), **self.call.shown()}
@@ -62,12 +65,12 @@ class StdinApprover:
     `ask` returns a future, e.g. `ScriptEvents.on_pump_thread`). Anything but
     once/always is a deny."""
 
-    def __init__(self, ask: Callable[[str], concurrent.futures.Future]) -> None:
+    def __init__(self, ask: Callable[[str, ApprovalRequest], concurrent.futures.Future]) -> None:
         self._ask = ask
 
     async def __call__(self, request: ApprovalRequest) -> Answer:
         prompt = f"{request.question()} Allow [o]nce, [a]lways, or [d]eny? "
-        reply = await asyncio.wrap_future(self._ask(prompt))
+        reply = await asyncio.wrap_future(self._ask(prompt, request))
         return _REPLIES.get(str(reply).strip().lower(), Answer.DENY)
 
 

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import jsonschema
 import referencing.exceptions
 
-from ._approvals import Approvals
+from ._approvals import Approvals, lasting_rule_covers
 from ._approver import Answer, ApprovalRequest, Approver, stop_and_report
 from ._errors import CallError, CallLimit, Denied, InvalidInput, NeedsApproval, Stopped, ToolFailed
 from ._hooks import HookOutcome, Hooks
@@ -137,7 +137,7 @@ class Dispatcher:
     async def _enforce(self, decision: Decision, info: CallInfo, run: Run) -> None:
         if decision.action == "deny":
             raise Denied(f"{info.command}: {decision.reason}")
-        answer = await self.ask(ApprovalRequest(info, decision.reason))
+        answer = await self.ask(self.request(info, decision.reason))
         if answer in _ALLOWS:
             return
         if answer is Answer.DENY:
@@ -148,6 +148,10 @@ class Dispatcher:
             " and in a script nothing after it runs. Approve with `%tools approve` (or --always),"
             " or `toolkernel.approve()`, then make the call again (in a new script for the rest)"
         )
+
+    def request(self, info: CallInfo, reason: str, *, before_start: bool = False) -> ApprovalRequest:
+        return ApprovalRequest(info, reason, before_start,
+                               always_offered=lasting_rule_covers(self.env.policy, info))
 
     async def ask(self, request: ApprovalRequest) -> Answer:
         """The one ask point, at run time and before the start alike."""

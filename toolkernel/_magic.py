@@ -106,17 +106,18 @@ class ToolsMagics(Magics):
         return self._cell(cell, args)
 
     def _cell(self, script: str, args) -> None:
+        from ._lab import asking_with_buttons, display_report
         from ._trust import ask_to_trust
 
-        ask = input if _stdin_allowed(self.shell) else None
+        ask = asking_with_buttons(self.session, input) if _stdin_allowed(self.shell) else None
         try:
             for said in ask_to_trust(self.session.workdir, ask, self._declined) if ask else ():
                 print(said)
             result = self.session.run_script(script, IPythonSink(), read_only=args.read_only, ask=ask)
         except ConfigError as exc:
             raise ScriptFailed(f"configuration error: {exc}") from None
-        if result.run_report is not None:
-            _report.display_report(result.run_report)
+        if result.report is not None:
+            display_report(self.session, result.report)
         if args.out:
             self.shell.user_ns[args.out] = _parse_output(result.stdout)
         if result.interrupted:
@@ -196,16 +197,17 @@ def load(ipython) -> "concurrent.futures.Future":
 
     def start() -> None:
         try:
-            from . import _answers
             from ._session import Session
 
             started = Session()
-            _answers.register_comm(ipython, started)
             started.start_eager()
             session.set_result(started)
         except BaseException as exc:  # noqa: BLE001 - shown when the magic is used
             session.set_exception(exc)
 
+    from . import _lab
+
+    _lab.register_comm(ipython, session)  # now: a page may ask while the session starts
     threading.Thread(target=start, name="toolkernel-start", daemon=True).start()
     ipython.register_magics(ToolsMagics(ipython, session))
     # hostbash (issue 13): `%%bash` runs host bash with `tools` on its PATH, replacing IPython's.

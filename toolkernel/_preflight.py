@@ -11,7 +11,7 @@ eval, functions, stdin input) is left to that run-time check.
 
 from __future__ import annotations
 
-from ._approver import Answer, ApprovalRequest
+from ._approver import Answer
 from ._cli import parse_input, split_command
 from ._command import ToolsCommand
 from ._errors import CallError, Denied, NeedsApproval
@@ -38,7 +38,7 @@ async def preflight(literal_calls: list[list[str]], command: ToolsCommand) -> st
             approvals.add_pending(info)  # `%tools approve --always` answers it
             return _not_started(command, info, _TWICE, "requested")
         if not approvals.has_once(key):
-            answer = await command.dispatcher.ask(ApprovalRequest(info, decision.reason, before_start=True))
+            answer = await command.dispatcher.ask(command.dispatcher.request(info, decision.reason, before_start=True))
             if answer not in (Answer.ONCE, Answer.ALWAYS):
                 return _not_started(command, info, decision.reason,
                                     "denied" if answer is Answer.DENY else "requested")

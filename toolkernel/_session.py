@@ -110,7 +110,7 @@ class Session:
         runner = runner or BashkitRunner(read_only=read_only)
         events = ScriptEvents()
         if approver is None and ask is not None:
-            approver = StdinApprover(lambda prompt: events.on_pump_thread(ask, prompt))
+            approver = StdinApprover(lambda prompt, request: events.on_pump_thread(_asking, ask, prompt, request))
         command = _loop.run(self.prepare(events, approver or stop_and_report, read_only=read_only))
         with self.approvals.holding_lasting_rules():
             result = execute(runner, command, script, events, sink,
@@ -146,3 +146,12 @@ class Session:
 
         await unpair(self.state)
         await self.pool.close()
+
+
+def _asking(ask: Callable[[str], str], prompt: str, request) -> str:
+    """Ask on the pump thread; an `ask` with `show_question(request)` shows the question
+    first (the JupyterLab extension turns it into buttons that answer the prompt)."""
+    show = getattr(ask, "show_question", None)
+    if show is not None:
+        show(request)
+    return ask(prompt)

@@ -1,0 +1,139 @@
+/**
+ * The stop report (application/vnd.toolkernel.report+json) with the buttons that answer
+ * a stopped call over the comm and offer to run the cell again.
+ */
+import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
+import { Widget } from '@lumino/widgets';
+
+import { IReply } from './comm';
+import { button, callLine, el, json, plural } from './dom';
+
+export const REPORT_MIME = 'application/vnd.toolkernel.report+json';
+
+/** What a renderer needs from the notebook it sits in. */
+export interface IHost {
+  request(data: Record<string, any>): Promise<IReply>;
+  rerun(node: HTMLElement): Promise<void>;
+  answered(): void;
+}
+
+interface ICall {
+  tool: string;
+  input: Record<string, unknown>;
+}
+
+interface IReport {
+  exit_code: number;
+  success: boolean;
+  tools: {
+    done: Array<ICall & { ok: boolean; result?: unknown; error?: unknown }>;
+    read_only_calls: number;
+    stopped?: {
+      reason: string;
+      call: ICall;
+      argv?: string[] | string;
+      before_start?: boolean;
+      [key: string]: unknown;
+    };
+    not_reached?: string;
+  };
+}
+
+/** The answers, with the label of their button. Labels are fixed by the issue. */
+export const ANSWERS: Array<{ action: string; label: string; key: 'once' | 'always' | 'deny' }> = [
+  { action: 'allow_once', label: 'Allow once', key: 'once' },
+  { action: 'always', label: 'Always allow', key: 'always' },
+  { action: 'deny', label: 'Deny', key: 'deny' }
+];
+
+export function answerButtons(alwaysOffered: boolean, onAnswer: (action: string) => void): HTMLElement {
+  const row = el('div', 'toolkernel-answers');
+  for (const answer of ANSWERS) {
+    if (answer.key === 'always' && !alwaysOffered) {
+      continue; // a lasting rule would not cover this call: it would ask anyway
+    }
+    row.appendChild(button(answer.label, () => onAnswer(answer.action), `toolkernel-${answer.key}`));
+  }
+  return row;
+}
+
+export function disableButtons(row: HTMLElement): void {
+  row.querySelectorAll('button').forEach(b => ((b as HTMLButtonElement).disabled = true));
+}
+
+export class ReportRenderer extends Widget implements IRenderMime.IRenderer {
+  constructor(private host: IHost | null) {
+    super();
+    this.addClass('toolkernel-report');
+  }
+
+  async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
+    const report = model.data[REPORT_MIME] as unknown as IReport;
+    this.node.textContent = '';
+    const tools = report.tools;
+    const outcome = tools.stopped ? `stopped (${tools.stopped.reason})` : report.success ? 'done' : 'failed';
+    this.node.appendChild(el('div', 'toolkernel-report-head', `toolkernel: ${outcome}, exit code ${report.exit_code}`));
+    this.node.appendChild(this.doneSection(tools.done, tools.read_only_calls));
+    if (tools.stopped) {
+      // The kernel says in the metadata whether a lasting rule would cover the call.
+      const meta = (model.metadata[REPORT_MIME] ?? {}) as { always_offered?: boolean };
+      this.node.appendChild(this.stoppedSection(tools.stopped, meta.always_offered === true));
+    }
+    if (tools.not_reached) {
+      this.node.appendChild(el('div', 'toolkernel-not-reached', `Not reached: ${tools.not_reached}`));
+    }
+  }
+
+  private doneSection(done: IReport['tools']['done'], readOnly: number): HTMLElement {
+    const section = el('div', 'toolkernel-done');
+    section.appendChild(
+      el('div', '', `Done: ${plural(done.length, 'call')} that may change something, ${plural(readOnly, 'read-only call')}`)
+    );
+    for (const call of done) {
+      const summary = el('summary', '', `${call.ok ? '✓' : '✗'} ${call.tool}`);
+      const body = [el('div', '', 'input'), el('pre', '', json(call.input))];
+      const result = call.ok ? call.result : call.error;
+      if (result !== undefined) {
+        body.push(el('div', '', call.ok ? 'result' : 'error'), el('pre', '', json(result)));
+      }
+      section.appendChild(el('details', `toolkernel-call ${call.ok ? 'toolkernel-ok' : 'toolkernel-failed'}`, '', [summary, ...body]));
+    }
+    return section;
+  }
+
+  private stoppedSection(stopped: NonNullable<IReport['tools']['stopped']>, alwaysOffered: boolean): HTMLElement {
+    const when = stopped.before_start ? 'before the script started' : 'while the script ran';
+    const section = el('div', 'toolkernel-stopped', '', [
+      el('div', 'toolkernel-stopped-head', `Stopped ${when}: ${stopped.reason.replace(/_/g, ' ')}`),
+      el('pre', 'toolkernel-stopped-call', callLine(stopped.call))
+    ]);
+    if (stopped.argv !== undefined) {
+      const argv = Array.isArray(stopped.argv) ? JSON.stringify(stopped.argv) : String(stopped.argv);
+      section.appendChild(el('div', '', 'argv'));
+      section.appendChild(el('pre', 'toolkernel-argv', argv));
+    }
+    if (stopped.reason === 'needs_approval' && this.host) {
+      section.appendChild(this.answerRow(stopped.call, alwaysOffered));
+    }
+    return section;
+  }
+
+  private answerRow(call: ICall, alwaysOffered: boolean): HTMLElement {
+    const host = this.host!;
+    const status = el('div', 'toolkernel-status');
+    const wrapper = el('div', '', '', [status]);
+    const row = answerButtons(alwaysOffered, async action => {
+      disableButtons(row);
+      status.textContent = 'sending the answer to the kernel…';
+      const reply = await host.request({ action, call });
+      status.textContent = reply.message ?? (reply.ok ? 'done' : 'failed');
+      status.classList.add(reply.ok ? 'toolkernel-taken' : 'toolkernel-refused');
+      host.answered();
+      if (reply.ok && action !== 'deny') {
+        wrapper.appendChild(button('Run the cell again', () => void host.rerun(this.node), 'toolkernel-rerun'));
+      }
+    });
+    wrapper.insertBefore(row, status);
+    return wrapper;
+  }
+}

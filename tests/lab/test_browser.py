@@ -1,0 +1,219 @@
+"""The JupyterLab extension in a real browser: JupyterLab on loopback, Debian's Chromium
+driven by Playwright. Screenshots of each step are kept (the path is printed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+WAIT_MS = 60_000  # one step on a loaded, shared machine
+RULE = "mcp_github__delete_branch"
+
+
+def _missing() -> str | None:
+    if not Path(CHROMIUM).exists():
+        return f"{CHROMIUM} is not installed (apt-get install chromium)"
+    for module in ("playwright", "jupyterlab"):
+        try:
+            __import__(module)
+        except ImportError:
+            return f"the Python package {module} is not installed"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser_ready():
+    missing = _missing()
+    if missing and os.environ.get("CI"):
+        pytest.fail(f"CI must run the browser test: {missing}")
+    if missing:
+        pytest.skip(missing)
+
+
+def _cells(*sources: str) -> dict:
+    cells = [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
+              "source": source} for i, source in enumerate(sources)]
+    return {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
+            "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}}
+
+
+def _extension_path(tmp: Path) -> dict[str, str]:
+    """Serve the extension built from this tree when there is one (else the installed one)."""
+    built = REPO / "toolkernel" / "labextension"
+    if not (built / "package.json").exists():
+        return {}
+    data = tmp / "jupyter-data"
+    (data / "labextensions").mkdir(parents=True)
+    (data / "labextensions" / "toolkernel").symlink_to(built)
+    return {"JUPYTER_PATH": str(data)}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def lab(browser_ready, tmp_path):
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    (workdir / "toolkernel.toml").write_text(
+        f'[mcp_servers.github]\ncommand = {json.dumps(sys.executable)}\nargs = ["-m", "toolkernel.demo_server"]\n')
+    notebook = _cells(
+        "%load_ext toolkernel",
+        "%%tools\ntools github delete-branch branch=fix-x\necho ran-after-approval",
+        '%%tools\nfor b in wip-auth; do tools github delete-branch "branch=$b"; done',
+    )
+    (workdir / "approve.ipynb").write_text(json.dumps(notebook))
+    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
+                                                                           "checkForUpdates": False}))
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+           "TOOLKERNEL_ADMIN_CONFIG": str(tmp_path / "no-admin.toml"), **_extension_path(tmp_path)}
+    log = open(tmp_path / "lab.log", "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+         "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={workdir}"],
+        cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(f"{base}/api/status", server, tmp_path / "lab.log")
+        yield base, workdir
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def _wait_for(url: str, server: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"JupyterLab exited:\n{log.read_text()[-3000:]}")
+        try:
+            urllib.request.urlopen(url, timeout=5).close()
+            return
+        except OSError:
+            time.sleep(0.3)
+    raise AssertionError(f"JupyterLab did not answer within 240 s:\n{log.read_text()[-3000:]}")
+
+
+class Steps:
+    """The page, with a numbered screenshot after each step."""
+
+    def __init__(self, page, artifacts: Path) -> None:
+        self.page, self.artifacts, self.count = page, artifacts, 0
+        self.started = time.monotonic()
+
+    def shot(self, name: str) -> None:
+        self.count += 1
+        print(f"{time.monotonic() - self.started:6.1f} s  {name}")
+        self.page.screenshot(path=str(self.artifacts / f"{self.count:02d}-{name}.png"))
+
+    def cell(self, index: int):
+        return self.page.locator(".jp-Notebook .jp-Cell").nth(index)
+
+    def run(self, index: int) -> None:
+        self.cell(index).locator(".jp-InputArea-editor").click()
+        self.page.keyboard.press("Shift+Enter")
+
+    def outputs(self, index: int):
+        return self.cell(index).locator(".jp-OutputArea")
+
+
+def test_approval_buttons_report_and_sidebar_in_jupyterlab(lab):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, workdir = lab
+    artifacts = Path(tempfile.mkdtemp(prefix="toolkernel-lab-artifacts-"))
+    print(f"\nscreenshots: {artifacts}")
+    approvals = workdir / ".toolkernel" / "approvals.json"
+    started = time.monotonic()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+            "--disable-extensions", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(WAIT_MS)
+        expect.set_options(timeout=WAIT_MS)
+        steps = Steps(page, artifacts)
+        try:
+            page.goto(f"{base}/lab/tree/approve.ipynb")
+            expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle")  # the kernel is ready
+            steps.run(0)
+            expect(steps.cell(0).locator(".jp-InputPrompt")).to_have_text("[1]:")
+            steps.shot("loaded")
+
+            # Before the start: the question as buttons; "Allow once" starts the script, no re-run.
+            steps.run(1)
+            allow = steps.outputs(1).get_by_role("button", name="Allow once", exact=True)
+            expect(allow).to_be_visible()
+            expect(steps.outputs(1).get_by_role("button", name="Always allow", exact=True)).to_be_visible()
+            expect(steps.outputs(1).get_by_role("button", name="Deny", exact=True)).to_be_visible()
+            steps.shot("before-start-question")
+            allow.click()
+            expect(steps.outputs(1)).to_contain_text("ran-after-approval")
+            expect(steps.outputs(1)).to_contain_text("deleted branch fix-x")
+            steps.shot("before-start-allowed")
+
+            # Mid-run: the report with the stopped call; answer over the comm, then re-run.
+            steps.run(2)
+            report = steps.outputs(2).locator(".toolkernel-report")
+            expect(report).to_contain_text('tools github delete-branch {"branch":"wip-auth"}')
+            steps.shot("mid-run-report")
+            report.get_by_role("button", name="Allow once", exact=True).click()
+            expect(report.locator(".toolkernel-taken")).to_contain_text("allowed once")
+            report.get_by_role("button", name="Run the cell again").click()
+            expect(steps.outputs(2)).to_contain_text("deleted branch wip-auth")
+            steps.shot("mid-run-allowed-rerun")
+
+            # The one-off approval is spent: the same cell stops again.
+            steps.run(2)
+            expect(report).to_contain_text("Stopped while the script ran")
+            report.get_by_role("button", name="Always allow", exact=True).click()
+            expect(report.locator(".toolkernel-taken")).to_contain_text("always allowed")
+            steps.shot("always-allowed")
+            assert [e["rule"] for e in json.loads(approvals.read_text())["allow"]] == [RULE]
+
+            # The sidebar lists the lasting approval; "Revoke" removes it.
+            page.locator('.jp-SideBar [data-id="toolkernel-tools"]').click()
+            sidebar = page.locator("#toolkernel-tools")
+            expect(sidebar.locator(".toolkernel-approval")).to_contain_text(RULE)
+            expect(sidebar).to_contain_text("running")
+            steps.shot("sidebar")
+            sidebar.locator(".toolkernel-approval").get_by_role("button", name="Revoke").click()
+            expect(sidebar.locator(".toolkernel-approval")).to_have_count(0)
+            steps.shot("revoked")
+            assert json.loads(approvals.read_text())["allow"] == []
+        except Exception:
+            steps.shot("failure")
+            raise
+        finally:
+            browser.close()
+    print(f"browser steps took {time.monotonic() - started:.1f} s")
+
+
+def test_the_installed_extension_is_listed_enabled_and_ok(browser_ready):
+    """`pip install .` put the prebuilt extension where JupyterLab finds it."""
+    listed = subprocess.run([sys.executable, "-m", "jupyterlab.labextensions", "list"], capture_output=True,
+                            text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"})
+    line = next((l for l in (listed.stdout + listed.stderr).splitlines() if "toolkernel" in l), "")
+    assert "enabled" in line and "OK" in line, listed.stdout + listed.stderr

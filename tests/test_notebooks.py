@@ -1,0 +1,90 @@
+"""The demo notebooks run top to bottom headless (no network, no account) with the
+folder's own toolkernel.toml, and running them again gives the same outputs apart from
+the fields declared volatile below."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ["quickstart", "approvals", "data-science", "agent-notebook-editing"]
+
+# Volatile: what differs between two runs by design.
+VOLATILE_PATTERNS = [
+    (re.compile(r"\d{8}-\d{6}-\d+"), "<stamp>"),  # tool-images/<label>-<date>-<time>-<n>.png
+    (re.compile(r"\b\d{2}:\d{2}:\d{2}\b"), "<time>"),
+    (re.compile(r"0x[0-9a-f]{6,}"), "<address>"),  # reprs like <Figure at 0x7f...>
+    (re.compile(r"pid \d+|kernel-[0-9a-f-]{36}"), "<kernel>"),
+    (re.compile(r"\b[0-9a-f]{8}\b"), "<new-cell-id>"),  # notebook-edit gives an inserted cell a random id
+]
+VOLATILE_MIME = ("image/png",)  # rendered bytes may differ in compression metadata
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    copied = tmp_path / "notebooks"
+    shutil.copytree(REPO / "notebooks", copied)
+    # The folder's config starts `python3`: the Python toolkernel is installed in.
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("TOOLKERNEL_ADMIN_CONFIG", str(tmp_path / "no-admin.toml"))
+    return copied
+
+
+def execute(path: Path) -> nbformat.NotebookNode:
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    return nb
+
+
+def comparable(nb: nbformat.NotebookNode) -> list:
+    cells = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        cells.append([_output(copy.deepcopy(out)) for out in cell.outputs])
+    return cells
+
+
+def _output(out: dict) -> dict:
+    out.pop("metadata", None)
+    out.pop("execution_count", None)
+    if "text" in out:
+        out["text"] = _stable(out["text"])
+    for mime, value in out.get("data", {}).items():
+        out["data"][mime] = "<volatile>" if mime in VOLATILE_MIME else _stable(value) if isinstance(value, str) else value
+    return out
+
+
+def _stable(text: str) -> str:
+    for pattern, placeholder in VOLATILE_PATTERNS:
+        text = pattern.sub(placeholder, text)
+    return text
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_a_demo_notebook_runs_headless_and_again_with_the_same_outputs(folder, name):
+    first = execute(folder / f"{name}.ipynb")
+    errors = [o for c in first.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors, errors
+    second = execute(folder / f"{name}.ipynb")
+    assert comparable(second) == comparable(first)
+
+
+def test_the_data_science_notebook_shows_a_dataframe_and_the_tool_image_inline(folder):
+    nb = execute(folder / "data-science.ipynb")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    mimes = [set(o.get("data", {})) for c in code for o in c.outputs]
+    assert any("text/html" in m and "text/plain" in m for m in mimes), "the DataFrame renders as a table"
+    last = [set(o.get("data", {})) for o in code[-1].outputs]
+    assert any("image/png" in m for m in last), f"read-file's PNG shows inline: {code[-1].outputs}"

@@ -1,0 +1,34 @@
+"""`toolkernel install-kernel`: a "Python 3 (toolkernel)" kernel that loads toolkernel at start.
+
+It is the usual ipykernel, started with toolkernel as an IPython extension,
+so a notebook that selects it runs `%%tools` cells without `%load_ext`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+KERNEL_NAME = "toolkernel"
+DISPLAY_NAME = "Python 3 (toolkernel)"
+
+
+def kernel_json(python: str = sys.executable) -> dict:
+    return {
+        "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}",
+                 "--IPKernelApp.extensions=toolkernel"],
+        "display_name": DISPLAY_NAME,
+        "language": "python",
+        "metadata": {"debugger": True},
+    }
+
+
+def install_kernel(*, user: bool = False, prefix: str | None = None) -> str:
+    """Install the kernelspec; returns the folder it went to."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "kernel.json").write_text(json.dumps(kernel_json(), indent=1) + "\n")
+        return KernelSpecManager().install_kernel_spec(folder, KERNEL_NAME, user=user, prefix=prefix)
