@@ -161,13 +161,14 @@ class WholeDocumentStore(NotebookStore):
     """A store written as a whole: any change since the read refuses the write."""
 
     @abstractmethod
-    async def _write(self, nb: NotebookNode) -> str:
-        """Write the whole notebook; returns the digest of what was written."""
+    async def _write(self, nb: NotebookNode, expected: str | None) -> str:
+        """Write the whole notebook over the one whose digest is `expected` (None: no notebook
+        yet); returns the digest of what was written."""
 
     async def edit(self, state: dict[str, Any], loaded: Loaded, edit: CellEdit) -> Loaded:
         self.require_unchanged(state, loaded)
         apply_edit(loaded.nb.cells, edit, self.name)
-        loaded.digest = await self._write(validated(loaded.nb, self.name))
+        loaded.digest = await self._write(validated(loaded.nb, self.name), loaded.digest)
         loaded.ids_added = False
         self.record_read(state, loaded)
         return loaded
@@ -189,7 +190,7 @@ class WholeDocumentStore(NotebookStore):
         cell = loaded.nb.cells[loaded.find(cell_id)]
         cell.outputs = execution.outputs
         cell.execution_count = execution.execution_count
-        loaded.digest = await self._write(validated(loaded.nb, self.name))
+        loaded.digest = await self._write(validated(loaded.nb, self.name), loaded.digest)
         self.record_read(state, loaded)
         return f"[cell {cell_id} ran as [{execution.execution_count}]; its outputs are written to {self.name}]"
 
@@ -209,8 +210,9 @@ class FileStore(WholeDocumentStore):
         digest = notebook.fingerprint.sha256 if notebook.fingerprint else None
         return Loaded(self.path.name, notebook.nb, digest, notebook.ids_added)
 
-    async def _write(self, nb: NotebookNode) -> str:
-        notebook = doc.NotebookFile(self.path, nb, None)
+    async def _write(self, nb: NotebookNode, expected: str | None) -> str:
+        # `save` checks right before its rename that the file is still the one read.
+        notebook = doc.NotebookFile(self.path, nb, doc.Fingerprint(expected, 0) if expected else None)
         doc.save(notebook)
         assert notebook.fingerprint is not None
         return notebook.fingerprint.sha256
@@ -247,7 +249,7 @@ class ContentsStore(WholeDocumentStore):
         return await self.api.request("GET", "api/contents", self.path, params={"type": "notebook", "content": "1"},
                                       missing_ok=True)
 
-    async def _write(self, nb: NotebookNode) -> str:
+    async def _write(self, nb: NotebookNode, expected: str | None) -> str:
         written = await self.api.request("PUT", "api/contents", self.path,
                                          body={"type": "notebook", "format": "json", "content": nb})
         # The server normalises what it stores; its copy is what the next stale check compares with. If
