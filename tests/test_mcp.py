@@ -351,7 +351,8 @@ def test_a_40_mb_result_arrives_whole(pool):
 
 
 def test_secrets_from_variables_in_command_and_args_are_masked(pool, tmp_path):
-    environ = {"HOME": str(tmp_path), "FIXTURE_SECRET": "arg-s3cr3t-value", "SECRET_CMD": "cmd-s3cr3t-name"}
+    environ = {"HOME": str(tmp_path), "FIXTURE_SECRET": "arg-s3cr3t-value", "SECRET_CMD": "cmd-s3cr3t-name",
+               "TOOLKERNEL_TRUST_ALL": "1"}  # a project config's servers start only once trusted
     (tmp_path / "toolkernel.toml").write_text(
         f"[mcp_servers.dead]\ncommand = {json.dumps(sys.executable)}\n"
         f"args = {json.dumps([str(SERVERS / 'crash.py'), '--die-at-start', '--token=${FIXTURE_SECRET}'])}\n"
