@@ -1,6 +1,7 @@
 """`toolkernel demo [NOTEBOOK]`: run a notebook headless against the demo MCP server.
 `toolkernel trust [DIR]`: trust a folder's toolkernel config as it is now (see `_trust`).
 `toolkernel lint [DIR]`: check the config that applies to DIR without starting anything.
+`toolkernel serve [--http HOST:PORT] [--token T]`: Tools in Shell for any MCP client (see `_serve`).
 
 With no notebook, runs the quickstart that ships with the package, in a
 fresh temporary folder whose toolkernel.toml points at
@@ -90,7 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     check = sub.add_parser("lint", help="check the config statically: rules, hooks, command tools")
     check.add_argument("directory", nargs="?", type=Path, default=Path.cwd(),
                        help="the working directory whose config files are checked (default: here)")
+    serve = sub.add_parser("serve", help="serve Tools in Shell to an MCP client (stdio, or --http)")
+    serve.add_argument("--http", metavar="HOST:PORT", help="streamable HTTP at /mcp instead of stdio")
+    serve.add_argument("--token", help="a bearer token every HTTP request must carry (required off loopback)")
+    serve.add_argument("--workdir", type=Path, default=Path.cwd(), help="the working directory (default: here)")
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        return run_serve(args)
     if args.command == "demo":
         return run_demo(args.notebook or quickstart_path())
     if args.command == "trust":
@@ -110,6 +117,12 @@ def run_trust(folder: Path) -> int:
         print(f"toolkernel trust: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from ._serve import serve_command
+
+    return serve_command(args.workdir, http=args.http, token=args.token)
 
 
 def run_lint(directory: Path) -> int:

@@ -73,9 +73,9 @@ class StdinApprover:
 
 ELICIT_SCHEMA = {
     "type": "object",
-    "properties": {"answer": {"type": "string", "enum": ["once", "always", "deny"],
+    "properties": {"decision": {"type": "string", "enum": ["once", "always", "deny"],
                               "description": "Allow this call once, allow the tool always, or deny it"}},
-    "required": ["answer"],
+    "required": ["decision"],
 }
 
 
@@ -91,6 +91,6 @@ class ElicitApprover:
         if content is None:
             return Answer.LATER
         try:
-            return Answer(content.get("answer"))
+            return Answer(content.get("decision"))
         except ValueError:
             return Answer.DENY
