@@ -260,3 +260,86 @@ def test_direct_tools_pass_the_same_approvals(tmp_path):
     assert len(asked) == 1 and result.is_error
     assert json.loads(result.content[0].text)["error"]["code"] == "denied"
     assert not (work / "x.txt").exists()
+
+
+# -- streamable HTTP -------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    """`toolkernel serve --http` on loopback with a token; yields (url, token, record file)."""
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record), policy_section(ask=["mcp_github__delete_branch"]))
+    port, token = free_port(), "s3cret-token"
+    proc = subprocess.Popen([sys.executable, "-m", "toolkernel", "serve", "--http", f"127.0.0.1:{port}",
+                             "--token", token], cwd=work, env=server_env(), stderr=subprocess.PIPE)
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    assert proc.poll() is None, proc.stderr.read().decode()
+    try:
+        yield f"http://127.0.0.1:{port}/mcp", token, record
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+@asynccontextmanager
+async def over_http(url: str, token: str):
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+        async with streamable_http_client(url, http_client=http) as streams:
+            async with ClientSession(streams[0], streams[1]) as client:
+                await client.initialize()
+                yield client
+
+
+def test_http_requests_without_the_token_are_refused(http_server):
+    url, token, _ = http_server
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "0"}}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": token}):
+        response = httpx.post(url, json=hello, headers={**accept, **headers}, timeout=WAIT)
+        assert response.status_code == 401 and token not in response.text
+
+
+def test_off_loopback_without_a_token_does_not_start(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "toolkernel", "serve", "--http", "0.0.0.0:8999"],
+                          cwd=tmp_path, env=server_env(), capture_output=True, text=True, timeout=WAIT)
+    assert done.returncode == 2 and "--token" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_two_http_sessions_do_not_see_each_others_runs(http_server):
+    url, token, record = http_server
+    results: dict[str, Any] = {}
+
+    async def session(name: str, script: str) -> None:
+        async with over_http(url, token) as client:
+            results[name] = await bash(client, script)
+
+    async def body():
+        async with anyio.create_task_group() as group:
+            group.start_soon(session, "a", "echo from-a\ntools github list_pulls repo=a >/dev/null\n"
+                                           "tools github delete_branch branch=a")
+            group.start_soon(session, "b", "echo from-b\ntools github list_pulls repo=b | jq -r '.[0].repo'")
+
+    run(body)
+    a, b = results["a"].structured_content, results["b"].structured_content
+    assert a["report"]["tools"]["stopped"]["call"]["input"] == {"branch": "a"}
+    assert "report" not in b and b["exit_code"] == 0
+    assert "from-b" not in a["stdout"] and "from-a" not in b["stdout"] and b["stdout"] == "from-b\nb\n"
+    assert recorded(record) == []

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -105,12 +106,30 @@ class _Collected:
         pass
 
 
-@dataclass
 class ToolServer:
-    """The tools of one `toolkernel serve`: listing and calling, over any transport."""
+    """The tools of one `toolkernel serve`: listing and calling, over any transport.
 
-    session: Session
-    notebook: bool = False  # a notebook is paired: the notebook tools are listed too
+    Each MCP session (over HTTP: each `mcp-session-id`) gets a `Session` of its own:
+    its own runs, call limits, once-grants and pending approvals, and one run at a
+    time. Lasting ("always") approvals live in the project's .toolkernel/ store,
+    which every session and the notebook share.
+    """
+
+    def __init__(self, workdir: Path, *, notebook: bool = False) -> None:
+        self.workdir = Path(workdir).resolve()
+        self.notebook = notebook  # a notebook is paired: the notebook tools are listed too
+        self._clients: dict[str, tuple[Session, threading.Lock]] = {}
+        self._clients_guard = threading.Lock()
+
+    def client(self, key: str) -> tuple[Session, threading.Lock]:
+        with self._clients_guard:
+            if key not in self._clients:
+                self._clients[key] = (Session(self.workdir), threading.Lock())
+            return self._clients[key]
+
+    def close(self) -> None:
+        for session, _ in self._clients.values():
+            session.close()
 
     def server(self) -> Server:
         return Server("toolkernel", instructions=_INSTRUCTIONS,
@@ -119,16 +138,15 @@ class ToolServer:
     # -- listing -------------------------------------------------------------
 
     async def _on_list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
-        listed = await anyio.to_thread.run_sync(self.listed_tools)
+        listed = await anyio.to_thread.run_sync(self.listed_tools, _client_key(ctx))
         return types.ListToolsResult(tools=listed)
 
-    def listed_tools(self) -> list[types.Tool]:
-        return _loop.run(self._listed())
+    def listed_tools(self, key: str = "stdio") -> list[types.Tool]:
+        return _loop.run(self._listed(self.client(key)[0]))
 
-    async def _listed(self) -> list[types.Tool]:
-        config = load_config(self.session.workdir)
-        settings = ShellSettings.from_config(config.tools_in_shell)
-        command = await self.session.prepare()
+    async def _listed(self, session: Session) -> list[types.Tool]:
+        settings = ShellSettings.from_config(load_config(self.workdir).tools_in_shell)
+        command = await session.prepare()
         policy = command.dispatcher.env.policy
         tools = [t for t in await self._direct_tools(command.catalog, settings) if not _denied(t, policy)]
         shown = [_mcp_tool(t) for t in tools]
@@ -151,13 +169,15 @@ class ToolServer:
             script = arguments.get("script")
             if not isinstance(script, str):
                 return _error("invalid_input", "bash needs {\"script\": \"...\"}")
-            return await anyio.to_thread.run_sync(self.run_bash, script, approver)
-        return await anyio.to_thread.run_sync(self.call_direct, params.name, arguments, approver)
+            return await anyio.to_thread.run_sync(self.run_bash, _client_key(ctx), script, approver)
+        return await anyio.to_thread.run_sync(self.call_direct, _client_key(ctx), params.name, arguments, approver)
 
-    def run_bash(self, script: str, approver: Approver) -> types.CallToolResult:
+    def run_bash(self, key: str, script: str, approver: Approver) -> types.CallToolResult:
+        session, one_run = self.client(key)
         sink = _Collected()
         try:
-            result = self.session.run_script(script, sink, approver=approver)
+            with one_run:
+                result = session.run_script(script, sink, approver=approver)
         except ConfigError as exc:
             return _error("config_error", str(exc))
         body: dict[str, Any] = {"exit_code": result.exit_code, "stdout": "".join(sink.out),
@@ -165,26 +185,29 @@ class ToolServer:
         if result.report is not None:
             body["report"] = result.report
         content: list[Any] = [types.TextContent(type="text", text=_bash_text(body))]
-        content += [_image(self.session.workdir / p) for p in result.images]
+        content += [_image(self.workdir / p) for p in result.images]
         return types.CallToolResult(content=content, structured_content=body)
 
-    def call_direct(self, name: str, arguments: dict[str, Any], approver: Approver) -> types.CallToolResult:
+    def call_direct(self, key: str, name: str, arguments: dict[str, Any], approver: Approver) -> types.CallToolResult:
+        session, one_run = self.client(key)
         try:
-            return _loop.run(self._call_direct(name, arguments, approver))
+            with one_run:
+                return _loop.run(self._call_direct(session, name, arguments, approver))
         except CallError as exc:
             return types.CallToolResult(content=[types.TextContent(type="text", text=exc.json_line())],
                                         is_error=True)
         except ConfigError as exc:
             return _error("config_error", str(exc))
 
-    async def _call_direct(self, name: str, arguments: dict[str, Any], approver: Approver) -> types.CallToolResult:
-        command = await self.session.prepare(approver=approver)
+    async def _call_direct(self, session: Session, name: str, arguments: dict[str, Any],
+                           approver: Approver) -> types.CallToolResult:
+        command = await session.prepare(approver=approver)
         tool = await _find_listed(self, command.catalog, name)
         called = await command.call(tool, parse_input([], tool.input_schema, json.dumps(arguments)))
         if called.failure is not None:
             raise called.failure
         content: list[Any] = [types.TextContent(type="text", text=called.stdout)]
-        content += [_image(self.session.workdir / p) for p in called.images]
+        content += [_image(self.workdir / p) for p in called.images]
         return types.CallToolResult(content=content)
 
 
@@ -203,8 +226,7 @@ async def _all_tools(catalog: Catalog) -> list[Tool]:
 
 async def _find_listed(server: ToolServer, catalog: Catalog, name: str) -> Tool:
     """The tool a direct name stands for; a name the list does not show is unknown (fail closed)."""
-    config = load_config(server.session.workdir)
-    settings = ShellSettings.from_config(config.tools_in_shell)
+    settings = ShellSettings.from_config(load_config(server.workdir).tools_in_shell)
     for tool in await server._direct_tools(catalog, settings):
         if name in (tool.qualified_name, tool.name) and not (tool.server and name == tool.name):
             return tool
@@ -222,6 +244,13 @@ def _denied(tool: Tool, policy: Policy) -> bool:
 def _mcp_tool(tool: Tool) -> types.Tool:
     name = tool.qualified_name if tool.server else tool.name
     return types.Tool(name=name, description=tool.description or "", input_schema=dict(tool.input_schema))
+
+
+def _client_key(ctx: Any) -> str:
+    """Which MCP session a request belongs to: its `mcp-session-id` over HTTP, else the one stdio client."""
+    request = getattr(ctx, "request", None)
+    headers = getattr(request, "headers", None)
+    return (headers.get("mcp-session-id") if headers is not None else None) or "stdio"
 
 
 def _approver_for(ctx: Any, loop: asyncio.AbstractEventLoop) -> Approver:
@@ -278,7 +307,7 @@ def serve_command(workdir: Path, *, http: str | None = None, token: str | None =
     """`toolkernel serve`: returns the exit code; a bad address or a missing token is one line on stderr."""
     import sys
 
-    tool_server = ToolServer(Session(workdir))
+    tool_server = ToolServer(workdir)
     try:
         if http is None:
             anyio.run(serve_stdio, tool_server)
@@ -289,7 +318,7 @@ def serve_command(workdir: Path, *, http: str | None = None, token: str | None =
         print(f"toolkernel serve: {exc}", file=sys.stderr)
         return 2
     finally:
-        tool_server.session.close()
+        tool_server.close()
     return 0
 
 
