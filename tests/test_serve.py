@@ -343,3 +343,25 @@ def test_two_http_sessions_do_not_see_each_others_runs(http_server):
     assert "report" not in b and b["exit_code"] == 0
     assert "from-b" not in a["stdout"] and "from-a" not in b["stdout"] and b["stdout"] == "from-b\nb\n"
     assert recorded(record) == []
+
+
+@pytest.mark.parametrize("decision, approval", [("once", "granted"), ("deny", "denied")])
+def test_mid_run_the_script_stops_and_the_report_carries_the_answer(tmp_path, decision, approval):
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record), policy_section(ask=["mcp_github__delete_branch"]))
+    asked: list = []
+    script = "b=old\ntools github delete_branch branch=$b\necho after"  # input built at run time
+
+    async def body():
+        async with connected(work, answering(decision, asked)) as client:
+            return await bash(client, script), await bash(client, script)
+
+    first, again = run(body)
+    stopped = first.structured_content["report"]["tools"]["stopped"]
+    assert stopped["approval"] == approval and stopped["call"]["input"] == {"branch": "old"}
+    assert "after" not in first.structured_content["stdout"]
+    if decision == "once":  # the once-grant lets the next script make that call, unasked
+        assert len(asked) == 1 and again.structured_content["exit_code"] == 0
+        assert [r["tool"] for r in recorded(record)] == ["delete_branch"]
+    else:
+        assert len(asked) == 2 and recorded(record) == []

@@ -81,10 +81,14 @@ ELICIT_SCHEMA = {
 
 class ElicitApprover:
     """Asks an MCP client: `elicit(message, schema)` returns the accepted content,
-    or None when the person declined or cancelled (then the run stops and reports)."""
+    or None when the person declined or cancelled (then the run stops and reports).
+    With `stops_first` (a served `bash` script) a call that asks mid-run is not made:
+    the script stops there and the report's `approval` carries the answer (seed 000)."""
 
-    def __init__(self, elicit: Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any] | None]]) -> None:
+    def __init__(self, elicit: Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any] | None]],
+                 *, stops_first: bool = False) -> None:
         self._elicit = elicit
+        self.stops_first = stops_first
 
     async def __call__(self, request: ApprovalRequest) -> Answer:
         content = await self._elicit(request.question(), ELICIT_SCHEMA)

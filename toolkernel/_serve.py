@@ -35,7 +35,7 @@ from ._approver import Approver, ElicitApprover, stop_and_report
 from ._catalog import Catalog
 from ._cli import parse_input
 from ._config import load_config
-from ._errors import CallError, ConfigError
+from ._errors import CallError, ConfigError, UnknownCommand
 from ._names import fold
 from ._policy import CallInfo, Policy, _first_match
 from ._session import Session
@@ -163,8 +163,8 @@ class ToolServer:
     # -- calling -------------------------------------------------------------
 
     async def _on_call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        approver = _approver_for(ctx, asyncio.get_running_loop())
         arguments = dict(params.arguments or {})
+        approver = _approver_for(ctx, asyncio.get_running_loop(), stops_first=params.name == "bash")
         if params.name == "bash":
             script = arguments.get("script")
             if not isinstance(script, str):
@@ -230,8 +230,6 @@ async def _find_listed(server: ToolServer, catalog: Catalog, name: str) -> Tool:
     for tool in await server._direct_tools(catalog, settings):
         if name in (tool.qualified_name, tool.name) and not (tool.server and name == tool.name):
             return tool
-    from ._errors import UnknownCommand
-
     raise UnknownCommand(f"no direct tool named {name!r}; other tools are reached inside `bash` with `tools`")
 
 
@@ -253,7 +251,7 @@ def _client_key(ctx: Any) -> str:
     return (headers.get("mcp-session-id") if headers is not None else None) or "stdio"
 
 
-def _approver_for(ctx: Any, loop: asyncio.AbstractEventLoop) -> Approver:
+def _approver_for(ctx: Any, loop: asyncio.AbstractEventLoop, *, stops_first: bool) -> Approver:
     """Elicitation when the client offers it, else the run stops and reports."""
     wanted = types.ClientCapabilities(elicitation=types.ElicitationCapability())
     if not ctx.session.check_client_capability(wanted):
@@ -265,7 +263,7 @@ def _approver_for(ctx: Any, loop: asyncio.AbstractEventLoop) -> Approver:
         result = await asyncio.wrap_future(asked)
         return result.content if result.action == "accept" else None
 
-    return ElicitApprover(elicit)
+    return ElicitApprover(elicit, stops_first=stops_first)
 
 
 def _bash_text(body: Mapping[str, Any]) -> str:
