@@ -93,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="the working directory whose config files are checked (default: here)")
     serve = sub.add_parser("serve", help="serve Tools in Shell to an MCP client (stdio, or --http)")
     serve.add_argument("--http", metavar="HOST:PORT", help="streamable HTTP at /mcp instead of stdio")
-    serve.add_argument("--token", help="a bearer token every HTTP request must carry (required off loopback)")
+    serve.add_argument("--token", default=os.environ.get("TOOLKERNEL_SERVE_TOKEN"),
+                       help="a bearer token every HTTP request must carry (required off loopback);"
+                            " default $TOOLKERNEL_SERVE_TOKEN, which other users cannot see in `ps`")
     serve.add_argument("--workdir", type=Path, default=Path.cwd(), help="the working directory (default: here)")
     args = parser.parse_args(argv)
     if args.command == "serve":
