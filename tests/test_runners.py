@@ -167,13 +167,13 @@ def test_the_elicitation_approver_maps_the_clients_answer():
         asked.append((message, schema))
         return replies.pop(0)
 
-    replies = [{"answer": "once"}, {"answer": "always"}, {"answer": "deny"}, None, {"answer": "maybe"}]
+    replies = [{"decision": "once"}, {"decision": "always"}, {"decision": "deny"}, None, {"decision": "maybe"}]
     approver = ElicitApprover(elicit)
     request = ApprovalRequest(CallInfo("mcp_github__delete_branch", "tools github delete-branch",
                                        {"branch": "fix-x"}, "destructive"), "destructive tool")
     answers = [asyncio.run(approver(request)) for _ in range(5)]
     assert answers == [Answer.ONCE, Answer.ALWAYS, Answer.DENY, Answer.LATER, Answer.DENY]
-    assert "delete-branch" in asked[0][0] and asked[0][1]["properties"]["answer"]["enum"] == ["once", "always", "deny"]
+    assert "delete-branch" in asked[0][0] and asked[0][1]["properties"]["decision"]["enum"] == ["once", "always", "deny"]
 
 
 # -- the typed report ------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """`toolkernel demo [NOTEBOOK]`: run a notebook headless against the demo MCP server.
 `toolkernel trust [DIR]`: trust a folder's toolkernel config as it is now (see `_trust`).
 `toolkernel lint [DIR]`: check the config that applies to DIR without starting anything.
+`toolkernel serve [--http HOST:PORT] [--token T]`: Tools in Shell for any MCP client (see `_serve`).
 
 With no notebook, runs the quickstart that ships with the package, in a
 fresh temporary folder whose toolkernel.toml points at
@@ -95,7 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--user", action="store_true", help="for the current user only")
     where.add_argument("--sys-prefix", action="store_true", help="into this Python environment (sys.prefix)")
     where.add_argument("--prefix", help="under this prefix (share/jupyter/kernels)")
+    serve = sub.add_parser("serve", help="serve Tools in Shell to an MCP client (stdio, or --http)")
+    serve.add_argument("--http", metavar="HOST:PORT", help="streamable HTTP at /mcp instead of stdio")
+    serve.add_argument("--token", default=os.environ.get("TOOLKERNEL_SERVE_TOKEN"),
+                       help="a bearer token every HTTP request must carry (required off loopback);"
+                            " default $TOOLKERNEL_SERVE_TOKEN, which other users cannot see in `ps`")
+    serve.add_argument("--workdir", type=Path, default=Path.cwd(), help="the working directory (default: here)")
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        return run_serve(args)
     if args.command == "demo":
         return run_demo(args.notebook or quickstart_path())
     if args.command == "trust":
@@ -117,6 +126,12 @@ def run_trust(folder: Path) -> int:
         print(f"toolkernel trust: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from ._serve import serve_command
+
+    return serve_command(args.workdir, http=args.http, token=args.token)
 
 
 def run_lint(directory: Path) -> int:

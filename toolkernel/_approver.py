@@ -76,24 +76,28 @@ class StdinApprover:
 
 ELICIT_SCHEMA = {
     "type": "object",
-    "properties": {"answer": {"type": "string", "enum": ["once", "always", "deny"],
+    "properties": {"decision": {"type": "string", "enum": ["once", "always", "deny"],
                               "description": "Allow this call once, allow the tool always, or deny it"}},
-    "required": ["answer"],
+    "required": ["decision"],
 }
 
 
 class ElicitApprover:
     """Asks an MCP client: `elicit(message, schema)` returns the accepted content,
-    or None when the person declined or cancelled (then the run stops and reports)."""
+    or None when the person declined or cancelled (then the run stops and reports).
+    With `stops_first` (a served `bash` script) a call that asks mid-run is not made:
+    the script stops there and the report's `approval` carries the answer (seed 000)."""
 
-    def __init__(self, elicit: Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any] | None]]) -> None:
+    def __init__(self, elicit: Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any] | None]],
+                 *, stops_first: bool = False) -> None:
         self._elicit = elicit
+        self.stops_first = stops_first
 
     async def __call__(self, request: ApprovalRequest) -> Answer:
         content = await self._elicit(request.question(), ELICIT_SCHEMA)
         if content is None:
             return Answer.LATER
         try:
-            return Answer(content.get("answer"))
+            return Answer(content.get("decision"))
         except ValueError:
             return Answer.DENY

@@ -21,7 +21,7 @@ from ._approvals import Approvals, lasting_rule_covers
 from ._approver import Answer, ApprovalRequest, Approver, stop_and_report
 from ._errors import CallError, CallLimit, Denied, InvalidInput, NeedsApproval, Stopped, ToolFailed
 from ._hooks import HookOutcome, Hooks
-from ._policy import CallInfo, Decision, Policy, decide
+from ._policy import CallInfo, Decision, Policy, canonical_call_key, decide
 from ._run import NO_EVENTS, Run, RunEvents
 from ._tool import Tool, ToolContext, ToolResult
 from ._guard import Protection, touches_protected
@@ -137,6 +137,8 @@ class Dispatcher:
     async def _enforce(self, decision: Decision, info: CallInfo, run: Run) -> None:
         if decision.action == "deny":
             raise Denied(f"{info.command}: {decision.reason}")
+        if getattr(self.env.approver, "stops_first", False):
+            return await self._stop_then_ask(decision, info, run)
         answer = await self.ask(self.request(info, decision.reason))
         if answer in _ALLOWS:
             return
@@ -152,6 +154,22 @@ class Dispatcher:
     def request(self, info: CallInfo, reason: str, *, before_start: bool = False) -> ApprovalRequest:
         return ApprovalRequest(info, reason, before_start,
                                always_offered=lasting_rule_covers(self.env.policy, info))
+
+    async def _stop_then_ask(self, decision: Decision, info: CallInfo, run: Run) -> None:
+        """Seed 000, mid-run: the call is not made, the script stops, and the person is asked
+        in the same step; a "once" covers this exact call once, for the agent's next script.
+        A grant already given (before the start, or by such an answer) lets the call run."""
+        key = canonical_call_key(info.qualified_name, info.input)
+        if self.env.approvals.consume_once(key):
+            return
+        answer = await self.ask(self.request(info, decision.reason))
+        if answer is Answer.ONCE:
+            self.env.approvals.grant_once(key)
+        approval = "granted" if answer in _ALLOWS else "denied" if answer is Answer.DENY else "requested"
+        run.stop("needs_approval", info.command, info.input, approval=approval, shown=info.shown())
+        raise NeedsApproval(f"{info.command} was not made: the script stopped here and a person was asked"
+                            f" (approval {approval}). Write a new script for the rest"
+                            + ("; it may make this call." if approval == "granted" else "."))
 
     async def ask(self, request: ApprovalRequest) -> Answer:
         """The one ask point, at run time and before the start alike."""

@@ -1,0 +1,367 @@
+"""`toolkernel serve` through the `mcp` SDK's own client, against the real server process.
+
+The server runs as `python -m toolkernel serve` in a project folder whose
+toolkernel.toml points at real fixture MCP servers; the client is
+`mcp.ClientSession` over stdio (and over streamable HTTP in the HTTP tests).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import mcp_types as types
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from approval_helpers import SERVERS, policy_section, recorder_server_section, toml_string
+
+REPO = Path(__file__).resolve().parent.parent
+WAIT = 180  # generous: a loaded, shared machine
+
+
+def server_section(name: str, script: str) -> str:
+    return f"[mcp_servers.{name}]\ncommand = {toml_string(sys.executable)}\nargs = [{toml_string(str(SERVERS / script))}]\n"
+
+
+def project(tmp_path: Path, *sections: str) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "toolkernel.toml").write_text("\n".join(sections))
+    return work
+
+
+def server_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+@asynccontextmanager
+async def connected(work: Path, elicit=None):
+    params = StdioServerParameters(command=sys.executable, args=["-m", "toolkernel", "serve"],
+                                   env=server_env(), cwd=str(work))
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, elicitation_callback=elicit) as client:
+            await client.initialize()
+            yield client
+
+
+def answering(decision: str | None, asked: list):
+    """An elicitation callback that records the question and answers `decision` (None: declines)."""
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        if decision is None:
+            return types.ElicitResult(action="decline")
+        return types.ElicitResult(action="accept", content={"decision": decision})
+
+    return elicit
+
+
+def run(coro_fn, *args):
+    return anyio.run(lambda: _bounded(coro_fn, *args))
+
+
+async def _bounded(coro_fn, *args):
+    with anyio.fail_after(WAIT):
+        return await coro_fn(*args)
+
+
+async def bash(client: ClientSession, script: str) -> types.CallToolResult:
+    return await client.call_tool("bash", {"script": script})
+
+
+def recorded(record: Path) -> list[dict]:
+    return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+
+
+# -- the list ------------------------------------------------------------------
+
+
+def test_the_list_is_bash_the_file_tools_and_keep_visible(tmp_path):
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record),
+                   '[tools_in_shell]\nkeep_visible = ["mcp_github__list_pulls"]\n')
+
+    async def body():
+        async with connected(work) as client:
+            listed = (await client.list_tools()).tools
+            called = await client.call_tool("mcp_github__list_pulls", {"repo": "toolkernel"})
+            return listed, called
+
+    listed, called = run(body)
+    names = [t.name for t in listed]
+    assert names[0] == "bash"
+    assert sorted(names[1:]) == ["edit_file", "mcp_github__list_pulls", "read_file", "write_file"]
+    pulls = next(t for t in listed if t.name == "mcp_github__list_pulls")
+    assert pulls.input_schema["properties"]["repo"]["type"] == "string"  # its own schema
+    assert not called.is_error and "toolkernel" in called.content[0].text
+
+
+def test_bash_description_is_written_for_a_model_and_short(tmp_path):
+    work = project(tmp_path, "")
+
+    async def body():
+        async with connected(work) as client:
+            return (await client.list_tools()).tools
+
+    description = next(t for t in run(body) if t.name == "bash").description
+    for needed in ("tools --help", "tools search", "key=value", "jq", "unknown_command", "needs_approval",
+                   "call_limit", "denied"):
+        assert needed in description
+    assert len(description) / 4 < 700  # tokens by bytes/4: well under 1,000
+
+
+def test_enabled_false_lists_every_tool_directly_and_deny_rules_hide_tools(tmp_path):
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record), "[tools_in_shell]\nenabled = false\n",
+                   policy_section(deny=["mcp_github__delete_repo"]))
+
+    async def body():
+        async with connected(work) as client:
+            return [t.name for t in (await client.list_tools()).tools]
+
+    names = run(body)
+    assert "bash" not in names
+    assert {"read_file", "glob_search", "mcp_github__list_pulls", "mcp_github__delete_branch"} <= set(names)
+    assert "mcp_github__delete_repo" not in names
+    assert "notebook_run" not in names  # no notebook is paired
+
+
+# -- bash ----------------------------------------------------------------------------
+
+
+def test_bash_runs_a_script_with_tools_inside(tmp_path):
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record))
+
+    async def body():
+        async with connected(work) as client:
+            return await bash(client, "tools github list_pulls repo=toolkernel | jq -r '.[0].repo'\necho done")
+
+    result = run(body)
+    assert result.structured_content["exit_code"] == 0
+    assert result.structured_content["stdout"] == "toolkernel\ndone\n"
+    assert "report" not in result.structured_content
+    assert result.content[0].text.startswith("toolkernel\ndone")
+
+
+def test_bash_failure_has_the_seed_error_line_and_exit_code(tmp_path):
+    work = project(tmp_path, "")
+
+    async def body():
+        async with connected(work) as client:
+            return await bash(client, "tools no_such_tool")
+
+    body_ = run(body).structured_content
+    assert body_["exit_code"] != 0
+    assert json.loads(body_["stderr"].strip().splitlines()[-1])["error"]["code"] == "unknown_command"
+
+
+def test_images_come_back_as_image_content_and_files(tmp_path):
+    work = project(tmp_path, server_section("pics", "images.py"), policy_section(allow=["mcp_pics__red_square"]))
+
+    async def body():
+        async with connected(work) as client:
+            return await bash(client, "tools pics red_square size=3")
+
+    result = run(body)
+    images = [c for c in result.content if c.type == "image"]
+    assert len(images) == 1 and images[0].mime_type == "image/png"
+    assert base64.b64decode(images[0].data).startswith(b"\x89PNG")
+    saved = list((work / "tool-images").iterdir())
+    assert len(saved) == 1 and saved[0].read_bytes() == base64.b64decode(images[0].data)
+
+
+def test_large_output_comes_back_as_head_and_tail_with_the_saved_path(tmp_path):
+    work = project(tmp_path, "")
+
+    async def body():
+        async with connected(work) as client:
+            return await bash(client, "seq 1 20000 | sed 's/^/line-/'")
+
+    stdout = run(body).structured_content["stdout"]
+    assert stdout.startswith("line-1\n") and "line-20000\n" in stdout  # head and tail
+    assert len(stdout) < 60_000 and "omitted" in stdout
+    saved = next((work / ".toolkernel" / "outputs").iterdir())
+    assert saved.name in stdout and saved.read_text().count("\n") == 20000
+
+
+# -- asking the person -----------------------------------------------------------------
+
+
+def test_elicitation_that_allows_runs_the_script_in_the_same_call(tmp_path):
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record), policy_section(ask=["mcp_github__delete_branch"]))
+    asked: list = []
+
+    async def body():
+        async with connected(work, answering("once", asked)) as client:
+            return await bash(client, "tools github delete_branch branch=old && echo after")
+
+    result = run(body)
+    assert len(asked) == 1
+    assert "delete" in asked[0].message and '"old"' in asked[0].message
+    assert asked[0].requested_schema["properties"]["decision"]["enum"] == ["once", "always", "deny"]
+    assert result.structured_content["exit_code"] == 0 and "after" in result.structured_content["stdout"]
+    assert [r["tool"] for r in recorded(record)] == ["delete_branch"]
+
+
+def test_elicitation_that_denies_runs_nothing_and_the_report_says_so(tmp_path):
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record), policy_section(ask=["mcp_github__delete_branch"]))
+    asked: list = []
+
+    async def body():
+        async with connected(work, answering("deny", asked)) as client:
+            return await bash(client, "echo before > started.txt\ntools github delete_branch branch=old")
+
+    result = run(body).structured_content
+    assert len(asked) == 1 and recorded(record) == []
+    assert not (work / "started.txt").exists()  # before the start: nothing ran
+    stopped = result["report"]["tools"]["stopped"]
+    assert stopped["approval"] == "denied" and stopped["before_start"] is True
+
+
+def test_a_client_without_elicitation_gets_needs_approval(tmp_path):
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record), policy_section(ask=["mcp_github__delete_branch"]))
+
+    async def body():
+        async with connected(work) as client:
+            return await bash(client, "tools github delete_branch branch=old")
+
+    result = run(body)
+    stopped = result.structured_content["report"]["tools"]["stopped"]
+    assert stopped["reason"] == "needs_approval" and stopped["call"]["input"] == {"branch": "old"}
+    assert recorded(record) == []
+    assert "needs_approval" in result.content[0].text
+
+
+def test_direct_tools_pass_the_same_approvals(tmp_path):
+    work = project(tmp_path, policy_section(ask=["write_file"]))
+    asked: list = []
+
+    async def body():
+        async with connected(work, answering("deny", asked)) as client:
+            return await client.call_tool("write_file", {"path": "x.txt", "content": "hi"})
+
+    result = run(body)
+    assert len(asked) == 1 and result.is_error
+    assert json.loads(result.content[0].text)["error"]["code"] == "denied"
+    assert not (work / "x.txt").exists()
+
+
+# -- streamable HTTP -------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    """`toolkernel serve --http` on loopback with a token; yields (url, token, record file)."""
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record), policy_section(ask=["mcp_github__delete_branch"]))
+    port, token = free_port(), "s3cret-token"
+    proc = subprocess.Popen([sys.executable, "-m", "toolkernel", "serve", "--http", f"127.0.0.1:{port}",
+                             "--token", token], cwd=work, env=server_env(), stderr=subprocess.PIPE)
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    assert proc.poll() is None, proc.stderr.read().decode()
+    try:
+        yield f"http://127.0.0.1:{port}/mcp", token, record
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+@asynccontextmanager
+async def over_http(url: str, token: str):
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+        async with streamable_http_client(url, http_client=http) as streams:
+            async with ClientSession(streams[0], streams[1]) as client:
+                await client.initialize()
+                yield client
+
+
+def test_http_requests_without_the_token_are_refused(http_server):
+    url, token, _ = http_server
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "0"}}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": token}):
+        response = httpx.post(url, json=hello, headers={**accept, **headers}, timeout=WAIT)
+        assert response.status_code == 401 and token not in response.text
+
+
+def test_off_loopback_without_a_token_does_not_start(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "toolkernel", "serve", "--http", "0.0.0.0:8999"],
+                          cwd=tmp_path, env=server_env(), capture_output=True, text=True, timeout=WAIT)
+    assert done.returncode == 2 and "--token" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_two_http_sessions_do_not_see_each_others_runs(http_server):
+    url, token, record = http_server
+    results: dict[str, Any] = {}
+
+    async def session(name: str, script: str) -> None:
+        async with over_http(url, token) as client:
+            results[name] = await bash(client, script)
+
+    async def body():
+        async with anyio.create_task_group() as group:
+            group.start_soon(session, "a", "echo from-a\ntools github list_pulls repo=a >/dev/null\n"
+                                           "tools github delete_branch branch=a")
+            group.start_soon(session, "b", "echo from-b\ntools github list_pulls repo=b | jq -r '.[0].repo'")
+
+    run(body)
+    a, b = results["a"].structured_content, results["b"].structured_content
+    assert a["report"]["tools"]["stopped"]["call"]["input"] == {"branch": "a"}
+    assert "report" not in b and b["exit_code"] == 0
+    assert "from-b" not in a["stdout"] and "from-a" not in b["stdout"] and b["stdout"] == "from-b\nb\n"
+    assert recorded(record) == []
+
+
+@pytest.mark.parametrize("decision, approval", [("once", "granted"), ("deny", "denied")])
+def test_mid_run_the_script_stops_and_the_report_carries_the_answer(tmp_path, decision, approval):
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record), policy_section(ask=["mcp_github__delete_branch"]))
+    asked: list = []
+    script = "b=old\ntools github delete_branch branch=$b\necho after"  # input built at run time
+
+    async def body():
+        async with connected(work, answering(decision, asked)) as client:
+            return await bash(client, script), await bash(client, script)
+
+    first, again = run(body)
+    stopped = first.structured_content["report"]["tools"]["stopped"]
+    assert stopped["approval"] == approval and stopped["call"]["input"] == {"branch": "old"}
+    assert "after" not in first.structured_content["stdout"]
+    if decision == "once":  # the once-grant lets the next script make that call, unasked
+        assert len(asked) == 1 and again.structured_content["exit_code"] == 0
+        assert [r["tool"] for r in recorded(record)] == ["delete_branch"]
+    else:
+        assert len(asked) == 2 and recorded(record) == []
