@@ -318,3 +318,29 @@ def test_notebook_run_marks_its_cells_as_an_agents(kernel, workdir, agent_config
         kernel.execute_ok("%tools deny")
     finally:
         kernel.execute("%tools unpair")
+
+
+# -- no sandbox: what a host cell changes stays changed, and workspace trust guards what is used --
+
+
+def test_a_config_a_host_cell_changes_stays_changed_and_is_untrusted_until_trusted_again(tmp_path):
+    from approval_helpers import Kernel as PersonKernel, policy_section, shown, untrusting_env, write_project
+
+    work = tmp_path / "project"
+    write_project(work, policy_section(deny=["mcp_github__delete_branch"]))
+    loosened = policy_section(allow=["write_file"])
+    person = PersonKernel(work, untrusting_env(work, tmp_path / "state"))
+    try:
+        assert person.run("%tools trust").ok
+        assert person.run(f"%%bash\ncat > toolkernel.toml <<'EOF'\n{loosened}EOF").ok
+        assert (work / "toolkernel.toml").read_text() == loosened  # not undone: the cell is the person's
+        asked = person.run("%%bash --no-raise-error\ntools --help | grep -c 'its config is not trusted'\n"
+                           "tools write-file path=w.txt content=hi")
+        assert asked.stdout == "1\n", shown(asked)
+        assert "needs_approval" in shown(asked) and not (work / "w.txt").exists()  # its allow rule does not count
+        assert person.run("%tools deny").ok
+        assert person.run("%tools trust").ok
+        assert person.run("%%bash\ntools write-file path=w.txt content=hi").ok
+        assert (work / "w.txt").read_text() == "hi"
+    finally:
+        person.close()
