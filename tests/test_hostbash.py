@@ -344,3 +344,67 @@ def test_a_config_a_host_cell_changes_stays_changed_and_is_untrusted_until_trust
         assert (work / "w.txt").read_text() == "hi"
     finally:
         person.close()
+
+
+# -- an agent's cell at the approver seam, in process (a real bash, a real channel) ------------
+
+
+@pytest.fixture
+def agent_session(tmp_path, monkeypatch):
+    from toolkernel._hostbash._channel import Channel
+    from toolkernel._session import Session
+
+    for key, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    work = tmp_path / "work"
+    work.mkdir()
+    write_config(work, policy_toml(allow=["Bash(echo *)"], deny=["Bash(rm *)"]))
+    session, channel = Session(work), Channel()
+    yield session, channel
+    channel.close()
+    session.close()
+
+
+def run_agent_cell(agent_session, script: str, approver=None):
+    from kernel_helpers import RecordingSink
+    from toolkernel._hostbash._runner import HostBashRunner
+
+    session, channel = agent_session
+    sink = RecordingSink()
+    result = session.run_script(script, sink, runner=HostBashRunner(channel, agent=True), approver=approver)
+    return result, sink
+
+
+def test_an_approver_answering_once_before_the_start_lets_an_agents_cell_run_once(agent_session):
+    from test_runners import Answering
+    from toolkernel._approver import Answer
+
+    session, _ = agent_session
+    approver = Answering(Answer.ONCE)
+    result, sink = run_agent_cell(agent_session, "echo hi && touch agent.txt", approver)
+    assert result.exit_code == 0 and result.report is None and "".join(sink.out) == "hi\n"
+    assert [(r.call.qualified_name, r.before_start) for r in approver.requests] == [("Bash", True)]
+    assert (session.workdir / "agent.txt").exists()
+    assert session.approvals.pending_once() == []  # the grant that let it start is spent
+    (session.workdir / "agent.txt").unlink()
+    # Nobody answers now ("later"): a before-start stop, and nothing ran.
+    result, sink = run_agent_cell(agent_session, "echo hi && touch agent.txt")
+    stopped = result.report["tools"]["stopped"]
+    assert stopped["before_start"] and stopped["approval"] == "requested" and stopped["call"]["tool"] == "Bash"
+    assert "".join(sink.out) == "" and not (session.workdir / "agent.txt").exists()
+    assert session.approvals.take_pending() is not None
+
+
+def test_an_agents_cell_a_rule_denies_or_a_person_denies_does_not_start(agent_session):
+    from test_runners import Answering
+    from toolkernel._approver import Answer
+
+    session, _ = agent_session
+    (session.workdir / "keep.txt").write_text("x")
+    result, sink = run_agent_cell(agent_session, "echo x; rm keep.txt", Answering(Answer.ONCE))
+    assert [e["code"] for e in error_lines("".join(sink.err))] == ["denied"] and result.exit_code == 1
+    approver = Answering(Answer.DENY)
+    result, sink = run_agent_cell(agent_session, "touch made.txt", approver)
+    assert [e["code"] for e in error_lines("".join(sink.err))] == ["denied"]
+    assert result.report["tools"]["stopped"]["approval"] == "denied" and len(approver.requests) == 1
+    assert (session.workdir / "keep.txt").exists() and not (session.workdir / "made.txt").exists()
