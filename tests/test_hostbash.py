@@ -342,6 +342,11 @@ def test_a_config_a_host_cell_changes_stays_changed_and_is_untrusted_until_trust
         assert person.run("%tools trust").ok
         assert person.run("%%bash\ntools write-file path=w.txt content=hi").ok
         assert (work / "w.txt").read_text() == "hi"
+        # Lasting approvals a cell writes itself do not count either, until trusted.
+        granted = json.dumps({"version": 1, "allow": [{"rule": "edit_file", "added": "2026-01-01T00:00:00+00:00"}]})
+        assert person.run(f"%%bash\nmkdir -p .toolkernel; echo '{granted}' > .toolkernel/approvals.json").ok
+        asked = person.run("%%bash --no-raise-error\ntools edit-file path=w.txt old_string=hi new_string=ho")
+        assert "needs_approval" in shown(asked) and (work / "w.txt").read_text() == "hi"
     finally:
         person.close()
 
