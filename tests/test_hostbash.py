@@ -413,3 +413,15 @@ def test_an_agents_cell_a_rule_denies_or_a_person_denies_does_not_start(agent_se
     assert [e["code"] for e in error_lines("".join(sink.err))] == ["denied"]
     assert result.report["tools"]["stopped"]["approval"] == "denied" and len(approver.requests) == 1
     assert (session.workdir / "keep.txt").exists() and not (session.workdir / "made.txt").exists()
+
+
+def test_a_host_without_bash_says_so_in_the_cell(agent_session, monkeypatch, tmp_path):
+    from kernel_helpers import RecordingSink
+    from toolkernel._hostbash._runner import HostBashRunner
+
+    session, channel = agent_session
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bash-here"))
+    sink = RecordingSink()
+    result = session.run_script("echo hi", sink, runner=HostBashRunner(channel))
+    assert result.exit_code == 1 and [e["code"] for e in error_lines("".join(sink.err))] == ["unavailable"]
+    assert "could not start bash" in "".join(sink.err)

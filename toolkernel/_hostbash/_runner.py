@@ -51,7 +51,10 @@ class HostBashRunner:
         refused = self.refusal(script, command)
         if refused is not None:
             return ShellResult(1, "", refused)
-        host = self._open(script, command, events, subprocess.PIPE)
+        try:
+            host = self._open(script, command, events, subprocess.PIPE)
+        except Unavailable as exc:  # no bash on this host: said in the cell, not lost on this thread
+            return ShellResult(1, "", exc.json_line() + "\n")
         try:
             readers = [threading.Thread(target=_read, args=(stream, events, err), daemon=True)
                        for err, stream in enumerate((host.proc.stdout, host.proc.stderr))]
