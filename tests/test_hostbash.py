@@ -425,3 +425,14 @@ def test_a_host_without_bash_says_so_in_the_cell(agent_session, monkeypatch, tmp
     result = session.run_script("echo hi", sink, runner=HostBashRunner(channel))
     assert result.exit_code == 1 and [e["code"] for e in error_lines("".join(sink.err))] == ["unavailable"]
     assert "could not start bash" in "".join(sink.err)
+
+
+def test_always_for_an_agents_cell_no_single_rule_names_says_so_and_it_does_not_start(agent_session):
+    from test_runners import Answering
+    from toolkernel._approver import Answer
+
+    session, _ = agent_session
+    result, sink = run_agent_cell(agent_session, "touch a.txt; touch b.txt", Answering(Answer.ALWAYS))
+    errors = error_lines("".join(sink.err))
+    assert result.exit_code == 1 and [e["code"] for e in errors] == ["invalid_input"]
+    assert "no single rule names it" in errors[0]["message"] and not (session.workdir / "a.txt").exists()

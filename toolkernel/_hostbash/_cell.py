@@ -20,7 +20,7 @@ from __future__ import annotations
 from .. import _loop
 from .._bash_rules import TOOL_NAME, decide_bash
 from .._command import ToolsCommand
-from .._errors import Denied
+from .._errors import Denied, InvalidInput
 from .._policy import CallInfo, canonical_call_key
 from .._preflight import ask_before_start
 
@@ -48,7 +48,10 @@ def agent_refusal(command: ToolsCommand, script: str) -> str | None:
     info = CallInfo(qualified_name=TOOL_NAME, command=TOOL_NAME, input={"command": script}, kind="execute")
     if decision.action == "deny":
         return Denied(f"an agent's bash cell: {decision.reason}; it did not start").json_line() + "\n"
-    error = _loop.run(ask_before_start(command, info, decision.reason))
+    try:
+        error = _loop.run(ask_before_start(command, info, decision.reason))
+    except ValueError as exc:  # "always" for a cell that no single rule names
+        return InvalidInput(f"an agent's bash cell: {exc}; it did not start").json_line() + "\n"
     if error is None:
         # Nothing checks this call again as it runs, so the once-grant that let it start is spent here.
         command.dispatcher.env.approvals.consume_once(canonical_call_key(info.qualified_name, info.input))
