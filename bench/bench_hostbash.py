@@ -13,27 +13,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
-from bench_tools import NullSink, interleaved, loop_script, noop, project_dir, timed_script
+from bench_tools import interleaved, loop_script, noop, project_dir, timed_script
 
-from toolkernel import _loop
 from toolkernel._hostbash._channel import Channel
-from toolkernel._hostbash._runner import run_foreground
+from toolkernel._hostbash._runner import HostBashRunner
 from toolkernel._session import Session
 
 TARGET = 1.5
 
 
 def timed_host(session: Session, channel: Channel, script: str) -> float:
-    command = _loop.run(session.prepare())
-    command.run.limit = 10**9
-    started = time.perf_counter()
-    result = run_foreground(channel, command, script, NullSink(), session.workdir)
-    elapsed = time.perf_counter() - started
-    if result.exit_code != 0:
-        raise SystemExit(f"benchmark script exited {result.exit_code}: {result.stderr[-500:]}")
-    return elapsed
+    return timed_script(session, script, HostBashRunner(channel))
 
 
 def main() -> None:
@@ -42,7 +33,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     session = Session(project_dir())
-    session.extra_tools = [noop]
+    session.register_tools([noop])
     channel = Channel()
     n = args.calls
     try:

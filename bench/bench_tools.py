@@ -66,13 +66,14 @@ def project_dir() -> Path:
     return project
 
 
-def timed_script(session: Session, script: str) -> float:
-    """Seconds to run `script` to the end, with a fresh `tools` command and no call limit."""
+def timed_script(session: Session, script: str, runner=None) -> float:
+    """Seconds to run `script` to the end (in Bashkit unless `runner`), with a fresh `tools`
+    command and no call limit."""
     events = ScriptEvents()
     command = _loop.run(session.prepare(events))
     command.run.limit = 10**9
     started = time.perf_counter()
-    result = execute(BashkitRunner(), command, script, events, NullSink())
+    result = execute(runner or BashkitRunner(), command, script, events, NullSink())
     elapsed = time.perf_counter() - started
     if result.exit_code != 0:
         raise SystemExit(f"benchmark script exited {result.exit_code}: {result.stderr[-500:]}")

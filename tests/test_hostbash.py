@@ -318,3 +318,121 @@ def test_notebook_run_marks_its_cells_as_an_agents(kernel, workdir, agent_config
         kernel.execute_ok("%tools deny")
     finally:
         kernel.execute("%tools unpair")
+
+
+# -- no sandbox: what a host cell changes stays changed, and workspace trust guards what is used --
+
+
+def test_a_config_a_host_cell_changes_stays_changed_and_is_untrusted_until_trusted_again(tmp_path):
+    from approval_helpers import Kernel as PersonKernel, policy_section, shown, untrusting_env, write_project
+
+    work = tmp_path / "project"
+    write_project(work, policy_section(deny=["mcp_github__delete_branch"]))
+    loosened = policy_section(allow=["write_file"])
+    person = PersonKernel(work, untrusting_env(work, tmp_path / "state"))
+    try:
+        assert person.run("%tools trust").ok
+        assert person.run(f"%%bash\ncat > toolkernel.toml <<'EOF'\n{loosened}EOF").ok
+        assert (work / "toolkernel.toml").read_text() == loosened  # not undone: the cell is the person's
+        asked = person.run("%%bash --no-raise-error\ntools --help | grep -c 'its config is not trusted'\n"
+                           "tools write-file path=w.txt content=hi")
+        assert asked.stdout == "1\n", shown(asked)
+        assert "needs_approval" in shown(asked) and not (work / "w.txt").exists()  # its allow rule does not count
+        assert person.run("%tools deny").ok
+        assert person.run("%tools trust").ok
+        assert person.run("%%bash\ntools write-file path=w.txt content=hi").ok
+        assert (work / "w.txt").read_text() == "hi"
+        # Lasting approvals a cell writes itself do not count either, until trusted.
+        granted = json.dumps({"version": 1, "allow": [{"rule": "edit_file", "added": "2026-01-01T00:00:00+00:00"}]})
+        assert person.run(f"%%bash\nmkdir -p .toolkernel; echo '{granted}' > .toolkernel/approvals.json").ok
+        asked = person.run("%%bash --no-raise-error\ntools edit-file path=w.txt old_string=hi new_string=ho")
+        assert "needs_approval" in shown(asked) and (work / "w.txt").read_text() == "hi"
+    finally:
+        person.close()
+
+
+# -- an agent's cell at the approver seam, in process (a real bash, a real channel) ------------
+
+
+@pytest.fixture
+def agent_session(tmp_path, monkeypatch):
+    from toolkernel._hostbash._channel import Channel
+    from toolkernel._session import Session
+
+    for key, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    work = tmp_path / "work"
+    work.mkdir()
+    write_config(work, policy_toml(allow=["Bash(echo *)"], deny=["Bash(rm *)"]))
+    session, channel = Session(work), Channel()
+    yield session, channel
+    channel.close()
+    session.close()
+
+
+def run_agent_cell(agent_session, script: str, approver=None):
+    from kernel_helpers import RecordingSink
+    from toolkernel._hostbash._runner import HostBashRunner
+
+    session, channel = agent_session
+    sink = RecordingSink()
+    result = session.run_script(script, sink, runner=HostBashRunner(channel, agent=True), approver=approver)
+    return result, sink
+
+
+def test_an_approver_answering_once_before_the_start_lets_an_agents_cell_run_once(agent_session):
+    from test_runners import Answering
+    from toolkernel._approver import Answer
+
+    session, _ = agent_session
+    approver = Answering(Answer.ONCE)
+    result, sink = run_agent_cell(agent_session, "echo hi && touch agent.txt", approver)
+    assert result.exit_code == 0 and result.report is None and "".join(sink.out) == "hi\n"
+    assert [(r.call.qualified_name, r.before_start) for r in approver.requests] == [("Bash", True)]
+    assert (session.workdir / "agent.txt").exists()
+    assert session.approvals.pending_once() == []  # the grant that let it start is spent
+    (session.workdir / "agent.txt").unlink()
+    # Nobody answers now ("later"): a before-start stop, and nothing ran.
+    result, sink = run_agent_cell(agent_session, "echo hi && touch agent.txt")
+    stopped = result.report["tools"]["stopped"]
+    assert stopped["before_start"] and stopped["approval"] == "requested" and stopped["call"]["tool"] == "Bash"
+    assert "".join(sink.out) == "" and not (session.workdir / "agent.txt").exists()
+    assert session.approvals.take_pending() is not None
+
+
+def test_an_agents_cell_a_rule_denies_or_a_person_denies_does_not_start(agent_session):
+    from test_runners import Answering
+    from toolkernel._approver import Answer
+
+    session, _ = agent_session
+    (session.workdir / "keep.txt").write_text("x")
+    result, sink = run_agent_cell(agent_session, "echo x; rm keep.txt", Answering(Answer.ONCE))
+    assert [e["code"] for e in error_lines("".join(sink.err))] == ["denied"] and result.exit_code == 1
+    approver = Answering(Answer.DENY)
+    result, sink = run_agent_cell(agent_session, "touch made.txt", approver)
+    assert [e["code"] for e in error_lines("".join(sink.err))] == ["denied"]
+    assert result.report["tools"]["stopped"]["approval"] == "denied" and len(approver.requests) == 1
+    assert (session.workdir / "keep.txt").exists() and not (session.workdir / "made.txt").exists()
+
+
+def test_a_host_without_bash_says_so_in_the_cell(agent_session, monkeypatch, tmp_path):
+    from kernel_helpers import RecordingSink
+    from toolkernel._hostbash._runner import HostBashRunner
+
+    session, channel = agent_session
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bash-here"))
+    sink = RecordingSink()
+    result = session.run_script("echo hi", sink, runner=HostBashRunner(channel))
+    assert result.exit_code == 1 and [e["code"] for e in error_lines("".join(sink.err))] == ["unavailable"]
+    assert "could not start bash" in "".join(sink.err)
+
+
+def test_always_for_an_agents_cell_no_single_rule_names_says_so_and_it_does_not_start(agent_session):
+    from test_runners import Answering
+    from toolkernel._approver import Answer
+
+    session, _ = agent_session
+    result, sink = run_agent_cell(agent_session, "touch a.txt; touch b.txt", Answering(Answer.ALWAYS))
+    errors = error_lines("".join(sink.err))
+    assert result.exit_code == 1 and [e["code"] for e in errors] == ["invalid_input"]
+    assert "no single rule names it" in errors[0]["message"] and not (session.workdir / "a.txt").exists()

@@ -37,13 +37,22 @@ async def preflight(literal_calls: list[list[str]], command: ToolsCommand) -> st
         if key in spent:
             approvals.add_pending(info)  # `%tools approve --always` answers it
             return _not_started(command, info, _TWICE, "requested")
-        if not approvals.has_once(key):
-            answer = await command.dispatcher.ask(command.dispatcher.request(info, decision.reason, before_start=True))
-            if answer not in (Answer.ONCE, Answer.ALWAYS):
-                return _not_started(command, info, decision.reason,
-                                    "denied" if answer is Answer.DENY else "requested")
+        error = await ask_before_start(command, info, decision.reason)
+        if error is not None:
+            return error
         spent.add(key)
     return None
+
+
+async def ask_before_start(command: ToolsCommand, info: CallInfo, reason: str) -> str | None:
+    """One call that asks, before anything runs: None when a once-grant or the person
+    allows it; otherwise the error line of a script that did not start (its stop recorded)."""
+    if command.dispatcher.env.approvals.has_once(canonical_call_key(info.qualified_name, info.input)):
+        return None
+    answer = await command.dispatcher.ask(command.dispatcher.request(info, reason, before_start=True))
+    if answer in (Answer.ONCE, Answer.ALWAYS):
+        return None
+    return _not_started(command, info, reason, "denied" if answer is Answer.DENY else "requested")
 
 
 async def _resolve(argv: list[str], command: ToolsCommand) -> CallInfo | None:

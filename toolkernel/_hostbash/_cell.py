@@ -1,8 +1,9 @@
-"""One host `%%bash` cell: prepare the run, check an agent's cell, run it.
+"""Whose cell it is, and an agent's cell as one `Bash` call.
 
 A cell an agent started (through `notebook-run`, later `toolkernel serve`)
 is itself a `Bash` call checked against the `Bash(...)` rules
-(_bash_rules.py) before it starts; a cell a person runs is theirs. The
+(_bash_rules.py) before it starts, at the same ask point as any call
+(`_preflight.ask_before_start`); a cell a person runs is theirs. The
 `tools` calls inside either are checked by the dispatcher as always.
 
 How a run is known to be an agent's: toolkernel's notebook-run puts
@@ -16,18 +17,12 @@ parent message cannot be read.
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 from .. import _loop
 from .._bash_rules import TOOL_NAME, decide_bash
 from .._command import ToolsCommand
-from .._errors import Denied
+from .._errors import Denied, InvalidInput
 from .._policy import CallInfo, canonical_call_key
-from .._preflight import _not_started
-from .._shell import ShellResult, Sink
-from ._channel import Channel
-from ._runner import run_foreground, start_background
+from .._preflight import ask_before_start
 
 AGENT_KEY = "toolkernel"
 
@@ -44,44 +39,20 @@ def started_by_agent(shell) -> bool:
     return AGENT_KEY in metadata
 
 
-def check_agent_cell(command: ToolsCommand, script: str) -> ShellResult | None:
-    """None when the agent's cell may start; else the result of a cell that did not start."""
-    env = command.dispatcher.env
-    decision = decide_bash(script, env.policy)
+def agent_refusal(command: ToolsCommand, script: str) -> str | None:
+    """None when an agent's cell may start; else the error line of a cell that did not
+    start (an ask that nobody answers now is recorded as the run's before-start stop)."""
+    decision = decide_bash(script, command.dispatcher.env.policy)
     if decision.action == "allow":
         return None
     info = CallInfo(qualified_name=TOOL_NAME, command=TOOL_NAME, input={"command": script}, kind="execute")
     if decision.action == "deny":
-        run = command.run
-        run.before_start = True
-        run.stopped = {"reason": "denied", "call": {"tool": TOOL_NAME, "input": dict(info.input)}}
-        line = Denied(f"an agent's bash cell: {decision.reason}; it did not start").json_line() + "\n"
-        return ShellResult(exit_code=1, stdout="", stderr=line, report=run.report(1))
-    if env.approvals.consume_once(canonical_call_key(info.qualified_name, info.input)):
-        return None
-    return _not_started(command, info, decision.reason)
-
-
-def _prepare(session, script: str, agent: bool) -> tuple[ToolsCommand, ShellResult | None]:
-    command = _loop.run(session.prepare())
-    return command, check_agent_cell(command, script) if agent else None
-
-
-def run_cell(session, channel: Channel, script: str, sink: Sink, *, agent: bool,
-             timeout: float | None = None) -> ShellResult:
-    command, stopped = _prepare(session, script, agent)
-    if stopped is not None:
-        sink.stderr(stopped.stderr)
-        return stopped
-    return run_foreground(channel, command, script, sink, Path(session.workdir), timeout=timeout)
-
-
-def start_cell(session, channel: Channel, script: str, sink: Sink, *, agent: bool, keep_stdout: bool,
-               keep_stderr: bool, timeout: float | None = None) -> subprocess.Popen | ShellResult:
-    """`--bg`: the process, or the result of a cell that did not start."""
-    command, stopped = _prepare(session, script, agent)
-    if stopped is not None:
-        sink.stderr(stopped.stderr)
-        return stopped
-    return start_background(channel, command, script, Path(session.workdir), keep_stdout=keep_stdout,
-                            keep_stderr=keep_stderr, timeout=timeout)
+        return Denied(f"an agent's bash cell: {decision.reason}; it did not start").json_line() + "\n"
+    try:
+        error = _loop.run(ask_before_start(command, info, decision.reason))
+    except ValueError as exc:  # "always" for a cell that no single rule names
+        return InvalidInput(f"an agent's bash cell: {exc}; it did not start").json_line() + "\n"
+    if error is None:
+        # Nothing checks this call again as it runs, so the once-grant that let it start is spent here.
+        command.dispatcher.env.approvals.consume_once(canonical_call_key(info.qualified_name, info.input))
+    return error

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hmac
 import os
-import queue
 import secrets
 import shutil
 import socket
@@ -25,11 +24,13 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from .. import _loop
 from .._command import Outcome, ToolsCommand, _failure
 from .._cli import split_command
 from .._errors import Denied, InvalidInput
+from .._run import RunEvents
 from .shim import _exact  # the shim's own framing, so both ends read alike
 
 SECRET_ENV = "TOOLKERNEL_TOOLS_SECRET"
@@ -43,7 +44,8 @@ class RunChannel:
     """What one host bash run lets its `tools` calls reach."""
 
     command: ToolsCommand
-    events: queue.SimpleQueue
+    events: RunEvents
+    stop: Callable[[], None]  # ends the run's process group
     secret: str = field(default_factory=lambda: secrets.token_hex(32))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -77,8 +79,8 @@ class Channel:
         return {"PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
                 SOCKET_ENV: str(self.socket_path), SECRET_ENV: run.secret}
 
-    def open(self, command: ToolsCommand) -> RunChannel:
-        run = RunChannel(command, queue.SimpleQueue())
+    def open(self, command: ToolsCommand, events: RunEvents, stop: Callable[[], None]) -> RunChannel:
+        run = RunChannel(command, events, stop)
         with self._runs_lock:
             self._runs[run.secret] = run
         return run
@@ -138,7 +140,18 @@ class _Handler(socketserver.BaseRequestHandler):
             sock.sendall(b"S")
             stdin = _read_field(sock).decode("utf-8", "replace")
         with run.lock:
-            return run.command.handle_sync(argv, stdin)
+            return _stopping(run, run.command.handle_sync(argv, stdin, cwd.decode("utf-8", "surrogateescape")))
+
+
+def _stopping(run: RunChannel, outcome: Outcome) -> Outcome:
+    """A call that stopped the run ends its process group, as Bashkit's builtin cancels."""
+    if outcome.stops_script:
+        # The error line goes by the run's events: the shim is ended with its group and
+        # may never print it.
+        run.events.stopped(outcome.stderr)
+        outcome.stderr = ""
+        run.stop()
+    return outcome
 
 
 def wants_stdin(command: ToolsCommand, argv: list[str]) -> bool:
@@ -158,7 +171,7 @@ def _display(run: RunChannel, argv: list[str], cwd: Path) -> Outcome:
     if missing:
         return _failure(InvalidInput(f"display: no such file: {', '.join(missing)}"))
     for path in paths:
-        run.events.put(("image", path))
+        run.events.image(path)
     return Outcome()
 
 

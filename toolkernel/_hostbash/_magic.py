@@ -13,7 +13,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from .. import _report
 from .._errors import ConfigError, Unavailable
-from .._magic import IPythonSink, ScriptFailed
+from .._magic import IPythonSink, ScriptFailed, _stdin_allowed, shell_args
 
 
 class _CapturingSink(IPythonSink):
@@ -51,63 +51,66 @@ class HostBashMagics(Magics):
             return self._channel
 
     @magic_arguments()
-    @argument("--out", metavar="VAR", help="keep stdout in VAR instead of showing it (with --bg: the pipe)")
+    @shell_args
     @argument("--err", metavar="VAR", help="keep stderr in VAR instead of showing it (with --bg: the pipe)")
     @argument("--bg", action="store_true", help="run in the background; see its output only through --out/--err")
     @argument("--proc", metavar="VAR", help="with --bg: keep the subprocess.Popen in VAR")
-    @argument("--no-raise-error", action="store_false", dest="raise_error",
-              help="do not raise when bash exits non-zero")
     @argument("--timeout", type=float, metavar="SECONDS", help="end the whole process group after SECONDS")
     @cell_magic
     def bash(self, line: str, cell: str):
         """%%bash: run the cell with the host's bash; `tools` inside it reaches every tool.
 
-        Every `tools` call goes through toolkernel's approvals and the run's call
-        limit; `display FILE` shows an image in the cell. Interrupting ends the
-        whole process group.
+        The script can do whatever you can (there is no sandbox); every `tools` call
+        goes through toolkernel's approvals and the run's call limit. `--out VAR`
+        keeps stdout in VAR as text instead of showing it (with --bg: the pipe).
+        `display FILE` shows an image in the cell. Interrupting ends the whole
+        process group.
         """
         args = parse_argstring(self.bash, line)
+        if args.read_only:
+            raise UsageError("%%bash: --read-only needs the sandbox, host bash has none; use %%tools --read-only")
         if args.timeout is not None and args.timeout <= 0:
             raise UsageError("%%bash: --timeout takes a number of seconds above 0")
         if args.proc and not args.bg:
             raise UsageError("%%bash: --proc needs --bg")
         from ._cell import started_by_agent
+        from ._runner import HostBashRunner
 
-        agent = started_by_agent(self.shell)
+        runner = HostBashRunner(self.channel, timeout=args.timeout, agent=started_by_agent(self.shell))
         try:
             if args.bg:
-                return self._background(cell, args, agent)
-            return self._foreground(cell, args, agent)
+                return self._background(cell, args, runner)
+            return self._foreground(cell, args, runner)
         except ConfigError as exc:
             raise ScriptFailed(f"configuration error: {exc}") from None
         except Unavailable as exc:  # no bash on this host
             raise ScriptFailed(exc.message) from None
 
-    def _foreground(self, cell: str, args, agent: bool) -> None:
-        from ._cell import run_cell
-
+    def _foreground(self, cell: str, args, runner) -> None:
         sink = _CapturingSink(bool(args.out), bool(args.err))
-        result = run_cell(self._session.result(), self.channel, cell, sink, agent=agent, timeout=args.timeout)
-        if result.report is not None:
-            _report.display_report(result.report)
+        ask = input if _stdin_allowed(self.shell) else None
+        result = self._session.result().run_script(cell, sink, runner=runner, ask=ask)
+        if result.run_report is not None:
+            _report.display_report(result.run_report)
         if args.out:
             self.shell.user_ns[args.out] = result.stdout
         if args.err:
             self.shell.user_ns[args.err] = result.stderr
         if result.interrupted:
             sys.stderr.write("bash: interrupted; its process group was ended\n")
-        if result.exit_code != 0 and args.raise_error:
+        if result.exit_code != 0 and not args.no_raise_error:
             raise ScriptFailed(f"bash exited with code {result.exit_code}")
 
-    def _background(self, cell: str, args, agent: bool) -> None:
-        from ._cell import start_cell
+    def _background(self, cell: str, args, runner) -> None:
+        from ._runner import start_background
 
-        started = start_cell(self._session.result(), self.channel, cell, IPythonSink(), agent=agent,
-                             keep_stdout=bool(args.out), keep_stderr=bool(args.err), timeout=args.timeout)
+        started = start_background(self._session.result(), runner, cell, keep_stdout=bool(args.out),
+                                   keep_stderr=bool(args.err))
         if not isinstance(started, subprocess.Popen):  # an agent's cell that may not start
-            if started.report is not None:
-                _report.display_report(started.report)
-            if args.raise_error:
+            sys.stderr.write(started.stderr)
+            if started.run_report is not None:
+                _report.display_report(started.run_report)
+            if not args.no_raise_error:
                 raise ScriptFailed("bash did not start")
             return
         if args.out:

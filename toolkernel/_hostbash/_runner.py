@@ -1,63 +1,132 @@
-"""Running a `%%bash` cell with the host's real bash, `tools` on its PATH.
+"""Host bash as a script runner: `HostBashRunner` implements `_shell.ScriptRunner`.
 
 The cell is written to a file and given to `bash` as its script (stdin is
 /dev/null, so a `read` in the script never eats script lines), in a process
 group of its own. Two reader threads move its stdout and stderr, apart and
-as they come, into the same pump `%%tools` uses; the kernel's main thread
-only pumps, so an interrupt lands there and ends the whole group with
-IPython's ladder: SIGINT, then SIGTERM, then SIGKILL. A call that stops
-the run (an approval needed, the call limit) ends the group the same way.
+as they come, into the run's events, which `_shell.execute` pumps to the
+cell as for `%%tools`. `cancel` (an interrupt) ends the whole group with
+IPython's ladder: SIGINT, then SIGTERM, then SIGKILL; so does a `tools` call
+that stops the run (an approval needed, the call limit), and `--timeout`.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import codecs
 import os
 import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from .. import _loop
 from .._command import ToolsCommand
 from .._errors import Unavailable
-from .._guard import ConfigGuard
-from .._shell import ShellResult, Sink, _Pump
+from .._run import NO_EVENTS, RunEvents
+from .._shell import ShellResult
+from ._cell import agent_refusal
 from ._channel import Channel, RunChannel
 
 TIMEOUT_EXIT = 124  # as timeout(1)
 _LADDER = ((signal.SIGINT, 0.3), (signal.SIGTERM, 0.3), (signal.SIGKILL, 0.3))
 
 
-@dataclass
-class _Exit:
-    """What the pump reads off a finished run (the shape of Bashkit's result)."""
+class HostBashRunner:
+    """Runs a cell with the host's bash, `tools` and `display` on its PATH."""
 
-    exit_code: int
-    error: None = None
+    def __init__(self, channel: Channel, *, timeout: float | None = None, agent: bool = False) -> None:
+        self.channel = channel
+        self.timeout = timeout
+        self.agent = agent  # an agent started the cell: it is a `Bash` call checked first
+        self.timed_out = False
+        self._host: HostRun | None = None
+        self._cancelled = False
+        self._lock = threading.Lock()
+
+    def literal_calls(self, script: str) -> list[list[str]]:
+        # Host bash is not parsed for `tools` lines: each call is checked as it runs.
+        return []
+
+    def run(self, script: str, command: ToolsCommand, events: RunEvents) -> ShellResult:
+        refused = self.refusal(script, command)
+        if refused is not None:
+            return ShellResult(1, "", refused)
+        try:
+            host = self._open(script, command, events, subprocess.PIPE)
+        except Unavailable as exc:  # no bash on this host: said in the cell, not lost on this thread
+            return ShellResult(1, "", exc.json_line() + "\n")
+        try:
+            readers = [threading.Thread(target=_read, args=(stream, events, err), daemon=True)
+                       for err, stream in enumerate((host.proc.stdout, host.proc.stderr))]
+            for reader in readers:
+                reader.start()
+            for reader in readers:
+                reader.join()
+            code = host.proc.wait()
+        finally:
+            host.close()
+        if self.timed_out:
+            return ShellResult(TIMEOUT_EXIT, "", f"bash: timed out after {self.timeout:g} s;"
+                                                 " its process group was ended\n")
+        return ShellResult(code if code >= 0 else 128 - code, "", "")
+
+    def start(self, script: str, command: ToolsCommand, events: RunEvents, *, keep_stdout: bool,
+              keep_stderr: bool) -> subprocess.Popen | str:
+        """`--bg`: start the cell and return its process at once (its channel closes when
+        bash exits); or the error line of an agent's cell that may not start."""
+        refused = self.refusal(script, command)
+        if refused is not None:
+            return refused
+        host = self._open(script, command, events, subprocess.PIPE if keep_stdout else subprocess.DEVNULL,
+                          subprocess.PIPE if keep_stderr else subprocess.DEVNULL)
+        threading.Thread(target=lambda: (host.proc.wait(), host.close()), name="toolkernel-bash-bg",
+                         daemon=True).start()
+        return host.proc
+
+    def refusal(self, script: str, command: ToolsCommand) -> str | None:
+        """None when the cell may start (a person's always may)."""
+        return agent_refusal(command, script) if self.agent else None
+
+    def cancel(self) -> None:
+        """End the whole process group (any thread; the ladder runs on a thread of its own)."""
+        with self._lock:
+            self._cancelled = True
+            host = self._host
+        if host is not None:
+            host.end_group_soon(_LADDER)
+
+    def _open(self, script: str, command: ToolsCommand, events: RunEvents, stdout, stderr=None) -> HostRun:
+        host = HostRun(self.channel, command, events, script, command.workdir, stdout=stdout,
+                       stderr=stdout if stderr is None else stderr, timeout=self.timeout,
+                       on_timeout=self._timed_out)
+        with self._lock:
+            self._host = host
+            cancelled = self._cancelled
+        if cancelled:  # the interrupt came before there was a group to end
+            host.end_group_soon(_LADDER)
+        return host
+
+    def _timed_out(self, host: HostRun) -> None:
+        self.timed_out = True
+        host.command.interrupt()
+        host.end_group(_LADDER)
 
 
 class HostRun:
-    """One started `bash` process group and its channel."""
+    """One started `bash` process group, its channel and its timer."""
 
-    def __init__(self, channel: Channel, command: ToolsCommand, script: str, workdir: Path, *,
-                 stdout=subprocess.PIPE, stderr=subprocess.PIPE) -> None:
+    def __init__(self, channel: Channel, command: ToolsCommand, events: RunEvents, script: str, workdir: Path, *,
+                 stdout, stderr, timeout: float | None = None, on_timeout=None) -> None:
         self.channel = channel
         self.command = command
-        self.run: RunChannel = channel.open(command)
+        # A call that stops the run (approval, call limit) ends the group from the channel's thread.
+        self.run: RunChannel = channel.open(command, events, stop=lambda: self.end_group_soon())
         self.script_file = channel.folder / f"cell-{self.run.secret[:16]}.sh"
         fd = os.open(self.script_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(script if script.endswith("\n") else script + "\n")
-        events = self.run.events
-        command.on_image = lambda path: events.put(("image", path))
-        command.run.on_progress = lambda *args: events.put(("progress", args))
-        command.on_stop_stderr = lambda text: events.put(("output", ("", text)))
-        # Called on the channel's thread inside the call that stops the run.
-        command.run.on_stop = lambda: threading.Thread(target=self.end_group, daemon=True).start()
         env = {**os.environ, **channel.env(self.run)}
+        self._timer: threading.Timer | None = None
         try:
             self.proc = subprocess.Popen(["bash", str(self.script_file)], cwd=workdir, env=env,
                                          stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
@@ -65,6 +134,13 @@ class HostRun:
         except OSError as exc:
             self.close()
             raise Unavailable(f"could not start bash: {exc}", retryable=False) from exc
+        if timeout is not None:
+            self._timer = threading.Timer(timeout, on_timeout, args=(self,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def end_group_soon(self, ladder=_LADDER[1:]) -> None:
+        threading.Thread(target=self.end_group, args=(ladder,), name="toolkernel-bash-stop", daemon=True).start()
 
     def end_group(self, ladder=_LADDER[1:]) -> None:
         """Signal the whole process group (grandchildren too) up the ladder until it is gone."""
@@ -80,7 +156,9 @@ class HostRun:
                 time.sleep(0.02)
 
     def close(self) -> None:
-        """The run is over: its secret stops working, its script file goes."""
+        """The run is over: its secret stops working, its timer and script file go."""
+        if self._timer is not None:
+            self._timer.cancel()
         self.channel.close_run(self.run)
         self.script_file.unlink(missing_ok=True)
 
@@ -95,106 +173,29 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def run_foreground(channel: Channel, command: ToolsCommand, script: str, sink: Sink, workdir: Path,
-                   *, timeout: float | None = None) -> ShellResult:
-    guard = ConfigGuard(workdir)
-    host = HostRun(channel, command, script, workdir)
-    events = host.run.events
-    finished = _watch(host, events)
-    timer = _Timer(host, timeout)
-    pump = _Pump(sink, workdir)
-    interrupted = False
-    try:
-        pump.until_done(events, finished)
-    except KeyboardInterrupt:
-        interrupted = True
-        command.interrupt()
-        host.end_group(_LADDER)
-        pump.drain(events, deadline=time.monotonic() + 1.0, future=finished)
-    finally:
-        timer.cancel()
-        host.close()
-    result = pump.finish(finished, interrupted or timer.fired)
-    if timer.fired:
-        message = f"bash: timed out after {timeout:g} s; its process group was ended\n"
-        sink.stderr(message)
-        result.stderr += message
-        result.exit_code, result.interrupted = TIMEOUT_EXIT, False
-    for message in guard.undo_changes():
-        sink.stderr(message)
-        result.stderr += message
-    if command.run.needs_report(result.exit_code):
-        result.report = command.run.report(result.exit_code)
-    return result
-
-
-def start_background(channel: Channel, command: ToolsCommand, script: str, workdir: Path, *,
-                     keep_stdout: bool, keep_stderr: bool, timeout: float | None = None) -> subprocess.Popen:
-    """Start the cell and return at once; its channel closes when bash exits."""
-    host = HostRun(channel, command, script, workdir,
-                   stdout=subprocess.PIPE if keep_stdout else subprocess.DEVNULL,
-                   stderr=subprocess.PIPE if keep_stderr else subprocess.DEVNULL)
-    timer = _Timer(host, timeout)
-
-    def wait() -> None:
-        host.proc.wait()
-        timer.cancel()
-        host.close()
-
-    threading.Thread(target=wait, name="toolkernel-bash-bg", daemon=True).start()
-    return host.proc
-
-
-def _watch(host: HostRun, events) -> concurrent.futures.Future:
-    """Readers for stdout and stderr; the future is done when both ended and bash exited."""
-    finished: concurrent.futures.Future = concurrent.futures.Future()
-    readers = [threading.Thread(target=_read, args=(stream, events, i), daemon=True)
-               for i, stream in enumerate((host.proc.stdout, host.proc.stderr))]
-    for reader in readers:
-        reader.start()
-
-    def wait() -> None:
-        for reader in readers:
-            reader.join()
-        code = host.proc.wait()
-        finished.set_result(_Exit(code if code >= 0 else 128 - code))
-        events.put(("done", None))
-
-    threading.Thread(target=wait, name="toolkernel-bash-wait", daemon=True).start()
-    return finished
-
-
-def _read(stream, events, which: int) -> None:
+def _read(stream, events: RunEvents, is_stderr: int) -> None:
     # Raw chunks as they come (no line buffering), so a `\r` progress bar updates live.
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     fd = stream.fileno()
     try:
-        while chunk := os.read(fd, 65536):
-            text = decoder.decode(chunk)
+        while True:
+            chunk = os.read(fd, 65536)
+            text = decoder.decode(chunk, final=not chunk)
             if text:
-                events.put(("output", (text, "") if which == 0 else ("", text)))
-        tail = decoder.decode(b"", final=True)
-        if tail:
-            events.put(("output", (tail, "") if which == 0 else ("", tail)))
+                events.output("", text) if is_stderr else events.output(text, "")
+            if not chunk:
+                return
     finally:
         stream.close()
 
 
-class _Timer:
-    def __init__(self, host: HostRun, timeout: float | None) -> None:
-        self.fired = False
-        self._timer = None
-        if timeout is not None:
-            self._timer = threading.Timer(timeout, self._fire, args=(host,))
-            self._timer.daemon = True
-            self._timer.start()
-
-    def _fire(self, host: HostRun) -> None:
-        self.fired = True
-        host.command.interrupt()
-        host.end_group(_LADDER)
-
-    def cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-
+def start_background(session, runner: HostBashRunner, script: str, *, keep_stdout: bool,
+                     keep_stderr: bool) -> subprocess.Popen | ShellResult:
+    """`%%bash --bg`: the started process, or the result of a cell that did not start.
+    Nobody watches a background cell, so a call in it that asks stops it ("later")."""
+    command = _loop.run(session.prepare())
+    started = runner.start(script, command, NO_EVENTS, keep_stdout=keep_stdout, keep_stderr=keep_stderr)
+    if not isinstance(started, str):
+        return started
+    report = command.run.report(1) if command.run.needs_report(1) else None
+    return ShellResult(1, "", started, run_report=report)
