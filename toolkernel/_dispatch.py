@@ -21,6 +21,7 @@ from ._approvals import Approvals
 from ._approver import Answer, ApprovalRequest, Approver, stop_and_report
 from ._errors import CallError, CallLimit, Denied, InvalidInput, NeedsApproval, Stopped, ToolFailed
 from ._hooks import HookOutcome, Hooks
+from ._limits import ShellLimits
 from ._policy import CallInfo, Decision, Policy, decide
 from ._run import NO_EVENTS, Run, RunEvents
 from ._tool import Tool, ToolContext, ToolResult
@@ -44,6 +45,7 @@ class CallEnv:
     approver: Approver = stop_and_report  # who answers at the ask point
     guarded: Protection | None = None  # what no call may write unasked (see _guard.py)
     untrusted: tuple[str, ...] = ()  # project folders whose config only tightens, for --help
+    shell: ShellLimits = ShellLimits()  # [shell]: what the runner may use
 
 
 def _schema_keys(tool: Tool) -> frozenset[str] | None:

@@ -78,10 +78,11 @@ class Session:
             approver=approver,
             guarded=mount_plan(self.workdir, config),
             untrusted=config.untrusted,
+            shell=config.shell,
         )
         catalog = await Catalog.open([*self.providers, *self._command_tools(config),
                                       *mcp_providers(config.servers.values(), self.pool)])
-        return ToolsCommand(catalog, Dispatcher(env), Run(), self.workdir, events)
+        return ToolsCommand(catalog, Dispatcher(env), Run(limit=config.shell.call_limit), self.workdir, events)
 
     def _command_tools(self, config: Config) -> list[ToolProvider]:
         """One provider per command tool, so a name collision names its own file and key."""

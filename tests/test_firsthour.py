@@ -1,0 +1,111 @@
+"""The first hour of a new user (issue 10): what got in the way, each checked the
+way it was found, through a real kernel where it is about a kernel."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernel_helpers import Kernel, RecordingSink, isolated_env, write_config
+from toolkernel._config import load_config
+from toolkernel._errors import ConfigError
+from toolkernel._limits import ShellLimits
+from toolkernel._session import Session
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    project = tmp_path_factory.mktemp("firsthour") / "project"
+    project.mkdir()
+    write_config(project, "")
+    return project
+
+
+@pytest.fixture(scope="module")
+def kernel(workdir):
+    env = {**isolated_env(workdir.parent), "PYTHONPATH": os.pathsep.join(sys.path)}
+    k = Kernel(workdir, env)
+    try:
+        k.execute_ok("%load_ext toolkernel")
+        yield k
+    finally:
+        k.shutdown()
+
+
+@pytest.fixture
+def config(workdir):
+    yield lambda text: write_config(workdir, text)
+    write_config(workdir, "")
+
+
+@pytest.fixture
+def session(tmp_path, monkeypatch):
+    for name, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    project = tmp_path / "project"
+    project.mkdir()
+    s = Session(project)
+    yield s, project
+    s.close()
+
+
+# -- 2. the sandbox's limits --------------------------------------------------------
+
+
+def test_a_thirty_thousand_line_loop_runs_to_the_end_in_a_kernel(kernel):
+    run = kernel.execute_ok("%%tools\nseq 1 30000 | while read n; do echo \"row $n\"; done | tail -n 1\n")
+    assert run.stdout.strip().splitlines()[-1] == "row 30000"
+    assert "limit" not in run.stderr
+
+
+def test_a_limit_that_ends_a_script_is_the_last_marked_line_and_fails_the_cell(kernel, config):
+    config("[shell]\nmax_loop_iterations = 100\n")
+    # enough output for the large-output cut, which must not bury the limit's line
+    run = kernel.execute("%%tools\nseq 1 20000 | sed 's/$/ xxxxxxxxxxxxxxxx/'\n"
+                         "for i in $(seq 1 200); do echo $i; done\necho never\n")
+    assert run.status == "error"
+    assert "exited with code 1" in run.error["evalue"]
+    streams = [m["content"] for m in run.of_type("stream")]
+    last = streams[-1]
+    assert last["name"] == "stderr"
+    assert last["text"].startswith("toolkernel: the script was ended by a sandbox limit")
+    assert "maximum loop iterations exceeded (100)" in last["text"]
+    assert "[shell]" in last["text"]
+    assert "never" not in run.stdout
+
+
+def test_the_call_limit_comes_from_the_shell_table(session):
+    s, project = session
+    write_config(project, "[shell]\ncall_limit = 3\n")
+    result = s.run_script("for i in 1 2 3 4 5; do tools glob-search pattern='*' >/dev/null || echo failed $i; done",
+                          RecordingSink())
+    assert result.run_report is not None
+    assert result.run_report.stopped.reason == "call_limit"
+    assert "more than 3 tool calls" in result.stderr
+
+
+def test_every_shell_key_is_read_and_bad_values_are_config_errors(tmp_path, monkeypatch):
+    for name, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    write_config(tmp_path, "[shell]\nmax_loop_iterations = 5\nmax_commands = 6\nmax_memory_mb = 7\n"
+                           "timeout = 8\ncall_limit = 9\n")
+    assert load_config(tmp_path).shell == ShellLimits(5, 6, 7, 8, 9)
+    for bad in ("timeout = 0", 'call_limit = "50"', "max_loops = 3", "max_commands = true"):
+        write_config(tmp_path, f"[shell]\n{bad}\n")
+        with pytest.raises(ConfigError, match=r"shell\."):
+            load_config(tmp_path)
+
+
+def test_an_untrusted_folder_cannot_raise_the_limits(tmp_path, monkeypatch):
+    for name, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TOOLKERNEL_TRUST_ALL", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    write_config(tmp_path, "[shell]\ncall_limit = 5000\n")
+    config = load_config(tmp_path)
+    assert config.untrusted and config.shell == ShellLimits()
