@@ -109,3 +109,76 @@ def test_an_untrusted_folder_cannot_raise_the_limits(tmp_path, monkeypatch):
     write_config(tmp_path, "[shell]\ncall_limit = 5000\n")
     config = load_config(tmp_path)
     assert config.untrusted and config.shell == ShellLimits()
+
+
+# -- 1. one clear message per approval --------------------------------------------------
+
+DELETE = "tools github delete-branch branch=fix-x"
+
+
+def with_stdin(kernel, code: str, answers: list[str]):
+    """Run a cell in a frontend that offers stdin; `answers` reply to its prompts in turn
+    ("^C" interrupts the kernel instead). Returns (prompts, CellRun)."""
+    from kernel_helpers import CellRun
+
+    prompts, messages, replies = [], [], iter(answers)
+
+    def answer(msg):
+        prompts.append(msg["content"]["prompt"])
+        reply = next(replies)
+        if reply == "^C":
+            kernel.manager.interrupt_kernel()
+        else:
+            kernel.client.input(reply)
+
+    reply = kernel.client.execute_interactive(code, allow_stdin=True, stdin_hook=answer,
+                                              output_hook=messages.append, timeout=180)
+    return prompts, CellRun(reply, messages)
+
+
+@pytest.fixture
+def github(config):
+    from kernel_helpers import github_toml
+
+    config(github_toml())
+
+
+def test_the_prompt_shows_its_choices_asks_again_on_empty_and_says_what_happened(kernel, github):
+    prompts, run = with_stdin(kernel, f"%%tools\n{DELETE}\necho after\n", ["", "maybe", "o"])
+    assert run.status == "ok", run.error
+    assert "[o]nce / [a]lways / [d]eny (no default)" in prompts[0]
+    assert len(prompts) == 3 and all("o (allow once)" in p for p in prompts[1:])
+    assert run.stdout == "allowed once; running the script\ndeleted branch fix-x\nafter\n"
+    assert run.stderr == "" and not run.displays()  # no stale error line, no report
+
+
+def test_a_denial_says_nothing_ran_and_does_not_ask_for_approval_afterwards(kernel, github):
+    prompts, run = with_stdin(kernel, f"%%tools\n{DELETE}\necho after\n", ["d"])
+    assert len(prompts) == 1
+    assert run.stdout == "denied; nothing ran\n"
+    report = next(d for d in run.displays() if "text/plain" in d.get("data", {}))["data"]["text/plain"]
+    assert "a person denied it" in report and "%tools approve" not in report
+
+
+def test_an_interrupt_while_the_prompt_waits_is_one_line(kernel, github):
+    prompts, run = with_stdin(kernel, f"%%tools\n{DELETE}\n", ["^C"])
+    assert len(prompts) == 1
+    shown = run.stdout + run.stderr + (str(run.error.get("traceback")) if run.error else "")
+    assert "KeyboardInterrupt" not in shown and "Traceback" not in shown
+    assert "interrupted" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    assert "deleted" not in run.stdout
+
+
+def test_a_direct_call_asks_the_same_way_when_stdin_is_offered(kernel, github):
+    prompts, run = with_stdin(kernel, f"x = %{DELETE}\nprint(repr(x))", ["", "o"])
+    assert run.status == "ok", run.error
+    assert len(prompts) == 2 and "[o]nce / [a]lways / [d]eny" in prompts[0]
+    assert run.stdout == "allowed once; making the call\n'deleted branch fix-x'\n"
+
+
+def test_a_direct_call_without_stdin_speaks_of_a_call_not_a_script(kernel, github):
+    run = kernel.execute(f"x = %{DELETE}")
+    assert run.status == "error"
+    message = run.error["evalue"]
+    assert "the call was not made" in message
+    assert "script" not in message

@@ -146,9 +146,8 @@ class Dispatcher:
             raise Denied(f"{info.command}: a person denied this call")
         run.stop("needs_approval", info.command, info.input, approval="requested", shown=info.shown())
         raise NeedsApproval(
-            f"{info.command} needs a person's approval ({decision.reason}); it was not made,"
-            " and in a script nothing after it runs. Approve with `%tools approve` (or --always),"
-            " or `toolkernel.approve()`, then make the call again (in a new script for the rest)"
+            f"{info.command} needs a person's approval ({decision.reason}); the call was not made."
+            " Approve with `%tools approve` (or --always), or `toolkernel.approve()`, then make it again"
         )
 
     async def ask(self, request: ApprovalRequest) -> Answer:

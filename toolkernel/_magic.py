@@ -140,7 +140,11 @@ class ToolsMagics(Magics):
             print(_answers.manage(self.session, argv))
             return None
         try:
-            value = call_argv(self.session, argv, on_image=show_image)
+            value = call_argv(self.session, argv, on_image=show_image,
+                              ask=input if _stdin_allowed(self.shell) else None)
+        except KeyboardInterrupt:  # one line, not the traceback of the wait
+            sys.stderr.write("tools: interrupted; the call was not made\n")
+            return None
         except CallError as exc:
             raise CallFailed(exc.json_line(), exc.code) from None
         except ConfigError as exc:

@@ -111,7 +111,8 @@ class Session:
         runner = runner or BashkitRunner(read_only=read_only)
         events = ScriptEvents()
         if approver is None and ask is not None:
-            approver = StdinApprover(lambda prompt: events.on_pump_thread(ask, prompt))
+            approver = StdinApprover(lambda prompt: events.on_pump_thread(ask, prompt),
+                                     lambda line: events.on_pump_thread(print, line))
         command = _loop.run(self.prepare(events, approver or stop_and_report, read_only=read_only))
         with self.approvals.holding_lasting_rules():
             result = execute(runner, command, script, events, sink,
