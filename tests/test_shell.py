@@ -262,6 +262,11 @@ def test_text_result_is_printed_as_is(session):
     assert sink.stdout_text == "hello, ana\n", sink.stderr_text
 
 
+def test_structured_content_that_only_wraps_the_text_prints_as_the_text(session):
+    result, sink = run(session, "tools structured listing path=/data")
+    assert sink.stdout_text == "[FILE] /data/a.txt\n[DIR] /data/sub\n", sink.stderr_text
+
+
 def test_structured_result_is_json(session):
     result, sink = run(session, """tools structured stats '{"numbers": [1, 2, 4.5]}'""")
     assert result.exit_code == 0, sink.stderr_text

@@ -453,8 +453,9 @@ async def _list_all_tools(session: ClientSession) -> list[types.Tool]:
 def convert_result(result: types.CallToolResult, wrapped: bool = False) -> ToolResult:
     """An MCP tool result as a `ToolResult`.
 
-    Python SDK servers send a str result twice: as text and as structured
-    content `{"result": text}`; that wrapper is dropped so text stays text.
+    Servers often send a text result twice: as text and as structured content
+    that only wraps it (`{"result": text}`, `{"content": text}`); that wrapper is
+    dropped so text stays text.
     Other `{"result": X}` wrappers (declared by the tool's output schema) are
     unwrapped to X.
     """
@@ -488,10 +489,12 @@ def _add_block(block: Any, texts: list[str], images: list[Image]) -> None:
 
 
 def _is_text_wrapper(structured: Any, texts: list[str]) -> bool:
-    if not (isinstance(structured, dict) and structured.keys() == {"result"}):
+    """One key around the same text as the text content (the Python SDK's
+    {"result": text}, server-filesystem's {"content": text}): the text is the result."""
+    if not (isinstance(structured, dict) and len(structured) == 1):
         return False
-    value = structured["result"]
-    return isinstance(value, str) and value == "\n".join(texts)
+    (value,) = structured.values()
+    return isinstance(value, str) and value in ("\n".join(texts), "".join(texts))
 
 
 def _is_wrapped_schema(schema: Mapping[str, Any] | None) -> bool:
