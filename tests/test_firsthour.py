@@ -182,3 +182,52 @@ def test_a_direct_call_without_stdin_speaks_of_a_call_not_a_script(kernel, githu
     message = run.error["evalue"]
     assert "the call was not made" in message
     assert "script" not in message
+
+
+# -- 7. smaller items ---------------------------------------------------------------------
+
+
+def run_in(session, script: str):
+    s, project = session
+    sink = RecordingSink()
+    return s.run_script(script, sink), sink
+
+
+def test_search_without_words_is_a_usage_error(session):
+    result, sink = run_in(session, "tools search; echo code=$?")
+    assert sink.stdout_text == "code=1\n"
+    assert '"invalid_input"' in sink.stderr_text and "tools search <words>" in sink.stderr_text
+
+
+def test_search_for_time_zone_does_not_list_todo_write(session):
+    result, sink = run_in(session, "tools search time zone")
+    assert "todo-write" not in sink.stdout_text
+    result, sink = run_in(session, "tools search every time")
+    assert "todo-write" in sink.stdout_text  # both words in its description
+
+
+def test_a_server_tool_named_alone_suggests_the_server_qualified_form(session):
+    from kernel_helpers import github_toml
+
+    s, project = session
+    write_config(project, github_toml())
+    result, sink = run_in(session, "tools list-pulls --help")
+    assert "`tools github list-pulls`" in sink.stderr_text
+    result, sink = run_in(session, "tools github list-pulls --help")
+    assert result.exit_code == 0 and "repo" in sink.stdout_text
+
+
+def test_curl_says_in_one_line_that_the_network_goes_through_web_fetch(session):
+    result, sink = run_in(session, "curl https://example.com; echo code=$?")
+    assert sink.stdout_text == "code=1\n"
+    assert len(sink.stderr_text.strip().splitlines()) == 1 and "tools web-fetch" in sink.stderr_text
+
+
+def test_the_text_report_reads_naturally(session):
+    from toolkernel._report import report_text
+
+    s, project = session
+    write_config(project, "")
+    result, sink = run_in(session, "tools write-file path=a.txt content=x")
+    text = report_text(result.report)
+    assert "no read-only calls" in text and "call(s)" not in text and "{\n" not in text

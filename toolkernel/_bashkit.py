@@ -87,13 +87,21 @@ class _Builtin:
 def _new_bash(builtin: _Builtin, workdir: Path, plan: Protection, read_only: bool, limits: ShellLimits):
     from bashkit import Bash, FileSystem
 
-    builtins = {"tools": builtin, "chmod": GuardedChmod(plan, read_only)}
+    builtins = {"tools": builtin, "chmod": GuardedChmod(plan, read_only), "curl": _no_network, "wget": _no_network}
     bash = Bash(custom_builtins=builtins, cwd=str(workdir), **limits.bashkit_options())
     # Mounted at run time rather than through `mounts=`: the constructor prints a warning
     # for every writable mount to the process's stderr, which a kernel shows in the cell.
     bash.mount(str(workdir), FileSystem.real(str(workdir), writable=not read_only))
     mount(bash, plan)  # what no script may write (see _guard.py)
     return bash
+
+
+def _no_network(ctx):
+    # Bashkit's own curl explains its build features in four lines; say what to use instead.
+    from bashkit import BuiltinResult
+
+    return BuiltinResult(stdout="", exit_code=1, stderr="no network in the sandbox: fetch a URL with"
+                         " `tools web-fetch url=...` (the host's programs run in %%bash)\n")
 
 
 def _limit_message(result) -> str:
