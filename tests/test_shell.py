@@ -374,10 +374,10 @@ def test_the_51st_call_hits_the_call_limit(session):
     assert result.report["tools"]["read_only_calls"] == 50
 
 
-def test_server_that_cannot_start_is_unavailable_and_retryable(session):
+def test_server_whose_command_is_missing_is_unavailable_and_not_retryable(session):
     error = single_error(*run(session, "tools missing anything"))
     assert error["code"] == "unavailable"
-    assert error["retryable"] is True
+    assert error["retryable"] is False and "command not found" in error["message"]
 
 
 # -- large output ----------------------------------------------------------------------------

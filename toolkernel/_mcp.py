@@ -348,9 +348,12 @@ class _Connection:
     def _start_failure(self, exc: BaseException) -> Unavailable:
         leaf = _leaf(exc)
         if isinstance(leaf, FileNotFoundError) and self.cfg.transport == "stdio":
-            return self._unavailable(f"could not start: command not found: {self.cfg.command}")
+            # A retry cannot help until the config or the machine changes.
+            return self._unavailable(f"could not start: command not found: {self.cfg.command}"
+                                     " (install it, or fix `command` in the config)", retryable=False)
         if isinstance(leaf, PermissionError) and self.cfg.transport == "stdio":
-            return self._unavailable(f"could not start: permission denied running {self.cfg.command}")
+            return self._unavailable(f"could not start: permission denied running {self.cfg.command}",
+                                     retryable=False)
         if (isinstance(leaf, MCPError) and leaf.code == types.CONNECTION_CLOSED) or isinstance(leaf, ConnectionError):
             return self._unavailable("exited before it finished starting")
         if isinstance(leaf, httpx2.HTTPStatusError):
@@ -359,12 +362,12 @@ class _Connection:
             return self._unavailable(f"could not be reached: {type(leaf).__name__}")
         return self._unavailable(f"failed while starting: {type(leaf).__name__}: {leaf}")
 
-    def _unavailable(self, problem: str) -> Unavailable:
+    def _unavailable(self, problem: str, *, retryable: bool = True) -> Unavailable:
         message = f"MCP server '{self.cfg.name}' ({_where(self.cfg)}) {problem}"
         tail = self._stderr_tail()
         if tail:
             message += f"\nits stderr ended with:\n{tail}"
-        return Unavailable(self._redact(message), retryable=True)
+        return Unavailable(self._redact(message), retryable=retryable)
 
     def _stderr_tail(self) -> str:
         if self._stderr is None:
