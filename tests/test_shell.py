@@ -128,7 +128,7 @@ def test_top_help_counts_tools_and_marks_on_demand_servers(workdir):
     assert result.exit_code == 0, sink.stderr_text
     text = sink.stdout_text
     assert "github (4 tools)" in text
-    assert "structured (4 tools)" in text
+    assert "structured (5 tools)" in text
     assert "docs (not loaded)" in text
     assert "missing (unavailable" in text
     other = text.split("Other tools:")[1]
