@@ -231,3 +231,22 @@ def test_the_text_report_reads_naturally(session):
     result, sink = run_in(session, "tools write-file path=a.txt content=x")
     text = report_text(result.report)
     assert "no read-only calls" in text and "call(s)" not in text and "{\n" not in text
+
+
+# -- 3. a config that is ignored says so -------------------------------------------------
+
+
+def test_a_world_writable_folders_config_is_named_with_reason_and_fix(kernel, workdir, config):
+    from kernel_helpers import github_toml
+
+    config(github_toml())
+    workdir.chmod(0o777)
+    try:
+        first = kernel.execute_ok("%%tools\ntools --help\n")
+        again = kernel.execute_ok("%%tools\ntools --help\n")
+    finally:
+        workdir.chmod(0o755)
+    assert f"toolkernel: config not used: {workdir}: anyone may write to the folder" in first.stderr
+    assert "chmod o-w" in first.stderr
+    assert str(workdir) in first.stdout and "chmod o-w" in first.stdout  # tools --help names it too
+    assert "config not used" not in again.stderr  # said once a session

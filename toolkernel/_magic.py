@@ -84,6 +84,7 @@ class ToolsMagics(Magics):
         super().__init__(shell)
         self._session = session
         self._declined: set[str] = set()  # folders a person chose not to trust: asked once
+        self._noted: set[str] = set()  # ignored config already named in a cell: said once
 
     @property
     def session(self):
@@ -106,10 +107,12 @@ class ToolsMagics(Magics):
         return self._cell(cell, args)
 
     def _cell(self, script: str, args) -> None:
-        from ._trust import ask_to_trust
+        from ._trust import ask_to_trust, ignored_config_notes
 
         ask = input if _stdin_allowed(self.shell) else None
         try:
+            for note in ignored_config_notes(self.session.workdir, self._noted):
+                sys.stderr.write(note + "\n")
             for said in ask_to_trust(self.session.workdir, ask, self._declined) if ask else ():
                 print(said)
             result = self.session.run_script(script, IPythonSink(), read_only=args.read_only, ask=ask)
