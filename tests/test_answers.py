@@ -128,9 +128,10 @@ def test_asking_inline_denied_or_headless_keeps_the_report(session):
 
 
 @pytest.mark.parametrize("script, expected", [
-    (DELETE, "deleted branch fix-x\n"),
+    (DELETE, "allowed once; running the script\ndeleted branch fix-x\n"),
     # Built at run time: asked where the call is made, then made in the same script.
-    ("b=fix-x\ntools github delete-branch branch=$b\necho after", "deleted branch fix-x\nafter\n"),
+    ("b=fix-x\ntools github delete-branch branch=$b\necho after",
+     "allowed once; making the call\ndeleted branch fix-x\nafter\n"),
 ])
 def test_a_kernel_that_allows_stdin_asks_inline_and_then_runs(tmp_path, script, expected):
     import os

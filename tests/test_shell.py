@@ -128,7 +128,7 @@ def test_top_help_counts_tools_and_marks_on_demand_servers(workdir):
     assert result.exit_code == 0, sink.stderr_text
     text = sink.stdout_text
     assert "github (4 tools)" in text
-    assert "structured (4 tools)" in text
+    assert "structured (5 tools)" in text
     assert "docs (not loaded)" in text
     assert "missing (unavailable" in text
     other = text.split("Other tools:")[1]
@@ -164,7 +164,10 @@ def test_search_ranks_name_matches_above_description_matches(session):
     commands = [line.split()[0:3] for line in sink.stdout_text.splitlines()]
     ranked = [" ".join(c) for c in commands]
     assert ranked[0] == "tools github create-issue"
-    assert "tools github get-pull" in ranked and "tools github list-pulls" in ranked
+    # A description with only some of the words is not a match (issue 10: "time zone").
+    assert "tools github get-pull" not in ranked
+    result, sink = run(session, "tools search title")
+    assert "tools github get-pull" in sink.stdout_text and "tools github list-pulls" in sink.stdout_text
 
 
 def test_search_that_matches_an_on_demand_server_loads_it(workdir):
@@ -260,6 +263,11 @@ def test_text_result_is_printed_as_is(session):
     # MCPServer sends a str result as text and as {"result": ...}: the text wins.
     result, sink = run(session, "tools structured greet name=ana")
     assert sink.stdout_text == "hello, ana\n", sink.stderr_text
+
+
+def test_structured_content_that_only_wraps_the_text_prints_as_the_text(session):
+    result, sink = run(session, "tools structured listing path=/data")
+    assert sink.stdout_text == "[FILE] /data/a.txt\n[DIR] /data/sub\n", sink.stderr_text
 
 
 def test_structured_result_is_json(session):
@@ -369,10 +377,10 @@ def test_the_51st_call_hits_the_call_limit(session):
     assert result.report["tools"]["read_only_calls"] == 50
 
 
-def test_server_that_cannot_start_is_unavailable_and_retryable(session):
+def test_server_whose_command_is_missing_is_unavailable_and_not_retryable(session):
     error = single_error(*run(session, "tools missing anything"))
     assert error["code"] == "unavailable"
-    assert error["retryable"] is True
+    assert error["retryable"] is False and "command not found" in error["message"]
 
 
 # -- large output ----------------------------------------------------------------------------

@@ -36,7 +36,7 @@ def approve(session, *, always: bool = False, call: Mapping[str, Any] | None = N
         return f"always allowed: {rule} (saved in {session.workdir / '.toolkernel'}; `%tools approvals` lists it)"
     session.approvals.grant_once(canonical_call_key(info.qualified_name, info.input))
     return (f"allowed once: {info.command} {json.dumps(dict(info.input))}"
-            " — run a new script (or the same one again) to make the call")
+            " — make the call again (run the cell again) and it goes through this once")
 
 
 def deny(session, *, call: Mapping[str, Any] | None = None) -> str:

@@ -57,21 +57,58 @@ async def stop_and_report(request: ApprovalRequest) -> Answer:
 
 
 _REPLIES = {"o": Answer.ONCE, "once": Answer.ONCE, "y": Answer.ONCE, "yes": Answer.ONCE,
-            "a": Answer.ALWAYS, "always": Answer.ALWAYS}
+            "a": Answer.ALWAYS, "always": Answer.ALWAYS,
+            "d": Answer.DENY, "deny": Answer.DENY, "n": Answer.DENY, "no": Answer.DENY}
+CHOICES = "[o]nce / [a]lways / [d]eny (no default)"
+ASK_AGAIN = "Please answer o (allow once), a (allow always) or d (deny): "
+# A person mistypes; a stream that never says o, a or d is not a person: stop and report.
+_MAX_ASKS = 5
+
+
+def said(answer: Answer, request: ApprovalRequest) -> str:
+    """The line that follows an answer: what happens now."""
+    if answer is Answer.LATER:
+        return "no answer; nothing ran" if request.before_start else "no answer; the call was not made"
+    if answer is Answer.DENY:
+        return "denied; nothing ran" if request.before_start else "denied; the call was not made"
+    allowed = "allowed once" if answer is Answer.ONCE else "always allowed"
+    return f"{allowed}; {'running the script' if request.before_start else 'making the call'}"
 
 
 class StdinApprover:
     """Asks with a prompt function such as `input` (on the thread where it works:
-    `ask` returns a future, e.g. `ScriptEvents.on_pump_thread`). Anything but
-    once/always is a deny."""
+    `ask` returns a future, e.g. `ScriptEvents.on_pump_thread`), and `tell`s what
+    the answer did. An empty or unknown reply asks again: never a silent deny."""
 
-    def __init__(self, ask: Callable[[str, ApprovalRequest], concurrent.futures.Future]) -> None:
-        self._ask = ask
+    def __init__(self, ask: Callable[[str, ApprovalRequest | None], concurrent.futures.Future],
+                 tell: Callable[[str], Any] = lambda line: None) -> None:
+        self._ask, self._tell = ask, tell
 
     async def __call__(self, request: ApprovalRequest) -> Answer:
-        prompt = f"{request.question()} Allow [o]nce, [a]lways, or [d]eny? "
-        reply = await asyncio.wrap_future(self._ask(prompt, request))
-        return _REPLIES.get(str(reply).strip().lower(), Answer.DENY)
+        answer = await self._answer(f"{request.question()} Allow? {CHOICES}: ", request)
+        self._tell(said(answer, request))
+        return answer
+
+    async def _answer(self, prompt: str, request: ApprovalRequest) -> Answer:
+        shown: ApprovalRequest | None = request  # the question is shown once; asking again is text
+        for _ in range(_MAX_ASKS):
+            try:
+                reply = await asyncio.wrap_future(self._ask(prompt, shown))
+            except EOFError:  # stdin closed: nobody can answer now
+                return Answer.LATER
+            if (answer := _REPLIES.get(str(reply).strip().lower())) is not None:
+                return answer
+            prompt, shown = ASK_AGAIN, None
+        return Answer.LATER
+
+
+def asking(ask: Callable[[str], str], prompt: str, request: ApprovalRequest | None) -> str:
+    """`ask(prompt)` on the thread where it works; an `ask` with `show_question(request)`
+    shows the question first (the JupyterLab extension turns it into buttons)."""
+    show = getattr(ask, "show_question", None)
+    if show is not None and request is not None:
+        show(request)
+    return ask(prompt)
 
 
 ELICIT_SCHEMA = {

@@ -15,15 +15,9 @@ from pathlib import Path
 
 from ._command import ToolsCommand
 from ._guard import GuardedChmod, Protection, mount
+from ._limits import ShellLimits, limit_notice
 from ._run import RunEvents
 from ._shell import ShellResult
-
-MAX_COMMANDS = 1_000_000  # Bashkit's default (10,000) ends ordinary loops over data
-# Bashkit's default (30 s) cut every longer script, swallowing the error line of a
-# tool that was still waiting (a server starting, a slow call with its own timeout).
-# A person stops a cell with an interrupt; this only bounds a run nobody watches.
-MAX_SECONDS = 24 * 3600
-
 
 class BashkitRunner:
     """Runs scripts in Bashkit's virtual shell, the workspace mounted (read-only on request)."""
@@ -48,8 +42,9 @@ class BashkitRunner:
         ]
 
     def run(self, script: str, command: ToolsCommand, events: RunEvents) -> ShellResult:
+        env = command.dispatcher.env
         bash = _new_bash(_Builtin(command, events, weakref.ref(self)), command.workdir,
-                         command.dispatcher.env.guarded, self.read_only)
+                         env.guarded, self.read_only, env.shell)
         with self._lock:
             self._bash = bash
         if command.interrupted:  # the interrupt came before there was a Bash to cancel
@@ -89,12 +84,11 @@ class _Builtin:
         return BuiltinResult(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
 
 
-def _new_bash(builtin: _Builtin, workdir: Path, plan: Protection, read_only: bool):
+def _new_bash(builtin: _Builtin, workdir: Path, plan: Protection, read_only: bool, limits: ShellLimits):
     from bashkit import Bash, FileSystem
 
-    builtins = {"tools": builtin, "chmod": GuardedChmod(plan, read_only)}
-    bash = Bash(custom_builtins=builtins, cwd=str(workdir), max_commands=MAX_COMMANDS,
-                timeout_seconds=MAX_SECONDS)
+    builtins = {"tools": builtin, "chmod": GuardedChmod(plan, read_only), "curl": _no_network, "wget": _no_network}
+    bash = Bash(custom_builtins=builtins, cwd=str(workdir), **limits.bashkit_options())
     # Mounted at run time rather than through `mounts=`: the constructor prints a warning
     # for every writable mount to the process's stderr, which a kernel shows in the cell.
     bash.mount(str(workdir), FileSystem.real(str(workdir), writable=not read_only))
@@ -102,9 +96,17 @@ def _new_bash(builtin: _Builtin, workdir: Path, plan: Protection, read_only: boo
     return bash
 
 
+def _no_network(ctx):
+    # Bashkit's own curl explains its build features in four lines; say what to use instead.
+    from bashkit import BuiltinResult
+
+    return BuiltinResult(stdout="", exit_code=1, stderr="no network in the sandbox: fetch a URL with"
+                         " `tools web-fetch url=...` (the host's programs run in %%bash)\n")
+
+
 def _limit_message(result) -> str:
     # Bashkit reports its own limits (timeout, command count) in `error`, not through on_output.
     error = getattr(result, "error", None)
     if error and "cancelled" not in str(error):
-        return f"bashkit: {error}\n"
+        return limit_notice(str(error))
     return ""

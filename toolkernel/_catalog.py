@@ -87,6 +87,8 @@ class Catalog:
 
     async def find_tool(self, server: str | None, name: str) -> Tool:
         if server is None:
+            if fold(name) not in self.own:
+                await self._not_top_level(name)
             return self._own_tool(name)
         tools = await self.server_tools(server)
         for t in tools:
@@ -98,6 +100,16 @@ class Catalog:
             f" (run `tools {display(server)} --help` for its tools)",
             suggestions=close,
         )
+
+    async def _not_top_level(self, name: str) -> None:
+        """A server's tool named alone (`tools git-log`): say how to name it."""
+        await self.load_listed()
+        forms = [f"tools {display(e.name)} {display(t.name)}" for e in self.servers.values()
+                 for t in e.tools or () if fold(t.name) == fold(name)]
+        if forms:
+            raise UnknownCommand(f"{display(name)!r} is a tool of an MCP server: name the server first,"
+                                 f" as in `{forms[0]}`" + (f" (or {', '.join(forms[1:])})" if forms[1:] else ""),
+                                 suggestions=forms)
 
     def _own_tool(self, name: str) -> Tool:
         tool = self.own.get(fold(name))
@@ -182,15 +194,18 @@ def _score(tool: Tool, terms: list[str]) -> float:
     name = f"{tool.server or ''} {tool.name}".lower()
     names = {name, fold(name), display(name)}
     description = (tool.description or "").lower()
-    score = 0.0
+    score = described = 0.0
     for term in terms:
         if any(term in n for n in names):
             score += 3.0
         elif any(fold(term) in fold(n) for n in names):
             score += 2.5
         if term in description:
-            score += 1.0
-    return score
+            described += 1.0
+    # A description that has only some of the words ("every time" for "time zone") is noise.
+    if not score and described < len(terms):
+        return 0.0
+    return score + described
 
 
 def suggest(name: str, candidates: Iterable[str]) -> list[str]:

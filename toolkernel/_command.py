@@ -19,7 +19,7 @@ from . import _help, _loop
 from ._catalog import Catalog
 from ._cli import Command, parse_input, split_command
 from ._dispatch import Dispatcher
-from ._errors import CallError, Stopped, ToolFailed
+from ._errors import CallError, InvalidInput, Stopped, ToolFailed
 from ._names import fold
 from ._render import render
 from ._run import NO_EVENTS, Run, RunEvents
@@ -125,7 +125,9 @@ class ToolsCommand:
             await self.catalog.load_listed()
             return Outcome(_help.top_help(self.catalog) + _help.untrusted_note(self.dispatcher.env.untrusted))
         if command.action == "search":
-            words = list(command.args)
+            words = [w for w in command.args if w.strip()]
+            if not words:
+                raise InvalidInput("tools search needs words to look for: tools search <words>")
             return Outcome(_help.search_results(await self.catalog.search(words), words))
         if command.action == "server_help":
             tools = await self.catalog.server_tools(command.server)

@@ -47,6 +47,7 @@ from urllib.parse import urlsplit
 
 from . import _commands
 from ._errors import ConfigError
+from ._limits import SHELL_KEYS, ShellLimits
 from ._names import SERVER_NAME, SERVER_NAME_RULE, fold
 from ._policy import MODES, parse_rule
 from ._trust import TrustStore, how_to_trust
@@ -63,7 +64,7 @@ HOOK_EVENTS = {"pre_call": "before_call", "before_call": "before_call",
                "post_call": "after_call", "after_call": "after_call"}
 RULE_LISTS = ("allow", "ask", "deny")
 
-_SECTIONS = ("mcp_servers", "policy", "hooks", "tools", "tools_in_shell")
+_SECTIONS = ("mcp_servers", "policy", "hooks", "tools", "tools_in_shell", "shell")
 # [tools_in_shell] (seed 000, issue 14): read and checked now; `toolkernel serve` will use it.
 _TOOLS_IN_SHELL_KEYS = ("enabled", "keep_visible")
 _SERVER_KEYS = ("command", "args", "env", "cwd", "url", "headers", "load", "description",
@@ -148,6 +149,8 @@ class Config:
     commands: Mapping[str, "_commands.CommandToolConfig"] = field(default_factory=_no_mapping)
     # [tools_in_shell]: "enabled" and "keep_visible" when a file sets them, the higher file winning.
     tools_in_shell: Mapping[str, Any] = field(default_factory=_no_mapping)
+    # [shell]: the sandbox's limits (`_limits`).
+    shell: ShellLimits = ShellLimits()
 
     def server(self, name: str) -> ServerConfig | None:
         """The server called `name`, hyphens and underscores being the same."""
@@ -660,6 +663,15 @@ def _tools_in_shell(source: _Source, raw: Any) -> dict[str, Any]:
     return section
 
 
+def _shell(source: _Source, raw: Any) -> dict[str, int]:
+    table = _table(source, "shell", raw)
+    _known_keys(source, "shell", table, tuple(SHELL_KEYS))
+    for key, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise source.error(f"shell.{key}", f"expected a whole number greater than 0 ({SHELL_KEYS[key]})")
+    return table
+
+
 def _merge_tables(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in over.items():
@@ -702,6 +714,7 @@ class _Builder:
         self.tools: dict[str, Any] = {}
         self.commands: dict[str, _commands.CommandToolConfig] = {}
         self.tools_in_shell: dict[str, Any] = {}
+        self.shell: dict[str, int] = {}
         self.files: list[str] = []
         self.strictest: str | None = None  # the strictest mode of an untrusted file
 
@@ -722,7 +735,9 @@ class _Builder:
         commands = {name: _command_tool(source, name, tools.pop(name), self.environ)
                     for name in [n for n, t in tools.items() if isinstance(t, dict) and "command" in t]}
         self.tools_in_shell.update(_tools_in_shell(source, data.get("tools_in_shell", {})))
-        if doubt is None:  # hooks and command tools run code: only from trusted config
+        shell = _shell(source, data.get("shell", {}))
+        if doubt is None:  # raising a limit loosens, as [tools] settings do
+            self.shell.update(shell)  # hooks and command tools run code: only from trusted config
             self.hooks.extend(hooks)
             self.tools = _merge_tables(self.tools, tools)
             # A command tool defined again replaces the earlier one whole, as a server does.
@@ -768,6 +783,7 @@ class _Builder:
             files=tuple(self.files),
             commands=MappingProxyType(dict(self.commands)),
             tools_in_shell=_freeze(self.tools_in_shell),
+            shell=ShellLimits(**self.shell),
             fingerprint=_digest({name: s.fingerprint for name, s in servers.items()}),
             untrusted=untrusted,
             to_trust=to_trust,

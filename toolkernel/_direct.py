@@ -10,12 +10,14 @@ from typing import Any, Callable
 
 from . import _loop
 from ._cli import parse_input, split_command
+from ._approver import Approver, StdinApprover, asking, stop_and_report
 from ._session import Session
+from ._shell import ScriptEvents, answering
 
 
 async def _call(session: Session, argv: list[str], base: dict[str, Any] | None,
-                on_image: Callable[[Any], None]) -> Any:
-    command = await session.prepare()
+                on_image: Callable[[Any], None], approver: Approver = stop_and_report) -> Any:
+    command = await session.prepare(approver=approver)
     catalog = command.catalog
     parsed = split_command(argv, catalog.is_server, catalog.split_qualified)
     if parsed.action != "call":
@@ -34,8 +36,16 @@ class _Text(str):
 
 
 def call_argv(session: Session, argv: list[str], base: dict[str, Any] | None = None,
-              on_image: Callable[[Any], None] = lambda path: None) -> Any:
-    return _loop.run(_call(session, argv, base, on_image))
+              on_image: Callable[[Any], None] = lambda path: None,
+              ask: Callable[[str], str] | None = None) -> Any:
+    """One call; with `ask` (such as `input`), a call that needs a person asks here,
+    as a script's call does, instead of stopping for `%tools approve`."""
+    if ask is None:
+        return _loop.run(_call(session, argv, base, on_image))
+    events = ScriptEvents()
+    approver = StdinApprover(lambda prompt, request: events.on_pump_thread(asking, ask, prompt, request),
+                             lambda line: events.on_pump_thread(print, line))
+    return answering(_loop.submit(_call(session, argv, base, on_image, approver)), events)
 
 
 def is_help_text(value: Any) -> bool:

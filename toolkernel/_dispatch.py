@@ -21,6 +21,7 @@ from ._approvals import Approvals, lasting_rule_covers
 from ._approver import Answer, ApprovalRequest, Approver, stop_and_report
 from ._errors import CallError, CallLimit, Denied, InvalidInput, NeedsApproval, Stopped, ToolFailed
 from ._hooks import HookOutcome, Hooks
+from ._limits import ShellLimits
 from ._policy import CallInfo, Decision, Policy, canonical_call_key, decide
 from ._run import NO_EVENTS, Run, RunEvents
 from ._tool import Tool, ToolContext, ToolResult
@@ -44,6 +45,7 @@ class CallEnv:
     approver: Approver = stop_and_report  # who answers at the ask point
     guarded: Protection | None = None  # what no call may write unasked (see _guard.py)
     untrusted: tuple[str, ...] = ()  # project folders whose config only tightens, for --help
+    shell: ShellLimits = ShellLimits()  # [shell]: what the runner may use
 
 
 def _schema_keys(tool: Tool) -> frozenset[str] | None:
@@ -146,9 +148,8 @@ class Dispatcher:
             raise Denied(f"{info.command}: a person denied this call")
         run.stop("needs_approval", info.command, info.input, approval="requested", shown=info.shown())
         raise NeedsApproval(
-            f"{info.command} needs a person's approval ({decision.reason}); it was not made,"
-            " and in a script nothing after it runs. Approve with `%tools approve` (or --always),"
-            " or `toolkernel.approve()`, then make the call again (in a new script for the rest)"
+            f"{info.command} needs a person's approval ({decision.reason}); the call was not made."
+            " Approve with `%tools approve` (or --always), or `toolkernel.approve()`, then make it again"
         )
 
     def request(self, info: CallInfo, reason: str, *, before_start: bool = False) -> ApprovalRequest:

@@ -84,6 +84,7 @@ class ToolsMagics(Magics):
         super().__init__(shell)
         self._session = session
         self._declined: set[str] = set()  # folders a person chose not to trust: asked once
+        self._noted: set[str] = set()  # ignored config already named in a cell: said once
 
     @property
     def session(self):
@@ -107,10 +108,12 @@ class ToolsMagics(Magics):
 
     def _cell(self, script: str, args) -> None:
         from ._lab import asking_with_buttons, display_report
-        from ._trust import ask_to_trust
+        from ._trust import ask_to_trust, ignored_config_notes
 
         ask = asking_with_buttons(self.session, input) if _stdin_allowed(self.shell) else None
         try:
+            for note in ignored_config_notes(self.session.workdir, self._noted):
+                sys.stderr.write(note + "\n")
             for said in ask_to_trust(self.session.workdir, ask, self._declined) if ask else ():
                 print(said)
             result = self.session.run_script(script, IPythonSink(), read_only=args.read_only, ask=ask)
@@ -141,7 +144,11 @@ class ToolsMagics(Magics):
             print(_answers.manage(self.session, argv))
             return None
         try:
-            value = call_argv(self.session, argv, on_image=show_image)
+            value = call_argv(self.session, argv, on_image=show_image,
+                              ask=input if _stdin_allowed(self.shell) else None)
+        except KeyboardInterrupt:  # one line, not the traceback of the wait
+            sys.stderr.write("tools: interrupted; the call was not made\n")
+            return None
         except CallError as exc:
             raise CallFailed(exc.json_line(), exc.code) from None
         except ConfigError as exc:

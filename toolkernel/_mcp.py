@@ -348,9 +348,12 @@ class _Connection:
     def _start_failure(self, exc: BaseException) -> Unavailable:
         leaf = _leaf(exc)
         if isinstance(leaf, FileNotFoundError) and self.cfg.transport == "stdio":
-            return self._unavailable(f"could not start: command not found: {self.cfg.command}")
+            # A retry cannot help until the config or the machine changes.
+            return self._unavailable(f"could not start: command not found: {self.cfg.command}"
+                                     " (install it, or fix `command` in the config)", retryable=False)
         if isinstance(leaf, PermissionError) and self.cfg.transport == "stdio":
-            return self._unavailable(f"could not start: permission denied running {self.cfg.command}")
+            return self._unavailable(f"could not start: permission denied running {self.cfg.command}",
+                                     retryable=False)
         if (isinstance(leaf, MCPError) and leaf.code == types.CONNECTION_CLOSED) or isinstance(leaf, ConnectionError):
             return self._unavailable("exited before it finished starting")
         if isinstance(leaf, httpx2.HTTPStatusError):
@@ -359,12 +362,12 @@ class _Connection:
             return self._unavailable(f"could not be reached: {type(leaf).__name__}")
         return self._unavailable(f"failed while starting: {type(leaf).__name__}: {leaf}")
 
-    def _unavailable(self, problem: str) -> Unavailable:
+    def _unavailable(self, problem: str, *, retryable: bool = True) -> Unavailable:
         message = f"MCP server '{self.cfg.name}' ({_where(self.cfg)}) {problem}"
         tail = self._stderr_tail()
         if tail:
             message += f"\nits stderr ended with:\n{tail}"
-        return Unavailable(self._redact(message), retryable=True)
+        return Unavailable(self._redact(message), retryable=retryable)
 
     def _stderr_tail(self) -> str:
         if self._stderr is None:
@@ -453,8 +456,9 @@ async def _list_all_tools(session: ClientSession) -> list[types.Tool]:
 def convert_result(result: types.CallToolResult, wrapped: bool = False) -> ToolResult:
     """An MCP tool result as a `ToolResult`.
 
-    Python SDK servers send a str result twice: as text and as structured
-    content `{"result": text}`; that wrapper is dropped so text stays text.
+    Servers often send a text result twice: as text and as structured content
+    that only wraps it (`{"result": text}`, `{"content": text}`); that wrapper is
+    dropped so text stays text.
     Other `{"result": X}` wrappers (declared by the tool's output schema) are
     unwrapped to X.
     """
@@ -488,10 +492,12 @@ def _add_block(block: Any, texts: list[str], images: list[Image]) -> None:
 
 
 def _is_text_wrapper(structured: Any, texts: list[str]) -> bool:
-    if not (isinstance(structured, dict) and structured.keys() == {"result"}):
+    """One key around the same text as the text content (the Python SDK's
+    {"result": text}, server-filesystem's {"content": text}): the text is the result."""
+    if not (isinstance(structured, dict) and len(structured) == 1):
         return False
-    value = structured["result"]
-    return isinstance(value, str) and value == "\n".join(texts)
+    (value,) = structured.values()
+    return isinstance(value, str) and value in ("\n".join(texts), "".join(texts))
 
 
 def _is_wrapped_schema(schema: Mapping[str, Any] | None) -> bool:

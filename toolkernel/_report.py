@@ -29,12 +29,37 @@ def display_report(report: RunReport) -> None:
 
 
 def report_text(report: dict[str, Any]) -> str:
-    return json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n" + _advice(report)
+    """A few readable lines for a terminal (the JSON stays in the bundle's MIME part)."""
+    tools = report["tools"]
+    lines = [f"tools: the script {_ended(report)} (exit code {report['exit_code']}); {_reads(tools)}."]
+    lines += [f"  {'done' if d['ok'] else 'failed'}: {d['tool']} {json.dumps(d['input'], ensure_ascii=False)}"
+              for d in tools["done"]]
+    if stopped := tools.get("stopped"):
+        lines.append(f"  stopped at: {described_call(stopped['call'])} ({_why(stopped)})")
+        lines.append(f"  not reached: {tools['not_reached']}")
+    return "\n".join(lines) + "\n" + _advice(report)
+
+
+def _ended(report: dict[str, Any]) -> str:
+    stopped = report["tools"].get("stopped")
+    return "did not start" if stopped and stopped.get("before_start") else (
+        "stopped" if stopped else "failed")
+
+
+def _reads(tools: dict[str, Any]) -> str:
+    count = tools["read_only_calls"]
+    return {0: "no read-only calls", 1: "1 read-only call"}.get(count, f"{count} read-only calls")
+
+
+def _why(stopped: dict[str, Any]) -> str:
+    if stopped["reason"] == "call_limit":
+        return "the call limit of one run"
+    return "a person denied it" if stopped.get("approval") == "denied" else "it needs your approval"
 
 
 def _advice(report: dict[str, Any]) -> str:
     stopped = report["tools"].get("stopped")
-    if not stopped or stopped.get("reason") != "needs_approval":
+    if not stopped or stopped.get("reason") != "needs_approval" or stopped.get("approval") == "denied":
         return ""
     return (f"\n{described_call(stopped['call'])} needs your approval:\n"
             "  %tools approve            allow it once\n"
@@ -62,7 +87,7 @@ def report_html(report: dict[str, Any]) -> str:
                 f"<code>{html.escape(call['tool'])} {html.escape(json.dumps(call['input']))}</code>"
                 f"{_argv_html(call)}</p>")
     return (f"<div class='toolkernel-report'><p>exit code {report['exit_code']}; "
-            f"{tools['read_only_calls']} read-only call(s)</p>{stop}"
+            f"{_reads(tools)}</p>{stop}"
             f"<p>Done:</p><ul>{rows or '<li>nothing</li>'}</ul>"
             f"<pre>{html.escape(_advice(report))}</pre></div>")
 

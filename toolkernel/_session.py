@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from . import _loop
 from ._approvals import Approvals
-from ._approver import Approver, StdinApprover, stop_and_report
+from ._approver import Approver, StdinApprover, asking, stop_and_report
 from ._catalog import Catalog, check_names
 from ._command import ToolsCommand
 from ._commands import ProcessSlots, command_tool
@@ -78,10 +78,11 @@ class Session:
             approver=approver,
             guarded=mount_plan(self.workdir, config),
             untrusted=config.untrusted,
+            shell=config.shell,
         )
         catalog = await Catalog.open([*self.providers, *self._command_tools(config),
                                       *mcp_providers(config.servers.values(), self.pool)])
-        return ToolsCommand(catalog, Dispatcher(env), Run(), self.workdir, events)
+        return ToolsCommand(catalog, Dispatcher(env), Run(limit=config.shell.call_limit), self.workdir, events)
 
     def _command_tools(self, config: Config) -> list[ToolProvider]:
         """One provider per command tool, so a name collision names its own file and key."""
@@ -110,7 +111,8 @@ class Session:
         runner = runner or BashkitRunner(read_only=read_only)
         events = ScriptEvents()
         if approver is None and ask is not None:
-            approver = StdinApprover(lambda prompt, request: events.on_pump_thread(_asking, ask, prompt, request))
+            approver = StdinApprover(lambda prompt, request: events.on_pump_thread(asking, ask, prompt, request),
+                                     lambda line: events.on_pump_thread(print, line))
         command = _loop.run(self.prepare(events, approver or stop_and_report, read_only=read_only))
         with self.approvals.holding_lasting_rules():
             result = execute(runner, command, script, events, sink,
@@ -147,11 +149,3 @@ class Session:
         await unpair(self.state)
         await self.pool.close()
 
-
-def _asking(ask: Callable[[str], str], prompt: str, request) -> str:
-    """Ask on the pump thread; an `ask` with `show_question(request)` shows the question
-    first (the JupyterLab extension turns it into buttons that answer the prompt)."""
-    show = getattr(ask, "show_question", None)
-    if show is not None:
-        show(request)
-    return ask(prompt)

@@ -118,6 +118,24 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
     return pump.finish(future, interrupted)
 
 
+def answering(future: concurrent.futures.Future, events: ScriptEvents) -> Any:
+    """Wait for `future` (work on the private loop) on this thread, running the
+    questions it puts here (`input()` works only on the kernel's main thread)."""
+    future.add_done_callback(lambda _: events.queue.put(("done", None)))
+    try:
+        while not (future.done() and events.queue.empty()):
+            try:
+                kind, payload = events.queue.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if kind == "call":
+                _call_into(*payload)
+    except KeyboardInterrupt:
+        _loop.cancel(future)
+        raise
+    return future.result()
+
+
 def _start(body: Callable[[], ShellResult | None]) -> concurrent.futures.Future:
     """Run the body on a thread of its own.
 

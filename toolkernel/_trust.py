@@ -170,6 +170,18 @@ def trust_line(workdir: Path, args: list[str]) -> str:
     return trust_command(Path(workdir) / Path(args[0] if args else ".").expanduser())
 
 
+def ignored_config_notes(workdir: Path, noted: set[str]) -> list[str]:
+    """Once a session: each project config kept out for a reason trusting cannot fix
+    (a folder or file anyone may write to), with the reason and the fix."""
+    from ._config import load_config
+
+    config = load_config(workdir)
+    notes = [note for note in config.untrusted if note not in noted
+             and not any(note.startswith(f"{folder}: ") for folder in config.to_trust)]
+    noted.update(notes)
+    return [f"toolkernel: config not used: {note}" for note in notes]
+
+
 def ask_to_trust(workdir: Path, ask: Callable[[str], str], declined: set[str],
                  store: TrustStore | None = None) -> list[str]:
     """Ask a person about each project folder of `workdir` whose config is not

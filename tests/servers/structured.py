@@ -35,6 +35,14 @@ def greet(name: str) -> str:
     return f"hello, {name}"
 
 
+@server.tool()
+def listing(path: str) -> types.CallToolResult:
+    """A directory listing as server-filesystem sends it: text, and the same text as {"content": ...}."""
+    text = f"[FILE] {path}/a.txt\n[DIR] {path}/sub"
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                structured_content={"content": text})
+
+
 @server.tool(structured_output=False)
 def resources() -> list:
     """An embedded text resource and a resource link."""

@@ -1,0 +1,252 @@
+"""The first hour of a new user (issue 10): what got in the way, each checked the
+way it was found, through a real kernel where it is about a kernel."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernel_helpers import Kernel, RecordingSink, isolated_env, write_config
+from toolkernel._config import load_config
+from toolkernel._errors import ConfigError
+from toolkernel._limits import ShellLimits
+from toolkernel._session import Session
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    project = tmp_path_factory.mktemp("firsthour") / "project"
+    project.mkdir()
+    write_config(project, "")
+    return project
+
+
+@pytest.fixture(scope="module")
+def kernel(workdir):
+    env = {**isolated_env(workdir.parent), "PYTHONPATH": os.pathsep.join(sys.path)}
+    k = Kernel(workdir, env)
+    try:
+        k.execute_ok("%load_ext toolkernel")
+        yield k
+    finally:
+        k.shutdown()
+
+
+@pytest.fixture
+def config(workdir):
+    yield lambda text: write_config(workdir, text)
+    write_config(workdir, "")
+
+
+@pytest.fixture
+def session(tmp_path, monkeypatch):
+    for name, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    project = tmp_path / "project"
+    project.mkdir()
+    s = Session(project)
+    yield s, project
+    s.close()
+
+
+# -- 2. the sandbox's limits --------------------------------------------------------
+
+
+def test_a_thirty_thousand_line_loop_runs_to_the_end_in_a_kernel(kernel):
+    run = kernel.execute_ok("%%tools\nseq 1 30000 | while read n; do echo \"row $n\"; done | tail -n 1\n")
+    assert run.stdout.strip().splitlines()[-1] == "row 30000"
+    assert "limit" not in run.stderr
+
+
+def test_a_limit_that_ends_a_script_is_the_last_marked_line_and_fails_the_cell(kernel, config):
+    config("[shell]\nmax_loop_iterations = 100\n")
+    # enough output for the large-output cut, which must not bury the limit's line
+    run = kernel.execute("%%tools\nseq 1 20000 | sed 's/$/ xxxxxxxxxxxxxxxx/'\n"
+                         "for i in $(seq 1 200); do echo $i; done\necho never\n")
+    assert run.status == "error"
+    assert "exited with code 1" in run.error["evalue"]
+    streams = [m["content"] for m in run.of_type("stream")]
+    last = streams[-1]
+    assert last["name"] == "stderr"
+    assert last["text"].startswith("toolkernel: the script was ended by a sandbox limit")
+    assert "maximum loop iterations exceeded (100)" in last["text"]
+    assert "[shell]" in last["text"]
+    assert "never" not in run.stdout
+
+
+def test_the_call_limit_comes_from_the_shell_table(session):
+    s, project = session
+    write_config(project, "[shell]\ncall_limit = 3\n")
+    result = s.run_script("for i in 1 2 3 4 5; do tools glob-search pattern='*' >/dev/null || echo failed $i; done",
+                          RecordingSink())
+    assert result.run_report is not None
+    assert result.run_report.stopped.reason == "call_limit"
+    assert "more than 3 tool calls" in result.stderr
+
+
+def test_every_shell_key_is_read_and_bad_values_are_config_errors(tmp_path, monkeypatch):
+    for name, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    write_config(tmp_path, "[shell]\nmax_loop_iterations = 5\nmax_commands = 6\nmax_memory_mb = 7\n"
+                           "timeout = 8\ncall_limit = 9\n")
+    assert load_config(tmp_path).shell == ShellLimits(5, 6, 7, 8, 9)
+    for bad in ("timeout = 0", 'call_limit = "50"', "max_loops = 3", "max_commands = true"):
+        write_config(tmp_path, f"[shell]\n{bad}\n")
+        with pytest.raises(ConfigError, match=r"shell\."):
+            load_config(tmp_path)
+
+
+def test_an_untrusted_folder_cannot_raise_the_limits(tmp_path, monkeypatch):
+    for name, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TOOLKERNEL_TRUST_ALL", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    write_config(tmp_path, "[shell]\ncall_limit = 5000\n")
+    config = load_config(tmp_path)
+    assert config.untrusted and config.shell == ShellLimits()
+
+
+# -- 1. one clear message per approval --------------------------------------------------
+
+DELETE = "tools github delete-branch branch=fix-x"
+
+
+def with_stdin(kernel, code: str, answers: list[str]):
+    """Run a cell in a frontend that offers stdin; `answers` reply to its prompts in turn
+    ("^C" interrupts the kernel instead). Returns (prompts, CellRun)."""
+    from kernel_helpers import CellRun
+
+    prompts, messages, replies = [], [], iter(answers)
+
+    def answer(msg):
+        prompts.append(msg["content"]["prompt"])
+        reply = next(replies)
+        if reply == "^C":
+            kernel.manager.interrupt_kernel()
+        else:
+            kernel.client.input(reply)
+
+    reply = kernel.client.execute_interactive(code, allow_stdin=True, stdin_hook=answer,
+                                              output_hook=messages.append, timeout=180)
+    return prompts, CellRun(reply, messages)
+
+
+@pytest.fixture
+def github(config):
+    from kernel_helpers import github_toml
+
+    config(github_toml())
+
+
+def test_the_prompt_shows_its_choices_asks_again_on_empty_and_says_what_happened(kernel, github):
+    prompts, run = with_stdin(kernel, f"%%tools\n{DELETE}\necho after\n", ["", "maybe", "o"])
+    assert run.status == "ok", run.error
+    assert "[o]nce / [a]lways / [d]eny (no default)" in prompts[0]
+    assert len(prompts) == 3 and all("o (allow once)" in p for p in prompts[1:])
+    assert run.stdout == "allowed once; running the script\ndeleted branch fix-x\nafter\n"
+    assert run.stderr == "" and not run.displays()  # no stale error line, no report
+
+
+def test_a_denial_says_nothing_ran_and_does_not_ask_for_approval_afterwards(kernel, github):
+    prompts, run = with_stdin(kernel, f"%%tools\n{DELETE}\necho after\n", ["d"])
+    assert len(prompts) == 1
+    assert run.stdout == "denied; nothing ran\n"
+    report = next(d for d in run.displays() if "text/plain" in d.get("data", {}))["data"]["text/plain"]
+    assert "a person denied it" in report and "%tools approve" not in report
+
+
+def test_an_interrupt_while_the_prompt_waits_is_one_line(kernel, github):
+    prompts, run = with_stdin(kernel, f"%%tools\n{DELETE}\n", ["^C"])
+    assert len(prompts) == 1
+    shown = run.stdout + run.stderr + (str(run.error.get("traceback")) if run.error else "")
+    assert "KeyboardInterrupt" not in shown and "Traceback" not in shown
+    assert "interrupted" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    assert "deleted" not in run.stdout
+
+
+def test_a_direct_call_asks_the_same_way_when_stdin_is_offered(kernel, github):
+    prompts, run = with_stdin(kernel, f"x = %{DELETE}\nprint(repr(x))", ["", "o"])
+    assert run.status == "ok", run.error
+    assert len(prompts) == 2 and "[o]nce / [a]lways / [d]eny" in prompts[0]
+    assert run.stdout == "allowed once; making the call\n'deleted branch fix-x'\n"
+
+
+def test_a_direct_call_without_stdin_speaks_of_a_call_not_a_script(kernel, github):
+    run = kernel.execute(f"x = %{DELETE}")
+    assert run.status == "error"
+    message = run.error["evalue"]
+    assert "the call was not made" in message
+    assert "script" not in message
+
+
+# -- 7. smaller items ---------------------------------------------------------------------
+
+
+def run_in(session, script: str):
+    s, project = session
+    sink = RecordingSink()
+    return s.run_script(script, sink), sink
+
+
+def test_search_without_words_is_a_usage_error(session):
+    result, sink = run_in(session, "tools search; echo code=$?")
+    assert sink.stdout_text == "code=1\n"
+    assert '"invalid_input"' in sink.stderr_text and "tools search <words>" in sink.stderr_text
+
+
+def test_search_for_time_zone_does_not_list_todo_write(session):
+    result, sink = run_in(session, "tools search time zone")
+    assert "todo-write" not in sink.stdout_text
+    result, sink = run_in(session, "tools search every time")
+    assert "todo-write" in sink.stdout_text  # both words in its description
+
+
+def test_a_server_tool_named_alone_suggests_the_server_qualified_form(session):
+    from kernel_helpers import github_toml
+
+    s, project = session
+    write_config(project, github_toml())
+    result, sink = run_in(session, "tools list-pulls --help")
+    assert "`tools github list-pulls`" in sink.stderr_text
+    result, sink = run_in(session, "tools github list-pulls --help")
+    assert result.exit_code == 0 and "repo" in sink.stdout_text
+
+
+def test_curl_says_in_one_line_that_the_network_goes_through_web_fetch(session):
+    result, sink = run_in(session, "curl https://example.com; echo code=$?")
+    assert sink.stdout_text == "code=1\n"
+    assert len(sink.stderr_text.strip().splitlines()) == 1 and "tools web-fetch" in sink.stderr_text
+
+
+def test_the_text_report_reads_naturally(session):
+    from toolkernel._report import report_text
+
+    s, project = session
+    write_config(project, "")
+    result, sink = run_in(session, "tools write-file path=a.txt content=x")
+    text = report_text(result.report)
+    assert "no read-only calls" in text and "call(s)" not in text and "{\n" not in text
+
+
+# -- 3. a config that is ignored says so -------------------------------------------------
+
+
+def test_a_world_writable_folders_config_is_named_with_reason_and_fix(kernel, workdir, config):
+    from kernel_helpers import github_toml
+
+    config(github_toml())
+    workdir.chmod(0o777)
+    try:
+        first = kernel.execute_ok("%%tools\ntools --help\n")
+        again = kernel.execute_ok("%%tools\ntools --help\n")
+    finally:
+        workdir.chmod(0o755)
+    assert f"toolkernel: config not used: {workdir}: anyone may write to the folder" in first.stderr
+    assert "chmod o-w" in first.stderr
+    assert str(workdir) in first.stdout and "chmod o-w" in first.stdout  # tools --help names it too
+    assert "config not used" not in again.stderr  # said once a session
