@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from kernel_helpers import RecordingSink, isolated_env
+from kernel_helpers import RecordingSink, isolated_env, policy_toml, write_config
 from toolkernel._caps import builtin_cap
+from toolkernel import tool
 from toolkernel._session import Session
 
 pytestmark = pytest.mark.timeout(600)
@@ -94,3 +95,51 @@ def test_cap_notes_are_recognised(note):
 
 def test_ordinary_errors_are_not_caps():
     assert builtin_cap("jq: error: cannot index string\ncat: x: No such file or directory\n") is None
+
+
+# -- tools ... --save PATH ---------------------------------------------------------
+
+BIG = 256 * 1024 * 1024
+
+
+@tool("big_result", description="A result of `size` characters.", kind="read",
+      input_schema={"type": "object", "properties": {"size": {"type": "integer"}}})
+def big_result(arguments, ctx):
+    return "z" * (arguments["size"] - 1) + "\n"
+
+
+@pytest.fixture
+def saving(project):
+    write_config(project, policy_toml(allow=["write-file"]))
+    s = Session(project)
+    s.register_tools([big_result])
+    yield s
+    s.close()
+
+
+def test_save_writes_a_256_mb_result_whole_without_a_pipe(saving, project):
+    result, sink = run(saving, f"tools big-result size={BIG} --save out/big.txt\necho done")
+    assert result.exit_code == 0, sink.stderr_text
+    saved = project / "out" / "big.txt"
+    assert saved.stat().st_size == BIG
+    with saved.open("rb") as f:
+        f.seek(BIG - 2)
+        assert f.read() == b"z\n"
+    assert "big.txt" in sink.stdout_text and sink.stdout_text.rstrip().endswith("done")
+    assert not list(saved.parent.glob(".*"))  # no temp file left: the write was atomic
+
+
+def test_save_outside_the_workspace_is_not_written_unasked(session, project, tmp_path):
+    session.register_tools([big_result])
+    target = tmp_path / "elsewhere.txt"
+    result, sink = run(session, f"tools big-result size=10 --save {target}")
+    assert result.exit_code != 0
+    assert not target.exists()
+    assert "write-file" in sink.stderr_text
+
+
+def test_save_without_a_path_is_a_usage_error(session):
+    session.register_tools([big_result])
+    result, sink = run(session, "tools big-result size=10 --save")
+    assert result.exit_code != 0
+    assert "--save needs a file path" in sink.stderr_text
