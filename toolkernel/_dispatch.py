@@ -14,9 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import jsonschema
-import referencing.exceptions
-
 from ._approvals import Approvals
 from ._approver import Answer, ApprovalRequest, Approver, stop_and_report
 from ._errors import CallError, CallLimit, Denied, InvalidInput, NeedsApproval, Stopped, ToolFailed
@@ -92,6 +89,11 @@ class Dispatcher:
             raise CallLimit(f"more than {run.limit} tool calls in one shell run; the script stops here")
 
     def validate(self, tool: Tool, arguments: Mapping[str, Any]) -> None:
+        # Imported on first use, not with the module: jsonschema loads its format checkers'
+        # grammars (seconds on a busy machine), which a first `tools --help` never needs.
+        import jsonschema
+        import referencing.exceptions
+
         validator = self._validator(tool)
         try:
             if validator.is_valid(arguments):  # the common case, without best_match's bookkeeping
@@ -109,6 +111,8 @@ class Dispatcher:
         )
 
     def _validator(self, tool: Tool):
+        import jsonschema
+
         schema = tool.input_schema
         cached = self._validators.get(id(schema))
         if cached is None or cached[0] is not schema:
