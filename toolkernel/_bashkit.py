@@ -13,6 +13,7 @@ import threading
 import weakref
 from pathlib import Path
 
+from ._caps import builtin_cap, cap_line
 from ._command import ToolsCommand
 from ._guard import GuardedChmod, Protection, mount
 from ._limits import ShellLimits, limit_notice
@@ -49,12 +50,13 @@ class BashkitRunner:
             self._bash = bash
         if command.interrupted:  # the interrupt came before there was a Bash to cancel
             bash.cancel()
+        watch = _CapWatch(events)
         try:
-            result = bash.execute_sync(script, on_output=events.output)
+            result = bash.execute_sync(script, on_output=watch.output)
         finally:
             with self._lock:
                 self._bash = None
-        return ShellResult(result.exit_code, "", _limit_message(result))
+        return _ended(result, watch)
 
     def cancel(self) -> None:
         """Stop the script at its next command (any thread)."""
@@ -85,10 +87,13 @@ class _Builtin:
 
 
 def _new_bash(builtin: _Builtin, workdir: Path, plan: Protection, read_only: bool, limits: ShellLimits):
-    from bashkit import Bash, FileSystem
+    from bashkit import Bash, ExecutionProfile, FileSystem
 
     builtins = {"tools": builtin, "chmod": GuardedChmod(plan, read_only), "curl": _no_network, "wget": _no_network}
-    bash = Bash(custom_builtins=builtins, cwd=str(workdir), **limits.bashkit_options())
+    # Interactive lifts Standard's 1 MiB caps on the script's output and on `jq` to 10 MiB;
+    # what stays hard ends the run loudly (see _caps.py).
+    bash = Bash(custom_builtins=builtins, cwd=str(workdir), profile=ExecutionProfile.Interactive,
+                **limits.bashkit_options())
     # Mounted at run time rather than through `mounts=`: the constructor prints a warning
     # for every writable mount to the process's stderr, which a kernel shows in the cell.
     bash.mount(str(workdir), FileSystem.real(str(workdir), writable=not read_only))
@@ -104,9 +109,24 @@ def _no_network(ctx):
                          " `tools web-fetch url=...` (the host's programs run in %%bash)\n")
 
 
-def _limit_message(result) -> str:
-    # Bashkit reports its own limits (timeout, command count) in `error`, not through on_output.
-    error = getattr(result, "error", None)
-    if error and "cancelled" not in str(error):
-        return limit_notice(str(error))
-    return ""
+class _CapWatch:
+    """Passes output on, noting a builtin that Bashkit cut short (it says so on stderr only)."""
+
+    def __init__(self, events: RunEvents) -> None:
+        self.events = events
+        self.cut_builtin: str | None = None
+
+    def output(self, stdout: str, stderr: str) -> None:
+        if stderr and self.cut_builtin is None:
+            self.cut_builtin = builtin_cap(stderr)
+        self.events.output(stdout, stderr)
+
+
+def _ended(result, watch: _CapWatch) -> ShellResult:
+    """The run's result; a limit or a hard cap met on the way makes it fail, and its last
+    line says which (Bashkit reports its own limits in `error`, not through on_output)."""
+    error = str(result.error or "")
+    cap = cap_line(builtin=watch.cut_builtin, stdout_cut=bool(result.stdout_truncated), budget=error)
+    notice = limit_notice(error) if error and "cancelled" not in error and not cap else ""
+    exit_code = result.exit_code or (1 if cap or notice else 0)
+    return ShellResult(exit_code, "", notice + cap, output_cut=bool(result.stdout_truncated))

@@ -63,6 +63,19 @@ def _tool_command(server: str | None, tool: str, rest: list[str]) -> Command:
 # -- input -----------------------------------------------------------------
 
 
+def take_save(args: tuple[str, ...], schema: Mapping[str, Any]) -> tuple[str | None, tuple[str, ...]]:
+    """`--save PATH` out of a call's words: the result goes to that file, not to stdout.
+
+    A tool whose own input has a `save` key keeps `--save` for itself."""
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    if "--save" not in args or (isinstance(properties, Mapping) and "save" in properties):
+        return None, args
+    at = args.index("--save")
+    if at + 1 >= len(args):
+        raise InvalidInput("--save needs a file path: `tools <tool> ... --save out.json`")
+    return args[at + 1], args[:at] + args[at + 2:]
+
+
 def parse_input(args: tuple[str, ...] | list[str], schema: Mapping[str, Any], stdin: str | None) -> dict[str, Any]:
     """Merge a JSON argument (or stdin), then key=value / --key value pairs over it.
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import _help, _loop
 from ._catalog import Catalog
-from ._cli import Command, parse_input, split_command
+from ._cli import Command, parse_input, split_command, take_save
 from ._dispatch import Dispatcher
 from ._errors import CallError, InvalidInput, Stopped, ToolFailed
 from ._names import fold
@@ -26,6 +26,7 @@ from ._run import NO_EVENTS, Run, RunEvents
 from ._tool import Tool, ToolResult
 
 INTERRUPTED_EXIT = 130
+SAVE_TOOL = "write-file"
 
 
 @dataclass
@@ -135,7 +136,10 @@ class ToolsCommand:
         tool = await self.catalog.find_tool(command.server, command.tool)
         if command.action == "tool_help":
             return Outcome(_help.tool_help(tool))
-        called = await self.call(tool, parse_input(command.args, tool.input_schema, stdin))
+        save_to, args = take_save(command.args, tool.input_schema)
+        called = await self.call(tool, parse_input(args, tool.input_schema, stdin))
+        if save_to is not None and called.failure is None:
+            called = await self._save(called, save_to)
         notes = "".join(f"tools: image saved to {p}\n" for p in called.images)
         if called.failure is not None:
             return Outcome(stderr=notes + called.failure.json_line() + "\n", exit_code=1, images=called.images)
@@ -153,6 +157,20 @@ class ToolsCommand:
         if result.is_error:
             failure = ToolFailed(rendered.stdout.strip() or f"{tool.command} reported an error")
         return Called(result, rendered.stdout, rendered.images, failure)
+
+
+    async def _save(self, called: Called, path: str) -> Called:
+        """`--save PATH`: the result goes to a file by a `write-file` call of its own, so the
+        write meets the same checks (workspace, protected paths, policy, approval) and is atomic."""
+        writer = self.catalog.own.get(fold(SAVE_TOOL))
+        if writer is None:
+            raise ToolFailed(f"--save needs the built-in {SAVE_TOOL} tool, which this session does not have")
+        stand_in = f"<the result of the call before: {len(called.stdout)} characters>"
+        result = await self.dispatcher.call(writer, {"path": path, "content": stand_in}, self.run, self.events,
+                                            payload={"content": called.stdout})
+        rendered = render(result, self.workdir, SAVE_TOOL)
+        failure = ToolFailed(rendered.stdout.strip()) if result.is_error else None
+        return Called(result, rendered.stdout, called.images, failure)
 
 
 def _failure(error: CallError, exit_code: int = 1) -> Outcome:

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import jsonschema
 from dotpromptz_handlebars import Handlebars, StrictModeError
 
 from ._errors import ConfigError
@@ -87,6 +86,7 @@ def schema_problem(parameters: Any) -> str | None:
         return "must be a JSON Schema object (a table)"
     if parameters.get("type", "object") != "object":
         return 'the input is always a JSON object, so "type" must be "object" when given'
+    import jsonschema  # on first use: see _dispatch.validate
     validator = jsonschema.validators.validator_for(parameters, default=jsonschema.Draft202012Validator)
     try:
         validator.check_schema(parameters)

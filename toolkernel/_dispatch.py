@@ -14,9 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import jsonschema
-import referencing.exceptions
-
 from ._approvals import Approvals, lasting_rule_covers
 from ._approver import Answer, ApprovalRequest, Approver, stop_and_report
 from ._errors import CallError, CallLimit, Denied, InvalidInput, NeedsApproval, Stopped, ToolFailed
@@ -71,12 +68,14 @@ class Dispatcher:
         )
 
     async def call(self, tool: Tool, arguments: dict[str, Any], run: Run,
-                   events: RunEvents = NO_EVENTS) -> ToolResult:
+                   events: RunEvents = NO_EVENTS, *, payload: Mapping[str, Any] | None = None) -> ToolResult:
+        """`payload`: values the tool gets over `arguments` that the checks, hooks, person and
+        report only see as their stand-ins in `arguments` (a 256 MB `--save` content)."""
         self._count(tool, arguments, run)
         self.validate(tool, arguments)
         info = self.call_info(tool, arguments)
         info = await self._before(info, tool, run)
-        result = await self._invoke(tool, dict(info.input), run, events)
+        result = await self._invoke(tool, {**info.input, **(payload or {})}, run, events)
         if self.env.hooks.any("after_call"):
             result = await self.env.hooks.run_after(info, result)
         run.record(tool.command, info.input, read_only=tool.read_only, ok=not result.is_error,
@@ -92,6 +91,11 @@ class Dispatcher:
             raise CallLimit(f"more than {run.limit} tool calls in one shell run; the script stops here")
 
     def validate(self, tool: Tool, arguments: Mapping[str, Any]) -> None:
+        # Imported on first use, not with the module: jsonschema loads its format checkers'
+        # grammars (seconds on a busy machine), which a first `tools --help` never needs.
+        import jsonschema
+        import referencing.exceptions
+
         validator = self._validator(tool)
         try:
             if validator.is_valid(arguments):  # the common case, without best_match's bookkeeping
@@ -109,6 +113,8 @@ class Dispatcher:
         )
 
     def _validator(self, tool: Tool):
+        import jsonschema
+
         schema = tool.input_schema
         cached = self._validators.get(id(schema))
         if cached is None or cached[0] is not schema:

@@ -18,6 +18,7 @@ Usage:
   tools <tool> [input]            call any other tool
 Input: a JSON object '{...}', key=value pairs, --key value, --flag (true); or JSON on stdin
 (`-`, or no input arguments). Output: text as is, other results as JSON.
+Large results: `tools <tool> [input] --save PATH` writes the result to a file (a write-file call).
 Errors: one JSON line on stderr, exit code 1: {"error":{"code":...,"message":...,"retryable":...}}
 """
 

@@ -49,8 +49,10 @@ class OutputLimiter:
     def text(self) -> str:
         return "".join(self.parts)
 
-    def close(self) -> Path | None:
-        """Emit what was held back; returns the file holding the whole output, if it was cut."""
+    def close(self, *, cut: bool = False) -> Path | None:
+        """Emit what was held back; returns the file holding the output, if the cell shows only part.
+
+        `cut`: the runner stopped the output at a hard cap, so the file holds only what came."""
         held = "".join(self.held)
         if not self.cutting:
             if held:
@@ -58,8 +60,9 @@ class OutputLimiter:
             return None
         path = self._save()
         omitted = self.size - HEAD - TAIL
-        self.emit(f"\n... [{omitted} characters omitted; the whole output ({self.size} characters)"
-                  f" is in {path}] ...\n")
+        what = (f"the output up to the cap ({self.size} characters; the rest is lost)" if cut
+                else f"the whole output ({self.size} characters)")
+        self.emit(f"\n... [{omitted} characters omitted; {what} is in {path}] ...\n")
         self.emit(held[-TAIL:])
         return path
 

@@ -19,7 +19,8 @@ from ._approver import Approver, StdinApprover, asking, stop_and_report
 from ._catalog import Catalog, check_names
 from ._command import ToolsCommand
 from ._commands import ProcessSlots, command_tool
-from ._config import Config, load_config
+from ._config import Config
+from ._config_cache import ConfigCache
 from ._dispatch import CallEnv, Dispatcher
 from ._guard import mount_plan
 from ._hooks import Hooks
@@ -37,6 +38,7 @@ from ._tools import own_tools
 class Session:
     def __init__(self, workdir: str | Path | None = None) -> None:
         self.workdir = Path(workdir or os.getcwd()).resolve()
+        self.config_cache = ConfigCache(self.workdir)
         self.pool = ServerPool()
         self.state: dict[str, Any] = {}
         self.hooks = Hooks()
@@ -63,7 +65,7 @@ class Session:
                       *, read_only: bool = False) -> ToolsCommand:
         """Read the config and wire a fresh `tools` command. Raises ConfigError
         (`_guard.Unprotectable` too: what scripts must not write cannot be protected)."""
-        config = load_config(self.workdir)
+        config = self.config_cache.load()
         await self.pool.retire(set(config.servers))
         # Lasting approvals loosen the policy: only those of a trusted folder count.
         lasting = self.approvals.lasting_rules() if config.approvals_trusted else ()
@@ -132,7 +134,7 @@ class Session:
     def start_eager(self) -> None:
         """Start eager servers in the background; errors show up when they are used."""
         try:
-            config = load_config(self.workdir)
+            config = self.config_cache.load()
         except Exception:  # noqa: BLE001 - a bad config is reported on the first run
             return
         eager = [s for s in config.servers.values() if s.load == "eager"]

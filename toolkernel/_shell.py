@@ -44,6 +44,8 @@ class ShellResult:
     run_report: RunReport | None = None
     images: list[Path] = field(default_factory=list)
     saved_output: Path | None = None
+    # The runner cut the script's output at a hard cap: what was saved is not all of it.
+    output_cut: bool = False
 
     @property
     def report(self) -> dict[str, Any] | None:
@@ -195,8 +197,8 @@ class _Pump:
             self.sink.stderr(err)
 
     def finish(self, future, interrupted: bool) -> ShellResult:
-        saved = self.limiter.close()
         ran = None if interrupted else _result(future)
+        saved = self.limiter.close(cut=ran is not None and ran.output_cut)
         if ran is not None and ran.stderr:
             self._output("", ran.stderr)
         exit_code = INTERRUPTED_EXIT if interrupted else (1 if ran is None else ran.exit_code)

@@ -1,0 +1,76 @@
+"""The first cell against a bare kernel start, and the memory toolkernel adds.
+
+    python bench/bench_first_cell.py [--rounds 3]
+
+Per round (interleaved): start a bare IPython kernel through jupyter_client and
+time it until it answers; in that kernel, time `%load_ext toolkernel` plus a first
+`%%tools` cell running `tools --help` (no servers configured), and read the
+kernel's resident memory before and after. Targets: first cell <= 0.5x a bare
+kernel start; toolkernel adds <= 40 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from jupyter_client import KernelManager
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def run(client, code: str) -> None:
+    reply = client.execute_interactive(code, timeout=120, output_hook=lambda msg: None)
+    if reply["content"]["status"] != "ok":
+        raise RuntimeError(f"{code!r} failed: {reply['content']}")
+
+
+def one_round(work: Path, env: dict) -> tuple[float, float, float]:
+    km = KernelManager(kernel_name="python3")
+    start = time.perf_counter()
+    km.start_kernel(cwd=str(work), env=env)
+    client = km.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=120)
+        bare = time.perf_counter() - start
+        pid = km.provisioner.process.pid
+        before = rss_mb(pid)
+        start = time.perf_counter()
+        run(client, "%load_ext toolkernel")
+        run(client, "%%tools\ntools --help")
+        first = time.perf_counter() - start
+        return bare, first, rss_mb(pid) - before
+    finally:
+        client.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "work"
+        work.mkdir()
+        env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CONFIG_HOME": str(Path(tmp) / "xdg")}
+        rounds = [one_round(work, env) for _ in range(options.rounds)]
+    bare, first, added = (statistics.median(r[i] for r in rounds) for i in range(3))
+    print(f"median of {options.rounds} rounds: bare kernel start {bare:.2f} s, %load_ext + first cell {first:.2f} s"
+          f" = {first / bare:.2f}x (target <= 0.5x); toolkernel adds {added:.0f} MB (target <= 40 MB)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Big outputs through real Bashkit runs: whole, or failing loudly with the cap named."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kernel_helpers import RecordingSink, isolated_env, policy_toml, write_config
+from toolkernel._caps import builtin_cap
+from toolkernel import tool
+from toolkernel._session import Session
+
+pytestmark = pytest.mark.timeout(600)
+
+LINE = "x" * 99 + "\n"
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    for key, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+@pytest.fixture
+def session(project):
+    s = Session(project)
+    yield s
+    s.close()
+
+
+def run(session, script):
+    sink = RecordingSink()
+    return session.run_script(script, sink), sink
+
+
+def test_a_2_mb_output_is_saved_whole(session, project):
+    text = "".join(f"{i:09d} " + LINE for i in range(20_000))  # 2.2 MB: above Standard's 1 MiB cap
+    (project / "two.txt").write_text(text)
+    result, sink = run(session, "cat two.txt")
+    assert result.exit_code == 0, sink.stderr_text
+    assert (project / result.saved_output).read_text() == text
+    assert "the whole output" in sink.stdout_text and sink.stdout_text.endswith(text[-1000:])
+
+
+def test_a_64_mb_output_fails_loudly_naming_the_cap(session, project):
+    (project / "big.txt").write_text(LINE * 640_000)
+    result, sink = run(session, "cat big.txt | cat | wc -c\necho after")
+    assert result.exit_code != 0
+    last = sink.stderr_text.strip().splitlines()[-1]
+    assert "Bashkit limit" in last and "--save" in last
+
+
+def test_an_output_past_the_10_mib_cap_ends_non_zero_and_says_the_file_is_not_whole(session, project):
+    (project / "m12.txt").write_text(LINE * 120_000)
+    result, sink = run(session, "cat m12.txt")
+    assert result.exit_code != 0
+    assert "10 MiB" in sink.stderr_text.strip().splitlines()[-1]
+    assert "the rest is lost" in sink.stdout_text and "the whole output" not in sink.stdout_text
+
+
+def test_jq_reads_a_5_mb_document(session, project):
+    items = ["y" * 98] * 50_000
+    (project / "doc.json").write_text(json.dumps(items))
+    result, sink = run(session, "jq -c '.[]' doc.json | wc -l\njq . doc.json | wc -c")
+    assert result.exit_code == 0, sink.stderr_text
+    lines, chars = sink.stdout_text.split()
+    assert int(lines) == 50_000
+    assert int(chars) == len(json.dumps(items, indent=2)) + 1
+
+
+def test_seq_past_its_line_cap_ends_the_script_non_zero_even_in_a_pipe(session):
+    result, sink = run(session, "seq 1 300000 | wc -l")
+    assert result.exit_code != 0
+    last = sink.stderr_text.strip().splitlines()[-1]
+    assert "`seq`" in last and "seq 100001 200000" in last
+
+
+def test_a_pipe_within_the_caps_still_exits_zero(session, project):
+    (project / "ok.txt").write_text(LINE * 50_000)
+    result, sink = run(session, "seq 1 90000 | wc -l\ncat ok.txt | wc -l")
+    assert result.exit_code == 0, sink.stderr_text
+    assert sink.stdout_text.split() == ["90000", "50000"]
+
+
+@pytest.mark.parametrize("note", ["seq: line limit (100000) exceeded; output truncated",
+                                  "jq: output limit exceeded (1048576 bytes)",
+                                  "find: output size limit exceeded"])
+def test_cap_notes_are_recognised(note):
+    assert builtin_cap(f"other\n{note}\n") == note.split(":")[0]
+
+
+def test_ordinary_errors_are_not_caps():
+    assert builtin_cap("jq: error: cannot index string\ncat: x: No such file or directory\n") is None
+
+
+# -- tools ... --save PATH ---------------------------------------------------------
+
+BIG = 256 * 1024 * 1024
+
+
+@tool("big_result", description="A result of `size` characters.", kind="read",
+      input_schema={"type": "object", "properties": {"size": {"type": "integer"}}})
+def big_result(arguments, ctx):
+    return "z" * (arguments["size"] - 1) + "\n"
+
+
+@pytest.fixture
+def saving(project):
+    write_config(project, policy_toml(allow=["write-file"]))
+    s = Session(project)
+    s.register_tools([big_result])
+    yield s
+    s.close()
+
+
+def test_save_writes_a_256_mb_result_whole_without_a_pipe(saving, project):
+    result, sink = run(saving, f"tools big-result size={BIG} --save out/big.txt\necho done")
+    assert result.exit_code == 0, sink.stderr_text
+    saved = project / "out" / "big.txt"
+    assert saved.stat().st_size == BIG
+    with saved.open("rb") as f:
+        f.seek(BIG - 2)
+        assert f.read() == b"z\n"
+    assert "big.txt" in sink.stdout_text and sink.stdout_text.rstrip().endswith("done")
+    assert not list(saved.parent.glob(".*"))  # no temp file left: the write was atomic
+
+
+def test_save_outside_the_workspace_is_not_written_unasked(session, project, tmp_path):
+    session.register_tools([big_result])
+    target = tmp_path / "elsewhere.txt"
+    result, sink = run(session, f"tools big-result size=10 --save {target}")
+    assert result.exit_code != 0
+    assert not target.exists()
+    assert "write-file" in sink.stderr_text
+
+
+def test_save_without_a_path_is_a_usage_error(session):
+    session.register_tools([big_result])
+    result, sink = run(session, "tools big-result size=10 --save")
+    assert result.exit_code != 0
+    assert "--save needs a file path" in sink.stderr_text

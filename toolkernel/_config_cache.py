@@ -1,0 +1,81 @@
+"""The config, re-read on every run only when a file it comes from may have changed.
+
+Reading and checking every config file costs about a millisecond and a half, most
+of a direct call (`%tools ...`, `toolkernel.call`). The promise stays "the config is
+re-read on every run": what is checked on every run is a fingerprint of everything
+`load_config` reads (each candidate file's and folder's status, the trust store's,
+the environment), and any change at all reads the files again.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any, Mapping
+
+from ._config import (
+    CONFIG_NAME, MCP_JSON_NAME, Config, _admin_path, _home, _project_dirs, _user_config_dir, load_config,
+)
+from ._trust import store_path
+
+
+def fingerprint(workdir: Path, environ: Mapping[str, str] | None = None) -> tuple[Any, ...]:
+    """What `load_config(workdir)` depends on, as cheap `lstat`s and the environment."""
+    environ = os.environ if environ is None else environ
+    snapshot = _environment(environ)
+    return (snapshot, *(_status(p) for p in _watched(str(workdir), snapshot, environ)))
+
+
+def _environment(environ: Mapping[str, str]) -> frozenset:
+    # os.environ decodes every value on each read; its encoded table is what the process
+    # holds, ten times cheaper to compare, and changes with every `os.environ[...] = `.
+    return frozenset(getattr(environ, "_data", environ).items())
+
+
+_WATCHED: dict[tuple[str, frozenset], tuple[str, ...]] = {}
+
+
+def _watched(workdir: str, snapshot: frozenset, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """Every file and folder whose status can change the config (the same for the same
+    workdir and environment, so worked out once)."""
+    key = (workdir, snapshot)
+    paths = _WATCHED.get(key)
+    if paths is None:
+        home = _home(environ)
+        found = [_admin_path(environ), _user_config_dir(environ, home) / CONFIG_NAME, store_path(environ)]
+        for folder in _project_dirs(Path(workdir).resolve(), home.resolve()):
+            found += [folder, folder / CONFIG_NAME, folder / MCP_JSON_NAME]
+        if len(_WATCHED) > 16:
+            _WATCHED.clear()
+        paths = _WATCHED[key] = tuple(str(p) for p in found)
+    return paths
+
+
+def _status(path: str) -> tuple[Any, ...] | None:
+    # Both the link and what it leads to: a swapped symlink target changes the config.
+    try:
+        link = os.lstat(path)
+    except OSError:
+        return None
+    try:
+        target = os.stat(path) if stat.S_ISLNK(link.st_mode) else link
+    except OSError:
+        target = link
+    return tuple((s.st_ino, s.st_dev, s.st_mode, s.st_size, s.st_mtime_ns, s.st_ctime_ns) for s in (link, target))
+
+
+class ConfigCache:
+    """One workspace's config, read again whenever its fingerprint moves."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self._key: tuple[Any, ...] | None = None
+        self._config: Config | None = None
+
+    def load(self) -> Config:
+        key = fingerprint(self.workdir)
+        if key != self._key or self._config is None:
+            # A bad config raises here every time: only a good one is kept.
+            self._config, self._key = load_config(self.workdir), key
+        return self._config
