@@ -21,6 +21,7 @@ MOVES = {
     "_kernelspec": "_frontends._kernelspec", "_serve": "_frontends._serve",
     "_shell": "_runners._shell", "_bashkit": "_runners._bashkit", "_preflight": "_runners._preflight",
     "_outputs": "_runners._outputs", "_guard": "_runners._guard", "_hostbash": "_runners._hostbash",
+    "_caps": "_runners._caps",
     "_command": "_command._command", "_cli": "_command._cli", "_catalog": "_command._catalog",
     "_help": "_command._help", "_render": "_command._render",
     "_dispatch": "_approval._dispatch", "_policy": "_approval._policy", "_hooks": "_approval._hooks",
@@ -29,6 +30,7 @@ MOVES = {
     "_providers": "_providers._base", "_mcp": "_providers._mcp", "_stdio": "_providers._stdio",
     "_tools": "_providers._tools", "_notebook": "_providers._notebook", "_commands": "_providers._commands",
     "_config": "_config._config", "_trust": "_config._trust", "_lint": "_config._lint",
+    "_config_cache": "_config._cache", "_limits": "_config._limits",
 }
 PACKAGES = {
     "_frontends": "Front ends: the IPython magics, the person's answers, direct calls, JupyterLab's kernel side, serve.",
@@ -38,7 +40,8 @@ PACKAGES = {
     "_approval": "The approval layer: the dispatcher every call passes, policy, hooks, approvals and the approver, "
                  "the run's record.",
     "_providers": "Where tools come from: one door (ToolProvider) for own, notebook, MCP and command tools.",
-    "_config": "Reading toolkernel.toml, .mcp.json and the admin file; workspace trust; lint.",
+    "_config": "Reading toolkernel.toml, .mcp.json and the admin file (cached by fingerprint); the [shell] "
+               "limits; workspace trust; lint.",
 }
 # Code that reaches a module through its package's attributes, which a rename alone would break.
 FIXUPS = {
