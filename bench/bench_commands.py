@@ -21,7 +21,7 @@ import time
 
 from bench_tools import interleaved, loop_script, project_dir, timed_script
 
-from toolkernel._direct import call_argv
+from toolkernel._frontends._direct import call_argv
 from toolkernel._session import Session
 
 TARGET_RATIO = 1.2

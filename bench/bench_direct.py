@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from toolkernel import tool  # noqa: E402
-from toolkernel._direct import call_argv  # noqa: E402
+from toolkernel._frontends._direct import call_argv  # noqa: E402
 from toolkernel._session import Session  # noqa: E402
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from toolkernel._tool import ToolContext  # noqa: E402
-from toolkernel._tools.search import grep_search  # noqa: E402
+from toolkernel._providers._tools.search import grep_search  # noqa: E402
 
 WORDS = "alpha beta gamma delta epsilon zeta theta lambda sigma omega import return value".split()
 PATTERN = r"needle_\d+"

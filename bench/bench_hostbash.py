@@ -16,8 +16,8 @@ import sys
 
 from bench_tools import interleaved, loop_script, noop, project_dir, timed_script
 
-from toolkernel._hostbash._channel import Channel
-from toolkernel._hostbash._runner import HostBashRunner
+from toolkernel._runners._hostbash._channel import Channel
+from toolkernel._runners._hostbash._runner import HostBashRunner
 from toolkernel._session import Session
 
 TARGET = 1.5

@@ -26,7 +26,7 @@ from jupyter_client import BlockingKernelClient, KernelManager
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from toolkernel._loop import run  # noqa: E402
-from toolkernel._notebook import notebook_run, pair, unpair  # noqa: E402
+from toolkernel._providers._notebook import notebook_run, pair, unpair  # noqa: E402
 from toolkernel._tool import ToolContext  # noqa: E402
 
 BLOCK = 10

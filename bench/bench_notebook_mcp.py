@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_notebook import TOKEN, _free_port, _wait_for  # noqa: E402
 
-from toolkernel._notebook import notebook_tools, pair, unpair  # noqa: E402
+from toolkernel._providers._notebook import notebook_tools, pair, unpair  # noqa: E402
 from toolkernel._tool import ToolContext  # noqa: E402
 
 NEW_SOURCE = "print(sum(range(10)))"

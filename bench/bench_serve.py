@@ -30,7 +30,7 @@ from pathlib import Path
 
 os.environ.setdefault("TOOLKERNEL_TRUST_ALL", "1")  # the bench writes its own configs
 
-from toolkernel._serve import ToolServer  # noqa: E402
+from toolkernel._frontends._serve import ToolServer  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 NPM = ["@modelcontextprotocol/server-everything", "@modelcontextprotocol/server-filesystem",
@@ -93,7 +93,7 @@ def script_of_ten(workdir: Path, servers: str) -> int:
     """Run the 10-call task as one `bash` call; returns the calls the report or output shows."""
     (workdir / "toolkernel.toml").write_text(servers)
     server = ToolServer(workdir)
-    from toolkernel._approver import stop_and_report
+    from toolkernel._approval._approver import stop_and_report
 
     try:
         script = f"for i in $(seq 1 {TASK_CALLS}); do tools github list_pulls repo=r$i | jq -r '.[0].repo'; done"

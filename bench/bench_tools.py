@@ -29,8 +29,8 @@ from pathlib import Path
 
 from toolkernel import _loop, tool
 from toolkernel._session import Session
-from toolkernel._bashkit import BashkitRunner
-from toolkernel._shell import ScriptEvents, execute
+from toolkernel._runners._bashkit import BashkitRunner
+from toolkernel._runners._shell import ScriptEvents, execute
 from toolkernel._tool import ToolContext
 
 IN_PROCESS_TARGET_US = 100.0

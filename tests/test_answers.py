@@ -6,7 +6,7 @@ import nbformat
 import pytest
 from IPython.core.error import UsageError
 
-from toolkernel._answers import answer_message, manage
+from toolkernel._frontends._answers import answer_message, manage
 from kernel_helpers import RecordingSink
 from toolkernel._session import Session
 

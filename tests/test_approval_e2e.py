@@ -332,7 +332,7 @@ def test_hooks_deny_before_the_call_and_a_failing_hook_denies(start_kernel):
     )
     registered = kernel.run(
         "import toolkernel\n"
-        "from toolkernel._hooks import HookOutcome\n"
+        "from toolkernel._approval._hooks import HookOutcome\n"
         "@toolkernel.before_call('github delete-branch(branch=fix-*)')\n"
         "def protect(call):\n"
         "    return HookOutcome('deny', 'fix branches are protected')\n"
@@ -363,7 +363,7 @@ def test_post_call_hooks_redact_the_result_before_the_script_sees_it(start_kerne
     )
     registered = kernel.run(
         "import toolkernel\n"
-        "from toolkernel._hooks import redact\n"
+        "from toolkernel._approval._hooks import redact\n"
         "@toolkernel.after_call('mcp_github__get_pull')\n"
         "def hide(call, result):\n"
         "    return redact(result, ['mira'])\n"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from toolkernel._approvals import ApprovalStore, rule_for
+from toolkernel._approval._approvals import ApprovalStore, rule_for
 from toolkernel._errors import ConfigError
-from toolkernel._policy import CallInfo, Policy, canonical_call_key, decide
+from toolkernel._approval._policy import CallInfo, Policy, canonical_call_key, decide
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -151,7 +151,7 @@ def test_concurrent_kernels_adding_at_once_all_land(tmp_path):
     # read-modify-write races lose some of the additions.
     script = (
         "import sys\n"
-        "from toolkernel._approvals import ApprovalStore\n"
+        "from toolkernel._approval._approvals import ApprovalStore\n"
         "store = ApprovalStore(sys.argv[1])\n"
         "for i in range(10):\n"
         "    store.always_allow(f'tool__p{sys.argv[2]}_{i}')\n"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from toolkernel._bash_rules import analyze, decide_bash, rule_covers, parse_bash_rule
-from toolkernel._policy import CallInfo, Policy, rule_matches
+from toolkernel._approval._bash_rules import analyze, decide_bash, rule_covers, parse_bash_rule
+from toolkernel._approval._policy import CallInfo, Policy, rule_matches
 
 
 def action(script: str, allow=(), deny=(), ask=(), mode="default", admin_deny=()) -> str:
@@ -90,7 +90,7 @@ def test_the_parts_are_the_simple_commands():
 
 
 def test_always_allowing_an_agents_cell_names_its_one_command():
-    from toolkernel._approvals import rule_for
+    from toolkernel._approval._approvals import rule_for
 
     cell = lambda text: CallInfo("Bash", "Bash", {"command": text}, "execute")  # noqa: E731
     assert rule_for(cell("git push origin 'my branch'\n")) == "Bash(git push origin 'my branch')"

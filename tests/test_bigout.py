@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kernel_helpers import RecordingSink, isolated_env, policy_toml, write_config
-from toolkernel._caps import builtin_cap
+from toolkernel._runners._caps import builtin_cap
 from toolkernel import tool
 from toolkernel._session import Session
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkernel._policy import canonical_call_key
+from toolkernel._approval._policy import canonical_call_key
 from toolkernel._session import Session
 
 from approval_helpers import (
@@ -237,8 +237,8 @@ KERNEL_ATTEMPTS = [
     "import toolkernel\nr = toolkernel.run('b=fix-x; tools github delete-branch branch=$b')\n"
     "assert r.exit_code != 0, r",
     "import toolkernel\nr = toolkernel.get_session().run_script("
-    "'for b in fix-x; do tools github delete-branch branch=$b; done', __import__('toolkernel._cli_sink')"
-    "._cli_sink.PrintSink())\nassert r.exit_code != 0",
+    "'for b in fix-x; do tools github delete-branch branch=$b; done', __import__('toolkernel._frontends._cli_sink', "
+    "fromlist=['PrintSink']).PrintSink())\nassert r.exit_code != 0",
 ]
 
 

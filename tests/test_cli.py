@@ -2,8 +2,8 @@
 
 import pytest
 
-from toolkernel._catalog import Catalog
-from toolkernel._cli import Command, parse_input, split_command
+from toolkernel._command._catalog import Catalog
+from toolkernel._command._cli import Command, parse_input, split_command
 from toolkernel._errors import InvalidInput
 
 SCHEMA = {

@@ -15,7 +15,7 @@ from test_process import wait_dead
 from toolkernel import _loop
 from toolkernel.__main__ import main as cli_main
 from toolkernel._errors import ConfigError
-from toolkernel._lint import lint
+from toolkernel._config._lint import lint
 from toolkernel._session import Session
 from toolkernel._tool import ToolContext
 
@@ -310,7 +310,7 @@ def test_a_command_that_may_change_things_asks_and_the_report_shows_the_argv(pro
     result, sink = run_script(project, config, 'n=y; tools mk name="$n"\n')
     call = result.report["tools"]["stopped"]["call"]
     assert call["argv"] == ["touch", "--", "prefix-y"] and not marker.exists()
-    from toolkernel._report import report_html, report_text
+    from toolkernel._frontends._report import report_html, report_text
 
     assert '["touch", "--", "prefix-y"]' in report_text(result.report)
     assert "prefix-y" in report_html(result.report)
@@ -411,7 +411,7 @@ def _wait_for_text(path: Path, within: float = 120) -> None:
 
 
 def test_hooks_match_command_tools_by_qualified_name_and_see_the_input(project):
-    from toolkernel._hooks import HookOutcome
+    from toolkernel._approval._hooks import HookOutcome
 
     marker = project / "ran"
     seen = []

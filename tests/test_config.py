@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkernel._config import DEFAULT_CALL_TIMEOUT, Config, ServerConfig, load_config
+from toolkernel._config._config import DEFAULT_CALL_TIMEOUT, Config, ServerConfig, load_config
 from toolkernel._errors import ConfigError
 
 
@@ -163,7 +163,7 @@ def test_hook_events_may_use_the_hooks_module_names(tree):
 
 
 def test_config_hooks_register_with_the_hooks_module(tree):
-    from toolkernel._hooks import Hooks
+    from toolkernel._approval._hooks import Hooks
     tree.toml(tree.project, '[[hooks]]\nevent = "pre_call"\nmatch = "github get-pull(repo=acme/*)"\n'
                             'command = ["true"]\ntimeout = 2.5\n')
     hooks = Hooks()
@@ -265,7 +265,7 @@ def test_admin_policy_is_kept_apart(tree):
 
 
 def test_admin_policy_reaches_the_policy_module(tree):
-    from toolkernel._policy import CallInfo, Policy, decide
+    from toolkernel._approval._policy import CallInfo, Policy, decide
     tree.admin_file('[policy]\nmode_ceiling = "plan"\ndeny = ["github delete-*"]\n')
     tree.toml(tree.project, '[policy]\nmode = "bypass-permissions"\nallow = ["github *"]\n')
     config = tree.load()

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from kernel_helpers import isolated_env, policy_toml, write_config
-from toolkernel._config_cache import ConfigCache
+from toolkernel._config._cache import ConfigCache
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from kernel_helpers import Kernel, RecordingSink, isolated_env, write_config
-from toolkernel._config import load_config
+from toolkernel._config._config import load_config
 from toolkernel._errors import ConfigError
-from toolkernel._limits import ShellLimits
+from toolkernel._config._limits import ShellLimits
 from toolkernel._session import Session
 
 pytestmark = pytest.mark.timeout(300)
@@ -224,7 +224,7 @@ def test_curl_says_in_one_line_that_the_network_goes_through_web_fetch(session):
 
 
 def test_the_text_report_reads_naturally(session):
-    from toolkernel._report import report_text
+    from toolkernel._frontends._report import report_text
 
     s, project = session
     write_config(project, "")

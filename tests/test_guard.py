@@ -19,9 +19,9 @@ import sys
 import pytest
 
 from approval_helpers import SERVERS, CollectingSink, error_codes, policy_section, recorded_calls, toml_list
-from toolkernel._guard import Unprotectable
+from toolkernel._runners._guard import Unprotectable
 from toolkernel._session import Session
-from toolkernel._trust import TrustStore
+from toolkernel._config._trust import TrustStore
 
 RECORDER = str(SERVERS / "recorder.py")
 ASK_HOOK = '#!/bin/sh\necho \'{"action": "ask", "reason": "the guard hook asks"}\'\n'

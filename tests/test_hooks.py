@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import toolkernel._hooks as hooks_module
-from toolkernel._hooks import HookOutcome, Hooks, redact
-from toolkernel._policy import CallInfo
+import toolkernel._approval._hooks as hooks_module
+from toolkernel._approval._hooks import HookOutcome, Hooks, redact
+from toolkernel._approval._policy import CallInfo
 from toolkernel._tool import Image, ToolResult
 
 GET_PULL = CallInfo("mcp_github__get_pull", "tools github get-pull", {"repo": "acme/api", "number": 7}, "read")

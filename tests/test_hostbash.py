@@ -268,7 +268,7 @@ def agent_config(workdir):
 
 def agent_execute(kernel, code: str):
     """Send a cell the way notebook-run does: the request carries the agent mark."""
-    from toolkernel._notebook._connection import AGENT_METADATA, EXECUTE_CONTENT
+    from toolkernel._providers._notebook._connection import AGENT_METADATA, EXECUTE_CONTENT
 
     msg = kernel.client.session.msg("execute_request", {"code": code, **EXECUTE_CONTENT}, metadata=AGENT_METADATA)
     kernel.client.shell_channel.send(msg)
@@ -356,7 +356,7 @@ def test_a_config_a_host_cell_changes_stays_changed_and_is_untrusted_until_trust
 
 @pytest.fixture
 def agent_session(tmp_path, monkeypatch):
-    from toolkernel._hostbash._channel import Channel
+    from toolkernel._runners._hostbash._channel import Channel
     from toolkernel._session import Session
 
     for key, value in isolated_env(tmp_path).items():
@@ -372,7 +372,7 @@ def agent_session(tmp_path, monkeypatch):
 
 def run_agent_cell(agent_session, script: str, approver=None):
     from kernel_helpers import RecordingSink
-    from toolkernel._hostbash._runner import HostBashRunner
+    from toolkernel._runners._hostbash._runner import HostBashRunner
 
     session, channel = agent_session
     sink = RecordingSink()
@@ -382,7 +382,7 @@ def run_agent_cell(agent_session, script: str, approver=None):
 
 def test_an_approver_answering_once_before_the_start_lets_an_agents_cell_run_once(agent_session):
     from test_runners import Answering
-    from toolkernel._approver import Answer
+    from toolkernel._approval._approver import Answer
 
     session, _ = agent_session
     approver = Answering(Answer.ONCE)
@@ -402,7 +402,7 @@ def test_an_approver_answering_once_before_the_start_lets_an_agents_cell_run_onc
 
 def test_an_agents_cell_a_rule_denies_or_a_person_denies_does_not_start(agent_session):
     from test_runners import Answering
-    from toolkernel._approver import Answer
+    from toolkernel._approval._approver import Answer
 
     session, _ = agent_session
     (session.workdir / "keep.txt").write_text("x")
@@ -417,7 +417,7 @@ def test_an_agents_cell_a_rule_denies_or_a_person_denies_does_not_start(agent_se
 
 def test_a_host_without_bash_says_so_in_the_cell(agent_session, monkeypatch, tmp_path):
     from kernel_helpers import RecordingSink
-    from toolkernel._hostbash._runner import HostBashRunner
+    from toolkernel._runners._hostbash._runner import HostBashRunner
 
     session, channel = agent_session
     monkeypatch.setenv("PATH", str(tmp_path / "no-bash-here"))
@@ -429,7 +429,7 @@ def test_a_host_without_bash_says_so_in_the_cell(agent_session, monkeypatch, tmp
 
 def test_always_for_an_agents_cell_no_single_rule_names_says_so_and_it_does_not_start(agent_session):
     from test_runners import Answering
-    from toolkernel._approver import Answer
+    from toolkernel._approval._approver import Answer
 
     session, _ = agent_session
     result, sink = run_agent_cell(agent_session, "touch a.txt; touch b.txt", Answering(Answer.ALWAYS))

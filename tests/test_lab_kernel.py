@@ -14,9 +14,9 @@ from approval_helpers import (REPORT_MIME, WAIT, Kernel, demo_server_section, ke
                               write_project)
 from jupyter_client import KernelManager
 
-from toolkernel._approvals import lasting_rule_covers
-from toolkernel._lab import APPROVAL_MIME
-from toolkernel._policy import CallInfo, Policy
+from toolkernel._approval._approvals import lasting_rule_covers
+from toolkernel._frontends._lab import APPROVAL_MIME
+from toolkernel._approval._policy import CallInfo, Policy
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = "toolkernel.approval"

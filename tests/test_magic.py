@@ -203,7 +203,7 @@ def test_line_magic_failure_raises_with_the_error_line(kernel):
 
 def test_line_magic_failure_carries_its_error_code_like_the_python_api(kernel):
     kernel.execute_ok(
-        "from toolkernel._magic import CallFailed\n"
+        "from toolkernel._frontends._magic import CallFailed\n"
         "codes = []\n"
         "for line in ('github get-pull repo=acme/api number=999', 'githb --help', 'github get-pull number=x'):\n"
         "    try:\n"

@@ -1,6 +1,6 @@
 """Large outputs: head and tail in the cell, the whole in a file."""
 
-from toolkernel._outputs import HEAD, LIMIT, TAIL, OutputLimiter
+from toolkernel._runners._outputs import HEAD, LIMIT, TAIL, OutputLimiter
 
 
 def run(tmp_path, chunks):

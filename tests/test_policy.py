@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from toolkernel._hooks import HookOutcome
-from toolkernel._policy import (
+from toolkernel._approval._hooks import HookOutcome
+from toolkernel._approval._policy import (
     CallInfo,
     Policy,
     canonical_call_key,

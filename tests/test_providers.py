@@ -16,7 +16,7 @@ from kernel_helpers import (
     RecordingSink, error_lines, isolated_env, policy_toml, server_toml, write_config,
 )
 from toolkernel import ConfigError, _loop, register_tools, tool
-from toolkernel._providers import ToolProvider, ToolSet
+from toolkernel._providers._base import ToolProvider, ToolSet
 from toolkernel._session import Session
 from toolkernel._tool import ProviderRef
 

@@ -15,9 +15,9 @@ import jsonschema
 import pytest
 
 from kernel_helpers import RecordingSink, error_lines, github_toml, isolated_env, write_config
-from toolkernel._approver import Answer, ApprovalRequest, ElicitApprover
+from toolkernel._approval._approver import Answer, ApprovalRequest, ElicitApprover
 from toolkernel._session import Session
-from toolkernel._shell import ShellResult
+from toolkernel._runners._shell import ShellResult
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -83,7 +83,7 @@ class Answering:
 
 
 def test_the_tools_command_imports_no_bashkit():
-    code = ("import sys, toolkernel._command, toolkernel._session, toolkernel._shell, toolkernel._preflight;"
+    code = ("import sys, toolkernel._command._command, toolkernel._session, toolkernel._runners._shell, toolkernel._runners._preflight;"
             " print('bashkit' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -159,7 +159,7 @@ def test_later_leaves_the_call_pending_for_the_persons_answer(session):
 def test_the_elicitation_approver_maps_the_clients_answer():
     import asyncio
 
-    from toolkernel._policy import CallInfo
+    from toolkernel._approval._policy import CallInfo
 
     asked = []
 

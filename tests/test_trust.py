@@ -17,8 +17,8 @@ from approval_helpers import (
     Kernel, hook_section, policy_section, recorded_calls, recorder_server_section, shown, untrusting_env,
     write_project,
 )
-from toolkernel._config import load_config
-from toolkernel._trust import TrustStore, ask_to_trust, fingerprints
+from toolkernel._config._config import load_config
+from toolkernel._config._trust import TrustStore, ask_to_trust, fingerprints
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -104,7 +104,7 @@ def test_lasting_approvals_count_only_in_a_trusted_folder_and_keep_it_trusted(tm
     assert load_config(work).approvals_trusted is False
     TrustStore().trust(work)
     assert load_config(work).approvals_trusted is True
-    from toolkernel._approvals import ApprovalStore
+    from toolkernel._approval._approvals import ApprovalStore
 
     ApprovalStore(work).always_allow("edit_file")  # the person's own answer
     assert load_config(work).approvals_trusted is True

@@ -17,7 +17,7 @@ from ._errors import (
     CallError, CallLimit, ConfigError, ConnectionRequired, Denied, InvalidInput, NeedsApproval,
     Stopped, ToolFailed, ToolInputError, ToolkernelError, Unavailable, UnknownCommand,
 )
-from ._hooks import HookOutcome, redact
+from ._approval._hooks import HookOutcome, redact
 from ._tool import Image, Tool, ToolContext, ToolResult, tool
 
 __version__ = "0.1.0"
@@ -51,7 +51,7 @@ def call(*command: str, input: dict[str, _Any] | None = None, **arguments: _Any)
     Returns the result as a Python value (dict/list for JSON, str for text);
     raises a `CallError` subclass with the seed's error code otherwise.
     """
-    from ._direct import call_argv
+    from ._frontends._direct import call_argv
 
     argv = [*command, *(f"{k}={_arg(v)}" for k, v in arguments.items())]
     return call_argv(get_session(), argv, base=input)
@@ -65,7 +65,7 @@ def _arg(value: _Any) -> str:
 
 def run(script: str):
     """Run a `tools` script from Python, printing its output; returns a `ShellResult`."""
-    from ._cli_sink import PrintSink
+    from ._frontends._cli_sink import PrintSink
 
     return get_session().run_script(script, PrintSink())
 
@@ -91,27 +91,27 @@ def after_call(pattern: str = "*"):
 
 def approve(*, always: bool = False) -> str:
     """Approve the last call that asked (once, or always for that tool)."""
-    from ._answers import approve as _approve
+    from ._frontends._answers import approve as _approve
 
     return _approve(get_session(), always=always)
 
 
 def deny() -> str:
-    from ._answers import deny as _deny
+    from ._frontends._answers import deny as _deny
 
     return _deny(get_session())
 
 
 def load_ipython_extension(ipython) -> None:
     global _default_session
-    from ._magic import load
+    from ._frontends._magic import load
 
     _default_session = load(ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
     global _default_session
-    from ._magic import unload
+    from ._frontends._magic import unload
 
     unload(_default_session)
     _default_session = None

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ._trust import TRUST_ALL_VARIABLE
+from ._config._trust import TRUST_ALL_VARIABLE
 
 DEMO_CONFIG = """\
 [mcp_servers.github]
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_trust(folder: Path) -> int:
     from ._errors import ConfigError
-    from ._trust import trust_command
+    from ._config._trust import trust_command
 
     try:
         print(trust_command(folder))
@@ -129,13 +129,13 @@ def run_trust(folder: Path) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from ._serve import serve_command
+    from ._frontends._serve import serve_command
 
     return serve_command(args.workdir, http=args.http, token=args.token)
 
 
 def run_lint(directory: Path) -> int:
-    from ._lint import lint, report
+    from ._config._lint import lint, report
 
     findings = lint(directory)
     print(report(findings), end="")
@@ -143,7 +143,7 @@ def run_lint(directory: Path) -> int:
 
 
 def _install_kernel(args) -> int:
-    from ._kernelspec import DISPLAY_NAME, install_kernel
+    from ._frontends._kernelspec import DISPLAY_NAME, install_kernel
 
     prefix = sys.prefix if args.sys_prefix else args.prefix
     folder = install_kernel(user=args.user, prefix=prefix)

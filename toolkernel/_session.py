@@ -14,25 +14,25 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import _loop
-from ._approvals import Approvals
-from ._approver import Approver, StdinApprover, asking, stop_and_report
-from ._catalog import Catalog, check_names
-from ._command import ToolsCommand
-from ._commands import ProcessSlots, command_tool
-from ._config import Config
-from ._config_cache import ConfigCache
-from ._dispatch import CallEnv, Dispatcher
-from ._guard import mount_plan
-from ._hooks import Hooks
-from ._mcp import ServerPool
-from ._notebook import notebook_tools
-from ._policy import Policy
-from ._preflight import preflight
-from ._providers import ToolProvider, ToolSet, mcp_providers
-from ._run import NO_EVENTS, Run, RunEvents
-from ._shell import ScriptEvents, ScriptRunner, ShellResult, Sink, execute
+from ._approval._approvals import Approvals
+from ._approval._approver import Approver, StdinApprover, asking, stop_and_report
+from ._command._catalog import Catalog, check_names
+from ._command._command import ToolsCommand
+from ._providers._commands import ProcessSlots, command_tool
+from ._config._config import Config
+from ._config._cache import ConfigCache
+from ._approval._dispatch import CallEnv, Dispatcher
+from ._runners._guard import mount_plan
+from ._approval._hooks import Hooks
+from ._providers._mcp import ServerPool
+from ._providers._notebook import notebook_tools
+from ._approval._policy import Policy
+from ._runners._preflight import preflight
+from ._providers._base import ToolProvider, ToolSet, mcp_providers
+from ._approval._run import NO_EVENTS, Run, RunEvents
+from ._runners._shell import ScriptEvents, ScriptRunner, ShellResult, Sink, execute
 from ._tool import Tool
-from ._tools import own_tools
+from ._providers._tools import own_tools
 
 
 class Session:
@@ -108,7 +108,7 @@ class Session:
         """Run `script` in `runner` (Bashkit by default). Who answers a call that asks:
         `approver`, or else a person at `ask(prompt)` (such as `input`), or else nobody
         (the run stops and reports)."""
-        from ._bashkit import BashkitRunner
+        from ._runners._bashkit import BashkitRunner
 
         runner = runner or BashkitRunner(read_only=read_only)
         events = ScriptEvents()
@@ -146,7 +146,7 @@ class Session:
         _loop.run(self._close(), timeout=30)
 
     async def _close(self) -> None:
-        from ._notebook import unpair
+        from ._providers._notebook import unpair
 
         await unpair(self.state)
         await self.pool.close()

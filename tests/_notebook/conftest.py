@@ -19,7 +19,7 @@ from jupyter_client import KernelManager
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
 
 from toolkernel._loop import run
-from toolkernel._notebook import unpair
+from toolkernel._providers._notebook import unpair
 from toolkernel._tool import ToolContext
 
 SERVER_TOKEN = "s3cret-test-token-5f1e"

@@ -13,7 +13,7 @@ from conftest import SERVER_TOKEN, call, start_server, stop_server
 from nbformat.v4 import new_code_cell, new_notebook
 
 from toolkernel._loop import run
-from toolkernel._notebook import notebook_tools, pair, unpair
+from toolkernel._providers._notebook import notebook_tools, pair, unpair
 from toolkernel._tool import ToolContext
 
 read, edit, run_tool = notebook_tools()

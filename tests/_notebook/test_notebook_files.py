@@ -11,7 +11,7 @@ import nbformat
 import pytest
 from conftest import PNG, call, old_notebook_json, rich_notebook
 
-from toolkernel._notebook import notebook_tools
+from toolkernel._providers._notebook import notebook_tools
 from toolkernel._tool import Image
 
 read, edit, run_tool = notebook_tools()

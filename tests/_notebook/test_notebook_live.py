@@ -21,7 +21,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from toolkernel._errors import ConnectionRequired
 from toolkernel._loop import run
-from toolkernel._notebook import notebook_tools, pair, pairings, unpair
+from toolkernel._providers._notebook import notebook_tools, pair, pairings, unpair
 from toolkernel._tool import ToolContext
 
 read, edit, run_tool = notebook_tools()
@@ -121,7 +121,7 @@ class Person:
         from jupyter_ydoc import YNotebook
         from pycrdt import Doc, Provider
 
-        from toolkernel._notebook._shared import _WebsocketChannel
+        from toolkernel._providers._notebook._shared import _WebsocketChannel
 
         headers = {"Authorization": f"token {SERVER_TOKEN}"}
         async with httpx.AsyncClient(headers=headers) as http:

@@ -14,7 +14,7 @@ from jupyter_client import KernelManager
 
 from toolkernel._errors import InvalidInput, Unavailable
 from toolkernel._loop import run
-from toolkernel._notebook import notebook_tools, pair, pairing_args_usage, parse_pairing_args, unpair
+from toolkernel._providers._notebook import notebook_tools, pair, pairing_args_usage, parse_pairing_args, unpair
 from toolkernel._tool import Image
 
 read, edit, run_tool = notebook_tools()

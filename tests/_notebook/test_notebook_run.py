@@ -13,7 +13,7 @@ from conftest import PNG, call, rich_notebook
 
 from toolkernel._errors import ConnectionRequired, Unavailable
 from toolkernel._loop import run
-from toolkernel._notebook import notebook_tools, pair, pairings, unpair
+from toolkernel._providers._notebook import notebook_tools, pair, pairings, unpair
 from toolkernel._tool import Image, ToolContext
 
 read, edit, run_tool = notebook_tools()

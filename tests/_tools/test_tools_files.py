@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from toolkernel._tool import Image, ToolContext
-from toolkernel._tools import own_tools
-from toolkernel._tools.files import edit_file, read_file, write_file
+from toolkernel._providers._tools import own_tools
+from toolkernel._providers._tools.files import edit_file, read_file, write_file
 
 
 def call(tool, args, workdir):

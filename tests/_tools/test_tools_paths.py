@@ -1,7 +1,7 @@
-from toolkernel._tools import outside_workspace
-from toolkernel._tools.files import read_file
-from toolkernel._tools.search import grep_search
-from toolkernel._tools.web import web_fetch
+from toolkernel._providers._tools import outside_workspace
+from toolkernel._providers._tools.files import read_file
+from toolkernel._providers._tools.search import grep_search
+from toolkernel._providers._tools.web import web_fetch
 
 
 def test_inside_paths(tmp_path):

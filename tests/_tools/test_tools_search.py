@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from toolkernel._tool import ToolContext
-from toolkernel._tools.search import glob_search, grep_search
+from toolkernel._providers._tools.search import glob_search, grep_search
 
 HAS_RG = shutil.which("rg") is not None
 BUILTIN = {"grep_search": {"engine": "builtin"}}

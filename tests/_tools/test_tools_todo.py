@@ -2,7 +2,7 @@ import asyncio
 from pathlib import Path
 
 from toolkernel._tool import ToolContext
-from toolkernel._tools.todo import todo_write
+from toolkernel._providers._tools.todo import todo_write
 
 
 def call(args, ctx):

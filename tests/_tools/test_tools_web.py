@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from toolkernel._tool import Image, ToolContext
-from toolkernel._tools.web import Hop, MAX_BYTES, non_public_reason, pinned_url, web_fetch
+from toolkernel._providers._tools.web import Hop, MAX_BYTES, non_public_reason, pinned_url, web_fetch
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
 

@@ -1,0 +1,1 @@
+"""The approval layer: the dispatcher every call passes, policy, hooks, approvals and the approver, the run's record."""

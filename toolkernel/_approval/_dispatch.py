@@ -1,0 +1,210 @@
+"""The one choke point every tool call passes: limit, schema, hooks, policy, call.
+
+Whatever the route (a `%%tools` script, `%tools`, the Python API), a call
+goes through `Dispatcher.call`, so the same checks always run in the same
+order:
+
+    call limit -> schema -> pre-call hooks -> policy (+ approvals) -> tool -> post-call hooks
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from ._approvals import Approvals, lasting_rule_covers
+from ._approver import Answer, ApprovalRequest, Approver, stop_and_report
+from .._errors import CallError, CallLimit, Denied, InvalidInput, NeedsApproval, Stopped, ToolFailed
+from ._hooks import HookOutcome, Hooks
+from .._config._limits import ShellLimits
+from ._policy import CallInfo, Decision, Policy, canonical_call_key, decide
+from ._run import NO_EVENTS, Run, RunEvents
+from .._tool import Tool, ToolContext, ToolResult
+from .._runners._guard import Protection, touches_protected
+from .._providers._tools._paths import outside_workspace
+
+_NO_HOOK = HookOutcome()
+_ALLOWS = (Answer.ONCE, Answer.ALWAYS)
+
+
+@dataclass
+class CallEnv:
+    """What the dispatcher needs from the session, read fresh for each run."""
+
+    workdir: Path
+    policy: Policy  # includes the lasting "always allow" rules
+    approvals: Approvals
+    hooks: Hooks
+    settings: Mapping[str, Any]
+    state: dict[str, Any]
+    approver: Approver = stop_and_report  # who answers at the ask point
+    guarded: Protection | None = None  # what no call may write unasked (see _guard.py)
+    untrusted: tuple[str, ...] = ()  # project folders whose config only tightens, for --help
+    shell: ShellLimits = ShellLimits()  # [shell]: what the runner may use
+
+
+def _schema_keys(tool: Tool) -> frozenset[str] | None:
+    properties = tool.input_schema.get("properties") if isinstance(tool.input_schema, Mapping) else None
+    return frozenset(properties) if isinstance(properties, Mapping) else None
+
+
+class Dispatcher:
+    def __init__(self, env: CallEnv) -> None:
+        self.env = env
+        self._validators: dict[int, tuple[Any, Any]] = {}
+
+    def call_info(self, tool: Tool, arguments: Mapping[str, Any]) -> CallInfo:
+        return CallInfo(
+            qualified_name=tool.qualified_name,
+            command=tool.command,
+            input=arguments,
+            kind=tool.kind,
+            outside_workspace=outside_workspace(tool, arguments, self.env.workdir),
+            protected=touches_protected(tool, arguments, self.env.workdir, self.env.guarded),
+            schema_keys=_schema_keys(tool),
+            shown=functools.partial(tool.describe_call, arguments),
+        )
+
+    async def call(self, tool: Tool, arguments: dict[str, Any], run: Run,
+                   events: RunEvents = NO_EVENTS, *, payload: Mapping[str, Any] | None = None) -> ToolResult:
+        """`payload`: values the tool gets over `arguments` that the checks, hooks, person and
+        report only see as their stand-ins in `arguments` (a 256 MB `--save` content)."""
+        self._count(tool, arguments, run)
+        self.validate(tool, arguments)
+        info = self.call_info(tool, arguments)
+        info = await self._before(info, tool, run)
+        result = await self._invoke(tool, {**info.input, **(payload or {})}, run, events)
+        if self.env.hooks.any("after_call"):
+            result = await self.env.hooks.run_after(info, result)
+        run.record(tool.command, info.input, read_only=tool.read_only, ok=not result.is_error,
+                   result=None if tool.read_only else _recorded(result))
+        return result
+
+    def _count(self, tool: Tool, arguments: Mapping[str, Any], run: Run) -> None:
+        if run.stopped is not None:
+            raise Stopped(f"not run: an earlier call stopped the script ({run.stopped.reason})")
+        run.calls += 1
+        if run.calls > run.limit:
+            run.stop("call_limit", tool.command, arguments)
+            raise CallLimit(f"more than {run.limit} tool calls in one shell run; the script stops here")
+
+    def validate(self, tool: Tool, arguments: Mapping[str, Any]) -> None:
+        # Imported on first use, not with the module: jsonschema loads its format checkers'
+        # grammars (seconds on a busy machine), which a first `tools --help` never needs.
+        import jsonschema
+        import referencing.exceptions
+
+        validator = self._validator(tool)
+        try:
+            if validator.is_valid(arguments):  # the common case, without best_match's bookkeeping
+                return
+            error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+        except referencing.exceptions.Unresolvable as exc:  # a $ref that leads nowhere
+            raise _broken_schema(tool, str(exc).splitlines()[0]) from exc
+        except RecursionError as exc:  # input nested deeper than a recursive schema can follow
+            raise InvalidInput("input is nested too deeply to check against the schema") from exc
+        where = "input" + "".join(f"[{p!r}]" for p in error.absolute_path)
+        schema_path = "/".join(str(p) for p in error.absolute_schema_path)
+        raise InvalidInput(
+            f"{where}: {error.message} (schema path: {schema_path}; see `{tool.command} --help`)",
+            schema_path=schema_path,
+        )
+
+    def _validator(self, tool: Tool):
+        import jsonschema
+
+        schema = tool.input_schema
+        cached = self._validators.get(id(schema))
+        if cached is None or cached[0] is not schema:
+            cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+            try:
+                cls.check_schema(schema)  # once per schema: a bad type or regex fails here, not mid-check
+            except jsonschema.SchemaError as exc:
+                where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
+                raise _broken_schema(tool, f"at {where}: {exc.message}") from exc
+            cached = (schema, cls(schema))
+            self._validators[id(schema)] = cached
+        return cached[1]
+
+    async def _before(self, info: CallInfo, tool: Tool, run: Run) -> CallInfo:
+        hooks = self.env.hooks
+        outcome = await hooks.run_before(info) if hooks.any("before_call") else _NO_HOOK
+        if outcome.input is not None:
+            self.validate(tool, outcome.input)
+            info = self.call_info(tool, outcome.input)
+        decision = self.decide(info, outcome)
+        if decision.action != "allow":  # the common case spares a coroutine
+            await self._enforce(decision, info, run)
+        return info
+
+    def decide(self, info: CallInfo, hook: HookOutcome | None = None) -> Decision:
+        return decide(info, self.env.policy, hook)
+
+    async def _enforce(self, decision: Decision, info: CallInfo, run: Run) -> None:
+        if decision.action == "deny":
+            raise Denied(f"{info.command}: {decision.reason}")
+        if getattr(self.env.approver, "stops_first", False):
+            return await self._stop_then_ask(decision, info, run)
+        answer = await self.ask(self.request(info, decision.reason))
+        if answer in _ALLOWS:
+            return
+        if answer is Answer.DENY:
+            raise Denied(f"{info.command}: a person denied this call")
+        run.stop("needs_approval", info.command, info.input, approval="requested", shown=info.shown())
+        raise NeedsApproval(
+            f"{info.command} needs a person's approval ({decision.reason}); the call was not made."
+            " Approve with `%tools approve` (or --always), or `toolkernel.approve()`, then make it again"
+        )
+
+    def request(self, info: CallInfo, reason: str, *, before_start: bool = False) -> ApprovalRequest:
+        return ApprovalRequest(info, reason, before_start,
+                               always_offered=lasting_rule_covers(self.env.policy, info))
+
+    async def _stop_then_ask(self, decision: Decision, info: CallInfo, run: Run) -> None:
+        """Seed 000, mid-run: the call is not made, the script stops, and the person is asked
+        in the same step; a "once" covers this exact call once, for the agent's next script.
+        A grant already given (before the start, or by such an answer) lets the call run."""
+        key = canonical_call_key(info.qualified_name, info.input)
+        if self.env.approvals.consume_once(key):
+            return
+        answer = await self.ask(self.request(info, decision.reason))
+        if answer is Answer.ONCE:
+            self.env.approvals.grant_once(key)
+        approval = "granted" if answer in _ALLOWS else "denied" if answer is Answer.DENY else "requested"
+        run.stop("needs_approval", info.command, info.input, approval=approval, shown=info.shown())
+        raise NeedsApproval(f"{info.command} was not made: the script stopped here and a person was asked"
+                            f" (approval {approval}). Write a new script for the rest"
+                            + ("; it may make this call." if approval == "granted" else "."))
+
+    async def ask(self, request: ApprovalRequest) -> Answer:
+        """The one ask point, at run time and before the start alike."""
+        return await self.env.approvals.ask(request, self.env.approver)
+
+    async def _invoke(self, tool: Tool, arguments: dict[str, Any], run: Run, events: RunEvents) -> ToolResult:
+        ctx = ToolContext(
+            workdir=self.env.workdir,
+            settings=self.env.settings,
+            state=self.env.state,
+            progress=lambda p, total=None, msg=None: events.progress(tool.command, p, total, msg),
+        )
+        try:
+            return await tool.call(arguments, ctx)
+        except CallError as exc:
+            if not tool.read_only:
+                run.record(tool.command, arguments, read_only=False, ok=False, error=exc.to_json()["error"])
+            raise
+
+
+def _recorded(result: ToolResult) -> object:
+    """A result as the report keeps it (images counted, not copied)."""
+    return result.value() if not result.images else {"images": len(result.images), "value": result.value()}
+
+
+def _broken_schema(tool: Tool, problem: str) -> ToolFailed:
+    owner = f"MCP server '{tool.server}'" if tool.server else "tool"
+    return ToolFailed(
+        f"{tool.command} cannot be called: its input schema, as the {owner} declares it, is invalid"
+        f" ({problem}). This is a fault of the {owner}, not of your input; report it to its maintainers"
+    )

@@ -1,0 +1,472 @@
+"""What the approval layer decides for one call: allow, ask or deny.
+
+Pure logic, no I/O: the dispatcher hands in a `CallInfo` (the resolved tool,
+its input and its kind) and a `Policy` (built once from the config, the admin
+file and the lasting approvals) and gets a `Decision` back.
+
+Rule syntax (one string per rule; hyphens and underscores are interchangeable,
+`*` is the only wildcard):
+
+    read_file                    toolkernel's own tool, by bare name
+    tool__ripgrep                a custom command tool
+    mcp_github__delete_branch    an MCP tool (`mcp__github__delete_branch` too)
+    mcp_github                   every tool of one MCP server (= `mcp_github__*`)
+    github list-pulls            the command form (`tools github list-pulls` too)
+    github *                     every tool of a server; `git*` does not name
+                                 `github list-pulls`: in the command form a `*`
+                                 in the server word stays inside that word
+    github get-pull(repo=acme/*, number=7)
+                                 an input constraint: each listed key must be in
+                                 the input and its value (a string as is,
+                                 anything else as compact JSON) must match the
+                                 glob; quote a value holding `,` or `)` as a
+                                 JSON string: `(title="a, b")`. Keys are exact,
+                                 as the tool's schema spells them; since a
+                                 server may read `Repo` as `repo` or ignore it
+                                 and use a default, a constraint fails closed:
+                                 in an allow rule a key only counts when spelled
+                                 exactly and no other spelling is in the input,
+                                 while a deny or ask rule also covers a call
+                                 that spells the key otherwise or leaves out a
+                                 key the tool's schema has (it may default)
+
+Order: the administrator's deny rules, deny, `--read-only` (only read calls
+run), ask, allow; the first match wins.
+The mode decides what no rule covers. Two things no allow rule can lift: a
+non-read call in `plan` mode is denied, and a call that touches a path outside
+the workspace asks (a deny still denies).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping
+
+from .._names import MCP_PREFIX, parse_qualified, qualified
+# One folding rule for tool names, rule words and input keys.
+from .._names import fold as _norm
+
+if TYPE_CHECKING:
+    from ._hooks import HookOutcome
+
+Kind = Literal["read", "edit", "execute"]
+Action = Literal["allow", "ask", "deny"]
+
+# Loosest last: the admin ceiling keeps the effective mode at or left of it.
+MODES = ("plan", "default", "accept-edits", "bypass-permissions")
+
+
+@dataclass(frozen=True)
+class CallInfo:
+    qualified_name: str  # "mcp_github__delete_branch", "read_file", "tool__ripgrep"
+    command: str  # "tools github delete-branch"
+    input: Mapping[str, Any]
+    kind: Kind
+    outside_workspace: bool = False
+    # The call would write toolkernel's own config or approvals (see _guard.py).
+    protected: bool = False
+    # The input keys the tool's schema names; None when unknown (any key may have a default).
+    schema_keys: frozenset[str] | None = None
+    # What a person asked about the call sees beside the input (a command tool's argv);
+    # made only when someone is shown the call, never matched by rules.
+    shown: Callable[[], Mapping[str, Any]] = field(default=lambda: {}, compare=False)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: str  # human text: which rule or mode decided
+    rule: str | None = None
+
+
+# -- names -------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)  # asked for every rule on every call
+def normalize_qualified_name(name: str) -> str:
+    """`mcp__github__list-pulls` and `mcp_github__list_pulls` are one name."""
+    parsed = parse_qualified(_norm(name))
+    if parsed.kind == "mcp":
+        return qualified("mcp", parsed.server, parsed.tool) if parsed.tool is not None \
+            else MCP_PREFIX + parsed.server
+    return _norm(name)
+
+
+def _command_tails(call: CallInfo) -> set[str]:
+    """The call as command words after `tools`, from its command and its name."""
+    tails = set()
+    words = call.command.split()
+    if words and words[0] == "tools":
+        words = words[1:]
+    if words:
+        tails.add(" ".join(_norm(w) for w in words))
+    tails.add(_tail_from_qualified(normalize_qualified_name(call.qualified_name)))
+    return tails
+
+
+def _tail_from_qualified(name: str) -> str:
+    parsed = parse_qualified(name)
+    if parsed.kind == "mcp" and parsed.tool is not None:
+        return f"{parsed.server} {parsed.tool}"
+    return parsed.tool or name
+
+
+# -- rules -------------------------------------------------------------------
+
+_WORD = re.compile(r"^[\w.*/:@+\-]+$")
+_KEY = re.compile(r"^[\w.\-]+$")
+_LOOKS_LIKE_MISSING_COMMA = re.compile(r"\s[\w.\-]+=")
+_NEVER = re.compile(r"(?!)")
+
+
+@dataclass(frozen=True)
+class _Rule:
+    text: str
+    # One word: matched against qualified names and one-word commands.
+    # Two words: matched against the command form only.
+    name_pattern: "_NamePattern | None"
+    command_pattern: re.Pattern[str]
+    constraints: tuple[tuple[str, re.Pattern[str]], ...] = field(default=())
+
+
+def _glob(pattern: str, star: str) -> str:
+    return star.join(re.escape(part) for part in pattern.split("*"))
+
+
+def parse_rule(text: str) -> _Rule:
+    """Parse one rule; a malformed rule raises `ValueError` naming it."""
+    if not isinstance(text, str):
+        raise ValueError(f"a rule must be a string, not {type(text).__name__}")
+    return _parse_cached(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(text: str) -> _Rule:
+    try:
+        return _parse_rule(text)
+    except ValueError as exc:
+        raise ValueError(f"bad rule {text!r}: {exc}") from None
+
+
+def _parse_rule(text: str) -> _Rule:
+    stripped = text.strip()
+    if not stripped:
+        raise ValueError("the rule is empty")
+    # hostbash (issue 13): `Bash(git *)` rules check agent-started %%bash cells
+    # (_bash_rules.py); they name no tool, so they match no tool call.
+    from ._bash_rules import is_bash_rule, parse_bash_rule
+
+    if is_bash_rule(stripped):
+        parse_bash_rule(stripped)
+        return _Rule(text, None, _NEVER)
+    name_part, constraints = _split_constraints(stripped)
+    words = name_part.split()
+    if len(words) > 1 and words[0] == "tools":
+        words = words[1:]
+    if not words:
+        raise ValueError("it names no tool")
+    if len(words) > 2:
+        raise ValueError("a command rule is `server tool` or `tool`, at most two words after `tools`")
+    for word in words:
+        if not _WORD.match(word):
+            raise ValueError(f"{word!r} is not a tool name or glob")
+    words = [_norm(w) for w in words]
+    # `*` in the server word stays inside it; in the tool word it takes the
+    # rest, so `github *` still covers a tool whose (invalid) name has a space.
+    stars = ["[^ ]*", ".*"] if len(words) == 2 else ["[^ ]*"]
+    command = re.compile(" ".join(_glob(w, star) for w, star in zip(words, stars)))
+    name = _name_pattern(words[0]) if len(words) == 1 else None
+    return _Rule(text, name, command, constraints)
+
+
+@dataclass(frozen=True)
+class _NamePattern:
+    """A one-word rule against flat tool names.
+
+    `mcp_` and `tool__` rules match the server and tool parts each on its own,
+    so neither `mcp_foo` nor a `*` in its server part reaches past the
+    server/tool boundary (`mcp_foo` does not cover a server `foo-x`'s tools).
+    """
+
+    kind: str | None
+    first: re.Pattern[str]  # the whole name (bare rules), or the server
+    tool: re.Pattern[str] | None = None  # None: every tool of the server
+
+    def matches(self, name: str) -> bool:
+        if self.kind is None:
+            return self.first.fullmatch(name) is not None
+        parsed = parse_qualified(name)
+        if parsed.kind != self.kind or parsed.tool is None:
+            return False
+        if self.kind == "command":
+            return self.first.fullmatch(parsed.tool) is not None
+        return self.first.fullmatch(parsed.server) is not None and (
+            self.tool is None or self.tool.fullmatch(parsed.tool) is not None)
+
+
+def _name_pattern(word: str) -> _NamePattern:
+    parsed = parse_qualified(normalize_qualified_name(word))
+    if parsed.kind == "mcp":
+        tool = None if parsed.tool is None else re.compile(_glob(parsed.tool, ".*"))
+        return _NamePattern("mcp", re.compile(_glob(parsed.server, ".*")), tool)
+    return _NamePattern(parsed.kind, re.compile(_glob(parsed.tool, ".*")))
+
+
+def _split_constraints(text: str) -> tuple[str, tuple[tuple[str, re.Pattern[str]], ...]]:
+    if "(" not in text:
+        if ")" in text:
+            raise ValueError("')' without '('")
+        return text, ()
+    if not text.endswith(")"):
+        raise ValueError("an input constraint `(key=glob, ...)` must end the rule")
+    name, body = text[:-1].split("(", 1)
+    if not name.strip():
+        raise ValueError("it names no tool")
+    return name, _parse_constraints(body)
+
+
+def _parse_constraints(body: str) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    pairs: list[tuple[str, re.Pattern[str]]] = []
+    rest = body.strip()
+    if not rest:
+        raise ValueError("empty input constraint `()`")
+    while True:
+        key, sep, rest = rest.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ValueError(f"constraint {key!r} has no `=`")
+        if not _KEY.match(key):
+            raise ValueError(f"{key!r} is not an input key")
+        value, rest = _constraint_value(rest.lstrip())
+        pairs.append((key, re.compile(_glob(value, ".*"), re.DOTALL)))
+        if not rest:
+            return tuple(pairs)
+        if not rest.startswith(","):
+            raise ValueError(f"expected ',' between constraints, found {rest[:10]!r}")
+        rest = rest[1:].strip()
+        if not rest:
+            raise ValueError("a trailing ',' in the input constraint")
+
+
+def _constraint_value(text: str) -> tuple[str, str]:
+    if text.startswith('"'):
+        try:
+            value, end = json.JSONDecoder().raw_decode(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"unterminated quoted value: {exc.msg}") from None
+        return value, text[end:].strip()
+    value, comma, rest = text.partition(",")
+    if "(" in value or ")" in value or '"' in value:
+        raise ValueError(f"quote a value holding parentheses or quotes as a JSON string: {value.strip()!r}")
+    if _LOOKS_LIKE_MISSING_COMMA.search(value):
+        raise ValueError(f"missing ',' between constraints in {value.strip()!r}? Quote the value if it is one")
+    return value.strip(), comma + rest
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(_canonical(value), separators=(",", ":"), sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _input_matches(rule: _Rule, data: Mapping[str, Any], schema_keys: frozenset[str] | None, *,
+                   grants: bool) -> bool:
+    """Whether every constraint holds. A rule that grants (allow) needs the exact key
+    and no look-alike; a rule that restricts (deny, ask) takes any spelling and a
+    missing key as a match, since the server may read either or fill in a default."""
+    for key, pattern in rule.constraints:
+        values = [value for name, value in data.items() if isinstance(name, str) and _norm(name) == _norm(key)]
+        exact = key in data
+        if grants:
+            holds = exact and len(values) == 1 and bool(pattern.fullmatch(_value_text(data[key])))
+        else:
+            holds = (not exact and (bool(values) or _may_default(key, schema_keys))
+                     or any(pattern.fullmatch(_value_text(value)) for value in values))
+        if not holds:
+            return False
+    return True
+
+
+def _may_default(key: str, schema_keys: frozenset[str] | None) -> bool:
+    return schema_keys is None or any(_norm(name) == _norm(key) for name in schema_keys)
+
+
+def rule_matches(rule: str, call: CallInfo, *, grants: bool = True) -> bool:
+    """Whether `rule` covers `call` (its tool and, if the rule says so, its input);
+    `grants` is False for deny and ask rules (see `_input_matches`)."""
+    parsed = parse_rule(rule)
+    return _names_match(parsed, call) and _input_matches(parsed, call.input, call.schema_keys, grants=grants)
+
+
+def _names_match(rule: _Rule, call: CallInfo) -> bool:
+    if rule.name_pattern is not None:
+        if rule.name_pattern.matches(normalize_qualified_name(call.qualified_name)):
+            return True
+    return any(rule.command_pattern.fullmatch(tail) for tail in _command_tails(call))
+
+
+def canonical_call_key(qualified_name: str, input: Mapping[str, Any]) -> str:
+    """One string per distinct call: the tool's normalized name and its input
+    as canonical JSON (sorted keys, no spaces, 7.0 written as 7)."""
+    body = {"tool": normalize_qualified_name(qualified_name), "input": _canonical(input)}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# -- policy ------------------------------------------------------------------
+
+
+def normalize_mode(mode: str) -> str:
+    """`accept_edits`, `Accept-Edits` and `accept-edits` are one mode."""
+    if not isinstance(mode, str):
+        raise ValueError(f"a mode must be a string, not {type(mode).__name__}")
+    normal = mode.strip().lower().replace("_", "-")
+    if normal not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+    return normal
+
+
+@dataclass(frozen=True)
+class Policy:
+    mode: str = "default"
+    allow: tuple[str, ...] = ()
+    ask: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    admin_deny: tuple[str, ...] = ()
+    admin_mode_ceiling: str | None = None
+    read_only: bool = False  # `%%tools --read-only`: every call that is not a read is denied
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", normalize_mode(self.mode))
+        if self.admin_mode_ceiling is not None:
+            object.__setattr__(self, "admin_mode_ceiling", normalize_mode(self.admin_mode_ceiling))
+        for rules in (self.allow, self.ask, self.deny, self.admin_deny):
+            for rule in rules:
+                parse_rule(rule)
+
+    @property
+    def effective_mode(self) -> str:
+        if self.admin_mode_ceiling is None:
+            return self.mode
+        return min(self.mode, self.admin_mode_ceiling, key=MODES.index)
+
+    @classmethod
+    def from_config(
+        cls,
+        policy: Mapping[str, Any] | None,
+        admin_policy: Mapping[str, Any] | None,
+        extra_allow: Iterable[str] = (),
+    ) -> "Policy":
+        """Build from the merged `[policy]` table, the admin file's `[policy]`
+        table and the lasting approvals.
+
+        The admin's `mode` (or `mode_ceiling`) is a ceiling, its `deny` rules
+        come before every other rule, its `ask` rules before the project's (so
+        no allow rule lifts them) and its `allow` rules join the others.
+        Raises `ValueError` naming the list and position of a bad entry."""
+        policy = policy or {}
+        admin = admin_policy or {}
+        ceiling_key = "mode_ceiling" if "mode_ceiling" in admin else "mode"
+        ceiling = admin.get(ceiling_key)
+        return cls(
+            mode=_checked_mode(policy.get("mode", "default"), "policy.mode"),
+            allow=(_rules(policy.get("allow"), "policy.allow") + _rules(admin.get("allow"), "admin policy.allow")
+                   + _rules(list(extra_allow), "lasting approvals")),
+            ask=_rules(admin.get("ask"), "admin policy.ask") + _rules(policy.get("ask"), "policy.ask"),
+            deny=_rules(policy.get("deny"), "policy.deny"),
+            admin_deny=_rules(admin.get("deny"), "admin policy.deny"),
+            admin_mode_ceiling=None if ceiling is None else _checked_mode(ceiling, f"admin policy.{ceiling_key}"),
+        )
+
+
+def _checked_mode(mode: Any, where: str) -> str:
+    try:
+        return normalize_mode(mode)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _rules(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ValueError(f"{where}: expected a list of rule strings, got {type(value).__name__}")
+    for index, rule in enumerate(value):
+        try:
+            parse_rule(rule)
+        except ValueError as exc:
+            raise ValueError(f"{where}[{index}]: {exc}") from None
+    return tuple(value)
+
+
+# -- the decision ------------------------------------------------------------
+
+
+def _first_match(rules: Iterable[str], call: CallInfo, *, grants: bool = False) -> str | None:
+    return next((rule for rule in rules if rule_matches(rule, call, grants=grants)), None)
+
+
+def decide(call: CallInfo, policy: Policy, hook: "HookOutcome | None" = None) -> Decision:
+    """Allow, ask or deny `call`.
+
+    `hook` is what the pre-call hooks said (`Hooks.run_before`): a hook's
+    `deny` denies, its `ask` acts as an ask rule and its `allow` as an allow
+    rule, so a hook never lifts a deny rule, plan mode or the workspace
+    boundary."""
+    rule = _first_match(policy.admin_deny, call)
+    if rule:
+        return Decision("deny", f"denied by the administrator's rule {rule!r}", rule)
+    rule = _first_match(policy.deny, call)
+    if rule:
+        return Decision("deny", f"denied by the rule {rule!r}", rule)
+    if hook is not None and hook.action == "deny":
+        return Decision("deny", hook.reason or "denied by a pre-call hook")
+    if policy.read_only and call.kind != "read":
+        return Decision("deny", "the cell runs with --read-only: only read-only calls run")
+    mode = policy.effective_mode
+    if mode == "plan" and call.kind != "read":
+        return Decision("deny", f"plan mode runs only read-only calls{_capped(policy)}")
+    if hook is not None and hook.action == "ask":
+        return Decision("ask", hook.reason or "a pre-call hook asks for approval")
+    rule = _first_match(policy.ask, call)
+    if rule:
+        return Decision("ask", f"the rule {rule!r} asks for approval", rule)
+    if call.outside_workspace:
+        return Decision("ask", "the call touches a path outside the workspace")
+    if call.protected:
+        return Decision("ask", "the call would change toolkernel's own configuration or approvals")
+    rule = _first_match(policy.allow, call, grants=True)
+    if rule:
+        return Decision("allow", f"allowed by the rule {rule!r}", rule)
+    if hook is not None and hook.action == "allow":
+        return Decision("allow", hook.reason or "allowed by a pre-call hook")
+    return _by_mode(call.kind, mode, _capped(policy))
+
+
+def _by_mode(kind: str, mode: str, capped: str) -> Decision:
+    if kind == "read":
+        return Decision("allow", f"read-only calls run in {mode} mode{capped}")
+    if mode == "bypass-permissions":
+        return Decision("allow", f"bypass-permissions mode runs everything not denied{capped}")
+    if kind == "edit" and mode == "accept-edits":
+        return Decision("allow", f"edits run in accept-edits mode{capped}")
+    what = "an edit" if kind == "edit" else "a call that may change something"
+    return Decision("ask", f"{what} needs approval in {mode} mode{capped}")
+
+
+def _capped(policy: Policy) -> str:
+    if policy.effective_mode == policy.mode:
+        return ""
+    return f" (the administrator caps the mode at {policy.admin_mode_ceiling}; the project asks for {policy.mode})"

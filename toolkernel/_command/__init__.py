@@ -1,0 +1,1 @@
+"""The `tools` command: argv, stdin and cwd in; the call's route through the catalog out."""

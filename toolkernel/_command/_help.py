@@ -1,0 +1,106 @@
+"""Help texts of the `tools` command: the lists, a tool's schema, search results."""
+
+from __future__ import annotations
+
+import json
+
+from ._catalog import Catalog, ServerEntry
+from .._names import display
+from .._tool import Tool
+
+USAGE = """\
+Usage:
+  tools --help                    servers and tools (this list)
+  tools <server> --help           one server's tools
+  tools <tool> --help             a tool's input schema (also: tools <server> <tool> --help)
+  tools search <words>            find tools by name and description
+  tools <server> <tool> [input]   call an MCP server's tool
+  tools <tool> [input]            call any other tool
+Input: a JSON object '{...}', key=value pairs, --key value, --flag (true); or JSON on stdin
+(`-`, or no input arguments). Output: text as is, other results as JSON.
+Large results: `tools <tool> [input] --save PATH` writes the result to a file (a write-file call).
+Errors: one JSON line on stderr, exit code 1: {"error":{"code":...,"message":...,"retryable":...}}
+"""
+
+
+def top_help(catalog: Catalog) -> str:
+    lines = [USAGE, "MCP servers:"]
+    if not catalog.servers:
+        lines.append("  (none configured: add [mcp_servers.NAME] to toolkernel.toml or .mcp.json)")
+    lines += [_server_line(e) for e in sorted(catalog.servers.values(), key=lambda e: e.name)]
+    lines += ["", "Other tools:"]
+    lines += _tool_lines(sorted(catalog.own.values(), key=lambda t: t.name))
+    return "\n".join(lines) + "\n"
+
+
+def untrusted_note(folders: tuple[str, ...]) -> str:
+    """What `tools --help` says about project config that only tightens (see _trust.py)."""
+    if not folders:
+        return ""
+    lines = ["", "Not used until trusted (servers, hooks, allow rules, [tools] settings, a looser"
+             " mode, lasting approvals; deny and ask rules and a stricter mode still apply):"]
+    return "\n".join(lines + [f"  {folder}" for folder in folders]) + "\n"
+
+
+def _server_line(entry: ServerEntry) -> str:
+    name = display(entry.name)
+    if entry.error is not None:
+        status = f"(unavailable: {entry.error.message.splitlines()[0]})"
+    elif entry.tools is None and entry.provider.error is not None:
+        # An on-demand server not started this run, whose last start failed (the pool remembers why).
+        status = f"(not loaded; last start failed: {entry.provider.error.message.splitlines()[0]})"
+    elif entry.tools is None:
+        status = "(not loaded)"
+    else:
+        status = f"({len(entry.tools)} tool{'s' if len(entry.tools) != 1 else ''})"
+    description = entry.provider.description
+    return f"  {name} {status}" + (f"  {description}" if description else "")
+
+
+def _tool_lines(tools: list[Tool], prefix: str = "") -> list[str]:
+    if not tools:
+        return ["  (none)"]
+    width = max(len(display(t.name)) for t in tools)
+    return [f"  {prefix}{display(t.name):<{width}}  {_first_line(t.description)}" for t in tools]
+
+
+def server_help(entry: ServerEntry, tools: list[Tool]) -> str:
+    name = display(entry.name)
+    head = f"{name}: {entry.provider.description or 'MCP server'}"
+    lines = [head, f"Usage: tools {name} <tool> [input]   (tools {name} <tool> --help for its input)", ""]
+    lines += _tool_lines(sorted(tools, key=lambda t: t.name))
+    return "\n".join(lines) + "\n"
+
+
+def tool_help(tool: Tool) -> str:
+    access = "read-only" if tool.read_only else ("edits files" if tool.kind == "edit" else "may change something")
+    lines = [
+        f"{tool.command} ({access})",
+        "",
+        tool.description.strip() or "(no description)",
+        "",
+        "Input schema:",
+        json.dumps(tool.input_schema, indent=2, ensure_ascii=False),
+    ]
+    example = _example(tool)
+    if example:
+        lines += ["", f"Example: {tool.command} {example}"]
+    return "\n".join(lines) + "\n"
+
+
+def _example(tool: Tool) -> str:
+    properties = tool.input_schema.get("properties") or {}
+    required = tool.input_schema.get("required") or list(properties)[:1]
+    return " ".join(f"{key}=..." for key in required if key in properties)
+
+
+def search_results(scored: list[tuple[float, Tool]], words: list[str]) -> str:
+    if not scored:
+        return f"no tools match {' '.join(words)!r} (tools --help lists them all)\n"
+    width = max(len(t.command) for _, t in scored)
+    return "".join(f"{t.command:<{width}}  {_first_line(t.description)}\n" for _, t in scored)
+
+
+def _first_line(text: str) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= 100 else line[:97] + "..."

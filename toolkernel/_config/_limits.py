@@ -1,0 +1,44 @@
+"""The sandbox's limits: what one shell run may use before it is ended.
+
+A model module (no I/O). Bashkit's own defaults (10,000 loop iterations,
+10,000 commands, 30 s) are set for agents' small scripts and end ordinary loops
+over data early (`seq 1 30000 | while read ...`), so toolkernel sets its own,
+and a `[shell]` table in toolkernel.toml changes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._approval._run import CALL_LIMIT
+
+# What `[shell]` may set, and what each key means in `tools --help`/the README.
+SHELL_KEYS = {
+    "max_loop_iterations": "iterations of one loop",
+    "max_commands": "commands in one run",
+    "max_memory_mb": "megabytes of files the script itself creates in memory",
+    "timeout": "seconds one run may take",
+    "call_limit": "tool calls in one run",
+}
+
+
+@dataclass(frozen=True)
+class ShellLimits:
+    max_loop_iterations: int = 10_000_000
+    max_commands: int = 100_000_000
+    max_memory_mb: int = 1024
+    # A person stops a cell with an interrupt; this only bounds a run nobody watches,
+    # and a short one would cut a tool call that is still waiting on a slow server.
+    timeout: int = 24 * 3600
+    call_limit: int = CALL_LIMIT
+
+    def bashkit_options(self) -> dict[str, int]:
+        """Bashkit's constructor arguments for these limits."""
+        return {"max_loop_iterations": self.max_loop_iterations, "max_commands": self.max_commands,
+                "max_memory": self.max_memory_mb * 1024 * 1024, "timeout_seconds": self.timeout}
+
+
+def limit_notice(error: str) -> str:
+    """The last line of a run a limit ended: which limit, and where to raise it."""
+    return (f"toolkernel: the script was ended by a sandbox limit ({error}). "
+            "Raise it in the [shell] table of toolkernel.toml, or split the work.\n")

@@ -1,0 +1,133 @@
+"""`toolkernel lint` / `%tools lint`: check the config statically, starting nothing.
+
+The findings, each with its file and key:
+- a file the config reader refuses (an empty `command`, `parameters` that is not a
+  JSON Schema, a broken template, ...): the reader stops at the first such problem,
+  so that one is reported and fixing it shows the next;
+- a command tool whose templates use a path no declared parameter fills;
+- a command tool whose name is taken by toolkernel's own tool or an MCP server;
+- a policy rule, hook `match` or `keep_visible` entry that names no tool that exists
+  or could exist. No MCP server is started: any tool of a configured server counts.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from .._providers._commands import QUALIFIED_PREFIX, check_names, undeclared_references
+from ._config import RULE_LISTS, Config, load_config
+from .._errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Finding:
+    file: str
+    key: str | None
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.key}: {self.problem}" if self.key else f"{self.file}: {self.problem}"
+
+    @classmethod
+    def of(cls, error: ConfigError) -> "Finding":
+        return cls(error.path, error.key, error.problem)
+
+
+def lint(workdir: Path, *, environ: Mapping[str, str] | None = None) -> list[Finding]:
+    try:
+        config = load_config(workdir, environ=environ)
+    except ConfigError as exc:
+        return [Finding.of(exc)]
+    names = _Names(config)
+    findings = [Finding.of(e) for e in check_names(config.commands.values(), names.own, names.server_files)]
+    for command in config.commands.values():
+        findings += [Finding(command.source, key, f"uses {{{{ {path} }}}}, which no declared parameter"
+                             " fills (declare it under parameters.properties)")
+                     for key, path in undeclared_references(command)]
+    for file in config.files:
+        findings += [Finding(file, key, problem) for key, problem in _name_problems(file, names)]
+    return findings
+
+
+def report(findings: list[Finding]) -> str:
+    if not findings:
+        return "toolkernel lint: no problems found\n"
+    lines = [str(f) for f in findings]
+    return "\n".join(lines) + f"\ntoolkernel lint: {len(findings)} problem(s)\n"
+
+
+# -- names that rules, hooks and keep_visible may use ------------------------------------
+
+class _Names:
+    def __init__(self, config: Config) -> None:
+        from .._providers._notebook import notebook_tools
+        from .._providers._tools import own_tools
+
+        self.own = [t.name for t in (*own_tools(), *notebook_tools())]
+        self.server_files = {s.name: s.source for s in config.servers.values()}
+        self.commands = [_fold(name) for name in config.commands]
+        self.servers = [_fold(name) for name in self.server_files]
+        self.bare = [_fold(name) for name in self.own] + self.commands
+
+    def problem(self, pattern: str) -> str | None:
+        """Why the tool pattern names nothing that is or could be, or None."""
+        words = pattern.split("(", 1)[0].split()
+        if len(words) > 1 and words[0] == "tools":
+            words = words[1:]
+        words = [_fold(w) for w in words]
+        if len(words) == 2:
+            return None if _any(words[0], self.servers) else f"no MCP server is named {words[0]!r}"
+        word = words[0] if words else ""
+        if word.startswith("mcp_"):
+            server = word.removeprefix("mcp_").removeprefix("_").split("__", 1)[0]
+            return None if _any(server, self.servers) else f"no MCP server is named {server!r}"
+        if word.startswith(QUALIFIED_PREFIX):
+            name = word.removeprefix(QUALIFIED_PREFIX)
+            return None if _any(name, self.commands) else f"no command tool is named {name!r}"
+        if _any(word, self.bare):
+            return None
+        if _any(word, self.servers):
+            return (f"names no tool; for the tools of the server {word!r} write "
+                    f"\"{word} *\" or \"mcp_{word}\"")
+        return "names no tool of toolkernel, no command tool and no configured MCP server"
+
+
+def _fold(name: str) -> str:
+    return name.replace("-", "_").lower()
+
+
+def _any(pattern: str, names: list[str]) -> bool:
+    # `*` is the rules' only wildcard and their words hold no `?` or `[`.
+    return any(fnmatch.fnmatchcase(name, pattern) for name in names)
+
+
+def _name_problems(file: str, names: _Names) -> Iterator[tuple[str, str]]:
+    for key, pattern in _patterns(_read(file)):
+        problem = names.problem(pattern)
+        if problem:
+            yield key, f"{json.dumps(pattern)}: {problem}"
+
+
+def _read(file: str) -> dict[str, Any]:
+    # The reader has accepted this file already, so it is valid TOML (or JSON: no rules).
+    if file.endswith(".json"):
+        return {}
+    return tomllib.loads(Path(file).read_text(encoding="utf-8-sig"))
+
+
+def _patterns(data: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    policy = data.get("policy", {})
+    for name in RULE_LISTS:
+        for index, rule in enumerate(policy.get(name, [])):
+            yield f"policy.{name}[{index}]", rule
+    for index, hook in enumerate(data.get("hooks", [])):
+        yield f"hooks[{index}].match", hook.get("match", "*")
+    visible = data.get("tools_in_shell", {}).get("keep_visible", [])
+    for index, entry in enumerate(visible if isinstance(visible, list) else []):
+        if isinstance(entry, str):
+            yield f"tools_in_shell.keep_visible[{index}]", entry

@@ -1,0 +1,202 @@
+"""Workspace trust: a project's config is used only as a person trusted it.
+
+Project config can start code (MCP servers, hooks) and loosen the policy
+(allow rules, a looser mode, lasting approvals). A folder someone cloned, or
+a file a script wrote, must not do either before a person has looked at it,
+as with VS Code's workspace trust and direnv's `allow`.
+
+A person trusts a folder's config *as it is now*: the record keeps a SHA-256
+of each config file in the folder (`toolkernel.toml`, `.mcp.json`,
+`.toolkernel/approvals.json`; an absent file counts too), so any change,
+an added file included, needs trust again. The records live outside every
+workspace, in `$XDG_STATE_HOME/toolkernel/trust.json` (default
+`~/.local/state/toolkernel/trust.json`), where no script can write.
+
+`TOOLKERNEL_TRUST_ALL=1` trusts every folder (CI, containers). User-level
+and admin config are always trusted; they are not in a workspace.
+
+Untrusted config still tightens: `_config` keeps its deny and ask rules and
+a stricter mode, and drops what would run code or loosen anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Callable, Mapping
+
+from .._atomic import write_atomic
+from .._errors import ConfigError
+
+TRUST_ALL_VARIABLE = "TOOLKERNEL_TRUST_ALL"
+# What a folder's trust covers, relative to the folder.
+FINGERPRINTED = ("toolkernel.toml", ".mcp.json", ".toolkernel/approvals.json")
+_VERSION = 1
+
+
+def trust_all(environ: Mapping[str, str] | None = None) -> bool:
+    environ = os.environ if environ is None else environ
+    return environ.get(TRUST_ALL_VARIABLE, "").strip().lower() in ("1", "true", "yes")
+
+
+def store_path(environ: Mapping[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    home = Path(environ.get("HOME") or Path.home())
+    state = environ.get("XDG_STATE_HOME") or str(home / ".local" / "state")
+    return Path(state) / "toolkernel" / "trust.json"
+
+
+def fingerprints(folder: Path) -> dict[str, str]:
+    """SHA-256 of each config file present in `folder`.
+
+    A file that exists but cannot be read (a dangling symlink, no permission)
+    gets a marker that no record can hold, so it is never trusted."""
+    found: dict[str, str] = {}
+    for name in FINGERPRINTED:
+        path = folder / name
+        if not os.path.lexists(path):
+            continue
+        try:
+            found[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            found[name] = "unreadable"
+    return found
+
+
+class TrustStore:
+    """The trust records of one user: {folder: {file name: sha256}}."""
+
+    def __init__(self, path: Path | None = None, environ: Mapping[str, str] | None = None) -> None:
+        self.environ = os.environ if environ is None else environ
+        self.path = path or store_path(self.environ)
+
+    def is_trusted(self, folder: Path) -> bool:
+        if trust_all(self.environ):
+            return True
+        current = fingerprints(folder)
+        if not current:
+            return True  # nothing there to trust
+        if "unreadable" in current.values():
+            return False
+        return self._records().get(_key(folder)) == current
+
+    def trust(self, folder: Path) -> dict[str, str]:
+        """Trust `folder`'s config as it is now; returns what was recorded."""
+        current = fingerprints(folder)
+        unreadable = [name for name, digest in current.items() if digest == "unreadable"]
+        if unreadable:
+            raise ConfigError(str(folder / unreadable[0]), None,
+                              "cannot be read, so it cannot be trusted; fix or remove it")
+        records = self._records()
+        records[_key(folder)] = current
+        self._save(records)
+        return current
+
+    def revoke(self, folder: Path) -> bool:
+        records = self._records()
+        removed = records.pop(_key(folder), None) is not None
+        if removed:
+            self._save(records)
+        return removed
+
+    def replace(self, folder: Path, name: str, old: bytes | None, new: bytes) -> None:
+        """Carry trust over a change toolkernel made for the person itself (a
+        lasting approval): when the folder was trusted with the old file, it
+        stays trusted with the new one."""
+        if trust_all(self.environ):
+            return
+        before = fingerprints(folder)
+        before.pop(name, None)
+        if old is not None:
+            before[name] = _digest(old)
+        records = self._records()
+        if before and records.get(_key(folder)) != before:
+            return  # not trusted before the change: the change does not make it so
+        records[_key(folder)] = {**before, name: _digest(new)}
+        self._save(records)
+
+    def _records(self) -> dict[str, dict[str, str]]:
+        # A missing store trusts nothing; a broken one is an error, never "trust all".
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise ConfigError(str(self.path), None, f"cannot be read ({exc.strerror})") from exc
+        try:
+            data = json.loads(raw)
+            folders = data["folders"]
+            if not isinstance(folders, dict):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            raise ConfigError(str(self.path), None, "is not a toolkernel trust file;"
+                              " remove it and trust your folders again") from None
+        return {k: dict(v) for k, v in folders.items() if isinstance(v, dict)}
+
+    def _save(self, records: dict[str, dict[str, str]]) -> None:
+        body = {"version": _VERSION, "folders": records}
+        write_atomic(self.path, json.dumps(body, indent=2, sort_keys=True) + "\n")
+
+
+def _key(folder: Path) -> str:
+    return str(Path(folder).resolve())
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def trust_command(folder: Path, store: TrustStore | None = None) -> str:
+    """`toolkernel trust DIR` and `%tools trust [DIR]`: trust and say what was trusted."""
+    folder = Path(folder).resolve()
+    if not folder.is_dir():
+        raise ConfigError(str(folder), None, "is not a folder")
+    recorded = (store or TrustStore()).trust(folder)
+    if not recorded:
+        return f"{folder} has no toolkernel config to trust"
+    return f"trusted the config of {folder} as it is now: {', '.join(sorted(recorded))}"
+
+
+def how_to_trust(folder: Path | str) -> str:
+    return f"`toolkernel trust {folder}` or `%tools trust {folder}` after reading it"
+
+
+def trust_line(workdir: Path, args: list[str]) -> str:
+    """`%tools trust [DIR]` (DIR relative to the kernel's folder). ValueError: bad usage."""
+    if len(args) > 1 or any(arg.startswith("-") for arg in args):
+        raise ValueError("usage: %tools trust [DIR]  (default: the kernel's folder)")
+    return trust_command(Path(workdir) / Path(args[0] if args else ".").expanduser())
+
+
+def ignored_config_notes(workdir: Path, noted: set[str]) -> list[str]:
+    """Once a session: each project config kept out for a reason trusting cannot fix
+    (a folder or file anyone may write to), with the reason and the fix."""
+    from ._config import load_config
+
+    config = load_config(workdir)
+    notes = [note for note in config.untrusted if note not in noted
+             and not any(note.startswith(f"{folder}: ") for folder in config.to_trust)]
+    noted.update(notes)
+    return [f"toolkernel: config not used: {note}" for note in notes]
+
+
+def ask_to_trust(workdir: Path, ask: Callable[[str], str], declined: set[str],
+                 store: TrustStore | None = None) -> list[str]:
+    """Ask a person about each project folder of `workdir` whose config is not
+    trusted (once: a "no" lands in `declined`); trust those they say yes to.
+    Returns what to show them."""
+    from ._config import load_config  # _config reads trust records itself
+
+    said = []
+    for folder in load_config(workdir).to_trust:
+        if folder in declined:
+            continue
+        declined.add(folder)
+        names = ", ".join(sorted(fingerprints(Path(folder))))
+        question = (f"toolkernel: {folder} has config that is not trusted ({names}); its servers, hooks,"
+                    " allow rules and lasting approvals are not used. Trust it as it is now? [y/N] ")
+        if ask(question).strip().lower() in ("y", "yes"):
+            said.append(trust_command(Path(folder), store))
+    return said

@@ -1,0 +1,1 @@
+"""Front ends: the IPython magics, the person's answers, direct calls, JupyterLab's kernel side, serve."""

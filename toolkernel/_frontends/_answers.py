@@ -1,0 +1,188 @@
+"""A person's answers: approve or deny a stopped call, list lasting approvals, pair a notebook.
+
+One set of functions serves the `%tools approve ...` line magics, the
+Python API and the comm target the JupyterLab extension's buttons use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from typing import Any, Callable, Mapping
+
+from .. import _loop
+from .._approval._approvals import rule_for
+from .._approval._policy import CallInfo, canonical_call_key
+
+COMM_TARGET = "toolkernel.approval"
+# The `%tools` words that answer or pair rather than call a tool.
+SUBCOMMANDS = ("approve", "deny", "approvals", "pair", "unpair", "lint")
+
+
+class AnswerError(Exception):
+    """The answer cannot be applied (nothing pending, unknown rule...)."""
+
+
+def approve(session, *, always: bool = False, call: Mapping[str, Any] | None = None) -> str:
+    info = _take_pending(session, call)
+    if always:
+        try:
+            rule = rule_for(info)
+        except ValueError as exc:  # no rule names this call (an agent's multi-command %%bash cell)
+            session.approvals.add_pending(info)
+            raise AnswerError(str(exc)) from None
+        session.approvals.always_allow(rule)
+        return f"always allowed: {rule} (saved in {session.workdir / '.toolkernel'}; `%tools approvals` lists it)"
+    session.approvals.grant_once(canonical_call_key(info.qualified_name, info.input))
+    return (f"allowed once: {info.command} {json.dumps(dict(info.input))}"
+            " — make the call again (run the cell again) and it goes through this once")
+
+
+def deny(session, *, call: Mapping[str, Any] | None = None) -> str:
+    info = _take_pending(session, call)
+    return f"denied: {info.command} {json.dumps(dict(info.input))} will keep asking"
+
+
+def list_approvals(session, *, revoke: str | None = None) -> str:
+    if revoke is not None:
+        # The list below numbers from 1; the store counts from 0.
+        target: Any = int(revoke) - 1 if revoke.isdigit() else revoke
+        try:
+            session.approvals.revoke(target)
+        except (KeyError, IndexError):
+            raise AnswerError(f"no lasting approval {revoke!r}; `%tools approvals` lists them") from None
+    rules = session.approvals.lasting_rules()
+    if not rules:
+        return "no lasting approvals"
+    return "\n".join(f"{i}. {rule}" for i, rule in enumerate(rules, 1))
+
+
+def _take_pending(session, call: Mapping[str, Any] | None) -> CallInfo:
+    info = session.approvals.take_pending(call)
+    if info is not None:
+        return info
+    if call is None or not session.approvals.has_pending():
+        raise AnswerError("no call is waiting for an approval")
+    raise AnswerError(f"no pending call matches {call.get('tool')!r}")
+
+
+# -- `%tools approve | deny | approvals | pair | unpair | lint` ----------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print and exit the kernel's process
+        raise argparse.ArgumentError(None, message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The one parser of every `%tools` word that is not a tool call."""
+    from .._providers._notebook import add_pairing_arguments
+
+    parser = _Parser(prog="%tools", add_help=False)
+    sub = parser.add_subparsers(dest="what", required=True)
+    sub.add_parser("approve", add_help=False).add_argument("--always", action="store_true")
+    sub.add_parser("deny", add_help=False)
+    sub.add_parser("approvals", add_help=False).add_argument("--revoke", metavar="RULE_OR_NUMBER")
+    add_pairing_arguments(sub.add_parser("pair", add_help=False))
+    sub.add_parser("unpair", add_help=False).add_argument("notebook", nargs="?")
+    sub.add_parser("lint", add_help=False)
+    return parser
+
+
+def manage(session, argv: list[str]) -> str:
+    """Apply one `%tools approve|deny|approvals|pair|unpair ...` line; `--help` gives the usage."""
+    from IPython.core.error import UsageError
+
+    if any(arg in ("--help", "-h") for arg in argv):
+        return usage()
+    try:
+        args = _parser().parse_args(argv)
+    except argparse.ArgumentError as exc:
+        raise UsageError(f"%tools {shlex.join(argv)}: {exc}\n{usage()}") from None
+    try:
+        return _apply(session, args)
+    except AnswerError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _apply(session, args: argparse.Namespace) -> str:
+    if args.what == "approve":
+        return approve(session, always=args.always)
+    if args.what == "deny":
+        return deny(session)
+    if args.what == "approvals":
+        return list_approvals(session, revoke=args.revoke)
+    if args.what == "pair":
+        return _pair(session, args)
+    if args.what == "lint":
+        from .._config._lint import lint, report
+
+        return report(lint(session.workdir)).rstrip("\n")
+    from .._errors import CallError
+    from .._providers._notebook import unpair
+
+    try:
+        _loop.run(unpair(session.state, session.workdir, args.notebook))
+    except CallError as exc:
+        raise AnswerError(f"%tools unpair: {exc.message}") from None
+    return f"unpaired {args.notebook}" if args.notebook else "unpaired"
+
+
+def _pair(session, args: argparse.Namespace) -> str:
+    from IPython.core.error import UsageError
+
+    from .._errors import CallError
+    from .._providers._notebook import pair, pairing_kwargs
+
+    try:
+        pairing = _loop.run(pair(session.state, session.workdir, **pairing_kwargs(args)))
+    except CallError as exc:
+        raise UsageError(f"%tools pair: {exc.message}") from None
+    return f"paired: {pairing.describe()}"
+
+
+def usage() -> str:
+    from .._providers._notebook import pairing_args_usage
+
+    lines = ["%tools approve [--always]                        allow the call that asked, once or always",
+             "%tools deny                                     refuse it",
+             "%tools approvals [--revoke RULE_OR_NUMBER]      list or revoke lasting approvals",
+             "%tools lint                                     check the config without starting anything",
+             *pairing_args_usage().splitlines(),
+             "%tools unpair [NOTEBOOK]                        forget one notebook's pairing (no NOTEBOOK: all)"]
+    return "usage: " + "\n       ".join(lines)
+
+
+# -- the comm target of the JupyterLab extension --------------------------------
+
+
+def answer_message(session, data: Mapping[str, Any]) -> dict[str, Any]:
+    """{"action": "allow_once" | "always" | "deny", "call": {"tool", "input"}} -> reply."""
+    actions = {
+        "allow_once": lambda call: approve(session, call=call),
+        "always": lambda call: approve(session, always=True, call=call),
+        "deny": lambda call: deny(session, call=call),
+    }
+    action = actions.get(data.get("action"))
+    if action is None:
+        return {"ok": False, "message": f"unknown action {data.get('action')!r}"}
+    try:
+        return {"ok": True, "message": action(data.get("call"))}
+    except AnswerError as exc:
+        return {"ok": False, "message": str(exc)}
+
+
+def register_comm(ipython, session, handler: Callable[..., dict[str, Any]] = answer_message) -> None:
+    """Answer each message on `COMM_TARGET` with `handler(session, data)`."""
+    kernel = getattr(ipython, "kernel", None)
+    manager = getattr(kernel, "comm_manager", None)
+    if manager is None:
+        return  # a terminal IPython has no frontend to talk to
+
+    def on_open(comm, open_msg) -> None:
+        @comm.on_msg
+        def on_msg(msg) -> None:
+            comm.send(handler(session, msg["content"]["data"]))
+
+    manager.register_target(COMM_TARGET, on_open)

@@ -1,0 +1,150 @@
+"""The kernel side of the JupyterLab extension: the approval question and the comm.
+
+Two ways the page talks to the kernel:
+
+- Before the start, the kernel is blocked in `input()`, so it cannot read a
+  comm message. Just before asking, it displays the question as an
+  `application/vnd.toolkernel.approval+json` bundle; the extension shows the
+  buttons and answers the pending stdin request with the key of the plain
+  prompt (`o`, `a`, `d`). Frontends without the extension show the text.
+- After the cell has finished (a mid-run stop, the "Tools" sidebar), the
+  page opens a comm on `COMM_TARGET` and sends one request per message:
+  the answers of `_answers.answer_message`, plus `overview`, `search` and
+  `revoke` for the sidebar. Every reply is {"ok": bool, ...}.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import html
+import json
+from typing import Any, Callable, Mapping
+
+from .. import _loop
+from . import _answers
+from ._answers import AnswerError, answer_message, list_approvals
+from .._approval._approvals import lasting_rule_covers
+from .._approval._approver import ApprovalRequest
+from .._errors import CallError, ConfigError
+from .._approval._run import described_call
+
+APPROVAL_MIME = "application/vnd.toolkernel.approval+json"
+# The replies the plain text prompt understands (see `_answers.answer_inline`).
+PROMPT_KEYS = {"once": "o", "always": "a", "deny": "d"}
+
+
+def always_offered(session, call: Mapping[str, Any]) -> bool:
+    """For a report's stopped call: whether "Always allow" would make it run unasked."""
+    info = session.approvals.find_pending(call)
+    if info is None:
+        return False
+    try:
+        command = _loop.run(session.prepare())
+    except ConfigError:
+        return False
+    return lasting_rule_covers(command.dispatcher.env.policy, info)
+
+
+# -- before the start: the question shown as buttons ----------------------------
+
+
+def approval_bundle(call: Mapping[str, Any], always: bool) -> dict[str, Any]:
+    question = {"call": dict(call), "always_offered": always, "keys": PROMPT_KEYS}
+    text = f"{described_call(call)} needs your approval."
+    return {APPROVAL_MIME: question, "text/plain": text, "text/html": f"<p>{html.escape(text)}</p>"}
+
+
+class ButtonsAsk:
+    """`ask` for the stdin approver that first shows the question for the extension's
+    buttons (the session calls `show_question(request)` right before `ask(prompt)`)."""
+
+    def __init__(self, ask: Callable[[str], str]) -> None:
+        self._ask = ask
+
+    def __call__(self, prompt: str) -> str:
+        return self._ask(prompt)
+
+    def show_question(self, request: ApprovalRequest) -> None:
+        from IPython import get_ipython
+        from IPython.display import display
+
+        if getattr(get_ipython(), "kernel", None) is None:
+            return  # a terminal shows the text prompt alone
+        call = {"tool": request.call.command, "input": dict(request.call.input), **request.call.shown()}
+        display(approval_bundle(call, request.always_offered), raw=True)
+
+
+def asking_with_buttons(session, ask: Callable[[str], str]) -> ButtonsAsk:
+    return ButtonsAsk(ask)
+
+
+def display_report(session, report: dict[str, Any]) -> None:
+    """The stop report, with whether "Always allow" is offered in its metadata
+    (the report itself stays the seed's JSON)."""
+    from IPython.display import display
+
+    from . import _report
+
+    display(_report.bundle(report), metadata={_report.MIME: report_metadata(session, report)}, raw=True)
+
+
+def report_metadata(session, report: dict[str, Any]) -> dict[str, Any]:
+    stopped = report.get("tools", {}).get("stopped")
+    if not stopped or stopped.get("reason") != "needs_approval":
+        return {"always_offered": False}
+    return {"always_offered": always_offered(session, stopped["call"])}
+
+
+# -- the comm ------------------------------------------------------------------
+
+
+def handle(session, data: Mapping[str, Any]) -> dict[str, Any]:
+    action = data.get("action")
+    try:
+        if action == "overview":
+            return {"ok": True, **_loop.run(_overview(session))}
+        if action == "search":
+            return {"ok": True, "text": _search(session, data.get("words", ""))}
+        if action == "revoke":
+            return {"ok": True, "message": list_approvals(session, revoke=str(data.get("rule", "")))}
+    except (AnswerError, CallError, ConfigError) as exc:
+        return {"ok": False, "message": getattr(exc, "message", None) or str(exc)}
+    return answer_message(session, data)
+
+
+async def _overview(session) -> dict[str, Any]:
+    command = await session.prepare()
+    catalog = command.catalog
+    await catalog.load_listed()  # what `tools --help` loads: eager and already running servers
+    servers = [_server(entry) for entry in catalog.servers.values()]
+    own = [_tool(tool) for tool in catalog.own.values()]
+    return {"servers": servers, "own_tools": own, "approvals": session.approvals.lasting_approvals()}
+
+
+def _server(entry) -> dict[str, Any]:
+    provider = entry.provider
+    error = entry.error or provider.error  # this run's failure, or the last start's
+    if entry.tools is not None:
+        state, tools = "running", [_tool(tool) for tool in entry.tools]
+    elif error is not None:
+        state, tools = "failed", []
+    else:
+        state, tools = "not loaded", []
+    return {"name": provider.name, "description": provider.description or "", "state": state,
+            "error": error.message if error is not None else None, "tools": tools}
+
+
+def _tool(tool) -> dict[str, Any]:
+    return {"command": tool.command, "description": tool.description or "",
+            "kind": tool.kind, "schema": json.loads(json.dumps(tool.input_schema, default=str))}
+
+
+def _search(session, words: str) -> str:
+    from ._direct import call_argv
+
+    return str(call_argv(session, ["search", *words.split()]))
+
+
+def register_comm(ipython, starting: "concurrent.futures.Future") -> None:
+    """Register at `%load_ext`; a request made while the session starts waits for it."""
+    _answers.register_comm(ipython, starting, lambda future, data: handle(future.result(), data))

@@ -1,0 +1,235 @@
+"""`%%tools` and `%tools`: thin adapters from IPython to the session.
+
+They parse arguments (errors are `UsageError`), hand the work to functions
+tested on their own (`Session.run_script`, `call_argv`, `_answers`), and
+show the results.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import shlex
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from . import _report
+from ._cli_sink import PrintSink
+from .._errors import CallError, ConfigError
+
+class ScriptFailed(Exception):
+    """A `%%tools` cell whose script exited non-zero: stops "Run All"."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of a traceback
+        return [f"{type(self).__name__}: {self}"]
+
+
+class CallFailed(ScriptFailed):
+    """A `%tools` line whose call failed; `code` is the seed's error code, as on `CallError`."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class IPythonSink(PrintSink):
+    """Prints like `PrintSink`; shows images inline and progress as one updating line."""
+
+    def __init__(self) -> None:
+        self._progress = None
+
+    def image(self, path: Path) -> None:
+        show_image(path)
+
+    def progress(self, tool: str, progress: float, total: float | None, message: str | None) -> None:
+        from IPython.display import display
+
+        text = _report.progress_line(tool, progress, total, message)
+        if self._progress is None:
+            self._progress = display({"text/plain": text}, raw=True, display_id=True)
+        else:
+            self._progress.update({"text/plain": text}, raw=True)
+
+
+def show_image(path: Path) -> None:
+    from IPython.display import Image, display
+
+    try:
+        display(Image(filename=str(path)))
+    except (OSError, ValueError):
+        sys.stderr.write(f"tools: could not show image {path}\n")
+
+
+def shell_args(magic):
+    """The options every script magic shares (`%%tools`, and `%%bash` with the `tools` shim)."""
+    for option in (
+        argument("--read-only", action="store_true",
+                 help="mount the working directory read-only and deny every tool call that is not a read"),
+        argument("--no-raise-error", action="store_true", help="do not raise when the script exits non-zero"),
+        argument("--out", metavar="VAR", help="keep the script's stdout in VAR (parsed when it is JSON)"),
+    ):
+        magic = option(magic)
+    return magic
+
+
+@magics_class
+class ToolsMagics(Magics):
+    def __init__(self, shell, session: "concurrent.futures.Future") -> None:
+        super().__init__(shell)
+        self._session = session
+        self._declined: set[str] = set()  # folders a person chose not to trust: asked once
+        self._noted: set[str] = set()  # ignored config already named in a cell: said once
+
+    @property
+    def session(self):
+        """The session, once the background start (imports, eager servers) is done."""
+        return self._session.result()
+
+    @magic_arguments()
+    @shell_args
+    @line_cell_magic
+    def tools(self, line: str, cell: str | None = None) -> Any:
+        """%%tools: run the cell as a shell script where `tools` reaches every tool.
+        %tools ...: one `tools` command; calls return their result as a Python value.
+        %tools approve [--always] | deny | approvals [--revoke RULE] | pair NOTEBOOK ... | unpair
+        %tools trust [DIR]: trust a folder's toolkernel config as it is now (see the README)
+        %tools lint: check the config (rules, hooks, command tools) without starting anything
+        """
+        if cell is None:
+            return self._line(line)
+        args = parse_argstring(self.tools, line)
+        return self._cell(cell, args)
+
+    def _cell(self, script: str, args) -> None:
+        from ._lab import asking_with_buttons, display_report
+        from .._config._trust import ask_to_trust, ignored_config_notes
+
+        ask = asking_with_buttons(self.session, input) if _stdin_allowed(self.shell) else None
+        try:
+            for note in ignored_config_notes(self.session.workdir, self._noted):
+                sys.stderr.write(note + "\n")
+            for said in ask_to_trust(self.session.workdir, ask, self._declined) if ask else ():
+                print(said)
+            result = self.session.run_script(script, IPythonSink(), read_only=args.read_only, ask=ask)
+        except ConfigError as exc:
+            raise ScriptFailed(f"configuration error: {exc}") from None
+        if result.report is not None:
+            display_report(self.session, result.report)
+        if args.out:
+            self.shell.user_ns[args.out] = _parse_output(result.stdout)
+        if result.interrupted:
+            sys.stderr.write("tools: interrupted; the output above is what the script printed before\n")
+        if result.exit_code != 0 and not args.no_raise_error:
+            raise ScriptFailed(f"the script exited with code {result.exit_code}")
+
+    def _line(self, line: str) -> Any:
+        try:
+            argv = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"%tools: {exc}") from None
+        from . import _answers
+        from ._direct import call_argv, is_help_text
+
+        if argv[:1] in (["trust"], ["approve"]):
+            _refuse_agent_approval(self.shell, argv)
+        if argv[:1] == ["trust"]:
+            return self._trust(argv[1:])
+        if argv and argv[0] in _answers.SUBCOMMANDS:
+            print(_answers.manage(self.session, argv))
+            return None
+        try:
+            value = call_argv(self.session, argv, on_image=show_image,
+                              ask=input if _stdin_allowed(self.shell) else None)
+        except KeyboardInterrupt:  # one line, not the traceback of the wait
+            sys.stderr.write("tools: interrupted; the call was not made\n")
+            return None
+        except CallError as exc:
+            raise CallFailed(exc.json_line(), exc.code) from None
+        except ConfigError as exc:
+            raise CallFailed(f"configuration error: {exc}") from None
+        if is_help_text(value):
+            print(value, end="")
+            return None
+        return value
+
+
+    def _trust(self, args: list[str]) -> None:
+        from .._config._trust import trust_line
+
+        try:
+            print(trust_line(self.session.workdir, args))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        except ConfigError as exc:
+            raise UsageError(f"%tools trust: {exc}") from None
+
+
+def _refuse_agent_approval(shell, argv: list[str]) -> None:
+    """A request marked as an agent's (notebook-run) cannot approve or trust for a person."""
+    from .._runners._hostbash._cell import started_by_agent
+
+    if started_by_agent(shell):
+        raise UsageError(f"%tools {argv[0]}: only a person can {argv[0]}; this cell was sent by an agent"
+                         " (notebook-run)")
+
+
+def _stdin_allowed(shell) -> bool:
+    """Whether a person can answer `input()` now (never in headless runs)."""
+    kernel = getattr(shell, "kernel", None)
+    if kernel is not None:
+        return bool(getattr(kernel, "_allow_stdin", False))
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+def _parse_output(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def load(ipython) -> "concurrent.futures.Future":
+    """Register the magics now; import the heavy parts and start servers in the background.
+
+    Importing the shell, the MCP SDK and jsonschema takes seconds; `%load_ext`
+    should not. The magics wait for the session the first time they need it.
+    """
+    session: concurrent.futures.Future = concurrent.futures.Future()
+
+    def start() -> None:
+        try:
+            from .._session import Session
+
+            started = Session()
+            started.start_eager()
+            session.set_result(started)
+        except BaseException as exc:  # noqa: BLE001 - shown when the magic is used
+            session.set_exception(exc)
+
+    from . import _lab
+
+    _lab.register_comm(ipython, session)  # now: a page may ask while the session starts
+    threading.Thread(target=start, name="toolkernel-start", daemon=True).start()
+    ipython.register_magics(ToolsMagics(ipython, session))
+    # hostbash (issue 13): `%%bash` runs host bash with `tools` on its PATH, replacing IPython's.
+    from .._runners._hostbash._magic import HostBashMagics
+
+    ipython.register_magics(HostBashMagics(ipython, session))
+    return session
+
+
+def unload(session: "concurrent.futures.Future | Any") -> None:
+    """Close the session's servers and kernels, then stop toolkernel's private loop."""
+    from .. import _loop
+
+    if isinstance(session, concurrent.futures.Future):
+        session = session.result() if session.done() and session.exception() is None else None
+    if session is not None:
+        session.close()
+    _loop.stop()

@@ -1,0 +1,97 @@
+"""Showing the stop report and progress in a notebook.
+
+The report (`_run.RunReport`) is displayed as its versioned JSON under
+`application/vnd.toolkernel.report+json` (schema: docs/report.schema.json; the
+JupyterLab extension renders it with approval buttons), with text and HTML
+fallbacks for every other frontend.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from .._approval._run import RunReport, described_call
+
+MIME = "application/vnd.toolkernel.report+json"
+
+
+def bundle(report: RunReport) -> dict[str, Any]:
+    data = report.to_json()
+    return {MIME: data, "text/plain": report_text(data), "text/html": report_html(data)}
+
+
+def display_report(report: RunReport) -> None:
+    from IPython.display import display
+
+    display(bundle(report), raw=True)
+
+
+def report_text(report: dict[str, Any]) -> str:
+    """A few readable lines for a terminal (the JSON stays in the bundle's MIME part)."""
+    tools = report["tools"]
+    lines = [f"tools: the script {_ended(report)} (exit code {report['exit_code']}); {_reads(tools)}."]
+    lines += [f"  {'done' if d['ok'] else 'failed'}: {d['tool']} {json.dumps(d['input'], ensure_ascii=False)}"
+              for d in tools["done"]]
+    if stopped := tools.get("stopped"):
+        lines.append(f"  stopped at: {described_call(stopped['call'])} ({_why(stopped)})")
+        lines.append(f"  not reached: {tools['not_reached']}")
+    return "\n".join(lines) + "\n" + _advice(report)
+
+
+def _ended(report: dict[str, Any]) -> str:
+    stopped = report["tools"].get("stopped")
+    return "did not start" if stopped and stopped.get("before_start") else (
+        "stopped" if stopped else "failed")
+
+
+def _reads(tools: dict[str, Any]) -> str:
+    count = tools["read_only_calls"]
+    return {0: "no read-only calls", 1: "1 read-only call"}.get(count, f"{count} read-only calls")
+
+
+def _why(stopped: dict[str, Any]) -> str:
+    if stopped["reason"] == "call_limit":
+        return "the call limit of one run"
+    return "a person denied it" if stopped.get("approval") == "denied" else "it needs your approval"
+
+
+def _advice(report: dict[str, Any]) -> str:
+    stopped = report["tools"].get("stopped")
+    if not stopped or stopped.get("reason") != "needs_approval" or stopped.get("approval") == "denied":
+        return ""
+    return (f"\n{described_call(stopped['call'])} needs your approval:\n"
+            "  %tools approve            allow it once\n"
+            "  %tools approve --always   allow this tool from now on\n"
+            "  %tools deny               refuse it\n")
+
+
+def _argv_html(call: dict[str, Any]) -> str:
+    if "argv" not in call:
+        return ""
+    return f", which runs <code>{html.escape(json.dumps(call['argv'], ensure_ascii=False))}</code>"
+
+
+def report_html(report: dict[str, Any]) -> str:
+    tools = report["tools"]
+    rows = "".join(
+        f"<li><code>{html.escape(d['tool'])}</code> {'ok' if d['ok'] else 'failed'}</li>"
+        for d in tools["done"]
+    )
+    stopped = tools.get("stopped")
+    stop = ""
+    if stopped:
+        call = stopped["call"]
+        stop = (f"<p><b>Stopped</b> ({html.escape(stopped['reason'])}) at "
+                f"<code>{html.escape(call['tool'])} {html.escape(json.dumps(call['input']))}</code>"
+                f"{_argv_html(call)}</p>")
+    return (f"<div class='toolkernel-report'><p>exit code {report['exit_code']}; "
+            f"{_reads(tools)}</p>{stop}"
+            f"<p>Done:</p><ul>{rows or '<li>nothing</li>'}</ul>"
+            f"<pre>{html.escape(_advice(report))}</pre></div>")
+
+
+def progress_line(tool: str, progress: float, total: float | None, message: str | None) -> str:
+    amount = f"{progress:g}/{total:g}" if total else f"{progress:g}"
+    return f"{tool}: {amount}" + (f" {message}" if message else "")

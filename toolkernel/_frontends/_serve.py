@@ -1,0 +1,365 @@
+"""`toolkernel serve`: Tools in Shell for any MCP client.
+
+The client sees a handful of tools instead of every configured tool: `bash`
+(a Bashkit script with `tools` inside, the same run as `%%tools`), the file
+tools that stay direct (seed 000: editing through a shell is error-prone),
+and what `[tools_in_shell] keep_visible` names. With `enabled = false` every
+tool is listed directly (the classic behaviour, for side-by-side measures).
+
+Every call goes through `Session`: the same dispatcher, policy and approvals
+as a notebook. A person is asked through MCP elicitation when the client
+offers it (`_approver.ElicitApprover`); otherwise the run stops and its
+report says `needs_approval`.
+
+The SDK's handlers run on the server's event loop; a run blocks (its runner
+pumps output on the calling thread), so it runs on a worker thread, and
+elicitation requests hop back to the server's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel import Server
+
+from .. import _loop
+from .._approval._approver import Approver, ElicitApprover, stop_and_report
+from .._command._catalog import Catalog
+from .._command._cli import parse_input
+from .._config._config import load_config
+from .._errors import CallError, ConfigError, UnknownCommand
+from .._names import fold
+from .._approval._policy import CallInfo, Policy, _first_match
+from .._session import Session
+from .._tool import Tool
+
+DIRECT = ("read_file", "write_file", "edit_file")
+NOTEBOOK = ("notebook_read", "notebook_edit", "notebook_run")
+
+BASH_DESCRIPTION = """\
+Run a bash script (a sandboxed Bashkit shell: coreutils, grep, sed, awk, jq, pipes; \
+no network, no host programs). Every other tool is reached inside it with the `tools` command:
+  tools --help                  list servers and tools
+  tools SERVER --help           a server's tools; `tools SERVER TOOL --help` shows the input schema
+  tools search WORDS            find tools by name and description
+  tools SERVER TOOL '{"k":"v"}' call with JSON input
+  tools SERVER TOOL k=v n:=3    or key=value (`:=` for JSON values), or --k v, or JSON on stdin
+Results print as text (JSON results as JSON), so pipe them: `tools gh list_pulls | jq -r '.[].title'`.
+Write one script for a whole task (loops, conditions, several calls) instead of one call per turn; \
+at most 50 calls a script.
+On failure `tools` prints one JSON line on stderr, {"error": {"code": ..., "message": ...}}, exit code != 0. \
+Codes: unknown_command (wrong name: see suggestions), invalid_input (input does not fit the schema), \
+tool_error (the tool ran and failed), denied (policy or a person refused: do not retry), \
+needs_approval (a person must approve: the script stopped there; the report below says what ran; \
+write a new script for the rest once approved), call_limit (more than 50 calls), server_error.
+The result: stdout, stderr, exit_code, and a `report` when calls stopped the script or failed \
+(tools.done lists calls that changed something; tools.stopped the call that stopped it). \
+Images from tools come back as images and are saved under tool-images/. \
+Output over 50 KB comes back as its head and tail, with the path of the saved whole."""
+
+BASH_INPUT = {"type": "object", "properties": {"script": {"type": "string", "description": "the bash script"}},
+              "required": ["script"]}
+BASH_OUTPUT = {
+    "type": "object",
+    "properties": {"exit_code": {"type": "integer"}, "stdout": {"type": "string"}, "stderr": {"type": "string"},
+                   "report": {"type": "object"}},
+    "required": ["exit_code", "stdout", "stderr"],
+}
+
+
+@dataclass(frozen=True)
+class ShellSettings:
+    """`[tools_in_shell]` of the config (seed 000 names)."""
+
+    enabled: bool = True
+    keep_visible: tuple[str, ...] = ()
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any]) -> "ShellSettings":
+        return cls(bool(section.get("enabled", True)), tuple(section.get("keep_visible", ())))
+
+
+class _Collected:
+    """The sink of a served run: what would reach a cell (large outputs already cut)."""
+
+    def __init__(self) -> None:
+        self.out: list[str] = []
+
+    def stdout(self, text: str) -> None:
+        self.out.append(text)
+
+    def stderr(self, text: str) -> None:
+        pass  # ShellResult.stderr holds it all
+
+    def image(self, path: Path) -> None:
+        pass  # ShellResult.images holds them
+
+    def progress(self, tool: str, progress: float, total: float | None, message: str | None) -> None:
+        pass
+
+
+class ToolServer:
+    """The tools of one `toolkernel serve`: listing and calling, over any transport.
+
+    Each MCP session (over HTTP: each `mcp-session-id`) gets a `Session` of its own:
+    its own runs, call limits, once-grants and pending approvals, and one run at a
+    time. Lasting ("always") approvals live in the project's .toolkernel/ store,
+    which every session and the notebook share.
+    """
+
+    def __init__(self, workdir: Path, *, notebook: bool = False) -> None:
+        self.workdir = Path(workdir).resolve()
+        self.notebook = notebook  # a notebook is paired: the notebook tools are listed too
+        self._clients: dict[str, tuple[Session, threading.Lock]] = {}
+        self._clients_guard = threading.Lock()
+
+    def client(self, key: str) -> tuple[Session, threading.Lock]:
+        with self._clients_guard:
+            if key not in self._clients:
+                self._clients[key] = (Session(self.workdir), threading.Lock())
+            return self._clients[key]
+
+    def close(self) -> None:
+        for session, _ in self._clients.values():
+            session.close()
+
+    def server(self) -> Server:
+        return Server("toolkernel", instructions=_INSTRUCTIONS,
+                      on_list_tools=self._on_list_tools, on_call_tool=self._on_call_tool)
+
+    # -- listing -------------------------------------------------------------
+
+    async def _on_list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        listed = await anyio.to_thread.run_sync(self.listed_tools, _client_key(ctx))
+        return types.ListToolsResult(tools=listed)
+
+    def listed_tools(self, key: str = "stdio") -> list[types.Tool]:
+        return _loop.run(self._listed(self.client(key)[0]))
+
+    async def _listed(self, session: Session) -> list[types.Tool]:
+        settings = ShellSettings.from_config(load_config(self.workdir).tools_in_shell)
+        command = await session.prepare()
+        policy = command.dispatcher.env.policy
+        tools = [t for t in await self._direct_tools(command.catalog, settings) if not _denied(t, policy)]
+        shown = [_mcp_tool(t) for t in tools]
+        return ([types.Tool(name="bash", description=BASH_DESCRIPTION, input_schema=BASH_INPUT,
+                            output_schema=BASH_OUTPUT)] + shown) if settings.enabled else shown
+
+    async def _direct_tools(self, catalog: Catalog, settings: ShellSettings) -> list[Tool]:
+        everything = await _all_tools(catalog)
+        if not settings.enabled:
+            return [t for t in everything if self.notebook or t.name not in NOTEBOOK or t.server]
+        wanted = {fold(n) for n in (*DIRECT, *(NOTEBOOK if self.notebook else ()), *settings.keep_visible)}
+        return [t for t in everything if fold(t.qualified_name) in wanted or (not t.server and fold(t.name) in wanted)]
+
+    # -- calling -------------------------------------------------------------
+
+    async def _on_call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        arguments = dict(params.arguments or {})
+        approver = _approver_for(ctx, asyncio.get_running_loop(), stops_first=params.name == "bash")
+        if params.name == "bash":
+            script = arguments.get("script")
+            if not isinstance(script, str):
+                return _error("invalid_input", "bash needs {\"script\": \"...\"}")
+            return await anyio.to_thread.run_sync(self.run_bash, _client_key(ctx), script, approver)
+        return await anyio.to_thread.run_sync(self.call_direct, _client_key(ctx), params.name, arguments, approver)
+
+    def run_bash(self, key: str, script: str, approver: Approver) -> types.CallToolResult:
+        session, one_run = self.client(key)
+        sink = _Collected()
+        try:
+            with one_run:
+                result = session.run_script(script, sink, approver=approver)
+        except ConfigError as exc:
+            return _error("config_error", str(exc))
+        body: dict[str, Any] = {"exit_code": result.exit_code, "stdout": "".join(sink.out),
+                                "stderr": result.stderr}
+        if result.report is not None:
+            body["report"] = result.report
+        content: list[Any] = [types.TextContent(type="text", text=_bash_text(body))]
+        content += [_image(self.workdir / p) for p in result.images]
+        return types.CallToolResult(content=content, structured_content=body)
+
+    def call_direct(self, key: str, name: str, arguments: dict[str, Any], approver: Approver) -> types.CallToolResult:
+        session, one_run = self.client(key)
+        try:
+            with one_run:
+                return _loop.run(self._call_direct(session, name, arguments, approver))
+        except CallError as exc:
+            return types.CallToolResult(content=[types.TextContent(type="text", text=exc.json_line())],
+                                        is_error=True)
+        except ConfigError as exc:
+            return _error("config_error", str(exc))
+
+    async def _call_direct(self, session: Session, name: str, arguments: dict[str, Any],
+                           approver: Approver) -> types.CallToolResult:
+        command = await session.prepare(approver=approver)
+        tool = await _find_listed(self, command.catalog, name)
+        called = await command.call(tool, parse_input([], tool.input_schema, json.dumps(arguments)))
+        if called.failure is not None:
+            raise called.failure
+        content: list[Any] = [types.TextContent(type="text", text=called.stdout)]
+        content += [_image(self.workdir / p) for p in called.images]
+        return types.CallToolResult(content=content)
+
+
+_INSTRUCTIONS = ("Use the bash tool: its scripts reach every configured tool through `tools`"
+                 " (start with `tools --help`). Prefer one script per task over one call per turn.")
+
+
+async def _all_tools(catalog: Catalog) -> list[Tool]:
+    """Top-level tools, then every listed server's tools (servers that fail to start are left out)."""
+    await catalog.load_listed()
+    tools = list(catalog.own.values())
+    for entry in catalog.servers.values():
+        tools += entry.tools or []
+    return tools
+
+
+async def _find_listed(server: ToolServer, catalog: Catalog, name: str) -> Tool:
+    """The tool a direct name stands for; a name the list does not show is unknown (fail closed)."""
+    settings = ShellSettings.from_config(load_config(server.workdir).tools_in_shell)
+    for tool in await server._direct_tools(catalog, settings):
+        if name in (tool.qualified_name, tool.name) and not (tool.server and name == tool.name):
+            return tool
+    raise UnknownCommand(f"no direct tool named {name!r}; other tools are reached inside `bash` with `tools`")
+
+
+def _denied(tool: Tool, policy: Policy) -> bool:
+    """A deny rule covers the tool whatever its input: leave it out of the list."""
+    info = CallInfo(tool.qualified_name, tool.command, {}, tool.kind, schema_keys=frozenset())
+    return _first_match((*policy.admin_deny, *policy.deny), info) is not None
+
+
+def _mcp_tool(tool: Tool) -> types.Tool:
+    name = tool.qualified_name if tool.server else tool.name
+    return types.Tool(name=name, description=tool.description or "", input_schema=dict(tool.input_schema))
+
+
+def _client_key(ctx: Any) -> str:
+    """Which MCP session a request belongs to: its `mcp-session-id` over HTTP, else the one stdio client."""
+    request = getattr(ctx, "request", None)
+    headers = getattr(request, "headers", None)
+    return (headers.get("mcp-session-id") if headers is not None else None) or "stdio"
+
+
+def _approver_for(ctx: Any, loop: asyncio.AbstractEventLoop, *, stops_first: bool) -> Approver:
+    """Elicitation when the client offers it, else the run stops and reports."""
+    wanted = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+    if not ctx.session.check_client_capability(wanted):
+        return stop_and_report
+
+    async def elicit(message: str, schema: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        asked = asyncio.run_coroutine_threadsafe(
+            ctx.session.elicit_form(message, dict(schema), ctx.request_id), loop)
+        result = await asyncio.wrap_future(asked)
+        return result.content if result.action == "accept" else None
+
+    return ElicitApprover(elicit, stops_first=stops_first)
+
+
+def _bash_text(body: Mapping[str, Any]) -> str:
+    text = body["stdout"]
+    if body["stderr"]:
+        text += ("\n" if text and not text.endswith("\n") else "") + "[stderr]\n" + body["stderr"]
+    if body["exit_code"]:
+        text += f"\n[exit code {body['exit_code']}]"
+    if "report" in body:
+        text += "\n[report]\n" + json.dumps(body["report"], indent=1, ensure_ascii=False, default=str)
+    return text
+
+
+def _image(path: Path) -> types.ImageContent:
+    mime = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
+            ".webp": "image/webp", ".svg": "image/svg+xml"}.get(path.suffix.lower(), "application/octet-stream")
+    return types.ImageContent(type="image", data=base64.b64encode(path.read_bytes()).decode(), mime_type=mime)
+
+
+def _error(code: str, message: str) -> types.CallToolResult:
+    line = json.dumps({"error": {"code": code, "message": message}})
+    return types.CallToolResult(content=[types.TextContent(type="text", text=line)], is_error=True)
+
+
+async def serve_stdio(tool_server: ToolServer) -> None:
+    from mcp.server.stdio import stdio_server
+
+    server = tool_server.server()
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+# -- transports -------------------------------------------------------------
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def serve_command(workdir: Path, *, http: str | None = None, token: str | None = None) -> int:
+    """`toolkernel serve`: returns the exit code; a bad address or a missing token is one line on stderr."""
+    import sys
+
+    tool_server = ToolServer(workdir)
+    try:
+        if http is None:
+            anyio.run(serve_stdio, tool_server)
+        else:
+            host, port = parse_address(http, token)
+            serve_http(tool_server, host, port, token)
+    except ValueError as exc:
+        print(f"toolkernel serve: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        tool_server.close()
+    return 0
+
+
+def parse_address(text: str, token: str | None) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not sep or not port.isdigit():
+        raise ValueError(f"--http wants HOST:PORT, not {text!r}")
+    if host not in _LOOPBACK and not token:
+        raise ValueError(f"{host} is not a loopback address: anyone who reaches it could run tools;"
+                         " give --token (clients send `Authorization: Bearer TOKEN`)")
+    return host, int(port)
+
+
+def http_app(tool_server: ToolServer, host: str, token: str | None) -> Any:
+    """The ASGI app: the SDK's streamable HTTP at /mcp, behind the token check."""
+    app = tool_server.server().streamable_http_app(streamable_http_path="/mcp", host=host)
+    return app if token is None else _TokenCheck(app, token)
+
+
+class _TokenCheck:
+    """Every HTTP request carries `Authorization: Bearer TOKEN`, or gets 401 (compared in constant time)."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        import hmac
+
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body",
+                            "body": b'{"error": {"code": "unauthorized", "message": "a valid bearer token is required"}}'})
+                return
+        await self.app(scope, receive, send)
+
+
+def serve_http(tool_server: ToolServer, host: str, port: int, token: str | None) -> None:
+    import uvicorn
+
+    uvicorn.run(http_app(tool_server, host, token), host=host, port=port, log_level="warning")

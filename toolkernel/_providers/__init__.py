@@ -1,0 +1,1 @@
+"""Where tools come from: one door (ToolProvider) for own, notebook, MCP and command tools."""

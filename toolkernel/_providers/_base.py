@@ -1,0 +1,116 @@
+"""Where tools come from: one door for every source.
+
+toolkernel's own tools, the notebook tools, tools registered from Python
+(`toolkernel.register_tools`) and each MCP server are all a `ToolProvider`;
+the catalog of a run is built from a list of them (`Catalog(providers)`) and
+knows no source by name. Config-defined command tools (`tool__<name>`) will be
+one more kind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Iterable, Protocol, runtime_checkable
+
+from .._errors import CallError
+from .._names import ProviderKind
+from .._tool import ProviderRef, Tool
+
+if TYPE_CHECKING:
+    from .._config._config import ServerConfig
+    from ._mcp import ServerPool
+
+
+@runtime_checkable
+class ToolProvider(Protocol):
+    """A source of tools.
+
+    name:        None when its tools are top-level commands (`tools read-file`);
+                 else the word that groups them (`tools github list-pulls`).
+    kind:        "mcp", "builtin", "notebook" or "command".
+    description: one line for `tools --help`.
+    on_demand:   started only when a command names it (MCP `load = "on-demand"`).
+    ref:         what each of its tools carries as `Tool.provider`, including
+                 whether the tools are bound to toolkernel's private loop.
+    source:      (where it is defined, the key there or None), for errors about it.
+    """
+
+    name: str | None
+    kind: ProviderKind
+    description: str
+    on_demand: bool
+    source: tuple[str, str | None]
+
+    @property
+    def ref(self) -> ProviderRef: ...
+
+    @property
+    def loaded(self) -> bool:
+        """Its tools can be listed without starting anything."""
+
+    @property
+    def error(self) -> CallError | None:
+        """Why it last failed to list its tools; None when it did not fail."""
+
+    async def tools(self) -> list[Tool]: ...
+
+    async def close(self) -> None: ...
+
+
+class ToolSet:
+    """A fixed list of in-process tools: the built-ins, the notebook tools, registered ones."""
+
+    on_demand = False
+    loaded = True
+    error = None
+
+    def __init__(self, kind: ProviderKind, tools: Iterable[Tool], *, name: str | None = None,
+                 description: str = "", source: str = "toolkernel") -> None:
+        self.kind = kind
+        self.name = name
+        self.description = description
+        self.source = (source, None)
+        self.ref = ProviderRef(kind, name)
+        # In memory, so also readable without a trip to a loop.
+        self.listed = tuple(t if t.provider == self.ref else dataclasses.replace(t, provider=self.ref)
+                            for t in tools)
+
+    async def tools(self) -> list[Tool]:
+        return list(self.listed)
+
+    async def close(self) -> None:
+        pass
+
+
+class McpProvider:
+    """One configured MCP server; its connection lives in the session's `ServerPool`."""
+
+    kind: ProviderKind = "mcp"
+
+    def __init__(self, config: ServerConfig, pool: ServerPool) -> None:
+        self.config = config
+        self.name = config.name
+        self.description = config.description
+        table = "mcpServers" if config.source.endswith(".json") else "mcp_servers"
+        self.source = (config.source, f"{table}.{config.name}")
+        self.on_demand = config.load == "on-demand"
+        self.ref = ProviderRef("mcp", config.name, loop_bound=True)
+        self._pool = pool
+
+    @property
+    def loaded(self) -> bool:
+        return self._pool.loaded(self.name)
+
+    @property
+    def error(self) -> CallError | None:
+        return self._pool.last_error(self.name)
+
+    async def tools(self) -> list[Tool]:
+        return await self._pool.tools(self.config)
+
+    async def close(self) -> None:
+        """The connection is the pool's and outlives a run; closing a run's provider keeps it."""
+
+
+def mcp_providers(servers: Iterable[ServerConfig], pool: ServerPool) -> list[McpProvider]:
+    return [McpProvider(cfg, pool) for cfg in servers]

@@ -1,0 +1,275 @@
+"""Command tools: a local program, defined in the config, called like any other tool.
+
+A `[tools.NAME]` table with a `command` key (seed 003) becomes the tool `tools NAME`,
+qualified `tool__NAME` in policy rules, hooks and reports:
+
+    [tools.ripgrep]
+    description = "search the repository"
+    command = ["rg", "--json", "{{ input.pattern }}"]
+    parameters = { type = "object", properties = { pattern = { type = "string" } }, required = ["pattern"] }
+    timeout = 10            # seconds, default 30
+    env = { PATH = "${PATH}" }   # an allow-list; absent = the kernel's environment
+    cwd = "src"             # relative to the working directory
+    read_only = true        # the person's word that it changes nothing
+
+Each argv element is a Handlebars template filled from `{"input": <the call's input>}`
+on its own, and the argv is exec'd without a shell: a value can never add, split or
+join argv elements, and `;`, `|` or `$()` in a value are plain characters. Values are
+inserted as they are: `{{ }}` does not HTML-escape here (the seed passes values
+unchanged; HTML escaping would corrupt `&` and `<` in a search pattern). Missing
+values render as the empty string, lists as `a,b` and objects as `[object Object]`,
+as Handlebars.js does.
+
+The library is `dotpromptz-handlebars`: pure Python, maintained (Google's Dotprompt),
+and checked against Handlebars.js 4.7.9 itself. `pybars3`/`pybars4` last released in
+2019/2021; `chevron` and `pystache` are Mustache, which lacks Handlebars' paths
+(`../x`, `items.[0]`), `each`/`with` blocks and `@index` data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from dotpromptz_handlebars import Handlebars, StrictModeError
+
+from .._errors import ConfigError
+from .._process import ProcessResult, run_capped
+from .._tool import Tool, ToolContext, ToolResult
+
+QUALIFIED_PREFIX = "tool__"
+DEFAULT_TIMEOUT = 30.0
+OUTPUT_CAP = 16 * 1024 * 1024
+MAX_PARALLEL = 8
+STDERR_SHOWN = 2000
+# Seed 003: no `parameters` is a tool that takes no arguments.
+NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
+
+_RENDER = Handlebars(escape_html=False)
+_STRICT = Handlebars(escape_html=False, strict=True)
+
+
+@dataclass(frozen=True)
+class CommandToolConfig:
+    """One `[tools.NAME]` table with a `command`, `${VAR}`s already expanded."""
+
+    name: str
+    command: tuple[str, ...]
+    description: str = ""
+    parameters: Mapping[str, Any] = field(default_factory=lambda: dict(NO_PARAMETERS))
+    timeout: float = DEFAULT_TIMEOUT
+    env: Mapping[str, str] | None = None  # None: the kernel's environment is inherited
+    cwd: str | None = None
+    read_only: bool = False
+    missing_vars: tuple[str, ...] = ()  # ${VAR}s of env/cwd that were unset
+    source: str = field(default="", compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"tools.{self.name}"
+
+    @property
+    def qualified_name(self) -> str:
+        return QUALIFIED_PREFIX + self.name
+
+
+# -- checks the config reader and `lint` share ----------------------------------------
+
+def schema_problem(parameters: Any) -> str | None:
+    """Why `parameters` cannot be a command tool's input schema, or None."""
+    if not isinstance(parameters, Mapping):
+        return "must be a JSON Schema object (a table)"
+    if parameters.get("type", "object") != "object":
+        return 'the input is always a JSON object, so "type" must be "object" when given'
+    import jsonschema  # on first use: see _dispatch.validate
+    validator = jsonschema.validators.validator_for(parameters, default=jsonschema.Draft202012Validator)
+    try:
+        validator.check_schema(parameters)
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "the schema"
+        return f"not a valid JSON Schema ({where}: {exc.message})"
+    return None
+
+
+def template_problem(template: str) -> str | None:
+    """Why an argv element is not a Handlebars template, or None."""
+    try:
+        _compiled(template)
+    except ValueError as exc:
+        return f"not a valid Handlebars template: {exc}"
+    return None
+
+
+def undeclared_references(config: CommandToolConfig) -> list[tuple[str, str]]:
+    """(key, path) for each template path that no declared parameter can fill.
+
+    Every template is rendered in strict mode against an input where each declared
+    property is present and non-empty, so `{{#if}}` and `{{#each}}` bodies are
+    visited too.
+    """
+    probe = {"input": _probe(config.parameters)}
+    found = []
+    for index, template in enumerate(config.command):
+        try:
+            _STRICT.compile(template)(probe)
+        except StrictModeError as exc:
+            found.append((f"{config.key}.command[{index}]", exc.path))
+        except ValueError:
+            pass  # a broken template is the config reader's finding
+    return found
+
+
+def _probe(schema: Any) -> Any:
+    if not isinstance(schema, Mapping):
+        return "x"
+    properties = schema.get("properties")
+    if isinstance(properties, Mapping):
+        return {name: _probe(sub) for name, sub in properties.items()}
+    if schema.get("type") == "array":
+        return [_probe(schema.get("items"))]
+    return "x"
+
+
+def check_names(commands: Iterable[CommandToolConfig], own_tools: Iterable[str],
+                servers: Mapping[str, str]) -> list[ConfigError]:
+    """A command tool is `tools NAME`: it may not take a word an own tool or a server has.
+
+    `servers` maps each MCP server's name to the file defining it. Names compare
+    as everywhere in `tools`: case, hyphens and underscores do not matter.
+    """
+    own = {_fold(name): name for name in own_tools}
+    by_server = {_fold(name): (name, source) for name, source in servers.items()}
+    problems = []
+    for config in commands:
+        word = _fold(config.name)
+        if word in own:
+            problems.append(ConfigError(config.source, config.key, f"the command tool "
+                            f"{config.name!r} has the name of toolkernel's own tool {own[word]!r}"))
+        elif word in by_server:
+            server, source = by_server[word]
+            problems.append(ConfigError(config.source, config.key, f"the command tool "
+                            f"{config.name!r} has the name of the MCP server {server!r} ({source});"
+                            f" `tools {config.name}` could mean either"))
+    return problems
+
+
+def _fold(name: str) -> str:
+    return name.replace("-", "_").lower()
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(template: str):
+    return _RENDER.compile(template)
+
+
+# -- the tool ---------------------------------------------------------------------------
+
+def fill(config: CommandToolConfig, arguments: Mapping[str, Any]) -> list[str]:
+    """The argv for one call: each element rendered on its own, never split or joined."""
+    context = {"input": dict(arguments)}
+    # Most elements are literal words: they skip the renderer (about 0.1 ms each).
+    return [_compiled(template)(context) if "{{" in template else template
+            for template in config.command]
+
+
+class ProcessSlots:
+    """At most `MAX_PARALLEL` command-tool processes per kernel; the rest wait their turn.
+
+    Created lazily: the semaphore belongs to the loop that first uses it, and command
+    tools always run on toolkernel's private loop (`loop_bound`).
+    """
+
+    def __init__(self, limit: int = MAX_PARALLEL) -> None:
+        self.limit = limit
+        self._semaphore: asyncio.Semaphore | None = None
+
+    @property
+    def semaphore(self) -> asyncio.Semaphore:
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(self.limit)
+        return self._semaphore
+
+
+@dataclass(frozen=True)
+class CommandTool(Tool):
+    config: CommandToolConfig | None = None
+
+    def describe_call(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        # The person approves what runs, and the template may wrap the input in more.
+        return {"argv": fill(self.config, arguments)}
+
+
+def command_tool(config: CommandToolConfig, slots: ProcessSlots) -> CommandTool:
+    async def call(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return await run_command(config, arguments, ctx.workdir, slots)
+
+    return CommandTool(
+        name=config.name,
+        description=config.description or f"runs `{config.command[0]}` (a command tool)",
+        input_schema=config.parameters,
+        call=call,
+        kind="read" if config.read_only else "execute",
+        loop_bound=True,  # the slots' semaphore lives on the private loop
+        config=config,
+    )
+
+
+async def run_command(config: CommandToolConfig, arguments: Mapping[str, Any], workdir: Path,
+                      slots: ProcessSlots) -> ToolResult:
+    """Run the filled argv; a failure of the program is an error result, not an exception."""
+    if config.missing_vars:
+        return ToolResult.error(f"tool__{config.name}: not run, the environment variable(s) "
+                                f"{', '.join(config.missing_vars)} named in env/cwd are not set")
+    argv = fill(config, arguments)
+    cwd = workdir / Path(config.cwd).expanduser() if config.cwd else workdir
+    if not _findable(config, argv[0]):
+        return ToolResult.error(f"tool__{config.name}: could not start {argv[0]!r}: not found on "
+                                "the PATH of its env allow-list (add PATH = \"${PATH}\" to env)")
+    async with slots.semaphore:
+        try:
+            done = await run_capped(argv, env=config.env, cwd=cwd, timeout=config.timeout,
+                                    stdout_cap=OUTPUT_CAP, stderr_cap=OUTPUT_CAP)
+        except OSError as exc:
+            return ToolResult.error(f"tool__{config.name}: could not start {argv[0]!r}: "
+                                    f"{exc.strerror or exc}")
+    return _result(config, done)
+
+
+def _findable(config: CommandToolConfig, program: str) -> bool:
+    """With an env allow-list, a bare program is looked up on that PATH only (seed 003);
+    Python would fall back to /bin:/usr/bin, a PATH the person never allowed."""
+    if config.env is None or "/" in program:
+        return True
+    path = config.env.get("PATH")
+    return bool(path) and shutil.which(program, path=path) is not None
+
+
+def _result(config: CommandToolConfig, done: ProcessResult) -> ToolResult:
+    name = f"tool__{config.name}"
+    if done.over_cap:
+        return ToolResult.error(f"{name}: {done.over_cap} passed the {OUTPUT_CAP // 2**20} MiB "
+                                "limit; the process tree was killed")
+    if done.timed_out:
+        return ToolResult.error(f"{name}: timed out after {config.timeout:g} s; the process tree"
+                                f" was killed{_stderr(done)}")
+    if done.returncode != 0:
+        how = (f"was killed by signal {-done.returncode}" if done.returncode < 0
+               else f"exited with code {done.returncode}")
+        return ToolResult.error(f"{name}: {how}{_stderr(done)}")
+    return ToolResult.text(done.stdout_text)
+
+
+def _stderr(done: ProcessResult) -> str:
+    tail = done.stderr_tail(STDERR_SHOWN)
+    return f"; stderr: {tail}" if tail else ""
+
+
+def plain_json(value: Any) -> Any:
+    """TOML tables as plain JSON data (the schema goes to jsonschema and to help)."""
+    return json.loads(json.dumps(value, default=str))
+

@@ -1,0 +1,557 @@
+"""MCP servers as tool providers: one live client session per configured server.
+
+Every session lives on toolkernel's private event loop (`toolkernel._loop`).
+The SDK's transports are anyio context managers whose cancel scopes must be
+entered and left by the same task, so each connection is held open by one
+long-lived task (`_Connection._hold`) that opens the transport and the session,
+reports ready, and waits for its stop event. Calls are made from other tasks
+over the open session: no per-call connection and no per-call listing.
+
+Environment of stdio servers: the SDK's default, kept on purpose. A server
+does NOT inherit the kernel's whole environment; it gets only HOME, LOGNAME,
+PATH, SHELL, TERM and USER from it (`mcp.client.stdio.get_default_environment`)
+plus the config's `env`, which wins. Secrets in the kernel's environment
+therefore reach a server only when its config names them (`env = {TOKEN =
+"${TOKEN}"}`).
+
+Stdio servers run through `_stdio.stdio_transport` (the SDK's own reads a
+long message in quadratic time).
+
+A server's stderr goes to a temporary file, so its logs never land in a cell;
+the last lines are quoted when the server fails to start or dies. Every such
+message masks the config's env and header values and whatever a `${VAR}`
+expanded to in its command, args or url (a token passed as `--token
+${TOKEN}`).
+
+Each call has the server's `timeout` (seconds, default 300); a progress
+notification restarts the clock. A call past it is cancelled on the server
+(the session stays open for the next call) and fails as `unavailable` with
+`retryable: true`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Mapping
+from urllib.parse import urlsplit
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp import ClientSession
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from .. import _tool
+from .._errors import CallError, ConnectionRequired, Unavailable
+from ._stdio import stdio_transport
+from .._tool import Image, Kind, ProviderRef, Tool, ToolContext, ToolResult
+
+if TYPE_CHECKING:
+    from .._config._config import ServerConfig
+
+DEFAULT_CONNECT_TIMEOUT = 30.0
+_STDERR_TAIL_BYTES = 2000
+_STDERR_TAIL_LINES = 12
+# The SDK's stdio shutdown is bounded by about 6 s (grace, SIGTERM, SIGKILL).
+_CLOSE_TIMEOUT = 10.0
+_CLIENT_INFO = types.Implementation(name="toolkernel", version="0.1.0")
+
+
+class ServerPool:
+    """Live MCP client sessions, all on toolkernel's private loop (toolkernel._loop)."""
+
+    def __init__(self, *, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> None:
+        self.connect_timeout = connect_timeout
+        self._connections: dict[str, _Connection] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._errors: dict[str, CallError] = {}
+
+    async def tools(self, cfg: ServerConfig) -> list[Tool]:
+        """The server's tools; connects first if it is not connected, was
+        reconfigured, or died since it was last used."""
+        return list((await self._live(cfg)).tools)
+
+    def loaded(self, name: str) -> bool:
+        conn = self._connections.get(name)
+        return conn is not None and conn.usable
+
+    def tool_count(self, name: str) -> int | None:
+        conn = self._connections.get(name)
+        return None if conn is None else len(conn.tools)
+
+    def last_error(self, name: str) -> CallError | None:
+        """Why the last attempt to connect `name` failed; None once it succeeds."""
+        return self._errors.get(name)
+
+    async def start(self, cfgs: Iterable[ServerConfig]) -> None:
+        """Connect several servers in parallel; failures are kept in `last_error`."""
+        await asyncio.gather(*(self._start_one(cfg) for cfg in cfgs))
+
+    async def retire(self, keep: set[str]) -> None:
+        """Close the sessions of servers whose names are not in `keep`."""
+        gone = [name for name in self._connections if name not in keep]
+        await asyncio.gather(*(self._drop(name) for name in gone))
+        for name in list(self._errors):
+            if name not in keep:
+                del self._errors[name]
+
+    async def close(self) -> None:
+        await self.retire(set())
+
+    async def _start_one(self, cfg: ServerConfig) -> None:
+        with contextlib.suppress(CallError):
+            await self._live(cfg)
+
+    async def _drop(self, name: str) -> None:
+        async with self._lock_for(name):
+            conn = self._connections.pop(name, None)
+            if conn is not None:
+                await conn.close()
+
+    async def _live(self, cfg: ServerConfig) -> _Connection:
+        conn = self._connections.get(cfg.name)
+        if conn is not None and conn.usable and not conn.stale and conn.cfg == cfg:
+            return conn
+        async with self._lock_for(cfg.name):
+            conn = self._connections.get(cfg.name)
+            if conn is not None and conn.usable and conn.cfg == cfg:
+                if conn.stale:
+                    await conn.relist()
+                return conn  # also when another caller connected it while we waited
+            if conn is not None:
+                del self._connections[cfg.name]
+                await conn.close()
+            try:
+                conn = await _Connection.open(cfg, self.connect_timeout, self._build_tool)
+            except CallError as exc:
+                self._errors[cfg.name] = exc
+                raise
+            self._errors.pop(cfg.name, None)
+            self._connections[cfg.name] = conn
+            return conn
+
+    async def _for_call(self, cfg: ServerConfig) -> _Connection:
+        """The connection a call should use: the current one if it is alive,
+        else a fresh one with the newest config the pool has seen."""
+        conn = self._connections.get(cfg.name)
+        if conn is not None and conn.usable:
+            return conn
+        return await self._live(conn.cfg if conn is not None else cfg)
+
+    def _lock_for(self, name: str) -> asyncio.Lock:
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = asyncio.Lock()
+        return lock
+
+    def _build_tool(self, cfg: ServerConfig, listed: types.Tool) -> Tool:
+        annotations = _annotations_of(listed)
+        call = _ToolCall(self, cfg, listed.name, _is_wrapped_schema(listed.output_schema))
+        return Tool(
+            name=listed.name,
+            description=listed.description or "",
+            input_schema=listed.input_schema,
+            call=call,
+            kind=_kind_of(annotations, cfg.trust_annotations),
+            provider=ProviderRef("mcp", cfg.name, loop_bound=True),
+            annotations=annotations,
+        )
+
+
+@dataclass
+class _ToolCall:
+    """The `call` of one MCP tool: one `tools/call` on the server's live session."""
+
+    pool: ServerPool
+    cfg: ServerConfig
+    name: str
+    wrapped: bool
+
+    async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        conn = await self.pool._for_call(self.cfg)
+        session = conn.session
+        assert session is not None
+        timeout = conn.cfg.timeout
+        try:
+            with anyio.CancelScope(deadline=anyio.current_time() + timeout) as clock:
+                progress = _progress_handler(ctx, clock, timeout)
+                result = await session.call_tool(self.name, arguments, progress_callback=progress)
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                raise conn.lost(f"while running {self.name}") from exc
+            return ToolResult.error(exc.message)  # the server refused the request
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, httpx2.TransportError) as exc:
+            raise conn.lost(f"while running {self.name}") from exc
+        except RuntimeError as exc:  # the SDK found the output does not match the tool's outputSchema
+            return ToolResult.error(str(exc))
+        if clock.cancelled_caught:
+            raise conn.timed_out(self.name, timeout)
+        return convert_result(result, self.wrapped)
+
+
+def _progress_handler(ctx: ToolContext, clock: anyio.CancelScope, timeout: float):
+    """Each progress notification restarts the call's clock, and reaches the context if it listens."""
+    listening = ctx.progress is not _tool._no_progress
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        clock.deadline = anyio.current_time() + timeout
+        if listening:
+            ctx.progress(progress, total, message)
+
+    return on_progress
+
+
+@dataclass
+class _Connection:
+    """One server's transport and session, held open by one task."""
+
+    cfg: ServerConfig
+    build_tool: Callable[[ServerConfig, types.Tool], Tool]
+    session: ClientSession | None = None
+    tools: list[Tool] = field(default_factory=list)
+    broken: str | None = None  # why this connection can no longer be used
+    stale: bool = False  # the server said its tool list changed
+    _stderr: Any = None
+    _task: asyncio.Task[None] | None = None
+    _ready: asyncio.Future[None] | None = None
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def usable(self) -> bool:
+        return self.broken is None and self.session is not None
+
+    @classmethod
+    async def open(
+        cls, cfg: ServerConfig, timeout: float, build_tool: Callable[[ServerConfig, types.Tool], Tool]
+    ) -> _Connection:
+        if cfg.missing_vars:
+            raise ConnectionRequired(_missing_vars_message(cfg), retryable=False)
+        conn = cls(cfg, build_tool)
+        try:
+            await conn._start(timeout)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def _start(self, timeout: float) -> None:
+        self._ready = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._hold(), name=f"toolkernel-mcp-{self.cfg.name}")
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), timeout)
+        except TimeoutError:
+            raise self._unavailable(f"did not finish starting within {timeout:g} s") from None
+        except CallError:
+            raise
+        except Exception as exc:
+            raise self._start_failure(exc) from exc
+
+    async def _hold(self) -> None:
+        try:
+            async with self._transport() as (read, write):
+                read = _WatchedStream(read, self._on_stream_end)
+                async with ClientSession(
+                    read, write, message_handler=self._on_message, client_info=_CLIENT_INFO
+                ) as session:
+                    await session.initialize()
+                    self.tools = await self._list(session)
+                    self.session = session
+                    self._set_ready()
+                    await self._stop.wait()
+        except Exception as exc:  # noqa: BLE001 - handed to the opener through _ready
+            self._set_ready(exc)
+        finally:
+            self.broken = self.broken or "closed"
+            self._set_ready(ConnectionError("the connection closed"))
+
+    async def _list(self, session: ClientSession) -> list[Tool]:
+        self.stale = False  # before the request: a change announced during it is kept
+        return [self.build_tool(self.cfg, t) for t in await _list_all_tools(session)]
+
+    async def relist(self) -> None:
+        assert self.session is not None
+        try:
+            self.tools = await self._list(self.session)
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                raise self.lost("while listing its tools") from exc
+            raise self._unavailable(f"failed to list its tools: {exc.message}") from exc
+
+    def _transport(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        cfg = self.cfg
+        if cfg.transport == "http":
+            return _http_transport(cfg)
+        if cfg.transport == "sse":
+            return sse_client(cfg.url or "", headers=dict(cfg.headers))
+        self._stderr = tempfile.TemporaryFile()
+        return stdio_transport(cfg.command or "", cfg.args, cfg.env, cfg.cwd, self._stderr)
+
+    def _set_ready(self, error: BaseException | None = None) -> None:
+        if self._ready is None or self._ready.done():
+            return
+        if error is None:
+            self._ready.set_result(None)
+        else:
+            self._ready.set_exception(error)
+            self._ready.exception()  # retrieved here: the opener may have stopped waiting
+
+    def _on_stream_end(self) -> None:
+        if self.broken is None:
+            self.broken = "the server closed the connection"
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.stale = True
+            return
+        # Transport faults arrive here as exception items: for stdio, a line on
+        # the server's stdout that is not JSON-RPC. Before the handshake is done
+        # that means the server will never answer properly, so fail fast.
+        if isinstance(message, Exception) and self._ready is not None and not self._ready.done():
+            self._set_ready(self._unavailable(
+                f"wrote something that is not MCP (JSON-RPC) to stdout: {_first_line(message)}"
+            ))
+
+    async def close(self) -> None:
+        self.broken = self.broken or "closed"
+        self._stop.set()
+        task = self._task
+        if task is not None and not task.done():
+            if self.session is None:
+                task.cancel()  # still in the handshake: nothing would ever see the stop event
+            # asyncio.wait, not await: a cancelled task must not cancel its closer
+            done, _ = await asyncio.wait({task}, timeout=_CLOSE_TIMEOUT)
+            if not done:
+                task.cancel()
+                await asyncio.wait({task}, timeout=_CLOSE_TIMEOUT)
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def lost(self, when: str) -> Unavailable:
+        """The error for a connection that broke mid-call; marks it for restart."""
+        self.broken = self.broken or "the connection broke"
+        return self._unavailable(f"stopped answering {when} (it will be restarted on the next call)")
+
+    def timed_out(self, tool: str, timeout: float) -> Unavailable:
+        """The error for a call past its timeout; the SDK has told the server it is cancelled,
+        and the session stays open for the next call."""
+        return self._unavailable(f"sent no result nor progress for {tool} within {timeout:g} s; the call was "
+                                 "cancelled (raise `timeout` in the server's config if it needs longer)")
+
+    def _start_failure(self, exc: BaseException) -> Unavailable:
+        leaf = _leaf(exc)
+        if isinstance(leaf, FileNotFoundError) and self.cfg.transport == "stdio":
+            # A retry cannot help until the config or the machine changes.
+            return self._unavailable(f"could not start: command not found: {self.cfg.command}"
+                                     " (install it, or fix `command` in the config)", retryable=False)
+        if isinstance(leaf, PermissionError) and self.cfg.transport == "stdio":
+            return self._unavailable(f"could not start: permission denied running {self.cfg.command}",
+                                     retryable=False)
+        if (isinstance(leaf, MCPError) and leaf.code == types.CONNECTION_CLOSED) or isinstance(leaf, ConnectionError):
+            return self._unavailable("exited before it finished starting")
+        if isinstance(leaf, httpx2.HTTPStatusError):
+            return self._unavailable(f"answered HTTP {leaf.response.status_code} while starting")
+        if isinstance(leaf, httpx2.TransportError):
+            return self._unavailable(f"could not be reached: {type(leaf).__name__}")
+        return self._unavailable(f"failed while starting: {type(leaf).__name__}: {leaf}")
+
+    def _unavailable(self, problem: str, *, retryable: bool = True) -> Unavailable:
+        message = f"MCP server '{self.cfg.name}' ({_where(self.cfg)}) {problem}"
+        tail = self._stderr_tail()
+        if tail:
+            message += f"\nits stderr ended with:\n{tail}"
+        return Unavailable(self._redact(message), retryable=retryable)
+
+    def _stderr_tail(self) -> str:
+        if self._stderr is None:
+            return ""
+        with contextlib.suppress(OSError, ValueError):
+            fd = self._stderr.fileno()
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, _STDERR_TAIL_BYTES, max(0, size - _STDERR_TAIL_BYTES))
+            lines = data.decode("utf-8", "replace").strip().splitlines()[-_STDERR_TAIL_LINES:]
+            return "\n".join("  " + line for line in lines)
+        return ""
+
+    def _redact(self, text: str) -> str:
+        # Longest first: a secret that contains another is masked whole.
+        values = sorted({*self.cfg.env.values(), *self.cfg.headers.values(), *self.cfg.secrets}, key=len, reverse=True)
+        for value in values:
+            if len(value) >= 4:
+                text = text.replace(value, "***")
+        return text
+
+
+@contextlib.asynccontextmanager
+async def _http_transport(cfg: ServerConfig) -> AsyncIterator[Any]:
+    # Same timeouts as the SDK's own default client (30 s, 300 s for a held
+    # stream); we build it only to send the config's headers.
+    timeout = httpx2.Timeout(30.0, read=300.0)
+    async with httpx2.AsyncClient(headers=dict(cfg.headers), timeout=timeout) as client:
+        async with streamable_http_client(cfg.url or "", http_client=client) as streams:
+            yield streams
+
+
+class _WatchedStream:
+    """The session's read stream, reporting when the server side ends.
+
+    Lets the pool see a server that died while idle, so the next use
+    reconnects instead of failing once first.
+    """
+
+    def __init__(self, inner: Any, on_end: Any) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)  # e.g. `last_context` of the HTTP transport's stream
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            self._on_end()
+            raise
+
+    def __aiter__(self) -> _WatchedStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._inner.__anext__()
+        except (StopAsyncIteration, anyio.ClosedResourceError):
+            self._on_end()
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _WatchedStream:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._inner.__aexit__(*exc_info)
+
+
+async def _list_all_tools(session: ClientSession) -> list[types.Tool]:
+    listed: list[types.Tool] = []
+    cursor: str | None = None
+    while True:
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_tools(params=params)
+        listed.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return listed
+
+
+def convert_result(result: types.CallToolResult, wrapped: bool = False) -> ToolResult:
+    """An MCP tool result as a `ToolResult`.
+
+    Servers often send a text result twice: as text and as structured content
+    that only wraps it (`{"result": text}`, `{"content": text}`); that wrapper is
+    dropped so text stays text.
+    Other `{"result": X}` wrappers (declared by the tool's output schema) are
+    unwrapped to X.
+    """
+    texts: list[str] = []
+    images: list[Image] = []
+    for block in result.content:
+        _add_block(block, texts, images)
+    structured = result.structured_content
+    if _is_text_wrapper(structured, texts):
+        structured = None
+    elif wrapped and isinstance(structured, dict) and structured.keys() == {"result"}:
+        structured = structured["result"]
+    return ToolResult(texts=texts, images=images, structured=structured, is_error=result.is_error)
+
+
+def _add_block(block: Any, texts: list[str], images: list[Image]) -> None:
+    if isinstance(block, types.TextContent):
+        texts.append(block.text)
+    elif isinstance(block, types.ImageContent):
+        images.append(Image(base64.b64decode(block.data), block.mime_type))
+    elif isinstance(block, types.EmbeddedResource):
+        resource = block.resource
+        if isinstance(resource, types.TextResourceContents):
+            texts.append(resource.text)
+        else:
+            texts.append(f"[resource {resource.uri} ({resource.mime_type or 'binary'})]")
+    elif isinstance(block, types.ResourceLink):
+        texts.append(str(block.uri))
+    elif isinstance(block, types.AudioContent):
+        texts.append(f"[audio ({block.mime_type}), not shown]")
+
+
+def _is_text_wrapper(structured: Any, texts: list[str]) -> bool:
+    """One key around the same text as the text content (the Python SDK's
+    {"result": text}, server-filesystem's {"content": text}): the text is the result."""
+    if not (isinstance(structured, dict) and len(structured) == 1):
+        return False
+    (value,) = structured.values()
+    return isinstance(value, str) and value in ("\n".join(texts), "".join(texts))
+
+
+def _is_wrapped_schema(schema: Mapping[str, Any] | None) -> bool:
+    """Whether an output schema is the SDK's `{"result": X}` wrapper of a non-object X."""
+    if not schema:
+        return False
+    properties = schema.get("properties")
+    return (
+        isinstance(properties, Mapping)
+        and set(properties) == {"result"}
+        and list(schema.get("required") or []) == ["result"]
+    )
+
+
+def _annotations_of(listed: types.Tool) -> dict[str, Any]:
+    if listed.annotations is None:
+        return {}
+    return listed.annotations.model_dump(by_alias=True, exclude_none=True)
+
+
+def _kind_of(annotations: Mapping[str, Any], trusted: bool) -> Kind:
+    if trusted and annotations.get("readOnlyHint") is True and annotations.get("destructiveHint") is not True:
+        return "read"
+    return "execute"
+
+
+def _missing_vars_message(cfg: ServerConfig) -> str:
+    names = ", ".join(f"${{{var}}}" for var in cfg.missing_vars)
+    where = f" (configured in {cfg.source})" if cfg.source else ""
+    return (
+        f"MCP server '{cfg.name}'{where} needs {names}, which {'are' if len(cfg.missing_vars) > 1 else 'is'} "
+        f"not set. Set it in the kernel's environment (for example `%env {cfg.missing_vars[0]}=...` "
+        f"or export it before starting Jupyter), then run again."
+    )
+
+
+def _where(cfg: ServerConfig) -> str:
+    """How the server is reached, without anything that could be a secret."""
+    if cfg.transport in ("http", "sse"):
+        parts = urlsplit(cfg.url or "")
+        return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
+    return os.path.basename(cfg.command or "")
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first real exception inside anyio's exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _first_line(exc: Exception) -> str:
+    """What the server wrote, for a parse error of one stdout line."""
+    with contextlib.suppress(Exception):
+        return repr(exc.errors()[0]["input"])[:200]  # type: ignore[attr-defined]  # pydantic
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:200]

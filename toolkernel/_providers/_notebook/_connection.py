@@ -1,0 +1,226 @@
+"""Running code in a kernel, whichever way it is reached.
+
+`KernelConnection.execute` speaks the Jupyter message protocol: send an
+execute_request, collect the IOPub messages whose parent is that request until
+the kernel goes idle, then take the reply. Subclasses only move messages
+(ZeroMQ for --kernel/--existing, a websocket for --server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from nbformat import NotebookNode
+from nbformat.v4 import output_from_msg
+
+from ..._errors import InvalidInput, Unavailable
+
+Message = dict[str, Any]
+
+# How long to wait for the kernel to settle after an interrupt before giving up on it.
+INTERRUPT_GRACE_SECONDS = 10.0
+# How long to wait for the execute_reply once the kernel reported idle.
+REPLY_WAIT_SECONDS = 10.0
+# How often a silent kernel is checked for being alive while code runs.
+LIVENESS_POLL_SECONDS = 1.0
+
+OUTPUT_TYPES = {"stream", "display_data", "execute_result", "error"}
+# Messages after which a live view of the outputs (or the execution count) changes.
+SHOWN_TYPES = OUTPUT_TYPES | {"execute_input", "clear_output", "update_display_data"}
+
+OnOutput = Callable[["Execution"], Awaitable[None]]
+
+
+@dataclass
+class Execution:
+    outputs: list[NotebookNode] = field(default_factory=list)
+    execution_count: int | None = None
+    status: str = "ok"  # ok | error | aborted | timeout
+    settled: bool = True  # False: the kernel was still busy after the interrupt
+
+    @property
+    def timed_out(self) -> bool:
+        return self.status == "timeout"
+
+
+class OutputCollector:
+    """Builds notebook outputs from IOPub messages, as a notebook frontend would."""
+
+    def __init__(self, execution: Execution, on_output: OnOutput | None = None) -> None:
+        self.execution = execution
+        self._on_output = on_output
+        self._clear_pending = False
+        self._display_index: dict[str, list[int]] = {}
+
+    async def feed(self, msg: Message) -> bool:
+        """Take one message of our request; True once the kernel is idle."""
+        kind = msg["header"]["msg_type"]
+        content = msg.get("content") or {}
+        if kind == "status":
+            return content.get("execution_state") == "idle"
+        self._take(kind, msg, content)
+        if self._on_output is not None and kind in SHOWN_TYPES:
+            await self._on_output(self.execution)
+        return False
+
+    def _take(self, kind: str, msg: Message, content: dict[str, Any]) -> None:
+        if kind == "execute_input":
+            self.execution.execution_count = content.get("execution_count")
+        elif kind == "clear_output":
+            self._clear(wait=bool(content.get("wait")))
+        elif kind == "update_display_data":
+            self._update_display(content)
+        elif kind in OUTPUT_TYPES:
+            self._append(msg)
+
+    def _append(self, msg: Message) -> None:
+        if self._clear_pending:
+            self._clear(wait=False)
+        outputs = self.execution.outputs
+        output = output_from_msg(msg)
+        previous = outputs[-1] if outputs else None
+        if (output.output_type == "stream" and previous is not None
+                and previous.output_type == "stream" and previous.name == output.name):
+            previous.text += output.text  # a notebook shows consecutive stream chunks as one output
+        else:
+            outputs.append(output)
+        display_id = (msg["content"].get("transient") or {}).get("display_id")
+        if display_id:
+            self._display_index.setdefault(display_id, []).append(len(outputs) - 1)
+
+    def _clear(self, *, wait: bool) -> None:
+        if wait:
+            self._clear_pending = True
+            return
+        self._clear_pending = False
+        self.execution.outputs.clear()
+        self._display_index.clear()
+
+    def _update_display(self, content: dict[str, Any]) -> None:
+        display_id = (content.get("transient") or {}).get("display_id")
+        for index in self._display_index.get(display_id, []):
+            output = self.execution.outputs[index]
+            output.data = content.get("data", {})
+            output.metadata = content.get("metadata", {})
+
+
+class KernelConnection(ABC):
+    """A kernel we can run code in. One execution at a time per connection."""
+
+    label: str = "kernel"
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+
+    async def execute(self, code: str, timeout: float, on_output: OnOutput | None = None) -> Execution:
+        """Run `code`; `on_output` is awaited each time the outputs so far change (to stream them)."""
+        async with self._lock:
+            await self._require_alive()
+            msg_id = await self._send_execute(code)
+            execution = Execution()
+            collector = OutputCollector(execution, on_output)
+            try:
+                finished = await self._collect(msg_id, collector, timeout)
+            except asyncio.CancelledError:
+                # The caller stopped (an interrupted cell, a stopped shell run): the
+                # code must not keep running in the kernel behind their back.
+                await self._interrupt_quietly()
+                raise
+            if finished:
+                reply = await self._reply(msg_id, REPLY_WAIT_SECONDS)
+                self._apply_reply(execution, reply)
+                return execution
+            execution.status = "timeout"
+            await self._interrupt()
+            execution.settled = await self._collect(msg_id, collector, INTERRUPT_GRACE_SECONDS)
+            return execution
+
+    async def _interrupt_quietly(self) -> None:
+        try:
+            await asyncio.wait_for(self._interrupt(), INTERRUPT_GRACE_SECONDS)
+        except Exception:  # noqa: BLE001 - best effort while the caller is already leaving
+            pass
+
+    async def _collect(self, msg_id: str, collector: OutputCollector, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            msg = await self._next_iopub(min(remaining, LIVENESS_POLL_SECONDS))
+            if msg is None:
+                if not await self._alive():
+                    raise self._died_while_running(collector.execution)
+                continue
+            if (msg.get("parent_header") or {}).get("msg_id") != msg_id:
+                self._notice_other(msg)
+                continue
+            if await collector.feed(msg):
+                return True
+        return False
+
+    @staticmethod
+    def _apply_reply(execution: Execution, reply: Message | None) -> None:
+        if reply is None:
+            return
+        content = reply.get("content") or {}
+        execution.status = content.get("status", "ok")
+        if content.get("execution_count") is not None:
+            execution.execution_count = content["execution_count"]
+
+    async def _require_alive(self) -> None:
+        if not await self._alive():
+            raise Unavailable(self.dead_message(), retryable=True)
+
+    def dead_message(self) -> str:
+        return f"the paired kernel ({self.label}) is not running. {self.restart_hint()}"
+
+    def restart_hint(self) -> str:
+        return "Pair the notebook again (%tools pair NOTEBOOK ...) to reach a running kernel."
+
+    def _died_while_running(self, execution: Execution) -> Unavailable:
+        shown = len(execution.outputs)
+        return Unavailable(
+            f"the paired kernel ({self.label}) died while the code ran ({shown} output(s) before that). "
+            + self.restart_hint(),
+            retryable=True,
+        )
+
+    def _notice_other(self, msg: Message) -> None:
+        """A message that is not about our request (another client's, or the server's)."""
+
+    async def restart(self) -> None:
+        raise InvalidInput(f"this session cannot restart the {self.label} kernel: it belongs to someone else. "
+                           + self.restart_hint())
+
+    @abstractmethod
+    async def _send_execute(self, code: str) -> str: ...
+
+    @abstractmethod
+    async def _next_iopub(self, timeout: float) -> Message | None: ...
+
+    @abstractmethod
+    async def _reply(self, msg_id: str, timeout: float) -> Message | None: ...
+
+    @abstractmethod
+    async def _interrupt(self) -> None: ...
+
+    @abstractmethod
+    async def _alive(self) -> bool: ...
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Disconnect; shut the kernel down if this session started it."""
+
+    def describe(self) -> str:
+        return self.label
+
+
+# stop_on_error is off: a failure (or interrupt) of our code must not abort
+# requests that a person queued in the same kernel from JupyterLab.
+EXECUTE_CONTENT = {"silent": False, "store_history": True, "user_expressions": {},
+                   "allow_stdin": False, "stop_on_error": False}
+# hostbash (issue 13): marks the request as an agent's, never a person's; a `%%bash`
+# cell that sees it in its parent message is checked against Bash(...) rules.
+AGENT_METADATA = {"toolkernel": {"started_by": "agent"}}

@@ -1,0 +1,98 @@
+"""A notebook file on disk: loading, the stale-write check, and saving.
+
+Cell ids (nbformat 4.5) are the handle callers use. A notebook written before
+4.5 has none, so ids are made up in memory; they are derived from the file's
+hash and the cell's position, so the ids a caller saw in a read still name the
+same cells in the edit that follows (the stale check guarantees the file is
+byte-for-byte the one that was read). They reach the disk with the next write.
+
+The SHA-256 of the bytes is the fingerprint the stale check (in `_stores`)
+compares: a write is refused unless the file is byte-identical to the one read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+from nbformat import NotebookNode
+
+from ..._atomic import write_atomic
+from ..._tool import ToolInputError
+
+NBFORMAT_MINOR_WITH_IDS = 5
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    sha256: str
+    mtime_ns: int
+
+
+@dataclass
+class NotebookFile:
+    path: Path
+    nb: NotebookNode
+    fingerprint: Fingerprint | None  # None: the file does not exist yet
+    ids_added: bool = False
+
+
+def load(path: Path, *, missing_ok: bool = False) -> NotebookFile:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        if missing_ok:
+            return NotebookFile(path, nbformat.v4.new_notebook(), None)
+        raise ToolInputError(f"no notebook at {path}") from None
+    except IsADirectoryError:
+        raise ToolInputError(f"{path} is a directory, not a notebook") from None
+    fingerprint = Fingerprint(hashlib.sha256(data).hexdigest(), path.stat().st_mtime_ns)
+    nb = _parse(path, data)
+    ids_added = give_cells_ids(nb, fingerprint.sha256)
+    return NotebookFile(path, nb, fingerprint, ids_added)
+
+
+def _parse(path: Path, data: bytes) -> NotebookNode:
+    try:
+        # as_version=4 converts nbformat 3 notebooks; validation problems are warnings only.
+        return nbformat.reads(data.decode("utf-8"), as_version=4)
+    except (ValueError, UnicodeDecodeError, KeyError) as exc:
+        raise ToolInputError(f"{path.name} is not a readable notebook: {exc}") from exc
+
+
+def give_cells_ids(nb: NotebookNode, file_hash: str) -> bool:
+    missing = [i for i, cell in enumerate(nb.cells) if not cell.get("id")]
+    for index in missing:
+        nb.cells[index]["id"] = hashlib.sha256(f"{file_hash}:{index}".encode()).hexdigest()[:8]
+    if nb.get("nbformat_minor", 0) < NBFORMAT_MINOR_WITH_IDS:
+        nb.metadata.setdefault("orig_nbformat_minor", nb.get("nbformat_minor", 0))
+        nb.nbformat_minor = NBFORMAT_MINOR_WITH_IDS
+    return bool(missing)
+
+
+def is_unchanged_since(notebook: NotebookFile) -> bool:
+    """Whether the file on disk is still the one `notebook` was loaded from."""
+    try:
+        data = notebook.path.read_bytes()
+    except FileNotFoundError:
+        return notebook.fingerprint is None
+    return notebook.fingerprint is not None and hashlib.sha256(data).hexdigest() == notebook.fingerprint.sha256
+
+
+def _require_still_on_disk(notebook: NotebookFile) -> None:
+    if not is_unchanged_since(notebook):
+        raise ToolInputError(
+            f"{notebook.path.name} changed on disk while this edit was being saved (someone else saved it); "
+            f"nothing was written. Read it again (tools notebook-read notebook_path={notebook.path.name}) and redo the edit"
+        )
+
+
+def save(notebook: NotebookFile) -> None:
+    """Write atomically (validated by the caller); the fingerprint becomes the written file's."""
+    data = (nbformat.writes(notebook.nb) + "\n").encode("utf-8")
+    # Checked again right before the rename: a save from outside since the stale check is not lost.
+    write_atomic(notebook.path, data, check=lambda: _require_still_on_disk(notebook))
+    notebook.fingerprint = Fingerprint(hashlib.sha256(data).hexdigest(), notebook.path.stat().st_mtime_ns)
+    notebook.ids_added = False

@@ -1,0 +1,232 @@
+"""Pairings: which kernel runs a notebook's code, and where the notebook itself lives.
+
+Every notebook tool call names its notebook; the session keeps one pairing per
+notebook in a `Pairings` object in its own state (never in module globals), so
+two notebooks paired at once, or two sessions, never reach each other's kernel.
+Pairing a notebook again replaces its pairing (a kernel this session started is
+shut down).
+
+With --server, the notebook is read and changed through that server, never
+behind its back: through its shared document when it runs jupyter-collaboration,
+through the Contents API otherwise. Its path is taken from the server's root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..._errors import ConnectionRequired, InvalidInput
+from ._connection import KernelConnection
+from ._server import ServerApi, connect_server, open_notebook, server_path
+from ._stores import ContentsStore, FileStore, NotebookStore
+from ._zmq import connect_existing, start_kernel
+
+STATE_KEY = "notebook_pairings"
+
+USAGE = """\
+%tools pair NOTEBOOK --kernel NAME              start a kernel (e.g. python3) for NOTEBOOK; it is shut down on unpair
+%tools pair NOTEBOOK --existing CONNECTION_FILE  use a running kernel (e.g. kernel-1234.json from `jupyter --runtime-dir`)
+%tools pair NOTEBOOK --server URL [--token TOKEN] [--kernel NAME]
+                                                 use the kernel of NOTEBOOK's session on a Jupyter Server (the token may
+                                                 also come from ?token= in URL or $JUPYTER_TOKEN; a session is started
+                                                 with kernel NAME when the notebook has none)
+%tools unpair [NOTEBOOK]                         forget NOTEBOOK's pairing (no NOTEBOOK: every pairing)
+NOTEBOOK is relative to the working directory; with --server, to the server's root (whatever the kernel's folder),
+and the notebook is read and edited through the server."""
+
+
+@dataclass
+class Pairing:
+    notebook_arg: str  # as given, for messages
+    key: str  # the notebook's local path, or its path on the server
+    kind: str  # kernel | existing | server
+    connection: KernelConnection
+    store: NotebookStore | None = None  # None: a server notebook that does not exist yet
+    api: ServerApi | None = field(default=None, repr=False)
+
+    def describe(self) -> str:
+        where = f"; notebook {self.store.describe()}" if self.store is not None else ""
+        return f"{self.notebook_arg} paired with {self.connection.describe()}{where}"
+
+    async def notebook_store(self) -> NotebookStore:
+        if self.store is None and self.api is not None:
+            self.store = await open_notebook(self.api, self.key)
+            if self.store is None:
+                return ContentsStore(self.api, self.key)  # creates it; chosen again once it exists
+        assert self.store is not None
+        return self.store
+
+    async def close(self) -> None:
+        try:
+            if self.store is not None:
+                await self.store.close()
+        finally:
+            await self.connection.close()
+
+
+class Pairings:
+    """The notebooks a session has paired, by notebook."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, Pairing] = {}
+
+    def __iter__(self):
+        return iter(list(self._by_key.values()))
+
+    async def add(self, pairing: Pairing) -> None:
+        previous = self._by_key.get(pairing.key)
+        self._by_key[pairing.key] = pairing
+        if previous is not None:
+            await previous.close()
+
+    async def remove(self, pairing: Pairing) -> None:
+        if self._by_key.get(pairing.key) is pairing:
+            del self._by_key[pairing.key]
+        await pairing.close()
+
+    def find(self, workdir: Path, notebook: str) -> Pairing | None:
+        """The pairing of `notebook`: a server path, or a path relative to `workdir`."""
+        if notebook in self._by_key:
+            return self._by_key[notebook]
+        for pairing in self._by_key.values():
+            if pairing.kind == "server" and pairing.key == server_path(notebook):
+                return pairing
+        return self._by_key.get(str(_resolve(workdir, notebook)))
+
+    def require(self, workdir: Path, notebook: str) -> Pairing:
+        pairing = self.find(workdir, notebook)
+        if pairing is None:
+            paired = ", ".join(p.notebook_arg for p in self) or "none"
+            raise ConnectionRequired(
+                f"{notebook} is not paired with a kernel in this session (paired: {paired}); pair it first:\n"
+                + USAGE)
+        return pairing
+
+
+def pairings(state: dict[str, Any]) -> Pairings:
+    """The session's pairings (created on first use)."""
+    found = state.get(STATE_KEY)
+    if found is None:
+        found = state[STATE_KEY] = Pairings()
+    return found
+
+
+def pairing_args_usage() -> str:
+    return USAGE
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print and exit the kernel's process
+        raise InvalidInput(f"{message}\n{USAGE}")
+
+
+def add_pairing_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `%tools pair`, for the `%tools` parser tree (and `parse_pairing_args`)."""
+    parser.add_argument("notebook", nargs="*", metavar="NOTEBOOK")
+    parser.add_argument("--kernel", metavar="NAME")
+    parser.add_argument("--existing", metavar="CONNECTION_FILE")
+    parser.add_argument("--server", metavar="URL")
+    parser.add_argument("--token", metavar="TOKEN")
+
+
+def pairing_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Parsed `%tools pair` arguments -> keyword arguments for `pair`."""
+    for option in ("kernel", "existing", "server", "token"):
+        if getattr(args, option) == "":
+            raise InvalidInput(f"--{option} needs a value\n{USAGE}")
+    if len(args.notebook) != 1:
+        raise InvalidInput(f"name exactly one notebook to pair\n{USAGE}")
+    parsed = {k: getattr(args, k) for k in ("kernel", "existing", "server", "token") if getattr(args, k)}
+    return {"notebook": args.notebook[0], **parsed}
+
+
+def parse_pairing_args(args: str | list[str]) -> dict[str, Any]:
+    """`NOTEBOOK --kernel NAME ...` (a string or argv list) → keyword arguments for `pair`."""
+    argv = shlex.split(args) if isinstance(args, str) else list(args)
+    parser = _Parser(prog="%tools pair", add_help=False)
+    add_pairing_arguments(parser)
+    return pairing_kwargs(parser.parse_args(argv))
+
+
+async def pair(state: dict, workdir: Path, notebook: str, *, kernel: str | None = None,
+               existing: str | None = None, server: str | None = None, token: str | None = None) -> Pairing:
+    kind = _choose_kind(kernel, existing, server, token)
+    if kind == "server":
+        pairing = await _pair_server(notebook, server, token, kernel)
+    else:
+        path = _notebook_path(workdir, notebook)
+        if kind == "existing":
+            connection: KernelConnection = await connect_existing(existing)
+        else:
+            connection = await start_kernel(kernel, path.parent if path.parent.is_dir() else workdir)
+        pairing = Pairing(notebook, str(path), kind, connection, FileStore(path, notebook))
+    await pairings(state).add(pairing)
+    return pairing
+
+
+async def _pair_server(notebook: str, url: str, token: str | None, kernel: str | None) -> Pairing:
+    api = ServerApi(url, token)
+    store = None
+    try:
+        path = _server_key(notebook)
+        store = await open_notebook(api, path)
+        connection = await connect_server(api, path, kernel)
+    except BaseException:
+        if store is not None:
+            await store.close()
+        await api.close()
+        raise
+    return Pairing(notebook, path, "server", connection, store, api)
+
+
+async def unpair(state: dict, workdir: Path | None = None, notebook: str | None = None) -> None:
+    """Forget `notebook`'s pairing, or every pairing when no notebook is named."""
+    registry = pairings(state)
+    if notebook is None:
+        for pairing in registry:
+            await registry.remove(pairing)
+        return
+    pairing = registry.find(workdir or Path.cwd(), notebook)
+    if pairing is None:
+        raise InvalidInput(f"{notebook} is not paired in this session")
+    await registry.remove(pairing)
+
+
+def _choose_kind(kernel: str | None, existing: str | None, server: str | None, token: str | None) -> str:
+    if server:
+        if existing:
+            raise InvalidInput(f"--server and --existing name different kernels; give one\n{USAGE}")
+        return "server"
+    if token:
+        raise InvalidInput(f"--token goes with --server\n{USAGE}")
+    if kernel and existing:
+        raise InvalidInput(f"--kernel and --existing name different kernels; give one\n{USAGE}")
+    if existing:
+        return "existing"
+    if kernel:
+        return "kernel"
+    raise InvalidInput(f"say which kernel runs the notebook's code\n{USAGE}")
+
+
+def _require_ipynb(notebook: str) -> None:
+    if not notebook.endswith(".ipynb"):
+        raise InvalidInput(f"{notebook!r} is not a notebook (.ipynb) path\n{USAGE}")
+
+
+def _server_key(notebook: str) -> str:
+    _require_ipynb(notebook)
+    return server_path(notebook)
+
+
+def _notebook_path(workdir: Path, notebook: str) -> Path:
+    _require_ipynb(notebook)
+    return _resolve(workdir, notebook)
+
+
+def _resolve(workdir: Path, notebook: str) -> Path:
+    path = Path(notebook).expanduser()
+    return (path if path.is_absolute() else workdir / path).resolve()

@@ -1,0 +1,312 @@
+"""A notebook's kernel on a running Jupyter Server (--server URL --token TOKEN).
+
+The session of the notebook is found (or started) through the REST API; code
+runs through the server's kernel websocket (`/api/kernels/<id>/channels`,
+Jupyter messages as JSON text frames). This works the same for a local server,
+a remote one and a JupyterHub single-user server (give the URL with its
+/user/<name>/ prefix).
+
+The token goes only into the Authorization header; no message shows it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import socket
+import time
+import uuid
+from pathlib import PurePosixPath
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import httpx
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+from ..._errors import InvalidInput, Unavailable
+from ._connection import AGENT_METADATA, EXECUTE_CONTENT, Execution, KernelConnection, Message, OnOutput
+from ._shared import open_shared
+from ._stores import ContentsStore, NotebookStore
+
+HTTP_TIMEOUT_SECONDS = 30.0
+READY_TIMEOUT_SECONDS = 60.0
+PROTOCOL_VERSION = "5.3"
+# Statuses the server itself sends when the kernel process was replaced or lost.
+KERNEL_LOST_STATES = {"restarting", "dead", "autorestarting"}
+
+
+class ServerApi:
+    """The REST side; every failure is translated here, without the token."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        self.base, url_token = _split_token(url)
+        self.token = token or url_token or os.environ.get("JUPYTER_TOKEN") or None
+        self.http = httpx.AsyncClient(headers=self.auth_headers(), timeout=HTTP_TIMEOUT_SECONDS)
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"token {self.token}"} if self.token else {}
+
+    def url(self, *parts: str) -> str:
+        return self.base.rstrip("/") + "/" + "/".join(p.strip("/") for p in parts)
+
+    def ws_url(self, *parts: str, query: str) -> str:
+        scheme, netloc, path, _, _ = urlsplit(self.url(*parts))
+        ws_scheme = {"http": "ws", "https": "wss"}[scheme]
+        return urlunsplit((ws_scheme, netloc, path, query, ""))
+
+    async def request(self, method: str, *parts: str, body: Any = None, params: dict[str, str] | None = None,
+                      missing_ok: bool = False) -> Any:
+        where = f"{method} {self.url(*parts)}"
+        try:
+            response = await self.http.request(method, self.url(*parts), json=body, params=params)
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"the Jupyter Server at {self.base} did not answer ({where}): {type(exc).__name__}",
+                              retryable=True) from exc
+        if response.status_code == 404 and missing_ok:
+            return None
+        if response.status_code in (401, 403):
+            raise InvalidInput(_refusal(self.base, where, response))
+        if response.status_code >= 400:
+            raise Unavailable(f"the Jupyter Server answered HTTP {response.status_code} to {where}",
+                              retryable=response.status_code >= 500)
+        return response.json() if response.content else None
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+
+def _refusal(base: str, where: str, response: httpx.Response) -> str:
+    """Jupyter Server answers a wrong token with 403 too; a 403 that says why is about something else
+    (a gateway or an authorizer refusing the request), and saying "token" there misleads."""
+    reason = _server_message(response)
+    if response.status_code == 401 or reason in ("", "Forbidden"):
+        return (f"the Jupyter Server at {base} refused the token (HTTP {response.status_code}); "
+                "pass the server's token with --token")
+    return f"the Jupyter Server at {base} refused {where} (HTTP 403): {reason}"
+
+
+def _server_message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message)[:300] if message else ""
+
+
+def _split_token(url: str) -> tuple[str, str | None]:
+    """A URL copied from `jupyter server list` carries ?token=...; keep it out of the base URL."""
+    scheme, netloc, path, query, _ = urlsplit(url)
+    if scheme not in ("http", "https") or not netloc:
+        raise InvalidInput(f"--server needs an http:// or https:// URL, not {scheme or 'a bare'} address")
+    params = dict(parse_qsl(query))
+    token = params.pop("token", None)
+    return urlunsplit((scheme, netloc, path or "/", urlencode(params), "")), token
+
+
+class ServerConnection(KernelConnection):
+    def __init__(self, api: ServerApi, session: dict[str, Any], *, created: bool) -> None:
+        super().__init__()
+        self.api = api
+        self.session = session
+        self.kernel_id: str = session["kernel"]["id"]
+        self.label = session["kernel"].get("name") or "kernel"
+        self.created = created  # this session started the server session, so it ends it
+        self._client_session = uuid.uuid4().hex
+        self._ws: ClientConnection | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._iopub: asyncio.Queue[Message] = asyncio.Queue()
+        self._replies: asyncio.Queue[Message] = asyncio.Queue()
+        self._lost_at = 0.0
+        self._run_started = 0.0
+        self._checked_at = 0.0
+
+    async def open(self) -> None:
+        url = self.api.ws_url("api/kernels", self.kernel_id, "channels",
+                              query=urlencode({"session_id": self._client_session}))
+        try:
+            self._ws = await websockets.connect(url, additional_headers=self.api.auth_headers(), max_size=None,
+                                                open_timeout=HTTP_TIMEOUT_SECONDS)
+        except (OSError, websockets.WebSocketException, asyncio.TimeoutError) as exc:
+            raise Unavailable(f"could not open the kernel channels of {self.label} on {self.api.base}: "
+                              f"{type(exc).__name__}", retryable=True) from exc
+        self._reader = asyncio.create_task(self._read_forever())
+        await self._wait_ready()
+
+    async def _wait_ready(self) -> None:
+        msg_id = await self._send("shell", "kernel_info_request", {})
+        if await self._reply(msg_id, READY_TIMEOUT_SECONDS) is None:
+            raise Unavailable(f"the {self.label} kernel on {self.api.base} did not answer", retryable=True)
+
+    async def _read_forever(self) -> None:
+        assert self._ws is not None
+        sock = self._ws.transport.get_extra_info("socket")
+        with contextlib.suppress(websockets.ConnectionClosed):
+            async for frame in self._ws:
+                _ack_at_once(sock)
+                if isinstance(frame, str):  # binary frames carry buffers (widgets): not ours to show
+                    self._route(json.loads(frame))
+
+    def _route(self, msg: Message) -> None:
+        channel = msg.pop("channel", None)
+        content = msg.get("content") or {}
+        if channel == "iopub" and msg["header"].get("msg_type") == "status" \
+                and content.get("execution_state") in KERNEL_LOST_STATES:
+            self._lost_at = time.monotonic()
+            return
+        # Every client of the kernel gets every IOPub message; keep only answers to ours.
+        if (msg.get("parent_header") or {}).get("session") != self._client_session:
+            return
+        if channel == "iopub":
+            self._iopub.put_nowait(msg)
+        elif channel == "shell":
+            self._replies.put_nowait(msg)
+
+    async def _send(self, channel: str, msg_type: str, content: dict[str, Any],
+                    metadata: dict[str, Any] | None = None) -> str:
+        msg_id = uuid.uuid4().hex
+        header = {"msg_id": msg_id, "msg_type": msg_type, "username": "toolkernel",
+                  "session": self._client_session, "version": PROTOCOL_VERSION,
+                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat()}
+        msg = {"header": header, "parent_header": {}, "metadata": metadata or {}, "content": content,
+               "channel": channel, "buffers": []}
+        if self._ws is None:
+            raise Unavailable(f"the channels of the {self.label} kernel are closed", retryable=True)
+        try:
+            await self._ws.send(json.dumps(msg))
+        except websockets.ConnectionClosed as exc:
+            raise Unavailable(f"the connection to the {self.label} kernel on {self.api.base} closed",
+                              retryable=True) from exc
+        return msg_id
+
+    async def _send_execute(self, code: str) -> str:
+        self._run_started = time.monotonic()
+        return await self._send("shell", "execute_request", {"code": code, **EXECUTE_CONTENT}, AGENT_METADATA)
+
+    async def _next_iopub(self, timeout: float) -> Message | None:
+        try:
+            return await asyncio.wait_for(self._iopub.get(), timeout)
+        except asyncio.TimeoutError:
+            return None
+
+    async def _reply(self, msg_id: str, timeout: float) -> Message | None:
+        deadline = time.monotonic() + timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                reply = await asyncio.wait_for(self._replies.get(), remaining)
+            except asyncio.TimeoutError:
+                return None
+            if reply.get("parent_header", {}).get("msg_id") == msg_id:
+                return reply
+        return None
+
+    async def _interrupt(self) -> None:
+        await self.api.request("POST", "api/kernels", self.kernel_id, "interrupt")
+
+    async def execute(self, code: str, timeout: float, on_output: OnOutput | None = None) -> Execution:
+        try:
+            return await super().execute(code, timeout, on_output)
+        finally:
+            self._run_started = 0.0
+
+    async def _alive(self) -> bool:
+        if self._run_started and self._lost_at > self._run_started:
+            return False  # the kernel was replaced under the running code; its result will never come
+        channels_open = self._reader is not None and not self._reader.done()
+        if channels_open and self._lost_at <= self._checked_at:
+            return True
+        self._checked_at = time.monotonic()
+        model = await self.api.request("GET", "api/kernels", self.kernel_id, missing_ok=True)
+        if model is None or model.get("execution_state") == "dead":
+            return False
+        if not channels_open:
+            await self._reopen()
+        return True
+
+    async def _reopen(self) -> None:
+        await self._close_channels()
+        await self.open()
+
+    def restart_hint(self) -> str:
+        return ("Restart it with `tools notebook-run restart=true` or from JupyterLab, "
+                "or pair again (%tools pair NOTEBOOK --server URL --token TOKEN).")
+
+    async def restart(self) -> None:
+        async with self._lock:
+            model = await self.api.request("POST", "api/kernels", self.kernel_id, "restart", missing_ok=True)
+            if model is None:
+                raise Unavailable(f"the {self.label} kernel is gone from the server; pair again", retryable=True)
+            self._lost_at = 0.0
+            await self._reopen()
+
+    async def _close_channels(self) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        self._ws = self._reader = None
+
+    async def close(self) -> None:
+        try:
+            await self._close_channels()
+            if self.created:
+                await self.api.request("DELETE", "api/sessions", self.session["id"], missing_ok=True)
+        finally:
+            await self.api.close()
+
+    def describe(self) -> str:
+        return f"{self.label} kernel of session {self.session.get('path')} on {self.api.base}"
+
+
+def _ack_at_once(sock: socket.socket | None) -> None:
+    """Acknowledge received data at once instead of after Linux's 40 ms delayed-ACK timer.
+
+    Jupyter Server's websocket leaves Nagle's algorithm on, so after a small
+    frame ("busy") it holds the next one until that frame is acknowledged; with
+    delayed ACKs every execution then waits about 40 ms. Linux turns quick-ack
+    mode off again by itself, so it is set after each frame.
+    """
+    if sock is not None and _QUICKACK is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+
+
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)
+
+
+async def connect_server(api: ServerApi, path: str, kernel_name: str | None) -> ServerConnection:
+    """The kernel of `path`'s session on the server (a session is started when there is none)."""
+    session, created = await _find_or_start_session(api, path, kernel_name)
+    connection = ServerConnection(api, session, created=created)
+    await connection.open()
+    return connection
+
+
+async def open_notebook(api: ServerApi, path: str) -> NotebookStore | None:
+    """How this server's copy of `path` is read and changed; None while the notebook does not exist."""
+    if await api.request("GET", "api/contents", path, params={"content": "0"}, missing_ok=True) is None:
+        return None
+    return await open_shared(api, path) or ContentsStore(api, path)
+
+
+def server_path(notebook: str) -> str:
+    """`notebook` relative to the server's root, whatever folder the kernel runs in."""
+    path = PurePosixPath(notebook.replace(os.sep, "/"))
+    if ".." in path.parts:
+        raise InvalidInput(f"{notebook!r}: give the notebook's path from the server's root, without '..'")
+    return str(path).lstrip("/")
+
+
+async def _find_or_start_session(api: ServerApi, path: str, kernel_name: str | None) -> tuple[dict[str, Any], bool]:
+    for session in await api.request("GET", "api/sessions") or []:
+        if server_path(session.get("path") or "") == path and session.get("kernel"):
+            return session, False
+    kernel = {"name": kernel_name} if kernel_name else {}
+    body = {"path": path, "name": PurePosixPath(path).name, "type": "notebook", "kernel": kernel}
+    return await api.request("POST", "api/sessions", body=body), True

@@ -1,0 +1,242 @@
+"""The live shared document of a notebook on a Jupyter Server with jupyter-collaboration.
+
+The Y.js document is held with `pycrdt` (its sync protocol runs in
+`pycrdt.Provider`) and read and changed through `jupyter_ydoc.YNotebook`, the
+model jupyter-collaboration itself uses. Everyone with the notebook open sees
+each change at once, and the server saves the document to the file.
+
+An edit touches only the cell it names, inside one transaction, after checking
+that this cell is still what the session read: a person's typing in that cell
+refuses the edit, their typing in any other cell is merged untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import nbformat
+import websockets
+from jupyter_ydoc import YNotebook
+from nbformat import NotebookNode
+from pycrdt import Array, Doc, Map, Provider, Text
+from websockets.asyncio.client import ClientConnection
+
+from ..._errors import Unavailable
+from ..._tool import ToolInputError
+from ._connection import Execution
+from ._stores import CellEdit, Loaded, NotebookStore, Read, cell_digest, find_cell, notebook_digest, validated
+
+SYNC_TIMEOUT_SECONDS = 30.0
+
+
+class _WebsocketChannel:
+    """A websocket as the `pycrdt.Channel` the provider syncs through."""
+
+    def __init__(self, ws: ClientConnection, path: str) -> None:
+        self._ws = ws
+        self._path = path
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def __aiter__(self) -> _WebsocketChannel:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self.recv()
+        except websockets.ConnectionClosed:
+            raise StopAsyncIteration from None
+
+    async def send(self, message: bytes) -> None:
+        await self._ws.send(message)
+
+    async def recv(self) -> bytes:
+        message = await self._ws.recv()
+        return message.encode() if isinstance(message, str) else message
+
+
+class SharedStore(NotebookStore):
+    def __init__(self, api: Any, path: str, file_id: str, session_id: str) -> None:
+        self.api = api
+        self.path = self.name = path
+        self.key = f"{api.base}#{path}"
+        self._room = f"json:notebook:{file_id}"
+        self._session_id = session_id
+        self._ynb = YNotebook(Doc())
+        self._ws: ClientConnection | None = None
+        self._provider: Provider | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def describe(self) -> str:
+        return f"{self.path} in the shared document (jupyter-collaboration) of {self.api.base}"
+
+    async def open(self) -> None:
+        url = self.api.ws_url("api/collaboration/room", quote(self._room, safe=":"),
+                              query=urlencode({"sessionId": self._session_id}))
+        try:
+            self._ws = await websockets.connect(url, additional_headers=self.api.auth_headers(), max_size=None,
+                                                open_timeout=SYNC_TIMEOUT_SECONDS)
+        except (OSError, websockets.WebSocketException, asyncio.TimeoutError) as exc:
+            raise Unavailable(f"could not open the shared document of {self.path} on {self.api.base}: "
+                              f"{type(exc).__name__}", retryable=True) from exc
+        self._provider = Provider(self._ynb.ydoc, _WebsocketChannel(self._ws, self._room))
+        self._task = asyncio.create_task(self._provider.start())
+        try:
+            await asyncio.wait_for(self._provider.synced.wait(), SYNC_TIMEOUT_SECONDS)
+        except asyncio.TimeoutError:
+            await self.close()
+            raise Unavailable(f"the shared document of {self.path} on {self.api.base} did not sync",
+                              retryable=True) from None
+
+    async def close(self) -> None:
+        if self._provider is not None and self._task is not None and not self._task.done():
+            await asyncio.sleep(0.2)  # let the last updates leave (the provider sends them from its own task)
+            await self._provider.stop()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._ws is not None:
+            await self._ws.close()
+        self._provider = self._task = self._ws = None
+
+    def _require_open(self) -> None:
+        if self._task is None or self._task.done():
+            raise Unavailable(f"the connection to the shared document of {self.path} closed; pair it again",
+                              retryable=True)
+
+    # -- reading -------------------------------------------------------------
+
+    async def load(self, *, missing_ok: bool = False) -> Loaded:
+        self._require_open()
+        content = self._ynb.get()
+        for cell, ycell in zip(content["cells"], self._ynb.ycells):
+            # jupyter_ydoc leaves ids out for notebooks older than nbformat 4.5; the shared cells have them.
+            cell.setdefault("id", ycell.get("id"))
+        return Loaded(self.name, nbformat.from_dict(content), notebook_digest(content))
+
+    # -- editing: one cell, one transaction ------------------------------------
+
+    async def edit(self, state: dict[str, Any], loaded: Loaded, edit: CellEdit) -> Loaded:
+        self._require_open()
+        seen = self.last_read(state)
+        cells = self._ynb.ycells
+        with self._ynb.ydoc.transaction():
+            if edit.mode == "insert":
+                position = find_cell(cells, edit.cell_id, self.name) + 1 if edit.cell_id else 0
+                cells.insert(position, self._ynb.create_ycell(validated_cell(edit.cell, self.name)))
+            else:
+                index = find_cell(cells, edit.cell_id, self.name)
+                self._require_cell_unchanged(seen, cells[index], edit.cell_id)
+                if edit.mode == "delete":
+                    del cells[index]
+                else:
+                    self._replace(index, edit.cell)
+        self._note_edit(seen, edit)
+        await asyncio.sleep(0)  # hand the update to the provider's sender
+        return await self.load()
+
+    def _replace(self, index: int, cell: NotebookNode) -> None:
+        ycell = self._ynb.ycells[index]
+        if ycell.get("cell_type") != cell.cell_type:
+            self._ynb.set_cell(index, validated_cell(cell, self.name))
+            return
+        # The same cell object stays: its text changes by the difference only, metadata stays.
+        self._ynb.set_cell(index, source=cell.source)
+        if cell.cell_type == "code":
+            _set_outputs(ycell, [], None)
+
+    def _require_cell_unchanged(self, seen: Read, ycell: Map, cell_id: str) -> None:
+        if seen.cells.get(cell_id) != cell_digest(ycell.to_py()):
+            raise self.stale_error(f"cell {cell_id} of {self.name}")
+
+    def _note_edit(self, seen: Read, edit: CellEdit) -> None:
+        """The cells this session wrote count as read; cells others changed do not."""
+        if edit.mode == "delete":
+            seen.cells.pop(edit.cell_id, None)
+        else:
+            assert edit.cell is not None
+            seen.cells[str(edit.cell.id)] = cell_digest(edit.cell)
+
+    # -- running: outputs appear live ---------------------------------------------
+
+    async def check_runnable(self, state: dict[str, Any], loaded: Loaded, cell_id: str) -> None:
+        seen = self.last_read(state)
+        self._require_cell_unchanged(seen, self._ynb.ycells[find_cell(self._ynb.ycells, cell_id, self.name)],
+                                     cell_id)
+        self._set_cell_outputs(cell_id, [], None, "running")
+
+    async def output_changed(self, cell_id: str, execution: Execution) -> None:
+        self._set_cell_outputs(cell_id, execution.outputs, execution.execution_count, "running")
+
+    async def run_stopped(self, cell_id: str) -> None:
+        with contextlib.suppress(Exception):  # the outputs so far stay; the cell no longer shows [*]
+            self._set_execution_state(cell_id, "idle")
+
+    async def write_outputs(self, state: dict[str, Any], loaded: Loaded, cell_id: str,
+                            execution: Execution) -> str:
+        if not self._set_cell_outputs(cell_id, execution.outputs, execution.execution_count, "idle"):
+            return f"[outputs NOT written: cell {cell_id} was deleted from {self.name} while it ran]"
+        await asyncio.sleep(0)
+        return (f"[cell {cell_id} ran as [{execution.execution_count}]; its outputs are in the shared document "
+                f"of {self.name}]")
+
+    def _set_cell_outputs(self, cell_id: str, outputs: list[NotebookNode], count: int | None, state: str) -> bool:
+        ycell = self._live_cell(cell_id)
+        if ycell is None:
+            return False
+        with self._ynb.ydoc.transaction():
+            _set_outputs(ycell, outputs, count)
+            ycell["execution_state"] = state
+        return True
+
+    def _set_execution_state(self, cell_id: str, state: str) -> None:
+        ycell = self._live_cell(cell_id)
+        if ycell is not None:
+            ycell["execution_state"] = state
+
+    def _live_cell(self, cell_id: str) -> Map | None:
+        cells = self._ynb.ycells
+        try:
+            return cells[find_cell(cells, cell_id, self.name)]
+        except ToolInputError:
+            return None  # deleted by someone while it ran
+
+
+def _set_outputs(ycell: Map, outputs: list[NotebookNode], count: int | None) -> None:
+    youtputs = ycell.get("outputs")
+    if not isinstance(youtputs, Array):
+        youtputs = ycell["outputs"] = Array()
+    youtputs.clear()
+    youtputs.extend([_youtput(output) for output in outputs])
+    ycell["execution_count"] = count
+
+
+def _youtput(output: NotebookNode) -> Map:
+    # jupyter_ydoc keeps stream text as shared text and everything else as plain values.
+    value = json.loads(json.dumps(output))  # plain values, no NotebookNode
+    if value.get("output_type") == "stream":
+        value["text"] = Text("".join(value.get("text", "")))
+    return Map(value)
+
+
+def validated_cell(cell: NotebookNode | None, name: str) -> dict[str, Any]:
+    assert cell is not None
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    return dict(validated(nb, name).cells[0])
+
+
+async def open_shared(api: Any, path: str) -> SharedStore | None:
+    """The shared document of `path`, or None when the server has no collaboration extension."""
+    session = await api.request("PUT", "api/collaboration/session", quote(path),
+                                body={"format": "json", "type": "notebook"}, missing_ok=True)
+    if session is None:
+        return None
+    store = SharedStore(api, path, session["fileId"], session["sessionId"])
+    await store.open()
+    return store

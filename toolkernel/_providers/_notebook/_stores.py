@@ -1,0 +1,260 @@
+"""Where a notebook lives, and how an edit or a cell's outputs reach it.
+
+Three stores, one contract (`NotebookStore`):
+- `FileStore`: a local .ipynb file (a notebook not paired through a server, or
+  paired with a local kernel).
+- `ContentsStore`: a notebook on a Jupyter Server without a collaboration
+  extension, through the Contents API. The whole document is written back, so
+  an edit is refused when anything in it changed since the read.
+- `SharedStore` (in `_shared`): the live Y.js document of a Jupyter Server with
+  jupyter-collaboration. Edits change only the cell they name, so a person's
+  typing in other cells is never overwritten; an edit is refused when the named
+  cell changed since the read (their typing in that cell included).
+
+The stale check works on what the session last read (`record_read`), kept in
+the session's state under the store's key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbformat import NotebookNode
+
+from ..._tool import ToolInputError
+from . import _document as doc
+from ._connection import Execution
+
+READS_KEY = "notebook_reads"
+
+
+@dataclass(frozen=True)
+class CellEdit:
+    mode: str  # replace | insert | delete
+    cell_id: str  # the cell replaced or deleted; for insert the cell to insert after ("" = at the top)
+    cell: NotebookNode | None = None  # the new cell (replace, insert)
+
+
+@dataclass(frozen=True)
+class Read:
+    """What the session saw: the whole document's digest and each cell's."""
+
+    digest: str
+    cells: dict[str, str]
+
+
+@dataclass
+class Loaded:
+    name: str
+    nb: NotebookNode
+    digest: str | None  # None: the notebook does not exist yet
+    ids_added: bool = False
+
+    def find(self, cell_id: str) -> int:
+        return find_cell(self.nb.cells, cell_id, self.name)
+
+
+def find_cell(cells: list[Any], cell_id: str, name: str) -> int:
+    for index, cell in enumerate(cells):
+        if cell.get("id") == cell_id:
+            return index
+    known = ", ".join(str(cell.get("id", "?")) for cell in cells[:20]) or "none"
+    raise ToolInputError(f"{name} has no cell with id {cell_id!r} (ids: {known})")
+
+
+def cell_digest(cell: Any) -> str:
+    source = cell.get("source", "")
+    text = source if isinstance(source, str) else "".join(source)
+    return hashlib.sha256(f"{cell.get('cell_type')}\0{text}".encode()).hexdigest()
+
+
+def notebook_digest(nb: Any) -> str:
+    return hashlib.sha256(json.dumps(nb, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def apply_edit(cells: list[Any], edit: CellEdit, name: str) -> None:
+    """Apply `edit` to a list of cells (nbformat nodes)."""
+    if edit.mode == "insert":
+        position = find_cell(cells, edit.cell_id, name) + 1 if edit.cell_id else 0
+        cells.insert(position, edit.cell)
+    elif edit.mode == "delete":
+        del cells[find_cell(cells, edit.cell_id, name)]
+    else:
+        cells[find_cell(cells, edit.cell_id, name)] = edit.cell
+
+
+def validated(nb: NotebookNode, name: str) -> NotebookNode:
+    nb.nbformat, nb.nbformat_minor = 4, max(nb.get("nbformat_minor", 0), doc.NBFORMAT_MINOR_WITH_IDS)
+    try:
+        nbformat.validate(nb)
+    except nbformat.ValidationError as exc:
+        raise ToolInputError(f"the edit would make {name} invalid: {exc.message}") from exc
+    return nb
+
+
+class NotebookStore(ABC):
+    name: str  # the notebook as the caller named it
+    key: str  # reads are recorded under this key
+
+    def describe(self) -> str:
+        return self.name
+
+    @property
+    def location(self) -> str:
+        """The notebook's full path where it lives (on this machine, or on the server)."""
+        return self.name
+
+    @abstractmethod
+    async def load(self, *, missing_ok: bool = False) -> Loaded: ...
+
+    @abstractmethod
+    async def edit(self, state: dict[str, Any], loaded: Loaded, edit: CellEdit) -> Loaded:
+        """Refuse if what `edit` would overwrite changed since the session's read; apply it to the notebook
+        (`loaded` is what the edit was built from); count what this session wrote as read."""
+
+    @abstractmethod
+    async def check_runnable(self, state: dict[str, Any], loaded: Loaded, cell_id: str) -> None:
+        """Refuse to run a cell whose source the session has not seen as it is now."""
+
+    async def output_changed(self, cell_id: str, execution: Execution) -> None:
+        """Outputs arrived while the cell runs (a live document shows them at once)."""
+
+    async def run_stopped(self, cell_id: str) -> None:
+        """The run ended without a result (stopped, kernel lost): nothing is written."""
+
+    @abstractmethod
+    async def write_outputs(self, state: dict[str, Any], loaded: Loaded, cell_id: str,
+                            execution: Execution) -> str:
+        """Store the finished run's outputs in the cell; returns a note for the caller."""
+
+    async def close(self) -> None:
+        """Let go of the connection, if any."""
+
+    # -- the stale check -----------------------------------------------------
+
+    def record_read(self, state: dict[str, Any], loaded: Loaded) -> None:
+        if loaded.digest is not None:
+            cells = {str(cell.get("id")): cell_digest(cell) for cell in loaded.nb.cells}
+            state.setdefault(READS_KEY, {})[self.key] = Read(loaded.digest, cells)
+
+    def last_read(self, state: dict[str, Any]) -> Read:
+        seen = state.get(READS_KEY, {}).get(self.key)
+        if seen is None:
+            raise ToolInputError(
+                f"{self.name} has not been read in this session; read it first "
+                f"(tools notebook-read notebook_path={self.name}) and then edit it")
+        return seen
+
+    def stale_error(self, what: str) -> ToolInputError:
+        return ToolInputError(
+            f"{what} changed since you last read it (someone may be editing it in JupyterLab); read it again "
+            f"(tools notebook-read notebook_path={self.name}) before editing, so their work is not overwritten")
+
+
+class WholeDocumentStore(NotebookStore):
+    """A store written as a whole: any change since the read refuses the write."""
+
+    @abstractmethod
+    async def _write(self, nb: NotebookNode, expected: str | None) -> str:
+        """Write the whole notebook over the one whose digest is `expected` (None: no notebook
+        yet); returns the digest of what was written."""
+
+    async def edit(self, state: dict[str, Any], loaded: Loaded, edit: CellEdit) -> Loaded:
+        self.require_unchanged(state, loaded)
+        apply_edit(loaded.nb.cells, edit, self.name)
+        loaded.digest = await self._write(validated(loaded.nb, self.name), loaded.digest)
+        loaded.ids_added = False
+        self.record_read(state, loaded)
+        return loaded
+
+    def require_unchanged(self, state: dict[str, Any], loaded: Loaded) -> None:
+        if loaded.digest is None:
+            return  # a new notebook: nothing to overwrite
+        if self.last_read(state).digest != loaded.digest:
+            raise self.stale_error(self.name)
+
+    async def check_runnable(self, state: dict[str, Any], loaded: Loaded, cell_id: str) -> None:
+        self.require_unchanged(state, loaded)
+
+    async def write_outputs(self, state: dict[str, Any], loaded: Loaded, cell_id: str,
+                            execution: Execution) -> str:
+        current = await self.load(missing_ok=True)
+        if current.digest != loaded.digest:
+            return f"[outputs NOT written: {self.name} changed while the cell ran; read it again]"
+        cell = loaded.nb.cells[loaded.find(cell_id)]
+        cell.outputs = execution.outputs
+        cell.execution_count = execution.execution_count
+        loaded.digest = await self._write(validated(loaded.nb, self.name), loaded.digest)
+        self.record_read(state, loaded)
+        return f"[cell {cell_id} ran as [{execution.execution_count}]; its outputs are written to {self.name}]"
+
+
+class FileStore(WholeDocumentStore):
+    def __init__(self, path: Path, name: str | None = None) -> None:
+        self.path = path
+        self.name = name or path.name
+        self.key = str(path.resolve())
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
+    async def load(self, *, missing_ok: bool = False) -> Loaded:
+        notebook = doc.load(self.path, missing_ok=missing_ok)
+        digest = notebook.fingerprint.sha256 if notebook.fingerprint else None
+        return Loaded(self.path.name, notebook.nb, digest, notebook.ids_added)
+
+    async def _write(self, nb: NotebookNode, expected: str | None) -> str:
+        # `save` checks right before its rename that the file is still the one read.
+        notebook = doc.NotebookFile(self.path, nb, doc.Fingerprint(expected, 0) if expected else None)
+        doc.save(notebook)
+        assert notebook.fingerprint is not None
+        return notebook.fingerprint.sha256
+
+
+@dataclass
+class ContentsStore(WholeDocumentStore):
+    """A notebook on a Jupyter Server, through GET/PUT /api/contents/<path>."""
+
+    api: Any  # _server.ServerApi
+    path: str  # relative to the server's root
+    name: str = ""
+    key: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.path
+        self.key = f"{self.api.base}#{self.path}"
+
+    def describe(self) -> str:
+        return f"{self.path} through the Contents API of {self.api.base}"
+
+    async def load(self, *, missing_ok: bool = False) -> Loaded:
+        model = await self._get()
+        if model is None:
+            if missing_ok:
+                return Loaded(self.name, nbformat.v4.new_notebook(), None)
+            raise ToolInputError(f"no notebook {self.path} under the root of the Jupyter Server at {self.api.base}")
+        nb = nbformat.from_dict(model["content"])
+        digest = notebook_digest(model["content"])
+        ids_added = doc.give_cells_ids(nb, digest)
+        return Loaded(self.name, nb, digest, ids_added)
+
+    async def _get(self) -> dict[str, Any] | None:
+        return await self.api.request("GET", "api/contents", self.path, params={"type": "notebook", "content": "1"},
+                                      missing_ok=True)
+
+    async def _write(self, nb: NotebookNode, expected: str | None) -> str:
+        written = await self.api.request("PUT", "api/contents", self.path,
+                                         body={"type": "notebook", "format": "json", "content": nb})
+        # The server normalises what it stores; its copy is what the next stale check compares with. If
+        # someone saved in between (another modification time), nothing counts as read: fail closed.
+        model = await self._get()
+        if model is None or model.get("last_modified") != (written or {}).get("last_modified"):
+            return "changed-since-written"
+        return notebook_digest(model["content"])

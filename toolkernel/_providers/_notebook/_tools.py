@@ -1,0 +1,286 @@
+"""notebook_read, notebook_edit and notebook_run as toolkernel tools."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import nbformat
+from nbformat import NotebookNode
+
+from ..._tool import Image, Tool, ToolContext, ToolInputError, ToolResult, tool
+from ._connection import Execution
+from ._pairing import Pairing, pairings
+from ._stores import CellEdit, FileStore, Loaded, NotebookStore
+from ._text import describe_output, join_source
+
+DEFAULT_TIMEOUT_SECONDS = 120
+MAX_TIMEOUT_SECONDS = 600
+CELL_TYPES = ("code", "markdown", "raw")
+
+_PATH = {"type": "string", "minLength": 1,
+         "description": "Notebook (.ipynb) path: relative to the working directory, or, for a notebook paired "
+                        "with --server, its path on that server as paired."}
+
+READ_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "notebook_path": _PATH,
+        "cell_id": {"type": "string", "minLength": 1, "description": "Show only this cell."},
+    },
+    "required": ["notebook_path"],
+    "additionalProperties": False,
+}
+
+EDIT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "notebook_path": _PATH,
+        "cell_id": {"type": "string", "description": "The cell to replace or delete; for insert, the cell to insert "
+                                                     "after (empty or absent: at the top)."},
+        "new_source": {"type": "string", "description": "The cell's new source (replace, insert)."},
+        "cell_type": {"type": "string", "enum": list(CELL_TYPES),
+                      "description": "Type of the new cell (insert: required); for replace, changes the cell's type."},
+        "edit_mode": {"type": "string", "enum": ["replace", "insert", "delete"], "default": "replace"},
+    },
+    "required": ["notebook_path"],
+    "additionalProperties": False,
+    "allOf": [
+        {"if": {"properties": {"edit_mode": {"const": "insert"}}, "required": ["edit_mode"]},
+         "then": {"required": ["new_source", "cell_type"]}},
+        {"if": {"properties": {"edit_mode": {"const": "delete"}}, "required": ["edit_mode"]},
+         "then": {"required": ["cell_id"], "properties": {"cell_id": {"minLength": 1}}},
+         "else": {"required": ["new_source"]}},
+        {"if": {"not": {"properties": {"edit_mode": {"enum": ["insert", "delete"]}}, "required": ["edit_mode"]}},
+         "then": {"required": ["cell_id"], "properties": {"cell_id": {"minLength": 1}}}},
+    ],
+}
+
+RUN_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "notebook_path": {**_PATH,
+                          "description": "The paired notebook whose kernel runs the code. " + _PATH["description"]},
+        "code": {"type": "string", "description": "Code to run in the notebook's kernel."},
+        "cell_id": {"type": "string", "minLength": 1,
+                    "description": "Run this code cell of the notebook and write its outputs into the notebook."},
+        "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_SECONDS,
+                            "default": DEFAULT_TIMEOUT_SECONDS},
+        "restart": {"type": "boolean", "default": False,
+                    "description": "Restart the kernel first (a kernel this session started with --kernel, or a "
+                                   "--server kernel); its variables are lost."},
+    },
+    "required": ["notebook_path"],
+    "additionalProperties": False,
+    "anyOf": [{"required": ["code"]}, {"required": ["cell_id"]},
+              {"required": ["restart"], "properties": {"restart": {"const": True}}}],
+    "not": {"required": ["code", "cell_id"]},
+}
+
+
+# --- notebook_read ---------------------------------------------------------
+
+@tool("notebook_read", kind="read", path_keys=("notebook_path",), input_schema=READ_SCHEMA, description=(
+    "Read a Jupyter notebook: every cell's id, type, execution count, source and text output; image outputs "
+    "are returned as images. Cell ids are the handle for notebook-edit and notebook-run."))
+async def notebook_read(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    store = await _store(arguments, ctx)
+    notebook = await store.load()
+    store.record_read(ctx.state, notebook)
+    cells = list(enumerate(notebook.nb.cells, 1))
+    if arguments.get("cell_id"):
+        index = notebook.find(arguments["cell_id"])
+        cells = [(index + 1, notebook.nb.cells[index])]
+    images: list[Image] = []
+    blocks = [_read_header(notebook)] + [_cell_block(n, len(notebook.nb.cells), cell, images) for n, cell in cells]
+    return ToolResult(texts=["\n\n".join(blocks)], images=images)
+
+
+def _read_header(notebook: Loaded) -> str:
+    nb = notebook.nb
+    kernel = (nb.metadata.get("kernelspec") or {}).get("name", "no kernel recorded")
+    header = f"{notebook.name}: {len(nb.cells)} cells, kernel {kernel}"
+    if notebook.ids_added:
+        header += ("\n(this notebook predates cell ids; ids were given in memory and are written with the next "
+                   "edit)")
+    return header
+
+
+def _cell_block(number: int, total: int, cell: NotebookNode, images: list[Image]) -> str:
+    count = cell.get("execution_count")
+    title = f"--- cell {number}/{total} id={cell['id']} {cell.cell_type}"
+    if cell.cell_type == "code":
+        title += f" [{count if count is not None else ' '}]"
+    lines = [title, join_source(cell.source).rstrip("\n")]
+    for index, output in enumerate(cell.get("outputs") or [], 1):
+        text = describe_output(output, images, where=f"cell {cell['id']} output {index}")
+        if text:
+            lines += [f"--- output {index} ({_output_label(output)})", text]
+    return "\n".join(lines)
+
+
+def _output_label(output: NotebookNode) -> str:
+    if output.output_type == "stream":
+        return output.get("name", "stream")
+    return output.output_type
+
+
+# --- notebook_edit ---------------------------------------------------------
+
+@tool("notebook_edit", kind="edit", path_keys=("notebook_path",), input_schema=EDIT_SCHEMA, description=(
+    "Edit a notebook cell by id: replace its source (default), insert a new cell after cell_id (at the top when "
+    "cell_id is empty; needs cell_type), or delete it. Editing a code cell clears its outputs. Refused if the "
+    "file changed since this session last read it. Returns the ids touched."))
+async def notebook_edit(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    mode = arguments.get("edit_mode") or "replace"
+    store = await _store(arguments, ctx)
+    notebook = await store.load(missing_ok=mode == "insert")
+    change = EDITS[mode](notebook, arguments)
+    notebook = await store.edit(ctx.state, notebook, change)
+    touched = [change.cell_id] if mode != "insert" else [str(change.cell.id)]
+    return {"notebook_path": store.location, "edit_mode": mode, "cell_ids": touched,
+            "cell_count": len(notebook.nb.cells)}
+
+
+def _replace(notebook: Loaded, arguments: dict[str, Any]) -> CellEdit:
+    cell_id = _require(arguments, "cell_id", "replace")
+    source = _require_source(arguments, "replace")
+    old = notebook.nb.cells[notebook.find(cell_id)]
+    cell_type = arguments.get("cell_type") or old.cell_type
+    cell = _new_cell(cell_type, source, cell_id)
+    cell.metadata = old.get("metadata", {})
+    if cell_type == "markdown" and old.cell_type == "markdown" and "attachments" in old:
+        cell.attachments = old.attachments
+    return CellEdit("replace", cell_id, cell)
+
+
+def _insert(notebook: Loaded, arguments: dict[str, Any]) -> CellEdit:
+    cell_type = _require(arguments, "cell_type", "insert")
+    source = _require_source(arguments, "insert")
+    after = arguments.get("cell_id") or ""
+    if after:
+        notebook.find(after)
+    taken = {cell.get("id") for cell in notebook.nb.cells}
+    cell = _new_cell(cell_type, source, None)
+    while cell.id in taken:
+        cell = _new_cell(cell_type, source, None)
+    return CellEdit("insert", after, cell)
+
+
+def _delete(notebook: Loaded, arguments: dict[str, Any]) -> CellEdit:
+    cell_id = _require(arguments, "cell_id", "delete")
+    notebook.find(cell_id)
+    return CellEdit("delete", cell_id)
+
+
+EDITS = {"replace": _replace, "insert": _insert, "delete": _delete}
+
+
+def _new_cell(cell_type: str, source: str, cell_id: str | None) -> NotebookNode:
+    if cell_type not in CELL_TYPES:
+        raise ToolInputError(f"cell_type must be one of {', '.join(CELL_TYPES)}, not {cell_type!r}")
+    make = {"code": nbformat.v4.new_code_cell, "markdown": nbformat.v4.new_markdown_cell,
+            "raw": nbformat.v4.new_raw_cell}[cell_type]
+    cell = make(source)  # a new code cell has no outputs and no execution count
+    if cell_id is not None:
+        cell.id = cell_id
+    return cell
+
+
+def _require(arguments: dict[str, Any], key: str, mode: str) -> str:
+    value = arguments.get(key)
+    if not value:
+        raise ToolInputError(f"edit_mode {mode} needs {key}")
+    return value
+
+
+def _require_source(arguments: dict[str, Any], mode: str) -> str:
+    if not isinstance(arguments.get("new_source"), str):
+        raise ToolInputError(f"edit_mode {mode} needs new_source")
+    return arguments["new_source"]
+
+
+# --- notebook_run ----------------------------------------------------------
+
+@tool("notebook_run", kind="execute", loop_bound=True, input_schema=RUN_SCHEMA, description=(
+    "Run code in the paired notebook's kernel, sharing its variables and imports; or run one code cell of the "
+    "paired notebook by cell_id and write its outputs into the notebook. Returns stream text, the result, errors "
+    "and images. Default timeout 120 s, at most 600; on timeout the kernel is interrupted."))
+async def notebook_run(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    pairing = pairings(ctx.state).require(ctx.workdir, _path_argument(arguments))
+    code, cell_id = arguments.get("code"), arguments.get("cell_id")
+    timeout = _timeout(arguments)
+    if code is not None and cell_id:
+        raise ToolInputError("give code or cell_id, not both")
+    if arguments.get("restart"):
+        await pairing.connection.restart()
+        if code is None and not cell_id:
+            return ToolResult.text(f"restarted the {pairing.connection.label} kernel")
+    if cell_id:
+        return await _run_cell(pairing, cell_id, timeout, ctx.state)
+    if code is None:
+        raise ToolInputError("give code to run, or the cell_id of a code cell of the notebook")
+    execution = await pairing.connection.execute(code, timeout)
+    return _execution_result(execution, timeout, where="output")
+
+
+async def _run_cell(pairing: Pairing, cell_id: str, timeout: float, state: dict[str, Any]) -> ToolResult:
+    store = await pairing.notebook_store()
+    notebook = await store.load()
+    cell = notebook.nb.cells[notebook.find(cell_id)]
+    if cell.cell_type != "code":
+        raise ToolInputError(f"cell {cell_id} is a {cell.cell_type} cell; only code cells run")
+    await store.check_runnable(state, notebook, cell_id)
+
+    async def show(execution: Execution) -> None:
+        await store.output_changed(cell_id, execution)
+
+    try:
+        execution = await pairing.connection.execute(join_source(cell.source), timeout, show)
+    except BaseException:
+        await store.run_stopped(cell_id)
+        raise
+    note = await store.write_outputs(state, notebook, cell_id, execution)
+    result = _execution_result(execution, timeout, where=f"cell {cell_id} output")
+    result.texts = ["\n".join(part for part in (*result.texts, note) if part)]
+    return result
+
+
+def _timeout(arguments: dict[str, Any]) -> float:
+    value = arguments.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT_SECONDS:
+        raise ToolInputError(f"timeout_seconds must be a number above 0 and at most {MAX_TIMEOUT_SECONDS}")
+    return float(value)
+
+
+def _execution_result(execution: Execution, timeout: float, *, where: str) -> ToolResult:
+    images: list[Image] = []
+    parts = [describe_output(output, images, where=f"{where} {n}") for n, output in enumerate(execution.outputs, 1)]
+    parts = [part for part in parts if part]
+    if execution.timed_out:
+        status = f"timed out after {timeout:g} s; the kernel was interrupted"
+        if not execution.settled:
+            status += " but was still busy afterwards"
+        parts.insert(0, status + (". Output so far:" if parts else ". There was no output."))
+    elif execution.status == "aborted":
+        parts.append("the kernel aborted the request without running it")
+    return ToolResult(texts=["\n".join(parts)], images=images, is_error=execution.status != "ok")
+
+
+def _path_argument(arguments: dict[str, Any]) -> str:
+    path = arguments.get("notebook_path")
+    if not path:
+        raise ToolInputError("give notebook_path: every notebook tool call names its notebook")
+    return path
+
+
+async def _store(arguments: dict[str, Any], ctx: ToolContext) -> NotebookStore:
+    """Where the named notebook lives: through its pairing's server, else the local file."""
+    path = _path_argument(arguments)
+    pairing = pairings(ctx.state).find(ctx.workdir, path)
+    if pairing is not None:
+        return await pairing.notebook_store()
+    return FileStore(ctx.resolve(path), path)
+
+
+def notebook_tools() -> list[Tool]:
+    return [notebook_read, notebook_edit, notebook_run]

@@ -1,0 +1,260 @@
+"""read_file, write_file and edit_file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..._atomic import write_atomic
+from ..._tool import Image, ToolContext, ToolInputError, tool
+from ._paths import display_path
+
+DEFAULT_LIMIT = 2000
+MAX_LINE_BYTES = 2000
+MAX_IMAGE_BYTES = 20 * 1024 * 1024
+SNIFF_BYTES = 8192
+
+_IMAGE_SIGNATURES = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+_PATH_PROPERTY = {
+    "type": "string",
+    "minLength": 1,
+    "description": "File path, absolute or relative to the working directory.",
+}
+
+
+@tool(
+    "read_file",
+    description=(
+        "Read a text file with line numbers (`cat -n` style), optionally a window of lines. "
+        "Lines longer than 2000 bytes are cut and marked `(line truncated)`. PNG, JPEG, GIF "
+        "and WebP files come back as images. Other binary files and files inside a git "
+        "object store are refused (use `git show` for those)."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "path": _PATH_PROPERTY,
+            "offset": {
+                "type": "integer",
+                "minimum": 0,
+                "default": 0,
+                "description": "First line to read, 0-based. Default 0.",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "default": DEFAULT_LIMIT,
+                "description": f"Maximum number of lines to read. Default {DEFAULT_LIMIT}.",
+            },
+        },
+        "required": ["path"],
+        "additionalProperties": False,
+    },
+    kind="read",
+    path_keys=("path",),
+)
+def read_file(arguments: dict[str, Any], ctx: ToolContext) -> Any:
+    path = ctx.resolve(arguments["path"])
+    shown = display_path(path, ctx.workdir)
+    _check_readable(path, shown)
+    with open(path, "rb") as file:
+        head = file.read(SNIFF_BYTES)
+        mime = image_type(head)
+        if mime is not None:
+            return _read_image(path, shown, mime)
+        if _looks_utf16(head):
+            raise ToolInputError(f"{shown} is UTF-16 text, which read_file does not decode; convert it to UTF-8 first")
+        if b"\0" in head:
+            raise ToolInputError(f"{shown} is a binary file (it contains NUL bytes); read_file shows text files and images only")
+        file.seek(0)
+        offset = int(arguments.get("offset", 0))
+        limit = int(arguments.get("limit", DEFAULT_LIMIT))
+        return _numbered_window(file, shown, offset, limit)
+
+
+def _check_readable(path: Path, shown: str) -> None:
+    if in_git_object_store(path):
+        raise ToolInputError(f"{shown} is inside a git object store; use `git show` or `git cat-file` instead")
+    if not path.exists():
+        raise ToolInputError(f"File not found: {shown}")
+    if path.is_dir():
+        raise ToolInputError(f"{shown} is a directory, not a file; use glob_search to list files")
+
+
+def in_git_object_store(path: Path) -> bool:
+    """True for files under `<gitdir>/objects`, loose or packed, bare repos included."""
+    real = Path(os.path.realpath(path))
+    for folder in real.parents:
+        if folder.name != "objects":
+            continue
+        gitdir = folder.parent
+        if gitdir.name == ".git" or ((gitdir / "HEAD").is_file() and (gitdir / "refs").is_dir()):
+            return True
+    return False
+
+
+def image_type(head: bytes) -> str | None:
+    for signature, mime in _IMAGE_SIGNATURES:
+        if head.startswith(signature):
+            return mime
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def _looks_utf16(head: bytes) -> bool:
+    return head.startswith((b"\xff\xfe", b"\xfe\xff"))
+
+
+def _read_image(path: Path, shown: str, mime: str) -> Image:
+    size = path.stat().st_size
+    if size > MAX_IMAGE_BYTES:
+        raise ToolInputError(f"{shown} is a {size} byte image, over the {MAX_IMAGE_BYTES} byte limit")
+    return Image(path.read_bytes(), mime)
+
+
+def _numbered_window(file: Any, shown: str, offset: int, limit: int) -> str:
+    lines: list[str] = []
+    total = 0
+    for total, raw in enumerate(file, start=1):
+        index = total - 1
+        if offset <= index < offset + limit:
+            lines.append(_numbered_line(index + 1, raw, shown))
+    if total == 0:
+        return f"({shown} is empty)"
+    if not lines:
+        return f"({shown} has {total} lines; offset {offset} is past the end)"
+    last = offset + len(lines)
+    if offset > 0 or last < total:
+        lines.append(f"(lines {offset + 1}-{last} of {total}; use offset={last} to read on)" if last < total
+                     else f"(lines {offset + 1}-{last} of {total})")
+    return "\n".join(lines)
+
+
+def _numbered_line(number: int, raw: bytes, shown: str) -> str:
+    body = raw.rstrip(b"\n").rstrip(b"\r")
+    if b"\0" in body:
+        raise ToolInputError(f"{shown} is a binary file (line {number} contains NUL bytes)")
+    truncated = len(body) > MAX_LINE_BYTES
+    if truncated:
+        body = body[:MAX_LINE_BYTES]
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if not (truncated and exc.start >= len(body) - 3):
+            raise ToolInputError(
+                f"{shown} is not UTF-8 text (undecodable byte on line {number}); read_file shows text files and images only"
+            ) from exc
+        text = body[: exc.start].decode("utf-8")  # the cut fell inside a character
+    if number == 1:
+        text = text.removeprefix("\ufeff")
+    return f"{number:>6}\t{text}" + (" (line truncated)" if truncated else "")
+
+
+@tool(
+    "write_file",
+    description=(
+        "Create or overwrite a file with the given content. Missing parent folders are created. "
+        "The write is atomic and an existing file keeps its permission bits."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "path": _PATH_PROPERTY,
+            "content": {"type": "string", "description": "The complete new content of the file (UTF-8)."},
+        },
+        "required": ["path", "content"],
+        "additionalProperties": False,
+    },
+    kind="edit",
+    path_keys=("path",),
+)
+def write_file(arguments: dict[str, Any], ctx: ToolContext) -> str:
+    path = ctx.resolve(arguments["path"])
+    shown = display_path(path, ctx.workdir)
+    if path.is_dir():
+        raise ToolInputError(f"{shown} is a directory; give a file path")
+    content: str = arguments["content"]
+    existed = path.exists()
+    write_atomic(path, content)
+    verb = "Overwrote" if existed else "Created"
+    return f"{verb} {shown} ({_line_count(content)} lines, {len(content.encode('utf-8'))} bytes)"
+
+
+def _line_count(text: str) -> int:
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+
+
+@tool(
+    "edit_file",
+    description=(
+        "Replace an exact string in a file. `old_string` must occur exactly once unless "
+        "`replace_all` is true; include surrounding lines to make it unique. The write is "
+        "atomic and keeps the file's permission bits."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "path": _PATH_PROPERTY,
+            "old_string": {
+                "type": "string",
+                "minLength": 1,
+                "description": "The exact text to replace, whitespace and indentation included.",
+            },
+            "new_string": {"type": "string", "description": "The text to put in its place."},
+            "replace_all": {
+                "type": "boolean",
+                "default": False,
+                "description": "Replace every occurrence instead of requiring exactly one. Default false.",
+            },
+        },
+        "required": ["path", "old_string", "new_string"],
+        "additionalProperties": False,
+    },
+    kind="edit",
+    path_keys=("path",),
+)
+def edit_file(arguments: dict[str, Any], ctx: ToolContext) -> str:
+    path = ctx.resolve(arguments["path"])
+    shown = display_path(path, ctx.workdir)
+    old, new = arguments["old_string"], arguments["new_string"]
+    replace_all = bool(arguments.get("replace_all", False))
+    if not old:
+        raise ToolInputError("old_string is empty; use write_file to create or overwrite a file")
+    if old == new:
+        raise ToolInputError("old_string and new_string are the same; nothing to change")
+    text = _read_text_for_edit(path, shown)
+    count = text.count(old)
+    if count == 0:
+        raise ToolInputError(f"old_string not found in {shown}")
+    if count > 1 and not replace_all:
+        raise ToolInputError(
+            f"old_string occurs {count} times in {shown}; add surrounding text to make it unique, "
+            "or set replace_all=true"
+        )
+    write_atomic(path, text.replace(old, new))
+    first_line = text[: text.index(old)].count("\n") + 1
+    noun = "occurrence" if count == 1 else "occurrences"
+    return f"Replaced {count} {noun} in {shown} (first at line {first_line})"
+
+
+def _read_text_for_edit(path: Path, shown: str) -> str:
+    if not path.exists():
+        raise ToolInputError(f"File not found: {shown} (use write_file to create it)")
+    if path.is_dir():
+        raise ToolInputError(f"{shown} is a directory, not a file")
+    data = path.read_bytes()
+    if b"\0" in data:
+        raise ToolInputError(f"{shown} is a binary file; edit_file edits UTF-8 text only")
+    try:
+        # newline="" semantics: bytes are decoded as is, so CRLF files keep CRLF
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ToolInputError(f"{shown} is not UTF-8 text; edit_file edits UTF-8 text only") from exc

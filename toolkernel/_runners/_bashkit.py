@@ -1,0 +1,132 @@
+"""Bashkit as a script runner: the only module that imports `bashkit`.
+
+Each run gets a fresh `Bash` whose `tools` builtin calls the runner-free
+`ToolsCommand`. Nothing the `Bash` holds may hold the `Bash` back: such a
+cycle runs through Rust, where the garbage collector cannot see it, and every
+run would leak the interpreter and three file descriptors. So the builtin
+reaches the runner (which alone holds the `Bash`) through a weak reference.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from pathlib import Path
+
+from ._caps import builtin_cap, cap_line
+from .._command._command import ToolsCommand
+from ._guard import GuardedChmod, Protection, mount
+from .._config._limits import ShellLimits, limit_notice
+from .._approval._run import RunEvents
+from ._shell import ShellResult
+
+class BashkitRunner:
+    """Runs scripts in Bashkit's virtual shell, the workspace mounted (read-only on request)."""
+
+    def __init__(self, *, read_only: bool = False) -> None:
+        self.read_only = read_only
+        self._bash = None
+        self._lock = threading.Lock()
+
+    def literal_calls(self, script: str) -> list[list[str]]:
+        """The `tools` calls the script writes out in full (advisory: see _preflight)."""
+        from bashkit import Bash
+
+        try:
+            analysis = Bash().analyze(script)
+        except Exception:  # noqa: BLE001 - a script Bashkit cannot parse fails when it runs
+            return []
+        return [
+            list(c.args)
+            for c in analysis.commands
+            if c.name == "tools" and c.context != "function_body" and all(a is not None for a in c.args)
+        ]
+
+    def run(self, script: str, command: ToolsCommand, events: RunEvents) -> ShellResult:
+        env = command.dispatcher.env
+        bash = _new_bash(_Builtin(command, events, weakref.ref(self)), command.workdir,
+                         env.guarded, self.read_only, env.shell)
+        with self._lock:
+            self._bash = bash
+        if command.interrupted:  # the interrupt came before there was a Bash to cancel
+            bash.cancel()
+        watch = _CapWatch(events)
+        try:
+            result = bash.execute_sync(script, on_output=watch.output)
+        finally:
+            with self._lock:
+                self._bash = None
+        return _ended(result, watch)
+
+    def cancel(self) -> None:
+        """Stop the script at its next command (any thread)."""
+        with self._lock:
+            bash = self._bash
+        if bash is not None:
+            bash.cancel()
+
+
+class _Builtin:
+    """The `tools` builtin as Bashkit calls it, on the script's thread."""
+
+    def __init__(self, command: ToolsCommand, events: RunEvents, runner: "weakref.ref[BashkitRunner]") -> None:
+        self.command, self.events, self.runner = command, events, runner
+
+    def __call__(self, ctx) -> object:
+        from bashkit import BuiltinResult
+
+        outcome = self.command.handle_sync(list(ctx.argv), ctx.stdin, ctx.cwd)
+        if outcome.stops_script:
+            # Bashkit drops a cancelled script's buffered output, so the error of the call
+            # that stopped the script reaches the cell by this side door.
+            self.events.stopped(outcome.stderr)
+            runner = self.runner()
+            if runner is not None:
+                runner.cancel()
+        return BuiltinResult(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
+
+
+def _new_bash(builtin: _Builtin, workdir: Path, plan: Protection, read_only: bool, limits: ShellLimits):
+    from bashkit import Bash, ExecutionProfile, FileSystem
+
+    builtins = {"tools": builtin, "chmod": GuardedChmod(plan, read_only), "curl": _no_network, "wget": _no_network}
+    # Interactive lifts Standard's 1 MiB caps on the script's output and on `jq` to 10 MiB;
+    # what stays hard ends the run loudly (see _caps.py).
+    bash = Bash(custom_builtins=builtins, cwd=str(workdir), profile=ExecutionProfile.Interactive,
+                **limits.bashkit_options())
+    # Mounted at run time rather than through `mounts=`: the constructor prints a warning
+    # for every writable mount to the process's stderr, which a kernel shows in the cell.
+    bash.mount(str(workdir), FileSystem.real(str(workdir), writable=not read_only))
+    mount(bash, plan)  # what no script may write (see _guard.py)
+    return bash
+
+
+def _no_network(ctx):
+    # Bashkit's own curl explains its build features in four lines; say what to use instead.
+    from bashkit import BuiltinResult
+
+    return BuiltinResult(stdout="", exit_code=1, stderr="no network in the sandbox: fetch a URL with"
+                         " `tools web-fetch url=...` (the host's programs run in %%bash)\n")
+
+
+class _CapWatch:
+    """Passes output on, noting a builtin that Bashkit cut short (it says so on stderr only)."""
+
+    def __init__(self, events: RunEvents) -> None:
+        self.events = events
+        self.cut_builtin: str | None = None
+
+    def output(self, stdout: str, stderr: str) -> None:
+        if stderr and self.cut_builtin is None:
+            self.cut_builtin = builtin_cap(stderr)
+        self.events.output(stdout, stderr)
+
+
+def _ended(result, watch: _CapWatch) -> ShellResult:
+    """The run's result; a limit or a hard cap met on the way makes it fail, and its last
+    line says which (Bashkit reports its own limits in `error`, not through on_output)."""
+    error = str(result.error or "")
+    cap = cap_line(builtin=watch.cut_builtin, stdout_cut=bool(result.stdout_truncated), budget=error)
+    notice = limit_notice(error) if error and "cancelled" not in error and not cap else ""
+    exit_code = result.exit_code or (1 if cap or notice else 0)
+    return ShellResult(exit_code, "", notice + cap, output_cut=bool(result.stdout_truncated))

@@ -1,0 +1,229 @@
+"""What no script may write: whatever decides policy or runs on the host.
+
+The shell mounts the working directory writable, and the config is re-read
+at the start of every run. A script that could write `toolkernel.toml`, the
+lasting approvals, the trust records or a hook it knows will run could give
+itself permissions nobody granted. So the sandbox's view of the workspace is
+built to refuse those writes up front (prevention, not undo):
+
+- a protected file at the top of the workspace is covered by a read-only
+  stand-in folder holding only a note, `PROTECTED` (a mount point: it cannot
+  be written, removed, renamed over or linked to; scripts read the file with
+  `tools read-file`); so is the place of one that does not exist yet, such
+  as `toolkernel.toml` in a fresh project;
+- a protected path deeper down makes its top-level folder read-only, since a
+  folder that holds a mount point can still be renamed or replaced by a
+  symlink on the host, the protected file with it;
+- `.toolkernel/` is created before the run and mounted read-only, so it can
+  neither be written nor replaced (`ln -s grants .toolkernel`);
+- `chmod` refuses the workspace folder and protected paths, because modes set
+  through a real mount reach the host.
+
+Protected are: `toolkernel.toml` and `.mcp.json` (by name, anywhere, for tool
+calls; in the sandbox, at the top of the workspace),
+`.toolkernel/`, the user config folder, the admin file and the trust records
+when they lie in the workspace, and every workspace file a configured server
+or hook executes (named in its `command` or `args`). Config files a script
+creates deeper in the tree cannot be refused this way; they are caught by
+workspace trust instead (a new file is never trusted, see `_trust`).
+
+Where protection cannot be set up (a protected folder is a symlink, for
+instance), `mount_plan` raises `Unprotectable` and the script does not run.
+
+Tool calls that would write a protected path ask a person
+(`touches_protected`, used by the dispatcher for every call).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from .._errors import ConfigError
+from .._tool import Tool
+from .._providers._tools._paths import is_inside, real_path, resolve_real
+from .._config._trust import store_path
+
+STATE_DIR = ".toolkernel"
+CONFIG_FILES = ("toolkernel.toml", ".mcp.json")
+
+
+class Unprotectable(ConfigError):
+    """A path that must be protected cannot be: the script is not run."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(str(path), None, f"{problem}; scripts do not run until this is fixed")
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One read-only mount over the workspace: the host folder itself (`real`),
+    or an empty stand-in that hides a protected file."""
+
+    path: Path
+    real: bool
+
+
+@dataclass(frozen=True)
+class Protection:
+    workdir: Path                 # the real path of the workspace
+    protected: tuple[Path, ...]   # real paths no script or unasked tool call may write
+    mounts: tuple[Mount, ...]
+
+    def covers(self, path: Path) -> bool:
+        """Whether writing `path` (a real path) would change something protected."""
+        if path.name in CONFIG_FILES:
+            return True
+        return any(is_inside(path, p) for p in self.protected)
+
+
+def protection(workdir: Path, config: Any = None,
+               environ: Mapping[str, str] | None = None) -> Protection:
+    """What to protect in `workdir` for a run under `config` (a `Config`)."""
+    environ = os.environ if environ is None else environ
+    root = real_path(Path(workdir))
+    paths = [root / STATE_DIR, *(root / name for name in CONFIG_FILES)]
+    paths += [_user_config_dir(environ), store_path(environ).parent, _admin_file(environ)]
+    if config is not None:
+        paths += executed_files(_commands(config), environ, default_cwd=root)
+    reals = {real_path(p) for p in paths}
+    inside = sorted(p for p in reals if p != root and is_inside(p, root))
+    return Protection(root, tuple(inside), ())
+
+
+def mount_plan(workdir: Path, config: Any = None,
+               environ: Mapping[str, str] | None = None) -> Protection:
+    """`protection` plus the read-only mounts that enforce it; raises `Unprotectable`."""
+    found = protection(workdir, config, environ)
+    _make_state_dir(found.workdir / STATE_DIR)
+    tops: dict[Path, Mount] = {}
+    for path in found.protected:
+        top = found.workdir / path.relative_to(found.workdir).parts[0]
+        tops[top] = _mount_for(top, path)
+    return Protection(found.workdir, found.protected, tuple(tops.values()))
+
+
+def _mount_for(top: Path, path: Path) -> Mount:
+    if top.is_symlink():
+        raise Unprotectable(top, f"is a symlink, so {path} cannot be protected through it;"
+                            " replace it by the folder or file itself")
+    if top.is_dir():
+        return Mount(top, real=True)
+    return Mount(top, real=False)  # a file, or the place of one that does not exist yet
+
+
+def _make_state_dir(state: Path) -> None:
+    if os.path.lexists(state) and (state.is_symlink() or not state.is_dir()):
+        raise Unprotectable(state, "is not a folder (a script may have put it there);"
+                            " remove it, toolkernel creates the folder itself")
+    try:
+        state.mkdir(mode=0o700, exist_ok=True)
+    except OSError:
+        pass  # a folder we may not write to: a stand-in covers the name (scripts run as we do)
+
+
+def _user_config_dir(environ: Mapping[str, str]) -> Path:
+    home = Path(environ.get("HOME") or Path.home())
+    return Path(environ.get("XDG_CONFIG_HOME") or home / ".config") / "toolkernel"
+
+
+def _admin_file(environ: Mapping[str, str]) -> Path:
+    return Path(environ.get("TOOLKERNEL_ADMIN_CONFIG") or "/etc/toolkernel/toolkernel.toml")
+
+
+def _commands(config: Any) -> Iterable[tuple[Sequence[str], str | None]]:
+    """(argv, cwd) of every configured server and hook: what the host will execute."""
+    for server in config.servers.values():
+        if server.command:
+            yield (server.command, *server.args), server.cwd
+    for hook in config.hooks:
+        yield tuple(hook["command"]), hook.get("cwd")
+
+
+def executed_files(commands: Iterable[tuple[Sequence[str], str | None]],
+                   environ: Mapping[str, str], default_cwd: Path) -> list[Path]:
+    """Files that running `commands` would execute or read as code: the program
+    (looked up on PATH) and every argument that names a file, or a path that
+    does not exist yet (a script must not be the one to create it)."""
+    found: list[Path] = []
+    for argv, cwd in commands:
+        base = Path(cwd) if cwd else default_cwd
+        program = shutil.which(argv[0], path=environ.get("PATH")) if "/" not in argv[0] else None
+        for word in (program, *argv):
+            if word and ("/" in word or os.path.lexists(base / word)):
+                found.append(real_path(base / word))
+    return found
+
+
+def touches_protected(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
+                      guarded: Protection | None = None) -> bool:
+    """True when a call that may write names a protected path."""
+    if tool.read_only or not tool.path_keys:
+        return False
+    guarded = guarded or protection(workdir)
+    return any(
+        isinstance(arguments.get(key), str) and arguments[key]
+        and guarded.covers(resolve_real(arguments[key], workdir))
+        for key in tool.path_keys
+    )
+
+
+# -- in the sandbox --------------------------------------------------------------------
+
+def mount(bash, plan: Protection) -> None:
+    """Lay the read-only mounts of `plan` over the writable workspace."""
+    from bashkit import FileSystem
+
+    for item in plan.mounts:
+        fs = FileSystem.real(str(item.path), writable=False) if item.real else _stand_in(FileSystem())
+        bash.mount(str(item.path), fs, read_only=True)
+
+
+def _stand_in(fs):
+    fs.write_file("/PROTECTED", b"toolkernel hides this path from scripts so that none can change it:"
+                  b" it decides policy or runs on the host. Read it with `tools read-file`.\n")
+    return fs
+
+
+class GuardedChmod:
+    """`chmod` for scripts: the workspace folder and protected paths are refused
+    (a mode set through a real mount changes the host); the rest is Bashkit's
+    own `chmod`, run in a fresh shell with the same mounts."""
+
+    def __init__(self, plan: Protection, read_only: bool) -> None:
+        self.plan, self.read_only = plan, read_only
+
+    def __call__(self, ctx):
+        from bashkit import BuiltinResult
+
+        refused = [word for word in ctx.argv if self._refuses(word, ctx.cwd)]
+        if refused:
+            return BuiltinResult("", f"chmod: {refused[0]}: toolkernel does not let scripts change the"
+                                 " mode of the workspace folder or of its protected files\n", 1)
+        # Its own thread: a Bashkit callback cannot start another shell's runtime.
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="toolkernel-chmod") as pool:
+            result = pool.submit(self._chmod, ctx.cwd, list(ctx.argv)).result()
+        return BuiltinResult(result.stdout, result.stderr, result.exit_code)
+
+    def _chmod(self, cwd: str, argv: list[str]):
+        return self._shell(cwd).execute_sync(shlex.join(["chmod", *argv]))
+
+    def _refuses(self, word: str, cwd: str) -> bool:
+        if word.startswith("-"):
+            return False  # an option, or a mode like -w; the modes are harmless paths anyway
+        path = real_path(Path(cwd) / word)
+        return path == self.plan.workdir or self.plan.covers(path)
+
+    def _shell(self, cwd: str):
+        from bashkit import Bash, FileSystem
+
+        bash = Bash(cwd=cwd)
+        workdir = str(self.plan.workdir)
+        bash.mount(workdir, FileSystem.real(workdir, writable=not self.read_only))
+        mount(bash, self.plan)
+        return bash

@@ -1,0 +1,121 @@
+"""`%%bash`: IPython's magic of that name, on the host, with `tools` on its PATH (thin)."""
+
+from __future__ import annotations
+
+import atexit
+import subprocess
+import sys
+import threading
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from ..._frontends import _report
+from ..._errors import ConfigError, Unavailable
+from ..._frontends._magic import IPythonSink, ScriptFailed, _stdin_allowed, shell_args
+
+
+class _CapturingSink(IPythonSink):
+    """`--out`/`--err`: that stream goes into the variable instead of the cell, as in IPython."""
+
+    def __init__(self, keep_out: bool, keep_err: bool) -> None:
+        super().__init__()
+        self.keep_out, self.keep_err = keep_out, keep_err
+
+    def stdout(self, text: str) -> None:
+        if not self.keep_out:
+            super().stdout(text)
+
+    def stderr(self, text: str) -> None:
+        if not self.keep_err:
+            super().stderr(text)
+
+
+@magics_class
+class HostBashMagics(Magics):
+    def __init__(self, shell, session) -> None:
+        super().__init__(shell)
+        self._session = session  # a Future: the session starts in the background
+        self._channel = None
+        self._lock = threading.Lock()
+
+    @property
+    def channel(self):
+        with self._lock:
+            if self._channel is None:
+                from ._channel import Channel
+
+                self._channel = Channel()
+                atexit.register(self._channel.close)
+            return self._channel
+
+    @magic_arguments()
+    @shell_args
+    @argument("--err", metavar="VAR", help="keep stderr in VAR instead of showing it (with --bg: the pipe)")
+    @argument("--bg", action="store_true", help="run in the background; see its output only through --out/--err")
+    @argument("--proc", metavar="VAR", help="with --bg: keep the subprocess.Popen in VAR")
+    @argument("--timeout", type=float, metavar="SECONDS", help="end the whole process group after SECONDS")
+    @cell_magic
+    def bash(self, line: str, cell: str):
+        """%%bash: run the cell with the host's bash; `tools` inside it reaches every tool.
+
+        The script can do whatever you can (there is no sandbox); every `tools` call
+        goes through toolkernel's approvals and the run's call limit. `--out VAR`
+        keeps stdout in VAR as text instead of showing it (with --bg: the pipe).
+        `display FILE` shows an image in the cell. Interrupting ends the whole
+        process group.
+        """
+        args = parse_argstring(self.bash, line)
+        if args.read_only:
+            raise UsageError("%%bash: --read-only needs the sandbox, host bash has none; use %%tools --read-only")
+        if args.timeout is not None and args.timeout <= 0:
+            raise UsageError("%%bash: --timeout takes a number of seconds above 0")
+        if args.proc and not args.bg:
+            raise UsageError("%%bash: --proc needs --bg")
+        from ._cell import started_by_agent
+        from ._runner import HostBashRunner
+
+        runner = HostBashRunner(self.channel, timeout=args.timeout, agent=started_by_agent(self.shell))
+        try:
+            if args.bg:
+                return self._background(cell, args, runner)
+            return self._foreground(cell, args, runner)
+        except ConfigError as exc:
+            raise ScriptFailed(f"configuration error: {exc}") from None
+        except Unavailable as exc:  # no bash on this host
+            raise ScriptFailed(exc.message) from None
+
+    def _foreground(self, cell: str, args, runner) -> None:
+        sink = _CapturingSink(bool(args.out), bool(args.err))
+        ask = input if _stdin_allowed(self.shell) else None
+        result = self._session.result().run_script(cell, sink, runner=runner, ask=ask)
+        if result.run_report is not None:
+            _report.display_report(result.run_report)
+        if args.out:
+            self.shell.user_ns[args.out] = result.stdout
+        if args.err:
+            self.shell.user_ns[args.err] = result.stderr
+        if result.interrupted:
+            sys.stderr.write("bash: interrupted; its process group was ended\n")
+        if result.exit_code != 0 and not args.no_raise_error:
+            raise ScriptFailed(f"bash exited with code {result.exit_code}")
+
+    def _background(self, cell: str, args, runner) -> None:
+        from ._runner import start_background
+
+        started = start_background(self._session.result(), runner, cell, keep_stdout=bool(args.out),
+                                   keep_stderr=bool(args.err))
+        if not isinstance(started, subprocess.Popen):  # an agent's cell that may not start
+            sys.stderr.write(started.stderr)
+            if started.run_report is not None:
+                _report.display_report(started.run_report)
+            if not args.no_raise_error:
+                raise ScriptFailed("bash did not start")
+            return
+        if args.out:
+            self.shell.user_ns[args.out] = started.stdout
+        if args.err:
+            self.shell.user_ns[args.err] = started.stderr
+        if args.proc:
+            self.shell.user_ns[args.proc] = started

@@ -1,0 +1,201 @@
+"""Host bash as a script runner: `HostBashRunner` implements `_shell.ScriptRunner`.
+
+The cell is written to a file and given to `bash` as its script (stdin is
+/dev/null, so a `read` in the script never eats script lines), in a process
+group of its own. Two reader threads move its stdout and stderr, apart and
+as they come, into the run's events, which `_shell.execute` pumps to the
+cell as for `%%tools`. `cancel` (an interrupt) ends the whole group with
+IPython's ladder: SIGINT, then SIGTERM, then SIGKILL; so does a `tools` call
+that stops the run (an approval needed, the call limit), and `--timeout`.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from ... import _loop
+from ..._command._command import ToolsCommand
+from ..._errors import Unavailable
+from ..._approval._run import NO_EVENTS, RunEvents
+from .._shell import ShellResult
+from ._cell import agent_refusal
+from ._channel import Channel, RunChannel
+
+TIMEOUT_EXIT = 124  # as timeout(1)
+_LADDER = ((signal.SIGINT, 0.3), (signal.SIGTERM, 0.3), (signal.SIGKILL, 0.3))
+
+
+class HostBashRunner:
+    """Runs a cell with the host's bash, `tools` and `display` on its PATH."""
+
+    def __init__(self, channel: Channel, *, timeout: float | None = None, agent: bool = False) -> None:
+        self.channel = channel
+        self.timeout = timeout
+        self.agent = agent  # an agent started the cell: it is a `Bash` call checked first
+        self.timed_out = False
+        self._host: HostRun | None = None
+        self._cancelled = False
+        self._lock = threading.Lock()
+
+    def literal_calls(self, script: str) -> list[list[str]]:
+        # Host bash is not parsed for `tools` lines: each call is checked as it runs.
+        return []
+
+    def run(self, script: str, command: ToolsCommand, events: RunEvents) -> ShellResult:
+        refused = self.refusal(script, command)
+        if refused is not None:
+            return ShellResult(1, "", refused)
+        try:
+            host = self._open(script, command, events, subprocess.PIPE)
+        except Unavailable as exc:  # no bash on this host: said in the cell, not lost on this thread
+            return ShellResult(1, "", exc.json_line() + "\n")
+        try:
+            readers = [threading.Thread(target=_read, args=(stream, events, err), daemon=True)
+                       for err, stream in enumerate((host.proc.stdout, host.proc.stderr))]
+            for reader in readers:
+                reader.start()
+            for reader in readers:
+                reader.join()
+            code = host.proc.wait()
+        finally:
+            host.close()
+        if self.timed_out:
+            return ShellResult(TIMEOUT_EXIT, "", f"bash: timed out after {self.timeout:g} s;"
+                                                 " its process group was ended\n")
+        return ShellResult(code if code >= 0 else 128 - code, "", "")
+
+    def start(self, script: str, command: ToolsCommand, events: RunEvents, *, keep_stdout: bool,
+              keep_stderr: bool) -> subprocess.Popen | str:
+        """`--bg`: start the cell and return its process at once (its channel closes when
+        bash exits); or the error line of an agent's cell that may not start."""
+        refused = self.refusal(script, command)
+        if refused is not None:
+            return refused
+        host = self._open(script, command, events, subprocess.PIPE if keep_stdout else subprocess.DEVNULL,
+                          subprocess.PIPE if keep_stderr else subprocess.DEVNULL)
+        threading.Thread(target=lambda: (host.proc.wait(), host.close()), name="toolkernel-bash-bg",
+                         daemon=True).start()
+        return host.proc
+
+    def refusal(self, script: str, command: ToolsCommand) -> str | None:
+        """None when the cell may start (a person's always may)."""
+        return agent_refusal(command, script) if self.agent else None
+
+    def cancel(self) -> None:
+        """End the whole process group (any thread; the ladder runs on a thread of its own)."""
+        with self._lock:
+            self._cancelled = True
+            host = self._host
+        if host is not None:
+            host.end_group_soon(_LADDER)
+
+    def _open(self, script: str, command: ToolsCommand, events: RunEvents, stdout, stderr=None) -> HostRun:
+        host = HostRun(self.channel, command, events, script, command.workdir, stdout=stdout,
+                       stderr=stdout if stderr is None else stderr, timeout=self.timeout,
+                       on_timeout=self._timed_out)
+        with self._lock:
+            self._host = host
+            cancelled = self._cancelled
+        if cancelled:  # the interrupt came before there was a group to end
+            host.end_group_soon(_LADDER)
+        return host
+
+    def _timed_out(self, host: HostRun) -> None:
+        self.timed_out = True
+        host.command.interrupt()
+        host.end_group(_LADDER)
+
+
+class HostRun:
+    """One started `bash` process group, its channel and its timer."""
+
+    def __init__(self, channel: Channel, command: ToolsCommand, events: RunEvents, script: str, workdir: Path, *,
+                 stdout, stderr, timeout: float | None = None, on_timeout=None) -> None:
+        self.channel = channel
+        self.command = command
+        # A call that stops the run (approval, call limit) ends the group from the channel's thread.
+        self.run: RunChannel = channel.open(command, events, stop=lambda: self.end_group_soon())
+        self.script_file = channel.folder / f"cell-{self.run.secret[:16]}.sh"
+        fd = os.open(self.script_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(script if script.endswith("\n") else script + "\n")
+        env = {**os.environ, **channel.env(self.run)}
+        self._timer: threading.Timer | None = None
+        try:
+            self.proc = subprocess.Popen(["bash", str(self.script_file)], cwd=workdir, env=env,
+                                         stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                         start_new_session=True)
+        except OSError as exc:
+            self.close()
+            raise Unavailable(f"could not start bash: {exc}", retryable=False) from exc
+        if timeout is not None:
+            self._timer = threading.Timer(timeout, on_timeout, args=(self,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def end_group_soon(self, ladder=_LADDER[1:]) -> None:
+        threading.Thread(target=self.end_group, args=(ladder,), name="toolkernel-bash-stop", daemon=True).start()
+
+    def end_group(self, ladder=_LADDER[1:]) -> None:
+        """Signal the whole process group (grandchildren too) up the ladder until it is gone."""
+        for sig, wait in ladder:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                return
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                if not _group_alive(self.proc.pid):
+                    return
+                time.sleep(0.02)
+
+    def close(self) -> None:
+        """The run is over: its secret stops working, its timer and script file go."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self.channel.close_run(self.run)
+        self.script_file.unlink(missing_ok=True)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read(stream, events: RunEvents, is_stderr: int) -> None:
+    # Raw chunks as they come (no line buffering), so a `\r` progress bar updates live.
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    fd = stream.fileno()
+    try:
+        while True:
+            chunk = os.read(fd, 65536)
+            text = decoder.decode(chunk, final=not chunk)
+            if text:
+                events.output("", text) if is_stderr else events.output(text, "")
+            if not chunk:
+                return
+    finally:
+        stream.close()
+
+
+def start_background(session, runner: HostBashRunner, script: str, *, keep_stdout: bool,
+                     keep_stderr: bool) -> subprocess.Popen | ShellResult:
+    """`%%bash --bg`: the started process, or the result of a cell that did not start.
+    Nobody watches a background cell, so a call in it that asks stops it ("later")."""
+    command = _loop.run(session.prepare())
+    started = runner.start(script, command, NO_EVENTS, keep_stdout=keep_stdout, keep_stderr=keep_stderr)
+    if not isinstance(started, str):
+        return started
+    report = command.run.report(1) if command.run.needs_report(1) else None
+    return ShellResult(1, "", started, run_report=report)

@@ -1,0 +1,81 @@
+"""Before the start: calls written out in full that need a person are asked about first.
+
+Such a call goes to the same ask point as at run time (`Dispatcher.ask`,
+with `before_start=True`): when the person allows it, the script starts and
+the call runs in it; otherwise the script does not start at all (nothing
+runs, so nothing is half done). This only improves the experience. It is
+never the guarantee: every call is checked again by the dispatcher when it
+runs, and anything the runner cannot read literally (variables, loops,
+eval, functions, stdin input) is left to that run-time check.
+"""
+
+from __future__ import annotations
+
+from .._approval._approver import Answer
+from .._command._cli import parse_input, split_command
+from .._command._command import ToolsCommand
+from .._errors import CallError, Denied, NeedsApproval
+from .._approval._policy import CallInfo, canonical_call_key
+
+_TWICE = ("the script makes this exact call twice and a one-off approval covers one;"
+          " approve it --always or make it once")
+
+
+async def preflight(literal_calls: list[list[str]], command: ToolsCommand) -> str | None:
+    """None when the script may start; otherwise the error line of a script that did not
+    start (the run's stop is recorded, with `before_start`)."""
+    approvals = command.dispatcher.env.approvals
+    spent: set[str] = set()  # a one-off approval covers one call: the same call twice asks
+    for argv in literal_calls:
+        info = await _resolve(argv, command)
+        if info is None:
+            continue
+        decision = command.dispatcher.decide(info)
+        if decision.action != "ask":
+            continue
+        key = canonical_call_key(info.qualified_name, info.input)
+        if key in spent:
+            approvals.add_pending(info)  # `%tools approve --always` answers it
+            return _not_started(command, info, _TWICE, "requested")
+        error = await ask_before_start(command, info, decision.reason)
+        if error is not None:
+            return error
+        spent.add(key)
+    return None
+
+
+async def ask_before_start(command: ToolsCommand, info: CallInfo, reason: str) -> str | None:
+    """One call that asks, before anything runs: None when a once-grant or the person
+    allows it; otherwise the error line of a script that did not start (its stop recorded)."""
+    if command.dispatcher.env.approvals.has_once(canonical_call_key(info.qualified_name, info.input)):
+        return None
+    answer = await command.dispatcher.ask(command.dispatcher.request(info, reason, before_start=True))
+    if answer in (Answer.ONCE, Answer.ALWAYS):
+        return None
+    return _not_started(command, info, reason, "denied" if answer is Answer.DENY else "requested")
+
+
+async def _resolve(argv: list[str], command: ToolsCommand) -> CallInfo | None:
+    catalog = command.catalog
+    parsed = split_command(argv, catalog.is_server, catalog.split_qualified)
+    if parsed.action != "call" or not parsed.args or "-" in parsed.args:
+        return None  # no literal input: it may come from stdin, so it is checked as it runs
+    try:
+        tool = await catalog.find_tool(parsed.server, parsed.tool)
+        arguments = parse_input(parsed.args, tool.input_schema, None)
+        command.dispatcher.validate(tool, arguments)
+    except CallError:
+        return None  # the run reports it where the script makes the call
+    return command.dispatcher.call_info(tool, arguments)
+
+
+def _not_started(command: ToolsCommand, info: CallInfo, reason: str, approval: str) -> str:
+    command.run.stop("needs_approval", info.command, info.input, approval=approval, before_start=True,
+                     shown=info.shown())
+    if approval == "denied":
+        return Denied(f"{info.command}: a person denied this call; the script did not start").json_line() + "\n"
+    error = NeedsApproval(
+        f"{info.command} needs a person's approval ({reason}); the script did not start."
+        " Approve with `%tools approve` (or --always), then run it again"
+    )
+    return error.json_line() + "\n"

@@ -1,0 +1,223 @@
+"""Running one script: the runner seam, streaming its output, interrupting it.
+
+A `ScriptRunner` (Bashkit today; host bash later) runs the script on a
+thread of its own and calls the `tools` command for each `tools` line. The
+calling thread (the kernel's main thread in a notebook) only pumps the run's
+events to a sink and answers questions put to the person, so a kernel
+interrupt (KeyboardInterrupt) lands here and cancels the run.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from .. import _loop
+from .._command._command import INTERRUPTED_EXIT
+from ._outputs import OutputLimiter
+
+if TYPE_CHECKING:
+    from .._command._command import ToolsCommand
+    from .._approval._run import RunEvents, RunReport
+
+_STOP_GRACE = 0.5
+
+
+class Sink(Protocol):
+    def stdout(self, text: str) -> None: ...
+    def stderr(self, text: str) -> None: ...
+    def image(self, path: Path) -> None: ...
+    def progress(self, tool: str, progress: float, total: float | None, message: str | None) -> None: ...
+
+
+@dataclass
+class ShellResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    interrupted: bool = False
+    run_report: RunReport | None = None
+    images: list[Path] = field(default_factory=list)
+    saved_output: Path | None = None
+    # The runner cut the script's output at a hard cap: what was saved is not all of it.
+    output_cut: bool = False
+
+    @property
+    def report(self) -> dict[str, Any] | None:
+        """The stop report as the seed's JSON (None when the run needs none)."""
+        return None if self.run_report is None else self.run_report.to_json()
+
+
+class ScriptRunner(Protocol):
+    """Runs a script whose `tools` lines go to `command.handle_sync`."""
+
+    def literal_calls(self, script: str) -> list[list[str]]:
+        """The `tools` argvs written out in full, for the before-start check ([] if unknown)."""
+
+    def run(self, script: str, command: ToolsCommand, events: RunEvents) -> ShellResult:
+        """Run to the end, on the calling (script) thread. Output goes to `events.output`;
+        when a call stops the run (`Outcome.stops_script`) the script ends there. The
+        result's `exit_code` counts, and its `stderr` is what did not reach `events` yet."""
+
+    def cancel(self) -> None:
+        """End the script at its next command; any thread, any time."""
+
+
+class ScriptEvents:
+    """`RunEvents` through a queue the calling thread pumps: output, images, progress,
+    and functions that must run there (asking a person at `input()`)."""
+
+    def __init__(self) -> None:
+        # SimpleQueue waits in C: an interrupt landing in `queue.Queue.get` can leave its
+        # Python lock held (the `with`-statement race of CPython), hanging the kernel for good.
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+
+    def output(self, stdout: str, stderr: str) -> None:
+        self.queue.put(("output", (stdout, stderr)))
+
+    def image(self, path: Path) -> None:
+        self.queue.put(("image", path))
+
+    def progress(self, tool: str, progress: float, total: float | None, message: str | None) -> None:
+        self.queue.put(("progress", (tool, progress, total, message)))
+
+    def stopped(self, stderr: str) -> None:
+        self.output("", stderr)
+
+    def on_pump_thread(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
+        """Run `fn(*args)` on the thread that pumps (where `input()` and interrupts work)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self.queue.put(("call", (fn, args, future)))
+        return future
+
+
+def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: ScriptEvents, sink: Sink,
+            *, before_start: Callable[[], bool] = lambda: True) -> ShellResult:
+    """Run `script` to the end (or to an interrupt) and stream what it prints.
+
+    `before_start()` runs first on the script's thread (it may ask the person);
+    False means the script does not start.
+    """
+    future = _start(lambda: runner.run(script, command, events) if before_start() else None)
+    # Wakes the pump at once when the script ends, instead of at its next poll (up to 50 ms a run).
+    future.add_done_callback(lambda _: events.queue.put(("done", None)))
+    pump = _Pump(sink, command.workdir)
+    interrupted = False
+    try:
+        pump.until_done(events.queue, future)
+    except KeyboardInterrupt:
+        interrupted = True
+        command.interrupt()
+        runner.cancel()
+        # A builtin such as `sleep` only sees the cancel when it ends: past the grace
+        # the run is left to finish on its own thread, and the cell returns now.
+        pump.drain(events.queue, deadline=time.monotonic() + _STOP_GRACE, future=future)
+    return pump.finish(future, interrupted)
+
+
+def answering(future: concurrent.futures.Future, events: ScriptEvents) -> Any:
+    """Wait for `future` (work on the private loop) on this thread, running the
+    questions it puts here (`input()` works only on the kernel's main thread)."""
+    future.add_done_callback(lambda _: events.queue.put(("done", None)))
+    try:
+        while not (future.done() and events.queue.empty()):
+            try:
+                kind, payload = events.queue.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if kind == "call":
+                _call_into(*payload)
+    except KeyboardInterrupt:
+        _loop.cancel(future)
+        raise
+    return future.result()
+
+
+def _start(body: Callable[[], ShellResult | None]) -> concurrent.futures.Future:
+    """Run the body on a thread of its own.
+
+    Bashkit's synchronous `execute_sync` calls the `tools` builtin about three
+    times faster than its async `execute` does, and the kernel's main thread
+    stays free to pump output and take interrupts.
+    """
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(body())
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            future.set_exception(exc)
+        finally:
+            _loop.close_here()  # the `tools` calls of this run used this thread's loop
+
+    threading.Thread(target=run, name="toolkernel-script", daemon=True).start()
+    return future
+
+
+class _Pump:
+    def __init__(self, sink: Sink, workdir: Path) -> None:
+        self.sink = sink
+        self.limiter = OutputLimiter(workdir, sink.stdout)
+        self.stderr: list[str] = []
+        self.images: list[Path] = []
+
+    def until_done(self, events: queue.SimpleQueue, future) -> None:
+        while not (future.done() and events.empty()):
+            self._next(events, timeout=0.05)
+
+    def drain(self, events: queue.SimpleQueue, deadline: float, future) -> None:
+        while time.monotonic() < deadline and not (future.done() and events.empty()):
+            self._next(events, timeout=0.05)
+
+    def _next(self, events: queue.SimpleQueue, timeout: float) -> None:
+        try:
+            kind, payload = events.get(timeout=timeout)
+        except queue.Empty:
+            return
+        if kind == "output":
+            self._output(*payload)
+        elif kind == "image":
+            self.images.append(payload)
+            self.sink.image(payload)
+        elif kind == "progress":
+            self.sink.progress(*payload)
+        elif kind == "call":
+            _call_into(*payload)
+
+    def _output(self, out: str, err: str) -> None:
+        if out:
+            self.limiter.write(out)
+        if err:
+            self.stderr.append(err)
+            self.sink.stderr(err)
+
+    def finish(self, future, interrupted: bool) -> ShellResult:
+        ran = None if interrupted else _result(future)
+        saved = self.limiter.close(cut=ran is not None and ran.output_cut)
+        if ran is not None and ran.stderr:
+            self._output("", ran.stderr)
+        exit_code = INTERRUPTED_EXIT if interrupted else (1 if ran is None else ran.exit_code)
+        return ShellResult(exit_code, self.limiter.text(), "".join(self.stderr), interrupted,
+                           images=self.images, saved_output=saved)
+
+
+def _call_into(fn: Callable[..., Any], args: tuple, future: concurrent.futures.Future) -> None:
+    try:
+        future.set_result(fn(*args))
+    except BaseException as exc:
+        # An interrupt during `input()` ends the question too, then the run.
+        future.set_exception(exc if isinstance(exc, Exception) else concurrent.futures.CancelledError())
+        if not isinstance(exc, Exception):
+            raise
+
+
+def _result(future) -> ShellResult | None:
+    """What the runner returned; None when it failed, or the script did not start."""
+    if not future.done() or future.cancelled() or future.exception() is not None:
+        return None
+    return future.result()
