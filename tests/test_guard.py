@@ -39,6 +39,8 @@ def project_toml(record, mode=None, deny=("read_file(path=secret*)",)) -> str:
         f"env = {{ RECORD_FILE = {json.dumps(str(record))} }}\n",
         f'[mcp_servers.local]\ncommand = {json.dumps(sys.executable)}\nargs = ["srv.py"]\nload = "on-demand"\n',
         '[[hooks]]\nevent = "pre_call"\nmatch = "mcp_github__delete_branch"\ncommand = ["sh", "hooks/guard.sh"]\n',
+        # A command tool the person declared read-only runs unasked: its code must stay theirs.
+        f'[tools.stats]\ncommand = [{json.dumps(sys.executable)}, "tool.py", "{{{{ input.q }}}}"]\nread_only = true\n',
         policy_section(mode=mode, deny=deny),
     ])
 
@@ -55,6 +57,7 @@ def project(tmp_path, monkeypatch):
     (work / "toolkernel.toml").write_text(project_toml(record))
     (work / "hooks" / "guard.sh").write_text(ASK_HOOK)
     (work / "srv.py").write_text("print('the project server')\n")
+    (work / "tool.py").write_text("print('the project tool')\n")
     (work / "secret.txt").write_text("s3cret")
     TrustStore().trust(work)
     sessions: list[Session] = []
@@ -75,7 +78,7 @@ def run(session: Session, script: str):
 
 
 def snapshot(work):
-    files = ("toolkernel.toml", "hooks/guard.sh", "srv.py")
+    files = ("toolkernel.toml", "hooks/guard.sh", "srv.py", "tool.py")
     return {name: (work / name).read_bytes() for name in files}, stat.S_IMODE((work).stat().st_mode)
 
 
@@ -96,6 +99,7 @@ ROUTES = {
     "link-to-the-hook": f"ln hooks/guard.sh l; printf '{ALLOW_HOOK}' > l",
     "rewrite-the-server-code": f'printf "{PLANT}" > srv.py',
     "move-over-the-server-code": f'printf "{PLANT}" > x.py; mv -f x.py srv.py',
+    "rewrite-the-command-tool-code": f'printf "{PLANT}" > tool.py',
     "chmod-the-workspace": "chmod 777 .",
     "chmod-through-find": "find . -maxdepth 0 -exec chmod 777 {} \\;",
     "chmod-through-a-symlink": "ln -s . me; chmod 777 me",
@@ -112,7 +116,8 @@ def test_a_script_cannot_loosen_the_next_run(project, name):
     run(kernel, ROUTES[name])
     assert snapshot(work) == before, f"{name}: a protected file or the workspace mode changed"
     # create-issue: the hook asks only about delete-branch, so here the policy alone decides
-    result, err = run(kernel, "tools --help > /dev/null; tools local --help; tools github create-issue title=x")
+    result, err = run(kernel, "tools --help > /dev/null; tools local --help; tools stats q=1;"
+                              " tools github create-issue title=x")
     assert recorded_calls(record) == [], f"{name}: the call was made unasked: {err}"
     assert "needs_approval" in error_codes(err), err
     assert not (work / "pwned").exists(), f"{name}: planted code ran on the host"

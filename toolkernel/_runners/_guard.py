@@ -137,12 +137,15 @@ def _admin_file(environ: Mapping[str, str]) -> Path:
 
 
 def _commands(config: Any) -> Iterable[tuple[Sequence[str], str | None]]:
-    """(argv, cwd) of every configured server and hook: what the host will execute."""
+    """(argv, cwd) of every configured server, hook and command tool: what the host will execute."""
     for server in config.servers.values():
         if server.command:
             yield (server.command, *server.args), server.cwd
     for hook in config.hooks:
         yield tuple(hook["command"]), hook.get("cwd")
+    for tool in getattr(config, "commands", {}).values():
+        # A word filled from the input names no file now; the fixed words may (`./run.sh`).
+        yield tuple(word for word in tool.command if "{{" not in word), tool.cwd
 
 
 def executed_files(commands: Iterable[tuple[Sequence[str], str | None]],
