@@ -4,6 +4,7 @@ sink, and a real IPython kernel driven through jupyter_client.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -216,3 +217,15 @@ class Kernel:
         """The rest of a started cell's messages and its reply."""
         messages = self.messages_until(msg_id, lambda seen: False, timeout)
         return CellRun(self.reply(msg_id, timeout), [m for m in messages if m["msg_type"] != "status"])
+
+
+@contextlib.contextmanager
+def loaded_kernel(workdir: Path):
+    """A real kernel in `workdir` with toolkernel loaded from this test process's sys.path."""
+    env = {**isolated_env(workdir.parent), "PYTHONPATH": os.pathsep.join(sys.path)}
+    k = Kernel(workdir, env)
+    try:
+        k.execute_ok("%load_ext toolkernel")
+        yield k
+    finally:
+        k.shutdown()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_helpers import RecordingSink, error_lines, isolated_env, write_config
+from kernel_helpers import RecordingSink, error_lines, isolated_env, loaded_kernel, write_config
 from test_process import wait_dead
 from toolkernel import _loop
 from toolkernel.__main__ import main as cli_main
@@ -367,15 +367,8 @@ def test_lint_catches_a_name_collision(project):
 
 @pytest.fixture
 def kernel(project):
-    from kernel_helpers import Kernel
-
-    env = {**isolated_env(project.parent), "PYTHONPATH": __import__("os").pathsep.join(sys.path)}
-    k = Kernel(project, env)
-    try:
-        k.execute_ok("%load_ext toolkernel")
+    with loaded_kernel(project) as k:
         yield k
-    finally:
-        k.shutdown()
 
 
 def test_a_tools_cell_in_a_real_kernel_calls_a_command_tool_and_an_interrupt_kills_its_tree(project, kernel):

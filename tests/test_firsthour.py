@@ -3,13 +3,11 @@ way it was found, through a real kernel where it is about a kernel."""
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
-from kernel_helpers import Kernel, RecordingSink, isolated_env, write_config
+from kernel_helpers import RecordingSink, isolated_env, loaded_kernel, write_config
 from toolkernel._config._config import load_config
 from toolkernel._errors import ConfigError
 from toolkernel._config._limits import ShellLimits
@@ -28,13 +26,8 @@ def workdir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def kernel(workdir):
-    env = {**isolated_env(workdir.parent), "PYTHONPATH": os.pathsep.join(sys.path)}
-    k = Kernel(workdir, env)
-    try:
-        k.execute_ok("%load_ext toolkernel")
+    with loaded_kernel(workdir) as k:
         yield k
-    finally:
-        k.shutdown()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kernel_helpers import (
-    FIXTURE_ALLOW, Kernel, error_lines, fixture_toml, github_toml, isolated_env, policy_toml, write_config,
+    FIXTURE_ALLOW, error_lines, fixture_toml, github_toml, isolated_env, loaded_kernel, policy_toml, write_config,
 )
 
 pytestmark = pytest.mark.timeout(300)
@@ -34,13 +34,8 @@ def workdir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def kernel(workdir):
-    env = {**isolated_env(workdir.parent), "PYTHONPATH": os.pathsep.join(sys.path)}
-    k = Kernel(workdir, env)
-    try:
-        k.execute_ok("%load_ext toolkernel")
+    with loaded_kernel(workdir) as k:
         yield k
-    finally:
-        k.shutdown()
 
 
 def bash(script: str, flags: str = "") -> str:
