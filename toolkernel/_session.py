@@ -113,8 +113,10 @@ class Session:
         runner = runner or BashkitRunner(read_only=read_only)
         events = ScriptEvents()
         if approver is None and ask is not None:
+            # Asked before the start only: a call built at run time stops the script with the
+            # report (seed 000), and the person answers on it (buttons, `%tools approve`).
             approver = StdinApprover(lambda prompt, request: events.on_pump_thread(asking, ask, prompt, request),
-                                     lambda line: events.on_pump_thread(print, line))
+                                     lambda line: events.on_pump_thread(print, line), mid_run=False)
         command = _loop.run(self.prepare(events, approver or stop_and_report, read_only=read_only))
         with self.approvals.holding_lasting_rules():
             result = execute(runner, command, script, events, sink,

@@ -81,10 +81,12 @@ class StdinApprover:
     the answer did. An empty or unknown reply asks again: never a silent deny."""
 
     def __init__(self, ask: Callable[[str, ApprovalRequest | None], concurrent.futures.Future],
-                 tell: Callable[[str], Any] = lambda line: None) -> None:
-        self._ask, self._tell = ask, tell
+                 tell: Callable[[str], Any] = lambda line: None, *, mid_run: bool = True) -> None:
+        self._ask, self._tell, self._mid_run = ask, tell, mid_run
 
     async def __call__(self, request: ApprovalRequest) -> Answer:
+        if not request.before_start and not self._mid_run:
+            return Answer.LATER  # the script stops there and reports (seed 000); asked on the report
         answer = await self._answer(f"{request.question()} Allow? {CHOICES}: ", request)
         self._tell(said(answer, request))
         return answer

@@ -26,7 +26,7 @@ from ._answers import AnswerError, answer_message, list_approvals
 from .._approval._approvals import lasting_rule_covers
 from .._approval._approver import ApprovalRequest
 from .._errors import CallError, ConfigError
-from .._approval._run import described_call
+from .._approval._run import RunReport, described_call
 
 APPROVAL_MIME = "application/vnd.toolkernel.approval+json"
 # The replies the plain text prompt understands (see `_answers.answer_inline`).
@@ -78,14 +78,15 @@ def asking_with_buttons(session, ask: Callable[[str], str]) -> ButtonsAsk:
     return ButtonsAsk(ask)
 
 
-def display_report(session, report: dict[str, Any]) -> None:
+def display_report(session, report: RunReport) -> None:
     """The stop report, with whether "Always allow" is offered in its metadata
     (the report itself stays the seed's JSON)."""
     from IPython.display import display
 
     from . import _report
 
-    display(_report.bundle(report), metadata={_report.MIME: report_metadata(session, report)}, raw=True)
+    metadata = {_report.MIME: report_metadata(session, report.to_json())}
+    display(_report.bundle(report), metadata=metadata, raw=True)
 
 
 def report_metadata(session, report: dict[str, Any]) -> dict[str, Any]:

@@ -119,8 +119,8 @@ class ToolsMagics(Magics):
             result = self.session.run_script(script, IPythonSink(), read_only=args.read_only, ask=ask)
         except ConfigError as exc:
             raise ScriptFailed(f"configuration error: {exc}") from None
-        if result.report is not None:
-            display_report(self.session, result.report)
+        if result.run_report is not None:
+            display_report(self.session, result.run_report)
         if args.out:
             self.shell.user_ns[args.out] = _parse_output(result.stdout)
         if result.interrupted:
