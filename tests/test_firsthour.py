@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from toolkernel._frontends._lab import APPROVAL_MIME
+from toolkernel._frontends._report import MIME as REPORT_MIME
 from kernel_helpers import RecordingSink, isolated_env, loaded_kernel, write_config
 from toolkernel._config._config import load_config
 from toolkernel._errors import ConfigError
@@ -142,14 +144,15 @@ def test_the_prompt_shows_its_choices_asks_again_on_empty_and_says_what_happened
     assert "[o]nce / [a]lways / [d]eny (no default)" in prompts[0]
     assert len(prompts) == 3 and all("o (allow once)" in p for p in prompts[1:])
     assert run.stdout == "allowed once; running the script\ndeleted branch fix-x\nafter\n"
-    assert run.stderr == "" and not run.displays()  # no stale error line, no report
+    # No stale error line and no report: only the question, shown once for JupyterLab's buttons.
+    assert run.stderr == "" and [list(d["data"])[0] for d in run.displays()] == [APPROVAL_MIME]
 
 
 def test_a_denial_says_nothing_ran_and_does_not_ask_for_approval_afterwards(kernel, github):
     prompts, run = with_stdin(kernel, f"%%tools\n{DELETE}\necho after\n", ["d"])
     assert len(prompts) == 1
     assert run.stdout == "denied; nothing ran\n"
-    report = next(d for d in run.displays() if "text/plain" in d.get("data", {}))["data"]["text/plain"]
+    report = next(d for d in run.displays() if REPORT_MIME in d.get("data", {}))["data"]["text/plain"]
     assert "a person denied it" in report and "%tools approve" not in report
 
 

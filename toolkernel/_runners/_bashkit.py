@@ -109,6 +109,9 @@ def _no_network(ctx):
                          " `tools web-fetch url=...` (the host's programs run in %%bash)\n")
 
 
+_RAISABLE = ("loop iteration", "maximum commands", "command limit", "timed out", "timeout", "memory")
+
+
 class _CapWatch:
     """Passes output on, noting a builtin that Bashkit cut short (it says so on stderr only)."""
 
@@ -126,7 +129,10 @@ def _ended(result, watch: _CapWatch) -> ShellResult:
     """The run's result; a limit or a hard cap met on the way makes it fail, and its last
     line says which (Bashkit reports its own limits in `error`, not through on_output)."""
     error = str(result.error or "")
-    cap = cap_line(builtin=watch.cut_builtin, stdout_cut=bool(result.stdout_truncated), budget=error)
+    # A limit the [shell] table sets says where to raise it; Bashkit's other budgets are hard caps.
+    raisable = any(word in error for word in _RAISABLE)
+    cap = cap_line(builtin=watch.cut_builtin, stdout_cut=bool(result.stdout_truncated),
+                   budget=None if raisable else error)
     notice = limit_notice(error) if error and "cancelled" not in error and not cap else ""
     exit_code = result.exit_code or (1 if cap or notice else 0)
     return ShellResult(exit_code, "", notice + cap, output_cut=bool(result.stdout_truncated))
