@@ -302,13 +302,13 @@ def test_an_agent_cannot_approve_its_own_cell(kernel, agent_config):
 def test_notebook_run_marks_its_cells_as_an_agents(kernel, workdir, agent_config):
     kernel.execute_ok("%tools pair agent.ipynb --kernel python3", timeout=180)
     try:
-        kernel.execute_ok("import toolkernel; toolkernel.call('notebook-run', code='%load_ext toolkernel')")
-        ok = kernel.value("toolkernel.call('notebook-run', code='%%bash\\necho via-notebook-run')")
+        kernel.execute_ok("import toolkernel; toolkernel.call('notebook-run', notebook_path='agent.ipynb', code='%load_ext toolkernel')")
+        ok = kernel.value("toolkernel.call('notebook-run', notebook_path='agent.ipynb', code='%%bash\\necho via-notebook-run')")
         assert ok.strip() == "via-notebook-run"
-        refused = kernel.execute("toolkernel.call('notebook-run', code='%%bash\\ntouch from-agent.txt')")
+        refused = kernel.execute("toolkernel.call('notebook-run', notebook_path='agent.ipynb', code='%%bash\\ntouch from-agent.txt')")
         assert refused.status == "error" and "needs_approval" in refused.error["evalue"]
         assert not (workdir / "from-agent.txt").exists()
-        python = kernel.execute("toolkernel.call('notebook-run', code='import os')")
+        python = kernel.execute("toolkernel.call('notebook-run', notebook_path='agent.ipynb', code='import os')")
         assert python.status == "error" and python.error["ename"] == "NeedsApproval"
         kernel.execute_ok("%tools deny")
     finally:

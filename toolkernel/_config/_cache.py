@@ -45,7 +45,9 @@ def _watched(workdir: str, snapshot: frozenset, environ: Mapping[str, str]) -> t
         home = _home(environ)
         found = [_admin_path(environ), _user_config_dir(environ, home) / CONFIG_NAME, store_path(environ)]
         for folder in _project_dirs(Path(workdir).resolve(), home.resolve()):
-            found += [folder, folder / CONFIG_NAME, folder / MCP_JSON_NAME]
+            # approvals.json too: whether its lasting approvals count is part of the config (trust).
+            found += [folder, folder / CONFIG_NAME, folder / MCP_JSON_NAME,
+                      folder / ".toolkernel", folder / ".toolkernel" / "approvals.json"]
         if len(_WATCHED) > 16:
             _WATCHED.clear()
         paths = _WATCHED[key] = tuple(str(p) for p in found)
