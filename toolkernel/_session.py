@@ -57,7 +57,6 @@ class Session:
         in_process = [p for p in self.providers if isinstance(p, ToolSet) and p.name is None] + [provider]
         check_names(in_process, [p.listed for p in in_process])
         self.add_provider(provider)
-        self.process_slots = ProcessSlots()  # command-tool processes at once, per kernel
 
     # -- per run --------------------------------------------------------------
 
@@ -118,9 +117,8 @@ class Session:
             approver = StdinApprover(lambda prompt, request: events.on_pump_thread(asking, ask, prompt, request),
                                      lambda line: events.on_pump_thread(print, line), mid_run=False)
         command = _loop.run(self.prepare(events, approver or stop_and_report, read_only=read_only))
-        with self.approvals.holding_lasting_rules():
-            result = execute(runner, command, script, events, sink,
-                             before_start=lambda: self._may_start(script, command, runner, events))
+        result = execute(runner, command, script, events, sink,
+                         before_start=lambda: self._may_start(script, command, runner, events))
         if command.run.needs_report(result.exit_code):
             result.run_report = command.run.report(result.exit_code)
         return result

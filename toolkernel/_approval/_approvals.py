@@ -203,19 +203,6 @@ class Approvals(ApprovalStore):
     def __init__(self, project_dir: Path | str) -> None:
         super().__init__(project_dir)
         self._pending: list[CallInfo] = []  # oldest first; `%tools approve` answers the last
-        self._held: list[str] | None = None  # lasting rules answered during a guarded run
-
-    @contextlib.contextmanager
-    def holding_lasting_rules(self) -> Iterator[None]:
-        """Save the lasting rules a person gives during a shell run only when the block
-        ends: the run's guard undoes every change to approvals.json made meanwhile."""
-        self._held = []
-        try:
-            yield
-        finally:
-            held, self._held = self._held, None
-            for rule in held:
-                self.always_allow(rule)
 
     async def ask(self, request: ApprovalRequest, approver: Approver) -> Answer:
         """At the ask point: a once-grant answers first, then the approver. An answer
@@ -226,19 +213,13 @@ class Approvals(ApprovalStore):
             return Answer.ONCE
         answer = await approver(request)
         if answer is Answer.ALWAYS:
-            self._save_lasting(rule_for(request.call))
+            self.always_allow(rule_for(request.call))
         if answer in (Answer.ONCE, Answer.ALWAYS) and request.before_start:
             # This run's policy was read before the answer: the call itself asks once more.
             self.grant_once(key)
         if answer is Answer.LATER:
             self.add_pending(request.call)
         return answer
-
-    def _save_lasting(self, rule: str) -> None:
-        if self._held is None:
-            self.always_allow(rule)
-        else:
-            self._held.append(rule)
 
     def add_pending(self, call: CallInfo) -> None:
         with self._guard:
