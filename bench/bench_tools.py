@@ -58,6 +58,7 @@ def project_dir() -> Path:
     root = Path(tempfile.mkdtemp(prefix="toolkernel-bench-"))
     os.environ["XDG_CONFIG_HOME"] = str(root / "xdg")
     os.environ["TOOLKERNEL_ADMIN_CONFIG"] = str(root / "no-admin.toml")
+    os.environ["TOOLKERNEL_TRUST_ALL"] = "1"  # the bench trusts the config it writes itself
     project = root / "project"
     project.mkdir()
     (project / "toolkernel.toml").write_text(
