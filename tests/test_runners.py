@@ -107,6 +107,18 @@ def test_a_fake_runner_stops_where_a_call_needs_approval(session):
     assert "".join(sink.out) == "" and [e["code"] for e in error_lines(result.stderr)] == ["needs_approval"]
 
 
+
+class BrokenRunner(FakeRunner):
+    def run(self, script, command, events) -> ShellResult:
+        raise RuntimeError("the interpreter went away\nsecond line")
+
+
+def test_a_runner_that_raises_ends_the_cell_with_one_line_that_says_so(session):
+    sink = RecordingSink()
+    result = session.run_script("tools github list-pulls repo=acme/api", sink, runner=BrokenRunner())
+    assert result.exit_code == 1
+    assert "".join(sink.err) == "toolkernel: the shell failed: RuntimeError: the interpreter went away\n"
+
 # -- the approver seam ------------------------------------------------------------------
 
 

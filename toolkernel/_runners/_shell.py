@@ -201,6 +201,8 @@ class _Pump:
         saved = self.limiter.close(cut=ran is not None and ran.output_cut)
         if ran is not None and ran.stderr:
             self._output("", ran.stderr)
+        if not interrupted and _failure(future) is not None:
+            self._output("", f"toolkernel: the shell failed: {_failure(future)}\n")
         exit_code = INTERRUPTED_EXIT if interrupted else (1 if ran is None else ran.exit_code)
         return ShellResult(exit_code, self.limiter.text(), "".join(self.stderr), interrupted,
                            images=self.images, saved_output=saved)
@@ -221,3 +223,11 @@ def _result(future) -> ShellResult | None:
     if not future.done() or future.cancelled() or future.exception() is not None:
         return None
     return future.result()
+
+
+def _failure(future) -> str | None:
+    """One line for an exception the runner raised (else the cell ended 1 with no word)."""
+    if not future.done() or future.cancelled() or future.exception() is None:
+        return None
+    exc = future.exception()
+    return f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
