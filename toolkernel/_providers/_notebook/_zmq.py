@@ -22,6 +22,8 @@ READY_TIMEOUT_SECONDS = 60.0
 # The heartbeat thread answers once a second; a kernel is declared dead only
 # after it has been silent this long, so one slow beat is not a death.
 HEARTBEAT_GRACE_SECONDS = 3.0
+# How long a kernel we did not start may stay silent while it starts up.
+STARTUP_GRACE_SECONDS = 20.0
 
 
 class ZmqConnection(KernelConnection):
@@ -161,7 +163,27 @@ def _find_connection_file(name: str) -> str:
 async def _connect(connection: ZmqConnection) -> None:
     connection.client.start_channels()
     try:
-        await connection.client.wait_for_ready(timeout=READY_TIMEOUT_SECONDS)
+        await _wait_until_ready(connection)
     except RuntimeError as exc:
         await connection.close()
         raise Unavailable(f"the {connection.label} kernel did not answer: {exc}", retryable=True) from exc
+
+
+async def _wait_until_ready(connection: ZmqConnection) -> None:
+    """Wait for the kernel's first reply.
+
+    A client with no manager (--existing) judges life by the heartbeat alone, and a
+    kernel that is still starting on a loaded machine has not beaten yet: it would
+    be called dead at once. Its "died" verdict is taken only after a start-up grace.
+    """
+    started = time.monotonic()
+    while True:
+        remaining = READY_TIMEOUT_SECONDS - (time.monotonic() - started)
+        try:
+            await connection.client.wait_for_ready(timeout=max(remaining, 1.0))
+            return
+        except RuntimeError as exc:
+            starting = time.monotonic() - started < STARTUP_GRACE_SECONDS
+            if connection.manager is not None or "died" not in str(exc) or not starting:
+                raise
+            await asyncio.sleep(0.5)
