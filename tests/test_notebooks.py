@@ -52,8 +52,21 @@ def comparable(nb: nbformat.NotebookNode) -> list:
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        cells.append([_output(copy.deepcopy(out)) for out in cell.outputs])
+        cells.append([_output(out) for out in _joined_streams(cell.outputs)])
     return cells
+
+
+def _joined_streams(outputs: list) -> list:
+    """Adjacent stream outputs of one name as one, as a notebook shows them: where the
+    kernel's stdout buffer happens to flush differs between runs."""
+    joined: list = []
+    for out in map(copy.deepcopy, outputs):
+        last = joined[-1] if joined else None
+        if last and out.output_type == last.output_type == "stream" and out.name == last.name:
+            last.text += out.text
+        else:
+            joined.append(out)
+    return joined
 
 
 def _output(out: dict) -> dict:
