@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from toolkernel._config._config import DEFAULT_CALL_TIMEOUT, Config, ServerConfig, load_config
+from toolkernel._config._config import Config, load_config
+from toolkernel._config._hooks import DEFAULT_HOOK_TIMEOUT, HookConfig
+from toolkernel._config._servers import DEFAULT_CALL_TIMEOUT, ServerConfig
 from toolkernel._errors import ConfigError
 
 
@@ -149,17 +151,17 @@ def test_hooks_section(tree):
         command = ["redact"]
     """)
     first, second = tree.load().hooks
-    assert dict(first) == {"event": "before_call", "match": "github *",
-                           "command": ("python", "check.py"), "timeout": 5,
-                           "cwd": str(tree.project), "source": str(path)}
-    assert dict(second) == {"event": "after_call", "match": "*", "command": ("redact",),
-                            "cwd": str(tree.project), "source": str(path)}
+    assert first == HookConfig(event="before_call", match="github *",
+                               command=("python", "check.py"), timeout=5,
+                               cwd=str(tree.project), source=str(path))
+    assert second == HookConfig(event="after_call", match="*", command=("redact",),
+                                cwd=str(tree.project), source=str(path), timeout=DEFAULT_HOOK_TIMEOUT)
 
 
 def test_hook_events_may_use_the_hooks_module_names(tree):
     tree.toml(tree.project, '[[hooks]]\nevent = "before_call"\ncommand = ["a"]\n'
                             '[[hooks]]\nevent = "after_call"\ncommand = ["b"]\n')
-    assert [h["event"] for h in tree.load().hooks] == ["before_call", "after_call"]
+    assert [h.event for h in tree.load().hooks] == ["before_call", "after_call"]
 
 
 def test_config_hooks_register_with_the_hooks_module(tree):
@@ -168,8 +170,7 @@ def test_config_hooks_register_with_the_hooks_module(tree):
                             'command = ["true"]\ntimeout = 2.5\n')
     hooks = Hooks()
     for hook in tree.load().hooks:
-        hooks.add_command_hook(hook["event"], hook["match"], list(hook["command"]),
-                               hook.get("timeout", 30), cwd=hook["cwd"])
+        hooks.add_command_hook(hook.event, hook.match, list(hook.command), hook.timeout, cwd=hook.cwd)
 
 
 def test_tools_section_merges_per_key_and_names_either_way(tree):
@@ -251,7 +252,7 @@ def test_hooks_concatenate_lowest_first(tree):
     tree.admin_file('[[hooks]]\nevent = "pre_call"\ncommand = ["admin"]\n')
     tree.user('[[hooks]]\nevent = "pre_call"\ncommand = ["user"]\n')
     tree.toml(tree.project, '[[hooks]]\nevent = "post_call"\ncommand = ["project"]\n')
-    assert [h["command"][0] for h in tree.load().hooks] == ["admin", "user", "project"]
+    assert [h.command[0] for h in tree.load().hooks] == ["admin", "user", "project"]
 
 
 def test_admin_policy_is_kept_apart(tree):

@@ -56,13 +56,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal, Mapping
 
-from ._policy import CallInfo, parse_rule, rule_matches
+from ._policy import CallInfo, Rule, parse_rule, rule_matches
 from .._process import ProcessResult, run_capped
 from .._tool import ToolResult
 
 HookAction = Literal["continue", "allow", "deny", "ask"]
 EVENTS = ("before_call", "after_call")
-_EVENT_ALIASES = {"pre_call": "before_call", "post_call": "after_call"}  # the config's names
 REDACTED = "[redacted]"
 
 _ACTIONS = ("continue", "allow", "deny", "ask")
@@ -90,7 +89,7 @@ class HookFailed(Exception):
 @dataclass(frozen=True)
 class _Hook:
     name: str
-    pattern: str
+    pattern: Rule
     run: Callable[..., Awaitable[Any]]
     timeout: float
 
@@ -123,9 +122,9 @@ class Hooks:
         return register
 
     def _register_python(self, event: str, pattern: str, timeout: float, fn: Callable[..., Any]):
-        _check_pattern_and_timeout(pattern, timeout)
+        rule = _check_pattern_and_timeout(pattern, timeout)
         name = getattr(fn, "__qualname__", None) or repr(fn)
-        self._python[event].append(_Hook(name, pattern, _as_async(fn), timeout))
+        self._python[event].append(_Hook(name, rule, _as_async(fn), timeout))
         return fn
 
     def add_command_hook(
@@ -137,15 +136,14 @@ class Hooks:
         cwd: str | Path | None = None,
     ) -> None:
         """Run `argv` for each matching call (the protocol is in the module doc).
-        `event` is before_call / after_call (the config's pre_call / post_call too)."""
-        event = _EVENT_ALIASES.get(event, event)
+        `event` is before_call / after_call (the config's spellings are `_config._hooks`')."""
         if event not in EVENTS:
             raise ValueError(f"a hook event is one of {', '.join(EVENTS)}, not {event!r}")
         if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(a, str) for a in argv):
             raise ValueError("a command hook's argv is a non-empty list of strings")
-        _check_pattern_and_timeout(pattern, timeout)
+        rule = _check_pattern_and_timeout(pattern, timeout)
         runner = _CommandHook(event, list(argv), None if cwd is None else Path(cwd))
-        self._commands[event].append(_Hook(runner.name, pattern, runner, timeout))
+        self._commands[event].append(_Hook(runner.name, rule, runner, timeout))
 
     def clear_command_hooks(self) -> None:
         """Forget the config's hooks (before re-adding them from a re-read config)."""
@@ -233,10 +231,11 @@ def redact(result: ToolResult, secrets: list[str], mask: str = REDACTED) -> Tool
 # -- helpers -------------------------------------------------------------------
 
 
-def _check_pattern_and_timeout(pattern: str, timeout: float) -> None:
-    parse_rule(pattern)
+def _check_pattern_and_timeout(pattern: str, timeout: float) -> Rule:
+    rule = parse_rule(pattern)
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
         raise ValueError(f"a hook timeout is a positive number of seconds, not {timeout!r}")
+    return rule
 
 
 def _as_async(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:

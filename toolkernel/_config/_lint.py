@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from .._providers._commands import QUALIFIED_PREFIX, check_names, undeclared_references
-from ._config import RULE_LISTS, Config, load_config
+from ._config import Config, load_config
+from ._policy import RULE_LISTS
 from .._errors import ConfigError
 
 
