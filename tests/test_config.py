@@ -760,3 +760,43 @@ def test_expanded_values_are_kept_as_secrets_apart_from_defaults_and_literals(tr
     server = tree.load().servers["s"]
     assert server.args == ("--token=t0k-from-env", "--mode=fast", "literal")
     assert set(server.secrets) == {"mcp-bin", "t0k-from-env"}
+
+
+def test_every_problem_in_every_file_is_reported_at_once(tree):
+    user = tree.user('[policy]\nmode = "yolo"\n')
+    project = tree.toml(tree.project, """
+        [mcp_servers.a]
+        command = 1
+        [mcp_servers.b]
+        url = "ftp://x/"
+        [policy]
+        allow = ["ok", "a b c"]
+        [[hooks]]
+        event = "before"
+        command = ["x"]
+        [tools.t]
+        command = []
+        [shell]
+        timeout = 0
+        [tools_in_shell]
+        enabled = "yes"
+        [server]
+    """)
+    json_file = tree.mcp_json(tree.project, {"s": {"command": 2}})
+    error = tree.error()
+    found = [(e.path, e.key) for e in error.errors]
+    assert found == [(str(user), "policy.mode"), (str(json_file), "mcpServers.s.command"),
+                     (str(project), "mcp_servers.a.command"), (str(project), "mcp_servers.b.url"),
+                     (str(project), "server"), (str(project), "policy.allow[1]"),
+                     (str(project), "hooks[0].event"), (str(project), "tools.t.command"),
+                     (str(project), "tools_in_shell.enabled"), (str(project), "shell.timeout")]
+    text = str(error)
+    assert_names(error, user, "policy.mode", "yolo")  # reads as the first, then the others
+    assert text.splitlines() == [str(e) for e in error.errors]
+
+
+def test_a_file_that_cannot_be_parsed_does_not_hide_the_problems_of_the_others(tree):
+    broken = tree.toml(tree.project, "[policy\n")
+    user = tree.user('[shell]\ntimeout = "long"\n')
+    error = tree.error()
+    assert [(e.path, e.key) for e in error.errors] == [(str(user), "shell.timeout"), (str(broken), None)]

@@ -62,6 +62,7 @@ from .._tool import ToolResult
 
 HookAction = Literal["continue", "allow", "deny", "ask"]
 EVENTS = ("before_call", "after_call")
+_EVENT_ALIASES = {"pre_call": "before_call", "post_call": "after_call"}  # the config's names
 REDACTED = "[redacted]"
 
 _ACTIONS = ("continue", "allow", "deny", "ask")
@@ -136,7 +137,8 @@ class Hooks:
         cwd: str | Path | None = None,
     ) -> None:
         """Run `argv` for each matching call (the protocol is in the module doc).
-        `event` is before_call / after_call (the config's spellings are `_config._hooks`')."""
+        `event` is before_call / after_call (the config's pre_call / post_call too)."""
+        event = _EVENT_ALIASES.get(event, event)
         if event not in EVENTS:
             raise ValueError(f"a hook event is one of {', '.join(EVENTS)}, not {event!r}")
         if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(a, str) for a in argv):

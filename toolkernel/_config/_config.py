@@ -13,12 +13,12 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from .._errors import ConfigErrors
+from .._errors import ConfigError, ConfigErrors
 from ._merge import Builder, Config
-from ._sources import Doubts, Source, home, sources
+from ._sources import Doubts, home, sources
 from ._trust import TrustStore
 
-__all__ = ["Config", "load_config"]
+__all__ = ["Config", "load_config", "read_config"]
 
 
 def load_config(workdir: Path, *, user_config_dir: Path | None = None,
@@ -31,6 +31,19 @@ def load_config(workdir: Path, *, user_config_dir: Path | None = None,
     `$XDG_CONFIG_HOME/toolkernel`); `environ` is where `${VAR}`, `HOME` and the config
     locations are looked up (default `os.environ`).
     """
+    config, problems = read_config(workdir, user_config_dir=user_config_dir, admin_path=admin_path,
+                                   environ=environ)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise ConfigErrors(list(problems))
+    return config
+
+
+def read_config(workdir: Path, *, user_config_dir: Path | None = None, admin_path: Path | None = None,
+                environ: Mapping[str, str] | None = None) -> tuple[Config, tuple[ConfigError, ...]]:
+    """The config without its wrong entries, and every problem found (for `toolkernel lint`;
+    a run uses `load_config`, which refuses a config with any problem)."""
     environ = os.environ if environ is None else environ
     builder = Builder(environ, home(environ))
     doubts = Doubts(TrustStore(environ=environ))
@@ -39,15 +52,6 @@ def load_config(workdir: Path, *, user_config_dir: Path | None = None,
         data = source.attempt(source.read)
         if data is not None:
             builder.add(source, data, doubts.about(source))
-    _raise_problems(found)
-    return builder.build(doubts.notes(), doubts.to_trust(),
-                         approvals_trusted=not doubts.of(Path(workdir).resolve()))
-
-
-def _raise_problems(found: list[Source]) -> None:
-    problems = [problem for source in found for problem in source.problems]
-    if len(problems) == 1:
-        raise problems[0]
-    if problems:
-        raise ConfigErrors(problems)
-
+    config = builder.build(doubts.notes(), doubts.to_trust(),
+                           approvals_trusted=not doubts.of(Path(workdir).resolve()))
+    return config, tuple(problem for source in found for problem in source.problems)
