@@ -800,3 +800,17 @@ def test_a_file_that_cannot_be_parsed_does_not_hide_the_problems_of_the_others(t
     user = tree.user('[shell]\ntimeout = "long"\n')
     error = tree.error()
     assert [(e.path, e.key) for e in error.errors] == [(str(user), "shell.timeout"), (str(broken), None)]
+
+
+def test_a_tools_cell_in_a_real_kernel_names_every_config_problem(tmp_path):
+    from kernel_helpers import loaded_kernel, write_config
+
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    path = write_config(workdir, '[policy]\nmode = "fast"\ndeny = ["a b c"]\n[shell]\ntimeout = 0\n')
+    with loaded_kernel(workdir) as kernel:
+        run = kernel.execute("%%tools\ntools --help\n")
+    text = f"{run.error['evalue'] if run.error else ''}\n{run.stderr}"
+    for key in ("policy.mode", "policy.deny[0]", "shell.timeout"):
+        assert f"{path}: {key}: " in text, text
+    assert "Traceback" not in run.stderr
