@@ -17,6 +17,7 @@ raised `[shell]` limits and a looser mode loosen.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -76,7 +77,7 @@ class Config:
 class Builder:
     """Folds the files, lowest precedence first, into one `Config`."""
 
-    def __init__(self, environ: Mapping[str, str], home) -> None:
+    def __init__(self, environ: Mapping[str, str], home: Path) -> None:
         self.environ, self.home = environ, home
         self.servers: dict[str, ServerConfig] = {}   # keyed by folded name
         self.policy = PolicySection()
@@ -97,14 +98,14 @@ class Builder:
         if source.is_json:
             return
         source.attempt(known_keys, source, None, data, SECTIONS)
-        if "policy" in data:
-            policy = source.attempt(policy_section, source, data["policy"])
-            if policy is not None:
-                self._add_policy(source, policy if trusted else policy.tightening())
-            if policy is not None and not trusted and policy.mode:
+        policy = source.attempt(policy_section, source, data["policy"]) if "policy" in data else None
+        if policy is not None:
+            self._add_policy(source, policy if trusted else policy.tightening())
+            if not trusted and policy.mode:
                 self.strictest = stricter(policy.mode, self.strictest)
         hooks = source.attempt(hooks_section, source, data.get("hooks", []), default=())
         tools = source.attempt(tools_section, source, data.get("tools", {}), self.environ)
+        # [tools_in_shell] counts from any file, as before trust existed: it hides or shows, never runs.
         visible = source.attempt(tools_in_shell_section, source, data.get("tools_in_shell", {}))
         self.tools_in_shell = self.tools_in_shell.then(visible or ToolsInShell())
         shell = source.attempt(shell_section, source, data.get("shell", {}), default={})
