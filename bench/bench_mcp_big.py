@@ -33,7 +33,7 @@ from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 
 from toolkernel import _loop  # noqa: E402
-from toolkernel._config._config import ServerConfig  # noqa: E402
+from toolkernel._config._servers import ServerConfig  # noqa: E402
 from toolkernel._providers._mcp import ServerPool  # noqa: E402
 from toolkernel._tool import ToolContext  # noqa: E402
 

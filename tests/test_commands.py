@@ -357,6 +357,33 @@ def test_lint_reports_a_config_error_and_a_clean_config(project, capsys):
     assert "no problems found" in capsys.readouterr().out
 
 
+def test_lint_reports_every_config_error_with_the_name_findings(project, capsys):
+    config = (command_tool("e", []) + command_tool("b", ["{{#if input.x}}"])
+              + '[policy]\nallow = ["a b c", "nothing_here"]\ndeny = [1]\n\n[shell]\ntimeout = 0\n')
+    write_config(project, config)
+    file = str(project / "toolkernel.toml")
+    assert [(f.file, f.key) for f in lint(project)] == [
+        (file, "policy.allow[0]"), (file, "policy.deny[0]"), (file, "tools.e.command"),
+        (file, "tools.b.command[0]"), (file, "shell.timeout"), (file, "policy.allow[1]")]
+    assert cli_main(["lint", str(project)]) == 1
+    assert "6 problem(s)" in capsys.readouterr().out
+
+
+def test_lint_checks_the_paths_of_block_conditions_on_both_sides(project):
+    argv = ["echo", "{{#if input.flag}}on{{/if}}", "{{#unless input.nope}}x{{/unless}}",
+            "{{#if input.flag}}a{{else}}{{ input.other }}{{/if}}", "{{#each input.items}}{{ this }}{{/each}}",
+            "{{#each input.lost}}{{ this }}{{/each}}", "{{#with input.obj}}{{ inner }}{{ gone }}{{/with}}"]
+    parameters = {"type": "object", "properties": {
+        "flag": {"type": "boolean"}, "items": {"type": "array", "items": {"type": "string"}},
+        "obj": {"type": "object", "properties": {"inner": {"type": "string"}}}}}
+    write_config(project, command_tool("blocks", argv, parameters=parameters))
+    found = [(f.key, f.problem.split(",")[0]) for f in lint(project)]
+    assert found == [("tools.blocks.command[2]", "uses {{ input.nope }}"),
+                     ("tools.blocks.command[3]", "uses {{ input.other }}"),
+                     ("tools.blocks.command[5]", "uses {{ input.lost }}"),
+                     ("tools.blocks.command[6]", "uses {{ input.obj.gone }}")]
+
+
 def test_lint_catches_a_name_collision(project):
     write_config(project, command_tool("glob-search", ["true"]))
     (finding,) = lint(project)

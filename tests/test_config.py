@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from toolkernel._config._config import DEFAULT_CALL_TIMEOUT, Config, ServerConfig, load_config
+from toolkernel._config._config import Config, load_config
+from toolkernel._config._hooks import DEFAULT_HOOK_TIMEOUT, HookConfig
+from toolkernel._config._servers import DEFAULT_CALL_TIMEOUT, ServerConfig
 from toolkernel._errors import ConfigError
 
 
@@ -149,17 +151,17 @@ def test_hooks_section(tree):
         command = ["redact"]
     """)
     first, second = tree.load().hooks
-    assert dict(first) == {"event": "before_call", "match": "github *",
-                           "command": ("python", "check.py"), "timeout": 5,
-                           "cwd": str(tree.project), "source": str(path)}
-    assert dict(second) == {"event": "after_call", "match": "*", "command": ("redact",),
-                            "cwd": str(tree.project), "source": str(path)}
+    assert first == HookConfig(event="before_call", match="github *",
+                               command=("python", "check.py"), timeout=5,
+                               cwd=str(tree.project), source=str(path))
+    assert second == HookConfig(event="after_call", match="*", command=("redact",),
+                                cwd=str(tree.project), source=str(path), timeout=DEFAULT_HOOK_TIMEOUT)
 
 
 def test_hook_events_may_use_the_hooks_module_names(tree):
     tree.toml(tree.project, '[[hooks]]\nevent = "before_call"\ncommand = ["a"]\n'
                             '[[hooks]]\nevent = "after_call"\ncommand = ["b"]\n')
-    assert [h["event"] for h in tree.load().hooks] == ["before_call", "after_call"]
+    assert [h.event for h in tree.load().hooks] == ["before_call", "after_call"]
 
 
 def test_config_hooks_register_with_the_hooks_module(tree):
@@ -168,8 +170,7 @@ def test_config_hooks_register_with_the_hooks_module(tree):
                             'command = ["true"]\ntimeout = 2.5\n')
     hooks = Hooks()
     for hook in tree.load().hooks:
-        hooks.add_command_hook(hook["event"], hook["match"], list(hook["command"]),
-                               hook.get("timeout", 30), cwd=hook["cwd"])
+        hooks.add_command_hook(hook.event, hook.match, list(hook.command), hook.timeout, cwd=hook.cwd)
 
 
 def test_tools_section_merges_per_key_and_names_either_way(tree):
@@ -251,7 +252,7 @@ def test_hooks_concatenate_lowest_first(tree):
     tree.admin_file('[[hooks]]\nevent = "pre_call"\ncommand = ["admin"]\n')
     tree.user('[[hooks]]\nevent = "pre_call"\ncommand = ["user"]\n')
     tree.toml(tree.project, '[[hooks]]\nevent = "post_call"\ncommand = ["project"]\n')
-    assert [h["command"][0] for h in tree.load().hooks] == ["admin", "user", "project"]
+    assert [h.command[0] for h in tree.load().hooks] == ["admin", "user", "project"]
 
 
 def test_admin_policy_is_kept_apart(tree):
@@ -759,3 +760,57 @@ def test_expanded_values_are_kept_as_secrets_apart_from_defaults_and_literals(tr
     server = tree.load().servers["s"]
     assert server.args == ("--token=t0k-from-env", "--mode=fast", "literal")
     assert set(server.secrets) == {"mcp-bin", "t0k-from-env"}
+
+
+def test_every_problem_in_every_file_is_reported_at_once(tree):
+    user = tree.user('[policy]\nmode = "yolo"\n')
+    project = tree.toml(tree.project, """
+        [mcp_servers.a]
+        command = 1
+        [mcp_servers.b]
+        url = "ftp://x/"
+        [policy]
+        allow = ["ok", "a b c"]
+        [[hooks]]
+        event = "before"
+        command = ["x"]
+        [tools.t]
+        command = []
+        [shell]
+        timeout = 0
+        [tools_in_shell]
+        enabled = "yes"
+        [server]
+    """)
+    json_file = tree.mcp_json(tree.project, {"s": {"command": 2}})
+    error = tree.error()
+    found = [(e.path, e.key) for e in error.errors]
+    assert found == [(str(user), "policy.mode"), (str(json_file), "mcpServers.s.command"),
+                     (str(project), "mcp_servers.a.command"), (str(project), "mcp_servers.b.url"),
+                     (str(project), "server"), (str(project), "policy.allow[1]"),
+                     (str(project), "hooks[0].event"), (str(project), "tools.t.command"),
+                     (str(project), "tools_in_shell.enabled"), (str(project), "shell.timeout")]
+    text = str(error)
+    assert_names(error, user, "policy.mode", "yolo")  # reads as the first, then the others
+    assert text.splitlines() == [str(e) for e in error.errors]
+
+
+def test_a_file_that_cannot_be_parsed_does_not_hide_the_problems_of_the_others(tree):
+    broken = tree.toml(tree.project, "[policy\n")
+    user = tree.user('[shell]\ntimeout = "long"\n')
+    error = tree.error()
+    assert [(e.path, e.key) for e in error.errors] == [(str(user), "shell.timeout"), (str(broken), None)]
+
+
+def test_a_tools_cell_in_a_real_kernel_names_every_config_problem(tmp_path):
+    from kernel_helpers import loaded_kernel, write_config
+
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    path = write_config(workdir, '[policy]\nmode = "fast"\ndeny = ["a b c"]\n[shell]\ntimeout = 0\n')
+    with loaded_kernel(workdir) as kernel:
+        run = kernel.execute("%%tools\ntools --help\n")
+    text = f"{run.error['evalue'] if run.error else ''}\n{run.stderr}"
+    for key in ("policy.mode", "policy.deny[0]", "shell.timeout"):
+        assert f"{path}: {key}: " in text, text
+    assert "Traceback" not in run.stderr

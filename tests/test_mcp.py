@@ -18,7 +18,8 @@ import mcp_types as types
 import pytest
 
 from toolkernel import _loop
-from toolkernel._config._config import ServerConfig, load_config
+from toolkernel._config._config import load_config
+from toolkernel._config._servers import ServerConfig
 from toolkernel._errors import ConnectionRequired, Unavailable
 from toolkernel._providers._mcp import ServerPool, convert_result
 from toolkernel._tool import Tool, ToolContext

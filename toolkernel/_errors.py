@@ -2,7 +2,8 @@
 
     ToolkernelError
      ├── ConfigError            a config file is unreadable or wrong (names file and key),
-     │                          or two sources of tools claim one name
+     │   │                      or two sources of tools claim one name
+     │   └── ConfigErrors       several at once (`errors`), reported together
      ├── ToolInputError         raised by a tool's own function for input it cannot use;
      │                          the `tool()` wrapper turns it into the tool's error result
      └── CallError              a `tools` call did not produce a result; `code` is the
@@ -44,6 +45,25 @@ class ConfigError(ToolkernelError):
         self.path, self.key, self.problem = path, key, problem
         where = f"{path}: {key}" if key else path
         super().__init__(f"{where}: {problem}")
+
+    @property
+    def errors(self) -> tuple["ConfigError", ...]:
+        """Each problem on its own (a config with several is reported at once)."""
+        return (self,)
+
+
+class ConfigErrors(ConfigError):
+    """Several config problems at once: it reads as the first, then the others, one a line."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        first = errors[0]
+        super().__init__(first.path, first.key, first.problem)
+        self._errors = tuple(errors)
+        self.args = ("\n".join(str(error) for error in errors),)
+
+    @property
+    def errors(self) -> tuple[ConfigError, ...]:
+        return self._errors
 
 
 class ToolInputError(ToolkernelError):

@@ -97,8 +97,7 @@ class Session:
     def _hooks_for(self, config: Config) -> Hooks:
         self.hooks.clear_command_hooks()
         for hook in config.hooks:
-            self.hooks.add_command_hook(hook["event"], hook["match"], list(hook["command"]),
-                                        hook.get("timeout", 30), cwd=hook.get("cwd"))
+            self.hooks.add_command_hook(hook.event, hook.match, list(hook.command), hook.timeout, cwd=hook.cwd)
         return self.hooks
 
     def run_script(self, script: str, sink: Sink, *, read_only: bool = False,

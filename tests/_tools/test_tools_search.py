@@ -11,7 +11,7 @@ from toolkernel._tool import ToolContext
 from toolkernel._providers._tools.search import glob_search, grep_search
 
 HAS_RG = shutil.which("rg") is not None
-BUILTIN = {"grep_search": {"engine": "builtin"}}
+BUILTIN = {"engine": "builtin"}  # grep_search's own [tools.grep_search] table
 
 
 def call(tool, args, workdir, settings=None):

@@ -83,7 +83,7 @@ def server():
 
 
 def fetch(args, allow=("127.0.0.1",)):
-    ctx = ToolContext(workdir=Path("."), settings={"web_fetch": {"allow_hosts": list(allow)}})
+    ctx = ToolContext(workdir=Path("."), settings={"allow_hosts": list(allow)})  # its own [tools.web_fetch] table
     return asyncio.run(web_fetch.call(args, ctx))
 
 

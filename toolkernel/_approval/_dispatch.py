@@ -19,6 +19,7 @@ from ._approver import Answer, ApprovalRequest, Approver, stop_and_report
 from .._errors import CallError, CallLimit, Denied, InvalidInput, NeedsApproval, Stopped, ToolFailed
 from ._hooks import HookOutcome, Hooks
 from .._config._limits import ShellLimits
+from .._config._tools import own_settings
 from ._policy import CallInfo, Decision, Policy, canonical_call_key, decide
 from ._run import NO_EVENTS, Run, RunEvents
 from .._tool import Tool, ToolContext, ToolResult
@@ -37,7 +38,7 @@ class CallEnv:
     policy: Policy  # includes the lasting "always allow" rules
     approvals: Approvals
     hooks: Hooks
-    settings: Mapping[str, Any]
+    settings: Mapping[str, Any]  # [tools]: each own tool is handed its own table
     state: dict[str, Any]
     approver: Approver = stop_and_report  # who answers at the ask point
     guarded: Protection | None = None  # what no call may write unasked (see _guard.py)
@@ -185,7 +186,7 @@ class Dispatcher:
     async def _invoke(self, tool: Tool, arguments: dict[str, Any], run: Run, events: RunEvents) -> ToolResult:
         ctx = ToolContext(
             workdir=self.env.workdir,
-            settings=self.env.settings,
+            settings=own_settings(self.env.settings, tool.name),  # its own [tools.NAME] table only
             state=self.env.state,
             progress=lambda p, total=None, msg=None: events.progress(tool.command, p, total, msg),
         )

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal, Mapping
 
-from ._policy import CallInfo, parse_rule, rule_matches
+from ._policy import CallInfo, Rule, parse_rule, rule_matches
 from .._process import ProcessResult, run_capped
 from .._tool import ToolResult
 
@@ -90,7 +90,7 @@ class HookFailed(Exception):
 @dataclass(frozen=True)
 class _Hook:
     name: str
-    pattern: str
+    pattern: Rule
     run: Callable[..., Awaitable[Any]]
     timeout: float
 
@@ -123,9 +123,9 @@ class Hooks:
         return register
 
     def _register_python(self, event: str, pattern: str, timeout: float, fn: Callable[..., Any]):
-        _check_pattern_and_timeout(pattern, timeout)
+        rule = _check_pattern_and_timeout(pattern, timeout)
         name = getattr(fn, "__qualname__", None) or repr(fn)
-        self._python[event].append(_Hook(name, pattern, _as_async(fn), timeout))
+        self._python[event].append(_Hook(name, rule, _as_async(fn), timeout))
         return fn
 
     def add_command_hook(
@@ -143,9 +143,9 @@ class Hooks:
             raise ValueError(f"a hook event is one of {', '.join(EVENTS)}, not {event!r}")
         if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(a, str) for a in argv):
             raise ValueError("a command hook's argv is a non-empty list of strings")
-        _check_pattern_and_timeout(pattern, timeout)
+        rule = _check_pattern_and_timeout(pattern, timeout)
         runner = _CommandHook(event, list(argv), None if cwd is None else Path(cwd))
-        self._commands[event].append(_Hook(runner.name, pattern, runner, timeout))
+        self._commands[event].append(_Hook(runner.name, rule, runner, timeout))
 
     def clear_command_hooks(self) -> None:
         """Forget the config's hooks (before re-adding them from a re-read config)."""
@@ -233,10 +233,11 @@ def redact(result: ToolResult, secrets: list[str], mask: str = REDACTED) -> Tool
 # -- helpers -------------------------------------------------------------------
 
 
-def _check_pattern_and_timeout(pattern: str, timeout: float) -> None:
-    parse_rule(pattern)
+def _check_pattern_and_timeout(pattern: str, timeout: float) -> Rule:
+    rule = parse_rule(pattern)
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
         raise ValueError(f"a hook timeout is a positive number of seconds, not {timeout!r}")
+    return rule
 
 
 def _as_async(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:

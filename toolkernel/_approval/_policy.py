@@ -136,19 +136,37 @@ def _glob(pattern: str, star: str) -> str:
     return star.join(re.escape(part) for part in pattern.split("*"))
 
 
-def parse_rule(text: str) -> _Rule:
+class Rule(str):
+    """A rule as written, parsed once: what the config hands to the policy and hooks.
+
+    It is its text (it compares, prints and serialises as the string), so reports and
+    `Decision.rule` keep showing what the person wrote."""
+
+    __slots__ = ("parsed",)
+    parsed: _Rule
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a Rule cannot be changed")
+
+
+def parse_rule(text: str) -> Rule:
     """Parse one rule; a malformed rule raises `ValueError` naming it."""
+    if isinstance(text, Rule):
+        return text
     if not isinstance(text, str):
         raise ValueError(f"a rule must be a string, not {type(text).__name__}")
     return _parse_cached(text)
 
 
-@functools.lru_cache(maxsize=4096)
-def _parse_cached(text: str) -> _Rule:
+@functools.lru_cache(maxsize=4096)  # the rules a Python hook or an approval names
+def _parse_cached(text: str) -> Rule:
     try:
-        return _parse_rule(text)
+        parsed = _parse_rule(text)
     except ValueError as exc:
         raise ValueError(f"bad rule {text!r}: {exc}") from None
+    rule = Rule(text)
+    object.__setattr__(rule, "parsed", parsed)
+    return rule
 
 
 def _parse_rule(text: str) -> _Rule:
@@ -297,7 +315,7 @@ def _may_default(key: str, schema_keys: frozenset[str] | None) -> bool:
 def rule_matches(rule: str, call: CallInfo, *, grants: bool = True) -> bool:
     """Whether `rule` covers `call` (its tool and, if the rule says so, its input);
     `grants` is False for deny and ask rules (see `_input_matches`)."""
-    parsed = parse_rule(rule)
+    parsed = parse_rule(rule).parsed
     return _names_match(parsed, call) and _input_matches(parsed, call.input, call.schema_keys, grants=grants)
 
 
@@ -341,10 +359,10 @@ def normalize_mode(mode: str) -> str:
 @dataclass(frozen=True)
 class Policy:
     mode: str = "default"
-    allow: tuple[str, ...] = ()
-    ask: tuple[str, ...] = ()
-    deny: tuple[str, ...] = ()
-    admin_deny: tuple[str, ...] = ()
+    allow: tuple[Rule, ...] = ()
+    ask: tuple[Rule, ...] = ()
+    deny: tuple[Rule, ...] = ()
+    admin_deny: tuple[Rule, ...] = ()
     admin_mode_ceiling: str | None = None
     read_only: bool = False  # `%%tools --read-only`: every call that is not a read is denied
 
@@ -352,9 +370,8 @@ class Policy:
         object.__setattr__(self, "mode", normalize_mode(self.mode))
         if self.admin_mode_ceiling is not None:
             object.__setattr__(self, "admin_mode_ceiling", normalize_mode(self.admin_mode_ceiling))
-        for rules in (self.allow, self.ask, self.deny, self.admin_deny):
-            for rule in rules:
-                parse_rule(rule)
+        for name in ("allow", "ask", "deny", "admin_deny"):  # rules from the config come parsed
+            object.__setattr__(self, name, tuple(parse_rule(rule) for rule in getattr(self, name)))
 
     @property
     def effective_mode(self) -> str:

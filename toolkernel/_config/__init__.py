@@ -1,1 +1,3 @@
-"""Reading toolkernel.toml, .mcp.json and the admin file (cached by fingerprint); the [shell] limits; workspace trust; lint."""
+"""The config: found and read (`_sources`), checked section by section into frozen dataclasses
+(`_servers`, `_policy`, `_hooks`, `_tools`, `_tools_in_shell`, `_limits`), merged (`_merge`),
+cached by fingerprint (`_cache`); workspace trust (`_trust`) and `toolkernel lint` (`_lint`)."""

@@ -14,9 +14,8 @@ import stat
 from pathlib import Path
 from typing import Any, Mapping
 
-from ._config import (
-    CONFIG_NAME, MCP_JSON_NAME, Config, _admin_path, _home, _project_dirs, _user_config_dir, load_config,
-)
+from ._config import Config, load_config
+from ._sources import CONFIG_NAME, MCP_JSON_NAME, admin_path, home, project_dirs, user_config_dir
 from ._trust import store_path
 
 
@@ -42,9 +41,9 @@ def _watched(workdir: str, snapshot: frozenset, environ: Mapping[str, str]) -> t
     key = (workdir, snapshot)
     paths = _WATCHED.get(key)
     if paths is None:
-        home = _home(environ)
-        found = [_admin_path(environ), _user_config_dir(environ, home) / CONFIG_NAME, store_path(environ)]
-        for folder in _project_dirs(Path(workdir).resolve(), home.resolve()):
+        where = home(environ)
+        found = [admin_path(environ), user_config_dir(environ, where) / CONFIG_NAME, store_path(environ)]
+        for folder in project_dirs(Path(workdir).resolve(), where.resolve()):
             # approvals.json too: whether its lasting approvals count is part of the config (trust).
             found += [folder, folder / CONFIG_NAME, folder / MCP_JSON_NAME,
                       folder / ".toolkernel", folder / ".toolkernel" / "approvals.json"]

@@ -1,4 +1,4 @@
-"""The sandbox's limits: what one shell run may use before it is ended.
+"""`[shell]`: the sandbox's limits, what one shell run may use before it is ended.
 
 A model module (no I/O). Bashkit's own defaults (10,000 loop iterations,
 10,000 commands, 30 s) are set for agents' small scripts and end ordinary loops
@@ -9,8 +9,13 @@ and a `[shell]` table in toolkernel.toml changes them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from .._approval._run import CALL_LIMIT
+from ._check import known_keys, table
+
+if TYPE_CHECKING:
+    from ._sources import Source
 
 # What `[shell]` may set, and what each key means in `tools --help`/the README.
 SHELL_KEYS = {
@@ -42,3 +47,18 @@ def limit_notice(error: str) -> str:
     """The last line of a run a limit ended: which limit, and where to raise it."""
     return (f"toolkernel: the script was ended by a sandbox limit ({error}). "
             "Raise it in the [shell] table of toolkernel.toml, or split the work.\n")
+
+
+def shell_section(source: "Source", raw: Any) -> dict[str, int]:
+    """`[shell]`: the limits a file sets (the rest keep their defaults)."""
+    checked = table(source, "shell", raw)
+    source.attempt(known_keys, source, "shell", checked, tuple(SHELL_KEYS))
+    limits = {}
+    for key, value in checked.items():
+        if key not in SHELL_KEYS:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            source.problems.append(source.error(f"shell.{key}", f"expected a whole number greater than 0 ({SHELL_KEYS[key]})"))
+        else:
+            limits[key] = value
+    return limits

@@ -1,10 +1,10 @@
 """`toolkernel lint` / `%tools lint`: check the config statically, starting nothing.
 
 The findings, each with its file and key:
-- a file the config reader refuses (an empty `command`, `parameters` that is not a
-  JSON Schema, a broken template, ...): the reader stops at the first such problem,
-  so that one is reported and fixing it shows the next;
-- a command tool whose templates use a path no declared parameter fills;
+- every problem the config reader finds, in every file (an empty `command`,
+  `parameters` that is not a JSON Schema, a broken template, a bad rule, ...);
+- a command tool whose templates use a path no declared parameter fills, in a
+  value or in a block's condition (`{{#if input.x}}`, `{{#each}}`, `{{#with}}`);
 - a command tool whose name is taken by toolkernel's own tool or an MCP server;
 - a policy rule, hook `match` or `keep_visible` entry that names no tool that exists
   or could exist. No MCP server is started: any tool of a configured server counts.
@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from .._providers._commands import QUALIFIED_PREFIX, check_names, undeclared_references
-from ._config import RULE_LISTS, Config, load_config
+from ._config import Config, read_config
+from ._policy import RULE_LISTS
 from .._errors import ConfigError
 
 
@@ -39,18 +40,18 @@ class Finding:
 
 
 def lint(workdir: Path, *, environ: Mapping[str, str] | None = None) -> list[Finding]:
-    try:
-        config = load_config(workdir, environ=environ)
-    except ConfigError as exc:
-        return [Finding.of(exc)]
+    config, problems = read_config(workdir, environ=environ)
     names = _Names(config)
-    findings = [Finding.of(e) for e in check_names(config.commands.values(), names.own, names.server_files)]
+    findings = [Finding.of(e) for e in (*problems, *check_names(config.commands.values(), names.own,
+                                                                  names.server_files))]
     for command in config.commands.values():
         findings += [Finding(command.source, key, f"uses {{{{ {path} }}}}, which no declared parameter"
                              " fills (declare it under parameters.properties)")
                      for key, path in undeclared_references(command)]
+    wrong = {(problem.path, problem.key) for problem in problems}  # reported already
     for file in config.files:
-        findings += [Finding(file, key, problem) for key, problem in _name_problems(file, names)]
+        findings += [Finding(file, key, problem) for key, problem in _name_problems(file, names)
+                     if (file, key) not in wrong]
     return findings
 
 
@@ -121,13 +122,24 @@ def _read(file: str) -> dict[str, Any]:
 
 
 def _patterns(data: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
-    policy = data.get("policy", {})
+    # The file may have wrong shapes (reported by the reader): take only what fits.
+    policy = _table(data, "policy")
     for name in RULE_LISTS:
-        for index, rule in enumerate(policy.get(name, [])):
-            yield f"policy.{name}[{index}]", rule
-    for index, hook in enumerate(data.get("hooks", [])):
-        yield f"hooks[{index}].match", hook.get("match", "*")
-    visible = data.get("tools_in_shell", {}).get("keep_visible", [])
-    for index, entry in enumerate(visible if isinstance(visible, list) else []):
+        yield from _strings(f"policy.{name}", policy.get(name))
+    hooks = data.get("hooks")
+    for index, hook in enumerate(hooks if isinstance(hooks, list) else []):
+        match = hook.get("match", "*") if isinstance(hook, dict) else None
+        if isinstance(match, str):
+            yield f"hooks[{index}].match", match
+    yield from _strings("tools_in_shell.keep_visible", _table(data, "tools_in_shell").get("keep_visible"))
+
+
+def _table(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = data.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def _strings(key: str, value: Any) -> Iterator[tuple[str, str]]:
+    for index, entry in enumerate(value if isinstance(value, list) else []):
         if isinstance(entry, str):
-            yield f"tools_in_shell.keep_visible[{index}]", entry
+            yield f"{key}[{index}]", entry

@@ -35,6 +35,7 @@ from .._approval._approver import Approver, ElicitApprover, stop_and_report
 from .._command._catalog import Catalog
 from .._command._cli import parse_input
 from .._config._config import load_config
+from .._config._tools_in_shell import ToolsInShell
 from .._errors import CallError, ConfigError, UnknownCommand
 from .._names import fold
 from .._approval._policy import CallInfo, Policy, _first_match
@@ -83,8 +84,8 @@ class ShellSettings:
     keep_visible: tuple[str, ...] = ()
 
     @classmethod
-    def from_config(cls, section: Mapping[str, Any]) -> "ShellSettings":
-        return cls(bool(section.get("enabled", True)), tuple(section.get("keep_visible", ())))
+    def from_config(cls, section: ToolsInShell) -> "ShellSettings":
+        return cls(section.enabled is not False, tuple(section.keep_visible or ()))
 
 
 class _Collected:

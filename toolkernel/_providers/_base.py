@@ -17,7 +17,7 @@ from .._names import ProviderKind
 from .._tool import ProviderRef, Tool
 
 if TYPE_CHECKING:
-    from .._config._config import ServerConfig
+    from .._config._servers import ServerConfig
     from ._mcp import ServerPool
 
 

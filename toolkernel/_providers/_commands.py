@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from dotpromptz_handlebars import Handlebars, StrictModeError
+from dotpromptz_handlebars import Handlebars
 
 from .._errors import ConfigError
 from .._process import ProcessResult, run_capped
@@ -51,7 +51,6 @@ STDERR_SHOWN = 2000
 NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
 
 _RENDER = Handlebars(escape_html=False)
-_STRICT = Handlebars(escape_html=False, strict=True)
 
 
 @dataclass(frozen=True)
@@ -106,33 +105,59 @@ def template_problem(template: str) -> str | None:
 
 
 def undeclared_references(config: CommandToolConfig) -> list[tuple[str, str]]:
-    """(key, path) for each template path that no declared parameter can fill.
+    """(key, path) for each template path that no declared parameter can fill,
+    block conditions (`{{#if input.x}}`, `{{#each}}`, `{{#with}}`) included.
 
-    Every template is rendered in strict mode against an input where each declared
-    property is present and non-empty, so `{{#if}}` and `{{#each}}` bodies are
-    visited too.
+    Every template is rendered against an input that holds each declared property
+    and notes each path looked up that it does not hold; twice, once with every
+    value set and once with every value empty, so that both the `{{#if}}` and the
+    `{{else}}` side of a block are visited.
     """
-    probe = {"input": _probe(config.parameters)}
     found = []
     for index, template in enumerate(config.command):
-        try:
-            _STRICT.compile(template)(probe)
-        except StrictModeError as exc:
-            found.append((f"{config.key}.command[{index}]", exc.path))
-        except ValueError:
-            pass  # a broken template is the config reader's finding
+        misses: list[str] = []
+        for filled in (True, False):
+            root = _Probe("", {"input": _probe(config.parameters, "input", filled, misses)}, misses)
+            try:
+                _RENDER.compile(template)(root)
+            except ValueError:
+                break  # a broken template is the config reader's finding
+        found += [(f"{config.key}.command[{index}]", path) for path in dict.fromkeys(misses)]
     return found
 
 
-def _probe(schema: Any) -> Any:
+class _Probe(Mapping[str, Any]):
+    """An object of the probe input: it has the declared properties and notes each other name asked for."""
+
+    def __init__(self, path: str, properties: dict[str, Any], misses: list[str]) -> None:
+        self.path, self.properties, self.misses = path, properties, misses
+
+    def __contains__(self, name: object) -> bool:
+        if name not in self.properties:
+            self.misses.append(f"{self.path}.{name}" if self.path else str(name))
+            return False
+        return True
+
+    def __getitem__(self, name: str) -> Any:
+        return self.properties[name]
+
+    def __iter__(self):
+        return iter(self.properties)
+
+    def __len__(self) -> int:
+        return len(self.properties)
+
+
+def _probe(schema: Any, path: str, filled: bool, misses: list[str]) -> Any:
     if not isinstance(schema, Mapping):
-        return "x"
+        return "x" if filled else ""
     properties = schema.get("properties")
     if isinstance(properties, Mapping):
-        return {name: _probe(sub) for name, sub in properties.items()}
+        return _Probe(path, {name: _probe(sub, f"{path}.{name}", filled, misses)
+                             for name, sub in properties.items()}, misses)
     if schema.get("type") == "array":
-        return [_probe(schema.get("items"))]
-    return "x"
+        return [_probe(schema.get("items"), f"{path}[]", filled, misses)] if filled else []
+    return "x" if filled else ""
 
 
 def check_names(commands: Iterable[CommandToolConfig], own_tools: Iterable[str],

@@ -54,7 +54,7 @@ from ._stdio import stdio_transport
 from .._tool import Image, Kind, ProviderRef, Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
-    from .._config._config import ServerConfig
+    from .._config._servers import ServerConfig
 
 DEFAULT_CONNECT_TIMEOUT = 30.0
 _STDERR_TAIL_BYTES = 2000

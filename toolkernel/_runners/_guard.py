@@ -142,7 +142,7 @@ def _commands(config: Any) -> Iterable[tuple[Sequence[str], str | None]]:
         if server.command:
             yield (server.command, *server.args), server.cwd
     for hook in config.hooks:
-        yield tuple(hook["command"]), hook.get("cwd")
+        yield hook.command, hook.cwd
     for tool in getattr(config, "commands", {}).values():
         # A word filled from the input names no file now; the fixed words may (`./run.sh`).
         yield tuple(word for word in tool.command if "{{" not in word), tool.cwd

@@ -235,7 +235,7 @@ _GREP_PROPERTIES: dict[str, Any] = {
 )
 async def grep_search(arguments: dict[str, Any], ctx: ToolContext) -> str:
     query = build_query(arguments, ctx)
-    if ctx.settings.get("grep_search", {}).get("engine") == "builtin" or rg_path() is None:
+    if ctx.settings.get("engine") == "builtin" or rg_path() is None:
         hits = await asyncio.to_thread(search_builtin, query)
     else:
         hits = await search_rg(query, rg_path())

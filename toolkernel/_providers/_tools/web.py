@@ -4,7 +4,7 @@ Every hop, redirects included, is resolved first and each resolved address
 must be on the public internet; the connection then goes to the checked
 address (the URL's host is replaced by it and the name is kept for the Host
 header and TLS SNI/certificate check), so a second DNS answer cannot steer
-the request elsewhere. Hosts listed in settings `web_fetch.allow_hosts` skip
+the request elsewhere. Hosts listed in `[tools.web_fetch] allow_hosts` skip
 the public-address check (local test servers, intranet docs) but are still
 pinned to the address resolved for them.
 """
@@ -96,8 +96,7 @@ async def web_fetch(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult |
 
 
 def _allowed_hosts(settings: Mapping[str, Any]) -> frozenset[str]:
-    section = settings.get("web_fetch") or {}
-    return frozenset(str(host).lower().strip("[]") for host in section.get("allow_hosts") or ())
+    return frozenset(str(host).lower().strip("[]") for host in settings.get("allow_hosts") or ())
 
 
 def _request_headers(extra: Mapping[str, Any]) -> dict[str, str]:
