@@ -22,7 +22,7 @@ from ._providers._commands import ProcessSlots, command_tool
 from ._config._config import Config
 from ._config._cache import ConfigCache
 from ._approval._dispatch import CallEnv, Dispatcher
-from ._runners._guard import mount_plan
+from ._runners._guard_cache import PlanCache
 from ._approval._hooks import Hooks
 from ._providers._mcp import ServerPool
 from ._providers._notebook import notebook_tools
@@ -39,6 +39,7 @@ class Session:
     def __init__(self, workdir: str | Path | None = None) -> None:
         self.workdir = Path(workdir or os.getcwd()).resolve()
         self.config_cache = ConfigCache(self.workdir)
+        self.plans = PlanCache()  # the read-only mounts, worked out again when anything they depend on moved
         self.pool = ServerPool()
         self.state: dict[str, Any] = {}
         self.hooks = Hooks()
@@ -77,7 +78,7 @@ class Session:
             settings=config.tools,
             state=self.state,
             approver=approver,
-            guarded=mount_plan(self.workdir, config),
+            guarded=self.plans.plan(self.workdir, config),
             untrusted=config.untrusted,
             shell=config.shell,
         )

@@ -50,10 +50,16 @@ def _schema_keys(tool: Tool) -> frozenset[str] | None:
     return frozenset(properties) if isinstance(properties, Mapping) else None
 
 
+# Checked validators by the id of their schema, shared by every run: a direct call makes a
+# fresh dispatcher each time, and checking a schema costs more than the call. The schema is
+# held beside its validator, so its id cannot be reused while the entry lives.
+_VALIDATORS: dict[int, tuple[Any, Any]] = {}
+_MAX_VALIDATORS = 1024
+
+
 class Dispatcher:
     def __init__(self, env: CallEnv) -> None:
         self.env = env
-        self._validators: dict[int, tuple[Any, Any]] = {}
 
     def call_info(self, tool: Tool, arguments: Mapping[str, Any]) -> CallInfo:
         return CallInfo(
@@ -116,7 +122,7 @@ class Dispatcher:
         import jsonschema
 
         schema = tool.input_schema
-        cached = self._validators.get(id(schema))
+        cached = _VALIDATORS.get(id(schema))
         if cached is None or cached[0] is not schema:
             cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
             try:
@@ -125,7 +131,9 @@ class Dispatcher:
                 where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
                 raise _broken_schema(tool, f"at {where}: {exc.message}") from exc
             cached = (schema, cls(schema))
-            self._validators[id(schema)] = cached
+            if len(_VALIDATORS) >= _MAX_VALIDATORS:
+                _VALIDATORS.clear()
+            _VALIDATORS[id(schema)] = cached
         return cached[1]
 
     async def _before(self, info: CallInfo, tool: Tool, run: Run) -> CallInfo:
