@@ -16,7 +16,7 @@ from typing import Any, Callable
 from . import _loop
 from ._approval._approvals import Approvals
 from ._approval._approver import Approver, StdinApprover, asking, stop_and_report
-from ._command._catalog import Catalog, check_names
+from ._command._catalog import CatalogCache, same_items, check_names
 from ._command._command import ToolsCommand
 from ._providers._commands import ProcessSlots, command_tool
 from ._config._config import Config
@@ -40,6 +40,8 @@ class Session:
         self.workdir = Path(workdir or os.getcwd()).resolve()
         self.config_cache = ConfigCache(self.workdir)
         self.plans = PlanCache()  # the read-only mounts, worked out again when anything they depend on moved
+        self.catalogs = CatalogCache()
+        self._kept_providers: tuple[Config, tuple[ToolProvider, ...], tuple[ToolProvider, ...]] | None = None
         self.pool = ServerPool()
         self.state: dict[str, Any] = {}
         self.hooks = Hooks()
@@ -82,9 +84,18 @@ class Session:
             untrusted=config.untrusted,
             shell=config.shell,
         )
-        catalog = await Catalog.open([*self.providers, *self._command_tools(config),
-                                      *mcp_providers(config.servers.values(), self.pool)])
+        catalog = await self.catalogs.open(self._run_providers(config))
         return ToolsCommand(catalog, Dispatcher(env), Run(limit=config.shell.call_limit), self.workdir, events)
+
+    def _run_providers(self, config: Config) -> tuple[ToolProvider, ...]:
+        """The sources of a run under `config`: the same objects while neither the config nor the
+        session's own providers changed, so the catalog need not check their names again."""
+        kept = self._kept_providers
+        if kept is None or kept[0] is not config or not same_items(kept[1], tuple(self.providers)):
+            providers = (*self.providers, *self._command_tools(config),
+                         *mcp_providers(config.servers.values(), self.pool))
+            kept = self._kept_providers = (config, tuple(self.providers), providers)
+        return kept[2]
 
     def _command_tools(self, config: Config) -> list[ToolProvider]:
         """One provider per command tool, so a name collision names its own file and key."""

@@ -156,6 +156,30 @@ class Catalog:
         return tools
 
 
+class CatalogCache:
+    """`Catalog.open` for the runs of one session: the names are checked again only when the
+    providers changed, or when one of the unnamed ones lists its tools anew each time."""
+
+    def __init__(self) -> None:
+        self._kept: tuple[tuple[ToolProvider, ...], list[Tool]] | None = None
+
+    async def open(self, providers: Iterable[ToolProvider]) -> Catalog:
+        providers = tuple(providers)
+        kept = self._kept
+        if kept is not None and same_items(kept[0], providers):
+            return Catalog(providers, kept[1])
+        self._kept = None
+        catalog = await Catalog.open(providers)
+        # A ToolSet's list is a tuple fixed when it was made; any other provider may change its list.
+        if all(isinstance(getattr(p, "listed", None), tuple) for p in providers if p.name is None):
+            self._kept = (providers, list(catalog.own.values()))
+        return catalog
+
+
+def same_items(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
 def check_names(providers: list[ToolProvider], listed: list[list[Tool]]) -> None:
     """Fail closed: a name two sources claim would make one of them silently unreachable."""
     claimed: dict[str, str] = {fold(word): f"the command word {word!r}" for word in _RESERVED}

@@ -46,7 +46,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .._errors import ConfigError
 from .._tool import Tool
-from .._providers._tools._paths import is_inside, real_path, resolve_real
+from .._providers._tools._paths import is_inside, real_path, real_paths
 from .._config._trust import store_path
 
 STATE_DIR = ".toolkernel"
@@ -191,16 +191,14 @@ def _system_path() -> str:
 
 
 def touches_protected(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
-                      guarded: Protection | None = None) -> bool:
-    """True when a call that may write names a protected path."""
+                      guarded: Protection | None = None, paths: Mapping[str, Path] | None = None) -> bool:
+    """True when a call that may write names a protected path (`paths`: the call's
+    `real_paths`, when the caller has them)."""
     if tool.read_only or not tool.path_keys:
         return False
     guarded = guarded or protection(workdir)
-    return any(
-        isinstance(arguments.get(key), str) and arguments[key]
-        and guarded.covers(resolve_real(arguments[key], workdir))
-        for key in tool.path_keys
-    )
+    paths = real_paths(tool, arguments, workdir) if paths is None else paths
+    return any(guarded.covers(path) for path in paths.values())
 
 
 # -- in the sandbox --------------------------------------------------------------------

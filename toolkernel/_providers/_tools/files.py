@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..._atomic import write_atomic
 from ..._tool import Image, ToolContext, ToolInputError, tool
@@ -61,10 +61,9 @@ _PATH_PROPERTY = {
     path_keys=("path",),
 )
 def read_file(arguments: dict[str, Any], ctx: ToolContext) -> Any:
-    path = ctx.resolve(arguments["path"])
+    path = ctx.real(arguments, "path")
     shown = display_path(path, ctx.workdir)
-    _check_readable(path, shown)
-    with open(path, "rb") as file:
+    with _open_readable(path, shown) as file:
         head = file.read(SNIFF_BYTES)
         mime = image_type(head)
         if mime is not None:
@@ -79,19 +78,25 @@ def read_file(arguments: dict[str, Any], ctx: ToolContext) -> Any:
         return _numbered_window(file, shown, offset, limit)
 
 
-def _check_readable(path: Path, shown: str) -> None:
-    if in_git_object_store(path):
+def _open_readable(path: Path, shown: str) -> BinaryIO:
+    """`path` (a real path) opened for reading; what it cannot be read as is said in words."""
+    if in_git_object_store(path, real=True):
         raise ToolInputError(f"{shown} is inside a git object store; use `git show` or `git cat-file` instead")
-    if not path.exists():
-        raise ToolInputError(f"File not found: {shown}")
-    if path.is_dir():
-        raise ToolInputError(f"{shown} is a directory, not a file; use glob_search to list files")
+    try:
+        return open(path, "rb")  # one system call where exists() and is_dir() took two more
+    except FileNotFoundError:
+        raise ToolInputError(f"File not found: {shown}") from None
+    except IsADirectoryError:
+        raise ToolInputError(f"{shown} is a directory, not a file; use glob_search to list files") from None
 
 
-def in_git_object_store(path: Path) -> bool:
-    """True for files under `<gitdir>/objects`, loose or packed, bare repos included."""
-    real = Path(os.path.realpath(path))
-    for folder in real.parents:
+def in_git_object_store(path: Path, *, real: bool = False) -> bool:
+    """True for files under `<gitdir>/objects`, loose or packed, bare repos included
+    (`real`: `path` is resolved already)."""
+    real_path = path if real else Path(os.path.realpath(path))
+    if "objects" not in real_path.parts[:-1]:
+        return False
+    for folder in real_path.parents:
         if folder.name != "objects":
             continue
         gitdir = folder.parent
@@ -177,13 +182,13 @@ def _numbered_line(number: int, raw: bytes, shown: str) -> str:
     path_keys=("path",),
 )
 def write_file(arguments: dict[str, Any], ctx: ToolContext) -> str:
-    path = ctx.resolve(arguments["path"])
+    path = ctx.real(arguments, "path")
     shown = display_path(path, ctx.workdir)
     if path.is_dir():
         raise ToolInputError(f"{shown} is a directory; give a file path")
     content: str = arguments["content"]
     existed = path.exists()
-    write_atomic(path, content)
+    write_atomic(path, content, resolved=True)
     verb = "Overwrote" if existed else "Created"
     return f"{verb} {shown} ({_line_count(content)} lines, {len(content.encode('utf-8'))} bytes)"
 
@@ -222,7 +227,7 @@ def _line_count(text: str) -> int:
     path_keys=("path",),
 )
 def edit_file(arguments: dict[str, Any], ctx: ToolContext) -> str:
-    path = ctx.resolve(arguments["path"])
+    path = ctx.real(arguments, "path")
     shown = display_path(path, ctx.workdir)
     old, new = arguments["old_string"], arguments["new_string"]
     replace_all = bool(arguments.get("replace_all", False))
@@ -239,7 +244,7 @@ def edit_file(arguments: dict[str, Any], ctx: ToolContext) -> str:
             f"old_string occurs {count} times in {shown}; add surrounding text to make it unique, "
             "or set replace_all=true"
         )
-    write_atomic(path, text.replace(old, new))
+    write_atomic(path, text.replace(old, new), resolved=True)
     first_line = text[: text.index(old)].count("\n") + 1
     noun = "occurrence" if count == 1 else "occurrences"
     return f"Replaced {count} {noun} in {shown} (first at line {first_line})"
