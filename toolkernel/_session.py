@@ -32,6 +32,8 @@ from ._approval._run import NO_EVENTS, Run, RunEvents
 from ._runners._shell import ScriptEvents, ScriptRunner, ShellResult, Sink, execute
 from ._tool import Tool
 from ._providers._tools import own_tools
+from ._providers._tool_lists import ToolLists
+from ._runners._guard import STATE_DIR
 
 if TYPE_CHECKING:
     from ._providers._mcp import ServerPool
@@ -43,6 +45,7 @@ class Session:
         self.config_cache = ConfigCache(self.workdir)
         self.plans = PlanCache()  # the read-only mounts, worked out again when anything they depend on moved
         self.catalogs = CatalogCache()
+        self.tool_lists = ToolLists(self.workdir / STATE_DIR)  # on-demand servers' tools, kept on disk
         self._kept_providers: tuple[Config, tuple[ToolProvider, ...], tuple[ToolProvider, ...]] | None = None
         self._pool: ServerPool | None = None
         self.state: dict[str, Any] = {}
@@ -104,7 +107,7 @@ class Session:
         session's own providers changed, so the catalog need not check their names again."""
         kept = self._kept_providers
         if kept is None or kept[0] is not config or not same_items(kept[1], tuple(self.providers)):
-            servers = mcp_providers(config.servers.values(), self.pool) if config.servers else []
+            servers = mcp_providers(config.servers.values(), self.pool, self.tool_lists) if config.servers else []
             providers = (*self.providers, *self._command_tools(config), *servers)
             kept = self._kept_providers = (config, tuple(self.providers), providers)
         return kept[2]
