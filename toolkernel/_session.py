@@ -83,7 +83,7 @@ class Session:
         (`_guard.Unprotectable` too: what scripts must not write cannot be protected)."""
         config = self.config_cache.load()
         if config.servers or self._pool is not None:  # no MCP SDK for a config without servers
-            await self.pool.retire(set(config.servers))
+            await _loop.on_private(self.pool.retire(set(config.servers)))  # its sessions live there
         # Lasting approvals loosen the policy: only those of a trusted folder count.
         lasting = self.approvals.lasting_rules() if config.approvals_trusted else ()
         policy = Policy.from_config(config.policy, config.admin_policy, extra_allow=lasting)
