@@ -9,7 +9,8 @@ nothing on toolkernel's private loop runs there in place, as in a script: one
 thread hand-off per call, where the private loop would add a second one for a
 plain function (it runs those in a worker thread so as never to block MCP
 sessions). MCP tools, command tools and help, which need the private loop, go
-on to it from there.
+on to it from there. A call made while that thread is busy (by a hook of its
+call, or from another thread) runs on the private loop, as direct calls used to.
 """
 
 from __future__ import annotations
@@ -61,58 +62,87 @@ def call_argv(session: Session, argv: list[str], base: dict[str, Any] | None = N
     as a script's call does, instead of stopping for `%tools approve`."""
     if _loop.on_private_loop():
         raise RuntimeError("toolkernel.call() called from its own event loop thread")
-    if threading.current_thread() is _worker_thread():
-        return _loop.run(_call(session, argv, base, on_image))  # a call made by a direct call's hook
-    if ask is None:
-        call = _DirectCall(_call(session, argv, base, on_image))
-        return call.wait(lambda: _loop.wait(call.future))
     events = ScriptEvents()
-    approver = StdinApprover(lambda prompt, request: events.on_pump_thread(asking, ask, prompt, request),
-                             lambda line: events.on_pump_thread(print, line))
+    approver = stop_and_report if ask is None else StdinApprover(
+        lambda prompt, request: events.on_pump_thread(asking, ask, prompt, request),
+        lambda line: events.on_pump_thread(print, line))
     call = _DirectCall(_call(session, argv, base, on_image, approver))
-    return call.wait(lambda: answering(call.future, events))
+    waiting = (lambda: _loop.wait(call.future)) if ask is None else (lambda: answering(call.future, events))
+    try:
+        return waiting()
+    except BaseException:
+        call.cancel()
+        raise
 
 
 class _DirectCall:
-    """One call running on the worker thread's loop; an interrupt of the waiting thread cancels it."""
+    """One call on the direct calls' thread, or, when that thread is busy (a hook of its call
+    makes a call of its own, or another thread calls), on the private loop."""
 
     def __init__(self, coro) -> None:
         self._task: queue.SimpleQueue = queue.SimpleQueue()
-        self.future = _executor().submit(self._run, coro)
+        future = _worker().submit_if_idle(lambda: self._run(coro))
+        self.on_worker = future is not None
+        self.future = future if future is not None else _loop.submit(coro)
 
     def _run(self, coro) -> Any:
         task = _loop.local_task(coro)
         self._task.put(task)
         return _loop.run_here(task)
 
-    def wait(self, waiting: Callable[[], Any]) -> Any:
-        try:
-            return waiting()
-        except BaseException:
-            if not self.future.done() and not self.future.cancel():  # started: cancel it on its loop
-                _loop.cancel(self._task.get())
-            raise
+    def cancel(self) -> None:
+        if self.future.done() or self.future.cancel():
+            return
+        if self.on_worker:  # started: cancel the task on the worker's loop
+            _loop.cancel(self._task.get())
+
+
+class _Worker:
+    """The thread direct calls run on, one at a time. A daemon, as the private loop's is:
+    a call that never ends must not hold the kernel at exit."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._busy = False
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self._serve, name="toolkernel-direct", daemon=True)
+        self.thread.start()
+
+    def submit_if_idle(self, fn: Callable[[], Any]) -> concurrent.futures.Future | None:
+        with self._lock:
+            if self._busy or threading.current_thread() is self.thread:
+                return None
+            self._busy = True
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._jobs.put((fn, future))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            fn, future = self._jobs.get()
+            result, error = None, None
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = fn()
+                except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                    error = exc
+            with self._lock:
+                self._busy = False  # before the result: the caller's next call finds the thread free
+            if error is not None:
+                future.set_exception(error)
+            elif not future.cancelled():
+                future.set_result(result)
 
 
 _lock = threading.Lock()
-_pool: concurrent.futures.ThreadPoolExecutor | None = None
-_thread: list[threading.Thread] = []
+_started: list[_Worker] = []
 
 
-def _executor() -> concurrent.futures.ThreadPoolExecutor:
-    global _pool
+def _worker() -> _Worker:
     with _lock:
-        if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(1, "toolkernel-direct", initializer=_note_thread)
-        return _pool
-
-
-def _note_thread() -> None:
-    _thread.append(threading.current_thread())
-
-
-def _worker_thread() -> threading.Thread | None:
-    return _thread[0] if _thread else None
+        if not _started:
+            _started.append(_Worker())
+        return _started[0]
 
 
 def is_help_text(value: Any) -> bool:
