@@ -49,7 +49,11 @@ class PlanCache:
 
     def plan(self, workdir: Path, config: Any, environ: Mapping[str, str] | None = None) -> Protection:
         environ = os.environ if environ is None else environ
-        key = (str(workdir), id(config), os.getcwd(), frozenset(getattr(environ, "_data", environ).items()))
+        try:
+            cwd = os.getcwd()  # relative paths in the config resolve against it
+        except OSError:  # the current folder is gone: nothing to key a kept plan on
+            return mount_plan(workdir, config, environ)
+        key = (str(workdir), id(config), cwd, frozenset(getattr(environ, "_data", environ).items()))
         kept = self._kept
         if kept is not None and kept.key == key and kept.config is config and _unchanged(kept.statuses):
             return kept.plan
