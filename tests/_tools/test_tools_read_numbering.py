@@ -43,3 +43,13 @@ class _File(io.BytesIO):
 
     def fileno(self) -> int:
         return self._real.fileno()
+
+
+def test_numbers_past_the_made_prefixes_are_formatted_alike(monkeypatch):
+    from toolkernel._providers._tools import files
+
+    data = "".join(f"line {i}\n" for i in range(10)).encode()
+    made = files._numbered_text(data.decode(), "f.txt", 2, 6)
+    monkeypatch.setattr(files, "_MAX_PREFIXES", 3)
+    assert files._numbered_text(data.decode(), "f.txt", 2, 6) == made
+    assert made == _numbered_window(io.BytesIO(data), "f.txt", 2, 6)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -152,8 +153,20 @@ def _numbered_text(text: str, shown: str, offset: int, limit: int) -> str:
     window = lines[offset:offset + limit]
     if offset == 0 and window:
         window[0] = window[0].removeprefix("\ufeff")
-    numbered = list(map("{:>6}\t{}".format, range(offset + 1, offset + 1 + len(window)), window))
-    return _with_note(numbered, shown, offset, len(lines))
+    return _with_note(_number(window, offset + 1), shown, offset, len(lines))
+
+
+_PREFIXES: list[str] = []  # "     1\t", "     2\t", ...: made once, joined to each line in C
+_MAX_PREFIXES = 20_000
+
+
+def _number(lines: list[str], first: int) -> list[str]:
+    end = first + len(lines) - 1
+    if end > _MAX_PREFIXES:
+        return list(map("{:>6}\t{}".format, range(first, end + 1), lines))
+    if len(_PREFIXES) < end:
+        _PREFIXES.extend(f"{n:>6}\t" for n in range(len(_PREFIXES) + 1, end + 1))
+    return list(map(operator.add, _PREFIXES[first - 1:end], lines))
 
 
 def _numbered_window(file: Any, shown: str, offset: int, limit: int) -> str:
