@@ -7,6 +7,10 @@ time it until it answers; in that kernel, time `%load_ext toolkernel` plus a fir
 `%%tools` cell running `tools --help` (no servers configured), and read the
 kernel's resident memory before and after. Targets: first cell <= 0.5x a bare
 kernel start; toolkernel adds <= 40 MB.
+
+The background imports of `%load_ext` (jsonschema for input checks) may still run
+when the first cell ends, so the memory is also read after a first tool call
+(`tools read-file`), which needs them: "settled".
 """
 
 from __future__ import annotations
@@ -52,7 +56,11 @@ def one_round(work: Path, env: dict) -> tuple[float, float, float]:
         run(client, "%load_ext toolkernel")
         run(client, "%%tools\ntools --help")
         first = time.perf_counter() - start
-        return bare, first, rss_mb(pid) - before
+        after_first = rss_mb(pid) - before
+        start = time.perf_counter()
+        run(client, "%%tools\necho hi > a.txt; tools read-file path=a.txt")
+        call = time.perf_counter() - start
+        return bare, first, after_first, call, rss_mb(pid) - before
     finally:
         client.stop_channels()
         km.shutdown_kernel(now=True)
@@ -67,9 +75,12 @@ def main() -> None:
         work.mkdir()
         env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CONFIG_HOME": str(Path(tmp) / "xdg")}
         rounds = [one_round(work, env) for _ in range(options.rounds)]
-    bare, first, added = (statistics.median(r[i] for r in rounds) for i in range(3))
+    bare, first, added, call, settled = (statistics.median(r[i] for r in rounds) for i in range(5))
+    best = min(r[1] / r[0] for r in rounds)
     print(f"median of {options.rounds} rounds: bare kernel start {bare:.2f} s, %load_ext + first cell {first:.2f} s"
-          f" = {first / bare:.2f}x (target <= 0.5x); toolkernel adds {added:.0f} MB (target <= 40 MB)")
+          f" = {first / bare:.2f}x, best {best:.2f}x (target <= 0.5x)")
+    print(f"memory toolkernel adds: {added:.0f} MB after the first cell, {settled:.0f} MB after a first tool"
+          f" call (target <= 40 MB); that call's cell took {call:.2f} s")
 
 
 if __name__ == "__main__":

@@ -29,16 +29,18 @@ _TEMP_SUFFIX = ".toolkernel.tmp"  # marks the temporary files as ours
 _TEMP_NAME = re.compile(r"\..+\.[a-z0-9_]{8}" + re.escape(_TEMP_SUFFIX))  # mkstemp's names with our affixes
 
 
-def write_atomic(path: Path | str, data: bytes | str, *, check: Callable[[], None] | None = None) -> None:
+def write_atomic(path: Path | str, data: bytes | str, *, check: Callable[[], None] | None = None,
+                 resolved: bool = False) -> None:
     """Replace `path` with `data` (str is written as UTF-8) in one step.
 
     Missing parent folders are created. An existing file keeps its permission
     bits (and owner, where allowed); a symlink keeps pointing where it did and
     its target is replaced. A new file gets the usual 0o666 minus umask.
     `check`, if given, runs just before the rename; what it raises aborts the
-    write and leaves the file as it is.
+    write and leaves the file as it is. `resolved`: `path` is a real path already
+    (a tool hands the path the dispatcher resolved and checked).
     """
-    target = Path(os.path.realpath(path))
+    target = Path(path) if resolved else Path(os.path.realpath(path))
     folder = target.parent
     folder.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(folder)

@@ -82,6 +82,13 @@ def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         raise
 
 
+async def on_private(coro: Coroutine[Any, Any, T]) -> T:
+    """Await `coro` on the private loop, from a coroutine on any loop (in place when on it)."""
+    if on_private_loop():
+        return await coro
+    return await asyncio.wrap_future(submit(coro))
+
+
 def wait(future: concurrent.futures.Future[T], timeout: float | None = None) -> T:
     # The wait happens in SimpleQueue's C code, not in the future's Python Condition:
     # a KeyboardInterrupt landing inside `with condition:` can leave that lock held

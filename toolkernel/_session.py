@@ -11,20 +11,19 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import _loop
 from ._approval._approvals import Approvals
 from ._approval._approver import Approver, StdinApprover, asking, stop_and_report
-from ._command._catalog import Catalog, check_names
+from ._command._catalog import CatalogCache, same_items, check_names
 from ._command._command import ToolsCommand
 from ._providers._commands import ProcessSlots, command_tool
 from ._config._config import Config
 from ._config._cache import ConfigCache
 from ._approval._dispatch import CallEnv, Dispatcher
-from ._runners._guard import mount_plan
+from ._runners._guard_cache import PlanCache
 from ._approval._hooks import Hooks
-from ._providers._mcp import ServerPool
 from ._providers._notebook import notebook_tools
 from ._approval._policy import Policy
 from ._runners._preflight import preflight
@@ -33,19 +32,37 @@ from ._approval._run import NO_EVENTS, Run, RunEvents
 from ._runners._shell import ScriptEvents, ScriptRunner, ShellResult, Sink, execute
 from ._tool import Tool
 from ._providers._tools import own_tools
+from ._providers._tool_lists import ToolLists
+from ._runners._guard import STATE_DIR
+
+if TYPE_CHECKING:
+    from ._providers._mcp import ServerPool
 
 
 class Session:
     def __init__(self, workdir: str | Path | None = None) -> None:
         self.workdir = Path(workdir or os.getcwd()).resolve()
         self.config_cache = ConfigCache(self.workdir)
-        self.pool = ServerPool()
+        self.plans = PlanCache()  # the read-only mounts, worked out again when anything they depend on moved
+        self.catalogs = CatalogCache()
+        self.tool_lists = ToolLists(self.workdir / STATE_DIR)  # on-demand servers' tools, kept on disk
+        self._kept_providers: tuple[Config, tuple[ToolProvider, ...], tuple[ToolProvider, ...]] | None = None
+        self._pool: ServerPool | None = None
         self.state: dict[str, Any] = {}
         self.hooks = Hooks()
         self.approvals = Approvals(self.workdir)
         self.process_slots = ProcessSlots()  # command-tool processes at once, per kernel
         # The in-process sources; each run adds one provider per configured MCP server.
         self.providers: list[ToolProvider] = [ToolSet("builtin", own_tools()), ToolSet("notebook", notebook_tools())]
+
+    @property
+    def pool(self) -> ServerPool:
+        """The MCP servers of this kernel; made, and the MCP SDK imported, when first needed."""
+        if self._pool is None:
+            from ._providers._mcp import ServerPool
+
+            self._pool = ServerPool()
+        return self._pool
 
     def add_provider(self, provider: ToolProvider) -> None:
         """Add a source of tools for the runs that start from now on (see `toolkernel.register_tools`)."""
@@ -65,7 +82,8 @@ class Session:
         """Read the config and wire a fresh `tools` command. Raises ConfigError
         (`_guard.Unprotectable` too: what scripts must not write cannot be protected)."""
         config = self.config_cache.load()
-        await self.pool.retire(set(config.servers))
+        if config.servers or self._pool is not None:  # no MCP SDK for a config without servers
+            await _loop.on_private(self.pool.retire(set(config.servers)))  # its sessions live there
         # Lasting approvals loosen the policy: only those of a trusted folder count.
         lasting = self.approvals.lasting_rules() if config.approvals_trusted else ()
         policy = Policy.from_config(config.policy, config.admin_policy, extra_allow=lasting)
@@ -77,13 +95,22 @@ class Session:
             settings=config.tools,
             state=self.state,
             approver=approver,
-            guarded=mount_plan(self.workdir, config),
+            guarded=self.plans.plan(self.workdir, config),
             untrusted=config.untrusted,
             shell=config.shell,
         )
-        catalog = await Catalog.open([*self.providers, *self._command_tools(config),
-                                      *mcp_providers(config.servers.values(), self.pool)])
+        catalog = await self.catalogs.open(self._run_providers(config))
         return ToolsCommand(catalog, Dispatcher(env), Run(limit=config.shell.call_limit), self.workdir, events)
+
+    def _run_providers(self, config: Config) -> tuple[ToolProvider, ...]:
+        """The sources of a run under `config`: the same objects while neither the config nor the
+        session's own providers changed, so the catalog need not check their names again."""
+        kept = self._kept_providers
+        if kept is None or kept[0] is not config or not same_items(kept[1], tuple(self.providers)):
+            servers = mcp_providers(config.servers.values(), self.pool, self.tool_lists) if config.servers else []
+            providers = (*self.providers, *self._command_tools(config), *servers)
+            kept = self._kept_providers = (config, tuple(self.providers), providers)
+        return kept[2]
 
     def _command_tools(self, config: Config) -> list[ToolProvider]:
         """One provider per command tool, so a name collision names its own file and key."""
@@ -140,6 +167,18 @@ class Session:
         if eager:
             _loop.submit(self.pool.start(eager))
 
+    def warm_up(self) -> None:
+        """Import what the first tool call needs (in the background at `%load_ext`): input
+        checks (jsonschema) always, the MCP SDK when the config names servers. Nothing runs."""
+        import jsonschema  # noqa: F401
+
+        try:
+            config = self.config_cache.load()
+        except Exception:  # noqa: BLE001 - a bad config is reported on the first run
+            return
+        if config.servers:
+            self.pool  # noqa: B018 - made here, and the SDK imported with it
+
     def close(self) -> None:
         """Close the MCP servers and the paired kernel of this session."""
         _loop.run(self._close(), timeout=30)
@@ -148,5 +187,6 @@ class Session:
         from ._providers._notebook import unpair
 
         await unpair(self.state)
-        await self.pool.close()
+        if self._pool is not None:
+            await self._pool.close()
 

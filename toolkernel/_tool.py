@@ -12,6 +12,7 @@ import asyncio
 import functools
 import inspect
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal, Mapping
@@ -81,10 +82,19 @@ class ToolContext:
     state: dict[str, Any] = field(default_factory=dict)
     progress: ProgressFn = _no_progress
 
+    # Where the call's path arguments lead, by key, as the dispatcher resolved them for its checks.
+    paths: Mapping[str, Path] = field(default_factory=dict)
+
     def resolve(self, path: str) -> Path:
         """A path from tool input, relative to the working directory."""
         p = Path(path).expanduser()
         return p if p.is_absolute() else self.workdir / p
+
+    def real(self, arguments: Mapping[str, Any], key: str) -> Path:
+        """The path argument `key`, symlinks and `..` resolved: the dispatcher's resolution, which
+        its checks judged (resolved here when the tool is called without the dispatcher)."""
+        known = self.paths.get(key)
+        return known if known is not None else Path(os.path.realpath(self.resolve(arguments[key])))
 
 
 CallFn = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]

@@ -24,7 +24,7 @@ from ._policy import CallInfo, Decision, Policy, canonical_call_key, decide
 from ._run import NO_EVENTS, Run, RunEvents
 from .._tool import Tool, ToolContext, ToolResult
 from .._runners._guard import Protection, touches_protected
-from .._providers._tools._paths import outside_workspace
+from .._providers._tools._paths import outside_workspace, real_paths
 
 _NO_HOOK = HookOutcome()
 _ALLOWS = (Answer.ONCE, Answer.ALWAYS)
@@ -51,21 +51,31 @@ def _schema_keys(tool: Tool) -> frozenset[str] | None:
     return frozenset(properties) if isinstance(properties, Mapping) else None
 
 
+# Checked validators by the id of their schema, shared by every run: a direct call makes a
+# fresh dispatcher each time, and checking a schema costs more than the call. The schema is
+# held beside its validator, so its id cannot be reused while the entry lives.
+_VALIDATORS: dict[int, tuple[Any, Any]] = {}
+_MAX_VALIDATORS = 1024
+
+
 class Dispatcher:
     def __init__(self, env: CallEnv) -> None:
         self.env = env
-        self._validators: dict[int, tuple[Any, Any]] = {}
 
     def call_info(self, tool: Tool, arguments: Mapping[str, Any]) -> CallInfo:
+        workdir, guarded = self.env.workdir, self.env.guarded
+        paths = real_paths(tool, arguments, workdir) if tool.path_keys else {}
         return CallInfo(
             qualified_name=tool.qualified_name,
             command=tool.command,
             input=arguments,
             kind=tool.kind,
-            outside_workspace=outside_workspace(tool, arguments, self.env.workdir),
-            protected=touches_protected(tool, arguments, self.env.workdir, self.env.guarded),
+            outside_workspace=bool(paths) and outside_workspace(
+                tool, arguments, workdir, paths, root=guarded.workdir if guarded else None),
+            protected=bool(paths) and touches_protected(tool, arguments, workdir, guarded, paths),
             schema_keys=_schema_keys(tool),
             shown=functools.partial(tool.describe_call, arguments),
+            paths=paths,
         )
 
     async def call(self, tool: Tool, arguments: dict[str, Any], run: Run,
@@ -76,7 +86,7 @@ class Dispatcher:
         self.validate(tool, arguments)
         info = self.call_info(tool, arguments)
         info = await self._before(info, tool, run)
-        result = await self._invoke(tool, {**info.input, **(payload or {})}, run, events)
+        result = await self._invoke(tool, info, payload or {}, run, events)
         if self.env.hooks.any("after_call"):
             result = await self.env.hooks.run_after(info, result)
         run.record(tool.command, info.input, read_only=tool.read_only, ok=not result.is_error,
@@ -117,7 +127,7 @@ class Dispatcher:
         import jsonschema
 
         schema = tool.input_schema
-        cached = self._validators.get(id(schema))
+        cached = _VALIDATORS.get(id(schema))
         if cached is None or cached[0] is not schema:
             cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
             try:
@@ -126,7 +136,9 @@ class Dispatcher:
                 where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
                 raise _broken_schema(tool, f"at {where}: {exc.message}") from exc
             cached = (schema, cls(schema))
-            self._validators[id(schema)] = cached
+            if len(_VALIDATORS) >= _MAX_VALIDATORS:
+                _VALIDATORS.clear()
+            _VALIDATORS[id(schema)] = cached
         return cached[1]
 
     async def _before(self, info: CallInfo, tool: Tool, run: Run) -> CallInfo:
@@ -183,12 +195,16 @@ class Dispatcher:
         """The one ask point, at run time and before the start alike."""
         return await self.env.approvals.ask(request, self.env.approver)
 
-    async def _invoke(self, tool: Tool, arguments: dict[str, Any], run: Run, events: RunEvents) -> ToolResult:
+    async def _invoke(self, tool: Tool, info: CallInfo, payload: Mapping[str, Any], run: Run,
+                      events: RunEvents) -> ToolResult:
+        arguments = {**info.input, **payload}
         ctx = ToolContext(
             workdir=self.env.workdir,
             settings=own_settings(self.env.settings, tool.name),  # its own [tools.NAME] table only
             state=self.env.state,
             progress=lambda p, total=None, msg=None: events.progress(tool.command, p, total, msg),
+            # The paths the checks judged; a payload value is not one of them.
+            paths={key: path for key, path in info.paths.items() if key not in payload},
         )
         try:
             return await tool.call(arguments, ctx)

@@ -73,6 +73,9 @@ class CallInfo:
     # What a person asked about the call sees beside the input (a command tool's argv);
     # made only when someone is shown the call, never matched by rules.
     shown: Callable[[], Mapping[str, Any]] = field(default=lambda: {}, compare=False)
+    # Where each path argument leads (real paths by key), resolved once for the checks above;
+    # the tool is handed the same paths, so what was judged is what it opens.
+    paths: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)

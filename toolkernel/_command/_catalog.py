@@ -26,6 +26,9 @@ class ServerEntry:
     provider: ToolProvider
     tools: list[Tool] | None = None
     error: CallError | None = None
+    # An unstarted on-demand server's tools as kept on disk: shown by help and search, never called.
+    kept: list[Tool] | None = None
+    kept_read: bool = False
 
     @property
     def name(self) -> str:
@@ -60,6 +63,14 @@ class Catalog:
         if entry.tools is None:
             entry.tools = await entry.provider.tools()
         return entry.tools
+
+    async def server_listing(self, server: str) -> list[Tool]:
+        """What `tools <server> --help` shows: an unstarted on-demand server's kept list when
+        there is one for its config (it is not started for this), else its tools."""
+        entry = self.servers[fold(server)]
+        if entry.tools is None and _kept(entry) is not None:
+            return entry.kept or []
+        return await self.server_tools(server)
 
     async def load_listed(self) -> None:
         """Fetch the tools of every server `tools --help` lists with a count."""
@@ -143,17 +154,51 @@ class Catalog:
         return scored
 
     async def _load_matching_on_demand(self, terms: list[str]) -> None:
-        matching = [
+        """Start the unstarted servers a search names, and those whose tools are not kept on
+        disk for their current config (starting them keeps their list for the next search)."""
+        wanted = [
             e for e in self.servers.values()
-            if e.tools is None and _server_matches(e.provider, terms)
+            if e.tools is None and (_server_matches(e.provider, terms) or _kept(e) is None)
         ]
-        await asyncio.gather(*(self._try_load(e) for e in matching))
+        await asyncio.gather(*(self._try_load(e) for e in wanted))
 
     def _loaded_tools(self) -> list[Tool]:
         tools = list(self.own.values())
         for entry in self.servers.values():
-            tools.extend(entry.tools or ())
+            tools.extend(entry.tools if entry.tools is not None else entry.kept or ())
         return tools
+
+
+class CatalogCache:
+    """`Catalog.open` for the runs of one session: the names are checked again only when the
+    providers changed, or when one of the unnamed ones lists its tools anew each time."""
+
+    def __init__(self) -> None:
+        self._kept: tuple[tuple[ToolProvider, ...], list[Tool]] | None = None
+
+    async def open(self, providers: Iterable[ToolProvider]) -> Catalog:
+        providers = tuple(providers)
+        kept = self._kept
+        if kept is not None and same_items(kept[0], providers):
+            return Catalog(providers, kept[1])
+        self._kept = None
+        catalog = await Catalog.open(providers)
+        # A ToolSet's list is a tuple fixed when it was made; any other provider may change its list.
+        if all(isinstance(getattr(p, "listed", None), tuple) for p in providers if p.name is None):
+            self._kept = (providers, list(catalog.own.values()))
+        return catalog
+
+
+def _kept(entry: ServerEntry) -> list[Tool] | None:
+    """The entry's kept list (read once per run); None for providers that keep none."""
+    if not entry.kept_read:
+        kept = getattr(entry.provider, "kept", None)
+        entry.kept, entry.kept_read = (kept() if kept is not None else None), True
+    return entry.kept
+
+
+def same_items(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 def check_names(providers: list[ToolProvider], listed: list[list[Tool]]) -> None:

@@ -132,7 +132,7 @@ class ToolsCommand:
                 raise InvalidInput("tools search needs words to look for: tools search <words>")
             return Outcome(_help.search_results(await self.catalog.search(words), words))
         if command.action == "server_help":
-            tools = await self.catalog.server_tools(command.server)
+            tools = await self.catalog.server_listing(command.server)
             return Outcome(_help.server_help(self.catalog.servers[fold(command.server)], tools))
         tool = await self.catalog.find_tool(command.server, command.tool)
         if command.action == "tool_help":

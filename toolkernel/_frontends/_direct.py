@@ -2,14 +2,27 @@
 
 The same `ToolsCommand.call` as a `tools` line in a script, so the same
 checks (schema, hooks, policy, approvals) and the same error classes.
+
+A call is made on one worker thread with its own event loop (the kernel's main
+thread has a running loop of its own, so it cannot wait on one). A tool bound to
+nothing on toolkernel's private loop runs there in place, as in a script: one
+thread hand-off per call, where the private loop would add a second one for a
+plain function (it runs those in a worker thread so as never to block MCP
+sessions). MCP tools, command tools and help, which need the private loop, go
+on to it from there. A call made while that thread is busy (by a hook of its
+call, or from another thread) runs on the private loop, as direct calls used to.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import queue
+import threading
 from typing import Any, Callable
 
 from .. import _loop
 from .._command._cli import parse_input, split_command
+from .._command._command import ToolsCommand
 from .._approval._approver import Approver, StdinApprover, asking, stop_and_report
 from .._session import Session
 from .._runners._shell import ScriptEvents, answering
@@ -20,9 +33,16 @@ async def _call(session: Session, argv: list[str], base: dict[str, Any] | None,
     command = await session.prepare(approver=approver)
     catalog = command.catalog
     parsed = split_command(argv, catalog.is_server, catalog.split_qualified)
+    here = parsed.action == "call" and not catalog.runs_on_private_loop(parsed.server, parsed.tool)
+    finish = _finish(session, command, parsed, base, on_image)
+    return await (finish if here else _loop.on_private(finish))
+
+
+async def _finish(session: Session, command: ToolsCommand, parsed, base: dict[str, Any] | None,
+                  on_image: Callable[[Any], None]) -> Any:
     if parsed.action != "call":
         return _Text((await command.run_command(parsed, None)).stdout)
-    tool = await catalog.find_tool(parsed.server, parsed.tool)
+    tool = await command.catalog.find_tool(parsed.server, parsed.tool)
     called = await command.call(tool, {**(base or {}), **parse_input(parsed.args, tool.input_schema, None)})
     for path in called.images:
         on_image(session.workdir / path)
@@ -40,12 +60,89 @@ def call_argv(session: Session, argv: list[str], base: dict[str, Any] | None = N
               ask: Callable[[str], str] | None = None) -> Any:
     """One call; with `ask` (such as `input`), a call that needs a person asks here,
     as a script's call does, instead of stopping for `%tools approve`."""
-    if ask is None:
-        return _loop.run(_call(session, argv, base, on_image))
+    if _loop.on_private_loop():
+        raise RuntimeError("toolkernel.call() called from its own event loop thread")
     events = ScriptEvents()
-    approver = StdinApprover(lambda prompt, request: events.on_pump_thread(asking, ask, prompt, request),
-                             lambda line: events.on_pump_thread(print, line))
-    return answering(_loop.submit(_call(session, argv, base, on_image, approver)), events)
+    approver = stop_and_report if ask is None else StdinApprover(
+        lambda prompt, request: events.on_pump_thread(asking, ask, prompt, request),
+        lambda line: events.on_pump_thread(print, line))
+    call = _DirectCall(_call(session, argv, base, on_image, approver))
+    waiting = (lambda: _loop.wait(call.future)) if ask is None else (lambda: answering(call.future, events))
+    try:
+        return waiting()
+    except BaseException:
+        call.cancel()
+        raise
+
+
+class _DirectCall:
+    """One call on the direct calls' thread, or, when that thread is busy (a hook of its call
+    makes a call of its own, or another thread calls), on the private loop."""
+
+    def __init__(self, coro) -> None:
+        self._task: queue.SimpleQueue = queue.SimpleQueue()
+        future = _worker().submit_if_idle(lambda: self._run(coro))
+        self.on_worker = future is not None
+        self.future = future if future is not None else _loop.submit(coro)
+
+    def _run(self, coro) -> Any:
+        task = _loop.local_task(coro)
+        self._task.put(task)
+        return _loop.run_here(task)
+
+    def cancel(self) -> None:
+        if self.future.done() or self.future.cancel():
+            return
+        if self.on_worker:  # started: cancel the task on the worker's loop
+            _loop.cancel(self._task.get())
+
+
+class _Worker:
+    """The thread direct calls run on, one at a time. A daemon, as the private loop's is:
+    a call that never ends must not hold the kernel at exit."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._busy = False
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self._serve, name="toolkernel-direct", daemon=True)
+        self.thread.start()
+
+    def submit_if_idle(self, fn: Callable[[], Any]) -> concurrent.futures.Future | None:
+        with self._lock:
+            if self._busy or threading.current_thread() is self.thread:
+                return None
+            self._busy = True
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._jobs.put((fn, future))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            fn, future = self._jobs.get()
+            result, error = None, None
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = fn()
+                except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                    error = exc
+            with self._lock:
+                self._busy = False  # before the result: the caller's next call finds the thread free
+            if error is not None:
+                future.set_exception(error)
+            elif not future.cancelled():
+                future.set_result(result)
+
+
+_lock = threading.Lock()
+_started: list[_Worker] = []
+
+
+def _worker() -> _Worker:
+    with _lock:
+        if not _started:
+            _started.append(_Worker())
+        return _started[0]
 
 
 def is_help_text(value: Any) -> bool:

@@ -195,10 +195,12 @@ def _parse_output(text: str) -> Any:
 
 
 def load(ipython) -> "concurrent.futures.Future":
-    """Register the magics now; import the heavy parts and start servers in the background.
+    """Register the magics now; make the session and start servers in the background, then
+    import what the first tool call will need.
 
-    Importing the shell, the MCP SDK and jsonschema takes seconds; `%load_ext`
-    should not. The magics wait for the session the first time they need it.
+    The session itself is light (a first `tools --help` waits only for it); jsonschema
+    (seconds: its format grammars) and the MCP SDK are imported after it, so a first call
+    finds them loaded.
     """
     session: concurrent.futures.Future = concurrent.futures.Future()
 
@@ -211,6 +213,8 @@ def load(ipython) -> "concurrent.futures.Future":
             session.set_result(started)
         except BaseException as exc:  # noqa: BLE001 - shown when the magic is used
             session.set_exception(exc)
+            return
+        started.warm_up()
 
     from . import _lab
 

@@ -9,6 +9,7 @@ one more kind.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import TYPE_CHECKING, Iterable, Protocol, runtime_checkable
 
@@ -19,6 +20,7 @@ from .._tool import ProviderRef, Tool
 if TYPE_CHECKING:
     from .._config._servers import ServerConfig
     from ._mcp import ServerPool
+    from ._tool_lists import ToolLists
 
 
 @runtime_checkable
@@ -87,7 +89,7 @@ class McpProvider:
 
     kind: ProviderKind = "mcp"
 
-    def __init__(self, config: ServerConfig, pool: ServerPool) -> None:
+    def __init__(self, config: ServerConfig, pool: ServerPool, lists: ToolLists | None = None) -> None:
         self.config = config
         self.name = config.name
         self.description = config.description
@@ -96,6 +98,7 @@ class McpProvider:
         self.on_demand = config.load == "on-demand"
         self.ref = ProviderRef("mcp", config.name, loop_bound=True)
         self._pool = pool
+        self._lists = lists if self.on_demand else None  # kept so an unstarted server can be found
 
     @property
     def loaded(self) -> bool:
@@ -106,11 +109,22 @@ class McpProvider:
         return self._pool.last_error(self.name)
 
     async def tools(self) -> list[Tool]:
-        return await self._pool.tools(self.config)
+        tools = await self._pool.tools(self.config)
+        if self._lists is not None:
+            await asyncio.to_thread(self._lists.keep, self.config, tools)  # file I/O off the loop
+        return tools
+
+    def kept(self) -> list[Tool] | None:
+        """Its tools as listed under this config before, to show (never to call) while it is
+        not started; None when it is started, or nothing was kept for this config."""
+        if self._lists is None or self.loaded:
+            return None
+        return self._lists.kept(self.config)
 
     async def close(self) -> None:
         """The connection is the pool's and outlives a run; closing a run's provider keeps it."""
 
 
-def mcp_providers(servers: Iterable[ServerConfig], pool: ServerPool) -> list[McpProvider]:
-    return [McpProvider(cfg, pool) for cfg in servers]
+def mcp_providers(servers: Iterable[ServerConfig], pool: ServerPool,
+                  lists: ToolLists | None = None) -> list[McpProvider]:
+    return [McpProvider(cfg, pool, lists) for cfg in servers]

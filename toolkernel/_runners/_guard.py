@@ -46,7 +46,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .._errors import ConfigError
 from .._tool import Tool
-from .._providers._tools._paths import is_inside, real_path, resolve_real
+from .._providers._tools._paths import is_inside, real_path, real_paths
 from .._config._trust import store_path
 
 STATE_DIR = ".toolkernel"
@@ -82,24 +82,31 @@ class Protection:
         return any(is_inside(path, p) for p in self.protected)
 
 
-def protection(workdir: Path, config: Any = None,
-               environ: Mapping[str, str] | None = None) -> Protection:
-    """What to protect in `workdir` for a run under `config` (a `Config`)."""
+def protection(workdir: Path, config: Any = None, environ: Mapping[str, str] | None = None,
+               looked_at: list[str] | None = None) -> Protection:
+    """What to protect in `workdir` for a run under `config` (a `Config`). `looked_at` collects
+    every path whose state on disk the answer depends on (see _guard_cache)."""
     environ = os.environ if environ is None else environ
-    root = real_path(Path(workdir))
+    looked_at = [] if looked_at is None else looked_at
+    root = _real(Path(workdir), looked_at)
     paths = [root / STATE_DIR, *(root / name for name in CONFIG_FILES)]
     paths += [_user_config_dir(environ), store_path(environ).parent, _admin_file(environ)]
     if config is not None:
-        paths += executed_files(_commands(config), environ, default_cwd=root)
-    reals = {real_path(p) for p in paths}
+        paths += executed_files(_commands(config), environ, default_cwd=root, looked_at=looked_at)
+    reals = {_real(p, looked_at) for p in paths}
     inside = sorted(p for p in reals if p != root and is_inside(p, root))
     return Protection(root, tuple(inside), ())
 
 
-def mount_plan(workdir: Path, config: Any = None,
-               environ: Mapping[str, str] | None = None) -> Protection:
+def _real(path: Path, looked_at: list[str]) -> Path:
+    looked_at.append(str(path))
+    return real_path(path)
+
+
+def mount_plan(workdir: Path, config: Any = None, environ: Mapping[str, str] | None = None,
+               looked_at: list[str] | None = None) -> Protection:
     """`protection` plus the read-only mounts that enforce it; raises `Unprotectable`."""
-    found = protection(workdir, config, environ)
+    found = protection(workdir, config, environ, looked_at)
     _make_state_dir(found.workdir / STATE_DIR)
     tops: dict[Path, Mount] = {}
     for path in found.protected:
@@ -149,31 +156,49 @@ def _commands(config: Any) -> Iterable[tuple[Sequence[str], str | None]]:
 
 
 def executed_files(commands: Iterable[tuple[Sequence[str], str | None]],
-                   environ: Mapping[str, str], default_cwd: Path) -> list[Path]:
+                   environ: Mapping[str, str], default_cwd: Path,
+                   looked_at: list[str] | None = None) -> list[Path]:
     """Files that running `commands` would execute or read as code: the program
     (looked up on PATH) and every argument that names a file, or a path that
     does not exist yet (a script must not be the one to create it)."""
+    looked_at = [] if looked_at is None else looked_at
     found: list[Path] = []
     for argv, cwd in commands:
         base = Path(cwd) if cwd else default_cwd
-        program = shutil.which(argv[0], path=environ.get("PATH")) if "/" not in argv[0] else None
+        program = _which(argv[0], environ, looked_at) if "/" not in argv[0] else None
         for word in (program, *argv):
-            if word and ("/" in word or os.path.lexists(base / word)):
-                found.append(real_path(base / word))
+            if not word:
+                continue
+            looked_at.append(str(base / word))
+            if "/" in word or os.path.lexists(base / word):
+                found.append(_real(base / word, looked_at))
     return found
 
 
+def _which(program: str, environ: Mapping[str, str], looked_at: list[str]) -> str | None:
+    path = environ.get("PATH")
+    # Every place the lookup may try: a program appearing earlier on PATH changes the answer.
+    searched = path if path is not None else os.environ.get("PATH", _system_path())
+    looked_at += [os.path.join(folder, program) for folder in searched.split(os.pathsep)]
+    return shutil.which(program, path=path)
+
+
+def _system_path() -> str:
+    try:
+        return os.confstr("CS_PATH") or os.defpath
+    except (AttributeError, ValueError):
+        return os.defpath
+
+
 def touches_protected(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
-                      guarded: Protection | None = None) -> bool:
-    """True when a call that may write names a protected path."""
+                      guarded: Protection | None = None, paths: Mapping[str, Path] | None = None) -> bool:
+    """True when a call that may write names a protected path (`paths`: the call's
+    `real_paths`, when the caller has them)."""
     if tool.read_only or not tool.path_keys:
         return False
     guarded = guarded or protection(workdir)
-    return any(
-        isinstance(arguments.get(key), str) and arguments[key]
-        and guarded.covers(resolve_real(arguments[key], workdir))
-        for key in tool.path_keys
-    )
+    paths = real_paths(tool, arguments, workdir) if paths is None else paths
+    return any(guarded.covers(path) for path in paths.values())
 
 
 # -- in the sandbox --------------------------------------------------------------------

@@ -10,6 +10,7 @@ interrupt (KeyboardInterrupt) lands here and cancels the run.
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 import queue
 import threading
 import time
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from .._approval._run import RunEvents, RunReport
 
 _STOP_GRACE = 0.5
+_GIVE_BACK_ABOVE = 1 << 20  # output characters
 
 
 class Sink(Protocol):
@@ -117,7 +119,20 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
         # A builtin such as `sleep` only sees the cancel when it ends: past the grace
         # the run is left to finish on its own thread, and the cell returns now.
         pump.drain(events.queue, deadline=time.monotonic() + _STOP_GRACE, future=future)
-    return pump.finish(future, interrupted)
+    result = pump.finish(future, interrupted)
+    if pump.limiter.size >= _GIVE_BACK_ABOVE and future.done():
+        give_back_memory()
+    return result
+
+
+def give_back_memory() -> None:
+    """Hand memory freed after a large output back to the system. The shell's buffers and the
+    output's copies are freed when the run ends, but glibc keeps freed memory for reuse, so a
+    kernel would stay at its peak size after the cell."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to ask
+        pass
 
 
 def answering(future: concurrent.futures.Future, events: ScriptEvents) -> Any:

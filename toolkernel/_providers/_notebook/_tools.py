@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import nbformat
-from nbformat import NotebookNode
+from typing import TYPE_CHECKING, Any
 
 from ..._tool import Image, Tool, ToolContext, ToolInputError, ToolResult, tool
-from ._connection import Execution
-from ._pairing import Pairing, pairings
-from ._stores import CellEdit, FileStore, Loaded, NotebookStore
 from ._text import describe_output, join_source
+
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
+
+    from ._connection import Execution
+    from ._pairing import Pairing
+    from ._stores import CellEdit, Loaded, NotebookStore
+
+# nbformat (through jsonschema's format grammars), the kernel clients and the server stores take
+# seconds to import: the tools' definitions are read by every `tools --help`, the rest is
+# imported when a notebook tool runs.
 
 DEFAULT_TIMEOUT_SECONDS = 120
 MAX_TIMEOUT_SECONDS = 600
@@ -150,7 +155,7 @@ def _replace(notebook: Loaded, arguments: dict[str, Any]) -> CellEdit:
     cell.metadata = old.get("metadata", {})
     if cell_type == "markdown" and old.cell_type == "markdown" and "attachments" in old:
         cell.attachments = old.attachments
-    return CellEdit("replace", cell_id, cell)
+    return _cell_edit("replace", cell_id, cell)
 
 
 def _insert(notebook: Loaded, arguments: dict[str, Any]) -> CellEdit:
@@ -163,13 +168,13 @@ def _insert(notebook: Loaded, arguments: dict[str, Any]) -> CellEdit:
     cell = _new_cell(cell_type, source, None)
     while cell.id in taken:
         cell = _new_cell(cell_type, source, None)
-    return CellEdit("insert", after, cell)
+    return _cell_edit("insert", after, cell)
 
 
 def _delete(notebook: Loaded, arguments: dict[str, Any]) -> CellEdit:
     cell_id = _require(arguments, "cell_id", "delete")
     notebook.find(cell_id)
-    return CellEdit("delete", cell_id)
+    return _cell_edit("delete", cell_id)
 
 
 EDITS = {"replace": _replace, "insert": _insert, "delete": _delete}
@@ -178,6 +183,8 @@ EDITS = {"replace": _replace, "insert": _insert, "delete": _delete}
 def _new_cell(cell_type: str, source: str, cell_id: str | None) -> NotebookNode:
     if cell_type not in CELL_TYPES:
         raise ToolInputError(f"cell_type must be one of {', '.join(CELL_TYPES)}, not {cell_type!r}")
+    import nbformat
+
     make = {"code": nbformat.v4.new_code_cell, "markdown": nbformat.v4.new_markdown_cell,
             "raw": nbformat.v4.new_raw_cell}[cell_type]
     cell = make(source)  # a new code cell has no outputs and no execution count
@@ -206,7 +213,7 @@ def _require_source(arguments: dict[str, Any], mode: str) -> str:
     "paired notebook by cell_id and write its outputs into the notebook. Returns stream text, the result, errors "
     "and images. Default timeout 120 s, at most 600; on timeout the kernel is interrupted."))
 async def notebook_run(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    pairing = pairings(ctx.state).require(ctx.workdir, _path_argument(arguments))
+    pairing = _pairings(ctx.state).require(ctx.workdir, _path_argument(arguments))
     code, cell_id = arguments.get("code"), arguments.get("cell_id")
     timeout = _timeout(arguments)
     if code is not None and cell_id:
@@ -276,11 +283,25 @@ def _path_argument(arguments: dict[str, Any]) -> str:
 async def _store(arguments: dict[str, Any], ctx: ToolContext) -> NotebookStore:
     """Where the named notebook lives: through its pairing's server, else the local file."""
     path = _path_argument(arguments)
-    pairing = pairings(ctx.state).find(ctx.workdir, path)
+    pairing = _pairings(ctx.state).find(ctx.workdir, path)
     if pairing is not None:
         return await pairing.notebook_store()
+    from ._stores import FileStore
+
     return FileStore(ctx.resolve(path), path)
 
 
 def notebook_tools() -> list[Tool]:
     return [notebook_read, notebook_edit, notebook_run]
+
+
+def _cell_edit(*args: Any) -> CellEdit:
+    from ._stores import CellEdit
+
+    return CellEdit(*args)
+
+
+def _pairings(state: dict[str, Any]):
+    from ._pairing import pairings
+
+    return pairings(state)

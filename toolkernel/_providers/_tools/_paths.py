@@ -15,16 +15,22 @@ from typing import Any, Mapping
 from ..._tool import Tool
 
 
-def outside_workspace(tool: Tool, arguments: Mapping[str, Any], workdir: Path) -> bool:
-    """True when a path argument of `tool` resolves outside `workdir`."""
+def real_paths(tool: Tool, arguments: Mapping[str, Any], workdir: Path) -> dict[str, Path]:
+    """Where each path argument of `tool` leads, by key. Resolved once per call: the checks
+    judge these paths, and the tool is handed the same ones (`ToolContext.real`)."""
+    return {key: resolve_real(value, workdir) for key in tool.path_keys
+            if isinstance(value := arguments.get(key), str) and value}
+
+
+def outside_workspace(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
+                      paths: Mapping[str, Path] | None = None, root: Path | None = None) -> bool:
+    """True when a path argument of `tool` resolves outside `workdir` (`paths`: its `real_paths`,
+    `root`: the real path of `workdir`, when the caller has them)."""
     if not tool.path_keys:
         return False  # skip the realpath system calls on every call of a tool without paths
-    root = real_path(Path(workdir))
-    for key in tool.path_keys:
-        value = arguments.get(key)
-        if isinstance(value, str) and value and not is_inside(resolve_real(value, workdir), root):
-            return True
-    return False
+    paths = real_paths(tool, arguments, workdir) if paths is None else paths
+    root = real_path(Path(workdir)) if root is None else root
+    return any(not is_inside(path, root) for path in paths.values())
 
 
 def resolve_real(value: str, workdir: Path) -> Path:

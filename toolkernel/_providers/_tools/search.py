@@ -110,7 +110,7 @@ FILE_TYPES: dict[str, tuple[str, ...]] = {
     path_keys=("path",),
 )
 def glob_search(arguments: dict[str, Any], ctx: ToolContext) -> str:
-    root = ctx.resolve(arguments.get("path") or ".")
+    root = _root(arguments, ctx)
     pattern = arguments["pattern"]
     if not root.is_dir():
         raise ToolInputError(f"{display_path(root, ctx.workdir)} is not a folder")
@@ -246,8 +246,13 @@ def rg_path() -> str | None:
     return shutil.which("rg")
 
 
+def _root(arguments: dict[str, Any], ctx: ToolContext) -> Path:
+    """The folder to search: the `path` argument where it leads, or the workspace."""
+    return ctx.real(arguments, "path") if arguments.get("path") else ctx.workdir
+
+
 def build_query(arguments: dict[str, Any], ctx: ToolContext) -> GrepQuery:
-    root = ctx.resolve(arguments.get("path") or ".")
+    root = _root(arguments, ctx)
     if not root.exists():
         raise ToolInputError(f"Path not found: {display_path(root, ctx.workdir)}")
     around = _int_arg(arguments, "C", _int_arg(arguments, "context", 0))

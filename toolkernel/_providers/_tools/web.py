@@ -16,14 +16,13 @@ import contextlib
 import ipaddress
 import socket
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, Mapping
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
-import httpx
-from bs4 import BeautifulSoup
-from markdownify import MarkdownConverter
-
 from ..._tool import Image, ToolContext, ToolInputError, ToolResult, tool
+
+if TYPE_CHECKING:
+    import httpx  # imported where a fetch happens: a first `tools --help` does not need it
 
 TIMEOUT_SECONDS = 30.0
 MAX_REDIRECTS = 10
@@ -83,6 +82,8 @@ class Hop:
     kind="read",
 )
 async def web_fetch(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult | Image | str:
+    import httpx
+
     url = arguments["url"]
     headers = _request_headers(arguments.get("headers") or {})
     allow_hosts = _allowed_hosts(ctx.settings)
@@ -109,6 +110,8 @@ def _request_headers(extra: Mapping[str, Any]) -> dict[str, str]:
 
 
 async def _fetch(url: str, headers: dict[str, str], allow_hosts: frozenset[str]) -> ToolResult | Image | str:
+    import httpx
+
     timeout = httpx.Timeout(TIMEOUT_SECONDS)
     requested = url
     # trust_env=False: an environment proxy would resolve names itself, past our checks
@@ -128,6 +131,8 @@ async def _fetch(url: str, headers: dict[str, str], allow_hosts: frozenset[str])
 @contextlib.asynccontextmanager
 async def _open(client: httpx.AsyncClient, hop: Hop, headers: dict[str, str]) -> AsyncIterator[httpx.Response]:
     """A streamed GET to the first checked address that accepts the connection."""
+    import httpx
+
     for index, address in enumerate(hop.addresses):
         request = client.build_request("GET", pinned_url(hop, address), headers=_hop_headers(hop, headers),
                                        extensions={"sni_hostname": hop.host})
@@ -260,6 +265,10 @@ def _decode(body: bytes, response: httpx.Response, mime: str) -> str:
 
 
 def html_to_markdown(html: str) -> str:
+    # Imported here: the HTML parsers cost a first `tools --help` a few hundred ms for nothing.
+    from bs4 import BeautifulSoup
+    from markdownify import MarkdownConverter
+
     soup = BeautifulSoup(html, "html.parser")
     # markdownify keeps the text of tags it strips; code and styles are not page text
     for element in soup(["script", "style", "noscript", "template", "head"]):

@@ -1,0 +1,85 @@
+"""Benchmark: `tools read-file` in a script against `Path.read_text` of the same file.
+
+    python bench/bench_read_file.py [--lines 200 2000] [--calls 200] [--repeat 5]
+
+For each file size (lines of 60 characters), per call:
+1. baseline: `Path(path).read_text()` in a Python loop;
+2. the read-file tool alone (`tool.call` on this thread: resolve, open, number the lines);
+3. `tools read-file path=data.txt` in a script loop, minus the same loop running `:`
+   (the whole path: parse, schema, policy, one path resolution, the tool, the output).
+
+Each figure is the median (and the best) of --repeat interleaved rounds; the ratio is
+(3) over (1). Target: at most 5x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from bench_tools import interleaved, loop_script, project_dir, timed_script
+
+from toolkernel import _loop
+from toolkernel._providers._tools.files import read_file
+from toolkernel._session import Session
+from toolkernel._tool import ToolContext
+
+TARGET = 5.0
+
+
+def read_text_loop(path: Path, calls: int) -> float:
+    started = time.perf_counter()
+    for _ in range(calls):
+        path.read_text()
+    return time.perf_counter() - started
+
+
+def tool_loop(session: Session, calls: int) -> float:
+    ctx = ToolContext(workdir=session.workdir)
+    started = time.perf_counter()
+    for _ in range(calls):
+        _loop.run_here(_loop.local_task(read_file.call({"path": "data.txt"}, ctx)))
+    return time.perf_counter() - started
+
+
+def bench_size(session: Session, lines: int, calls: int, repeat: int) -> dict[str, tuple[float, float]]:
+    path = session.workdir / "data.txt"
+    path.write_text("".join(f"{i:>8} " + "x" * 50 + "\n" for i in range(lines)))
+    timed_script(session, loop_script("tools read-file path=data.txt", 3))  # warm: plan, validators
+    t = interleaved(repeat, {
+        "baseline": lambda: read_text_loop(path, calls),
+        "tool": lambda: tool_loop(session, calls),
+        "script": lambda: timed_script(session, loop_script("tools read-file path=data.txt", calls)),
+        "empty": lambda: timed_script(session, loop_script(":", calls)),
+    })
+    per = {name: (median / calls * 1e6, best / calls * 1e6) for name, (median, best) in t.items()}
+    per["script"] = (per["script"][0] - per["empty"][0], per["script"][1] - per["empty"][1])
+    return per
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, nargs="+", default=[200, 2000])
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    session = Session(project_dir())
+    try:
+        print(f"read-file vs Path.read_text, {args.calls} calls, {args.repeat} interleaved rounds;"
+              " per call: median, best")
+        for lines in args.lines:
+            per = bench_size(session, lines, args.calls, args.repeat)
+            base, tool, script = per["baseline"], per["tool"], per["script"]
+            ratio = (script[0] / base[0], script[1] / base[1])
+            verdict = "ok" if ratio[0] <= TARGET else "MISSED"
+            print(f"  {lines:>5} lines: Path.read_text {base[0]:7.1f} / {base[1]:7.1f} us;"
+                  f" tool alone {tool[0]:7.1f} / {tool[1]:7.1f} us;"
+                  f" in a script {script[0]:7.1f} / {script[1]:7.1f} us;"
+                  f" ratio {ratio[0]:.1f}x / {ratio[1]:.1f}x  {verdict} (target <= {TARGET:g}x)")
+    finally:
+        session.close()
+
+
+if __name__ == "__main__":
+    main()
