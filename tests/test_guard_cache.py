@@ -30,7 +30,7 @@ def work(tmp_path, monkeypatch):
     (work / "hooks" / "guard.sh").write_text("#!/bin/sh\necho '{\"action\": \"allow\"}'\n")
     (work / "toolkernel.toml").write_text(
         '[[hooks]]\nevent = "pre_call"\nmatch = "read_file"\ncommand = ["sh", "hooks/guard.sh"]\n'
-        f'[mcp_servers.tool]\ncommand = "mytool"\nload = "on-demand"\n'
+        '[mcp_servers.tool]\ncommand = "mytool"\nload = "on-demand"\n'
     )
     TrustStore().trust(work)
     return work
