@@ -138,6 +138,22 @@ def test_enabled_false_lists_every_tool_directly_and_deny_rules_hide_tools(tmp_p
     assert "notebook_run" not in names  # no notebook is paired
 
 
+def test_a_denied_tool_is_in_no_list_the_bash_help_and_search_included(tmp_path):
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record), '[tools_in_shell]\nkeep_visible = ["mcp_github__delete_repo"]\n',
+                   policy_section(deny=["mcp_github__delete_repo"]))
+
+    async def body():
+        async with connected(work) as client:
+            names = [t.name for t in (await client.list_tools()).tools]
+            return names, await bash(client, "tools --help; tools github --help; tools search delete")
+
+    names, listed = run(body)
+    assert "mcp_github__delete_repo" not in names
+    stdout = listed.structured_content["stdout"]
+    assert "delete-branch" in stdout and "delete-repo" not in stdout and "delete_repo" not in stdout
+
+
 # -- bash ----------------------------------------------------------------------------
 
 

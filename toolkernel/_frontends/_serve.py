@@ -37,7 +37,7 @@ from .._command._cli import parse_input
 from .._config._config import load_config
 from .._errors import CallError, ConfigError, UnknownCommand
 from .._names import fold
-from .._approval._policy import CallInfo, Policy, _first_match
+from .._approval._policy import deny_rule_covers
 from .._session import Session
 from .._tool import Tool
 
@@ -148,7 +148,8 @@ class ToolServer:
         settings = ShellSettings.from_config(load_config(self.workdir).tools_in_shell)
         command = await session.prepare()
         policy = command.dispatcher.env.policy
-        tools = [t for t in await self._direct_tools(command.catalog, settings) if not _denied(t, policy)]
+        tools = [t for t in await self._direct_tools(command.catalog, settings)
+                 if not deny_rule_covers(policy, t.qualified_name, t.command, t.kind)]
         shown = [_mcp_tool(t) for t in tools]
         return ([types.Tool(name="bash", description=BASH_DESCRIPTION, input_schema=BASH_INPUT,
                             output_schema=BASH_OUTPUT)] + shown) if settings.enabled else shown
@@ -231,12 +232,6 @@ async def _find_listed(server: ToolServer, catalog: Catalog, name: str) -> Tool:
         if name in (tool.qualified_name, tool.name) and not (tool.server and name == tool.name):
             return tool
     raise UnknownCommand(f"no direct tool named {name!r}; other tools are reached inside `bash` with `tools`")
-
-
-def _denied(tool: Tool, policy: Policy) -> bool:
-    """A deny rule covers the tool whatever its input: leave it out of the list."""
-    info = CallInfo(tool.qualified_name, tool.command, {}, tool.kind, schema_keys=frozenset())
-    return _first_match((*policy.admin_deny, *policy.deny), info) is not None
 
 
 def _mcp_tool(tool: Tool) -> types.Tool:
