@@ -381,3 +381,56 @@ def test_mid_run_the_script_stops_and_the_report_carries_the_answer(tmp_path, de
         assert [r["tool"] for r in recorded(record)] == ["delete_branch"]
     else:
         assert len(asked) == 2 and recorded(record) == []
+
+
+# -- `toolkernel approve`: the pending store other processes read --------------------
+
+
+def approve_cli(work: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "toolkernel", "approve", *args], cwd=work, env=server_env(),
+                          capture_output=True, text=True, timeout=WAIT)
+
+
+def pending_ids(work: Path) -> list[str]:
+    folder = work / ".toolkernel" / "pending"
+    return sorted(p.name[:-5] for p in folder.glob("*.json") if not p.name.endswith(".answer.json"))
+
+
+@pytest.mark.parametrize("decision", ["once", "always", "deny"])
+def test_a_person_answers_in_a_terminal_while_the_agent_waits(tmp_path, decision):
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record))  # the default mode asks before a change
+    script = "b=old\ntools github delete_branch branch=$b && echo deleted"
+    seen: dict[str, Any] = {}
+
+    async def body():
+        async with connected(work) as client:  # no elicitation: the run stops with needs_approval
+            first = await bash(client, script)
+            seen["ids"] = pending_ids(work)
+            seen["listed"] = await anyio.to_thread.run_sync(approve_cli, work)
+            request = first.structured_content["waiting"][0]["id"]
+            seen["answered"] = await anyio.to_thread.run_sync(approve_cli, work, request, decision)
+            seen["after"] = await anyio.to_thread.run_sync(approve_cli, work)
+            return first, await bash(client, script), await bash(client, script)
+
+    first, again, third = run(body)
+    request = first.structured_content["waiting"][0]
+    assert request["call"] == {"tool": "tools github delete-branch", "input": {"branch": "old"}}
+    assert f"toolkernel approve {request['id']}" in first.content[0].text
+    assert seen["ids"] == [request["id"]]
+    listed = seen["listed"]
+    assert listed.returncode == 0 and request["id"] in listed.stdout
+    assert 'tools github delete-branch {"branch": "old"}' in listed.stdout
+    assert "always adds the allow rule mcp_github__delete_branch" in listed.stdout
+    assert seen["answered"].returncode == 0, seen["answered"].stderr
+    assert "no call waits" in seen["after"].stdout
+    if decision == "deny":
+        assert again.structured_content["report"]["tools"]["stopped"]["reason"] == "needs_approval"
+        assert recorded(record) == []
+    else:
+        assert again.structured_content["exit_code"] == 0 and "deleted" in again.structured_content["stdout"]
+        # once: that one call, once; always: the tool from now on
+        third_ran = third.structured_content["exit_code"] == 0
+        assert third_ran is (decision == "always")
+        assert len(recorded(record)) == (2 if decision == "always" else 1)
+    assert pending_ids(work) == ([] if decision == "always" else pending_ids(work))

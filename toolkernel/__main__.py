@@ -2,6 +2,7 @@
 `toolkernel trust [DIR]`: trust a folder's toolkernel config as it is now (see `_trust`).
 `toolkernel lint [DIR]`: check the config that applies to DIR without starting anything.
 `toolkernel serve [--http HOST:PORT] [--token T]`: Tools in Shell for any MCP client (see `_serve`).
+`toolkernel approve [ID once|always|deny]`: list or answer the calls a `serve` client waits on.
 
 With no notebook, runs the quickstart that ships with the package, in a
 fresh temporary folder whose toolkernel.toml points at
@@ -102,9 +103,16 @@ def main(argv: list[str] | None = None) -> int:
                        help="a bearer token every HTTP request must carry (required off loopback);"
                             " default $TOOLKERNEL_SERVE_TOKEN, which other users cannot see in `ps`")
     serve.add_argument("--workdir", type=Path, default=Path.cwd(), help="the working directory (default: here)")
+    approve = sub.add_parser("approve", help="list the calls that wait for a person (from `toolkernel serve`),"
+                             " or answer one: toolkernel approve ID once|always|deny")
+    approve.add_argument("request", nargs="?", metavar="ID", help="a request id, as the list shows it")
+    approve.add_argument("decision", nargs="?", choices=("once", "always", "deny"))
+    approve.add_argument("--workdir", type=Path, default=Path.cwd(), help="the project folder (default: here)")
     args = parser.parse_args(argv)
     if args.command == "serve":
         return run_serve(args)
+    if args.command == "approve":
+        return run_approve(args)
     if args.command == "demo":
         return run_demo(args.notebook or quickstart_path())
     if args.command == "trust":
@@ -132,6 +140,23 @@ def run_serve(args: argparse.Namespace) -> int:
     from ._frontends._serve import serve_command
 
     return serve_command(args.workdir, http=args.http, token=args.token)
+
+
+def run_approve(args: argparse.Namespace) -> int:
+    from ._approval._pending import PendingError
+    from ._errors import ConfigError
+    from ._frontends._answers import answer_request, waiting_requests
+
+    if args.request and not args.decision:
+        print("toolkernel approve: say once, always or deny after the id", file=sys.stderr)
+        return 2
+    try:
+        print(answer_request(args.workdir, args.request, args.decision) if args.request
+              else waiting_requests(args.workdir))
+    except (PendingError, ConfigError) as exc:
+        print(f"toolkernel approve: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def run_lint(directory: Path) -> int:

@@ -32,6 +32,7 @@ from mcp.server.lowlevel import Server
 
 from .. import _loop
 from .._approval._approver import Approver, ElicitApprover, stop_and_report
+from .._approval._pending import PendingStore
 from .._command._catalog import Catalog
 from .._command._cli import parse_input
 from .._config._config import load_config
@@ -70,7 +71,8 @@ BASH_INPUT = {"type": "object", "properties": {"script": {"type": "string", "des
 BASH_OUTPUT = {
     "type": "object",
     "properties": {"exit_code": {"type": "integer"}, "stdout": {"type": "string"}, "stderr": {"type": "string"},
-                   "report": {"type": "object"}},
+                   "report": {"type": "object"},
+                   "waiting": {"type": "array", "description": "calls waiting for a person: {id, call}"}},
     "required": ["exit_code", "stdout", "stderr"],
 }
 
@@ -124,11 +126,15 @@ class ToolServer:
     def client(self, key: str) -> tuple[Session, threading.Lock]:
         with self._clients_guard:
             if key not in self._clients:
-                self._clients[key] = (Session(self.workdir), threading.Lock())
+                session = Session(self.workdir)
+                # A client that cannot be asked leaves its calls where a person can answer them.
+                session.approvals.share_pending(PendingStore(self.workdir))
+                self._clients[key] = (session, threading.Lock())
             return self._clients[key]
 
     def close(self) -> None:
         for session, _ in self._clients.values():
+            session.approvals.withdraw_published()
             session.close()
 
     def server(self) -> Server:
@@ -185,6 +191,8 @@ class ToolServer:
                                 "stderr": result.stderr}
         if result.report is not None:
             body["report"] = result.report
+        if waiting := _waiting(session):
+            body["waiting"] = waiting
         content: list[Any] = [types.TextContent(type="text", text=_bash_text(body))]
         content += [_image(self.workdir / p) for p in result.images]
         return types.CallToolResult(content=content, structured_content=body)
@@ -195,7 +203,8 @@ class ToolServer:
             with one_run:
                 return _loop.run(self._call_direct(session, name, arguments, approver))
         except CallError as exc:
-            return types.CallToolResult(content=[types.TextContent(type="text", text=exc.json_line())],
+            waiting = "".join(f"\n{_answer_with(w)}" for w in _waiting(session))
+            return types.CallToolResult(content=[types.TextContent(type="text", text=exc.json_line() + waiting)],
                                         is_error=True)
         except ConfigError as exc:
             return _error("config_error", str(exc))
@@ -261,6 +270,18 @@ def _approver_for(ctx: Any, loop: asyncio.AbstractEventLoop, *, stops_first: boo
     return ElicitApprover(elicit, stops_first=stops_first)
 
 
+def _waiting(session: Session) -> list[dict[str, Any]]:
+    """This client's calls that wait for a person, with the id to answer them by."""
+    return [{"id": r.id, "call": {"tool": r.command, "input": dict(r.input)}}
+            for r in session.approvals.published()]
+
+
+def _answer_with(waiting: Mapping[str, Any]) -> str:
+    return (f"[waiting for a person] {waiting['call']['tool']}: answer in a terminal with"
+            f" `toolkernel approve {waiting['id']} once|always|deny`, or `%tools approve {waiting['id']}`"
+            " in the notebook; then write a new script")
+
+
 def _bash_text(body: Mapping[str, Any]) -> str:
     text = body["stdout"]
     if body["stderr"]:
@@ -269,6 +290,7 @@ def _bash_text(body: Mapping[str, Any]) -> str:
         text += f"\n[exit code {body['exit_code']}]"
     if "report" in body:
         text += "\n[report]\n" + json.dumps(body["report"], indent=1, ensure_ascii=False, default=str)
+    text += "".join(f"\n{_answer_with(w)}" for w in body.get("waiting", ()))
     return text
 
 
