@@ -311,13 +311,13 @@ def http_server(tmp_path):
 
 
 @asynccontextmanager
-async def over_http(url: str, token: str):
+async def over_http(url: str, token: str, elicit=None):
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
     async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
         async with streamable_http_client(url, http_client=http) as streams:
-            async with ClientSession(streams[0], streams[1]) as client:
+            async with ClientSession(streams[0], streams[1], elicitation_callback=elicit) as client:
                 await client.initialize()
                 yield client
 
@@ -359,6 +359,26 @@ def test_two_http_sessions_do_not_see_each_others_runs(http_server):
     assert "report" not in b and b["exit_code"] == 0
     assert "from-b" not in a["stdout"] and "from-a" not in b["stdout"] and b["stdout"] == "from-b\nb\n"
     assert recorded(record) == []
+
+
+@pytest.mark.parametrize("decision", ["once", "deny"])
+def test_elicitation_over_http_asks_the_client_that_made_the_call(http_server, decision):
+    url, token, record = http_server
+    asked: list = []
+    script = "tools github delete_branch branch=over-http && echo after"
+
+    async def body():
+        async with over_http(url, token, answering(decision, asked)) as client:
+            return await bash(client, script)
+
+    result = run(body).structured_content
+    assert len(asked) == 1 and '"over-http"' in asked[0].message
+    assert asked[0].requested_schema["properties"]["decision"]["enum"] == ["once", "always", "deny"]
+    if decision == "once":  # before the start: allowed, so the script ran in the same call
+        assert result["exit_code"] == 0 and "after" in result["stdout"] and "report" not in result
+        assert recorded(record) == [{"tool": "delete_branch", "input": {"branch": "over-http"}}]
+    else:
+        assert result["report"]["tools"]["stopped"]["approval"] == "denied" and recorded(record) == []
 
 
 @pytest.mark.parametrize("decision, approval", [("once", "granted"), ("deny", "denied")])
