@@ -39,6 +39,8 @@ from .._config._config import load_config
 from .._errors import CallError, ConfigError, UnknownCommand
 from .._names import fold
 from .._approval._policy import deny_rule_covers
+from .._providers._notebook import pair, pairings, unpair
+from .._providers._notebook._pairing import STATE_KEY as PAIRINGS_KEY
 from .._session import Session
 from .._tool import Tool
 
@@ -117,11 +119,20 @@ class ToolServer:
     which every session and the notebook share.
     """
 
-    def __init__(self, workdir: Path, *, notebook: bool = False) -> None:
+    def __init__(self, workdir: Path, *, notebook: Mapping[str, Any] | None = None) -> None:
         self.workdir = Path(workdir).resolve()
-        self.notebook = notebook  # a notebook is paired: the notebook tools are listed too
+        # `--notebook PATH` and how to reach its kernel: the notebook tools are listed too.
+        self._pairing_args = dict(notebook) if notebook is not None else None
+        self.notebook = notebook is not None
+        self._notebook_state: dict[str, Any] = {}  # the one pairing every client of this serve uses
         self._clients: dict[str, tuple[Session, threading.Lock]] = {}
         self._clients_guard = threading.Lock()
+
+    def pair(self) -> str:
+        """Pair `--notebook` with its kernel (before any client comes). Raises CallError."""
+        if self._pairing_args is None:
+            return ""
+        return _loop.run(pair(self._notebook_state, self.workdir, **self._pairing_args)).describe()
 
     def client(self, key: str) -> tuple[Session, threading.Lock]:
         with self._clients_guard:
@@ -129,6 +140,8 @@ class ToolServer:
                 session = Session(self.workdir)
                 # A client that cannot be asked leaves its calls where a person can answer them.
                 session.approvals.share_pending(PendingStore(self.workdir))
+                # No other notebook is reachable: this serve's pairing, never another session's.
+                session.state[PAIRINGS_KEY] = pairings(self._notebook_state)
                 self._clients[key] = (session, threading.Lock())
             return self._clients[key]
 
@@ -136,6 +149,7 @@ class ToolServer:
         for session, _ in self._clients.values():
             session.approvals.withdraw_published()
             session.close()
+        _loop.run(unpair(self._notebook_state), timeout=30)  # a kernel serve started is shut down
 
     def server(self) -> Server:
         return Server("toolkernel", instructions=_INSTRUCTIONS,
@@ -318,19 +332,23 @@ async def serve_stdio(tool_server: ToolServer) -> None:
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def serve_command(workdir: Path, *, http: str | None = None, token: str | None = None) -> int:
-    """`toolkernel serve`: returns the exit code; a bad address or a missing token is one line on stderr."""
+def serve_command(workdir: Path, *, http: str | None = None, token: str | None = None,
+                  notebook: Mapping[str, Any] | None = None) -> int:
+    """`toolkernel serve`: returns the exit code; a bad address, a missing token or a
+    notebook that cannot be paired is one line on stderr."""
     import sys
 
-    tool_server = ToolServer(workdir)
+    tool_server = ToolServer(workdir, notebook=notebook)
     try:
-        if http is None:
+        address = parse_address(http, token) if http is not None else None
+        if paired := tool_server.pair():
+            print(f"toolkernel serve: {paired}", file=sys.stderr)
+        if address is None:
             anyio.run(serve_stdio, tool_server)
         else:
-            host, port = parse_address(http, token)
-            serve_http(tool_server, host, port, token)
-    except ValueError as exc:
-        print(f"toolkernel serve: {exc}", file=sys.stderr)
+            serve_http(tool_server, *address, token)
+    except (ValueError, CallError) as exc:
+        print(f"toolkernel serve: {getattr(exc, 'message', exc)}", file=sys.stderr)
         return 2
     finally:
         tool_server.close()
