@@ -165,3 +165,17 @@ def test_a_server_that_ends_withdraws_its_requests(tmp_path):
 
     assert len(run(body)) == 1
     assert pending_ids(work) == []
+
+
+def test_a_request_whose_process_ended_is_marked_and_takes_no_once(tmp_path):
+    import subprocess
+    import sys
+
+    work = project(tmp_path, "")
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                           text=True, timeout=60)
+    plant(work, "aaaaaaaaaaaa.json", entry("aaaaaaaaaaaa", pid=int(ended.stdout)))
+    assert "the process that asked has ended" in approve_cli(work).stdout
+    once = approve_cli(work, "aaaaaaaaaaaa", "once")
+    assert once.returncode == 1 and "answer always or deny" in once.stderr
+    assert approve_cli(work, "aaaaaaaaaaaa", "deny").returncode == 0

@@ -96,6 +96,9 @@ def answer_request(workdir, request_id: str, decision: str) -> str:
     request = store.find(request_id)
     if decision not in DECISIONS:
         raise PendingError(f"answer once, always or deny, not {decision!r}")
+    if decision == "once" and not request.alive():
+        raise PendingError(f"the process that asked for {request.id} has ended, so nothing can use a once"
+                           " answer; answer always or deny")
     said = {"once": "allowed once", "deny": "denied"}.get(decision)
     if decision == "always":
         rule = _rule(request, workdir)

@@ -74,7 +74,7 @@ BASH_OUTPUT = {
     "type": "object",
     "properties": {"exit_code": {"type": "integer"}, "stdout": {"type": "string"}, "stderr": {"type": "string"},
                    "report": {"type": "object"},
-                   "waiting": {"type": "array", "description": "calls waiting for a person: {id, call}"}},
+                   "waiting": {"type": "array"}},
     "required": ["exit_code", "stdout", "stderr"],
 }
 
@@ -286,6 +286,7 @@ def _approver_for(ctx: Any, loop: asyncio.AbstractEventLoop, *, stops_first: boo
 
 def _waiting(session: Session) -> list[dict[str, Any]]:
     """This client's calls that wait for a person, with the id to answer them by."""
+    session.approvals.collect_answers()  # answered meanwhile: no longer waiting
     return [{"id": r.id, "call": {"tool": r.command, "input": dict(r.input)}}
             for r in session.approvals.published()]
 
