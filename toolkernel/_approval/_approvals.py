@@ -228,12 +228,13 @@ class Approvals(ApprovalStore):
             answer = self._shared.answer_for(request)
             if answer is None:
                 continue
+            with self._guard:
+                if self._published.pop(request_id, None) is None:
+                    continue  # another thread applied it: one answer, one grant
+                self._pending = [info for info in self._pending if info is not call]
             if answer == "once":
                 self.grant_once(canonical_call_key(call.qualified_name, call.input))
             # "always": `toolkernel approve` saved the rule; "deny": nothing to grant.
-            with self._guard:
-                self._published.pop(request_id, None)
-                self._pending = [info for info in self._pending if info is not call]
             self._shared.withdraw(request_id)
 
     def withdraw_published(self) -> None:

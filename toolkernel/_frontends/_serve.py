@@ -8,8 +8,11 @@ tool is listed directly (the classic behaviour, for side-by-side measures).
 
 Every call goes through `Session`: the same dispatcher, policy and approvals
 as a notebook. A person is asked through MCP elicitation when the client
-offers it (`_approver.ElicitApprover`); otherwise the run stops and its
-report says `needs_approval`.
+offers it (`_approver.ElicitApprover`); otherwise the run stops, its
+report says `needs_approval`, and the call is published under
+.toolkernel/pending/ (`_pending`), where `toolkernel approve` or
+`%tools approve ID` answers it. With `--notebook`, one pairing serves every
+client of this process, and no other notebook is reachable.
 
 The SDK's handlers run on the server's event loop; a run blocks (its runner
 pumps output on the calling thread), so it runs on a worker thread, and
