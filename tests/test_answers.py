@@ -191,3 +191,35 @@ def test_one_parser_and_one_usage_for_every_tools_word(session):
         manage(session, ["pair", "nb.ipynb", "--colour", "red"])
     with pytest.raises(UsageError, match="--kernel needs a value"):
         manage(session, ["pair", "nb.ipynb", "--kernel="])
+
+
+def test_the_notebook_answers_a_request_a_serve_client_waits_on(tmp_path):
+    """`%tools approve ID` in the notebook's kernel answers what `toolkernel serve` (another process) published."""
+    import anyio
+
+    from approval_helpers import recorder_server_section
+    from test_serve import bash, connected, project, recorded
+    from test_serve import run as run_async
+
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record))
+    notebook = Session(work)
+    script = "b=old\ntools github delete_branch branch=$b"
+    said = {}
+
+    async def body():
+        async with connected(work) as client:
+            first = await bash(client, script)
+            request = first.structured_content["waiting"][0]["id"]
+            with pytest.raises(UsageError, match="not a request id"):
+                manage(notebook, ["approve", "../approvals"])
+            said["approve"] = await anyio.to_thread.run_sync(manage, notebook, ["approve", request])
+            return await bash(client, script)
+
+    try:
+        again = run_async(body)
+    finally:
+        notebook.close()
+    assert said["approve"].startswith("allowed once: tools github delete-branch")
+    assert again.structured_content["exit_code"] == 0
+    assert [r["tool"] for r in recorded(record)] == ["delete_branch"]

@@ -138,6 +138,22 @@ def test_enabled_false_lists_every_tool_directly_and_deny_rules_hide_tools(tmp_p
     assert "notebook_run" not in names  # no notebook is paired
 
 
+def test_a_denied_tool_is_in_no_list_the_bash_help_and_search_included(tmp_path):
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record), '[tools_in_shell]\nkeep_visible = ["mcp_github__delete_repo"]\n',
+                   policy_section(deny=["mcp_github__delete_repo"]))
+
+    async def body():
+        async with connected(work) as client:
+            names = [t.name for t in (await client.list_tools()).tools]
+            return names, await bash(client, "tools --help; tools github --help; tools search delete")
+
+    names, listed = run(body)
+    assert "mcp_github__delete_repo" not in names
+    stdout = listed.structured_content["stdout"]
+    assert "delete-branch" in stdout and "delete-repo" not in stdout and "delete_repo" not in stdout
+
+
 # -- bash ----------------------------------------------------------------------------
 
 
@@ -295,13 +311,13 @@ def http_server(tmp_path):
 
 
 @asynccontextmanager
-async def over_http(url: str, token: str):
+async def over_http(url: str, token: str, elicit=None):
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
     async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
         async with streamable_http_client(url, http_client=http) as streams:
-            async with ClientSession(streams[0], streams[1]) as client:
+            async with ClientSession(streams[0], streams[1], elicitation_callback=elicit) as client:
                 await client.initialize()
                 yield client
 
@@ -345,6 +361,26 @@ def test_two_http_sessions_do_not_see_each_others_runs(http_server):
     assert recorded(record) == []
 
 
+@pytest.mark.parametrize("decision", ["once", "deny"])
+def test_elicitation_over_http_asks_the_client_that_made_the_call(http_server, decision):
+    url, token, record = http_server
+    asked: list = []
+    script = "tools github delete_branch branch=over-http && echo after"
+
+    async def body():
+        async with over_http(url, token, answering(decision, asked)) as client:
+            return await bash(client, script)
+
+    result = run(body).structured_content
+    assert len(asked) == 1 and '"over-http"' in asked[0].message
+    assert asked[0].requested_schema["properties"]["decision"]["enum"] == ["once", "always", "deny"]
+    if decision == "once":  # before the start: allowed, so the script ran in the same call
+        assert result["exit_code"] == 0 and "after" in result["stdout"] and "report" not in result
+        assert recorded(record) == [{"tool": "delete_branch", "input": {"branch": "over-http"}}]
+    else:
+        assert result["report"]["tools"]["stopped"]["approval"] == "denied" and recorded(record) == []
+
+
 @pytest.mark.parametrize("decision, approval", [("once", "granted"), ("deny", "denied")])
 def test_mid_run_the_script_stops_and_the_report_carries_the_answer(tmp_path, decision, approval):
     record = tmp_path / "record.jsonl"
@@ -365,3 +401,56 @@ def test_mid_run_the_script_stops_and_the_report_carries_the_answer(tmp_path, de
         assert [r["tool"] for r in recorded(record)] == ["delete_branch"]
     else:
         assert len(asked) == 2 and recorded(record) == []
+
+
+# -- `toolkernel approve`: the pending store other processes read --------------------
+
+
+def approve_cli(work: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "toolkernel", "approve", *args], cwd=work, env=server_env(),
+                          capture_output=True, text=True, timeout=WAIT)
+
+
+def pending_ids(work: Path) -> list[str]:
+    folder = work / ".toolkernel" / "pending"
+    return sorted(p.name[:-5] for p in folder.glob("*.json") if not p.name.endswith(".answer.json"))
+
+
+@pytest.mark.parametrize("decision", ["once", "always", "deny"])
+def test_a_person_answers_in_a_terminal_while_the_agent_waits(tmp_path, decision):
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record))  # the default mode asks before a change
+    script = "b=old\ntools github delete_branch branch=$b && echo deleted"
+    seen: dict[str, Any] = {}
+
+    async def body():
+        async with connected(work) as client:  # no elicitation: the run stops with needs_approval
+            first = await bash(client, script)
+            seen["ids"] = pending_ids(work)
+            seen["listed"] = await anyio.to_thread.run_sync(approve_cli, work)
+            request = first.structured_content["waiting"][0]["id"]
+            seen["answered"] = await anyio.to_thread.run_sync(approve_cli, work, request, decision)
+            seen["after"] = await anyio.to_thread.run_sync(approve_cli, work)
+            return first, await bash(client, script), await bash(client, script)
+
+    first, again, third = run(body)
+    request = first.structured_content["waiting"][0]
+    assert request["call"] == {"tool": "tools github delete-branch", "input": {"branch": "old"}}
+    assert f"toolkernel approve {request['id']}" in first.content[0].text
+    assert seen["ids"] == [request["id"]]
+    listed = seen["listed"]
+    assert listed.returncode == 0 and request["id"] in listed.stdout
+    assert 'tools github delete-branch {"branch": "old"}' in listed.stdout
+    assert "always adds the allow rule mcp_github__delete_branch" in listed.stdout
+    assert seen["answered"].returncode == 0, seen["answered"].stderr
+    assert "no call waits" in seen["after"].stdout
+    if decision == "deny":
+        assert again.structured_content["report"]["tools"]["stopped"]["reason"] == "needs_approval"
+        assert recorded(record) == []
+    else:
+        assert again.structured_content["exit_code"] == 0 and "deleted" in again.structured_content["stdout"]
+        # once: that one call, once; always: the tool from now on
+        third_ran = third.structured_content["exit_code"] == 0
+        assert third_ran is (decision == "always")
+        assert len(recorded(record)) == (2 if decision == "always" else 1)
+    assert pending_ids(work) == ([] if decision == "always" else pending_ids(work))

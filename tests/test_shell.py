@@ -127,7 +127,7 @@ def test_top_help_counts_tools_and_marks_on_demand_servers(workdir):
         fresh.close()
     assert result.exit_code == 0, sink.stderr_text
     text = sink.stdout_text
-    assert "github (4 tools)" in text
+    assert "github (3 tools)" in text  # create-issue is denied: left out and not counted
     assert "structured (5 tools)" in text
     assert "docs (not loaded)" in text
     assert "missing (unavailable" in text
@@ -138,8 +138,9 @@ def test_top_help_counts_tools_and_marks_on_demand_servers(workdir):
 def test_server_help_lists_its_tools(session):
     result, sink = run(session, "tools github --help")
     assert result.exit_code == 0
-    for name in ("list-pulls", "get-pull", "create-issue", "delete-branch"):
+    for name in ("list-pulls", "get-pull", "delete-branch"):
         assert name in sink.stdout_text
+    assert "create-issue" not in sink.stdout_text  # denied whatever its input
 
 
 @pytest.mark.parametrize("script", ["tools github get-pull --help", "tools mcp_github__get_pull --help"])
@@ -159,14 +160,12 @@ def test_own_tool_help_shows_the_input_schema(session):
 
 
 def test_search_ranks_name_matches_above_description_matches(session):
-    result, sink = run(session, "tools search issue title")
+    result, sink = run(session, "tools search docs issue title")
     assert result.exit_code == 0, sink.stderr_text
     commands = [line.split()[0:3] for line in sink.stdout_text.splitlines()]
     ranked = [" ".join(c) for c in commands]
-    # The on-demand `docs` server (the same demo server) is searched too (issue 11: its list is
-    # kept for later searches); both create-issue tools match by name and rank first.
-    assert set(ranked[:2]) == {"tools github create-issue", "tools docs create-issue"}
-    assert all("create-issue" not in r for r in ranked[2:])
+    assert ranked[0] == "tools docs create-issue"
+    assert "tools github create-issue" not in ranked  # denied: left out
     # A description with only some of the words is not a match (issue 10: "time zone").
     assert "tools github get-pull" not in ranked
     result, sink = run(session, "tools search title")
@@ -467,3 +466,28 @@ def test_a_server_that_hangs_at_start_gives_its_error_line_past_thirty_seconds(t
     assert "did not finish starting within 33 s" in error["message"]
     assert "waiting for a database that never comes" in error["message"]
     assert sink.stdout_text == "after\n"
+
+
+def test_tools_a_deny_rule_covers_whatever_the_input_are_left_out_of_every_list(tmp_path, monkeypatch):
+    for key, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    project = tmp_path / "project"
+    project.mkdir()
+    # delete-branch: denied whatever its input; get-pull: only for some inputs, so still listed.
+    write_config(project, github_toml() + policy_toml(allow=FIXTURE_ALLOW, deny=[
+        "github delete-branch", "echo_input", "github get-pull(repo=secret/*)"]))
+    fresh = new_session(project)
+    try:
+        help_text = run(fresh, "tools --help")[1].stdout_text
+        server_text = run(fresh, "tools github --help")[1].stdout_text
+        found = run(fresh, "tools search branch pull input")[1].stdout_text
+        searched = run(fresh, "tools search delete branch")[1].stdout_text
+        called = run(fresh, "tools github delete-branch branch=x")
+    finally:
+        fresh.close()
+    assert "github (3 tools)" in help_text and "echo-input" not in help_text and "blob" in help_text
+    assert "delete-branch" not in server_text and "get-pull" in server_text
+    assert "delete-branch" not in found + searched and "echo-input" not in found
+    assert "no tools match" in searched
+    # Left out of the lists, and still denied when called by name.
+    assert error_lines(called[1].stderr_text)[0]["code"] == "denied"

@@ -2,6 +2,7 @@
 `toolkernel trust [DIR]`: trust a folder's toolkernel config as it is now (see `_trust`).
 `toolkernel lint [DIR]`: check the config that applies to DIR without starting anything.
 `toolkernel serve [--http HOST:PORT] [--token T]`: Tools in Shell for any MCP client (see `_serve`).
+`toolkernel approve [ID once|always|deny]`: list or answer the calls a `serve` client waits on.
 
 With no notebook, runs the quickstart that ships with the package, in a
 fresh temporary folder whose toolkernel.toml points at
@@ -102,9 +103,24 @@ def main(argv: list[str] | None = None) -> int:
                        help="a bearer token every HTTP request must carry (required off loopback);"
                             " default $TOOLKERNEL_SERVE_TOKEN, which other users cannot see in `ps`")
     serve.add_argument("--workdir", type=Path, default=Path.cwd(), help="the working directory (default: here)")
+    paired = serve.add_argument_group("a notebook the agent edits and runs (notebook_read, notebook_edit, notebook_run)")
+    paired.add_argument("--notebook", metavar="PATH", help="the notebook (.ipynb); with --kernel, --existing or --server")
+    paired.add_argument("--kernel", metavar="NAME", help="start a kernel NAME for it (shut down when serve ends)")
+    paired.add_argument("--existing", metavar="CONNECTION_FILE", help="use a running kernel")
+    paired.add_argument("--server", metavar="URL", help="edit and run it through this Jupyter Server")
+    paired.add_argument("--server-token", metavar="T", default=None,
+                        help="the Jupyter Server's token (or ?token= in URL, or $JUPYTER_TOKEN);"
+                             " --token is serve's own bearer token")
+    approve = sub.add_parser("approve", help="list the calls that wait for a person (from `toolkernel serve`),"
+                             " or answer one: toolkernel approve ID once|always|deny")
+    approve.add_argument("request", nargs="?", metavar="ID", help="a request id, as the list shows it")
+    approve.add_argument("decision", nargs="?", choices=("once", "always", "deny"))
+    approve.add_argument("--workdir", type=Path, default=Path.cwd(), help="the project folder (default: here)")
     args = parser.parse_args(argv)
     if args.command == "serve":
         return run_serve(args)
+    if args.command == "approve":
+        return run_approve(args)
     if args.command == "demo":
         return run_demo(args.notebook or quickstart_path())
     if args.command == "trust":
@@ -131,7 +147,33 @@ def run_trust(folder: Path) -> int:
 def run_serve(args: argparse.Namespace) -> int:
     from ._frontends._serve import serve_command
 
-    return serve_command(args.workdir, http=args.http, token=args.token)
+    notebook = None
+    if args.notebook:
+        options = {"kernel": args.kernel, "existing": args.existing, "server": args.server,
+                   "token": args.server_token}
+        notebook = {"notebook": args.notebook, **{k: v for k, v in options.items() if v}}
+    elif args.kernel or args.existing or args.server or args.server_token:
+        print("toolkernel serve: --kernel, --existing and --server pair a notebook: give --notebook PATH",
+              file=sys.stderr)
+        return 2
+    return serve_command(args.workdir, http=args.http, token=args.token, notebook=notebook)
+
+
+def run_approve(args: argparse.Namespace) -> int:
+    from ._approval._pending import PendingError
+    from ._errors import ConfigError
+    from ._frontends._answers import answer_request, waiting_requests
+
+    if args.request and not args.decision:
+        print("toolkernel approve: say once, always or deny after the id", file=sys.stderr)
+        return 2
+    try:
+        print(answer_request(args.workdir, args.request, args.decision) if args.request
+              else waiting_requests(args.workdir))
+    except (PendingError, ConfigError) as exc:
+        print(f"toolkernel approve: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def run_lint(directory: Path) -> int:

@@ -33,6 +33,7 @@ from ._approver import Answer, ApprovalRequest, Approver
 from .._atomic import write_atomic
 from .._errors import ConfigError
 from ._bash_rules import TOOL_NAME as BASH_TOOL, rule_for_script
+from ._pending import PendingRequest, PendingStore
 from ._policy import CallInfo, canonical_call_key, decide, normalize_qualified_name, parse_rule
 from .._config._trust import TrustStore
 
@@ -203,6 +204,64 @@ class Approvals(ApprovalStore):
     def __init__(self, project_dir: Path | str) -> None:
         super().__init__(project_dir)
         self._pending: list[CallInfo] = []  # oldest first; `%tools approve` answers the last
+        self._shared: PendingStore | None = None
+        self._published: dict[str, tuple[PendingRequest, CallInfo]] = {}  # by id: what this process asked
+
+    # -- pending requests other processes answer (`toolkernel serve`) ---------------
+
+    def share_pending(self, store: PendingStore) -> None:
+        """Publish the calls left pending to `store`, where `toolkernel approve` answers them."""
+        self._shared = store
+
+    def published(self) -> list[PendingRequest]:
+        """The requests this process published that wait for an answer, oldest first."""
+        with self._guard:
+            return [request for request, _ in self._published.values()]
+
+    def collect_answers(self) -> None:
+        """Apply the answers given in other processes to the requests this process published.
+        Only those: an id found in the folder but not in this memory grants nothing, and the
+        answer must name the very call asked about (see `_pending`)."""
+        if self._shared is None:
+            return
+        for request_id, (request, call) in list(self._published.items()):
+            answer = self._shared.answer_for(request)
+            if answer is None:
+                continue
+            with self._guard:
+                if self._published.pop(request_id, None) is None:
+                    continue  # another thread applied it: one answer, one grant
+                self._pending = [info for info in self._pending if info is not call]
+            if answer == "once":
+                self.grant_once(canonical_call_key(call.qualified_name, call.input))
+            # "always": `toolkernel approve` saved the rule; "deny": nothing to grant.
+            self._shared.withdraw(request_id)
+
+    def withdraw_published(self) -> None:
+        """Remove this process's requests from the folder (it ends: nobody could use an answer)."""
+        if self._shared is None:
+            return
+        with self._guard:
+            ids, self._published = list(self._published), {}
+        for request_id in ids:
+            self._shared.withdraw(request_id)
+
+    def _publish(self, call: CallInfo, reason: str, before_start: bool) -> None:
+        key = canonical_call_key(call.qualified_name, call.input)
+        with self._guard:
+            if any(request.key() == key for request, _ in self._published.values()):
+                return  # asked again before an answer: one request, not one per try
+        request = self._shared.publish(call, reason, before_start=before_start)
+        with self._guard:
+            self._published[request.id] = (request, call)
+
+    def has_once(self, key: str) -> bool:
+        self.collect_answers()
+        return super().has_once(key)
+
+    def consume_once(self, key: str) -> bool:
+        self.collect_answers()
+        return super().consume_once(key)
 
     async def ask(self, request: ApprovalRequest, approver: Approver) -> Answer:
         """At the ask point: a once-grant answers first, then the approver. An answer
@@ -218,12 +277,14 @@ class Approvals(ApprovalStore):
             # This run's policy was read before the answer: the call itself asks once more.
             self.grant_once(key)
         if answer is Answer.LATER:
-            self.add_pending(request.call)
+            self.add_pending(request.call, request.reason, before_start=request.before_start)
         return answer
 
-    def add_pending(self, call: CallInfo) -> None:
+    def add_pending(self, call: CallInfo, reason: str = "", *, before_start: bool = False) -> None:
         with self._guard:
             self._pending.append(call)
+        if self._shared is not None:
+            self._publish(call, reason, before_start)
 
     def take_pending(self, call: Mapping[str, Any] | None = None) -> CallInfo | None:
         """The last pending call, or the last one matching {"tool", "input"}; None if none."""

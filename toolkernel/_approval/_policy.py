@@ -438,6 +438,14 @@ def _first_match(rules: Iterable[str], call: CallInfo, *, grants: bool = False) 
     return next((rule for rule in rules if rule_matches(rule, call, grants=grants)), None)
 
 
+def deny_rule_covers(policy: Policy, qualified_name: str, command: str, kind: Kind) -> bool:
+    """Whether a deny rule (the administrator's or the config's) denies every call of this
+    tool whatever its input: such a tool is left out of every list. A rule with an input
+    constraint covers only some inputs (an empty input with no schema keys matches none)."""
+    info = CallInfo(qualified_name, command, {}, kind, schema_keys=frozenset())
+    return _first_match((*policy.admin_deny, *policy.deny), info) is not None
+
+
 def decide(call: CallInfo, policy: Policy, hook: "HookOutcome | None" = None) -> Decision:
     """Allow, ask or deny `call`.
 

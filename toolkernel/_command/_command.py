@@ -20,6 +20,7 @@ from .. import _loop
 from ._catalog import Catalog
 from ._cli import Command, parse_input, split_command, take_save
 from .._approval._dispatch import Dispatcher
+from .._approval._policy import deny_rule_covers
 from .._errors import CallError, InvalidInput, Stopped, ToolFailed
 from .._names import fold
 from ._render import render
@@ -125,14 +126,16 @@ class ToolsCommand:
         """One parsed command; a failure is raised as its `CallError`."""
         if command.action == "help":
             await self.catalog.load_listed()
-            return Outcome(_help.top_help(self.catalog) + _help.untrusted_note(self.dispatcher.env.untrusted))
+            return Outcome(_help.top_help(self.catalog, self._listed)
+                           + _help.untrusted_note(self.dispatcher.env.untrusted))
         if command.action == "search":
             words = [w for w in command.args if w.strip()]
             if not words:
                 raise InvalidInput("tools search needs words to look for: tools search <words>")
-            return Outcome(_help.search_results(await self.catalog.search(words), words))
+            scored = [(score, tool) for score, tool in await self.catalog.search(words) if self._listed(tool)]
+            return Outcome(_help.search_results(scored, words))
         if command.action == "server_help":
-            tools = await self.catalog.server_listing(command.server)
+            tools = [t for t in await self.catalog.server_listing(command.server) if self._listed(t)]
             return Outcome(_help.server_help(self.catalog.servers[fold(command.server)], tools))
         tool = await self.catalog.find_tool(command.server, command.tool)
         if command.action == "tool_help":
@@ -145,6 +148,10 @@ class ToolsCommand:
         if called.failure is not None:
             return Outcome(stderr=notes + called.failure.json_line() + "\n", exit_code=1, images=called.images)
         return Outcome(called.stdout, notes, 0, called.images)
+
+    def _listed(self, tool: Tool) -> bool:
+        """Lists leave out a tool that a deny rule covers whatever its input (issue 14)."""
+        return not deny_rule_covers(self.dispatcher.env.policy, tool.qualified_name, tool.command, tool.kind)
 
     async def call(self, tool: Tool, arguments: dict[str, Any]) -> Called:
         """The one call path of scripts, `%tools` and `toolkernel.call`: the dispatcher's

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Callable
 
 from ._catalog import Catalog, ServerEntry
 from .._names import display
@@ -23,13 +24,14 @@ Errors: one JSON line on stderr, exit code 1: {"error":{"code":...,"message":...
 """
 
 
-def top_help(catalog: Catalog) -> str:
+def top_help(catalog: Catalog, listed: Callable[[Tool], bool] = lambda tool: True) -> str:
+    """The servers and the other tools; a tool `listed` refuses is left out (and not counted)."""
     lines = [USAGE, "MCP servers:"]
     if not catalog.servers:
         lines.append("  (none configured: add [mcp_servers.NAME] to toolkernel.toml or .mcp.json)")
-    lines += [_server_line(e) for e in sorted(catalog.servers.values(), key=lambda e: e.name)]
+    lines += [_server_line(e, listed) for e in sorted(catalog.servers.values(), key=lambda e: e.name)]
     lines += ["", "Other tools:"]
-    lines += _tool_lines(sorted(catalog.own.values(), key=lambda t: t.name))
+    lines += _tool_lines(sorted(filter(listed, catalog.own.values()), key=lambda t: t.name))
     return "\n".join(lines) + "\n"
 
 
@@ -42,7 +44,7 @@ def untrusted_note(folders: tuple[str, ...]) -> str:
     return "\n".join(lines + [f"  {folder}" for folder in folders]) + "\n"
 
 
-def _server_line(entry: ServerEntry) -> str:
+def _server_line(entry: ServerEntry, listed: Callable[[Tool], bool]) -> str:
     name = display(entry.name)
     if entry.error is not None:
         status = f"(unavailable: {entry.error.message.splitlines()[0]})"
@@ -52,7 +54,8 @@ def _server_line(entry: ServerEntry) -> str:
     elif entry.tools is None:
         status = "(not loaded)"
     else:
-        status = f"({len(entry.tools)} tool{'s' if len(entry.tools) != 1 else ''})"
+        count = sum(1 for tool in entry.tools if listed(tool))
+        status = f"({count} tool{'s' if count != 1 else ''})"
     description = entry.provider.description
     return f"  {name} {status}" + (f"  {description}" if description else "")
 

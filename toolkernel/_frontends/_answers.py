@@ -9,10 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .. import _loop
-from .._approval._approvals import rule_for
+from .._approval._approvals import ApprovalStore, lasting_rule_covers, rule_for
+from .._approval._policy import Policy
+from .._config._config import load_config
+from .._approval._pending import DECISIONS, PendingError, PendingStore
 from .._approval._policy import CallInfo, canonical_call_key
 
 COMM_TARGET = "toolkernel.approval"
@@ -67,6 +71,65 @@ def _take_pending(session, call: Mapping[str, Any] | None) -> CallInfo:
     raise AnswerError(f"no pending call matches {call.get('tool')!r}")
 
 
+# -- requests another process published (`toolkernel serve`) -----------------------
+
+
+def waiting_requests(workdir) -> str:
+    """`toolkernel approve` with no id: what waits, and what each answer would do."""
+    requests, skipped = PendingStore(workdir).waiting()
+    lines = [f"ignored {line}" for line in skipped]
+    if not requests:
+        return "\n".join(lines + ["no call waits for an approval"])
+    lines.append(f"{len(requests)} call{'s' if len(requests) != 1 else ''} wait for a person;"
+                 " answer with `toolkernel approve ID once|always|deny`:")
+    for request in requests:
+        ended = "" if request.alive() else " (the process that asked has ended: only `always` still counts)"
+        lines.append(f"  {request.id}  {request.describe()}{ended}")
+        lines.append(f"      {_always_says(request, workdir)}")
+    return "\n".join(lines)
+
+
+def answer_request(workdir, request_id: str, decision: str) -> str:
+    """Answer request `request_id` once, always or deny. "always" saves the allow rule that
+    the tool the person was shown derives (`rule_for`), here and now."""
+    store = PendingStore(workdir)
+    request = store.find(request_id)
+    if decision not in DECISIONS:
+        raise PendingError(f"answer once, always or deny, not {decision!r}")
+    if decision == "once" and not request.alive():
+        raise PendingError(f"the process that asked for {request.id} has ended, so nothing can use a once"
+                           " answer; answer always or deny")
+    said = {"once": "allowed once", "deny": "denied"}.get(decision)
+    if decision == "always":
+        rule = _rule(request, workdir)
+        ApprovalStore(workdir).always_allow(rule)
+        said = f"always allowed: {rule} (saved in {Path(workdir) / '.toolkernel'})"
+    store.answer(request, decision)
+    return f"{said}: {request.describe()}" + ("" if decision != "once" else
+                                               " — the agent's next script may make this call once")
+
+
+def _rule(request, workdir) -> str:
+    """The rule "always" saves; refused where it would not make the call run unasked
+    (an ask rule, a path outside the workspace: the person would believe it allowed)."""
+    try:
+        rule = rule_for(request.call_info())
+    except (ValueError, KeyError) as exc:
+        raise PendingError(f"no rule names this call ({exc}); answer once or deny") from None
+    config = load_config(Path(workdir))
+    if not lasting_rule_covers(Policy.from_config(config.policy, config.admin_policy), request.call_info()):
+        raise PendingError("always would not let this call run unasked (an ask rule or the path it touches"
+                           " asks anyway); answer once or deny")
+    return rule
+
+
+def _always_says(request, workdir) -> str:
+    try:
+        return f"always adds the allow rule {_rule(request, workdir)}"
+    except PendingError as exc:
+        return str(exc)
+
+
 # -- `%tools approve | deny | approvals | pair | unpair | lint` ----------------
 
 
@@ -81,8 +144,10 @@ def _parser() -> argparse.ArgumentParser:
 
     parser = _Parser(prog="%tools", add_help=False)
     sub = parser.add_subparsers(dest="what", required=True)
-    sub.add_parser("approve", add_help=False).add_argument("--always", action="store_true")
-    sub.add_parser("deny", add_help=False)
+    approve_ = sub.add_parser("approve", add_help=False)
+    approve_.add_argument("--always", action="store_true")
+    approve_.add_argument("request", nargs="?", metavar="ID")
+    sub.add_parser("deny", add_help=False).add_argument("request", nargs="?", metavar="ID")
     sub.add_parser("approvals", add_help=False).add_argument("--revoke", metavar="RULE_OR_NUMBER")
     add_pairing_arguments(sub.add_parser("pair", add_help=False))
     sub.add_parser("unpair", add_help=False).add_argument("notebook", nargs="?")
@@ -102,11 +167,14 @@ def manage(session, argv: list[str]) -> str:
         raise UsageError(f"%tools {shlex.join(argv)}: {exc}\n{usage()}") from None
     try:
         return _apply(session, args)
-    except AnswerError as exc:
+    except (AnswerError, PendingError) as exc:
         raise UsageError(str(exc)) from None
 
 
 def _apply(session, args: argparse.Namespace) -> str:
+    if args.what in ("approve", "deny") and args.request:  # a request `toolkernel serve` published
+        decision = "deny" if args.what == "deny" else "always" if args.always else "once"
+        return answer_request(session.workdir, args.request, decision)
     if args.what == "approve":
         return approve(session, always=args.always)
     if args.what == "deny":
@@ -145,8 +213,10 @@ def _pair(session, args: argparse.Namespace) -> str:
 def usage() -> str:
     from .._providers._notebook import pairing_args_usage
 
-    lines = ["%tools approve [--always]                        allow the call that asked, once or always",
-             "%tools deny                                     refuse it",
+    lines = ["%tools approve [--always] [ID]                   allow the call that asked, once or always",
+             "%tools deny [ID]                                refuse it",
+             "                                                (ID: a request of `toolkernel serve`;"
+             " `!toolkernel approve` lists them)",
              "%tools approvals [--revoke RULE_OR_NUMBER]      list or revoke lasting approvals",
              "%tools lint                                     check the config without starting anything",
              *pairing_args_usage().splitlines(),

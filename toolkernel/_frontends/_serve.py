@@ -8,8 +8,11 @@ tool is listed directly (the classic behaviour, for side-by-side measures).
 
 Every call goes through `Session`: the same dispatcher, policy and approvals
 as a notebook. A person is asked through MCP elicitation when the client
-offers it (`_approver.ElicitApprover`); otherwise the run stops and its
-report says `needs_approval`.
+offers it (`_approver.ElicitApprover`); otherwise the run stops, its
+report says `needs_approval`, and the call is published under
+.toolkernel/pending/ (`_pending`), where `toolkernel approve` or
+`%tools approve ID` answers it. With `--notebook`, one pairing serves every
+client of this process, and no other notebook is reachable.
 
 The SDK's handlers run on the server's event loop; a run blocks (its runner
 pumps output on the calling thread), so it runs on a worker thread, and
@@ -32,13 +35,16 @@ from mcp.server.lowlevel import Server
 
 from .. import _loop
 from .._approval._approver import Approver, ElicitApprover, stop_and_report
+from .._approval._pending import PendingStore
 from .._command._catalog import Catalog
 from .._command._cli import parse_input
 from .._config._config import load_config
 from .._config._tools_in_shell import ToolsInShell
 from .._errors import CallError, ConfigError, UnknownCommand
 from .._names import fold
-from .._approval._policy import CallInfo, Policy, _first_match
+from .._approval._policy import deny_rule_covers
+from .._providers._notebook import pair, pairings, unpair
+from .._providers._notebook._pairing import STATE_KEY as PAIRINGS_KEY
 from .._session import Session
 from .._tool import Tool
 
@@ -71,7 +77,8 @@ BASH_INPUT = {"type": "object", "properties": {"script": {"type": "string", "des
 BASH_OUTPUT = {
     "type": "object",
     "properties": {"exit_code": {"type": "integer"}, "stdout": {"type": "string"}, "stderr": {"type": "string"},
-                   "report": {"type": "object"}},
+                   "report": {"type": "object"},
+                   "waiting": {"type": "array"}},
     "required": ["exit_code", "stdout", "stderr"],
 }
 
@@ -116,21 +123,37 @@ class ToolServer:
     which every session and the notebook share.
     """
 
-    def __init__(self, workdir: Path, *, notebook: bool = False) -> None:
+    def __init__(self, workdir: Path, *, notebook: Mapping[str, Any] | None = None) -> None:
         self.workdir = Path(workdir).resolve()
-        self.notebook = notebook  # a notebook is paired: the notebook tools are listed too
+        # `--notebook PATH` and how to reach its kernel: the notebook tools are listed too.
+        self._pairing_args = dict(notebook) if notebook is not None else None
+        self.notebook = notebook is not None
+        self._notebook_state: dict[str, Any] = {}  # the one pairing every client of this serve uses
         self._clients: dict[str, tuple[Session, threading.Lock]] = {}
         self._clients_guard = threading.Lock()
+
+    def pair(self) -> str:
+        """Pair `--notebook` with its kernel (before any client comes). Raises CallError."""
+        if self._pairing_args is None:
+            return ""
+        return _loop.run(pair(self._notebook_state, self.workdir, **self._pairing_args)).describe()
 
     def client(self, key: str) -> tuple[Session, threading.Lock]:
         with self._clients_guard:
             if key not in self._clients:
-                self._clients[key] = (Session(self.workdir), threading.Lock())
+                session = Session(self.workdir)
+                # A client that cannot be asked leaves its calls where a person can answer them.
+                session.approvals.share_pending(PendingStore(self.workdir))
+                # No other notebook is reachable: this serve's pairing, never another session's.
+                session.state[PAIRINGS_KEY] = pairings(self._notebook_state)
+                self._clients[key] = (session, threading.Lock())
             return self._clients[key]
 
     def close(self) -> None:
         for session, _ in self._clients.values():
+            session.approvals.withdraw_published()
             session.close()
+        _loop.run(unpair(self._notebook_state), timeout=30)  # a kernel serve started is shut down
 
     def server(self) -> Server:
         return Server("toolkernel", instructions=_INSTRUCTIONS,
@@ -149,7 +172,8 @@ class ToolServer:
         settings = ShellSettings.from_config(load_config(self.workdir).tools_in_shell)
         command = await session.prepare()
         policy = command.dispatcher.env.policy
-        tools = [t for t in await self._direct_tools(command.catalog, settings) if not _denied(t, policy)]
+        tools = [t for t in await self._direct_tools(command.catalog, settings)
+                 if not deny_rule_covers(policy, t.qualified_name, t.command, t.kind)]
         shown = [_mcp_tool(t) for t in tools]
         return ([types.Tool(name="bash", description=BASH_DESCRIPTION, input_schema=BASH_INPUT,
                             output_schema=BASH_OUTPUT)] + shown) if settings.enabled else shown
@@ -185,6 +209,8 @@ class ToolServer:
                                 "stderr": result.stderr}
         if result.report is not None:
             body["report"] = result.report
+        if waiting := _waiting(session):
+            body["waiting"] = waiting
         content: list[Any] = [types.TextContent(type="text", text=_bash_text(body))]
         content += [_image(self.workdir / p) for p in result.images]
         return types.CallToolResult(content=content, structured_content=body)
@@ -195,7 +221,8 @@ class ToolServer:
             with one_run:
                 return _loop.run(self._call_direct(session, name, arguments, approver))
         except CallError as exc:
-            return types.CallToolResult(content=[types.TextContent(type="text", text=exc.json_line())],
+            waiting = "".join(f"\n{_answer_with(w)}" for w in _waiting(session))
+            return types.CallToolResult(content=[types.TextContent(type="text", text=exc.json_line() + waiting)],
                                         is_error=True)
         except ConfigError as exc:
             return _error("config_error", str(exc))
@@ -234,12 +261,6 @@ async def _find_listed(server: ToolServer, catalog: Catalog, name: str) -> Tool:
     raise UnknownCommand(f"no direct tool named {name!r}; other tools are reached inside `bash` with `tools`")
 
 
-def _denied(tool: Tool, policy: Policy) -> bool:
-    """A deny rule covers the tool whatever its input: leave it out of the list."""
-    info = CallInfo(tool.qualified_name, tool.command, {}, tool.kind, schema_keys=frozenset())
-    return _first_match((*policy.admin_deny, *policy.deny), info) is not None
-
-
 def _mcp_tool(tool: Tool) -> types.Tool:
     name = tool.qualified_name if tool.server else tool.name
     return types.Tool(name=name, description=tool.description or "", input_schema=dict(tool.input_schema))
@@ -267,6 +288,19 @@ def _approver_for(ctx: Any, loop: asyncio.AbstractEventLoop, *, stops_first: boo
     return ElicitApprover(elicit, stops_first=stops_first)
 
 
+def _waiting(session: Session) -> list[dict[str, Any]]:
+    """This client's calls that wait for a person, with the id to answer them by."""
+    session.approvals.collect_answers()  # answered meanwhile: no longer waiting
+    return [{"id": r.id, "call": {"tool": r.command, "input": dict(r.input)}}
+            for r in session.approvals.published()]
+
+
+def _answer_with(waiting: Mapping[str, Any]) -> str:
+    return (f"[waiting for a person] {waiting['call']['tool']}: answer in a terminal with"
+            f" `toolkernel approve {waiting['id']} once|always|deny`, or `%tools approve {waiting['id']}`"
+            " in the notebook; then write a new script")
+
+
 def _bash_text(body: Mapping[str, Any]) -> str:
     text = body["stdout"]
     if body["stderr"]:
@@ -275,6 +309,7 @@ def _bash_text(body: Mapping[str, Any]) -> str:
         text += f"\n[exit code {body['exit_code']}]"
     if "report" in body:
         text += "\n[report]\n" + json.dumps(body["report"], indent=1, ensure_ascii=False, default=str)
+    text += "".join(f"\n{_answer_with(w)}" for w in body.get("waiting", ()))
     return text
 
 
@@ -302,19 +337,23 @@ async def serve_stdio(tool_server: ToolServer) -> None:
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def serve_command(workdir: Path, *, http: str | None = None, token: str | None = None) -> int:
-    """`toolkernel serve`: returns the exit code; a bad address or a missing token is one line on stderr."""
+def serve_command(workdir: Path, *, http: str | None = None, token: str | None = None,
+                  notebook: Mapping[str, Any] | None = None) -> int:
+    """`toolkernel serve`: returns the exit code; a bad address, a missing token or a
+    notebook that cannot be paired is one line on stderr."""
     import sys
 
-    tool_server = ToolServer(workdir)
+    tool_server = ToolServer(workdir, notebook=notebook)
     try:
-        if http is None:
+        address = parse_address(http, token) if http is not None else None
+        if paired := tool_server.pair():
+            print(f"toolkernel serve: {paired}", file=sys.stderr)
+        if address is None:
             anyio.run(serve_stdio, tool_server)
         else:
-            host, port = parse_address(http, token)
-            serve_http(tool_server, host, port, token)
-    except ValueError as exc:
-        print(f"toolkernel serve: {exc}", file=sys.stderr)
+            serve_http(tool_server, *address, token)
+    except (ValueError, CallError) as exc:
+        print(f"toolkernel serve: {getattr(exc, 'message', exc)}", file=sys.stderr)
         return 2
     finally:
         tool_server.close()
