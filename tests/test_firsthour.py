@@ -148,12 +148,24 @@ def test_the_prompt_shows_its_choices_asks_again_on_empty_and_says_what_happened
     assert run.stderr == "" and [list(d["data"])[0] for d in run.displays()] == [APPROVAL_MIME]
 
 
-def test_a_denial_says_nothing_ran_and_does_not_ask_for_approval_afterwards(kernel, github):
+def test_a_denial_before_the_start_says_nothing_ran_and_nothing_else(kernel, github):
     prompts, run = with_stdin(kernel, f"%%tools\n{DELETE}\necho after\n", ["d"])
     assert len(prompts) == 1
     assert run.stdout == "denied; nothing ran\n"
+    # No error line (JSON or red), no report asking to approve: the answer's line is the last word.
+    assert run.stderr == "" and run.error is None and run.status == "ok"
+    assert [list(d["data"])[0] for d in run.displays()] == [APPROVAL_MIME]
+
+
+def test_without_stdin_the_stop_is_reported_and_a_later_deny_says_so_once(kernel, github):
+    run = kernel.execute(f"%%tools\n{DELETE}\necho after\n")
+    # Nobody can answer now: the report asks, the cell fails, nothing ran.
+    assert run.status == "error" and "after" not in run.stdout and "deleted" not in run.stdout
     report = next(d for d in run.displays() if REPORT_MIME in d.get("data", {}))["data"]["text/plain"]
-    assert "a person denied it" in report and "%tools approve" not in report
+    assert "did not start" in report and "%tools approve" in report
+    denied = kernel.execute_ok("%tools deny")
+    assert denied.stderr == "" and len(denied.stdout.strip().splitlines()) == 1, denied.stdout
+    assert "denied" in denied.stdout
 
 
 def test_an_interrupt_while_the_prompt_waits_is_one_line(kernel, github):

@@ -119,7 +119,10 @@ class Session:
         command = _loop.run(self.prepare(events, approver or stop_and_report, read_only=read_only))
         result = execute(runner, command, script, events, sink,
                          before_start=lambda: self._may_start(script, command, runner, events))
-        if command.run.needs_report(result.exit_code):
+        stopped = command.run.stopped
+        result.denied_by_person = (stopped is not None and stopped.before_start and stopped.approval == "denied"
+                                   and getattr(approver, "tells_the_answer", False))
+        if command.run.needs_report(result.exit_code) and not result.denied_by_person:
             result.run_report = command.run.report(result.exit_code)
         return result
 
@@ -127,7 +130,7 @@ class Session:
     def _may_start(script: str, command: ToolsCommand, runner: ScriptRunner, events: RunEvents) -> bool:
         """The before-start check, on the script's thread (a person may be asked)."""
         error = _loop.run(preflight(runner.literal_calls(script), command))
-        if error is not None:
+        if error:
             events.output("", error)
         return error is None
 

@@ -46,6 +46,9 @@ class ShellResult:
     saved_output: Path | None = None
     # The runner cut the script's output at a hard cap: what was saved is not all of it.
     output_cut: bool = False
+    # A person at the prompt denied a call before the start and was told "denied; nothing ran":
+    # that line is all the cell shows (no error line, no report).
+    denied_by_person: bool = False
 
     @property
     def report(self) -> dict[str, Any] | None:
