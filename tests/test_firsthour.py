@@ -258,3 +258,25 @@ def test_a_world_writable_folders_config_is_named_with_reason_and_fix(kernel, wo
     assert "chmod o-w" in first.stderr
     assert str(workdir) in first.stdout and "chmod o-w" in first.stdout  # tools --help names it too
     assert "config not used" not in again.stderr  # said once a session
+
+
+# -- 7. notebook-run with nothing paired -------------------------------------------------
+
+RUN_UNPAIRED = "tools notebook-run notebook_path=analysis.ipynb code='print(1)'"
+
+
+def test_notebook_run_with_nothing_paired_says_so_before_asking(kernel, config):
+    config("")
+    prompts, run = with_stdin(kernel, f"%%tools\n{RUN_UNPAIRED}\n", ["o", "o"])
+    assert prompts == []  # not asked to allow a call that cannot run
+    assert "analysis.ipynb is not paired" in run.stderr and '"connection_required"' in run.stderr
+    assert APPROVAL_MIME not in str(run.displays())
+    prompts, run = with_stdin(kernel, f"x = %{RUN_UNPAIRED}", ["o", "o"])
+    assert prompts == [] and "is not paired" in run.error["evalue"]
+
+
+def test_notebook_run_with_nothing_paired_and_no_stdin_is_not_a_pending_approval(kernel, config):
+    config("")
+    run = kernel.execute(f"%%tools\n{RUN_UNPAIRED}\n")
+    assert "analysis.ipynb is not paired" in run.stderr and "needs_approval" not in run.stderr
+    assert "%tools approve" not in str(run.displays())

@@ -73,6 +73,7 @@ class Dispatcher:
         report only see as their stand-ins in `arguments` (a 256 MB `--save` content)."""
         self._count(tool, arguments, run)
         self.validate(tool, arguments)
+        self.precheck(tool, arguments)
         info = self.call_info(tool, arguments)
         info = await self._before(info, tool, run)
         result = await self._invoke(tool, {**info.input, **(payload or {})}, run, events)
@@ -110,6 +111,19 @@ class Dispatcher:
         raise InvalidInput(
             f"{where}: {error.message} (schema path: {schema_path}; see `{tool.command} --help`)",
             schema_path=schema_path,
+        )
+
+    def precheck(self, tool: Tool, arguments: Mapping[str, Any]) -> None:
+        """The tool's own check that can fail before a person is asked (raises a CallError)."""
+        if tool.precheck is not None:
+            tool.precheck(arguments, self._context(tool))
+
+    def _context(self, tool: Tool, events: RunEvents = NO_EVENTS) -> ToolContext:
+        return ToolContext(
+            workdir=self.env.workdir,
+            settings=self.env.settings,
+            state=self.env.state,
+            progress=lambda p, total=None, msg=None: events.progress(tool.command, p, total, msg),
         )
 
     def _validator(self, tool: Tool):
@@ -183,14 +197,8 @@ class Dispatcher:
         return await self.env.approvals.ask(request, self.env.approver)
 
     async def _invoke(self, tool: Tool, arguments: dict[str, Any], run: Run, events: RunEvents) -> ToolResult:
-        ctx = ToolContext(
-            workdir=self.env.workdir,
-            settings=self.env.settings,
-            state=self.env.state,
-            progress=lambda p, total=None, msg=None: events.progress(tool.command, p, total, msg),
-        )
         try:
-            return await tool.call(arguments, ctx)
+            return await tool.call(arguments, self._context(tool, events))
         except CallError as exc:
             if not tool.read_only:
                 run.record(tool.command, arguments, read_only=False, ok=False, error=exc.to_json()["error"])

@@ -68,6 +68,7 @@ async def _resolve(argv: list[str], command: ToolsCommand) -> CallInfo | None:
         tool = await catalog.find_tool(parsed.server, parsed.tool)
         arguments = parse_input(parsed.args, tool.input_schema, None)
         command.dispatcher.validate(tool, arguments)
+        command.dispatcher.precheck(tool, arguments)  # nothing paired: said as it runs, never asked
     except CallError:
         return None  # the run reports it where the script makes the call
     return command.dispatcher.call_info(tool, arguments)
