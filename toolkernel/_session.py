@@ -30,6 +30,7 @@ from ._approval._policy import Policy
 from ._runners._preflight import preflight
 from ._providers._base import ToolProvider, ToolSet, mcp_providers
 from ._approval._run import NO_EVENTS, Run, RunEvents
+from ._saved import remove_old as remove_old_outputs
 from ._runners._shell import ScriptEvents, ScriptRunner, ShellResult, Sink, execute
 from ._tool import Tool
 from ._providers._tools import own_tools
@@ -38,6 +39,7 @@ from ._providers._tools import own_tools
 class Session:
     def __init__(self, workdir: str | Path | None = None) -> None:
         self.workdir = Path(workdir or os.getcwd()).resolve()
+        remove_old_outputs(self.workdir)  # seed 002: saved outputs are kept 7 days
         self.config_cache = ConfigCache(self.workdir)
         self.pool = ServerPool()
         self.state: dict[str, Any] = {}
