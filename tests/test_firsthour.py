@@ -280,3 +280,40 @@ def test_notebook_run_with_nothing_paired_and_no_stdin_is_not_a_pending_approval
     run = kernel.execute(f"%%tools\n{RUN_UNPAIRED}\n")
     assert "analysis.ipynb is not paired" in run.stderr and "needs_approval" not in run.stderr
     assert "%tools approve" not in str(run.displays())
+
+
+# -- 4. a broken server makes only that server unavailable ----------------------------------
+
+
+def test_broken_servers_disable_only_themselves_and_a_hung_one_is_not_started_again(kernel, config, workdir):
+    import json
+    import sys
+
+    from kernel_helpers import SERVERS, github_toml
+
+    starts = workdir.parent / "hang-starts.log"
+    starts.unlink(missing_ok=True)
+    def server(name: str, *args: str) -> str:
+        return f"[mcp_servers.{name}]\ncommand = {json.dumps(sys.executable)}\nargs = {json.dumps(list(args))}\n\n"
+
+    config(github_toml() + server("stuck", str(SERVERS / "hang.py"), str(starts))
+           + server("dead", str(SERVERS / "crash.py"), "--die-at-start")
+           + f'[mcp_servers.ghost]\ncommand = "{workdir}/no-such-mcp-server"\n')
+    first = kernel.execute_ok("%%tools\ntools --help\n", timeout=240)  # waits once for the hung start
+    lines = {line.split()[0]: line for line in map(str.strip, first.stdout.splitlines())
+             if line.startswith(("github ", "stuck ", "dead ", "ghost "))}
+    assert set(lines) == {"github", "stuck", "dead", "ghost"}, first.stdout
+    assert "unavailable" not in lines["github"]
+    assert "did not finish starting" in lines["stuck"]
+    assert "exited before it finished starting" in lines["dead"]
+    assert "command not found" in lines["ghost"]
+
+    run = kernel.execute("%%tools\ntools github list-pulls repo=acme/api | jq length\n"
+                         "tools stuck anything; echo stuck=$?\ntools ghost anything\n")
+    assert run.stdout.splitlines()[0].isdigit() and "stuck=1" in run.stdout
+    errors = [json.loads(line)["error"] for line in run.stderr.splitlines() if line.startswith('{"error"')]
+    assert [(e["code"], e["retryable"]) for e in errors] == [("unavailable", False), ("unavailable", False)]
+
+    again = kernel.execute_ok("%%tools\ntools --help\n")
+    assert "did not finish starting" in again.stdout
+    assert starts.read_text().count("started") == 1  # shown again, not started again
