@@ -317,3 +317,24 @@ def test_broken_servers_disable_only_themselves_and_a_hung_one_is_not_started_ag
     again = kernel.execute_ok("%%tools\ntools --help\n")
     assert "did not finish starting" in again.stdout
     assert starts.read_text().count("started") == 1  # shown again, not started again
+
+
+# -- 7. `tools <server> <tool> --help` works for every MCP tool ------------------------------
+
+FIXTURES = ("badschema", "dynamic", "images", "recorder", "structured")  # unlike schemas
+
+
+def test_every_fixture_servers_every_tool_has_help(session):
+    from kernel_helpers import fixture_toml
+
+    s, project = session
+    write_config(project, "".join(fixture_toml(name, load="on-demand") for name in FIXTURES))
+    for server in FIXTURES:
+        listing, sink = run_in(session, f"tools {server} --help")
+        assert listing.exit_code == 0, sink.stderr_text
+        names = [line.split()[0] for line in sink.stdout_text.splitlines()
+                 if line.startswith("  ") and line.strip() and not line.strip().startswith(("tools", "-"))]
+        assert names, sink.stdout_text
+        for tool in names:
+            result, sink = run_in(session, f"tools {server} {tool} --help")
+            assert result.exit_code == 0 and tool in sink.stdout_text, (server, tool, sink.stderr_text)
