@@ -338,3 +338,24 @@ def test_every_fixture_servers_every_tool_has_help(session):
         for tool in names:
             result, sink = run_in(session, f"tools {server} {tool} --help")
             assert result.exit_code == 0 and tool in sink.stdout_text, (server, tool, sink.stderr_text)
+
+
+# -- 3. an ignored .mcp.json is named too -----------------------------------------------------
+
+
+def test_a_world_writable_folders_mcp_json_is_named_in_help(session):
+    import json
+    import sys
+
+    s, project = session
+    (project / "toolkernel.toml").unlink(missing_ok=True)
+    (project / ".mcp.json").write_text(json.dumps(
+        {"mcpServers": {"github": {"command": sys.executable, "args": ["-m", "toolkernel.demo_server"]}}}))
+    project.chmod(0o777)
+    try:
+        result, sink = run_in(session, "tools --help")
+    finally:
+        project.chmod(0o755)
+    assert result.exit_code == 0
+    assert f"{project}: anyone may write to the folder" in sink.stdout_text and "chmod o-w" in sink.stdout_text
+    assert "github" not in sink.stdout_text.split("MCP servers", 1)[-1].split("Other tools", 1)[0]
