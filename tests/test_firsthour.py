@@ -359,3 +359,43 @@ def test_a_world_writable_folders_mcp_json_is_named_in_help(session):
     assert result.exit_code == 0
     assert f"{project}: anyone may write to the folder" in sink.stdout_text and "chmod o-w" in sink.stdout_text
     assert "github" not in sink.stdout_text.split("MCP servers", 1)[-1].split("Other tools", 1)[0]
+
+
+# -- 6. web-fetch's 32 KB cut, in a script -------------------------------------------------
+
+
+def test_a_long_web_page_is_cut_in_the_script_and_read_whole_from_the_saved_file(session):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    page = "".join(f"row {n:05d}\n" for n in range(6000)).encode()  # 60 KB
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    s, project = session
+    # Loopback is refused unless the host is allowed: the SSRF guard stays on.
+    write_config(project, '[tools.web_fetch]\nallow_hosts = ["127.0.0.1"]\n')
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/data.txt"
+    try:
+        result, sink = run_in(session, f"tools web-fetch url={url} > page.txt; wc -l < page.txt;"
+                                       " grep -o '.toolkernel/outputs/[^] ]*' page.txt")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert result.exit_code == 0, sink.stderr_text
+    count, saved = sink.stdout_text.split()
+    assert int(count) < 3300  # 32 KB: the head and the tail of 6000 rows of 10 characters
+    assert (project / saved).read_bytes() == page
+    whole, sink = run_in(session, f"tools read-file path={saved} offset=5999 limit=1")
+    assert "row 05999" in sink.stdout_text
