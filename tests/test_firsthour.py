@@ -184,6 +184,14 @@ def test_a_direct_call_asks_the_same_way_when_stdin_is_offered(kernel, github):
     assert run.stdout == "allowed once; making the call\n'deleted branch fix-x'\n"
 
 
+def test_a_direct_call_denied_at_the_prompt_says_so_and_does_not_ask_for_approval(kernel, github):
+    prompts, run = with_stdin(kernel, f"x = %{DELETE}", ["d"])
+    assert len(prompts) == 1 and run.stdout == "denied; the call was not made\n"
+    # x cannot be assigned, so the cell fails: with one line that agrees with the answer.
+    assert run.status == "error" and "denied" in run.error["evalue"]
+    assert "approve" not in run.error["evalue"] and len(run.error["traceback"]) == 1
+
+
 def test_a_direct_call_without_stdin_speaks_of_a_call_not_a_script(kernel, github):
     run = kernel.execute(f"x = %{DELETE}")
     assert run.status == "error"
