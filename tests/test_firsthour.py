@@ -407,3 +407,21 @@ def test_a_long_web_page_is_cut_in_the_script_and_read_whole_from_the_saved_file
     assert (project / saved).read_bytes() == page
     whole, sink = run_in(session, f"tools read-file path={saved} offset=5999 limit=1")
     assert "row 05999" in sink.stdout_text
+
+
+def test_a_server_whose_config_entry_is_wrong_is_the_only_one_unavailable(kernel, config, workdir):
+    import json
+
+    from kernel_helpers import github_toml
+
+    config(github_toml() + "[mcp_servers.bad]\ncommand = 5\n\n[policy]\nallow = [\"mcp_github__list_pulls\"]\n")
+    run = kernel.execute("%%tools\ntools --help | grep -E '^  (bad|github) '\n"
+                         "tools github list-pulls repo=acme/api | jq length\ntools bad anything\n")
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("  bad (unavailable: MCP server 'bad' is not started: its config is wrong:")
+    assert "mcp_servers.bad.command: expected a string, got an integer" in lines[0]
+    assert lines[1].startswith("  github (") and lines[2].isdigit()
+    error = json.loads(run.stderr.strip().splitlines()[-1])["error"]
+    assert error["code"] == "unavailable" and error["retryable"] is False and "mcp_servers.bad.command" in error["message"]
+    lint = kernel.execute("%tools lint")
+    assert "mcp_servers.bad.command: expected a string" in lint.stdout + lint.stderr + str(lint.error)

@@ -28,7 +28,7 @@ from ._providers._mcp import ServerPool
 from ._providers._notebook import notebook_tools
 from ._approval._policy import Policy
 from ._runners._preflight import preflight
-from ._providers._base import ToolProvider, ToolSet, mcp_providers
+from ._providers._base import ToolProvider, ToolSet, broken_servers, mcp_providers
 from ._approval._run import NO_EVENTS, Run, RunEvents
 from ._saved import remove_old as remove_old_outputs
 from ._runners._shell import ScriptEvents, ScriptRunner, ShellResult, Sink, execute
@@ -84,7 +84,8 @@ class Session:
             shell=config.shell,
         )
         catalog = await Catalog.open([*self.providers, *self._command_tools(config),
-                                      *mcp_providers(config.servers.values(), self.pool)])
+                                      *mcp_providers(config.servers.values(), self.pool),
+                                      *broken_servers(config.broken_servers)])
         return ToolsCommand(catalog, Dispatcher(env), Run(limit=config.shell.call_limit), self.workdir, events)
 
     def _command_tools(self, config: Config) -> list[ToolProvider]:

@@ -151,6 +151,9 @@ class Config:
     tools_in_shell: Mapping[str, Any] = field(default_factory=_no_mapping)
     # [shell]: the sandbox's limits (`_limits`).
     shell: ShellLimits = ShellLimits()
+    # Servers whose own entry is wrong, by name: only they are unavailable (issue 10);
+    # every other part of the config still counts.
+    broken_servers: Mapping[str, ConfigError] = field(default_factory=_no_mapping)
 
     def server(self, name: str) -> ServerConfig | None:
         """The server called `name`, hyphens and underscores being the same."""
@@ -708,6 +711,7 @@ class _Builder:
     def __init__(self, environ: Mapping[str, str], home: Path) -> None:
         self.environ, self.home = environ, home
         self.servers: dict[str, ServerConfig] = {}   # keyed by canonical name
+        self.broken: dict[str, tuple[str, ConfigError]] = {}   # canonical name -> (name, error)
         self.policy: dict[str, Any] = {name: () for name in RULE_LISTS}
         self.admin_policy: dict[str, Any] = {name: () for name in RULE_LISTS}
         self.hooks: list[Mapping[str, Any]] = []
@@ -752,13 +756,20 @@ class _Builder:
                 raise source.error(key, f'is the same name as "{found[canonical]}" '
                                    "(case does not matter, and hyphens and underscores are interchangeable)")
             found[canonical] = name
-            spec = parse(source, key, entry)
+            try:
+                spec = parse(source, key, entry)
+                server = _server(source, key, name, spec, self.environ, self.home) if spec else None
+            except ConfigError as exc:
+                spec, server = None, exc
             if not use:
                 continue
             # A disabled server hides a farther definition of the same name too.
             self.servers.pop(canonical, None)
-            if spec is not None:
-                self.servers[canonical] = _server(source, key, name, spec, self.environ, self.home)
+            self.broken.pop(canonical, None)
+            if isinstance(server, ConfigError):
+                self.broken[canonical] = (name, server)  # this server is unavailable, not the whole config
+            elif server is not None:
+                self.servers[canonical] = server
 
     def _add_policy(self, source: _Source, policy: dict[str, Any]) -> None:
         target = self.admin_policy if source.admin else self.policy
@@ -784,6 +795,7 @@ class _Builder:
             commands=MappingProxyType(dict(self.commands)),
             tools_in_shell=_freeze(self.tools_in_shell),
             shell=ShellLimits(**self.shell),
+            broken_servers=MappingProxyType(dict(self.broken.values())),
             fingerprint=_digest({name: s.fingerprint for name, s in servers.items()}),
             untrusted=untrusted,
             to_trust=to_trust,

@@ -44,7 +44,8 @@ def lint(workdir: Path, *, environ: Mapping[str, str] | None = None) -> list[Fin
     except ConfigError as exc:
         return [Finding.of(exc)]
     names = _Names(config)
-    findings = [Finding.of(e) for e in check_names(config.commands.values(), names.own, names.server_files)]
+    findings = [Finding.of(e) for e in config.broken_servers.values()]
+    findings += [Finding.of(e) for e in check_names(config.commands.values(), names.own, names.server_files)]
     for command in config.commands.values():
         findings += [Finding(command.source, key, f"uses {{{{ {path} }}}}, which no declared parameter"
                              " fills (declare it under parameters.properties)")
