@@ -756,11 +756,12 @@ class _Builder:
                 raise source.error(key, f'is the same name as "{found[canonical]}" '
                                    "(case does not matter, and hyphens and underscores are interchangeable)")
             found[canonical] = name
+            server: ServerConfig | ConfigError | None
             try:
                 spec = parse(source, key, entry)
-                server = _server(source, key, name, spec, self.environ, self.home) if spec else None
+                server = None if spec is None else _server(source, key, name, spec, self.environ, self.home)
             except ConfigError as exc:
-                spec, server = None, exc
+                server = exc
             if not use:
                 continue
             # A disabled server hides a farther definition of the same name too.
