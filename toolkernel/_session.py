@@ -125,7 +125,7 @@ class Session:
         stopped = command.run.stopped
         result.denied_by_person = (stopped is not None and stopped.before_start and stopped.approval == "denied"
                                    and getattr(approver, "tells_the_answer", False))
-        if command.run.needs_report(result.exit_code) and not result.denied_by_person:
+        if command.run.needs_report(result.exit_code):
             result.run_report = command.run.report(result.exit_code)
         return result
 

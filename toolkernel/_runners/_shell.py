@@ -47,7 +47,7 @@ class ShellResult:
     # The runner cut the script's output at a hard cap: what was saved is not all of it.
     output_cut: bool = False
     # A person at the prompt denied a call before the start and was told "denied; nothing ran":
-    # that line is all the cell shows (no error line, no report).
+    # that line is all a cell shows (no error line; the report is kept for callers, not shown).
     denied_by_person: bool = False
 
     @property
