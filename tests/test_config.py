@@ -59,6 +59,19 @@ class Tree:
             self.load(workdir)
         return caught.value
 
+    def broken(self, workdir: Path | None = None) -> ConfigError:
+        """The problem of the one server whose own entry is wrong: the config still loads."""
+        problems = dict(self.load(workdir).broken_servers)
+        assert len(problems) == 1, problems
+        return next(iter(problems.values()))
+
+    def problem(self, workdir: Path | None = None) -> ConfigError:
+        """The config's error: raised, or the one broken server's."""
+        try:
+            return self.broken(workdir)
+        except ConfigError as exc:
+            return exc
+
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Tree:
@@ -523,7 +536,7 @@ def test_json_top_level_must_be_an_object(tree):
 
 def test_load_value_error_message(tree):
     path = tree.toml(tree.project, '[mcp_servers.github]\ncommand = "c"\nload = "lazy"\n')
-    error = tree.error()
+    error = tree.broken()
     assert_names(error, path, "mcp_servers.github.load")
     assert str(error) == f'{path}: mcp_servers.github.load: expected "eager" or "on-demand", got "lazy"'
 
@@ -574,7 +587,7 @@ def test_load_value_error_message(tree):
 ])
 def test_toml_errors_name_file_and_key(tree, body, key, words):
     path = tree.toml(tree.project, body)
-    assert_names(tree.error(), path, key, *words)
+    assert_names(tree.problem(), path, key, *words)
 
 
 @pytest.mark.parametrize("servers, key, words", [
@@ -591,7 +604,28 @@ def test_toml_errors_name_file_and_key(tree, body, key, words):
 ])
 def test_mcp_json_errors_name_file_and_key(tree, servers, key, words):
     path = tree.mcp_json(tree.project, servers)
-    assert_names(tree.error(), path, key, *words)
+    assert_names(tree.problem(), path, key, *words)
+
+
+def test_a_broken_server_entry_disables_only_that_server(tree):
+    tree.toml(tree.project, '[mcp_servers.good]\ncommand = "c"\n\n[mcp_servers.bad]\ncommand = 5\n'
+                            '[policy]\nallow = ["read_file"]\n')
+    tree.mcp_json(tree.project, {"alsobad": {"type": "websocket", "url": "ws://x"}, "alsogood": {"command": "d"}})
+    config = tree.load()
+    assert set(config.servers) == {"good", "alsogood"} and "read_file" in config.policy["allow"]
+    assert {name: error.key for name, error in config.broken_servers.items()} == {
+        "bad": "mcp_servers.bad.command", "alsobad": "mcpServers.alsobad.type"}
+
+
+def test_a_broken_entry_is_replaced_by_a_good_one_of_higher_precedence_and_the_other_way(tree):
+    tree.user('[mcp_servers.s]\ncommand = 5\n')
+    tree.toml(tree.project, '[mcp_servers.s]\ncommand = "c"\n')
+    config = tree.load()
+    assert set(config.servers) == {"s"} and not config.broken_servers
+    tree.user('[mcp_servers.s]\ncommand = "c"\n')
+    tree.toml(tree.project, '[mcp_servers.s]\ncommand = 5\n')
+    config = tree.load()
+    assert not config.servers and set(config.broken_servers) == {"s"}
 
 
 def test_mcp_servers_must_be_an_object(tree):
@@ -615,14 +649,14 @@ def test_errors_in_user_and_admin_files_name_them(tree):
 def test_error_messages_never_show_environment_values(tree):
     tree.environ.update(SECRET_URL="notaurl-s3cr3t-value")
     path = tree.toml(tree.project, '[mcp_servers.s]\nurl = "${SECRET_URL}"\n')
-    error = tree.error()
+    error = tree.broken()
     assert_names(error, path, "mcp_servers.s.url", "http:// or https:// URL")
     assert "s3cr3t" not in str(error)
 
 
 def test_wrong_type_errors_do_not_echo_values(tree):
     tree.toml(tree.project, '[mcp_servers.s]\ncommand = "c"\nenv = { TOKEN = ["hunter2-secret"] }\n')
-    assert "hunter2" not in str(tree.error())
+    assert "hunter2" not in str(tree.broken())
 
 
 def test_non_utf8_file(tree):
@@ -747,7 +781,7 @@ def test_server_timeout_defaults_and_is_checked(tree):
     servers = tree.load().servers
     assert (servers["a"].timeout, servers["b"].timeout) == (12.5, DEFAULT_CALL_TIMEOUT)
     tree.toml(tree.project, '[mcp_servers.a]\ncommand = "c"\ntimeout = 0\n')
-    assert_names(tree.error(), path, "mcp_servers.a.timeout")
+    assert_names(tree.broken(), path, "mcp_servers.a.timeout")
 
 
 def test_expanded_values_are_kept_as_secrets_apart_from_defaults_and_literals(tree):

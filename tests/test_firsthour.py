@@ -148,12 +148,24 @@ def test_the_prompt_shows_its_choices_asks_again_on_empty_and_says_what_happened
     assert run.stderr == "" and [list(d["data"])[0] for d in run.displays()] == [APPROVAL_MIME]
 
 
-def test_a_denial_says_nothing_ran_and_does_not_ask_for_approval_afterwards(kernel, github):
+def test_a_denial_before_the_start_says_nothing_ran_and_nothing_else(kernel, github):
     prompts, run = with_stdin(kernel, f"%%tools\n{DELETE}\necho after\n", ["d"])
     assert len(prompts) == 1
     assert run.stdout == "denied; nothing ran\n"
+    # No error line (JSON or red), no report asking to approve: the answer's line is the last word.
+    assert run.stderr == "" and run.error is None and run.status == "ok"
+    assert [list(d["data"])[0] for d in run.displays()] == [APPROVAL_MIME]
+
+
+def test_without_stdin_the_stop_is_reported_and_a_later_deny_says_so_once(kernel, github):
+    run = kernel.execute(f"%%tools\n{DELETE}\necho after\n")
+    # Nobody can answer now: the report asks, the cell fails, nothing ran.
+    assert run.status == "error" and "after" not in run.stdout and "deleted" not in run.stdout
     report = next(d for d in run.displays() if REPORT_MIME in d.get("data", {}))["data"]["text/plain"]
-    assert "a person denied it" in report and "%tools approve" not in report
+    assert "did not start" in report and "%tools approve" in report
+    denied = kernel.execute_ok("%tools deny")
+    assert denied.stderr == "" and len(denied.stdout.strip().splitlines()) == 1, denied.stdout
+    assert "denied" in denied.stdout
 
 
 def test_an_interrupt_while_the_prompt_waits_is_one_line(kernel, github):
@@ -170,6 +182,14 @@ def test_a_direct_call_asks_the_same_way_when_stdin_is_offered(kernel, github):
     assert run.status == "ok", run.error
     assert len(prompts) == 2 and "[o]nce / [a]lways / [d]eny" in prompts[0]
     assert run.stdout == "allowed once; making the call\n'deleted branch fix-x'\n"
+
+
+def test_a_direct_call_denied_at_the_prompt_says_so_and_does_not_ask_for_approval(kernel, github):
+    prompts, run = with_stdin(kernel, f"x = %{DELETE}", ["d"])
+    assert len(prompts) == 1 and run.stdout == "denied; the call was not made\n"
+    # x cannot be assigned, so the cell fails: with one line that agrees with the answer.
+    assert run.status == "error" and "denied" in run.error["evalue"]
+    assert "approve" not in run.error["evalue"] and len(run.error["traceback"]) == 1
 
 
 def test_a_direct_call_without_stdin_speaks_of_a_call_not_a_script(kernel, github):
@@ -246,3 +266,162 @@ def test_a_world_writable_folders_config_is_named_with_reason_and_fix(kernel, wo
     assert "chmod o-w" in first.stderr
     assert str(workdir) in first.stdout and "chmod o-w" in first.stdout  # tools --help names it too
     assert "config not used" not in again.stderr  # said once a session
+
+
+# -- 7. notebook-run with nothing paired -------------------------------------------------
+
+RUN_UNPAIRED = "tools notebook-run notebook_path=analysis.ipynb code='print(1)'"
+
+
+def test_notebook_run_with_nothing_paired_says_so_before_asking(kernel, config):
+    config("")
+    prompts, run = with_stdin(kernel, f"%%tools\n{RUN_UNPAIRED}\n", ["o", "o"])
+    assert prompts == []  # not asked to allow a call that cannot run
+    assert "analysis.ipynb is not paired" in run.stderr and '"connection_required"' in run.stderr
+    assert APPROVAL_MIME not in str(run.displays())
+    prompts, run = with_stdin(kernel, f"x = %{RUN_UNPAIRED}", ["o", "o"])
+    assert prompts == [] and "is not paired" in run.error["evalue"]
+
+
+def test_notebook_run_with_nothing_paired_and_no_stdin_is_not_a_pending_approval(kernel, config):
+    config("")
+    run = kernel.execute(f"%%tools\n{RUN_UNPAIRED}\n")
+    assert "analysis.ipynb is not paired" in run.stderr and "needs_approval" not in run.stderr
+    assert "%tools approve" not in str(run.displays())
+
+
+# -- 4. a broken server makes only that server unavailable ----------------------------------
+
+
+def test_broken_servers_disable_only_themselves_and_a_hung_one_is_not_started_again(kernel, config, workdir):
+    import json
+    import sys
+
+    from kernel_helpers import SERVERS, github_toml
+
+    starts = workdir.parent / "hang-starts.log"
+    starts.unlink(missing_ok=True)
+    def server(name: str, *args: str) -> str:
+        return f"[mcp_servers.{name}]\ncommand = {json.dumps(sys.executable)}\nargs = {json.dumps(list(args))}\n\n"
+
+    config(github_toml() + server("stuck", str(SERVERS / "hang.py"), str(starts))
+           + server("dead", str(SERVERS / "crash.py"), "--die-at-start")
+           + f'[mcp_servers.ghost]\ncommand = "{workdir}/no-such-mcp-server"\n')
+    first = kernel.execute_ok("%%tools\ntools --help\n", timeout=240)  # waits once for the hung start
+    lines = {line.split()[0]: line for line in map(str.strip, first.stdout.splitlines())
+             if line.startswith(("github ", "stuck ", "dead ", "ghost "))}
+    assert set(lines) == {"github", "stuck", "dead", "ghost"}, first.stdout
+    assert "unavailable" not in lines["github"]
+    assert "did not finish starting" in lines["stuck"]
+    assert "exited before it finished starting" in lines["dead"]
+    assert "command not found" in lines["ghost"]
+
+    run = kernel.execute("%%tools\ntools github list-pulls repo=acme/api | jq length\n"
+                         "tools stuck anything; echo stuck=$?\ntools ghost anything\n")
+    assert run.stdout.splitlines()[0].isdigit() and "stuck=1" in run.stdout
+    errors = [json.loads(line)["error"] for line in run.stderr.splitlines() if line.startswith('{"error"')]
+    assert [(e["code"], e["retryable"]) for e in errors] == [("unavailable", False), ("unavailable", False)]
+
+    again = kernel.execute_ok("%%tools\ntools --help\n")
+    assert "did not finish starting" in again.stdout
+    assert starts.read_text().count("started") == 1  # shown again, not started again
+
+
+# -- 7. `tools <server> <tool> --help` works for every MCP tool ------------------------------
+
+FIXTURES = ("badschema", "dynamic", "images", "recorder", "structured")  # unlike schemas
+
+
+def test_every_fixture_servers_every_tool_has_help(session):
+    from kernel_helpers import fixture_toml
+
+    s, project = session
+    write_config(project, "".join(fixture_toml(name, load="on-demand") for name in FIXTURES))
+    for server in FIXTURES:
+        listing, sink = run_in(session, f"tools {server} --help")
+        assert listing.exit_code == 0, sink.stderr_text
+        names = [line.split()[0] for line in sink.stdout_text.splitlines()
+                 if line.startswith("  ") and line.strip() and not line.strip().startswith(("tools", "-"))]
+        assert names, sink.stdout_text
+        for tool in names:
+            result, sink = run_in(session, f"tools {server} {tool} --help")
+            assert result.exit_code == 0 and tool in sink.stdout_text, (server, tool, sink.stderr_text)
+
+
+# -- 3. an ignored .mcp.json is named too -----------------------------------------------------
+
+
+def test_a_world_writable_folders_mcp_json_is_named_in_help(session):
+    import json
+    import sys
+
+    s, project = session
+    (project / "toolkernel.toml").unlink(missing_ok=True)
+    (project / ".mcp.json").write_text(json.dumps(
+        {"mcpServers": {"github": {"command": sys.executable, "args": ["-m", "toolkernel.demo_server"]}}}))
+    project.chmod(0o777)
+    try:
+        result, sink = run_in(session, "tools --help")
+    finally:
+        project.chmod(0o755)
+    assert result.exit_code == 0
+    assert f"{project}: anyone may write to the folder" in sink.stdout_text and "chmod o-w" in sink.stdout_text
+    assert "github" not in sink.stdout_text.split("MCP servers", 1)[-1].split("Other tools", 1)[0]
+
+
+# -- 6. web-fetch's 32 KB cut, in a script -------------------------------------------------
+
+
+def test_a_long_web_page_is_cut_in_the_script_and_read_whole_from_the_saved_file(session):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    page = "".join(f"row {n:05d}\n" for n in range(6000)).encode()  # 60 KB
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    s, project = session
+    # Loopback is refused unless the host is allowed: the SSRF guard stays on.
+    write_config(project, '[tools.web_fetch]\nallow_hosts = ["127.0.0.1"]\n')
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/data.txt"
+    try:
+        result, sink = run_in(session, f"tools web-fetch url={url} > page.txt; wc -l < page.txt;"
+                                       " grep -o '.toolkernel/outputs/[^] ]*' page.txt")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert result.exit_code == 0, sink.stderr_text
+    count, saved = sink.stdout_text.split()
+    assert int(count) < 3300  # 32 KB: the head and the tail of 6000 rows of 10 characters
+    assert (project / saved).read_bytes() == page
+    whole, sink = run_in(session, f"tools read-file path={saved} offset=5999 limit=1")
+    assert "row 05999" in sink.stdout_text
+
+
+def test_a_server_whose_config_entry_is_wrong_is_the_only_one_unavailable(kernel, config, workdir):
+    import json
+
+    from kernel_helpers import github_toml
+
+    config(github_toml() + "[mcp_servers.bad]\ncommand = 5\n\n[policy]\nallow = [\"mcp_github__list_pulls\"]\n")
+    run = kernel.execute("%%tools\ntools --help | grep -E '^  (bad|github) '\n"
+                         "tools github list-pulls repo=acme/api | jq length\ntools bad anything\n")
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("  bad (unavailable: MCP server 'bad' is not started: its config is wrong:")
+    assert "mcp_servers.bad.command: expected a string, got an integer" in lines[0]
+    assert lines[1].startswith("  github (") and lines[2].isdigit()
+    error = json.loads(run.stderr.strip().splitlines()[-1])["error"]
+    assert error["code"] == "unavailable" and error["retryable"] is False and "mcp_servers.bad.command" in error["message"]
+    lint = kernel.execute("%tools lint")
+    assert "mcp_servers.bad.command: expected a string" in lint.stdout + lint.stderr + str(lint.error)

@@ -449,6 +449,50 @@ def test_sse_transport(pool):
         process.wait()
 
 
+def test_a_server_that_hangs_at_start_is_not_started_again_until_its_config_changes(pool, tmp_path):
+    pool.connect_timeout = 2
+    starts = tmp_path / "starts.log"
+    cfg = fixture("stuck", "hang", str(starts))
+    with pytest.raises(Unavailable) as first:
+        run(pool.tools(cfg))
+    assert "did not finish starting within 2 s" in first.value.message
+    assert "not started again until its config changes" in first.value.message
+    assert first.value.retryable is False  # the same config gets the same answer
+    assert "waiting forever (on purpose)" in first.value.message  # its stderr is quoted
+
+    for _ in range(3):  # every later use: the same error, and no new start
+        with pytest.raises(Unavailable) as again:
+            run(pool.tools(cfg))
+        assert again.value.message == first.value.message
+    assert starts.read_text().count("started") == 1
+    assert pool.last_error("stuck").message == first.value.message
+
+    changed = fixture("stuck", "hang", str(starts), description="now described")
+    with pytest.raises(Unavailable):
+        run(pool.tools(changed))
+    assert starts.read_text().count("started") == 2  # a changed config is a new start
+
+    run(pool.retire(set()))  # unconfigured, then configured again: started again
+    with pytest.raises(Unavailable):
+        run(pool.tools(changed))
+    assert starts.read_text().count("started") == 3
+
+
+def test_a_server_that_fails_fast_is_tried_again_on_next_use(pool, tmp_path):
+    dead = fixture("dead", "crash", "--die-at-start")
+    for _ in range(2):
+        with pytest.raises(Unavailable, match="exited before it finished starting"):
+            run(pool.tools(dead))
+    ghost = ServerConfig("ghost", "stdio", command=str(tmp_path / "mcp-server-later"))
+    with pytest.raises(Unavailable, match="command not found") as missing:
+        run(pool.tools(ghost))
+    assert missing.value.retryable is False
+    # Installed meanwhile: the next use starts it, with no config change.
+    (tmp_path / "mcp-server-later").write_text(f"#!/bin/sh\nexec {sys.executable} {SERVERS / 'crash.py'}\n")
+    (tmp_path / "mcp-server-later").chmod(0o755)
+    assert "echo" in {t.name for t in run(pool.tools(ghost))}
+
+
 def test_http_server_not_running_is_unavailable(pool):
     cfg = ServerConfig("remote", "http", url=f"http://127.0.0.1:{free_port()}/mcp?token=abc123secret")
     with pytest.raises(Unavailable, match="could not be reached") as raised:

@@ -27,3 +27,44 @@ def test_large_output_shows_head_and_tail_and_saves_everything(tmp_path):
     assert len(shown) < LIMIT + 500
     assert (tmp_path / saved).read_text() == text
     assert limiter.text() == text
+
+
+# -- kept 7 days --------------------------------------------------------------------------
+
+
+def test_saved_outputs_older_than_seven_days_go_when_a_session_starts(tmp_path, monkeypatch):
+    import os
+    import time
+
+    from kernel_helpers import isolated_env
+    from toolkernel._saved import OUTPUT_DIR
+    from toolkernel._session import Session
+
+    for name, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    project = tmp_path / "project"
+    outputs = project / OUTPUT_DIR
+    outputs.mkdir(parents=True)
+    day = 24 * 3600
+    ages = {"output-old.txt": 8 * day, "web-fetch-old.txt": 7 * day + 60, "output-new.txt": 6 * day,
+            "output-now.txt": 0}
+    for name, age in ages.items():
+        (outputs / name).write_text(name)
+        then = time.time() - age
+        os.utime(outputs / name, (then, then))
+    elsewhere = project / "old-notes.txt"  # only the outputs folder is swept
+    elsewhere.write_text("keep")
+    os.utime(elsewhere, (time.time() - 30 * day,) * 2)
+    Session(project).close()
+    assert sorted(p.name for p in outputs.iterdir()) == ["output-new.txt", "output-now.txt"]
+    assert elsewhere.exists()
+
+
+def test_a_session_starts_without_an_outputs_folder(tmp_path, monkeypatch):
+    from kernel_helpers import isolated_env
+    from toolkernel._session import Session
+
+    for name, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    Session(tmp_path).close()
+    assert not (tmp_path / ".toolkernel").exists()

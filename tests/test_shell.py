@@ -462,7 +462,7 @@ def test_a_server_that_hangs_at_start_gives_its_error_line_past_thirty_seconds(t
     finally:
         session.close()
     [error] = error_lines(sink.stderr_text)
-    assert error["code"] == "unavailable" and error["retryable"]
+    assert error["code"] == "unavailable" and not error["retryable"]  # held until its config changes
     assert "did not finish starting within 33 s" in error["message"]
     assert "waiting for a database that never comes" in error["message"]
     assert sink.stdout_text == "after\n"

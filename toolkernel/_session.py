@@ -27,8 +27,9 @@ from ._approval._hooks import Hooks
 from ._providers._notebook import notebook_tools
 from ._approval._policy import Policy
 from ._runners._preflight import preflight
-from ._providers._base import ToolProvider, ToolSet, mcp_providers
+from ._providers._base import ToolProvider, ToolSet, broken_servers, mcp_providers
 from ._approval._run import NO_EVENTS, Run, RunEvents
+from ._saved import remove_old as remove_old_outputs
 from ._runners._shell import ScriptEvents, ScriptRunner, ShellResult, Sink, execute
 from ._tool import Tool
 from ._providers._tools import own_tools
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 class Session:
     def __init__(self, workdir: str | Path | None = None) -> None:
         self.workdir = Path(workdir or os.getcwd()).resolve()
+        remove_old_outputs(self.workdir)  # seed 002: saved outputs are kept 7 days
         self.config_cache = ConfigCache(self.workdir)
         self.plans = PlanCache()  # the read-only mounts, worked out again when anything they depend on moved
         self.catalogs = CatalogCache()
@@ -108,7 +110,8 @@ class Session:
         kept = self._kept_providers
         if kept is None or kept[0] is not config or not same_items(kept[1], tuple(self.providers)):
             servers = mcp_providers(config.servers.values(), self.pool, self.tool_lists) if config.servers else []
-            providers = (*self.providers, *self._command_tools(config), *servers)
+            providers = (*self.providers, *self._command_tools(config), *servers,
+                         *broken_servers(config.broken_servers))
             kept = self._kept_providers = (config, tuple(self.providers), providers)
         return kept[2]
 
@@ -145,6 +148,9 @@ class Session:
         command = _loop.run(self.prepare(events, approver or stop_and_report, read_only=read_only))
         result = execute(runner, command, script, events, sink,
                          before_start=lambda: self._may_start(script, command, runner, events))
+        stopped = command.run.stopped
+        result.denied_by_person = (stopped is not None and stopped.before_start and stopped.approval == "denied"
+                                   and getattr(approver, "tells_the_answer", False))
         if command.run.needs_report(result.exit_code):
             result.run_report = command.run.report(result.exit_code)
         return result
@@ -153,7 +159,7 @@ class Session:
     def _may_start(script: str, command: ToolsCommand, runner: ScriptRunner, events: RunEvents) -> bool:
         """The before-start check, on the script's thread (a person may be asked)."""
         error = _loop.run(preflight(runner.literal_calls(script), command))
-        if error is not None:
+        if error:
             events.output("", error)
         return error is None
 

@@ -133,6 +133,9 @@ class Tool:
     # toolkernel's private loop (a paired kernel's client) says so here; a
     # provider whose every tool does says so in its `ProviderRef`.
     loop_bound: bool = False
+    # A check that needs no person and no I/O, made before anyone is asked about the call
+    # (notebook-run with nothing paired): it raises a CallError; None when there is none.
+    precheck: Callable[[Mapping[str, Any], ToolContext], None] | None = None
 
     @property
     def read_only(self) -> bool:
@@ -181,6 +184,7 @@ def tool(
     kind: Kind = "execute",
     path_keys: tuple[str, ...] = (),
     loop_bound: bool = False,
+    precheck: Callable[[Mapping[str, Any], ToolContext], None] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Turn `fn(input, ctx)` (sync or async) into a `Tool`.
 
@@ -209,6 +213,6 @@ def tool(
             return as_result(value)
 
         return Tool(name, description, dict(input_schema), call, kind=kind,
-                    path_keys=path_keys, loop_bound=loop_bound)
+                    path_keys=path_keys, loop_bound=loop_bound, precheck=precheck)
 
     return wrap

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from toolkernel._tool import Image, ToolContext
-from toolkernel._providers._tools.web import Hop, MAX_BYTES, non_public_reason, pinned_url, web_fetch
+from toolkernel._providers._tools.web import Hop, MAX_BYTES, RESULT_LIMIT, non_public_reason, pinned_url, web_fetch
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
 
@@ -58,6 +58,9 @@ def server():
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client stopped reading at its cap, as it should
 
+    def long_text(h):
+        h._send(200, "text/plain; charset=utf-8", LONG_TEXT.encode())
+
     httpd.routes = {
         "/page": lambda h: h._send(200, "text/html; charset=utf-8",
                                    "<html><head><title>t</title><script>evil()</script></head><body>"
@@ -74,12 +77,24 @@ def server():
         "/to-metadata": redirect("http://169.254.169.254/latest/meta-data/"),
         "/loop": redirect("/loop"),
         "/big": big,
+        "/long": long_text,
+        "/long-missing": lambda h: h._send(404, "text/plain", LONG_TEXT.encode()),
     }
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield base, httpd
     httpd.shutdown()
     httpd.server_close()
+
+
+# 100 KB of numbered lines: the head, the tail and the omitted middle are all recognisable.
+LONG_TEXT = "".join(f"line {n:06d}\n" for n in range(8000))
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # saved outputs land in the test's own folder
+    return tmp_path
 
 
 def fetch(args, allow=("127.0.0.1",)):
@@ -135,12 +150,47 @@ def test_extra_headers_are_sent_but_host_stays(server):
     assert sent["Host"] == base.removeprefix("http://")
 
 
-def test_reads_at_most_two_megabytes(server):
+def test_reads_at_most_two_megabytes(server, in_tmp):
     base, _ = server
     body = text(fetch({"url": f"{base}/big"}))
-    content, note = body.split("\n\n")
+    saved = in_tmp / body.split("is in ", 1)[1].split("]", 1)[0]
+    content, note = saved.read_text().split("\n\n")
     assert content == "y" * MAX_BYTES
     assert note == f"(only the first {MAX_BYTES} bytes of the response were read)"
+    assert body.endswith(note)  # the note is in the tail the result shows
+
+
+def saved_path(body: str) -> Path:
+    marker = body.split("\n... [", 1)[1].split("] ...\n", 1)[0]
+    return Path(marker.rsplit(" is in ", 1)[1])
+
+
+def test_a_result_over_32_kb_shows_head_and_tail_and_saves_the_whole(server, in_tmp):
+    base, _ = server
+    body = text(fetch({"url": f"{base}/long"}))
+    half = RESULT_LIMIT // 2
+    assert len(LONG_TEXT) > RESULT_LIMIT and len(body) < RESULT_LIMIT + 200
+    assert body.startswith(LONG_TEXT[:half]) and body.endswith(LONG_TEXT[-half:])
+    assert "line 004000" not in body  # the middle is left out
+    assert f"{len(LONG_TEXT) - 2 * half} characters omitted" in body
+    path = saved_path(body)
+    assert path.parts[:2] == (".toolkernel", "outputs") and path.name.startswith("web-fetch-")
+    assert (in_tmp / path).read_text() == LONG_TEXT
+
+
+def test_a_result_of_32_kb_or_less_is_whole_and_saves_nothing(server, in_tmp):
+    base, httpd = server
+    httpd.routes["/exact"] = lambda h: h._send(200, "text/plain", LONG_TEXT[:RESULT_LIMIT].encode())
+    assert text(fetch({"url": f"{base}/exact"})) == LONG_TEXT[:RESULT_LIMIT]
+    assert not (in_tmp / ".toolkernel").exists()
+
+
+def test_a_long_error_page_is_cut_too(server, in_tmp):
+    base, _ = server
+    result = fetch({"url": f"{base}/long-missing"})
+    body = text(result)
+    assert result.is_error and body.startswith("HTTP 404") and len(body) < RESULT_LIMIT + 200
+    assert (in_tmp / saved_path(body)).read_text().endswith(LONG_TEXT.rstrip())
 
 
 def test_loopback_refused_without_allow_and_never_contacted(server):

@@ -80,6 +80,8 @@ class StdinApprover:
     `ask` returns a future, e.g. `ScriptEvents.on_pump_thread`), and `tell`s what
     the answer did. An empty or unknown reply asks again: never a silent deny."""
 
+    tells_the_answer = True  # the person reads what happened from `tell`: nothing needs repeating it
+
     def __init__(self, ask: Callable[[str, ApprovalRequest | None], concurrent.futures.Future],
                  tell: Callable[[str], Any] = lambda line: None, *, mid_run: bool = True) -> None:
         self._ask, self._tell, self._mid_run = ask, tell, mid_run

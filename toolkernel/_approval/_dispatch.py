@@ -84,6 +84,7 @@ class Dispatcher:
         report only see as their stand-ins in `arguments` (a 256 MB `--save` content)."""
         self._count(tool, arguments, run)
         self.validate(tool, arguments)
+        self.precheck(tool, arguments)
         info = self.call_info(tool, arguments)
         info = await self._before(info, tool, run)
         result = await self._invoke(tool, info, payload or {}, run, events)
@@ -121,6 +122,21 @@ class Dispatcher:
         raise InvalidInput(
             f"{where}: {error.message} (schema path: {schema_path}; see `{tool.command} --help`)",
             schema_path=schema_path,
+        )
+
+    def precheck(self, tool: Tool, arguments: Mapping[str, Any]) -> None:
+        """The tool's own check that can fail before a person is asked (raises a CallError)."""
+        if tool.precheck is not None:
+            tool.precheck(arguments, self._context(tool))
+
+    def _context(self, tool: Tool, events: RunEvents = NO_EVENTS,
+                 paths: Mapping[str, Path] | None = None) -> ToolContext:
+        return ToolContext(
+            workdir=self.env.workdir,
+            settings=own_settings(self.env.settings, tool.name),  # its own [tools.NAME] table only
+            state=self.env.state,
+            progress=lambda p, total=None, msg=None: events.progress(tool.command, p, total, msg),
+            paths=paths or {},
         )
 
     def _validator(self, tool: Tool):
@@ -198,16 +214,10 @@ class Dispatcher:
     async def _invoke(self, tool: Tool, info: CallInfo, payload: Mapping[str, Any], run: Run,
                       events: RunEvents) -> ToolResult:
         arguments = {**info.input, **payload}
-        ctx = ToolContext(
-            workdir=self.env.workdir,
-            settings=own_settings(self.env.settings, tool.name),  # its own [tools.NAME] table only
-            state=self.env.state,
-            progress=lambda p, total=None, msg=None: events.progress(tool.command, p, total, msg),
-            # The paths the checks judged; a payload value is not one of them.
-            paths={key: path for key, path in info.paths.items() if key not in payload},
-        )
+        # The paths the checks judged; a payload value is not one of them.
+        paths = {key: path for key, path in info.paths.items() if key not in payload}
         try:
-            return await tool.call(arguments, ctx)
+            return await tool.call(arguments, self._context(tool, events, paths))
         except CallError as exc:
             if not tool.read_only:
                 run.record(tool.command, arguments, read_only=False, ok=False, error=exc.to_json()["error"])

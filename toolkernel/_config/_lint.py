@@ -42,8 +42,8 @@ class Finding:
 def lint(workdir: Path, *, environ: Mapping[str, str] | None = None) -> list[Finding]:
     config, problems = read_config(workdir, environ=environ)
     names = _Names(config)
-    findings = [Finding.of(e) for e in (*problems, *check_names(config.commands.values(), names.own,
-                                                                  names.server_files))]
+    findings = [Finding.of(e) for e in (*problems, *config.broken_servers.values(),
+                                        *check_names(config.commands.values(), names.own, names.server_files))]
     for command in config.commands.values():
         findings += [Finding(command.source, key, f"uses {{{{ {path} }}}}, which no declared parameter"
                              " fills (declare it under parameters.properties)")

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from .._errors import ConfigError
 from .._names import fold
 from .._providers._commands import CommandToolConfig
 from ._check import known_keys
@@ -64,6 +65,9 @@ class Config:
     commands: Mapping[str, CommandToolConfig] = field(default_factory=_no_mapping)
     tools_in_shell: ToolsInShell = ToolsInShell().settled()
     shell: ShellLimits = ShellLimits()
+    # Servers whose own entry is wrong, by name: only they are unavailable (issue 10);
+    # every other part of the config still counts.
+    broken_servers: Mapping[str, ConfigError] = field(default_factory=_no_mapping)
 
     def server(self, name: str) -> ServerConfig | None:
         """The server called `name`, hyphens and underscores being the same."""
@@ -80,6 +84,7 @@ class Builder:
     def __init__(self, environ: Mapping[str, str], home: Path) -> None:
         self.environ, self.home = environ, home
         self.servers: dict[str, ServerConfig] = {}   # keyed by folded name
+        self.broken: dict[str, tuple[str, ConfigError]] = {}   # folded name -> (name, its problem)
         self.policy = PolicySection()
         self.admin_policy = PolicySection()
         self.hooks: list[HookConfig] = []
@@ -121,7 +126,10 @@ class Builder:
         for name, server in servers_section(source, data, self.environ, self.home, build=use).items():
             # A disabled server (None) hides a farther definition of the same name too.
             self.servers.pop(name, None)
-            if server is not None:
+            self.broken.pop(name, None)
+            if isinstance(server, ConfigError):
+                self.broken[name] = (_entry_name(server.key), server)
+            elif server is not None:
                 self.servers[name] = server
 
     def _add_policy(self, source: Source, policy: PolicySection) -> None:
@@ -145,8 +153,14 @@ class Builder:
             commands=MappingProxyType(dict(self.commands)),
             tools_in_shell=self.tools_in_shell.settled(),
             shell=ShellLimits(**self.shell),
+            broken_servers=MappingProxyType(dict(self.broken.values())),
             fingerprint=digest({name: s.fingerprint for name, s in servers.items()}),
             untrusted=untrusted,
             to_trust=to_trust,
             approvals_trusted=approvals_trusted,
         )
+
+
+def _entry_name(key: str | None) -> str:
+    """The server's name as written: the last part of its key (`mcp_servers.NAME...`)."""
+    return (key or "").split(".", 2)[1] if key and "." in key else (key or "")

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Literal, Mapping
 from urllib.parse import urlsplit
 
+from .._errors import ConfigError, ConfigErrors
 from .._names import SERVER_NAME, SERVER_NAME_RULE, fold
 from ._check import boolean, choice, join, known_keys, positive_number, string, string_list, string_table, table
 from ._expand import EMPTY, Expander
@@ -85,26 +86,25 @@ def digest(value: Any) -> str:
 
 
 def servers_section(source: Source, data: Mapping[str, Any], environ: Mapping[str, str], home: Path,
-                    *, build: bool) -> dict[str, ServerConfig | None]:
+                    *, build: bool) -> dict[str, ServerConfig | ConfigError | None]:
     """The file's servers keyed by folded name; None for a disabled one (it hides a
-    farther definition too). Without `build`, the entries are only checked."""
+    farther definition too); a `ConfigError` for one whose own entry is wrong. Without
+    `build`, the entries are only checked (their problems are the file's)."""
     prefix, parse = ("mcpServers", _mcp_json_server) if source.is_json else ("mcp_servers", _toml_server)
     found: dict[str, ServerConfig | None] = {}
     names: dict[str, str] = {}
     for name, entry in (source.attempt(table, source, prefix, data.get(prefix, {})) or {}).items():
         key = join(prefix, name)
-        spec = source.attempt(_checked_entry, source, key, name, entry, names, parse, default=False)
-        if spec is False or not build:
+        if not source.attempt(_checked_name, source, key, name, names, default=False):
             continue
-        server = None if spec is None else source.attempt(_server, source, key, name, spec, environ, home,
-                                                          default=False)
-        if server is not False:
-            found[fold(name)] = server
+        if not build:  # checked only: a file that may only tighten starts no server
+            source.attempt(parse, source, key, entry)
+            continue
+        found[fold(name)] = _one_server(source, key, name, entry, parse, environ, home)
     return found
 
 
-def _checked_entry(source: Source, key: str, name: str, entry: Any, names: dict[str, str],
-                   parse: Callable[[Source, str, Any], dict[str, Any] | None]) -> dict[str, Any] | None:
+def _checked_name(source: Source, key: str, name: str, names: dict[str, str]) -> bool:
     if not SERVER_NAME.fullmatch(name):
         raise source.error(key, SERVER_NAME_RULE)
     folded = fold(name)
@@ -112,7 +112,22 @@ def _checked_entry(source: Source, key: str, name: str, entry: Any, names: dict[
         raise source.error(key, f'is the same name as "{names[folded]}" '
                            "(case does not matter, and hyphens and underscores are interchangeable)")
     names[folded] = name
-    return parse(source, key, entry)
+    return True
+
+
+def _one_server(source: Source, key: str, name: str, entry: Any,
+                parse: Callable[[Source, str, Any], dict[str, Any] | None], environ: Mapping[str, str],
+                home: Path) -> ServerConfig | ConfigError | None:
+    """The server; None when disabled; its problems as one `ConfigError` when its own entry
+    is wrong: then only this server is unavailable, and the rest of the config counts (issue 10)."""
+    mark = len(source.problems)
+    try:
+        spec = parse(source, key, entry)
+        return None if spec is None else _server(source, key, name, spec, environ, home)
+    except ConfigError as exc:
+        noted = source.problems[mark:]
+        del source.problems[mark:]
+        return ConfigErrors([exc, *noted]) if noted else exc
 
 
 def _toml_server(source: Source, key: str, raw: Any) -> dict[str, Any]:

@@ -119,6 +119,8 @@ class ToolsMagics(Magics):
             result = self.session.run_script(script, IPythonSink(), read_only=args.read_only, ask=ask)
         except ConfigError as exc:
             raise ScriptFailed(f"configuration error: {exc}") from None
+        if result.denied_by_person:
+            return  # "denied; nothing ran" was the answer's line; an error after it would contradict it
         if result.run_report is not None:
             display_report(self.session, result.run_report)
         if args.out:

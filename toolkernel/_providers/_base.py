@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import TYPE_CHECKING, Iterable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, runtime_checkable
 
-from .._errors import CallError
+from .._errors import CallError, ConfigError, Unavailable
 from .._names import ProviderKind
 from .._tool import ProviderRef, Tool
 
@@ -128,3 +128,31 @@ class McpProvider:
 def mcp_providers(servers: Iterable[ServerConfig], pool: ServerPool,
                   lists: ToolLists | None = None) -> list[McpProvider]:
     return [McpProvider(cfg, pool, lists) for cfg in servers]
+
+
+class BrokenServer:
+    """A configured MCP server whose own config entry is wrong: listed, and unavailable
+    with the config's problem, while the rest of the config works."""
+
+    kind: ProviderKind = "mcp"
+    on_demand = False
+    loaded = False
+    description = ""
+
+    def __init__(self, name: str, problem: ConfigError) -> None:
+        self.name = name
+        self.source = (problem.path, problem.key)
+        self.ref = ProviderRef("mcp", name, loop_bound=True)
+        self.error: CallError = Unavailable(f"MCP server '{name}' is not started: its config is wrong: {problem}",
+                                            retryable=False)
+
+    async def tools(self) -> list[Tool]:
+        raise self.error
+
+    async def close(self) -> None:
+        pass
+
+
+def broken_servers(problems: Mapping[str, ConfigError]) -> list[BrokenServer]:
+    return [BrokenServer(name, problem) for name, problem in problems.items()]
+

@@ -23,6 +23,11 @@ message masks the config's env and header values and whatever a `${VAR}`
 expanded to in its command, args or url (a token passed as `--token
 ${TOKEN}`).
 
+A server that does not finish starting within 30 s is not started again
+while its config stays the same (its fingerprint): every use shows the
+error of that start at once, instead of waiting 30 s more each time.
+Servers that fail fast (crash, missing command) are tried again on next use.
+
 Each call has the server's `timeout` (seconds, default 300); a progress
 notification restarts the clock. A call past it is cancelled on the server
 (the session stays open for the next call) and fails as `unavailable` with
@@ -72,6 +77,9 @@ class ServerPool:
         self._connections: dict[str, _Connection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._errors: dict[str, CallError] = {}
+        # A server that hung while starting, by name: the fingerprint of the config it hung
+        # with. It is not started again (another 30 s wait on every use) until that changes.
+        self._hung: dict[str, str] = {}
 
     async def tools(self, cfg: ServerConfig) -> list[Tool]:
         """The server's tools; connects first if it is not connected, was
@@ -101,6 +109,7 @@ class ServerPool:
         for name in list(self._errors):
             if name not in keep:
                 del self._errors[name]
+                self._hung.pop(name, None)
 
     async def close(self) -> None:
         await self.retire(set())
@@ -128,12 +137,18 @@ class ServerPool:
             if conn is not None:
                 del self._connections[cfg.name]
                 await conn.close()
+            if self._hung.get(cfg.name) == cfg.fingerprint:
+                held = self._errors[cfg.name]
+                raise _HungAtStart(held.message, retryable=held.retryable)  # a fresh one: no tracebacks pile up
             try:
                 conn = await _Connection.open(cfg, self.connect_timeout, self._build_tool)
             except CallError as exc:
                 self._errors[cfg.name] = exc
+                if isinstance(exc, _HungAtStart):
+                    self._hung[cfg.name] = cfg.fingerprint
                 raise
             self._errors.pop(cfg.name, None)
+            self._hung.pop(cfg.name, None)
             self._connections[cfg.name] = conn
             return conn
 
@@ -163,6 +178,11 @@ class ServerPool:
             provider=ProviderRef("mcp", cfg.name, loop_bound=True),
             annotations=annotations,
         )
+
+
+class _HungAtStart(Unavailable):
+    """A server that did not finish starting in time: its error is kept and shown again,
+    without a new start, until its config changes (callers see an `Unavailable`)."""
 
 
 @dataclass
@@ -247,7 +267,9 @@ class _Connection:
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), timeout)
         except TimeoutError:
-            raise self._unavailable(f"did not finish starting within {timeout:g} s") from None
+            raise self._unavailable(
+                f"did not finish starting within {timeout:g} s; it is not started again until its config"
+                " changes (or the kernel restarts)", retryable=False, kind=_HungAtStart) from None
         except CallError:
             raise
         except Exception as exc:
@@ -362,12 +384,13 @@ class _Connection:
             return self._unavailable(f"could not be reached: {type(leaf).__name__}")
         return self._unavailable(f"failed while starting: {type(leaf).__name__}: {leaf}")
 
-    def _unavailable(self, problem: str, *, retryable: bool = True) -> Unavailable:
+    def _unavailable(self, problem: str, *, retryable: bool = True,
+                     kind: type[Unavailable] = Unavailable) -> Unavailable:
         message = f"MCP server '{self.cfg.name}' ({_where(self.cfg)}) {problem}"
         tail = self._stderr_tail()
         if tail:
             message += f"\nits stderr ended with:\n{tail}"
-        return Unavailable(self._redact(message), retryable=retryable)
+        return kind(self._redact(message), retryable=retryable)
 
     def _stderr_tail(self) -> str:
         if self._stderr is None:

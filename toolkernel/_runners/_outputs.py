@@ -2,19 +2,19 @@
 
 Only what reaches the cell is cut. Inside the script a pipe (`tools x | jq`)
 still gets the full result, because this sits at the end of the script's
-stdout, not between commands.
+stdout, not between commands. The file is kept 7 days (`_saved`).
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Callable
+
+from .._saved import omission_note, save
 
 LIMIT = 50_000
 HEAD = LIMIT // 2
 TAIL = LIMIT // 2
-OUTPUT_DIR = Path(".toolkernel") / "outputs"
 
 
 class OutputLimiter:
@@ -58,17 +58,10 @@ class OutputLimiter:
             if held:
                 self.emit(held)
             return None
-        path = self._save()
+        path = save(self.workdir, self.text())
         omitted = self.size - HEAD - TAIL
         what = (f"the output up to the cap ({self.size} characters; the rest is lost)" if cut
                 else f"the whole output ({self.size} characters)")
-        self.emit(f"\n... [{omitted} characters omitted; {what} is in {path}] ...\n")
+        self.emit(omission_note(omitted, what, path))
         self.emit(held[-TAIL:])
         return path
-
-    def _save(self) -> Path:
-        from .._atomic import write_atomic
-
-        relative = OUTPUT_DIR / f"output-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 1_000_000:06d}.txt"
-        write_atomic(self.workdir / relative, self.text())
-        return relative

@@ -23,7 +23,8 @@ _TWICE = ("the script makes this exact call twice and a one-off approval covers 
 
 async def preflight(literal_calls: list[list[str]], command: ToolsCommand) -> str | None:
     """None when the script may start; otherwise the error line of a script that did not
-    start (the run's stop is recorded, with `before_start`)."""
+    start, "" when the person who denied it was already told (the run's stop is recorded,
+    with `before_start`)."""
     approvals = command.dispatcher.env.approvals
     spent: set[str] = set()  # a one-off approval covers one call: the same call twice asks
     for argv in literal_calls:
@@ -49,10 +50,13 @@ async def ask_before_start(command: ToolsCommand, info: CallInfo, reason: str) -
     allows it; otherwise the error line of a script that did not start (its stop recorded)."""
     if command.dispatcher.env.approvals.has_once(canonical_call_key(info.qualified_name, info.input)):
         return None
+    approver = command.dispatcher.env.approver
     answer = await command.dispatcher.ask(command.dispatcher.request(info, reason, before_start=True))
     if answer in (Answer.ONCE, Answer.ALWAYS):
         return None
-    return _not_started(command, info, reason, "denied" if answer is Answer.DENY else "requested")
+    error = _not_started(command, info, reason, "denied" if answer is Answer.DENY else "requested")
+    # The person who just said no was told "denied; nothing ran": an error line would contradict it.
+    return "" if answer is Answer.DENY and getattr(approver, "tells_the_answer", False) else error
 
 
 async def _resolve(argv: list[str], command: ToolsCommand) -> CallInfo | None:
@@ -64,6 +68,7 @@ async def _resolve(argv: list[str], command: ToolsCommand) -> CallInfo | None:
         tool = await catalog.find_tool(parsed.server, parsed.tool)
         arguments = parse_input(parsed.args, tool.input_schema, None)
         command.dispatcher.validate(tool, arguments)
+        command.dispatcher.precheck(tool, arguments)  # nothing paired: said as it runs, never asked
     except CallError:
         return None  # the run reports it where the script makes the call
     return command.dispatcher.call_info(tool, arguments)

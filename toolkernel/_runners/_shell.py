@@ -48,6 +48,9 @@ class ShellResult:
     saved_output: Path | None = None
     # The runner cut the script's output at a hard cap: what was saved is not all of it.
     output_cut: bool = False
+    # A person at the prompt denied a call before the start and was told "denied; nothing ran":
+    # that line is all a cell shows (no error line; the report is kept for callers, not shown).
+    denied_by_person: bool = False
 
     @property
     def report(self) -> dict[str, Any] | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..._tool import Image, Tool, ToolContext, ToolInputError, ToolResult, tool
 from ._text import describe_output, join_source
@@ -208,7 +208,14 @@ def _require_source(arguments: dict[str, Any], mode: str) -> str:
 
 # --- notebook_run ----------------------------------------------------------
 
-@tool("notebook_run", kind="execute", loop_bound=True, input_schema=RUN_SCHEMA, description=(
+def _paired(arguments: Mapping[str, Any], ctx: ToolContext) -> None:
+    """Nothing to run in when the notebook is not paired: said before anyone is asked to allow it."""
+    path = arguments.get("notebook_path")
+    if path:  # without one, the call itself says what is missing
+        _pairings(ctx.state).require(ctx.workdir, path)
+
+
+@tool("notebook_run", kind="execute", loop_bound=True, input_schema=RUN_SCHEMA, precheck=_paired, description=(
     "Run code in the paired notebook's kernel, sharing its variables and imports; or run one code cell of the "
     "paired notebook by cell_id and write its outputs into the notebook. Returns stream text, the result, errors "
     "and images. Default timeout 120 s, at most 600; on timeout the kernel is interrupted."))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, Mapping
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
+from ..._saved import head_and_tail
 from ..._tool import Image, ToolContext, ToolInputError, ToolResult, tool
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 TIMEOUT_SECONDS = 30.0
 MAX_REDIRECTS = 10
 MAX_BYTES = 2 * 1024 * 1024
+# Seed 002: a web-fetch result over 32 KB shows its beginning and end; the whole is saved.
+RESULT_LIMIT = 32_000
 USER_AGENT = "toolkernel-web-fetch/0.1"
 _REDIRECT_CODES = {301, 302, 303, 307, 308}
 _IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
@@ -58,7 +61,8 @@ class Hop:
     description=(
         "Fetch an http(s) URL. HTML is converted to Markdown, other text is returned as is, "
         "PNG/JPEG/GIF/WebP come back as images. 30 s timeout, at most 10 redirects, at most "
-        "2 MB read. Addresses not on the public internet (loopback, private networks, "
+        "2 MB read. A result over 32 KB shows its beginning and end, and names the file under "
+        ".toolkernel/outputs/ that keeps all of it (read it with read-file). Addresses not on the public internet (loopback, private networks, "
         "link-local and cloud metadata, carrier-grade NAT) are refused on every hop."
     ),
     input_schema={
@@ -89,11 +93,21 @@ async def web_fetch(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult |
     allow_hosts = _allowed_hosts(ctx.settings)
     try:
         async with asyncio.timeout(TIMEOUT_SECONDS):
-            return await _fetch(url, headers, allow_hosts)
+            result = await _fetch(url, headers, allow_hosts)
     except TimeoutError as exc:
         raise ToolInputError(f"web_fetch: {url} did not answer within {TIMEOUT_SECONDS:g} s") from exc
     except httpx.HTTPError as exc:
         raise ToolInputError(f"web_fetch: fetching {url} failed: {type(exc).__name__}: {exc}") from exc
+    return _cut(result, ctx)
+
+
+def _cut(result: ToolResult | Image | str, ctx: ToolContext) -> ToolResult | Image | str:
+    """Text over RESULT_LIMIT as its head and tail, the whole saved (an error page too)."""
+    if isinstance(result, str):
+        return head_and_tail(result, RESULT_LIMIT, ctx.workdir, "web-fetch")
+    if isinstance(result, ToolResult):
+        result.texts = [head_and_tail(text, RESULT_LIMIT, ctx.workdir, "web-fetch") for text in result.texts]
+    return result
 
 
 def _allowed_hosts(settings: Mapping[str, Any]) -> frozenset[str]:

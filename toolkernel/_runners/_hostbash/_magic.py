@@ -90,6 +90,8 @@ class HostBashMagics(Magics):
         sink = _CapturingSink(bool(args.out), bool(args.err))
         ask = input if _stdin_allowed(self.shell) else None
         result = self._session.result().run_script(cell, sink, runner=runner, ask=ask)
+        if result.denied_by_person:
+            return  # the person was told "denied; nothing ran"; nothing else follows it
         if result.run_report is not None:
             _report.display_report(result.run_report)
         if args.out:

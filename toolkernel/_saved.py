@@ -1,0 +1,55 @@
+"""Saved outputs: an output the cell or an agent sees only the ends of is kept whole
+in `.toolkernel/outputs/`, and deleted after 7 days (seed 002's large-output rule).
+
+Used for a script's large output (`_runners/_outputs.py`) and for a tool result
+that is cut where it is made (web-fetch over 32 KB). Sizes count characters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+OUTPUT_DIR = Path(".toolkernel") / "outputs"
+KEEP_SECONDS = 7 * 24 * 3600
+
+
+def save(workdir: Path, text: str, kind: str = "output") -> Path:
+    """Write `text` to a new file under the outputs folder; returns its path relative to `workdir`."""
+    from ._atomic import write_atomic
+
+    relative = OUTPUT_DIR / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 1_000_000:06d}.txt"
+    write_atomic(workdir / relative, text)
+    return relative
+
+
+def omission_note(omitted: int, what: str, path: Path) -> str:
+    """The line between the head and the tail of a cut output."""
+    return f"\n... [{omitted} characters omitted; {what} is in {path}] ...\n"
+
+
+def head_and_tail(text: str, limit: int, workdir: Path, kind: str) -> str:
+    """`text` itself when it is at most `limit` long; else its first and last `limit // 2`
+    characters around a note naming the file that keeps it whole."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    path = save(workdir, text, kind)
+    return (text[:half] + omission_note(len(text) - 2 * half, f"the whole of it ({len(text)} characters)", path)
+            + text[-half:])
+
+
+def remove_old(workdir: Path, *, now: float | None = None) -> int:
+    """Delete saved outputs older than 7 days; returns how many went. One pass over one
+    folder, cheap enough for every session start; anything odd is left alone."""
+    cutoff = (time.time() if now is None else now) - KEEP_SECONDS
+    removed = 0
+    with contextlib.suppress(OSError), os.scandir(workdir / OUTPUT_DIR) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    os.unlink(entry.path)
+                    removed += 1
+    return removed
