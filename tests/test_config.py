@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkernel._config._config import Config, load_config
+from toolkernel._config._config import Config, load_config, read_config
 from toolkernel._config._hooks import DEFAULT_HOOK_TIMEOUT, HookConfig
 from toolkernel._config._servers import DEFAULT_CALL_TIMEOUT, ServerConfig
 from toolkernel._errors import ConfigError
@@ -819,8 +819,14 @@ def test_every_problem_in_every_file_is_reported_at_once(tree):
     json_file = tree.mcp_json(tree.project, {"s": {"command": 2}})
     error = tree.error()
     found = [(e.path, e.key) for e in error.errors]
-    assert found == [(str(user), "policy.mode"), (str(json_file), "mcpServers.s.command"),
-                     (str(project), "mcp_servers.a.command"), (str(project), "mcp_servers.b.url"),
+    # A server whose own entry is wrong is only that server's problem (issue 10): lint lists it.
+    config, problems = read_config(tree.workdir, user_config_dir=tree.user_dir, admin_path=tree.admin,
+                                   environ=tree.environ)
+    assert [(e.path, e.key) for e in problems] == found
+    assert {name: (e.path, e.key) for name, e in config.broken_servers.items()} == {
+        "s": (str(json_file), "mcpServers.s.command"), "a": (str(project), "mcp_servers.a.command"),
+        "b": (str(project), "mcp_servers.b.url")}
+    assert found == [(str(user), "policy.mode"),
                      (str(project), "server"), (str(project), "policy.allow[1]"),
                      (str(project), "hooks[0].event"), (str(project), "tools.t.command"),
                      (str(project), "tools_in_shell.enabled"), (str(project), "shell.timeout")]
