@@ -150,6 +150,23 @@ class Person:
         source = self.notebook.ycells[index]["source"]
         source.insert(len(source), text)
 
+    async def put_cursor(self, index: int, offset: int = 0, name: str = "Ada") -> None:
+        """Focus cell `index` at `offset` as JupyterLab does: its editor publishes the cursor in the
+        awareness state as Y.js relative positions ({type, tname, item, assoc}) into the cell's text."""
+        from pycrdt import Assoc, Awareness, StickyIndex, create_awareness_message
+
+        if not hasattr(self, "awareness"):
+            self.awareness = Awareness(self.notebook.ydoc)
+        source = self.notebook.ycells[index]["source"]
+        text_id = StickyIndex.new(source, 0, Assoc.BEFORE).to_json()["type"]
+        item = StickyIndex.new(source, offset, Assoc.AFTER).to_json()["item"] if offset < len(source) else None
+        position = {"type": text_id, "tname": None, "item": item, "assoc": 0}
+        self.awareness.set_local_state({
+            "user": {"username": "ada", "name": name, "display_name": name, "initials": "A", "color": "red"},
+            "cursors": [{"anchor": position, "head": position, "primary": True, "empty": True}]})
+        own = self.awareness.client_id
+        await self.ws.send(create_awareness_message(self.awareness.encode_awareness_update([own])))
+
 
 async def wait_until(check, what: str, timeout: float = 120.0):
     deadline = time.monotonic() + timeout
@@ -230,6 +247,54 @@ def test_an_edit_of_a_cell_the_person_is_typing_in_is_refused(collab_server, ker
                                     kernel_dir_ctx)
             assert not again.is_error
             await wait_until(lambda: person.cell(1)["source"] == "x = 0", "the edit after a fresh read")
+
+    run(scenario(), timeout=600)
+
+
+def test_an_edit_of_a_cell_someone_is_in_is_refused_before_its_text_changes(collab_server, kernel_dir_ctx,
+                                                                           monkeypatch):
+    from toolkernel._providers._notebook import _editors
+
+    ids = write_notebook(collab_server["root"], "focus.ipynb")
+    pair_with(collab_server, kernel_dir_ctx, "focus.ipynb")
+
+    async def call_tool(tool, **arguments):
+        return await tool.call({"notebook_path": "focus.ipynb", **arguments}, kernel_dir_ctx)
+
+    async def scenario():
+        store = await pairings(kernel_dir_ctx.state).require(kernel_dir_ctx.workdir, "focus.ipynb").notebook_store()
+
+        def seen_at(index: int):
+            return lambda: store.editors.editing(store._ynb.ycells[index]) is not None
+
+        async with Person(collab_server, "focus.ipynb") as person:
+            await call_tool(read)
+            await person.put_cursor(1, 2, name="Ada Lovelace")  # clicked into cell 1; nothing typed yet
+            await wait_until(seen_at(1), "the cursor at the agent's")
+            refused = await call_tool(edit, cell_id=ids[1], new_source="x = 0")
+            assert refused.is_error and f"Ada Lovelace is editing cell {ids[1]} of focus.ipynb" in refused.texts[0]
+            ran = await call_tool(run_tool, cell_id=ids[1])
+            assert ran.is_error and "is editing cell" in ran.texts[0]
+            assert person.cell(1)["source"] == "x = 20" and person.cell(1)["outputs"] == []
+            assert not (await call_tool(edit, cell_id=ids[2], new_source="print(x)")).is_error  # another cell
+            # they move on to the last cell: the first is free again, the last is not
+            await person.put_cursor(2, name="Ada Lovelace")
+            await wait_until(seen_at(2), "the moved cursor")
+            assert not (await call_tool(edit, cell_id=ids[1], new_source="x = 0")).is_error
+            await wait_until(lambda: person.cell(1)["source"] == "x = 0", "the allowed edit")
+            assert (await call_tool(edit, cell_id=ids[2], new_source="y")).is_error
+            # they type at the end of the last cell (JupyterLab sends no new cursor for that): the typing counts
+            monkeypatch.setattr(_editors, "EDITING_WINDOW_SECONDS", 1.0)
+            await asyncio.sleep(1.5)
+            person.type_into(2, "  # more")
+            await wait_until(lambda: "more" in str(store._ynb.ycells[2]["source"]), "the typing")
+            await call_tool(read)
+            refused = await call_tool(edit, cell_id=ids[2], new_source="y")
+            assert refused.is_error and "is editing cell" in refused.texts[0]
+            # a cursor left alone for longer than the window no longer holds the cell
+            await asyncio.sleep(1.5)
+            assert not (await call_tool(edit, cell_id=ids[2], new_source="y")).is_error
+            await wait_until(lambda: person.cell(2)["source"] == "y", "the edit after they stopped")
 
     run(scenario(), timeout=600)
 
