@@ -299,6 +299,133 @@ def test_an_edit_of_a_cell_someone_is_in_is_refused_before_its_text_changes(coll
     run(scenario(), timeout=600)
 
 
+class CuttableProxy:
+    """A TCP proxy on loopback in front of a server; `cut()` drops every open connection at once, as a
+    network failure does (new connections go through again)."""
+
+    def __init__(self, target_port: int) -> None:
+        import threading
+
+        self.target_port = target_port
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.transports: set[asyncio.BaseTransport] = set()
+        self.server = self._on_loop(asyncio.start_server(self._serve, "127.0.0.1", 0))
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    def _on_loop(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(60)
+
+    async def _serve(self, reader, writer) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        self.transports |= {writer.transport, up_writer.transport}
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+
+    @staticmethod
+    async def _pipe(reader, writer) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+    def cut(self) -> None:
+        async def cut():
+            for transport in list(self.transports):
+                transport.abort()
+            self.transports.clear()
+        self._on_loop(cut())
+
+    def close(self) -> None:
+        self.cut()
+        self.server.close()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(30)
+
+
+def test_a_dropped_connection_to_the_shared_document_is_opened_again_by_the_next_call(collab_server,
+                                                                                     kernel_dir_ctx):
+    ids = write_notebook(collab_server["root"], "drop.ipynb")
+    proxy = CuttableProxy(collab_server["port"])
+    through_proxy = {**collab_server, "url": f"http://127.0.0.1:{proxy.port}/"}
+    pair_with(through_proxy, kernel_dir_ctx, "drop.ipynb")
+
+    async def call_tool(tool, **arguments):
+        return await tool.call({"notebook_path": "drop.ipynb", **arguments}, kernel_dir_ctx)
+
+    async def scenario():
+        async with Person(collab_server, "drop.ipynb") as person:  # the person's connection stays up
+            await call_tool(read)
+            proxy.cut()
+            person.type_into(0, " (typed while the agent was cut off)")
+            deadline = time.monotonic() + 120
+            while "cut off" not in (text := (await call_tool(read)).texts[0]):
+                assert time.monotonic() < deadline, text
+                await asyncio.sleep(0.2)
+            assert text.startswith("drop.ipynb: 3 cells")  # a fresh copy: nothing merged in twice
+            edited = await call_tool(edit, cell_id=ids[1], new_source="x = 30")
+            assert not edited.is_error, edited.texts
+            await wait_until(lambda: person.cell(1)["source"] == "x = 30", "the edit after the reconnect")
+            assert len(person.notebook.ycells) == 3
+            # dropped again between two calls of the same edit flow: the edit still lands
+            proxy.cut()
+            edited = await call_tool(edit, cell_id=ids[2], new_source="print(x)")
+            assert not edited.is_error, edited.texts
+            await wait_until(lambda: person.cell(2)["source"] == "print(x)", "the second edit")
+            assert [person.cell(i)["source"] for i in range(3)] == [
+                "# Data (typed while the agent was cut off)", "x = 30", "print(x)"]
+
+    try:
+        run(scenario(), timeout=600)
+    finally:
+        run(unpair(kernel_dir_ctx.state), timeout=60)
+        proxy.close()
+
+
+def wait_saved(path, check, timeout: float = 120.0) -> nbformat.NotebookNode:
+    """The notebook file once the server has saved what `check` looks for (it writes the file in place,
+    so a read may meet it half written)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            nb = nbformat.read(path, as_version=4)
+            if check(nb):
+                return nb
+        except nbformat.reader.NotJSONError:
+            pass
+        assert time.monotonic() < deadline, f"the server did not save {path.name} as expected"
+        time.sleep(0.2)
+
+
+def test_the_shared_document_is_opened_again_after_the_server_restarts(tmp_path_factory, kernel_dir_ctx):
+    pytest.importorskip("jupyter_server_ydoc")
+    args = ("--YDocExtension.document_save_delay=0.3",)
+    process, server = start_server(tmp_path_factory, *args)
+    try:
+        ids = write_notebook(server["root"], "restart.ipynb")
+        pair_with(server, kernel_dir_ctx, "restart.ipynb")
+        call(read, kernel_dir_ctx, notebook_path="restart.ipynb")
+        assert not call(edit, kernel_dir_ctx, notebook_path="restart.ipynb", cell_id=ids[1],
+                        new_source="x = 21").is_error
+        wait_saved(server["root"] / "restart.ipynb", lambda nb: nb.cells[1].source == "x = 21")
+        process.kill()  # the server dies (with open websockets it would take a minute to stop by itself)
+        process.wait()
+        process, server = start_server(tmp_path_factory, *args, root=server["root"], port=server["port"])
+        text = call(read, kernel_dir_ctx, notebook_path="restart.ipynb").texts[0]
+        assert text.startswith("restart.ipynb: 3 cells") and "x = 21" in text
+        assert not call(edit, kernel_dir_ctx, notebook_path="restart.ipynb", cell_id=ids[2],
+                        new_source="print(x + 1)").is_error
+        nb = wait_saved(server["root"] / "restart.ipynb", lambda nb: nb.cells[2].source == "print(x + 1)")
+        assert [cell.source for cell in nb.cells] == ["# Data", "x = 21", "print(x + 1)"]
+    finally:
+        run(unpair(kernel_dir_ctx.state), timeout=60)
+        stop_server(process)
+
+
 def test_insert_and_delete_in_the_shared_document(collab_server, kernel_dir_ctx):
     ids = write_notebook(collab_server["root"], "cells.ipynb")
     pair_with(collab_server, kernel_dir_ctx, "cells.ipynb")

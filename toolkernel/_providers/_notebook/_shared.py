@@ -39,6 +39,7 @@ from ._editors import CellEditors, Editor
 from ._stores import CellEdit, Loaded, NotebookStore, Read, cell_digest, find_cell, notebook_digest, validated
 
 SYNC_TIMEOUT_SECONDS = 30.0
+CLOSE_TIMEOUT_SECONDS = 2.0  # a dropped connection is not waited on for its closing handshake
 
 
 class _WebsocketChannel:
@@ -115,7 +116,7 @@ class SharedStore(NotebookStore):
                               query=urlencode({"sessionId": self._session_id}))
         try:
             self._ws = await websockets.connect(url, additional_headers=self.api.auth_headers(), max_size=None,
-                                                open_timeout=SYNC_TIMEOUT_SECONDS)
+                                                open_timeout=SYNC_TIMEOUT_SECONDS, close_timeout=CLOSE_TIMEOUT_SECONDS)
         except (OSError, websockets.WebSocketException, asyncio.TimeoutError) as exc:
             raise Unavailable(f"could not open the shared document of {self.path} on {self.api.base}: "
                               f"{type(exc).__name__}", retryable=True) from exc
@@ -145,9 +146,13 @@ class SharedStore(NotebookStore):
             and not self._channel.closed
 
     async def _ensure_open(self) -> None:
-        """Open the connection again when it dropped, on a fresh copy of the room's document."""
+        """Open the connection again when it dropped, on a fresh copy of the room's document. A
+        connection cut without a word from the other side looks open until something is sent over
+        it: a ping tells."""
         if self._connected():
-            return
+            ping, clock = self.editors.ping()
+            if await self._sent_and_echoed([ping], clock):
+                return
         await self.close()
         session = await self.api.request("PUT", "api/collaboration/session", quote(self.path),
                                           body={"format": "json", "type": "notebook"}, missing_ok=True)
