@@ -100,6 +100,72 @@ def test_a_notebook_that_is_not_on_the_server_is_a_clear_error(jupyter_server, k
     assert nbformat.read(jupyter_server["root"] / "later.ipynb", as_version=4).cells[0].source == "1 + 1"
 
 
+# --- server paths before the approval layer ---------------------------------------------------
+
+def checked_calls(ctx, policy):
+    """A real dispatcher over `ctx`'s session state; its approver records each question and says no."""
+    from toolkernel._approval._approvals import Approvals
+    from toolkernel._approval._approver import Answer
+    from toolkernel._approval._dispatch import CallEnv, Dispatcher
+    from toolkernel._approval._hooks import Hooks
+
+    asked = []
+
+    async def approver(request):
+        asked.append({"reason": request.reason, "input": dict(request.call.input), **request.call.shown()})
+        return Answer.DENY
+
+    env = CallEnv(workdir=ctx.workdir, policy=policy, approvals=Approvals(ctx.workdir), hooks=Hooks(),
+                  settings={}, state=ctx.state, approver=approver)
+    return Dispatcher(env), asked
+
+
+def test_a_server_notebook_path_is_checked_against_the_servers_root_not_the_workspace(jupyter_server,
+                                                                                     kernel_dir_ctx):
+    from toolkernel._approval._policy import Policy
+    from toolkernel._approval._run import Run
+    from toolkernel._errors import Denied, InvalidInput
+
+    root = jupyter_server["root"]
+    ids = write_notebook(root, "team/ds.ipynb")
+    write_notebook(root, "team/secret.ipynb")
+    pair_with(jupyter_server, kernel_dir_ctx, "/team/ds.ipynb")
+    pair_with(jupyter_server, kernel_dir_ctx, "team/secret.ipynb")
+    policy = Policy(deny=("notebook_edit(notebook_path=team/secret*)",), ask=("notebook_read(notebook_path=team/*)",))
+    dispatcher, asked = checked_calls(kernel_dir_ctx, policy)
+
+    def make(tool, **arguments):
+        return run(dispatcher.call(tool, arguments, Run()), timeout=300)
+
+    # The rules see the path as the server names it, however the call spells it; the question names
+    # the server path and the server, and no local path.
+    for spelling in ("/team/ds.ipynb", "./team/x/../ds.ipynb", "team/ds.ipynb"):
+        with pytest.raises(Denied):
+            make(read, notebook_path=spelling)
+    assert [q["input"]["notebook_path"] for q in asked] == ["team/ds.ipynb"] * 3
+    assert asked[0]["reason"] == "the rule 'notebook_read(notebook_path=team/*)' asks for approval"
+    assert asked[0]["server"] == jupyter_server["url"] and str(kernel_dir_ctx.workdir) not in str(asked[0])
+    for spelling in ("/team/secret.ipynb", "team//secret.ipynb", "team/../team/secret.ipynb"):
+        with pytest.raises(Denied, match="denied by the rule"):
+            make(edit, notebook_path=spelling, cell_id=ids[1], new_source="leaked = 1")
+    assert "leaked" not in (root / "team/secret.ipynb").read_text()
+
+    # Without rules, a path inside the server's root is inside the boundary: nothing asks, even though
+    # "/team/ds.ipynb" is no path in the kernel's workspace.
+    dispatcher, asked = checked_calls(kernel_dir_ctx, Policy(mode="accept-edits"))
+    assert "x = 20" in make(read, notebook_path="/team/ds.ipynb").texts[0]
+    assert not make(edit, notebook_path="/team/ds.ipynb", cell_id=ids[1], new_source="x = 2").is_error
+    assert asked == [] and nbformat.read(root / "team/ds.ipynb", as_version=4).cells[1].source == "x = 2"
+
+    # A `..` that leaves the server's root names no server notebook: it is refused at pairing, and in a
+    # call it is a local path, outside the workspace, so it asks.
+    with pytest.raises(InvalidInput, match="leads out of the server's root"):
+        pair_with(jupyter_server, kernel_dir_ctx, "team/../../ds.ipynb")
+    with pytest.raises(Denied):
+        make(read, notebook_path="team/../../ds.ipynb")
+    assert asked[-1]["reason"] == "the call touches a path outside the workspace" and "server" not in asked[-1]
+
+
 # --- a Jupyter Server with jupyter-collaboration: the shared document ------------------------
 
 @pytest.fixture(scope="module")

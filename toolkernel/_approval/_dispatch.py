@@ -9,6 +9,7 @@ order:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,21 +51,38 @@ def _schema_keys(tool: Tool) -> frozenset[str] | None:
     return frozenset(properties) if isinstance(properties, Mapping) else None
 
 
+def _server_paths(tool: Tool, arguments: Mapping[str, Any],
+                  state: Mapping[str, Any]) -> tuple[Tool, Mapping[str, Any], str | None]:
+    """Paths that name files on a server leave the local checks (workspace, protected files) to the
+    server's root, and reach rules, the person and the tool as the server names them."""
+    on_server = tool.server_paths(arguments, state) if tool.server_paths is not None else {}
+    if not on_server:
+        return tool, arguments, None
+    local = dataclasses.replace(tool, path_keys=tuple(key for key in tool.path_keys if key not in on_server))
+    named = {**arguments, **{key: place.path for key, place in on_server.items()}}
+    return local, named, ", ".join(sorted({place.server for place in on_server.values()}))
+
+
+def _shown(tool: Tool, arguments: Mapping[str, Any], server: str | None) -> dict[str, Any]:
+    return {**tool.describe_call(arguments), **({"server": server} if server else {})}
+
+
 class Dispatcher:
     def __init__(self, env: CallEnv) -> None:
         self.env = env
         self._validators: dict[int, tuple[Any, Any]] = {}
 
     def call_info(self, tool: Tool, arguments: Mapping[str, Any]) -> CallInfo:
+        local, arguments, server = _server_paths(tool, arguments, self.env.state)
         return CallInfo(
             qualified_name=tool.qualified_name,
             command=tool.command,
             input=arguments,
             kind=tool.kind,
-            outside_workspace=outside_workspace(tool, arguments, self.env.workdir),
-            protected=touches_protected(tool, arguments, self.env.workdir, self.env.guarded),
+            outside_workspace=outside_workspace(local, arguments, self.env.workdir),
+            protected=touches_protected(local, arguments, self.env.workdir, self.env.guarded),
             schema_keys=_schema_keys(tool),
-            shown=functools.partial(tool.describe_call, arguments),
+            shown=functools.partial(_shown, tool, arguments, server),
         )
 
     async def call(self, tool: Tool, arguments: dict[str, Any], run: Run,

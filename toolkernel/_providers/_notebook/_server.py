@@ -16,6 +16,7 @@ import contextlib
 import datetime
 import json
 import os
+import posixpath
 import socket
 import time
 import uuid
@@ -296,11 +297,13 @@ async def open_notebook(api: ServerApi, path: str) -> NotebookStore | None:
 
 
 def server_path(notebook: str) -> str:
-    """`notebook` relative to the server's root, whatever folder the kernel runs in."""
-    path = PurePosixPath(notebook.replace(os.sep, "/"))
-    if ".." in path.parts:
-        raise InvalidInput(f"{notebook!r}: give the notebook's path from the server's root, without '..'")
-    return str(path).lstrip("/")
+    """`notebook` relative to the server's root, whatever folder the kernel runs in. The root is the
+    boundary: `a/../b.ipynb` is `b.ipynb`, a `..` that leaves the root is refused."""
+    relative = posixpath.normpath(notebook.replace(os.sep, "/").lstrip("/"))
+    if relative == ".." or relative.startswith("../"):
+        raise InvalidInput(f"{notebook!r} leads out of the server's root; give the notebook's path from the "
+                           f"server's root")
+    return relative
 
 
 async def _find_or_start_session(api: ServerApi, path: str, kernel_name: str | None) -> tuple[dict[str, Any], bool]:

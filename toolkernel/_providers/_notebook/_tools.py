@@ -9,7 +9,7 @@ from nbformat import NotebookNode
 
 from ..._tool import Image, Tool, ToolContext, ToolInputError, ToolResult, tool
 from ._connection import Execution
-from ._pairing import Pairing, pairings
+from ._pairing import Pairing, pairings, server_notebook_paths
 from ._stores import CellEdit, FileStore, Loaded, NotebookStore
 from ._text import describe_output, join_source
 
@@ -79,7 +79,8 @@ RUN_SCHEMA = {
 
 # --- notebook_read ---------------------------------------------------------
 
-@tool("notebook_read", kind="read", path_keys=("notebook_path",), input_schema=READ_SCHEMA, description=(
+@tool("notebook_read", kind="read", path_keys=("notebook_path",), server_paths=server_notebook_paths,
+      input_schema=READ_SCHEMA, description=(
     "Read a Jupyter notebook: every cell's id, type, execution count, source and text output; image outputs "
     "are returned as images. Cell ids are the handle for notebook-edit and notebook-run."))
 async def notebook_read(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -126,7 +127,8 @@ def _output_label(output: NotebookNode) -> str:
 
 # --- notebook_edit ---------------------------------------------------------
 
-@tool("notebook_edit", kind="edit", path_keys=("notebook_path",), input_schema=EDIT_SCHEMA, description=(
+@tool("notebook_edit", kind="edit", path_keys=("notebook_path",), server_paths=server_notebook_paths,
+      input_schema=EDIT_SCHEMA, description=(
     "Edit a notebook cell by id: replace its source (default), insert a new cell after cell_id (at the top when "
     "cell_id is empty; needs cell_type), or delete it. Editing a code cell clears its outputs. Refused if the "
     "file changed since this session last read it. Returns the ids touched."))
@@ -201,7 +203,8 @@ def _require_source(arguments: dict[str, Any], mode: str) -> str:
 
 # --- notebook_run ----------------------------------------------------------
 
-@tool("notebook_run", kind="execute", loop_bound=True, input_schema=RUN_SCHEMA, description=(
+@tool("notebook_run", kind="execute", loop_bound=True, server_paths=server_notebook_paths,
+      input_schema=RUN_SCHEMA, description=(
     "Run code in the paired notebook's kernel, sharing its variables and imports; or run one code cell of the "
     "paired notebook by cell_id and write its outputs into the notebook. Returns stream text, the result, errors "
     "and images. Default timeout 120 s, at most 600; on timeout the kernel is interrupted."))
