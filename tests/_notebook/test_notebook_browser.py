@@ -96,7 +96,8 @@ def test_an_edit_of_the_cell_the_person_is_typing_in_is_refused(lab, browser_pag
                        kernel="python3"), timeout=120)
     try:
         page = browser_page
-        page.goto(f"{lab['url']}lab/tree/typing.ipynb?token={SERVER_TOKEN}")
+        # a workspace of its own: the one of the test before would reopen its notebook beside this one
+        page.goto(f"{lab['url']}lab/workspaces/typing/tree/typing.ipynb?token={SERVER_TOKEN}")
         cells = page.locator(".jp-Notebook .jp-Cell")
         cells.nth(2).wait_for(timeout=WAIT_MS)
         cells.nth(1).locator(".cm-content").click()

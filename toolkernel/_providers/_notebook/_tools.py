@@ -19,7 +19,7 @@ CELL_TYPES = ("code", "markdown", "raw")
 
 _PATH = {"type": "string", "minLength": 1,
          "description": "Notebook (.ipynb) path: relative to the working directory, or, for a notebook paired "
-                        "with --server, its path on that server as paired."}
+                        "with --server, its path from that server's root."}
 
 READ_SCHEMA = {
     "type": "object",
@@ -131,7 +131,7 @@ def _output_label(output: NotebookNode) -> str:
       input_schema=EDIT_SCHEMA, description=(
     "Edit a notebook cell by id: replace its source (default), insert a new cell after cell_id (at the top when "
     "cell_id is empty; needs cell_type), or delete it. Editing a code cell clears its outputs. Refused if the "
-    "file changed since this session last read it. Returns the ids touched."))
+    "file changed since this session last read it, or someone is editing that cell. Returns the ids touched."))
 async def notebook_edit(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     mode = arguments.get("edit_mode") or "replace"
     store = await _store(arguments, ctx)
