@@ -166,6 +166,31 @@ def test_a_server_notebook_path_is_checked_against_the_servers_root_not_the_work
     assert asked[-1]["reason"] == "the call touches a path outside the workspace" and "server" not in asked[-1]
 
 
+def read_in_a_script(server, workdir, notebook: str):
+    """`tools notebook-read` in a Bashkit script of a session, as an agent's cell runs it: the script's
+    thread has a loop of its own, the server connections live on toolkernel's private loop."""
+    from kernel_helpers import RecordingSink
+
+    from toolkernel._session import Session
+
+    session = Session(workdir)
+    try:
+        run(pair(session.state, workdir, notebook, server=server["url"], token=SERVER_TOKEN, kernel="python3"),
+            timeout=300)
+        sink = RecordingSink()
+        result = session.run_script(f"tools notebook-read notebook_path={notebook}", sink)
+        return result.exit_code, sink
+    finally:
+        run(unpair(session.state), timeout=60)
+        session.close()
+
+
+def test_a_script_reads_a_notebook_through_the_contents_api(jupyter_server, tmp_path):
+    write_notebook(jupyter_server["root"], "scripted.ipynb")
+    code, sink = read_in_a_script(jupyter_server, tmp_path, "scripted.ipynb")
+    assert code == 0 and "x = 20" in sink.stdout_text, sink.stderr_text
+
+
 # --- a Jupyter Server with jupyter-collaboration: the shared document ------------------------
 
 @pytest.fixture(scope="module")
@@ -490,6 +515,12 @@ def test_the_shared_document_is_opened_again_after_the_server_restarts(tmp_path_
     finally:
         run(unpair(kernel_dir_ctx.state), timeout=60)
         stop_server(process)
+
+
+def test_a_script_reads_a_notebook_through_the_shared_document(collab_server, tmp_path):
+    write_notebook(collab_server["root"], "scripted.ipynb")
+    code, sink = read_in_a_script(collab_server, tmp_path, "scripted.ipynb")
+    assert code == 0 and "x = 20" in sink.stdout_text, sink.stderr_text
 
 
 def test_insert_and_delete_in_the_shared_document(collab_server, kernel_dir_ctx):

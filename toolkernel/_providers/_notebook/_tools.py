@@ -79,7 +79,8 @@ RUN_SCHEMA = {
 
 # --- notebook_read ---------------------------------------------------------
 
-@tool("notebook_read", kind="read", path_keys=("notebook_path",), server_paths=server_notebook_paths,
+@tool("notebook_read", kind="read", path_keys=("notebook_path",), loop_bound=True,
+      server_paths=server_notebook_paths,
       input_schema=READ_SCHEMA, description=(
     "Read a Jupyter notebook: every cell's id, type, execution count, source and text output; image outputs "
     "are returned as images. Cell ids are the handle for notebook-edit and notebook-run."))
@@ -127,7 +128,8 @@ def _output_label(output: NotebookNode) -> str:
 
 # --- notebook_edit ---------------------------------------------------------
 
-@tool("notebook_edit", kind="edit", path_keys=("notebook_path",), server_paths=server_notebook_paths,
+@tool("notebook_edit", kind="edit", path_keys=("notebook_path",), loop_bound=True,
+      server_paths=server_notebook_paths,
       input_schema=EDIT_SCHEMA, description=(
     "Edit a notebook cell by id: replace its source (default), insert a new cell after cell_id (at the top when "
     "cell_id is empty; needs cell_type), or delete it. Editing a code cell clears its outputs. Refused if the "
