@@ -392,7 +392,8 @@ def test_an_edit_of_a_cell_someone_is_in_is_refused_before_its_text_changes(coll
 
 class CuttableProxy:
     """A TCP proxy on loopback in front of a server; `cut()` drops every open connection at once, as a
-    network failure does (new connections go through again)."""
+    network failure does, and `freeze()` makes them carry nothing more without closing them, as a
+    silent network does (new connections go through again)."""
 
     def __init__(self, target_port: int) -> None:
         import threading
@@ -402,6 +403,7 @@ class CuttableProxy:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.transports: set[asyncio.BaseTransport] = set()
+        self.frozen: set[asyncio.BaseTransport] = set()
         self.server = self._on_loop(asyncio.start_server(self._serve, "127.0.0.1", 0))
         self.port = self.server.sockets[0].getsockname()[1]
 
@@ -413,10 +415,11 @@ class CuttableProxy:
         self.transports |= {writer.transport, up_writer.transport}
         await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
 
-    @staticmethod
-    async def _pipe(reader, writer) -> None:
+    async def _pipe(self, reader, writer) -> None:
         try:
             while data := await reader.read(65536):
+                if writer.transport in self.frozen:
+                    continue
                 writer.write(data)
                 await writer.drain()
         except OSError:
@@ -426,10 +429,16 @@ class CuttableProxy:
 
     def cut(self) -> None:
         async def cut():
-            for transport in list(self.transports):
+            for transport in list(self.transports | self.frozen):
                 transport.abort()
             self.transports.clear()
         self._on_loop(cut())
+
+    def freeze(self) -> None:
+        async def freeze():
+            self.frozen |= self.transports
+            self.transports = set()
+        self._on_loop(freeze())
 
     def close(self) -> None:
         self.cut()
@@ -439,7 +448,9 @@ class CuttableProxy:
 
 
 def test_a_dropped_connection_to_the_shared_document_is_opened_again_by_the_next_call(collab_server,
-                                                                                     kernel_dir_ctx):
+                                                                                     kernel_dir_ctx, monkeypatch):
+    from toolkernel._providers._notebook import _shared
+
     ids = write_notebook(collab_server["root"], "drop.ipynb")
     proxy = CuttableProxy(collab_server["port"])
     through_proxy = {**collab_server, "url": f"http://127.0.0.1:{proxy.port}/"}
@@ -469,6 +480,14 @@ def test_a_dropped_connection_to_the_shared_document_is_opened_again_by_the_next
             await wait_until(lambda: person.cell(2)["source"] == "print(x)", "the second edit")
             assert [person.cell(i)["source"] for i in range(3)] == [
                 "# Data (typed while the agent was cut off)", "x = 30", "print(x)"]
+            # the network goes silent without closing anything: the unanswered ping tells, and the edit
+            # goes through a new connection
+            monkeypatch.setattr(_shared, "ACK_TIMEOUT_SECONDS", 3.0)
+            proxy.freeze()
+            edited = await call_tool(edit, cell_id=ids[1], new_source="x = 40")
+            assert not edited.is_error, edited.texts
+            await wait_until(lambda: person.cell(1)["source"] == "x = 40", "the edit after the silence")
+            assert len(person.notebook.ycells) == 3
 
     try:
         run(scenario(), timeout=600)

@@ -39,6 +39,7 @@ from ._editors import CellEditors, Editor
 from ._stores import CellEdit, Loaded, NotebookStore, Read, cell_digest, find_cell, notebook_digest, validated
 
 SYNC_TIMEOUT_SECONDS = 30.0
+ACK_TIMEOUT_SECONDS = 30.0  # an unanswered ping means the connection is gone, even if it looks open
 CLOSE_TIMEOUT_SECONDS = 2.0  # a dropped connection is not waited on for its closing handshake
 
 
@@ -189,7 +190,7 @@ class SharedStore(NotebookStore):
 
     async def _sent_and_echoed(self, messages: list[bytes], clock: int) -> bool:
         assert self._ws is not None and self._channel is not None
-        deadline = time.monotonic() + SYNC_TIMEOUT_SECONDS
+        deadline = time.monotonic() + ACK_TIMEOUT_SECONDS
         try:
             for message in messages:
                 await self._ws.send(message)
