@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import json
 import time
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import quote, urlencode
 
 import nbformat
@@ -51,7 +51,6 @@ class _WebsocketChannel:
         self._ws = ws
         self._path = path
         self._editors = editors
-        self.sent = 0  # messages the provider has sent (each of this session's changes is one)
         self.closed = False
 
     @property
@@ -78,7 +77,6 @@ class _WebsocketChannel:
         except websockets.ConnectionClosed:
             self.closed = True
             raise
-        self.sent += 1
 
     async def recv(self) -> bytes:
         message = await self._ws.recv()
@@ -164,7 +162,7 @@ class SharedStore(NotebookStore):
         self._fresh_document()
         await self.open()
 
-    async def _commit(self, change: Any) -> None:
+    async def _commit(self, change: Callable[[], object]) -> None:
         """Make `change` (a function that checks and changes the document) in one transaction, and
         wait until the room acknowledges it: an edit that may not have reached the server is an error."""
         await self._ensure_open()
