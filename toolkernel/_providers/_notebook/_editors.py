@@ -13,6 +13,7 @@ the cell's text changed by someone other than this session.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,7 @@ class CellEditors:
         self._typed_at: dict[str, float] = {}  # cell id -> when its text last changed by others
         self.own_edit = False  # set while this session changes the document itself
         self.echoed = -1  # the newest clock of this session's own state the room sent back
+        self.heard = asyncio.Event()  # set when an echo arrives (or the connection closes)
         self.awareness.observe(self._on_awareness)
 
     def apply(self, payload: bytes) -> None:
@@ -61,6 +63,7 @@ class CellEditors:
             decoder.read_var_string()
             if client == self.awareness.client_id:
                 self.echoed = max(self.echoed, clock)
+                self.heard.set()
 
     def _on_awareness(self, topic: str, changes: tuple[dict[str, list[int]], Any]) -> None:
         if topic != "change":  # "update" also fires for the 15-second renewals of an unchanged state

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import time
 from typing import Any, Callable
 from urllib.parse import quote, urlencode
@@ -41,6 +42,24 @@ from ._stores import CellEdit, Loaded, NotebookStore, Read, cell_digest, find_ce
 SYNC_TIMEOUT_SECONDS = 30.0
 ACK_TIMEOUT_SECONDS = 30.0  # an unanswered ping means the connection is gone, even if it looks open
 CLOSE_TIMEOUT_SECONDS = 2.0  # a dropped connection is not waited on for its closing handshake
+HEARD_RECENTLY_SECONDS = 1.0  # a connection that spoke this recently is taken as open without a ping
+
+
+def ack_at_once(sock: socket.socket | None) -> None:
+    """Acknowledge received data at once instead of after Linux's 40 ms delayed-ACK timer.
+
+    Jupyter Server's websocket leaves Nagle's algorithm on, so after a small
+    frame ("busy") it holds the next one until that frame is acknowledged; with
+    delayed ACKs every execution (and every acknowledged edit) then waits about
+    40 ms. Linux turns quick-ack mode off again by itself, so it is set after
+    each frame.
+    """
+    if sock is not None and _QUICKACK is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+
+
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 
 
 class _WebsocketChannel:
@@ -51,7 +70,9 @@ class _WebsocketChannel:
         self._ws = ws
         self._path = path
         self._editors = editors
+        self._socket = ws.transport.get_extra_info("socket")
         self.closed = False
+        self.heard_at = time.monotonic()  # when the room last sent anything
 
     @property
     def path(self) -> str:
@@ -69,6 +90,8 @@ class _WebsocketChannel:
                 self._editors.apply(message[1:])
         except websockets.ConnectionClosed:
             self.closed = True
+            if self._editors is not None:
+                self._editors.heard.set()  # a wait for an echo ends now
             raise StopAsyncIteration from None
 
     async def send(self, message: bytes) -> None:
@@ -80,6 +103,8 @@ class _WebsocketChannel:
 
     async def recv(self) -> bytes:
         message = await self._ws.recv()
+        ack_at_once(self._socket)  # the room's small frames would otherwise wait 40 ms each (see ack_at_once)
+        self.heard_at = time.monotonic()
         return message.encode() if isinstance(message, str) else message
 
 
@@ -149,6 +174,9 @@ class SharedStore(NotebookStore):
         connection cut without a word from the other side looks open until something is sent over
         it: a ping tells."""
         if self._connected():
+            assert self._channel is not None
+            if time.monotonic() - self._channel.heard_at < HEARD_RECENTLY_SECONDS:
+                return  # an edit made now is still acknowledged, or it is an error
             ping, clock = self.editors.ping()
             if await self._sent_and_echoed([ping], clock):
                 return
@@ -195,9 +223,12 @@ class SharedStore(NotebookStore):
         except websockets.ConnectionClosed:
             return False
         while self.editors.echoed < clock:
-            if self._channel.closed or time.monotonic() > deadline:
+            remaining = deadline - time.monotonic()
+            if self._channel.closed or remaining <= 0:
                 return False
-            await asyncio.sleep(0.01)
+            self.editors.heard.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.editors.heard.wait(), min(remaining, 0.5))
         return True
 
     # -- reading -------------------------------------------------------------
