@@ -473,20 +473,20 @@ def test_a_dropped_connection_to_the_shared_document_is_opened_again_by_the_next
             assert not edited.is_error, edited.texts
             await wait_until(lambda: person.cell(1)["source"] == "x = 30", "the edit after the reconnect")
             assert len(person.notebook.ycells) == 3
-            # dropped again between two calls of the same edit flow: the edit still lands
+            # dropped again right before the next edit: the edit still lands
             proxy.cut()
             edited = await call_tool(edit, cell_id=ids[2], new_source="print(x)")
             assert not edited.is_error, edited.texts
             await wait_until(lambda: person.cell(2)["source"] == "print(x)", "the second edit")
             assert [person.cell(i)["source"] for i in range(3)] == [
                 "# Data (typed while the agent was cut off)", "x = 30", "print(x)"]
-            # the network goes silent without closing anything: the unanswered ping tells, and the edit
-            # goes through a new connection
+            # The network goes silent without closing anything: the unanswered ping before the edit
+            # tells, and the edit goes through a new connection at once.
             monkeypatch.setattr(_shared, "ACK_TIMEOUT_SECONDS", 3.0)
             proxy.freeze()
-            edited = await call_tool(edit, cell_id=ids[1], new_source="x = 40")
+            edited = await call_tool(edit, cell_id=ids[1], new_source="x = 50")
             assert not edited.is_error, edited.texts
-            await wait_until(lambda: person.cell(1)["source"] == "x = 40", "the edit after the silence")
+            await wait_until(lambda: person.cell(1)["source"] == "x = 50", "the edit after the silence")
             assert len(person.notebook.ycells) == 3
 
     try:

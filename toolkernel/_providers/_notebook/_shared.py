@@ -169,16 +169,16 @@ class SharedStore(NotebookStore):
         return self._task is not None and not self._task.done() and self._channel is not None \
             and not self._channel.closed
 
-    async def _ensure_open(self) -> None:
+    async def _ensure_open(self, *, ping: bool = False) -> None:
         """Open the connection again when it dropped, on a fresh copy of the room's document. A
         connection cut without a word from the other side looks open until something is sent over
-        it: a ping tells."""
+        it: a ping tells (before a read only when the room has been quiet for a moment)."""
         if self._connected():
             assert self._channel is not None
-            if time.monotonic() - self._channel.heard_at < HEARD_RECENTLY_SECONDS:
-                return  # an edit made now is still acknowledged, or it is an error
-            ping, clock = self.editors.ping()
-            if await self._sent_and_echoed([ping], clock):
+            if not ping and time.monotonic() - self._channel.heard_at < HEARD_RECENTLY_SECONDS:
+                return
+            message, clock = self.editors.ping()
+            if await self._sent_and_echoed([message], clock):
                 return
         await self.close()
         session = await self.api.request("PUT", "api/collaboration/session", quote(self.path),
@@ -193,7 +193,7 @@ class SharedStore(NotebookStore):
     async def _commit(self, change: Callable[[], object]) -> None:
         """Make `change` (a function that checks and changes the document) in one transaction, and
         wait until the room acknowledges it: an edit that may not have reached the server is an error."""
-        await self._ensure_open()
+        await self._ensure_open(ping=True)  # a change is not made into a connection that is already gone
         before = self._ynb.ydoc.get_state()
         self.editors.own_edit = True
         try:
