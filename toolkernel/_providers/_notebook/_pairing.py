@@ -91,9 +91,11 @@ class Pairings:
 
     def find(self, workdir: Path, notebook: str) -> Pairing | None:
         """The pairing of `notebook`: a server path, or a path relative to `workdir`."""
-        if notebook in self._by_key:
-            return self._by_key[notebook]
-        return self.on_server(notebook) or self._by_key.get(str(_resolve(workdir, notebook)))
+        return self.named(notebook) or self._by_key.get(str(_resolve(workdir, notebook)))
+
+    def named(self, notebook: str) -> Pairing | None:
+        """The pairing `notebook` names without the working folder: its key, or a server path."""
+        return self._by_key.get(notebook) or self.on_server(notebook)
 
     def on_server(self, notebook: str) -> Pairing | None:
         """The server pairing `notebook` names, however it is spelled (`/a.ipynb`, `./x/../a.ipynb`)."""
@@ -128,8 +130,8 @@ def server_notebook_paths(arguments: Mapping[str, Any], state: Mapping[str, Any]
     notebook = arguments.get("notebook_path")
     if registry is None or not isinstance(notebook, str) or not notebook:
         return {}
-    pairing = registry.on_server(notebook)
-    if pairing is None or pairing.api is None:
+    pairing = registry.named(notebook)  # as the tool will find it: a local pairing's own key comes first
+    if pairing is None or pairing.kind != "server" or pairing.api is None:
         return {}
     return {"notebook_path": ServerPath(pairing.key, pairing.api.base)}
 
