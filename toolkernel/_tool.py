@@ -101,6 +101,20 @@ CallFn = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
 
 
 @dataclass(frozen=True)
+class ServerPath:
+    """A path input naming a file on a server (a notebook paired with --server), not on this machine:
+    the server's root is its boundary, not the workspace, and rules and the person see it as the
+    server names it."""
+
+    path: str  # from the server's root, `..` resolved inside it
+    server: str  # the server's URL (never its token)
+
+
+# (input, session state) -> the input keys whose paths name files on a server
+ServerPathsFn = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, ServerPath]]
+
+
+@dataclass(frozen=True)
 class ProviderRef:
     """Which provider a tool came from (see `_providers.ToolProvider`).
 
@@ -128,6 +142,8 @@ class Tool:
     provider: ProviderRef = BUILTIN
     # Input keys that hold file paths; a path outside the workspace asks.
     path_keys: tuple[str, ...] = ()
+    # Tools whose paths may name files on a server say which do, for the call at hand.
+    server_paths: ServerPathsFn | None = None
     annotations: Mapping[str, Any] = field(default_factory=dict)
     # A single tool of an in-process provider that holds a connection living on
     # toolkernel's private loop (a paired kernel's client) says so here; a
@@ -185,6 +201,7 @@ def tool(
     path_keys: tuple[str, ...] = (),
     loop_bound: bool = False,
     precheck: Callable[[Mapping[str, Any], ToolContext], None] | None = None,
+    server_paths: ServerPathsFn | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Turn `fn(input, ctx)` (sync or async) into a `Tool`.
 
@@ -213,6 +230,6 @@ def tool(
             return as_result(value)
 
         return Tool(name, description, dict(input_schema), call, kind=kind,
-                    path_keys=path_keys, loop_bound=loop_bound, precheck=precheck)
+                    path_keys=path_keys, loop_bound=loop_bound, precheck=precheck, server_paths=server_paths)
 
     return wrap

@@ -118,11 +118,12 @@ def _free_port() -> int:
 NO_COLLABORATION = '{"jupyter_server_ydoc": False, "jupyter_collaboration": False, "jupyterlab": False}'
 
 
-def start_server(tmp_path_factory, *args: str, app: str = "jupyter_server",
-                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen, dict]:
-    """A Jupyter Server (or JupyterLab) on loopback serving a fresh root folder."""
-    root = tmp_path_factory.mktemp("server-root")
-    port = _free_port()
+def start_server(tmp_path_factory, *args: str, app: str = "jupyter_server", env: dict[str, str] | None = None,
+                 root: Path | None = None, port: int | None = None) -> tuple[subprocess.Popen, dict]:
+    """A Jupyter Server (or JupyterLab) on loopback serving a fresh root folder (or `root`, on `port`:
+    the same server started again)."""
+    root = root or tmp_path_factory.mktemp("server-root")
+    port = port or _free_port()
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path_factory.mktemp("runtime")), **(env or {}))
     env.pop("JUPYTER_TOKEN", None)
     log = tmp_path_factory.mktemp("server-log") / "server.log"
@@ -134,7 +135,7 @@ def start_server(tmp_path_factory, *args: str, app: str = "jupyter_server",
     )
     url = f"http://127.0.0.1:{port}/"
     _wait_for_server(process, url, log)
-    return process, {"url": url, "root": root, "token": SERVER_TOKEN, "log": log}
+    return process, {"url": url, "root": root, "token": SERVER_TOKEN, "log": log, "port": port}
 
 
 def stop_server(process: subprocess.Popen) -> None:

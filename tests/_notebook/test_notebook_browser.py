@@ -85,3 +85,46 @@ def test_the_person_sees_the_agents_edit_and_output_live_and_keeps_their_typing(
         assert saved.cells[1].source == "x = 50" and saved.cells[2].outputs[0].text == "100\n"
     finally:
         run(unpair(ctx.state), timeout=60)
+
+
+def test_an_edit_of_the_cell_the_person_is_typing_in_is_refused(lab, browser_page, tmp_path):
+    nb = new_notebook(cells=[new_code_cell("a = 1"), new_code_cell("x = 20"), new_code_cell("print(x * 2)")])
+    nbformat.write(nb, lab["root"] / "typing.ipynb")
+    ids = [cell.id for cell in nb.cells]
+    ctx = ToolContext(tmp_path, state={})
+    pairing = run(pair(ctx.state, tmp_path, "typing.ipynb", server=lab["url"], token=SERVER_TOKEN,
+                       kernel="python3"), timeout=120)
+    try:
+        page = browser_page
+        # a workspace of its own: the one of the test before would reopen its notebook beside this one
+        page.goto(f"{lab['url']}lab/workspaces/typing/tree/typing.ipynb?token={SERVER_TOKEN}")
+        cells = page.locator(".jp-Notebook .jp-Cell")
+        cells.nth(2).wait_for(timeout=WAIT_MS)
+        cells.nth(1).locator(".cm-content").click()
+        page.keyboard.press("End")
+        page.keyboard.type("  # still thinking")
+        store = pairing.store
+        page.wait_for_timeout(200)
+        for _ in range(WAIT_MS // 100):  # their typing has reached the agent's copy
+            if "thinking" in str(store._ynb.ycells[1]["source"]):
+                break
+            page.wait_for_timeout(100)
+        call(read, ctx, notebook_path="typing.ipynb")  # read after the typing: the text is what was read
+        refused = call(edit, ctx, notebook_path="typing.ipynb", cell_id=ids[1], new_source="x = 0")
+        assert refused.is_error and f"is editing cell {ids[1]} of typing.ipynb" in refused.texts[0]
+        assert not call(edit, ctx, notebook_path="typing.ipynb", cell_id=ids[2], new_source="print(x)").is_error
+        page.wait_for_timeout(500)
+        assert "x = 20  # still thinking" in cells.nth(1).locator(".cm-content").inner_text()
+        # they click into the first cell: the second is free again
+        cells.nth(0).locator(".cm-content").click()
+        page.keyboard.press("End")
+        for _ in range(WAIT_MS // 100):
+            if store.editors.editing(store._ynb.ycells[0]) is not None:
+                break
+            page.wait_for_timeout(100)
+        call(read, ctx, notebook_path="typing.ipynb")
+        assert not call(edit, ctx, notebook_path="typing.ipynb", cell_id=ids[1], new_source="x = 0").is_error
+        page.wait_for_function("document.querySelectorAll('.jp-Notebook .jp-Cell')[1]"
+                               ".querySelector('.cm-content').innerText.includes('x = 0')", timeout=WAIT_MS)
+    finally:
+        run(unpair(ctx.state), timeout=60)

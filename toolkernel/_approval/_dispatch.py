@@ -9,6 +9,7 @@ order:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,23 +59,40 @@ _VALIDATORS: dict[int, tuple[Any, Any]] = {}
 _MAX_VALIDATORS = 1024
 
 
+def _server_paths(tool: Tool, arguments: Mapping[str, Any],
+                  state: Mapping[str, Any]) -> tuple[Tool, Mapping[str, Any], str | None]:
+    """Paths that name files on a server leave the local checks (workspace, protected files) to the
+    server's root, and reach rules, the person and the tool as the server names them."""
+    on_server = tool.server_paths(arguments, state) if tool.server_paths is not None else {}
+    if not on_server:
+        return tool, arguments, None
+    local = dataclasses.replace(tool, path_keys=tuple(key for key in tool.path_keys if key not in on_server))
+    named = {**arguments, **{key: place.path for key, place in on_server.items()}}
+    return local, named, ", ".join(sorted({place.server for place in on_server.values()}))
+
+
+def _shown(tool: Tool, arguments: Mapping[str, Any], server: str | None) -> dict[str, Any]:
+    return {**tool.describe_call(arguments), **({"server": server} if server else {})}
+
+
 class Dispatcher:
     def __init__(self, env: CallEnv) -> None:
         self.env = env
 
     def call_info(self, tool: Tool, arguments: Mapping[str, Any]) -> CallInfo:
+        local, arguments, server = _server_paths(tool, arguments, self.env.state)
         workdir, guarded = self.env.workdir, self.env.guarded
-        paths = real_paths(tool, arguments, workdir) if tool.path_keys else {}
+        paths = real_paths(local, arguments, workdir) if local.path_keys else {}
         return CallInfo(
             qualified_name=tool.qualified_name,
             command=tool.command,
             input=arguments,
             kind=tool.kind,
             outside_workspace=bool(paths) and outside_workspace(
-                tool, arguments, workdir, paths, root=guarded.workdir if guarded else None),
-            protected=bool(paths) and touches_protected(tool, arguments, workdir, guarded, paths),
+                local, arguments, workdir, paths, root=guarded.workdir if guarded else None),
+            protected=bool(paths) and touches_protected(local, arguments, workdir, guarded, paths),
             schema_keys=_schema_keys(tool),
-            shown=functools.partial(tool.describe_call, arguments),
+            shown=functools.partial(_shown, tool, arguments, server),
             paths=paths,
         )
 

@@ -17,9 +17,10 @@ import argparse
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ..._errors import ConnectionRequired, InvalidInput
+from ..._tool import ServerPath
 from ._connection import KernelConnection
 from ._server import ServerApi, connect_server, open_notebook, server_path
 from ._stores import ContentsStore, FileStore, NotebookStore
@@ -90,12 +91,19 @@ class Pairings:
 
     def find(self, workdir: Path, notebook: str) -> Pairing | None:
         """The pairing of `notebook`: a server path, or a path relative to `workdir`."""
-        if notebook in self._by_key:
-            return self._by_key[notebook]
-        for pairing in self._by_key.values():
-            if pairing.kind == "server" and pairing.key == server_path(notebook):
-                return pairing
-        return self._by_key.get(str(_resolve(workdir, notebook)))
+        return self.named(notebook) or self._by_key.get(str(_resolve(workdir, notebook)))
+
+    def named(self, notebook: str) -> Pairing | None:
+        """The pairing `notebook` names without the working folder: its key, or a server path."""
+        return self._by_key.get(notebook) or self.on_server(notebook)
+
+    def on_server(self, notebook: str) -> Pairing | None:
+        """The server pairing `notebook` names, however it is spelled (`/a.ipynb`, `./x/../a.ipynb`)."""
+        try:
+            key = server_path(notebook)
+        except InvalidInput:
+            return None  # it leaves every server's root: a local path, if anything
+        return next((p for p in self._by_key.values() if p.kind == "server" and p.key == key), None)
 
     def require(self, workdir: Path, notebook: str) -> Pairing:
         pairing = self.find(workdir, notebook)
@@ -113,6 +121,19 @@ def pairings(state: dict[str, Any]) -> Pairings:
     if found is None:
         found = state[STATE_KEY] = Pairings()
     return found
+
+
+def server_notebook_paths(arguments: Mapping[str, Any], state: Mapping[str, Any]) -> dict[str, ServerPath]:
+    """`notebook_path`, when it names a notebook this session paired through a server: checked against
+    that server's root, not the workspace (see `Tool.server_paths`)."""
+    registry = state.get(STATE_KEY)
+    notebook = arguments.get("notebook_path")
+    if registry is None or not isinstance(notebook, str) or not notebook:
+        return {}
+    pairing = registry.named(notebook)  # as the tool will find it: a local pairing's own key comes first
+    if pairing is None or pairing.kind != "server" or pairing.api is None:
+        return {}
+    return {"notebook_path": ServerPath(pairing.key, pairing.api.base)}
 
 
 def pairing_args_usage() -> str:

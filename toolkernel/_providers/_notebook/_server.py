@@ -16,7 +16,7 @@ import contextlib
 import datetime
 import json
 import os
-import socket
+import posixpath
 import time
 import uuid
 from pathlib import PurePosixPath
@@ -29,7 +29,7 @@ from websockets.asyncio.client import ClientConnection
 
 from ..._errors import InvalidInput, Unavailable
 from ._connection import AGENT_METADATA, EXECUTE_CONTENT, Execution, KernelConnection, Message, OnOutput
-from ._shared import open_shared
+from ._shared import ack_at_once, open_shared
 from ._stores import ContentsStore, NotebookStore
 
 HTTP_TIMEOUT_SECONDS = 30.0
@@ -147,7 +147,7 @@ class ServerConnection(KernelConnection):
         sock = self._ws.transport.get_extra_info("socket")
         with contextlib.suppress(websockets.ConnectionClosed):
             async for frame in self._ws:
-                _ack_at_once(sock)
+                ack_at_once(sock)
                 if isinstance(frame, str):  # binary frames carry buffers (widgets): not ours to show
                     self._route(json.loads(frame))
 
@@ -264,22 +264,6 @@ class ServerConnection(KernelConnection):
         return f"{self.label} kernel of session {self.session.get('path')} on {self.api.base}"
 
 
-def _ack_at_once(sock: socket.socket | None) -> None:
-    """Acknowledge received data at once instead of after Linux's 40 ms delayed-ACK timer.
-
-    Jupyter Server's websocket leaves Nagle's algorithm on, so after a small
-    frame ("busy") it holds the next one until that frame is acknowledged; with
-    delayed ACKs every execution then waits about 40 ms. Linux turns quick-ack
-    mode off again by itself, so it is set after each frame.
-    """
-    if sock is not None and _QUICKACK is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
-
-
-_QUICKACK = getattr(socket, "TCP_QUICKACK", None)
-
-
 async def connect_server(api: ServerApi, path: str, kernel_name: str | None) -> ServerConnection:
     """The kernel of `path`'s session on the server (a session is started when there is none)."""
     session, created = await _find_or_start_session(api, path, kernel_name)
@@ -296,11 +280,13 @@ async def open_notebook(api: ServerApi, path: str) -> NotebookStore | None:
 
 
 def server_path(notebook: str) -> str:
-    """`notebook` relative to the server's root, whatever folder the kernel runs in."""
-    path = PurePosixPath(notebook.replace(os.sep, "/"))
-    if ".." in path.parts:
-        raise InvalidInput(f"{notebook!r}: give the notebook's path from the server's root, without '..'")
-    return str(path).lstrip("/")
+    """`notebook` relative to the server's root, whatever folder the kernel runs in. The root is the
+    boundary: `a/../b.ipynb` is `b.ipynb`, a `..` that leaves the root is refused."""
+    relative = posixpath.normpath(notebook.replace(os.sep, "/").lstrip("/"))
+    if relative == ".." or relative.startswith("../"):
+        raise InvalidInput(f"{notebook!r} leads out of the server's root; give the notebook's path from the "
+                           f"server's root")
+    return relative
 
 
 async def _find_or_start_session(api: ServerApi, path: str, kernel_name: str | None) -> tuple[dict[str, Any], bool]:

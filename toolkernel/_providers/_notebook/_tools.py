@@ -24,7 +24,7 @@ CELL_TYPES = ("code", "markdown", "raw")
 
 _PATH = {"type": "string", "minLength": 1,
          "description": "Notebook (.ipynb) path: relative to the working directory, or, for a notebook paired "
-                        "with --server, its path on that server as paired."}
+                        "with --server, its path from that server's root."}
 
 READ_SCHEMA = {
     "type": "object",
@@ -84,7 +84,15 @@ RUN_SCHEMA = {
 
 # --- notebook_read ---------------------------------------------------------
 
-@tool("notebook_read", kind="read", path_keys=("notebook_path",), input_schema=READ_SCHEMA, description=(
+def _server_notebook_paths(arguments: Mapping[str, Any], state: Mapping[str, Any]):
+    from ._pairing import server_notebook_paths
+
+    return server_notebook_paths(arguments, state)
+
+
+@tool("notebook_read", kind="read", path_keys=("notebook_path",), loop_bound=True,
+      server_paths=_server_notebook_paths,
+      input_schema=READ_SCHEMA, description=(
     "Read a Jupyter notebook: every cell's id, type, execution count, source and text output; image outputs "
     "are returned as images. Cell ids are the handle for notebook-edit and notebook-run."))
 async def notebook_read(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -131,10 +139,12 @@ def _output_label(output: NotebookNode) -> str:
 
 # --- notebook_edit ---------------------------------------------------------
 
-@tool("notebook_edit", kind="edit", path_keys=("notebook_path",), input_schema=EDIT_SCHEMA, description=(
+@tool("notebook_edit", kind="edit", path_keys=("notebook_path",), loop_bound=True,
+      server_paths=_server_notebook_paths,
+      input_schema=EDIT_SCHEMA, description=(
     "Edit a notebook cell by id: replace its source (default), insert a new cell after cell_id (at the top when "
     "cell_id is empty; needs cell_type), or delete it. Editing a code cell clears its outputs. Refused if the "
-    "file changed since this session last read it. Returns the ids touched."))
+    "file changed since this session last read it, or someone is editing that cell. Returns the ids touched."))
 async def notebook_edit(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     mode = arguments.get("edit_mode") or "replace"
     store = await _store(arguments, ctx)
@@ -215,7 +225,8 @@ def _paired(arguments: Mapping[str, Any], ctx: ToolContext) -> None:
         _pairings(ctx.state).require(ctx.workdir, path)
 
 
-@tool("notebook_run", kind="execute", loop_bound=True, input_schema=RUN_SCHEMA, precheck=_paired, description=(
+@tool("notebook_run", kind="execute", loop_bound=True, server_paths=_server_notebook_paths,
+      input_schema=RUN_SCHEMA, precheck=_paired, description=(
     "Run code in the paired notebook's kernel, sharing its variables and imports; or run one code cell of the "
     "paired notebook by cell_id and write its outputs into the notebook. Returns stream text, the result, errors "
     "and images. Default timeout 120 s, at most 600; on timeout the kernel is interrupted."))
