@@ -157,3 +157,33 @@ def test_a_killed_writers_temp_file_is_removed_once_stale_never_while_fresh(tmp_
     assert not temp.exists()
     assert someone_elses.read_text() == "keep"
     assert (folder / "big.bin").stat().st_size == 8 * 1024 * 1024
+
+
+def _outside_save(path: Path, text: str) -> None:
+    """An editor's save: a new file renamed over the old one."""
+    (path.parent / "editor.tmp").write_text(text)
+    os.replace(path.parent / "editor.tmp", path)
+
+
+def test_a_save_between_the_check_and_the_rename_is_not_lost(tmp_path):
+    target = tmp_path / "nb.json"
+    target.write_text("read")
+
+    def check():
+        if target.read_text() != "read":
+            raise RuntimeError("changed since it was read")
+        _outside_save(target, "outside")  # lands right after the check passed
+
+    with pytest.raises(RuntimeError, match="changed since it was read"):
+        write_atomic(target, "ours", check=check, replaces=lambda old: old.read_text() == "read")
+    assert target.read_text() == "outside"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nb.json"]
+
+
+def test_with_no_outside_save_the_swapped_write_lands_and_leaves_no_temp(tmp_path):
+    target = tmp_path / "nb.json"
+    target.write_text("read")
+    target.chmod(0o640)
+    write_atomic(target, "ours", check=lambda: None, replaces=lambda old: old.read_text() == "read")
+    assert target.read_text() == "ours" and (target.stat().st_mode & 0o777) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nb.json"]

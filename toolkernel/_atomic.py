@@ -5,8 +5,12 @@ one filesystem), is fsynced, then renamed over the target with `os.replace`,
 and the folder is fsynced so the rename itself survives a crash.
 
 A caller that must not overwrite someone else's change passes `check`, run
-right before the rename (after the slow write and fsync), so the window in
-which an outside save could be lost is the rename alone.
+right before the rename (after the slow write and fsync). That leaves the
+moment between the check and the rename, in which an outside save would still
+be lost; a caller that also passes `replaces` (is the file at this path the one
+the write may replace?) closes it on Linux: the new file is swapped in with
+renameat2's RENAME_EXCHANGE, the file swapped out is looked at, and when it was
+an outside save, it is swapped back (`_put_back`).
 
 A writer killed mid-write (kill -9, power loss) leaves its temporary file
 behind; each write removes such leftovers in its folder: only names of our own
@@ -16,6 +20,8 @@ untouched for STALE_TEMP_SECONDS, which no live write takes.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import re
 import stat
@@ -30,14 +36,15 @@ _TEMP_NAME = re.compile(r"\..+\.[a-z0-9_]{8}" + re.escape(_TEMP_SUFFIX))  # mkst
 
 
 def write_atomic(path: Path | str, data: bytes | str, *, check: Callable[[], None] | None = None,
-                 resolved: bool = False) -> None:
+                 replaces: Callable[[Path], bool] | None = None, resolved: bool = False) -> None:
     """Replace `path` with `data` (str is written as UTF-8) in one step.
 
     Missing parent folders are created. An existing file keeps its permission
     bits (and owner, where allowed); a symlink keeps pointing where it did and
     its target is replaced. A new file gets the usual 0o666 minus umask.
     `check`, if given, runs just before the rename; what it raises aborts the
-    write and leaves the file as it is. `resolved`: `path` is a real path already
+    write and leaves the file as it is; with `replaces`, also when the file the rename
+    would replace fails `replaces(path_of_that_file)`. `resolved`: `path` is a real path already
     (a tool hands the path the dispatcher resolved and checked).
     """
     target = Path(path) if resolved else Path(os.path.realpath(path))
@@ -55,7 +62,8 @@ def write_atomic(path: Path | str, data: bytes | str, *, check: Callable[[], Non
             os.fsync(tmp.fileno())
         if check is not None:
             check()
-        os.replace(tmp_name, target)
+        if replaces is None or not _swap_in(tmp_name, target, replaces, check):
+            os.replace(tmp_name, target)
     except BaseException:
         _unlink_quietly(tmp_name)
         raise
@@ -146,3 +154,62 @@ def _unlink_quietly(name: str) -> None:
         os.unlink(name)
     except FileNotFoundError:
         pass
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: str, b: str | Path) -> bool:
+    """Swap two paths in one step (Linux renameat2); False where that cannot be done."""
+    renameat2 = getattr(_libc(), "renameat2", None)
+    if renameat2 is None:
+        return False
+    return renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(str(b)), _RENAME_EXCHANGE) == 0
+
+
+@functools.cache
+def _libc():
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def _swap_in(tmp_name: str, target: Path, replaces: Callable[[Path], bool],
+             check: Callable[[], None] | None) -> bool:
+    """Swap the new file in and keep it only if what it replaced may be replaced.
+
+    False when swapping cannot be done here (no target yet, another system or
+    filesystem): the caller renames as usual. Raises what `check` raises (or
+    FileExistsError) when an outside save came in after the check: it is put back.
+    """
+    ours = os.stat(tmp_name).st_ino
+    if not _exchange(tmp_name, target):
+        return False
+    if replaces(Path(tmp_name)):
+        _unlink_quietly(tmp_name)  # the file it replaced: the one the caller meant to replace
+        return True
+    _put_back(tmp_name, target, ours)
+    if check is not None:
+        check()
+    raise FileExistsError(f"{target} changed while it was being replaced; it was left as it is")
+
+
+def _put_back(tmp_name: str, target: Path, ours: int) -> None:
+    """`tmp_name` holds an outside save that the swap took out: put it back at `target`.
+
+    Swapping again takes out what `target` holds then: our file (done), or an even
+    newer outside save that replaced ours meanwhile, which must stay; then the older
+    one is swapped out again, and so on while saves keep coming.
+    """
+    held = os.stat(tmp_name).st_ino
+    for _ in range(16):
+        _exchange(tmp_name, target)
+        if os.stat(tmp_name).st_ino == ours:
+            break  # our file is out and the outside save is back
+        _exchange(tmp_name, target)  # a newer save had replaced ours: it goes back in
+        if os.stat(tmp_name).st_ino == held:
+            break  # the older save is out, the newer one stays
+        held = os.stat(tmp_name).st_ino
+    _unlink_quietly(tmp_name)

@@ -72,10 +72,11 @@ def give_cells_ids(nb: NotebookNode, file_hash: str) -> bool:
     return bool(missing)
 
 
-def is_unchanged_since(notebook: NotebookFile) -> bool:
-    """Whether the file on disk is still the one `notebook` was loaded from."""
+def is_unchanged_since(notebook: NotebookFile, path: Path | None = None) -> bool:
+    """Whether the file on disk (at `path`, default the notebook's) is still the one
+    `notebook` was loaded from."""
     try:
-        data = notebook.path.read_bytes()
+        data = (path or notebook.path).read_bytes()
     except FileNotFoundError:
         return notebook.fingerprint is None
     return notebook.fingerprint is not None and hashlib.sha256(data).hexdigest() == notebook.fingerprint.sha256
@@ -93,6 +94,7 @@ def save(notebook: NotebookFile) -> None:
     """Write atomically (validated by the caller); the fingerprint becomes the written file's."""
     data = (nbformat.writes(notebook.nb) + "\n").encode("utf-8")
     # Checked again right before the rename: a save from outside since the stale check is not lost.
-    write_atomic(notebook.path, data, check=lambda: _require_still_on_disk(notebook))
+    write_atomic(notebook.path, data, check=lambda: _require_still_on_disk(notebook),
+                 replaces=lambda swapped_out: is_unchanged_since(notebook, swapped_out))
     notebook.fingerprint = Fingerprint(hashlib.sha256(data).hexdigest(), notebook.path.stat().st_mtime_ns)
     notebook.ids_added = False
