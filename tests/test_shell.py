@@ -483,11 +483,15 @@ def test_tools_a_deny_rule_covers_whatever_the_input_are_left_out_of_every_list(
         found = run(fresh, "tools search branch pull input")[1].stdout_text
         searched = run(fresh, "tools search delete branch")[1].stdout_text
         called = run(fresh, "tools github delete-branch branch=x")
+        tool_help = run(fresh, "tools github delete-branch --help")
+        allowed_help = run(fresh, "tools github get-pull --help")
     finally:
         fresh.close()
     assert "github (3 tools)" in help_text and "echo-input" not in help_text and "blob" in help_text
     assert "delete-branch" not in server_text and "get-pull" in server_text
     assert "delete-branch" not in found + searched and "echo-input" not in found
     assert "no tools match" in searched
-    # Left out of the lists, and still denied when called by name.
+    # Left out of the lists, and still denied when called by name; its help shows no schema.
     assert error_lines(called[1].stderr_text)[0]["code"] == "denied"
+    assert tool_help[1].stdout_text == "" and error_lines(tool_help[1].stderr_text)[0]["code"] == "denied"
+    assert allowed_help[0].exit_code == 0 and "repo" in allowed_help[1].stdout_text

@@ -21,7 +21,7 @@ from ._catalog import Catalog
 from ._cli import Command, parse_input, split_command, take_save
 from .._approval._dispatch import Dispatcher
 from .._approval._policy import deny_rule_covers
-from .._errors import CallError, InvalidInput, Stopped, ToolFailed
+from .._errors import CallError, Denied, InvalidInput, Stopped, ToolFailed
 from .._names import fold
 from ._render import render
 from .._approval._run import NO_EVENTS, Run, RunEvents
@@ -139,6 +139,8 @@ class ToolsCommand:
             return Outcome(_help.server_help(self.catalog.servers[fold(command.server)], tools))
         tool = await self.catalog.find_tool(command.server, command.tool)
         if command.action == "tool_help":
+            if not self._listed(tool):  # as in the lists: a denied tool shows no schema to fill
+                raise Denied(f"{tool.command} is denied by a rule of the policy: every call of it is refused")
             return Outcome(_help.tool_help(tool))
         save_to, args = take_save(command.args, tool.input_schema)
         called = await self.call(tool, parse_input(args, tool.input_schema, stdin))
