@@ -58,6 +58,24 @@ def isolated_env(tmp: Path) -> dict[str, str]:
     return {"XDG_CONFIG_HOME": str(tmp / "xdg"), "TOOLKERNEL_ADMIN_CONFIG": str(tmp / "no-admin.toml")}
 
 
+def project_with(tmp: Path, monkeypatch, config: str) -> Path:
+    """A project folder holding `config`, with the user's and admin's files kept out."""
+    for key, value in isolated_env(tmp).items():
+        monkeypatch.setenv(key, value)
+    project = tmp / "project"
+    project.mkdir()
+    write_config(project, config)
+    return project
+
+
+def without_blanket_trust(tmp: Path, monkeypatch) -> None:
+    """Trust as a real machine has it: none given, records and configs in private folders."""
+    monkeypatch.delenv("TOOLKERNEL_TRUST_ALL", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp / "xdg"))
+    monkeypatch.setenv("TOOLKERNEL_ADMIN_CONFIG", str(tmp / "no-admin.toml"))
+
+
 # The seed's own example script, run unchanged by the shell and the kernel tests.
 SEED_SCRIPT = """\
 tools github list-pulls '{"repo":"acme/api","state":"open"}' \\

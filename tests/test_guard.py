@@ -19,6 +19,7 @@ import sys
 import pytest
 
 from approval_helpers import SERVERS, CollectingSink, error_codes, policy_section, recorded_calls, toml_list
+from kernel_helpers import without_blanket_trust
 from toolkernel._runners._guard import Unprotectable
 from toolkernel._session import Session
 from toolkernel._config._trust import TrustStore
@@ -47,10 +48,7 @@ def project_toml(record, mode=None, deny=("read_file(path=secret*)",)) -> str:
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):
-    monkeypatch.delenv("TOOLKERNEL_TRUST_ALL", raising=False)
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setenv("TOOLKERNEL_ADMIN_CONFIG", str(tmp_path / "no-admin.toml"))
+    without_blanket_trust(tmp_path, monkeypatch)
     work = tmp_path / "work"
     (work / "hooks").mkdir(parents=True)
     record = tmp_path / "record.jsonl"

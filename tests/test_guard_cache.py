@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from approval_helpers import CollectingSink
+from kernel_helpers import without_blanket_trust
 from toolkernel._config._config import load_config
 from toolkernel._config._trust import TrustStore
 from toolkernel._runners import _guard_cache
@@ -21,10 +22,7 @@ from toolkernel._session import Session
 
 @pytest.fixture
 def work(tmp_path, monkeypatch):
-    monkeypatch.delenv("TOOLKERNEL_TRUST_ALL", raising=False)
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setenv("TOOLKERNEL_ADMIN_CONFIG", str(tmp_path / "no-admin.toml"))
+    without_blanket_trust(tmp_path, monkeypatch)
     work = tmp_path / "work"
     (work / "hooks").mkdir(parents=True)
     (work / "hooks" / "guard.sh").write_text("#!/bin/sh\necho '{\"action\": \"allow\"}'\n")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kernel_helpers import (
-    RecordingSink, error_lines, isolated_env, policy_toml, server_toml, write_config,
+    RecordingSink, error_lines, policy_toml, project_with, server_toml, write_config,
 )
 from toolkernel import ConfigError, _loop, register_tools, tool
 from toolkernel._providers._base import ToolProvider, ToolSet
@@ -60,12 +60,7 @@ def _with_provider(t, ref):
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
-    for key, value in isolated_env(tmp_path).items():
-        monkeypatch.setenv(key, value)
-    project = tmp_path / "project"
-    project.mkdir()
-    write_config(project, policy_toml(deny=["mcp_fake__echo(text=secret*)"]))
-    return project
+    return project_with(tmp_path, monkeypatch, policy_toml(deny=["mcp_fake__echo(text=secret*)"]))
 
 
 def run(session: Session, script: str):

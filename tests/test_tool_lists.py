@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_helpers import RecordingSink, isolated_env, server_toml, write_config
+from kernel_helpers import RecordingSink, project_with, server_toml, write_config
 from toolkernel._session import Session
 
 KEPT = Path(".toolkernel") / "tool-lists.json"
@@ -21,12 +21,7 @@ def docs_config(description: str = "Team documentation") -> str:
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
-    for key, value in isolated_env(tmp_path).items():
-        monkeypatch.setenv(key, value)
-    project = tmp_path / "project"
-    project.mkdir()
-    write_config(project, docs_config())
-    return project
+    return project_with(tmp_path, monkeypatch, docs_config())
 
 
 @pytest.fixture
