@@ -107,6 +107,10 @@ class _Kept:
                 kept += chunk[: cap - len(kept)]
                 self.over = self.over or name
                 kill_tree(process)
+                # Read on to the end, keeping nothing: a stream left paused with a full buffer
+                # never sees its pipe close, and `process.wait()` waits for that too.
+                while await stream.read(_CHUNK):
+                    pass
                 return
             kept += chunk
 
