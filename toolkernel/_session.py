@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -50,6 +51,7 @@ class Session:
         self.tool_lists = ToolLists(self.workdir / STATE_DIR)  # on-demand servers' tools, kept on disk
         self._kept_providers: tuple[Config, tuple[ToolProvider, ...], tuple[ToolProvider, ...]] | None = None
         self._pool: ServerPool | None = None
+        self._pool_lock = threading.Lock()
         self.state: dict[str, Any] = {}
         self.hooks = Hooks()
         self.approvals = Approvals(self.workdir)
@@ -61,9 +63,13 @@ class Session:
     def pool(self) -> ServerPool:
         """The MCP servers of this kernel; made, and the MCP SDK imported, when first needed."""
         if self._pool is None:
-            from ._providers._mcp import ServerPool
+            # `%load_ext`'s warm-up makes it on a thread of its own while the first cell may
+            # ask too: the SDK's import takes seconds, and two pools would split the servers.
+            with self._pool_lock:
+                if self._pool is None:
+                    from ._providers._mcp import ServerPool
 
-            self._pool = ServerPool()
+                    self._pool = ServerPool()
         return self._pool
 
     def add_provider(self, provider: ToolProvider) -> None:
