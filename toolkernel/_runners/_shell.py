@@ -219,8 +219,9 @@ class _Pump:
         saved = self.limiter.close(cut=ran is not None and ran.output_cut)
         if ran is not None and ran.stderr:
             self._output("", ran.stderr)
-        if not interrupted and _failure(future) is not None:
-            self._output("", f"toolkernel: the shell failed: {_failure(future)}\n")
+        failure = None if interrupted else _failure(future)
+        if failure is not None:
+            self._output("", f"toolkernel: the shell failed: {failure}\n")
         exit_code = INTERRUPTED_EXIT if interrupted else (1 if ran is None else ran.exit_code)
         return ShellResult(exit_code, self.limiter.text(), "".join(self.stderr), interrupted,
                            images=self.images, saved_output=saved)
