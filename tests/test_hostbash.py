@@ -151,6 +151,27 @@ def test_tools_prints_what_the_builtin_prints_with_the_same_errors(kernel):
     assert [e["code"] for e in error_lines(host.stderr)][:2] == ["unknown_command", "invalid_input"]
 
 
+def test_a_failure_inside_toolkernel_is_one_error_line_in_both_shells(kernel):
+    # A fault injected where no CallError is expected: the call still ends in one JSON
+    # line and exit 1, and the script goes on, in %%bash as in %%tools.
+    kernel.execute_ok("import toolkernel._command._command as _tk_command\n"
+                      "_tk_saved = _tk_command.ToolsCommand.run_command\n"
+                      "async def _tk_boom(self, command, stdin):\n    raise RuntimeError('boom')\n"
+                      "_tk_command.ToolsCommand.run_command = _tk_boom")
+    try:
+        script = 'tools read-file path=x; echo "exit=$?"\ntools github get-pull repo=acme/api number=101; echo "exit=$?"'
+        host = kernel.execute_ok(bash(script))
+        sandbox = kernel.execute_ok(f"%%tools\n{script}")
+    finally:
+        kernel.execute_ok("_tk_command.ToolsCommand.run_command = _tk_saved")
+    for run in (host, sandbox):
+        assert run.stdout == "exit=1\nexit=1\n"
+        errors = error_lines(run.stderr)
+        assert [e["code"] for e in errors] == ["unavailable", "unavailable"]
+        assert all("RuntimeError: boom" in e["message"] and not e["retryable"] for e in errors)
+    assert kernel.execute_ok(bash("tools github get-pull repo=acme/api number=101 | jq -r .number")).stdout == "101\n"
+
+
 def test_tools_from_subshells_pipelines_xargs_and_background_jobs(kernel):
     script = (
         "(tools github get-pull repo=acme/api number=101 | jq -r .number)\n"

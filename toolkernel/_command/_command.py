@@ -21,7 +21,7 @@ from ._catalog import Catalog
 from ._cli import Command, parse_input, split_command, take_save
 from .._approval._dispatch import Dispatcher
 from .._approval._policy import deny_rule_covers
-from .._errors import CallError, Denied, InvalidInput, Stopped, ToolFailed
+from .._errors import CallError, Denied, InvalidInput, Stopped, ToolFailed, Unavailable
 from .._names import fold
 from ._render import render
 from .._approval._run import NO_EVENTS, Run, RunEvents
@@ -78,6 +78,8 @@ class ToolsCommand:
             outcome = self._run(self.handle(argv, stdin, command), self._runs_here(command))
         except (concurrent.futures.CancelledError, asyncio.CancelledError):
             return _failure(Stopped("interrupted"), INTERRUPTED_EXIT)
+        except Exception as exc:  # noqa: BLE001 - a bug of ours is still one error line, never a traceback
+            return _failure(internal_failure(exc))
         for path in outcome.images:
             self.events.image(path)
         outcome.stops_script = bool(outcome.exit_code) and self.run.stopped is not None
@@ -181,6 +183,13 @@ class ToolsCommand:
         rendered = render(result, self.workdir, SAVE_TOOL)
         failure = ToolFailed(rendered.stdout.strip()) if result.is_error else None
         return Called(result, rendered.stdout, called.images, failure)
+
+
+def internal_failure(exc: Exception) -> Unavailable:
+    """A failure inside toolkernel itself, told as the call's one error line."""
+    # The type and message only: a traceback is noise in a cell, and the message is ours.
+    return Unavailable(f"toolkernel failed on this call ({type(exc).__name__}: {exc}); this is a bug"
+                       " in toolkernel, please report it", retryable=False)
 
 
 def _failure(error: CallError, exit_code: int = 1) -> Outcome:

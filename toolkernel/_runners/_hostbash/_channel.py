@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from ... import _loop
-from ..._command._command import Outcome, ToolsCommand, _failure
+from ..._command._command import Outcome, ToolsCommand, _failure, internal_failure
 from ..._command._cli import split_command
 from ..._errors import Denied, InvalidInput
 from ..._approval._run import RunEvents
@@ -117,15 +117,21 @@ class _Handler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         sock: socket.socket = self.request
         try:
-            if not _same_user(sock):
-                return
-            fields = _read_request(sock)
-            outcome = self._serve(sock, fields)
-            _send_result(sock, outcome)
+            if _same_user(sock):
+                _send_result(sock, self._answer(sock))
         except (OSError, ValueError):  # ConnectionError is an OSError
             return  # the caller went away (its process group was ended) or sent garbage
         finally:
             _loop.close_here()  # the calls of this connection used this thread's own loop
+
+    def _answer(self, sock: socket.socket) -> Outcome:
+        fields = _read_request(sock)
+        try:
+            return self._serve(sock, fields)
+        except (OSError, ValueError):
+            raise  # the socket's own trouble: nobody is left to answer
+        except Exception as exc:  # noqa: BLE001 - the shim still prints one error line
+            return _failure(internal_failure(exc))
 
     def _serve(self, sock: socket.socket, fields: list[bytes]) -> Outcome:
         secret, kind, cwd, ready, *argv_bytes = fields
