@@ -55,6 +55,17 @@ def test_what_cannot_be_read_asks_whatever_the_allow_rules_say(script):
     assert action(script, allow=["Bash(*)"], mode="bypass-permissions") == "ask"
 
 
+@pytest.mark.parametrize("script", [
+    "cp answer.json .toolkernel/pending/3f2a.answer.json", "cp x ./.toolkernel", "tee toolkernel.toml",
+    "mv evil.json sub/.mcp.json", "rsync --dest=.toolkernel/ x", "cat .toolkernel/approvals.json",
+])
+def test_a_word_naming_toolkernels_state_or_config_asks(script):
+    # An answer file under .toolkernel/pending/ is a person's approval: an agent's cell that
+    # names it is put to a person even where its command is allowed.
+    assert action(script, allow=["Bash(*)"], mode="bypass-permissions") == "ask"
+    assert action("cp notes.md toolkernel.md .toolkernel-old/", allow=["Bash(*)"]) == "allow"
+
+
 def test_harmless_redirections_and_local_variables_are_read():
     assert action("ls 2>&1 > /dev/null; x=1; echo $x < in.txt", allow=["Bash(ls)", "Bash(echo *)"]) == "allow"
 

@@ -18,9 +18,14 @@ into command substitutions, subshells, loops and function bodies. Every simple
 command is one part and must be allowed. What cannot be read asks whatever
 the rules say (a deny still denies): a parse error, a command name that is
 not literal, `eval`, `source`/`.`, `exec`, a shell given `-c`, a redirection
-that writes a file, and an assignment to an environment-style variable (a
+that writes a file, an assignment to an environment-style variable (a
 capital letter in its name, e.g. `PATH=...`), which changes what later
-commands do.
+commands do, and a word that names toolkernel's own state or config
+(`.toolkernel/`, `toolkernel.toml`, `.mcp.json`): an agent's cell that touches
+them (an answer file under `.toolkernel/pending/` is a person's approval) is
+put to a person. Only literal words can be seen, so this is a courtesy, not
+the guarantee: a command that can write any file runs with the person's
+power over files.
 
 Order, as for tools: the administrator's deny rules, deny, plan mode, ask
 rules, what cannot be read, allow rules, the mode (only bypass-permissions
@@ -48,6 +53,7 @@ _OPAQUE = {"eval": "`eval` runs text built at run time", "source": "`source` run
 _WRAPPERS = {"command", "builtin", "env", "nohup", "nice", "sudo", "time", "timeout", "xargs", "stdbuf", "setsid"}
 _SAFE_TARGETS = {"/dev/null", "/dev/stdout", "/dev/stderr"}
 _WRITES = {">", ">>", ">|", "&>", "&>>", "<>"}
+_CONTROL_FILES = {".toolkernel", "toolkernel.toml", ".mcp.json"}
 
 
 # -- rules -------------------------------------------------------------------
@@ -184,7 +190,16 @@ def _command(node, found: Script) -> None:
         found.unreadable.append(f"{_OPAQUE[base]}: `{text}`")
     elif base in _SHELLS and any(w is None or (w.startswith("-") and "c" in w[1:]) for w in words[1:]):
         found.unreadable.append(f"a shell given a command string runs text the checker cannot read: `{text}`")
+    if any(_names_control_file(w) for w in words[1:]):
+        found.unreadable.append(f"`{text}` touches toolkernel's own state or config")
     found.parts.append(Part(words, text))
+
+
+def _names_control_file(word: str | None) -> bool:
+    if word is None:
+        return False
+    value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
+    return any(piece in _CONTROL_FILES for piece in value.split("/"))
 
 
 def _assignment(node, found: Script) -> None:
