@@ -57,6 +57,22 @@ def test_approve_always_persists_and_can_be_revoked(session, tmp_path):
     assert run(session, DELETE)[0].report["tools"]["stopped"]["reason"] == "needs_approval"
 
 
+def test_always_is_refused_where_an_ask_rule_would_keep_asking(tmp_path):
+    # The person would believe the call allowed; it stays pending, and once still works.
+    (tmp_path / "toolkernel.toml").write_text(CONFIG.replace('allow = ["notebook_run"]',
+                                                             'ask = ["github delete-branch"]'))
+    session = Session(tmp_path)
+    try:
+        run(session, DELETE)
+        with pytest.raises(UsageError, match="always would not let this call run unasked"):
+            manage(session, ["approve", "--always"])
+        assert not (tmp_path / ".toolkernel" / "approvals.json").exists()
+        assert "allowed once" in manage(session, ["approve"])
+        assert run(session, DELETE)[0].exit_code == 0
+    finally:
+        session.close()
+
+
 def test_deny_forgets_the_pending_call(session):
     run(session, DELETE)
     assert "denied" in manage(session, ["deny"])

@@ -33,7 +33,8 @@ def approve(session, *, always: bool = False, call: Mapping[str, Any] | None = N
     if always:
         try:
             rule = rule_for(info)
-        except ValueError as exc:  # no rule names this call (an agent's multi-command %%bash cell)
+            _check_always_covers(session.workdir, info)
+        except ValueError as exc:  # no rule names this call, or it would keep asking
             session.approvals.add_pending(info)
             raise AnswerError(str(exc)) from None
         session.approvals.always_allow(rule)
@@ -116,11 +117,20 @@ def _rule(request, workdir) -> str:
         rule = rule_for(request.call_info())
     except (ValueError, KeyError) as exc:
         raise PendingError(f"no rule names this call ({exc}); answer once or deny") from None
-    config = load_config(Path(workdir))
-    if not lasting_rule_covers(Policy.from_config(config.policy, config.admin_policy), request.call_info()):
-        raise PendingError("always would not let this call run unasked (an ask rule or the path it touches"
-                           " asks anyway); answer once or deny")
+    try:
+        _check_always_covers(workdir, request.call_info())
+    except ValueError as exc:
+        raise PendingError(str(exc)) from None
     return rule
+
+
+def _check_always_covers(workdir, info: CallInfo) -> None:
+    """A lasting rule the call would still ask past (an ask rule, a path outside the
+    workspace) is refused: the person would believe they had allowed it."""
+    config = load_config(Path(workdir))
+    if not lasting_rule_covers(Policy.from_config(config.policy, config.admin_policy), info):
+        raise ValueError("always would not let this call run unasked (an ask rule or the path it touches"
+                         " asks anyway); answer once or deny")
 
 
 def _always_says(request, workdir) -> str:
