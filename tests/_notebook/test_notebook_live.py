@@ -185,6 +185,21 @@ def read_in_a_script(server, workdir, notebook: str):
         session.close()
 
 
+def test_unpairing_from_a_server_that_died_forgets_every_pairing_and_says_which_did_not_close(
+        tmp_path_factory, kernel_dir_ctx):
+    process, server = start_server(tmp_path_factory, f"--ServerApp.jpserver_extensions={NO_COLLABORATION}")
+    try:
+        for name in ("a.ipynb", "b.ipynb"):
+            write_notebook(server["root"], name)
+            pair_with(server, kernel_dir_ctx, name)
+    finally:
+        process.kill()
+        process.wait()
+    problems = run(unpair(kernel_dir_ctx.state), timeout=120)
+    assert list(pairings(kernel_dir_ctx.state)) == []
+    assert [problem.split(":")[0] for problem in problems] == ["a.ipynb", "b.ipynb"]
+
+
 def test_a_script_reads_a_notebook_through_the_contents_api(jupyter_server, tmp_path):
     write_notebook(jupyter_server["root"], "scripted.ipynb")
     code, sink = read_in_a_script(jupyter_server, tmp_path, "scripted.ipynb")

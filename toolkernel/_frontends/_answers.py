@@ -201,10 +201,11 @@ def _apply(session, args: argparse.Namespace) -> str:
     from .._providers._notebook import unpair
 
     try:
-        _loop.run(unpair(session.state, session.workdir, args.notebook))
+        problems = _loop.run(unpair(session.state, session.workdir, args.notebook))
     except CallError as exc:
         raise AnswerError(f"%tools unpair: {exc.message}") from None
-    return f"unpaired {args.notebook}" if args.notebook else "unpaired"
+    done = f"unpaired {args.notebook}" if args.notebook else "unpaired"
+    return "\n".join([done, *(f"  (not closed cleanly: {problem})" for problem in problems)])
 
 
 def _pair(session, args: argparse.Namespace) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..._errors import ConnectionRequired, InvalidInput
+from ..._errors import CallError, ConnectionRequired, InvalidInput
 from ..._tool import ServerPath
 from ._connection import KernelConnection
 from ._server import ServerApi, connect_server, open_notebook, server_path
@@ -84,10 +84,16 @@ class Pairings:
         if previous is not None:
             await previous.close()
 
-    async def remove(self, pairing: Pairing) -> None:
+    async def remove(self, pairing: Pairing) -> str | None:
+        """Forget `pairing` and close it; why closing failed (an unreachable server or
+        kernel), or None. It is forgotten either way."""
         if self._by_key.get(pairing.key) is pairing:
             del self._by_key[pairing.key]
-        await pairing.close()
+        try:
+            await pairing.close()
+        except CallError as exc:
+            return exc.message
+        return None
 
     def find(self, workdir: Path, notebook: str) -> Pairing | None:
         """The pairing of `notebook`: a server path, or a path relative to `workdir`."""
@@ -204,17 +210,23 @@ async def _pair_server(notebook: str, url: str, token: str | None, kernel: str |
     return Pairing(notebook, path, "server", connection, store, api)
 
 
-async def unpair(state: dict, workdir: Path | None = None, notebook: str | None = None) -> None:
-    """Forget `notebook`'s pairing, or every pairing when no notebook is named."""
+async def unpair(state: dict, workdir: Path | None = None, notebook: str | None = None) -> list[str]:
+    """Forget `notebook`'s pairing, or every pairing when no notebook is named. Each is
+    forgotten even when it cannot be closed cleanly; those are named in the lines returned."""
     registry = pairings(state)
     if notebook is None:
-        for pairing in registry:
-            await registry.remove(pairing)
-        return
-    pairing = registry.find(workdir or Path.cwd(), notebook)
-    if pairing is None:
-        raise InvalidInput(f"{notebook} is not paired in this session")
-    await registry.remove(pairing)
+        chosen = list(registry)
+    else:
+        pairing = registry.find(workdir or Path.cwd(), notebook)
+        if pairing is None:
+            raise InvalidInput(f"{notebook} is not paired in this session")
+        chosen = [pairing]
+    problems = []
+    for pairing in chosen:
+        problem = await registry.remove(pairing)
+        if problem is not None:
+            problems.append(f"{pairing.notebook_arg}: {problem}")
+    return problems
 
 
 def _choose_kind(kernel: str | None, existing: str | None, server: str | None, token: str | None) -> str:
