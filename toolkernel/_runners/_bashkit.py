@@ -46,6 +46,7 @@ class BashkitRunner:
 
     def run(self, script: str, command: ToolsCommand, events: RunEvents) -> ShellResult:
         env = command.dispatcher.env
+        command.result_limit = env.shell.max_result_mb * 1_000_000
         bash = _new_bash(_Builtin(command, events, weakref.ref(self)), command.workdir,
                          env.guarded, self.read_only, env.shell)
         with self._lock:
