@@ -47,9 +47,10 @@ class SavingStream:
         # newline="" keeps the text's own line ends; "replace" keeps a lone surrogate from ending the save
         self.file = open(self.partial, "w", encoding="utf-8", errors="replace", newline="")
 
-    def write(self, text: str) -> None:
-        for start in range(0, len(text), self.SLICE):
-            self.file.write(text[start:start + self.SLICE])
+    def write(self, text: str, start: int = 0) -> None:
+        """Write `text` from position `start` on."""
+        for at in range(start, len(text), self.SLICE):
+            self.file.write(text[at:at + self.SLICE])
 
     def finish(self) -> Path:
         """Close the file under its final name; returns that name relative to the workdir."""

@@ -32,41 +32,34 @@ class OutputLimiter:
         self.saving: SavingStream | None = None  # the whole output, once it is cut
         self.saved: Path | None = None
 
-    @property
-    def cutting(self) -> bool:
-        return self.saving is not None or self.saved is not None
-
     def write(self, text: str) -> None:
-        head_room = HEAD - self.size
+        # Positions, not slices, past the head: a chunk can be the whole output (execute_sync
+        # hands one command's output at once), and a slice of it would be a second whole copy.
+        start = max(0, min(len(text), HEAD - self.size))
         self.size += len(text)
-        if head_room > 0:
-            shown = text[:head_room]
+        if start:
+            shown = text[:start]
             self.head.append(shown)
             self.emit(shown)
-            text = text[head_room:]
-        if text:
-            self._hold(text)
+        if start < len(text):
+            self._hold(text, start)
 
-    def _hold(self, text: str) -> None:
+    def _hold(self, text: str, start: int) -> None:
         if self.saving is not None:
-            self.saving.write(text)
-        elif self.held_size + len(text) > LIMIT - HEAD:
-            self._start_saving(text)
-        self._keep_tail(text)
+            self.saving.write(text, start)
+        elif self.held_size + len(text) - start > LIMIT - HEAD:
+            self.saving = SavingStream(self.workdir)
+            for part in (*self.head, *self.held):
+                self.saving.write(part)
+            self.saving.write(text, start)
+        self._keep_tail(text, start)
 
-    def _start_saving(self, text: str) -> None:
-        self.saving = SavingStream(self.workdir)
-        for part in (*self.head, *self.held, text):
-            self.saving.write(part)
-
-    def _keep_tail(self, text: str) -> None:
-        if len(text) >= TAIL and self.saving is not None:
-            # A chunk can be the whole output (Bashkit hands one command's output at once):
-            # only its end is kept, no joined copy of it is made.
+    def _keep_tail(self, text: str, start: int) -> None:
+        if len(text) - start >= TAIL:
             self.held, self.held_size = [text[-TAIL:]], TAIL
             return
-        self.held.append(text)
-        self.held_size += len(text)
+        self.held.append(text[start:])
+        self.held_size += len(text) - start
         if self.saving is not None and self.held_size > 2 * TAIL:
             tail = "".join(self.held)[-TAIL:]
             self.held, self.held_size = [tail], len(tail)
