@@ -5,9 +5,10 @@
 Each size and script runs in a fresh child process: it opens a session, runs
 `cat` of a file of that size (the output goes through the cell's limiter and
 is saved), and reports how far its peak RSS (VmHWM, reset first) rose above
-its RSS after an empty run in the same child, and where its RSS is after the
-cell. Two scripts: one that calls no tool (Bashkit's byte sinks), and the same
-with a `tools` call in it (Bashkit's execute_sync, kept for cheaper calls).
+its RSS after a small run in the same child, and where its RSS is after the
+cell. Three scripts: one that calls no tool (Bashkit's byte sinks), the same
+with a `tools` call in it (Bashkit's execute_sync, kept for cheaper calls), and
+a tool whose result is that size, printed.
 Past 10 MiB Bashkit cuts the script's output (the run fails, loudly): the
 ratio is then against what arrived. Target: at most 2x the output's size.
 """
@@ -27,7 +28,12 @@ CHILD = """
 import gc, json, sys
 from pathlib import Path
 sys.path.insert(0, {repo!r})
+from toolkernel import tool
 from toolkernel._session import Session
+@tool("big-result", description="A result of `size` characters.", kind="read",
+      input_schema={{"type": "object", "properties": {{"size": {{"type": "integer"}}}}}})
+def big_result(arguments, ctx):
+    return "z" * (arguments["size"] - 1) + "\\n"
 class Quiet:
     def stdout(self, t): pass
     def stderr(self, t): pass
@@ -42,7 +48,8 @@ def reset_peak():  # Linux: VmHWM starts again from VmRSS (the session's start p
         f.write("5")
 work = Path({work!r})
 s = Session(work)
-s.run_script("true", Quiet())
+s.register_tools([big_result])
+s.run_script("tools big-result size=10", Quiet())  # the first call imports what calls need
 gc.collect()
 reset_peak()
 base = before = status_kb("VmRSS")
@@ -55,7 +62,8 @@ gc.collect()
 print(json.dumps({{"base_kb": base, "peak_kb": peak, "before_kb": before, "after_kb": status_kb("VmRSS"),
                   "arrived": arrived, "exit": exit_code}}))
 """
-SCRIPTS = {"no tools": "cat data.txt", "with tools": "cat data.txt\ntools --help > /dev/null"}
+SCRIPTS = {"no tools": "cat data.txt", "with tools": "cat data.txt\ntools --help > /dev/null",
+           "tool result": "tools big-result size={size}"}
 
 
 def measure(mb: int, script: str) -> dict:
@@ -64,7 +72,7 @@ def measure(mb: int, script: str) -> dict:
         work.mkdir()
         (work / "data.txt").write_text(("x" * 99 + "\n") * (mb * 10_000))
         env = {**os.environ, "XDG_CONFIG_HOME": str(Path(tmp) / "xdg")}
-        child = CHILD.format(repo=str(REPO), work=str(work), script=script)
+        child = CHILD.format(repo=str(REPO), work=str(work), script=script.format(size=mb * 1_000_000))
         out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True,
                              check=True).stdout
         return json.loads(out.strip().splitlines()[-1])
