@@ -1,11 +1,16 @@
 """Peak memory of a run against the size of its output.
 
-    python bench/bench_memory.py [--mb 8]
+    python bench/bench_memory.py [--mb 2 8 32]
 
-Each size runs in a fresh child process: it opens a session, runs `cat` of a
-file of that size (the output goes through the cell's limiter and is saved),
-and reports how far its peak RSS rose above the same process after an empty
-run (the baseline of the same child). Target: at most 2x the output's size.
+Each size and script runs in a fresh child process: it opens a session, runs
+`cat` of a file of that size (the output goes through the cell's limiter and
+is saved), and reports how far its peak RSS (VmHWM, reset first) rose above
+its RSS after a small run in the same child, and where its RSS is after the
+cell. Three scripts: one that calls no tool (Bashkit's byte sinks), the same
+with a `tools` call in it (Bashkit's execute_sync, kept for cheaper calls), and
+a tool whose result is that size, printed.
+Past 10 MiB Bashkit cuts the script's output (the run fails, loudly): the
+ratio is then against what arrived. Target: at most 2x the output's size.
 """
 
 from __future__ import annotations
@@ -20,44 +25,74 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD = """
-import json, resource, sys
+import gc, json, sys
 from pathlib import Path
 sys.path.insert(0, {repo!r})
+from toolkernel import tool
 from toolkernel._session import Session
+@tool("big-result", description="A result of `size` characters.", kind="read",
+      input_schema={{"type": "object", "properties": {{"size": {{"type": "integer"}}}}}})
+def big_result(arguments, ctx):
+    return "z" * (arguments["size"] - 1) + "\\n"
 class Quiet:
     def stdout(self, t): pass
     def stderr(self, t): pass
     def image(self, p): pass
     def progress(self, *a): pass
-s = Session(Path({work!r}))
-s.run_script("true", Quiet())
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-result = s.run_script("cat data.txt", Quiet())
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({{"base_kb": base, "peak_kb": peak, "exit": result.exit_code}}))
+def status_kb(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+def reset_peak():  # Linux: VmHWM starts again from VmRSS (the session's start peaked higher)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+work = Path({work!r})
+s = Session(work)
+s.register_tools([big_result])
+s.run_script("tools big-result size=10", Quiet())  # the first call imports what calls need
+gc.collect()
+reset_peak()
+base = before = status_kb("VmRSS")
+result = s.run_script({script!r}, Quiet())
+peak = status_kb("VmHWM")
+arrived = (work / result.saved_output).stat().st_size if result.saved_output else 0
+exit_code = result.exit_code
+del result
+gc.collect()
+print(json.dumps({{"base_kb": base, "peak_kb": peak, "before_kb": before, "after_kb": status_kb("VmRSS"),
+                  "arrived": arrived, "exit": exit_code}}))
 """
+SCRIPTS = {"no tools": "cat data.txt", "with tools": "cat data.txt\ntools --help > /dev/null",
+           "tool result": "tools big-result size={size}"}
 
 
-def measure(mb: int) -> dict:
+def measure(mb: int, script: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "work"
         work.mkdir()
         (work / "data.txt").write_text(("x" * 99 + "\n") * (mb * 10_000))
         env = {**os.environ, "XDG_CONFIG_HOME": str(Path(tmp) / "xdg")}
-        out = subprocess.run([sys.executable, "-c", CHILD.format(repo=str(REPO), work=str(work))],
-                             env=env, capture_output=True, text=True, check=True).stdout
+        child = CHILD.format(repo=str(REPO), work=str(work), script=script.format(size=mb * 1_000_000))
+        out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True,
+                             check=True).stdout
         return json.loads(out.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mb", type=int, nargs="*", default=[2, 8])
+    parser.add_argument("--mb", type=int, nargs="*", default=[2, 8, 32])
     options = parser.parse_args()
-    print(f"{'output':>8}{'rise':>10}{'ratio':>8}  (peak RSS above an empty run in the same process)")
+    print(f"{'output':>8} {'script':<11}{'arrived':>9}{'rise':>9}{'ratio':>7}{'after':>8}"
+          "  (peak RSS above RSS before the run; RSS after the cell above before it)")
     for mb in options.mb:
-        got = measure(mb)
-        rise_mb = (got["peak_kb"] - got["base_kb"]) / 1024
-        print(f"{mb:>6}MB{rise_mb:>8.1f}MB{rise_mb / mb:>7.1f}x  exit {got['exit']} (target <= 2x)")
+        for name, script in SCRIPTS.items():
+            got = measure(mb, script)
+            arrived = got["arrived"] / 1e6  # nothing when a Bashkit budget ended the run first
+            rise = (got["peak_kb"] - got["base_kb"]) / 1024
+            after = (got["after_kb"] - got["before_kb"]) / 1024
+            ratio = f"{rise / arrived:>6.1f}x" if arrived else f"{'-':>7}"
+            print(f"{mb:>6}MB {name:<11}{arrived:>7.1f}MB{rise:>7.1f}MB{ratio}{after:>6.1f}MB"
+                  f"  exit {got['exit']} (target <= 2x)")
 
 
 if __name__ == "__main__":

@@ -143,3 +143,32 @@ def test_save_without_a_path_is_a_usage_error(session):
     result, sink = run(session, "tools big-result size=10 --save")
     assert result.exit_code != 0
     assert "--save needs a file path" in sink.stderr_text
+
+
+# -- [shell] max_result_mb: a result too large for the shell goes to a file ----------------
+
+
+@pytest.fixture
+def capped(project):
+    write_config(project, "[shell]\nmax_result_mb = 1\n")
+    s = Session(project)
+    s.register_tools([big_result])
+    yield s
+    s.close()
+
+
+def test_a_result_above_max_result_mb_is_saved_whole_and_stops_the_script(capped, project):
+    result, sink = run(capped, "tools big-result size=1500000 | wc -c\necho after")
+    assert result.exit_code != 0
+    assert "after" not in sink.stdout_text  # nothing ran on the data that never came
+    error = json.loads(sink.stderr_text.strip().splitlines()[-1])["error"]
+    assert "max_result_mb = 1" in error["message"], error
+    assert result.run_report.stopped.reason == "result_too_large"
+    saved = project / result.run_report.stopped.shown["saved_to"]
+    assert saved.read_text() == "z" * 1_499_999 + "\n" and str(saved.relative_to(project)) in error["message"]
+
+
+def test_a_result_within_max_result_mb_reaches_the_pipe_whole(capped):
+    result, sink = run(capped, "tools big-result size=900000 | wc -c\necho after")
+    assert result.exit_code == 0, sink.stderr_text
+    assert sink.stdout_text.split() == ["900000", "after"]

@@ -1,5 +1,7 @@
 """Large outputs: head and tail in the cell, the whole in a file."""
 
+import pytest
+
 from toolkernel._runners._outputs import HEAD, LIMIT, TAIL, OutputLimiter
 
 
@@ -27,6 +29,20 @@ def test_large_output_shows_head_and_tail_and_saves_everything(tmp_path):
     assert len(shown) < LIMIT + 500
     assert (tmp_path / saved).read_text() == text
     assert limiter.text() == text
+
+
+@pytest.mark.parametrize("sizes", [[3 * LIMIT], [HEAD - 10, LIMIT, 5], [HEAD, TAIL + 1], [10] * 6000])
+def test_a_cut_output_is_saved_whole_while_only_its_ends_are_held(tmp_path, sizes):
+    text = "".join(f"{i:07d}\n" for i in range(sum(sizes) // 8 + 1))[:sum(sizes)]
+    chunks, at = [], 0
+    for size in sizes:
+        chunks.append(text[at:at + size])
+        at += size
+    shown, saved, limiter = run(tmp_path, chunks)
+    assert (tmp_path / saved).read_text() == text
+    assert shown.startswith(text[:HEAD]) and shown.endswith(text[-TAIL:])
+    assert sum(map(len, limiter.head + limiter.held)) <= HEAD + 2 * TAIL  # not the whole output
+    assert [p.name for p in (tmp_path / saved).parent.iterdir()] == [saved.name]  # no partial file left
 
 
 # -- kept 7 days --------------------------------------------------------------------------

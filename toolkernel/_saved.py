@@ -20,9 +20,43 @@ def save(workdir: Path, text: str, kind: str = "output") -> Path:
     """Write `text` to a new file under the outputs folder; returns its path relative to `workdir`."""
     from ._atomic import write_atomic
 
-    relative = OUTPUT_DIR / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 1_000_000:06d}.txt"
+    relative = _new_name(kind)
     write_atomic(workdir / relative, text)
     return relative
+
+
+def _new_name(kind: str) -> Path:
+    return OUTPUT_DIR / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 1_000_000:06d}.txt"
+
+
+class SavingStream:
+    """An output written to its saved file as it arrives, so it is never held whole.
+
+    The text goes to a hidden partial file that appears under its final name only at
+    `finish()` (a reader never takes half an output for the whole). Writes go in slices:
+    encoding one large string at once would hold a second whole copy as bytes.
+    """
+
+    SLICE = 1 << 20  # characters encoded at once
+
+    def __init__(self, workdir: Path, kind: str = "output") -> None:
+        self.relative = _new_name(kind)
+        self.path = workdir / self.relative
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.partial = self.path.with_name(f".{self.path.name}.partial")
+        # newline="" keeps the text's own line ends; "replace" keeps a lone surrogate from ending the save
+        self.file = open(self.partial, "w", encoding="utf-8", errors="replace", newline="")
+
+    def write(self, text: str, start: int = 0) -> None:
+        """Write `text` from position `start` on."""
+        for at in range(start, len(text), self.SLICE):
+            self.file.write(text[at:at + self.SLICE])
+
+    def finish(self) -> Path:
+        """Close the file under its final name; returns that name relative to the workdir."""
+        self.file.close()
+        os.replace(self.partial, self.path)
+        return self.relative
 
 
 def omission_note(omitted: int, what: str, path: Path) -> str:

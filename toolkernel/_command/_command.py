@@ -23,6 +23,7 @@ from .._approval._dispatch import Dispatcher
 from .._approval._policy import deny_rule_covers
 from .._errors import CallError, Denied, InvalidInput, Stopped, ToolFailed, Unavailable
 from .._names import fold
+from .._saved import SavingStream
 from ._render import render
 from .._approval._run import NO_EVENTS, Run, RunEvents
 from .._tool import Tool, ToolResult
@@ -62,6 +63,8 @@ class ToolsCommand:
         self.events = events
         self._inflight: concurrent.futures.Future | asyncio.Task | None = None
         self.interrupted = False
+        # Characters of one result a script may take in; a runner sets it (None: no limit).
+        self.result_limit: int | None = None
 
     # -- called by a runner, on the script's thread -----------------------------
 
@@ -76,6 +79,7 @@ class ToolsCommand:
             return _failure(exc)
         try:
             outcome = self._run(self.handle(argv, stdin, command), self._runs_here(command))
+            outcome = self._kept_out(outcome, command)
         except (concurrent.futures.CancelledError, asyncio.CancelledError):
             return _failure(Stopped("interrupted"), INTERRUPTED_EXIT)
         except Exception as exc:  # noqa: BLE001 - a bug of ours is still one error line, never a traceback
@@ -153,6 +157,22 @@ class ToolsCommand:
             return Outcome(stderr=notes + called.failure.json_line() + "\n", exit_code=1, images=called.images)
         return Outcome(called.stdout, notes, 0, called.images)
 
+    def _kept_out(self, outcome: Outcome, command: Command) -> Outcome:
+        """A result above `result_limit` does not enter the script: it is saved whole under
+        .toolkernel/outputs/ and the script stops there, so that no pipe reads a part of it
+        and nothing after it runs on data that never came."""
+        limit = self.result_limit
+        if limit is None or len(outcome.stdout) <= limit:
+            return outcome
+        path = _save_whole(self.workdir, outcome.stdout)
+        name = " ".join(p for p in (command.server, command.tool) if p)
+        self.run.stop("result_too_large", name, {}, shown={"saved_to": str(path)})
+        error = Stopped(f"the result of `tools {name}` has {len(outcome.stdout):,} characters, above"
+                        f" [shell] max_result_mb = {limit // 1_000_000}: it is saved whole in {path} and the"
+                        f" script stopped before using it. Load that file in the next cell (from Python),"
+                        f" add `--save PATH` to the call, or raise max_result_mb")
+        return Outcome(stderr=outcome.stderr + error.json_line() + "\n", exit_code=1, images=outcome.images)
+
     def _listed(self, tool: Tool) -> bool:
         """Lists leave out a tool that a deny rule covers whatever its input (issue 14)."""
         return not deny_rule_covers(self.dispatcher.env.policy, tool.qualified_name, tool.command, tool.kind)
@@ -190,6 +210,12 @@ def internal_failure(exc: Exception) -> Unavailable:
     # The type and message only: a traceback is noise in a cell, and the message is ours.
     return Unavailable(f"toolkernel failed on this call ({type(exc).__name__}: {exc}); this is a bug"
                        " in toolkernel, please report it", retryable=False)
+
+
+def _save_whole(workdir: Path, text: str) -> Path:
+    saving = SavingStream(workdir, "result")
+    saving.write(text)
+    return saving.finish()
 
 
 def _failure(error: CallError, exit_code: int = 1) -> Outcome:

@@ -24,6 +24,7 @@ SHELL_KEYS = {
     "max_memory_mb": "megabytes of files the script itself creates in memory",
     "timeout": "seconds one run may take",
     "call_limit": "tool calls in one run",
+    "max_result_mb": "millions of characters of one tool result a sandbox script takes in",
 }
 
 
@@ -36,6 +37,9 @@ class ShellLimits:
     # and a short one would cut a tool call that is still waiting on a slow server.
     timeout: int = 24 * 3600
     call_limit: int = CALL_LIMIT
+    # Above this a result goes to a file, not into Bashkit, which would hold several whole
+    # copies of it, and whose pipes fail at 32 MB anyway (see `ToolsCommand._kept_out`).
+    max_result_mb: int = 32
 
     def bashkit_options(self) -> dict[str, int]:
         """Bashkit's constructor arguments for these limits."""

@@ -40,7 +40,7 @@ class Sink(Protocol):
 @dataclass
 class ShellResult:
     exit_code: int
-    stdout: str
+    held_stdout: str  # the output, when it was small enough to hold (see `stdout`)
     stderr: str
     interrupted: bool = False
     run_report: RunReport | None = None
@@ -51,6 +51,15 @@ class ShellResult:
     # A person at the prompt denied a call before the start and was told "denied; nothing ran":
     # that line is all a cell shows (no error line; the report is kept for callers, not shown).
     denied_by_person: bool = False
+    # A large output is not held: it is read back from its saved file when asked for.
+    stdout_file: Path | None = None
+
+    @property
+    def stdout(self) -> str:
+        """All the script printed."""
+        if self.stdout_file is not None:
+            return self.stdout_file.read_text(encoding="utf-8", errors="replace")
+        return self.held_stdout
 
     @property
     def report(self) -> dict[str, Any] | None:
@@ -223,8 +232,9 @@ class _Pump:
         if failure is not None:
             self._output("", f"toolkernel: the shell failed: {failure}\n")
         exit_code = INTERRUPTED_EXIT if interrupted else (1 if ran is None else ran.exit_code)
-        return ShellResult(exit_code, self.limiter.text(), "".join(self.stderr), interrupted,
-                           images=self.images, saved_output=saved)
+        return ShellResult(exit_code, "" if saved else self.limiter.text(), "".join(self.stderr), interrupted,
+                           images=self.images, saved_output=saved,
+                           stdout_file=None if saved is None else self.limiter.workdir / saved)
 
 
 def _call_into(fn: Callable[..., Any], args: tuple, future: concurrent.futures.Future) -> None:
