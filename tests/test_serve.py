@@ -26,6 +26,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from approval_helpers import SERVERS, policy_section, recorder_server_section, toml_string
+from jupyter_server_helpers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 WAIT = 180  # generous: a loaded, shared machine
@@ -279,12 +280,6 @@ def test_direct_tools_pass_the_same_approvals(tmp_path):
 
 
 # -- streamable HTTP -------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
