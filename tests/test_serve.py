@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -24,6 +25,8 @@ import mcp_types as types
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+
+from toolkernel._errors import CallError
 
 from approval_helpers import SERVERS, policy_section, recorder_server_section, toml_string
 from jupyter_server_helpers import free_port
@@ -109,6 +112,13 @@ def test_the_list_is_bash_the_file_tools_and_keep_visible(tmp_path):
     assert not called.is_error and "toolkernel" in called.content[0].text
 
 
+def call_error_codes() -> set[str]:
+    def below(cls: type) -> list[type]:
+        return [cls] + [c for sub in cls.__subclasses__() for c in below(sub)]
+
+    return {c.code for c in below(CallError)}
+
+
 def test_bash_description_is_written_for_a_model_and_short(tmp_path):
     work = project(tmp_path, "")
 
@@ -116,11 +126,37 @@ def test_bash_description_is_written_for_a_model_and_short(tmp_path):
         async with connected(work) as client:
             return (await client.list_tools()).tools
 
-    description = next(t for t in run(body) if t.name == "bash").description
-    for needed in ("tools --help", "tools search", "key=value", "jq", "unknown_command", "needs_approval",
-                   "call_limit", "denied"):
+    bash_tool = next(t for t in run(body) if t.name == "bash")
+    description = bash_tool.description
+    for needed in ("tools --help", "tools SERVER --help", "tools search", "key=value", "'{", "jq", "stdin"):
         assert needed in description
+    # Exact about the errors: every code `tools` can print is named, and nothing else is.
+    codes = call_error_codes()
+    assert codes >= {"unknown_command", "invalid_input", "denied", "needs_approval", "call_limit", "unavailable"}
+    assert all(code in description for code in codes)
+    assert set(re.findall(r"\b[a-z]+(?:_[a-z]+)+\b", description)) == {c for c in codes if "_" in c}
     assert len(description) / 4 < 700  # tokens by bytes/4: well under 1,000
+    assert bash_tool.input_schema["required"] == ["script"]
+
+
+def test_the_file_tools_are_listed_tersely_with_their_real_keys(tmp_path):
+    work = project(tmp_path, "")
+
+    async def body():
+        async with connected(work) as client:
+            on = {t.name: t for t in (await client.list_tools()).tools}
+        (work / "toolkernel.toml").write_text("[tools_in_shell]\nenabled = false\n")
+        async with connected(work) as client:
+            off = {t.name: t for t in (await client.list_tools()).tools}
+        return on, off
+
+    on, off = run(body)
+    for name in ("read_file", "write_file", "edit_file"):
+        terse, full = on[name].input_schema, off[name].input_schema  # full: the schema calls are checked against
+        assert "\n" not in on[name].description and len(on[name].description) < len(off[name].description)
+        assert terse["required"] == full["required"]
+        assert {k: v["type"] for k, v in terse["properties"].items()} == \
+            {k: v["type"] for k, v in full["properties"].items()}
 
 
 def test_enabled_false_lists_every_tool_directly_and_deny_rules_hide_tools(tmp_path):
@@ -130,13 +166,16 @@ def test_enabled_false_lists_every_tool_directly_and_deny_rules_hide_tools(tmp_p
 
     async def body():
         async with connected(work) as client:
-            return [t.name for t in (await client.list_tools()).tools]
+            return (await client.list_tools()).tools
 
-    names = run(body)
+    listed = run(body)
+    names = [t.name for t in listed]
     assert "bash" not in names
     assert {"read_file", "glob_search", "mcp_github__list_pulls", "mcp_github__delete_branch"} <= set(names)
     assert "mcp_github__delete_repo" not in names
     assert "notebook_run" not in names  # no notebook is paired
+    pulls = next(t for t in listed if t.name == "mcp_github__list_pulls")  # as its server lists it
+    assert pulls.title == "List pull requests" and pulls.annotations.read_only_hint is True
 
 
 def test_a_denied_tool_is_in_no_list_the_bash_help_and_search_included(tmp_path):
