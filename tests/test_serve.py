@@ -231,7 +231,11 @@ def test_images_come_back_as_image_content_and_files(tmp_path):
         async with connected(work) as client:
             return await bash(client, "tools pics red_square size=3")
 
-    result = run(body)
+    assert_one_image(run(body), work)
+
+
+def assert_one_image(result: types.CallToolResult, work: Path) -> None:
+    """One PNG as image content, and the same bytes saved under tool-images/."""
     images = [c for c in result.content if c.type == "image"]
     assert len(images) == 1 and images[0].mime_type == "image/png"
     assert base64.b64decode(images[0].data).startswith(b"\x89PNG")
@@ -244,9 +248,16 @@ def test_large_output_comes_back_as_head_and_tail_with_the_saved_path(tmp_path):
 
     async def body():
         async with connected(work) as client:
-            return await bash(client, "seq 1 20000 | sed 's/^/line-/'")
+            return await bash(client, BIG_OUTPUT)
 
-    stdout = run(body).structured_content["stdout"]
+    assert_head_and_tail(run(body).structured_content["stdout"], work)
+
+
+BIG_OUTPUT = "seq 1 20000 | sed 's/^/line-/'"
+
+
+def assert_head_and_tail(stdout: str, work: Path) -> None:
+    """BIG_OUTPUT came back as its head and tail, naming the saved whole."""
     assert stdout.startswith("line-1\n") and "line-20000\n" in stdout  # head and tail
     assert len(stdout) < 60_000 and "omitted" in stdout
     saved = next((work / ".toolkernel" / "outputs").iterdir())
@@ -323,9 +334,11 @@ def test_direct_tools_pass_the_same_approvals(tmp_path):
 
 @pytest.fixture
 def http_server(tmp_path):
-    """`toolkernel serve --http` on loopback with a token; yields (url, token, record file)."""
+    """`toolkernel serve --http` on loopback with a token; yields (url, token, record file, working directory)."""
     record = tmp_path / "record.jsonl"
-    work = project(tmp_path, recorder_server_section(record), policy_section(ask=["mcp_github__delete_branch"]))
+    work = project(tmp_path, recorder_server_section(record), server_section("pics", "images.py"),
+                   policy_section(ask=["mcp_github__delete_branch"], allow=["mcp_pics__red_square"]),
+                   '[tools_in_shell]\nkeep_visible = ["mcp_github__list_pulls"]\n')
     port, token = free_port(), "s3cret-token"
     proc = subprocess.Popen([sys.executable, "-m", "toolkernel", "serve", "--http", f"127.0.0.1:{port}",
                              "--token", token], cwd=work, env=server_env(), stderr=subprocess.PIPE)
@@ -338,7 +351,7 @@ def http_server(tmp_path):
             time.sleep(0.2)
     assert proc.poll() is None, proc.stderr.read().decode()
     try:
-        yield f"http://127.0.0.1:{port}/mcp", token, record
+        yield f"http://127.0.0.1:{port}/mcp", token, record, work
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -357,7 +370,7 @@ async def over_http(url: str, token: str, elicit=None):
 
 
 def test_http_requests_without_the_token_are_refused(http_server):
-    url, token, _ = http_server
+    url, token, _, _ = http_server
     hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
              "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                         "clientInfo": {"name": "t", "version": "0"}}}
@@ -374,7 +387,7 @@ def test_off_loopback_without_a_token_does_not_start(tmp_path):
 
 
 def test_two_http_sessions_do_not_see_each_others_runs(http_server):
-    url, token, record = http_server
+    url, token, record, _ = http_server
     results: dict[str, Any] = {}
 
     async def session(name: str, script: str) -> None:
@@ -389,15 +402,17 @@ def test_two_http_sessions_do_not_see_each_others_runs(http_server):
 
     run(body)
     a, b = results["a"].structured_content, results["b"].structured_content
+    assert a["report"]["tools"]["stopped"]["reason"] == "needs_approval"  # a client without elicitation
     assert a["report"]["tools"]["stopped"]["call"]["input"] == {"branch": "a"}
-    assert "report" not in b and b["exit_code"] == 0
+    assert [w["call"]["input"] for w in a["waiting"]] == [{"branch": "a"}]
+    assert "report" not in b and b["exit_code"] == 0 and "waiting" not in b  # a's pending call is a's
     assert "from-b" not in a["stdout"] and "from-a" not in b["stdout"] and b["stdout"] == "from-b\nb\n"
     assert recorded(record) == []
 
 
 @pytest.mark.parametrize("decision", ["once", "deny"])
 def test_elicitation_over_http_asks_the_client_that_made_the_call(http_server, decision):
-    url, token, record = http_server
+    url, token, record, _ = http_server
     asked: list = []
     script = "tools github delete_branch branch=over-http && echo after"
 
@@ -435,6 +450,42 @@ def test_mid_run_the_script_stops_and_the_report_carries_the_answer(tmp_path, de
         assert [r["tool"] for r in recorded(record)] == ["delete_branch"]
     else:
         assert len(asked) == 2 and recorded(record) == []
+
+
+def test_over_http_the_list_images_and_large_outputs_are_as_over_stdio(http_server):
+    url, token, _, work = http_server
+
+    async def body():
+        async with over_http(url, token) as client:
+            listed = (await client.list_tools()).tools
+            return listed, await bash(client, "tools pics red_square size=3"), await bash(client, BIG_OUTPUT)
+
+    listed, image, big = run(body)
+    assert sorted(t.name for t in listed) == ["bash", "edit_file", "mcp_github__list_pulls", "read_file", "write_file"]
+    assert next(t for t in listed if t.name == "mcp_github__list_pulls").input_schema["required"] == ["repo"]
+    assert_one_image(image, work)
+    assert_head_and_tail(big.structured_content["stdout"], work)
+
+
+def test_a_once_answer_counts_only_for_the_http_session_that_asked(http_server):
+    url, token, record, work = http_server
+    script = "b=shared\ntools github delete_branch branch=$b && echo deleted"
+    seen: dict[str, Any] = {}
+
+    async def body():
+        async with over_http(url, token) as a, over_http(url, token) as b:
+            first = await bash(a, script)
+            request = first.structured_content["waiting"][0]["id"]
+            seen["answer"] = await anyio.to_thread.run_sync(approve_cli, work, request, "once")
+            # b makes the very call a's person allowed once: b is asked anew, a goes through
+            return first, await bash(b, script), await bash(a, script)
+
+    first, other, again = run(body)
+    assert seen["answer"].returncode == 0, seen["answer"].stderr
+    assert first.structured_content["report"]["tools"]["stopped"]["reason"] == "needs_approval"
+    assert other.structured_content["report"]["tools"]["stopped"]["reason"] == "needs_approval"
+    assert again.structured_content["exit_code"] == 0 and "deleted" in again.structured_content["stdout"]
+    assert recorded(record) == [{"tool": "delete_branch", "input": {"branch": "shared"}}]
 
 
 # -- `toolkernel approve`: the pending store other processes read --------------------

@@ -55,19 +55,18 @@ NOTEBOOK = ("notebook_read", "notebook_edit", "notebook_run")
 # into the shell. Every command form, input form and error code it names is real;
 # tests/test_serve.py checks the codes against the ones `tools` can print.
 BASH_DESCRIPTION = """\
-Run a bash script in a sandbox (bash, jq, grep, sed, awk, coreutils; no network, no host programs). \
+Run a bash script in a sandbox (jq, grep, sed, awk, coreutils; no network or host programs). \
 Every other tool is a `tools` command in it:
 tools --help: servers and tools; tools SERVER --help: a server's tools; tools [SERVER] TOOL --help: input schema
 tools search WORDS: find tools
 tools [SERVER] TOOL '{"k":"v"}' key=value --key value --flag: call; pairs merge over the JSON, \
 values are JSON unless the schema says string; `-` reads the JSON from stdin
-A result prints as text, or JSON: pipe it to jq. \
-One script per task, at most 50 calls.
+A result prints as text, or JSON: pipe it to jq. One script per task.
 A failed call exits 1 with one stderr line {"error":{"code","message","retryable"}}: \
 unknown_command: no such tool; invalid_input: not matching the schema; tool_error: the tool failed; \
-denied: refused, do not retry; needs_approval: a person is asked; the script stopped there, \
-the report lists what ran: write a new script for the rest; stopped: not run, an earlier call stopped the script; \
-connection_required: the person must connect that server; call_limit: over 50 calls; \
+denied: refused, do not retry; needs_approval: a person is asked; the script stopped at that call \
+(the report lists what ran): once approved, write a new script for the rest; stopped: not run, an earlier call stopped the script; \
+connection_required: the person must connect that server; call_limit: over 50 calls in one script; \
 unavailable: cannot run now, retryable says if it may later"""
 
 BASH_INPUT = {"type": "object", "properties": {"script": {"type": "string"}}, "required": ["script"]}
