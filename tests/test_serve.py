@@ -452,6 +452,22 @@ def test_mid_run_the_script_stops_and_the_report_carries_the_answer(tmp_path, de
         assert len(asked) == 2 and recorded(record) == []
 
 
+def test_mid_run_over_http_the_person_is_asked_and_the_report_says_granted(http_server):
+    url, token, record, _ = http_server
+    asked: list = []
+    script = "b=mid-run\ntools github delete_branch branch=$b\necho after"  # input built at run time
+
+    async def body():
+        async with over_http(url, token, answering("once", asked)) as client:
+            return await bash(client, script), await bash(client, script)
+
+    first, again = run(body)
+    stopped = first.structured_content["report"]["tools"]["stopped"]
+    assert stopped["approval"] == "granted" and "after" not in first.structured_content["stdout"]
+    assert len(asked) == 1 and again.structured_content["exit_code"] == 0  # the once-grant: that call, unasked
+    assert recorded(record) == [{"tool": "delete_branch", "input": {"branch": "mid-run"}}]
+
+
 def test_over_http_the_list_images_and_large_outputs_are_as_over_stdio(http_server):
     url, token, _, work = http_server
 
