@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -25,7 +26,10 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from toolkernel._errors import CallError
+
 from approval_helpers import SERVERS, policy_section, recorder_server_section, toml_string
+from jupyter_server_helpers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 WAIT = 180  # generous: a loaded, shared machine
@@ -108,6 +112,13 @@ def test_the_list_is_bash_the_file_tools_and_keep_visible(tmp_path):
     assert not called.is_error and "toolkernel" in called.content[0].text
 
 
+def call_error_codes() -> set[str]:
+    def below(cls: type) -> list[type]:
+        return [cls] + [c for sub in cls.__subclasses__() for c in below(sub)]
+
+    return {c.code for c in below(CallError)}
+
+
 def test_bash_description_is_written_for_a_model_and_short(tmp_path):
     work = project(tmp_path, "")
 
@@ -115,11 +126,37 @@ def test_bash_description_is_written_for_a_model_and_short(tmp_path):
         async with connected(work) as client:
             return (await client.list_tools()).tools
 
-    description = next(t for t in run(body) if t.name == "bash").description
-    for needed in ("tools --help", "tools search", "key=value", "jq", "unknown_command", "needs_approval",
-                   "call_limit", "denied"):
+    bash_tool = next(t for t in run(body) if t.name == "bash")
+    description = bash_tool.description
+    for needed in ("tools --help", "tools SERVER --help", "tools search", "key=value", "'{", "jq", "stdin"):
         assert needed in description
+    # Exact about the errors: every code `tools` can print is named, and nothing else is.
+    codes = call_error_codes()
+    assert codes >= {"unknown_command", "invalid_input", "denied", "needs_approval", "call_limit", "unavailable"}
+    assert all(code in description for code in codes)
+    assert set(re.findall(r"\b[a-z]+(?:_[a-z]+)+\b", description)) == {c for c in codes if "_" in c}
     assert len(description) / 4 < 700  # tokens by bytes/4: well under 1,000
+    assert bash_tool.input_schema["required"] == ["script"]
+
+
+def test_the_file_tools_are_listed_tersely_with_their_real_keys(tmp_path):
+    work = project(tmp_path, "")
+
+    async def body():
+        async with connected(work) as client:
+            on = {t.name: t for t in (await client.list_tools()).tools}
+        (work / "toolkernel.toml").write_text("[tools_in_shell]\nenabled = false\n")
+        async with connected(work) as client:
+            off = {t.name: t for t in (await client.list_tools()).tools}
+        return on, off
+
+    on, off = run(body)
+    for name in ("read_file", "write_file", "edit_file"):
+        terse, full = on[name].input_schema, off[name].input_schema  # full: the schema calls are checked against
+        assert "\n" not in on[name].description and len(on[name].description) < len(off[name].description)
+        assert terse["required"] == full["required"]
+        assert {k: v["type"] for k, v in terse["properties"].items()} == \
+            {k: v["type"] for k, v in full["properties"].items()}
 
 
 def test_enabled_false_lists_every_tool_directly_and_deny_rules_hide_tools(tmp_path):
@@ -129,13 +166,16 @@ def test_enabled_false_lists_every_tool_directly_and_deny_rules_hide_tools(tmp_p
 
     async def body():
         async with connected(work) as client:
-            return [t.name for t in (await client.list_tools()).tools]
+            return (await client.list_tools()).tools
 
-    names = run(body)
+    listed = run(body)
+    names = [t.name for t in listed]
     assert "bash" not in names
     assert {"read_file", "glob_search", "mcp_github__list_pulls", "mcp_github__delete_branch"} <= set(names)
     assert "mcp_github__delete_repo" not in names
     assert "notebook_run" not in names  # no notebook is paired
+    pulls = next(t for t in listed if t.name == "mcp_github__list_pulls")  # as its server lists it
+    assert pulls.title == "List pull requests" and pulls.annotations.read_only_hint is True
 
 
 def test_a_denied_tool_is_in_no_list_the_bash_help_and_search_included(tmp_path):
@@ -191,7 +231,11 @@ def test_images_come_back_as_image_content_and_files(tmp_path):
         async with connected(work) as client:
             return await bash(client, "tools pics red_square size=3")
 
-    result = run(body)
+    assert_one_image(run(body), work)
+
+
+def assert_one_image(result: types.CallToolResult, work: Path) -> None:
+    """One PNG as image content, and the same bytes saved under tool-images/."""
     images = [c for c in result.content if c.type == "image"]
     assert len(images) == 1 and images[0].mime_type == "image/png"
     assert base64.b64decode(images[0].data).startswith(b"\x89PNG")
@@ -204,9 +248,16 @@ def test_large_output_comes_back_as_head_and_tail_with_the_saved_path(tmp_path):
 
     async def body():
         async with connected(work) as client:
-            return await bash(client, "seq 1 20000 | sed 's/^/line-/'")
+            return await bash(client, BIG_OUTPUT)
 
-    stdout = run(body).structured_content["stdout"]
+    assert_head_and_tail(run(body).structured_content["stdout"], work)
+
+
+BIG_OUTPUT = "seq 1 20000 | sed 's/^/line-/'"
+
+
+def assert_head_and_tail(stdout: str, work: Path) -> None:
+    """BIG_OUTPUT came back as its head and tail, naming the saved whole."""
     assert stdout.startswith("line-1\n") and "line-20000\n" in stdout  # head and tail
     assert len(stdout) < 60_000 and "omitted" in stdout
     saved = next((work / ".toolkernel" / "outputs").iterdir())
@@ -281,17 +332,13 @@ def test_direct_tools_pass_the_same_approvals(tmp_path):
 # -- streamable HTTP -------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def http_server(tmp_path):
-    """`toolkernel serve --http` on loopback with a token; yields (url, token, record file)."""
+    """`toolkernel serve --http` on loopback with a token; yields (url, token, record file, working directory)."""
     record = tmp_path / "record.jsonl"
-    work = project(tmp_path, recorder_server_section(record), policy_section(ask=["mcp_github__delete_branch"]))
+    work = project(tmp_path, recorder_server_section(record), server_section("pics", "images.py"),
+                   policy_section(ask=["mcp_github__delete_branch"], allow=["mcp_pics__red_square"]),
+                   '[tools_in_shell]\nkeep_visible = ["mcp_github__list_pulls"]\n')
     port, token = free_port(), "s3cret-token"
     proc = subprocess.Popen([sys.executable, "-m", "toolkernel", "serve", "--http", f"127.0.0.1:{port}",
                              "--token", token], cwd=work, env=server_env(), stderr=subprocess.PIPE)
@@ -304,7 +351,7 @@ def http_server(tmp_path):
             time.sleep(0.2)
     assert proc.poll() is None, proc.stderr.read().decode()
     try:
-        yield f"http://127.0.0.1:{port}/mcp", token, record
+        yield f"http://127.0.0.1:{port}/mcp", token, record, work
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -323,7 +370,7 @@ async def over_http(url: str, token: str, elicit=None):
 
 
 def test_http_requests_without_the_token_are_refused(http_server):
-    url, token, _ = http_server
+    url, token, _, _ = http_server
     hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
              "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                         "clientInfo": {"name": "t", "version": "0"}}}
@@ -340,7 +387,7 @@ def test_off_loopback_without_a_token_does_not_start(tmp_path):
 
 
 def test_two_http_sessions_do_not_see_each_others_runs(http_server):
-    url, token, record = http_server
+    url, token, record, _ = http_server
     results: dict[str, Any] = {}
 
     async def session(name: str, script: str) -> None:
@@ -355,15 +402,17 @@ def test_two_http_sessions_do_not_see_each_others_runs(http_server):
 
     run(body)
     a, b = results["a"].structured_content, results["b"].structured_content
+    assert a["report"]["tools"]["stopped"]["reason"] == "needs_approval"  # a client without elicitation
     assert a["report"]["tools"]["stopped"]["call"]["input"] == {"branch": "a"}
-    assert "report" not in b and b["exit_code"] == 0
+    assert [w["call"]["input"] for w in a["waiting"]] == [{"branch": "a"}]
+    assert "report" not in b and b["exit_code"] == 0 and "waiting" not in b  # a's pending call is a's
     assert "from-b" not in a["stdout"] and "from-a" not in b["stdout"] and b["stdout"] == "from-b\nb\n"
     assert recorded(record) == []
 
 
 @pytest.mark.parametrize("decision", ["once", "deny"])
 def test_elicitation_over_http_asks_the_client_that_made_the_call(http_server, decision):
-    url, token, record = http_server
+    url, token, record, _ = http_server
     asked: list = []
     script = "tools github delete_branch branch=over-http && echo after"
 
@@ -401,6 +450,58 @@ def test_mid_run_the_script_stops_and_the_report_carries_the_answer(tmp_path, de
         assert [r["tool"] for r in recorded(record)] == ["delete_branch"]
     else:
         assert len(asked) == 2 and recorded(record) == []
+
+
+def test_mid_run_over_http_the_person_is_asked_and_the_report_says_granted(http_server):
+    url, token, record, _ = http_server
+    asked: list = []
+    script = "b=mid-run\ntools github delete_branch branch=$b\necho after"  # input built at run time
+
+    async def body():
+        async with over_http(url, token, answering("once", asked)) as client:
+            return await bash(client, script), await bash(client, script)
+
+    first, again = run(body)
+    stopped = first.structured_content["report"]["tools"]["stopped"]
+    assert stopped["approval"] == "granted" and "after" not in first.structured_content["stdout"]
+    assert len(asked) == 1 and again.structured_content["exit_code"] == 0  # the once-grant: that call, unasked
+    assert recorded(record) == [{"tool": "delete_branch", "input": {"branch": "mid-run"}}]
+
+
+def test_over_http_the_list_images_and_large_outputs_are_as_over_stdio(http_server):
+    url, token, _, work = http_server
+
+    async def body():
+        async with over_http(url, token) as client:
+            listed = (await client.list_tools()).tools
+            return listed, await bash(client, "tools pics red_square size=3"), await bash(client, BIG_OUTPUT)
+
+    listed, image, big = run(body)
+    assert sorted(t.name for t in listed) == ["bash", "edit_file", "mcp_github__list_pulls", "read_file", "write_file"]
+    assert next(t for t in listed if t.name == "mcp_github__list_pulls").input_schema["required"] == ["repo"]
+    assert_one_image(image, work)
+    assert_head_and_tail(big.structured_content["stdout"], work)
+
+
+def test_a_once_answer_counts_only_for_the_http_session_that_asked(http_server):
+    url, token, record, work = http_server
+    script = "b=shared\ntools github delete_branch branch=$b && echo deleted"
+    seen: dict[str, Any] = {}
+
+    async def body():
+        async with over_http(url, token) as a, over_http(url, token) as b:
+            first = await bash(a, script)
+            request = first.structured_content["waiting"][0]["id"]
+            seen["answer"] = await anyio.to_thread.run_sync(approve_cli, work, request, "once")
+            # b makes the very call a's person allowed once: b is asked anew, a goes through
+            return first, await bash(b, script), await bash(a, script)
+
+    first, other, again = run(body)
+    assert seen["answer"].returncode == 0, seen["answer"].stderr
+    assert first.structured_content["report"]["tools"]["stopped"]["reason"] == "needs_approval"
+    assert other.structured_content["report"]["tools"]["stopped"]["reason"] == "needs_approval"
+    assert again.structured_content["exit_code"] == 0 and "deleted" in again.structured_content["stdout"]
+    assert recorded(record) == [{"tool": "delete_branch", "input": {"branch": "shared"}}]
 
 
 # -- `toolkernel approve`: the pending store other processes read --------------------

@@ -1,7 +1,8 @@
-"""`toolkernel serve --notebook PATH --kernel NAME`: the notebook tools, directly, on one notebook.
+"""`toolkernel serve --notebook PATH`: the notebook tools, directly, on one notebook.
 
-Real processes: each `toolkernel serve` starts its own kernel through
-jupyter_client; the client is the `mcp` SDK's over stdio. Two serve sessions
+Real processes: `toolkernel serve` starts its own kernel through jupyter_client
+(`--kernel`), uses one the test started (`--existing`), or goes through a real
+Jupyter Server on loopback (`--server`); the client is the `mcp` SDK's over stdio. Two serve sessions
 on two notebooks at once must never reach each other's kernel or file
 (issue 16 item 4), and the cells they run are an agent's (hostbash, issue 13).
 """
@@ -15,10 +16,12 @@ from pathlib import Path
 
 import anyio
 import nbformat
+from jupyter_client import KernelManager
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from approval_helpers import policy_section
+from jupyter_server_helpers import NO_COLLABORATION, SERVER_TOKEN, server_api, start_server, stop_server
 from test_serve import WAIT, project, run, server_env
 
 POLICY = policy_section(allow=["notebook_run", "notebook_edit", "notebook_read", "Bash(echo *)"],
@@ -112,3 +115,76 @@ def test_notebook_options_without_a_notebook_or_a_kernel_are_one_line_errors(tmp
         assert done.stderr.startswith("toolkernel serve: ") and "Traceback" not in done.stderr
         assert len(done.stderr.strip().splitlines()) <= 12  # the pairing usage may follow its one line
 
+
+
+async def read_edit_run(client: ClientSession, notebook: str) -> dict:
+    """The three notebook tools: list, read (an edit needs it first), insert a cell, run code, read back."""
+    listed = [t.name for t in (await client.list_tools()).tools]
+    first = await client.call_tool("notebook_read", {"notebook_path": notebook})
+    assert not first.is_error, text(first)
+    edited = await client.call_tool("notebook_edit", {
+        "notebook_path": notebook, "edit_mode": "insert", "cell_type": "code", "new_source": "total = shared + 1"})
+    ran = await run_code(client, notebook, "total = shared + 1\nprint('total', total)")
+    read = await client.call_tool("notebook_read", {"notebook_path": notebook})
+    return {"listed": listed, "edited": edited, "ran": ran, "read": read}
+
+
+def assert_read_edit_run(got: dict) -> None:
+    assert {"notebook_read", "notebook_edit", "notebook_run"} <= set(got["listed"])
+    for step in ("edited", "ran", "read"):
+        assert not got[step].is_error, (step, text(got[step]))
+    assert "total 42" in text(got["ran"])  # ran in the kernel that holds `shared`
+    assert "total = shared + 1" in text(got["read"])
+
+
+def test_serve_pairs_a_running_kernel_by_its_connection_file_and_leaves_it_running(tmp_path):
+    work = project(tmp_path, POLICY)
+    new_notebook(work / "nb.ipynb")
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel()
+    try:
+        kernel = manager.blocking_client()
+        kernel.start_channels()
+        kernel.wait_for_ready(timeout=WAIT)
+        kernel.execute_interactive("shared = 41", timeout=WAIT)
+
+        async def body():
+            async with serving(work, "--notebook", "nb.ipynb", "--existing", manager.connection_file) as client:
+                return await read_edit_run(client, "nb.ipynb")
+
+        assert_read_edit_run(run(body))
+        sources = [c.source for c in nbformat.read(work / "nb.ipynb", as_version=4).cells]
+        assert sources == ["total = shared + 1"]  # the edit is in the file on disk
+        assert manager.is_alive()  # not serve's kernel: it is left running, with what serve's run set
+        seen: list[str] = []
+        kernel.execute_interactive("print(total)", timeout=WAIT,
+                                   output_hook=lambda m: seen.append(m["content"].get("text", "")))
+        assert "".join(seen).strip() == "42"
+        kernel.stop_channels()
+    finally:
+        manager.shutdown_kernel(now=True)
+        manager.cleanup_resources()
+
+
+def test_serve_pairs_a_notebook_through_a_jupyter_server(tmp_path, tmp_path_factory):
+    work = project(tmp_path, POLICY)
+    new_notebook(work / "nb.ipynb")
+    process, server = start_server(tmp_path_factory, f"--ServerApp.jpserver_extensions={NO_COLLABORATION}",
+                                   root=work)
+    try:
+        async def body():
+            options = ("--notebook", "nb.ipynb", "--server", server["url"], "--server-token", SERVER_TOKEN)
+            async with serving(work, *options) as client:
+                await run_code(client, "nb.ipynb", "shared = 41")
+                got = await read_edit_run(client, "nb.ipynb")
+                got["sessions"] = await anyio.to_thread.run_sync(server_api, server, "GET", "api/sessions")
+                return got
+
+        got = run(body)
+        assert_read_edit_run(got)
+        assert [s["path"] for s in got["sessions"]] == ["nb.ipynb"]  # serve's runs went through the server
+        saved = server_api(server, "GET", "api/contents/nb.ipynb")["content"]
+        assert [c["source"] for c in saved["cells"]] == ["total = shared + 1"]  # saved by the server
+        assert server_api(server, "GET", "api/sessions") == []  # the session serve started ended with it
+    finally:
+        stop_server(process)

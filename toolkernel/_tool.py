@@ -145,6 +145,7 @@ class Tool:
     # Tools whose paths may name files on a server say which do, for the call at hand.
     server_paths: ServerPathsFn | None = None
     annotations: Mapping[str, Any] = field(default_factory=dict)
+    title: str | None = None  # an MCP server's display name, passed on where the tool is listed
     # A single tool of an in-process provider that holds a connection living on
     # toolkernel's private loop (a paired kernel's client) says so here; a
     # provider whose every tool does says so in its `ProviderRef`.

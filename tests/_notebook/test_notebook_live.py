@@ -623,10 +623,10 @@ def gateway_server(tmp_path_factory):
     import subprocess
     import sys
 
-    from conftest import _free_port
+    from conftest import free_port
 
     pytest.importorskip("kernel_gateway")
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("gateway-log") / "gateway.log"
     gateway = subprocess.Popen(
         [sys.executable, "-m", "kernel_gateway", "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={port}",

@@ -25,7 +25,7 @@ def _record(tool: str, arguments: dict) -> None:
         file.write(json.dumps({"tool": tool, "input": arguments}) + "\n")
 
 
-@server.tool(annotations=READ_ONLY)
+@server.tool(title="List pull requests", annotations=READ_ONLY)
 def list_pulls(repo: str) -> list[dict]:
     """List pull requests (fixed data)."""
     return [{"number": 101, "title": "Add rate limiting", "repo": repo}]

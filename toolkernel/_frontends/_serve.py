@@ -51,35 +51,36 @@ from .._tool import Tool
 DIRECT = ("read_file", "write_file", "edit_file")
 NOTEBOOK = ("notebook_read", "notebook_edit", "notebook_run")
 
+# Written for a model, and as short as it goes: it is the whole cost of the tools moved
+# into the shell. Every command form, input form and error code it names is real;
+# tests/test_serve.py checks the codes against the ones `tools` can print.
 BASH_DESCRIPTION = """\
-Run a bash script (a sandboxed Bashkit shell: coreutils, grep, sed, awk, jq, pipes; \
-no network, no host programs). Every other tool is reached inside it with the `tools` command:
-  tools --help                  list servers and tools
-  tools SERVER --help           a server's tools; `tools SERVER TOOL --help` shows the input schema
-  tools search WORDS            find tools by name and description
-  tools SERVER TOOL '{"k":"v"}' call with JSON input
-  tools SERVER TOOL k=v n:=3    or key=value (`:=` for JSON values), or --k v, or JSON on stdin
-Results print as text (JSON results as JSON), so pipe them: `tools gh list_pulls | jq -r '.[].title'`.
-Write one script for a whole task (loops, conditions, several calls) instead of one call per turn; \
-at most 50 calls a script.
-On failure `tools` prints one JSON line on stderr, {"error": {"code": ..., "message": ...}}, exit code != 0. \
-Codes: unknown_command (wrong name: see suggestions), invalid_input (input does not fit the schema), \
-tool_error (the tool ran and failed), denied (policy or a person refused: do not retry), \
-needs_approval (a person must approve: the script stopped there; the report below says what ran; \
-write a new script for the rest once approved), call_limit (more than 50 calls), server_error.
-The result: stdout, stderr, exit_code, and a `report` when calls stopped the script or failed \
-(tools.done lists calls that changed something; tools.stopped the call that stopped it). \
-Images from tools come back as images and are saved under tool-images/. \
-Output over 50 KB comes back as its head and tail, with the path of the saved whole."""
+Run a bash script in a sandbox (jq, grep, sed, awk, coreutils; no network or host programs). \
+Every other tool is a `tools` command in it:
+tools --help: servers and tools; tools SERVER --help: a server's tools; tools [SERVER] TOOL --help: input schema
+tools search WORDS: find tools
+tools [SERVER] TOOL '{"k":"v"}' key=value --key value --flag: call; pairs merge over the JSON, \
+values are JSON unless the schema says string; `-` reads the JSON from stdin
+A result prints as text, or JSON: pipe it to jq. One script per task.
+A failed call exits 1 with one stderr line {"error":{"code","message","retryable"}}: \
+unknown_command: no such tool; invalid_input: not matching the schema; tool_error: the tool failed; \
+denied: refused, do not retry; needs_approval: a person is asked; the script stopped at that call \
+(the report lists what ran): once approved, write a new script for the rest; stopped: not run, an earlier call stopped the script; \
+connection_required: the person must connect that server; call_limit: over 50 calls in one script; \
+unavailable: cannot run now, retryable says if it may later"""
 
-BASH_INPUT = {"type": "object", "properties": {"script": {"type": "string", "description": "the bash script"}},
-              "required": ["script"]}
-BASH_OUTPUT = {
-    "type": "object",
-    "properties": {"exit_code": {"type": "integer"}, "stdout": {"type": "string"}, "stderr": {"type": "string"},
-                   "report": {"type": "object"},
-                   "waiting": {"type": "array"}},
-    "required": ["exit_code", "stdout", "stderr"],
+BASH_INPUT = {"type": "object", "properties": {"script": {"type": "string"}}, "required": ["script"]}
+
+# The file tools stay direct (seed 000); in the Tools-in-Shell list they are shown this short.
+# Calls are checked against each tool's own full schema all the same.
+TERSE = {
+    "read_file": ("Read a text file as numbered lines; offset is the 0-based first line. Images come back as images.",
+                  {"path": "string", "offset": "integer", "limit": "integer"}, ["path"]),
+    "write_file": ("Create or overwrite a file, atomically.", {"path": "string", "content": "string"},
+                   ["path", "content"]),
+    "edit_file": ("Replace old_string, which must occur once unless replace_all, with new_string.",
+                  {"path": "string", "old_string": "string", "new_string": "string", "replace_all": "boolean"},
+                  ["path", "old_string", "new_string"]),
 }
 
 
@@ -174,9 +175,11 @@ class ToolServer:
         policy = command.dispatcher.env.policy
         tools = [t for t in await self._direct_tools(command.catalog, settings)
                  if not deny_rule_covers(policy, t.qualified_name, t.command, t.kind)]
-        shown = [_mcp_tool(t) for t in tools]
-        return ([types.Tool(name="bash", description=BASH_DESCRIPTION, input_schema=BASH_INPUT,
-                            output_schema=BASH_OUTPUT)] + shown) if settings.enabled else shown
+        if not settings.enabled:
+            return [_mcp_tool(t) for t in tools]
+        # No outputSchema: the structured content comes anyway, and the schema would only cost bytes.
+        bash = types.Tool(name="bash", description=BASH_DESCRIPTION, input_schema=BASH_INPUT)
+        return [bash] + [_terse_tool(t) if t.name in TERSE and not t.server else _mcp_tool(t) for t in tools]
 
     async def _direct_tools(self, catalog: Catalog, settings: ShellSettings) -> list[Tool]:
         everything = await _all_tools(catalog)
@@ -262,8 +265,20 @@ async def _find_listed(server: ToolServer, catalog: Catalog, name: str) -> Tool:
 
 
 def _mcp_tool(tool: Tool) -> types.Tool:
+    """A tool as its provider describes it, with its server's title and annotations (a client
+    shows them and may act on hints such as readOnlyHint). Its outputSchema is left out: a
+    direct call returns the result as `tools` renders it, not the server's structured
+    content, and a client rejects a result that lacks what a declared outputSchema promises."""
     name = tool.qualified_name if tool.server else tool.name
-    return types.Tool(name=name, description=tool.description or "", input_schema=dict(tool.input_schema))
+    annotations = types.ToolAnnotations.model_validate(tool.annotations) if tool.annotations else None
+    return types.Tool(name=name, title=tool.title, description=tool.description or "",
+                      input_schema=dict(tool.input_schema), annotations=annotations)
+
+
+def _terse_tool(tool: Tool) -> types.Tool:
+    description, properties, required = TERSE[tool.name]
+    schema = {"type": "object", "properties": {k: {"type": t} for k, t in properties.items()}, "required": required}
+    return types.Tool(name=tool.name, description=description, input_schema=schema)
 
 
 def _client_key(ctx: Any) -> str:

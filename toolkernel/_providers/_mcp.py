@@ -177,6 +177,7 @@ class ServerPool:
             kind=_kind_of(annotations, cfg.trust_annotations),
             provider=ProviderRef("mcp", cfg.name, loop_bound=True),
             annotations=annotations,
+            title=listed.title,
         )
 
 

@@ -1,0 +1,77 @@
+"""A real Jupyter Server on loopback, for the notebook tools' tests and for `toolkernel serve --server`."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+SERVER_TOKEN = "s3cret-test-token-5f1e"
+SERVER_START_SECONDS = 300  # JupyterLab with its extensions starts slowly on a shared, busy machine
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# Extensions a plain Jupyter Server must not load even when they are installed (the Contents API path).
+NO_COLLABORATION = '{"jupyter_server_ydoc": False, "jupyter_collaboration": False, "jupyterlab": False}'
+
+
+def start_server(tmp_path_factory, *args: str, app: str = "jupyter_server", env: dict[str, str] | None = None,
+                 root: Path | None = None, port: int | None = None) -> tuple[subprocess.Popen, dict]:
+    """A Jupyter Server (or JupyterLab) on loopback serving a fresh root folder (or `root`, on `port`:
+    the same server started again)."""
+    root = root or tmp_path_factory.mktemp("server-root")
+    port = port or free_port()
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path_factory.mktemp("runtime")), **(env or {}))
+    env.pop("JUPYTER_TOKEN", None)
+    log = tmp_path_factory.mktemp("server-log") / "server.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", app, "--no-browser", "--allow-root", f"--ServerApp.port={port}",
+         "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0", f"--IdentityProvider.token={SERVER_TOKEN}",
+         f"--ServerApp.root_dir={root}", *args],
+        env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=root,
+    )
+    url = f"http://127.0.0.1:{port}/"
+    _wait_for_server(process, url, log)
+    return process, {"url": url, "root": root, "token": SERVER_TOKEN, "log": log, "port": port}
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _wait_for_server(process: subprocess.Popen, url: str, log: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"jupyter server exited: {log.read_text(errors='replace')[-2000:]}")
+        try:
+            response = httpx.get(url + "api/status", headers={"Authorization": f"token {SERVER_TOKEN}"}, timeout=5)
+            if response.status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    process.kill()
+    raise RuntimeError(f"jupyter server did not come up within {SERVER_START_SECONDS} s")
+
+
+def server_api(server, method: str, path: str, **kwargs):
+    response = httpx.request(method, server["url"] + path, headers={"Authorization": f"token {server['token']}"},
+                             timeout=60, **kwargs)
+    response.raise_for_status()
+    return response.json() if response.content else None
