@@ -149,12 +149,13 @@ def _numbered_text(text: str, shown: str, offset: int, limit: int) -> str | None
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()  # the newline that ends the last line starts no other
-    window = lines[offset:offset + limit]
+    window = lines if offset == 0 and len(lines) <= limit else lines[offset:offset + limit]
     if _over_the_cut(window, text.isascii()):
         return None
+    total = len(lines)
     if offset == 0 and window:
         window[0] = window[0].removeprefix("\ufeff")
-    return _with_note(_number(window, offset + 1), len(window), shown, offset, len(lines))
+    return _with_note(_number(window, offset + 1), len(window), shown, offset, total)
 
 
 def _over_the_cut(lines: list[str], ascii: bool) -> bool:
