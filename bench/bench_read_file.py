@@ -6,7 +6,9 @@ For each file size (lines of 60 characters), per call:
 1. baseline: `Path(path).read_text()` in a Python loop;
 2. the read-file tool alone (`tool.call` on this thread: resolve, open, number the lines);
 3. `tools read-file path=data.txt` in a script loop, minus the same loop running `:`
-   (the whole path: parse, schema, policy, one path resolution, the tool, the output).
+   (the whole path: parse, schema, policy, one path resolution, the tool, the output);
+4. of which the shell's own share: a bare Bashkit builtin handing back the same text
+   in the same loop (minus that loop running `:`), a floor no tool can go under.
 
 Each figure is the median (and the best) of --repeat interleaved rounds; the ratio is
 (3) over (1). Target: at most 5x.
@@ -15,6 +17,7 @@ Each figure is the median (and the best) of --repeat interleaved rounds; the rat
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -35,6 +38,16 @@ def read_text_loop(path: Path, calls: int) -> float:
     return time.perf_counter() - started
 
 
+def bashkit_output_loop(text: str, calls: int, body: str = "emit") -> float:
+    """Bashkit alone: a builtin that hands back `text`, called like `tools` in the script."""
+    from bashkit import Bash, BuiltinResult
+
+    bash = Bash(custom_builtins={"emit": lambda ctx: BuiltinResult(stdout=text, stderr="", exit_code=0)})
+    started = time.perf_counter()
+    bash.execute_sync(loop_script(body, calls))
+    return time.perf_counter() - started
+
+
 def tool_loop(session: Session, calls: int) -> float:
     ctx = ToolContext(workdir=session.workdir)
     started = time.perf_counter()
@@ -47,7 +60,11 @@ def bench_size(session: Session, lines: int, calls: int, repeat: int) -> dict[st
     path = session.workdir / "data.txt"
     path.write_text("".join(f"{i:>8} " + "x" * 50 + "\n" for i in range(lines)))
     timed_script(session, loop_script("tools read-file path=data.txt", 3))  # warm: plan, validators
+    output = _loop.run_here(_loop.local_task(read_file.call({"path": "data.txt"}, ToolContext(session.workdir))))
+    text = output.texts[0] + "\n"
     t = interleaved(repeat, {
+        "shell_output": lambda: bashkit_output_loop(text, calls),
+        "shell_empty": lambda: bashkit_output_loop(text, calls, ":"),
         "baseline": lambda: read_text_loop(path, calls),
         "tool": lambda: tool_loop(session, calls),
         "script": lambda: timed_script(session, loop_script("tools read-file path=data.txt", calls)),
@@ -55,6 +72,7 @@ def bench_size(session: Session, lines: int, calls: int, repeat: int) -> dict[st
     })
     per = {name: (median / calls * 1e6, best / calls * 1e6) for name, (median, best) in t.items()}
     per["script"] = (per["script"][0] - per["empty"][0], per["script"][1] - per["empty"][1])
+    per["shell"] = (per["shell_output"][0] - per["shell_empty"][0], per["shell_output"][1] - per["shell_empty"][1])
     return per
 
 
@@ -70,13 +88,17 @@ def main() -> None:
               " per call: median, best")
         for lines in args.lines:
             per = bench_size(session, lines, args.calls, args.repeat)
-            base, tool, script = per["baseline"], per["tool"], per["script"]
+            base, tool, script, shell = per["baseline"], per["tool"], per["script"], per["shell"]
             ratio = (script[0] / base[0], script[1] / base[1])
             verdict = "ok" if ratio[0] <= TARGET else "MISSED"
             print(f"  {lines:>5} lines: Path.read_text {base[0]:7.1f} / {base[1]:7.1f} us;"
                   f" tool alone {tool[0]:7.1f} / {tool[1]:7.1f} us;"
                   f" in a script {script[0]:7.1f} / {script[1]:7.1f} us;"
-                  f" ratio {ratio[0]:.1f}x / {ratio[1]:.1f}x  {verdict} (target <= {TARGET:g}x)")
+                  f" ratio {ratio[0]:.1f}x / {ratio[1]:.1f}x  {verdict} (target <= {TARGET:g}x);"
+                  f" of which Bashkit passing the text on {shell[0]:7.1f} / {shell[1]:7.1f} us"
+                  f" ({shell[0] / base[0]:.1f}x)")
+        load = os.getloadavg()[0]
+        print(f"  load average {load:.1f} on {os.cpu_count()} CPUs")
     finally:
         session.close()
 

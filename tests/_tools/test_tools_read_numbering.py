@@ -8,7 +8,7 @@ import io
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolkernel._providers._tools.files import _numbered_text, _numbered_window, _plain_text
+from toolkernel._providers._tools.files import MAX_LINE_BYTES, _numbered_text, _numbered_window, _plain_text
 
 LINES = st.lists(st.text(alphabet=st.characters(blacklist_characters="\r\n\0", blacklist_categories=("Cs",)),
                          max_size=30), max_size=12)
@@ -20,29 +20,33 @@ LINES = st.lists(st.text(alphabet=st.characters(blacklist_characters="\r\n\0", b
 def test_one_pass_numbering_matches_the_line_by_line_reader(lines, ends_with_newline, bom, offset, limit):
     text = ("\ufeff" if bom else "") + "\n".join(lines) + ("\n" if ends_with_newline and lines else "")
     data = text.encode("utf-8")
-    plain = _plain_text(_File(data))
+    plain = _plain_text(data)
     assert plain == text
     assert _numbered_text(plain, "f.txt", offset, limit) == _numbered_window(io.BytesIO(data), "f.txt", offset, limit)
 
 
 def test_text_that_needs_a_second_look_goes_line_by_line():
-    for data in (b"a\r\nb\n", b"a\0b\n", b"\xff\xfe", b"x" * 2001 + b"\n"):
-        assert _plain_text(_File(data)) is None
+    for data in (b"a\r\nb\n", b"a\0b\n", b"\xff\xfe"):
+        assert _plain_text(data) is None
 
 
-class _File(io.BytesIO):
-    """BytesIO with a descriptor to stat, as a real file has."""
+# Lines around the 2000-byte cut, in characters of 1 to 4 bytes: the one-pass numbering leaves
+# exactly the lines the cut applies to to the line-by-line reader.
+_NEAR_THE_CUT = st.builds(lambda char, count: char * count, st.sampled_from(["x", "é", "€", "😀"]),
+                          st.sampled_from([499, 500, 501, 666, 667, 668, 999, 1000, 1001, 1999, 2000, 2001]))
 
-    def __init__(self, data: bytes) -> None:
-        super().__init__(data)
-        import tempfile
 
-        self._real = tempfile.TemporaryFile()
-        self._real.write(data)
-        self._real.flush()
-
-    def fileno(self) -> int:
-        return self._real.fileno()
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(st.one_of(_NEAR_THE_CUT, st.just("short")), min_size=1, max_size=5),
+       offset=st.integers(0, 5), limit=st.integers(1, 5))
+def test_lines_over_the_cut_go_line_by_line_and_the_rest_are_alike(lines, offset, limit):
+    data = ("\n".join(lines) + "\n").encode("utf-8")
+    window = lines[offset:offset + limit]
+    numbered = _numbered_text(_plain_text(data), "f.txt", offset, limit)
+    if any(len(line.encode("utf-8")) > MAX_LINE_BYTES for line in window):
+        assert numbered is None
+    else:
+        assert numbered == _numbered_window(io.BytesIO(data), "f.txt", offset, limit)
 
 
 def test_numbers_past_the_made_prefixes_are_formatted_alike(monkeypatch):

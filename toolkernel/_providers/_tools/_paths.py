@@ -35,10 +35,9 @@ def outside_workspace(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
 
 def resolve_real(value: str, workdir: Path) -> Path:
     """`value` (absolute or relative to `workdir`) with symlinks and `..` resolved."""
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        path = Path(workdir) / path
-    return real_path(path)
+    # On strings: this runs for every path of every call, and each Path made costs more than the
+    # system calls realpath makes (an absolute `value` replaces `workdir` in the join).
+    return Path(os.path.realpath(os.path.join(workdir, os.path.expanduser(value))))
 
 
 def real_path(path: Path) -> Path:
@@ -49,16 +48,16 @@ def real_path(path: Path) -> Path:
 
 
 def is_inside(path: Path, root: Path) -> bool:
-    return path == root or path.is_relative_to(root)
+    # Both are real paths (normalised, absolute), so a prefix of whole names decides it.
+    inner, outer = str(path), str(root)
+    return inner == outer or inner.startswith(outer if outer.endswith("/") else outer + "/")
 
 
 def display_path(path: Path, workdir: Path) -> str:
     """`path` relative to the workspace when it lies inside it, else absolute."""
-    try:
+    if is_inside(path, workdir):
         return Path(path).relative_to(workdir).as_posix() or "."
-    except ValueError:
-        pass
-    try:
-        return Path(path).relative_to(real_path(Path(workdir))).as_posix() or "."
-    except ValueError:
-        return str(path)
+    root = real_path(Path(workdir))
+    if is_inside(path, root):
+        return Path(path).relative_to(root).as_posix() or "."
+    return str(path)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import operator
 import os
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -66,20 +65,22 @@ def read_file(arguments: dict[str, Any], ctx: ToolContext) -> Any:
     path = ctx.real(arguments, "path")
     shown = display_path(path, ctx.workdir)
     with _open_readable(path, shown) as file:
-        head = file.read(SNIFF_BYTES)
-        mime = image_type(head)
+        # A file small enough to number at once is read in one call; the sniff looks at its head.
+        whole = os.fstat(file.fileno()).st_size <= PLAIN_TEXT_BYTES
+        data = file.read() if whole else file.read(SNIFF_BYTES)
+        mime = image_type(data)
         if mime is not None:
             return _read_image(path, shown, mime)
-        if _looks_utf16(head):
+        if _looks_utf16(data):
             raise ToolInputError(f"{shown} is UTF-16 text, which read_file does not decode; convert it to UTF-8 first")
-        if b"\0" in head:
+        if data.find(b"\0", 0, SNIFF_BYTES) >= 0:
             raise ToolInputError(f"{shown} is a binary file (it contains NUL bytes); read_file shows text files and images only")
-        file.seek(0)
         offset = int(arguments.get("offset", 0))
         limit = int(arguments.get("limit", DEFAULT_LIMIT))
-        text = _plain_text(file)
-        if text is not None:
-            return _numbered_text(text, shown, offset, limit)
+        text = _plain_text(data) if whole else None
+        numbered = None if text is None else _numbered_text(text, shown, offset, limit)
+        if numbered is not None:
+            return numbered
         file.seek(0)
         return _numbered_window(file, shown, offset, limit)
 
@@ -131,13 +132,10 @@ def _read_image(path: Path, shown: str, mime: str) -> Image:
     return Image(path.read_bytes(), mime)
 
 
-def _plain_text(file: BinaryIO) -> str | None:
-    """The whole file as text when no line needs a second look (no NUL, no carriage return,
-    no line over the cut, valid UTF-8, not huge); None sends it through `_numbered_window`."""
-    if os.fstat(file.fileno()).st_size > PLAIN_TEXT_BYTES:
-        return None
-    data = file.read()
-    if b"\0" in data or b"\r" in data or max(map(len, data.split(b"\n"))) > MAX_LINE_BYTES:
+def _plain_text(data: bytes) -> str | None:
+    """The file as text when no line needs a second look for what it holds (no NUL, no carriage
+    return, valid UTF-8); None sends it through `_numbered_window`."""
+    if b"\0" in data or b"\r" in data:
         return None
     try:
         return data.decode("utf-8")
@@ -145,28 +143,51 @@ def _plain_text(file: BinaryIO) -> str | None:
         return None
 
 
-def _numbered_text(text: str, shown: str, offset: int, limit: int) -> str:
-    # The same lines as `_numbered_window`, numbered in one pass of C code instead of a call per line.
+def _numbered_text(text: str, shown: str, offset: int, limit: int) -> str | None:
+    """The same as `_numbered_window` gives, made by C code over the whole text instead of a
+    call per line; None when a line of the window is over the cut (that one goes line by line)."""
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()  # the newline that ends the last line starts no other
-    window = lines[offset:offset + limit]
+    window = lines if offset == 0 and len(lines) <= limit else lines[offset:offset + limit]
+    if _over_the_cut(window, text.isascii()):
+        return None
+    total = len(lines)
     if offset == 0 and window:
         window[0] = window[0].removeprefix("\ufeff")
-    return _with_note(_number(window, offset + 1), shown, offset, len(lines))
+    return _with_note(_number(window, offset + 1), len(window), shown, offset, total)
 
 
-_PREFIXES: list[str] = []  # "     1\t", "     2\t", ...: made once, joined to each line in C
+def _over_the_cut(lines: list[str], ascii: bool) -> bool:
+    """Whether a line is longer than MAX_LINE_BYTES in UTF-8 (a character is 1 to 4 bytes)."""
+    longest = max(map(len, lines), default=0)
+    if longest > MAX_LINE_BYTES or longest <= MAX_LINE_BYTES // 4 or ascii:
+        return longest > MAX_LINE_BYTES
+    return any(len(line.encode()) > MAX_LINE_BYTES for line in lines if len(line) > MAX_LINE_BYTES // 4)
+
+
+# "\n     2\t", "\n     3\t", ...: made once, laid between the lines and joined with them in C,
+# so no line is copied into a numbered line of its own first.
+_PREFIXES: list[str] = []
 _MAX_PREFIXES = 20_000
 
 
-def _number(lines: list[str], first: int) -> list[str]:
+def _number(lines: list[str], first: int) -> str:
+    """`lines` numbered from `first` (`cat -n` style), one string without a last newline."""
+    if not lines:
+        return ""
     end = first + len(lines) - 1
     if end > _MAX_PREFIXES:
-        return list(map("{:>6}\t{}".format, range(first, end + 1), lines))
-    if len(_PREFIXES) < end:
-        _PREFIXES.extend(f"{n:>6}\t" for n in range(len(_PREFIXES) + 1, end + 1))
-    return list(map(operator.add, _PREFIXES[first - 1:end], lines))
+        prefixes = list(map("\n{:>6}\t".format, range(first, end + 1)))
+    else:
+        if len(_PREFIXES) < end:
+            _PREFIXES.extend(f"\n{n:>6}\t" for n in range(len(_PREFIXES) + 1, end + 1))
+        prefixes = _PREFIXES[first - 1:end]
+    pieces: list[str | None] = [None] * (2 * len(lines))
+    pieces[0::2] = prefixes
+    pieces[1::2] = lines
+    pieces[0] = prefixes[0][1:]  # no newline before the first line
+    return "".join(pieces)  # type: ignore[arg-type]
 
 
 def _numbered_window(file: Any, shown: str, offset: int, limit: int) -> str:
@@ -176,20 +197,21 @@ def _numbered_window(file: Any, shown: str, offset: int, limit: int) -> str:
         index = total - 1
         if offset <= index < offset + limit:
             lines.append(_numbered_line(index + 1, raw, shown))
-    return _with_note(lines, shown, offset, total)
+    return _with_note("\n".join(lines), len(lines), shown, offset, total)
 
 
-def _with_note(lines: list[str], shown: str, offset: int, total: int) -> str:
-    """The numbered lines, and where they lie in the file when that is not the whole of it."""
+def _with_note(numbered: str, count: int, shown: str, offset: int, total: int) -> str:
+    """The `count` numbered lines, and where they lie in the file when that is not the whole of it."""
     if total == 0:
         return f"({shown} is empty)"
-    if not lines:
+    if not count:
         return f"({shown} has {total} lines; offset {offset} is past the end)"
-    last = offset + len(lines)
+    last = offset + count
     if offset > 0 or last < total:
-        lines.append(f"(lines {offset + 1}-{last} of {total}; use offset={last} to read on)" if last < total
-                     else f"(lines {offset + 1}-{last} of {total})")
-    return "\n".join(lines)
+        note = (f"(lines {offset + 1}-{last} of {total}; use offset={last} to read on)" if last < total
+                else f"(lines {offset + 1}-{last} of {total})")
+        return f"{numbered}\n{note}"
+    return numbered
 
 
 def _numbered_line(number: int, raw: bytes, shown: str) -> str:
