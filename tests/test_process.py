@@ -64,6 +64,49 @@ def test_stdin_is_fed_and_closed():
     assert done.stdout_text == "cba\n"
 
 
+def test_stdin_larger_than_a_pipe_is_fed_while_the_output_is_read():
+    data = bytes(range(256)) * 16384  # 4 MiB: many times a pipe's buffer, both ways at once
+    done = run(run_capped(["cat"], stdin=data, stdout_cap=16 * MiB, stderr_cap=MiB, timeout=100))
+    assert done.returncode == 0 and done.stdout == data
+
+
+def test_a_child_that_ignores_its_stdin_still_finishes():
+    done = run(run_capped([PY, "-c", "print('no reading')"], stdin=b"x" * (4 * MiB),
+                          stdout_cap=MiB, stderr_cap=MiB, timeout=100))
+    assert (done.returncode, done.stdout_text) == (0, "no reading\n")
+
+
+def test_the_exit_code_comes_after_the_outputs_closed_early():
+    code = "import os, sys, time; os.close(1); os.close(2); time.sleep(1); sys.exit(7)"
+    done = run(run_capped([PY, "-c", code], stdout_cap=MiB, stderr_cap=MiB, timeout=100))
+    assert done.returncode == 7 and not done.timed_out
+
+
+def test_a_grandchild_holding_the_output_is_waited_for():
+    # As with subprocess.run: the output is whole only when every writer closed it.
+    code = "import subprocess; subprocess.Popen(['sh', '-c', 'sleep 1; echo late'])"
+    done = run(run_capped([PY, "-c", code], stdout_cap=MiB, stderr_cap=MiB, timeout=100))
+    assert (done.returncode, done.stdout_text) == (0, "late\n")
+
+
+def test_the_loop_runs_on_while_a_child_runs():
+    async def ticks_during_a_child():
+        ticks = 0
+
+        async def tick():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticker = asyncio.ensure_future(tick())
+        await run_capped(["sleep", "0.5"], stdout_cap=MiB, stderr_cap=MiB, timeout=100)
+        ticker.cancel()
+        return ticks
+
+    assert run(ticks_during_a_child()) >= 5
+
+
 def test_a_100_mib_producer_is_killed_at_the_cap_with_its_children(tmp_path):
     pid_file = tmp_path / "grandchild"
     flood = "chunk = b'x' * 65536\nfor _ in range(1600): sys.stdout.buffer.write(chunk)\ntime.sleep(300)"
