@@ -4,6 +4,9 @@ kill the whole tree, grandchildren included; output is decoded with replacement.
 from __future__ import annotations
 
 import asyncio
+import os
+import pty
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -158,3 +161,39 @@ def test_non_utf8_output_is_decoded_with_replacement():
 def test_a_missing_program_raises_oserror():
     with pytest.raises(FileNotFoundError):
         run(run_capped(["/nonexistent/program-xyz"], stdout_cap=MiB, stderr_cap=MiB))
+
+
+# What the child finds: a terminal?  session leader?  group leader?
+_PROBE = ("import os\n"
+          "try:\n    os.close(os.open('/dev/tty', os.O_RDWR)); tty = 'tty'\n"
+          "except OSError:\n    tty = 'no-tty'\n"
+          "print(tty, os.getsid(0) == os.getpid(), os.getpgid(0) == os.getpid())")
+_RUN_PROBE = ("import asyncio, sys\nfrom toolkernel._process import run_capped\n"
+              f"done = asyncio.run(run_capped([sys.executable, '-c', {_PROBE!r}], stdout_cap=2**20,"
+              " stderr_cap=2**20, timeout=60))\n"
+              "print('PROBE', done.stdout_text.strip(), done.stderr_text.strip())\n")
+
+
+def test_without_a_terminal_the_child_leads_its_own_group():
+    # A kernel has no controlling terminal (jupyter_client starts it with a session of its own).
+    out = subprocess.run([PY, "-c", _RUN_PROBE], capture_output=True, text=True, timeout=120,
+                         start_new_session=True).stdout
+    assert "PROBE no-tty False True" in out, out
+
+
+def test_with_a_terminal_the_child_gets_a_session_without_it():
+    pid, fd = pty.fork()  # the child's controlling terminal is this pty
+    if pid == 0:
+        os.execv(PY, [PY, "-c", _RUN_PROBE])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the other side closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(fd)
+    os.waitpid(pid, 0)
+    assert "PROBE no-tty True True" in out.decode(errors="replace"), out
