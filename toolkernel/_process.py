@@ -69,25 +69,20 @@ async def run_capped(
     Output past a cap is not kept: the tree is killed at once and `over_cap` says
     which stream. `stdin=None` gives the child an empty stdin (never the kernel's).
     """
-    child = _Child(argv, stdin, env, cwd, {"stdout": stdout_cap, "stderr": stderr_cap})
-    finished = timed_out = False
+    child = _Child(argv, stdin, env, cwd, {"stdout": stdout_cap, "stderr": stderr_cap}, timeout)
     try:
-        async with asyncio.timeout(timeout):
-            await child.done
-        finished = child.over is None
-    except TimeoutError:
-        timed_out = True
+        await child.done
     finally:
         # Timeout, a cap or cancellation: the child may be gone while a grandchild
         # still holds the pipes and the group, so the group is what is killed.
-        await child.end(kill=not finished)
-    code = child.popen.returncode if finished else None
+        await child.end(kill=not child.finished)
+    code = child.popen.returncode if child.finished else None
     return ProcessResult(code, bytes(child.kept["stdout"]), bytes(child.kept["stderr"]),
-                         over_cap=child.over, timed_out=timed_out)
+                         over_cap=child.over, timed_out=child.timed_out)
 
 
 class _Child:
-    """One child watched from the running loop: its pipes and a pidfd, with add_reader.
+    """One child watched from the running loop: its pipes with add_reader, its exit with a pidfd.
 
     asyncio's own subprocess transport costs about a millisecond more per child
     than `subprocess.run` on Python 3.11 (a thread per child to wait for it, and a
@@ -97,20 +92,13 @@ class _Child:
     """
 
     def __init__(self, argv: Sequence[str], stdin: bytes | None, env: Mapping[str, str] | None,
-                 cwd: str | os.PathLike[str] | None, caps: dict[Stream, int]) -> None:
+                 cwd: str | os.PathLike[str] | None, caps: dict[Stream, int],
+                 timeout: float | None) -> None:
         self.loop = asyncio.get_running_loop()
         self.popen = subprocess.Popen(
             argv, bufsize=0, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=dict(env) if env is not None else None, cwd=cwd, **_own_group())
-        self.caps = caps
-        self.kept: dict[Stream, bytearray] = {name: bytearray() for name in caps}
-        self.over: Stream | None = None
-        self.done = self.loop.create_future()  # it exited and every output ended, or a cap was passed
-        self._exited = False
-        self._exit_seen: asyncio.Future | None = None
-        self._reading: dict[int, Stream] = {}
-        self._watched: list[int] = []
         try:
             self.pidfd = os.pidfd_open(self.popen.pid)
         except OSError:
@@ -118,12 +106,21 @@ class _Child:
             self.popen.wait()
             self._close_pipes()
             raise
-        self._watch(self.pidfd, self._on_exit)
+        self.caps = caps
+        self.kept: dict[Stream, bytearray] = {name: bytearray() for name in caps}
+        self.over: Stream | None = None
+        self.timed_out = False
+        self.finished = False  # it exited and every output ended, within the time and the caps
+        self.done = self.loop.create_future()  # finished, or a cap or the time was passed
+        self._exited = False
+        self._exit_seen: asyncio.Future[None] | None = None
+        self._reading: dict[int, Stream] = {}
         for name in caps:
             fd = getattr(self.popen, name).fileno()
             os.set_blocking(fd, False)
             self._reading[fd] = name
-            self._watch(fd, self._on_output, fd)
+            self.loop.add_reader(fd, self._on_output, fd)
+        self._timer = None if timeout is None else self.loop.call_later(timeout, self._time_out)
         if stdin is not None:
             self._feed(memoryview(stdin))
 
@@ -131,17 +128,9 @@ class _Child:
     def pid(self) -> int:
         return self.popen.pid
 
-    def _watch(self, fd: int, callback, *args) -> None:
-        self.loop.add_reader(fd, callback, *args)
-        self._watched.append(fd)
-
-    def _unwatch(self, fd: int) -> None:
-        if fd in self._watched:
-            self._watched.remove(fd)
-            self.loop.remove_reader(fd)
-
-    def _finish(self) -> None:
+    def _stop(self, finished: bool = False) -> None:
         if not self.done.done():  # (cancelled with the task that awaited it)
+            self.finished = finished
             self.done.set_result(None)
 
     def _on_output(self, fd: int) -> None:
@@ -152,9 +141,9 @@ class _Child:
         except OSError:
             chunk = b""
         if not chunk:
-            self._unwatch(fd)
-            del self._reading[fd]
-            self._settle()
+            self._stop_reading(fd)
+            if not self._reading:
+                self._on_outputs_ended()
             return
         name = self._reading[fd]
         kept, cap = self.kept[name], self.caps[name]
@@ -163,16 +152,35 @@ class _Child:
             return
         kept += chunk[: cap - len(kept)]
         self.over = self.over or name
-        self._unwatch(fd)
+        self._stop_reading(fd)
         kill_tree(self.pid)
-        self._finish()
+        self._stop()
+
+    def _stop_reading(self, fd: int) -> None:
+        self.loop.remove_reader(fd)
+        del self._reading[fd]
+
+    def _on_outputs_ended(self) -> None:
+        # The output ends just before the exit shows, so asking now usually spares
+        # watching the pidfd at all; a child that closed its outputs and runs on is waited for.
+        if self._has_exited():
+            self._stop(finished=True)
+        else:
+            self._watch_exit()
+
+    def _watch_exit(self) -> asyncio.Future[None]:
+        if self._exit_seen is None:
+            self._exit_seen = self.loop.create_future()
+            self.loop.add_reader(self.pidfd, self._on_exit)
+        return self._exit_seen
 
     def _on_exit(self) -> None:
-        self._unwatch(self.pidfd)
+        self.loop.remove_reader(self.pidfd)
         self._exited = True
-        if self._exit_seen is not None and not self._exit_seen.done():
+        if not self._exit_seen.done():
             self._exit_seen.set_result(None)
-        self._settle()
+        if not self._reading:
+            self._stop(finished=True)
 
     def _has_exited(self) -> bool:
         """Exited (a zombie, not reaped yet), asked now rather than when the loop gets to it."""
@@ -181,11 +189,9 @@ class _Child:
                                      os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
         return self._exited
 
-    def _settle(self) -> None:
-        # The output ends just before the exit shows: asking here spares a second
-        # trip through the loop for the pidfd.
-        if not self._reading and self._has_exited():
-            self._finish()
+    def _time_out(self) -> None:
+        self.timed_out = True
+        self._stop()
 
     def _feed(self, data: memoryview) -> None:
         """Write stdin without blocking the loop, then close it; a child may not read it all."""
@@ -213,14 +219,17 @@ class _Child:
     async def end(self, kill: bool) -> None:
         """Kill the tree when asked and wait for the child's exit; reap it, close every pipe."""
         try:
+            if self._timer is not None:
+                self._timer.cancel()
             if kill:
                 kill_tree(self.pid)
                 if not self._has_exited():
-                    self._exit_seen = self.loop.create_future()
-                    await self._exit_seen
+                    await self._watch_exit()
         finally:
-            for fd in list(self._watched):
-                self._unwatch(fd)
+            for fd in list(self._reading):
+                self._stop_reading(fd)
+            if self._exit_seen is not None and not self._exited:
+                self.loop.remove_reader(self.pidfd)
             self._close_pipes()
             os.close(self.pidfd)
             self.popen.poll()  # reaps it; one still running (cancelled twice) subprocess reaps later
