@@ -259,14 +259,15 @@ def test_process_slots_are_shared_by_threads_each_with_its_own_loop():
     inside, most, done = [0], [0], []
 
     async def hold():
-        async with slots.slot():
-            with lock:
-                inside[0] += 1
-                most[0] = max(most[0], inside[0])
-            while not release.is_set():
-                await asyncio.sleep(0.01)
-            with lock:
-                inside[0] -= 1
+        await slots.take()
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        with lock:
+            inside[0] -= 1
+        slots.give_back()
         done.append(1)
 
     async def six():
@@ -293,13 +294,14 @@ def test_a_cancelled_wait_for_a_process_slot_leaves_no_slot_taken():
         holder_in, holder_out = asyncio.Event(), asyncio.Event()
 
         async def holder():
-            async with slots.slot():
-                holder_in.set()
-                await holder_out.wait()
+            await slots.take()
+            holder_in.set()
+            await holder_out.wait()
+            slots.give_back()
 
         async def waiter():
-            async with slots.slot():
-                raise AssertionError("a cancelled waiter ran")
+            await slots.take()
+            raise AssertionError("a cancelled waiter ran")
 
         first = asyncio.ensure_future(holder())
         await holder_in.wait()
@@ -314,8 +316,8 @@ def test_a_cancelled_wait_for_a_process_slot_leaves_no_slot_taken():
         for task in (never, cancelled_early):
             with pytest.raises(asyncio.CancelledError):
                 await task
-        async with slots.slot():
-            return True
+        await slots.take()
+        return True
 
     assert asyncio.run(asyncio.wait_for(scenario(), 60))
 

@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import functools
 import json
 import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from dotpromptz_handlebars import Handlebars
 
@@ -219,15 +218,8 @@ class ProcessSlots:
         self._free = limit
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
 
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        await self._take()
-        try:
-            yield
-        finally:
-            self._give_back()
-
-    async def _take(self) -> None:
+    async def take(self) -> None:
+        """Wait for a free slot; `give_back` it when the process has ended."""
         with self._lock:
             if self._free:
                 self._free -= 1
@@ -242,10 +234,10 @@ class ProcessSlots:
                 if not handed_over:
                     self._waiting.remove(turn)
             if handed_over:  # the slot came as the wait was cancelled: it goes on
-                self._give_back()
+                self.give_back()
             raise
 
-    def _give_back(self) -> None:
+    def give_back(self) -> None:
         with self._lock:
             while self._waiting:
                 turn = self._waiting.popleft()
@@ -296,13 +288,15 @@ async def run_command(config: CommandToolConfig, arguments: Mapping[str, Any], w
     if not _findable(config, argv[0]):
         return ToolResult.error(f"tool__{config.name}: could not start {argv[0]!r}: not found on "
                                 "the PATH of its env allow-list (add PATH = \"${PATH}\" to env)")
-    async with slots.slot():
-        try:
-            done = await run_capped(argv, env=config.env, cwd=cwd, timeout=config.timeout,
-                                    stdout_cap=OUTPUT_CAP, stderr_cap=OUTPUT_CAP)
-        except OSError as exc:
-            return ToolResult.error(f"tool__{config.name}: could not start {argv[0]!r}: "
-                                    f"{exc.strerror or exc}")
+    await slots.take()
+    try:
+        done = await run_capped(argv, env=config.env, cwd=cwd, timeout=config.timeout,
+                                stdout_cap=OUTPUT_CAP, stderr_cap=OUTPUT_CAP)
+    except OSError as exc:
+        return ToolResult.error(f"tool__{config.name}: could not start {argv[0]!r}: "
+                                f"{exc.strerror or exc}")
+    finally:
+        slots.give_back()
     return _result(config, done)
 
 
