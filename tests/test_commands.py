@@ -169,6 +169,14 @@ def test_an_env_without_path_cannot_find_a_bare_program(project):
     assert result.exit_code == 0, sink.stderr_text
 
 
+def test_a_program_missing_from_the_allowed_path_is_a_tool_error(project):
+    config = command_tool("gone", ["toolkernel-no-such-program"], env={"PATH": "${PATH}"}, read_only=True)
+    result, sink = run_script(project, config, "tools gone || echo handled\n")
+    assert "handled" in sink.stdout_text
+    error = error_lines(sink.stderr_text)[0]
+    assert error["code"] == "tool_error" and "could not start 'toolkernel-no-such-program'" in error["message"]
+
+
 def test_cwd_is_expanded_and_relative_to_the_working_directory(project, monkeypatch):
     (project / "sub").mkdir()
     monkeypatch.setenv("SUBDIR", "sub")

@@ -32,7 +32,6 @@ import asyncio
 import collections
 import functools
 import json
-import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -301,12 +300,11 @@ async def run_command(config: CommandToolConfig, arguments: Mapping[str, Any], w
 
 
 def _findable(config: CommandToolConfig, program: str) -> bool:
-    """With an env allow-list, a bare program is looked up on that PATH only (seed 003);
-    Python would fall back to /bin:/usr/bin, a PATH the person never allowed."""
-    if config.env is None or "/" in program:
-        return True
-    path = config.env.get("PATH")
-    return bool(path) and shutil.which(program, path=path) is not None
+    """With an env allow-list, a bare program is looked up on that PATH only (seed 003).
+    Popen searches the list's PATH itself; without one (or with an empty one, which means
+    the working directory) Python would fall back to /bin:/usr/bin, a PATH the person never
+    allowed, so the call is refused."""
+    return config.env is None or "/" in program or bool(config.env.get("PATH"))
 
 
 def _result(config: CommandToolConfig, done: ProcessResult) -> ToolResult:
