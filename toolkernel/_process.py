@@ -187,8 +187,11 @@ class _Child:
     def _has_exited(self) -> bool:
         """Exited (a zombie, not reaped yet), asked now rather than when the loop gets to it."""
         if not self._exited:
-            self._exited = os.waitid(os.P_PIDFD, self.pidfd,
-                                     os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+            try:
+                self._exited = os.waitid(os.P_PIDFD, self.pidfd,
+                                         os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+            except ChildProcessError:  # reaped by someone else (a waitpid(-1) elsewhere): gone
+                self._exited = True
         return self._exited
 
     def _time_out(self) -> None:
