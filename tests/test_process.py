@@ -197,3 +197,25 @@ def test_with_a_terminal_the_child_gets_a_session_without_it():
     os.close(fd)
     os.waitpid(pid, 0)
     assert "PROBE no-tty True True" in out.decode(errors="replace"), out
+
+
+def test_no_run_leaves_its_child_watched_by_the_loop():
+    # Every end (exit, timeout after the outputs closed, a cap, cancellation) unregisters
+    # the child's pipes and pidfd: a stale fd in the selector would misfire once its number is reused.
+    closes_then_sleeps = "import os, time; os.close(1); os.close(2); time.sleep(300)"
+
+    async def each_way():
+        selector = asyncio.get_running_loop()._selector
+        before = set(selector.get_map())
+        await run_capped(["true"], stdout_cap=MiB, stderr_cap=MiB)
+        await run_capped([PY, "-c", closes_then_sleeps], stdout_cap=MiB, stderr_cap=MiB, timeout=2)
+        await run_capped([PY, "-c", "print('x' * 5000)"], stdout_cap=100, stderr_cap=MiB)
+        task = asyncio.ensure_future(run_capped(["sleep", "300"], stdout_cap=MiB, stderr_cap=MiB))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return before, set(selector.get_map())
+
+    before, after = run(each_way())
+    assert after == before

@@ -233,8 +233,8 @@ class _Child:
         finally:
             for fd in list(self._reading):
                 self._stop_reading(fd)
-            if self._exit_seen is not None and not self._exited:
-                self.loop.remove_reader(self.pidfd)
+            if self._exit_seen is not None:
+                self.loop.remove_reader(self.pidfd)  # (False when the exit was seen)
             self._close_pipes()
             os.close(self.pidfd)
             self.popen.poll()  # reaps it; one still running (cancelled twice) subprocess reaps later
