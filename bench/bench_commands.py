@@ -16,6 +16,7 @@ Each figure is the median (and the best) of --repeat interleaved runs.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import time
 
@@ -75,8 +76,9 @@ def main() -> None:
         ("tools sleep5 in a script (minus the bare loop)", script),
         ("direct call (_direct.call_argv, no shell)", ms["direct"]),
     ]
-    print(f"command-tool bench: {args.calls} calls of {ARGV}, {args.repeat} interleaved runs;"
-          " per call: median, best")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())  # the machine may be shared
+    print(f"command-tool bench: {args.calls} calls of {ARGV}, {args.repeat} interleaved runs,"
+          f" load average {load}; per call: median, best")
     for name, (median, best) in rows:
         print(f"  {name:<48}  {median:8.2f} ms  {best:8.2f} ms")
     verdict = "ok" if ratio <= TARGET_RATIO else "MISSED"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from toolkernel import _loop
 from toolkernel.__main__ import main as cli_main
 from toolkernel._errors import ConfigError
 from toolkernel._config._lint import lint
+from toolkernel._providers._commands import ProcessSlots
 from toolkernel._session import Session
 from toolkernel._tool import ToolContext
 
@@ -166,6 +169,14 @@ def test_an_env_without_path_cannot_find_a_bare_program(project):
     assert result.exit_code == 0, sink.stderr_text
 
 
+def test_a_program_missing_from_the_allowed_path_is_a_tool_error(project):
+    config = command_tool("gone", ["toolkernel-no-such-program"], env={"PATH": "${PATH}"}, read_only=True)
+    result, sink = run_script(project, config, "tools gone || echo handled\n")
+    assert "handled" in sink.stdout_text
+    error = error_lines(sink.stderr_text)[0]
+    assert error["code"] == "tool_error" and "could not start 'toolkernel-no-such-program'" in error["message"]
+
+
 def test_cwd_is_expanded_and_relative_to_the_working_directory(project, monkeypatch):
     (project / "sub").mkdir()
     monkeypatch.setenv("SUBDIR", "sub")
@@ -248,6 +259,75 @@ def test_at_most_eight_command_processes_run_at_once(project):
     results = _loop.run(twelve_at_once(), timeout=180)
     counts = [int(r.texts[0]) for r in results]
     assert max(counts) == 8, counts
+
+
+def test_process_slots_are_shared_by_threads_each_with_its_own_loop():
+    # Command tools run on the calling thread's loop: a script's, the direct calls' worker's.
+    slots, lock, release = ProcessSlots(8), threading.Lock(), threading.Event()
+    inside, most, done = [0], [0], []
+
+    async def hold():
+        await slots.take()
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        with lock:
+            inside[0] -= 1
+        slots.give_back()
+        done.append(1)
+
+    async def six():
+        await asyncio.gather(*(hold() for _ in range(6)))
+
+    threads = [threading.Thread(target=asyncio.run, args=(six(),)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while inside[0] < 8 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # the other four are waiting, not inside
+    assert inside[0] == 8
+    release.set()
+    for thread in threads:
+        thread.join(60)
+    assert (most[0], len(done)) == (8, 12)
+
+
+def test_a_cancelled_wait_for_a_process_slot_leaves_no_slot_taken():
+    slots = ProcessSlots(1)
+
+    async def scenario():
+        holder_in, holder_out = asyncio.Event(), asyncio.Event()
+
+        async def holder():
+            await slots.take()
+            holder_in.set()
+            await holder_out.wait()
+            slots.give_back()
+
+        async def waiter():
+            await slots.take()
+            raise AssertionError("a cancelled waiter ran")
+
+        first = asyncio.ensure_future(holder())
+        await holder_in.wait()
+        never = asyncio.ensure_future(waiter())
+        cancelled_early = asyncio.ensure_future(waiter())
+        await asyncio.sleep(0.05)
+        cancelled_early.cancel()  # cancelled while waiting
+        holder_out.set()
+        await first
+        # ... and one cancelled just as the slot was handed to it: it passes the slot on.
+        never.cancel()
+        for task in (never, cancelled_early):
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        await slots.take()
+        return True
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 60))
 
 
 # -- names, policy and approval ------------------------------------------------------------------

@@ -13,7 +13,8 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from collections.abc import Mapping  # isinstance with typing.Mapping costs several us per check
+from typing import Any
 
 from ._approvals import Approvals, lasting_rule_covers
 from ._approver import Answer, ApprovalRequest, Approver, stop_and_report

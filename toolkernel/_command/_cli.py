@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from collections.abc import Mapping  # isinstance with typing.Mapping costs several us per check
+from typing import Any, Callable
 
 from .._errors import InvalidInput
 

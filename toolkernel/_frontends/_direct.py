@@ -8,7 +8,7 @@ thread has a running loop of its own, so it cannot wait on one). A tool bound to
 nothing on toolkernel's private loop runs there in place, as in a script: one
 thread hand-off per call, where the private loop would add a second one for a
 plain function (it runs those in a worker thread so as never to block MCP
-sessions). MCP tools, command tools and help, which need the private loop, go
+sessions). MCP tools, notebook tools and help, which need the private loop, go
 on to it from there. A call made while that thread is busy (by a hook of its
 call, or from another thread) runs on the private loop, as direct calls used to.
 """

@@ -29,9 +29,10 @@ and checked against Handlebars.js 4.7.9 itself. `pybars3`/`pybars4` last release
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import json
-import shutil
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -205,19 +206,51 @@ def fill(config: CommandToolConfig, arguments: Mapping[str, Any]) -> list[str]:
 class ProcessSlots:
     """At most `MAX_PARALLEL` command-tool processes per kernel; the rest wait their turn.
 
-    Created lazily: the semaphore belongs to the loop that first uses it, and command
-    tools always run on toolkernel's private loop (`loop_bound`).
+    A command tool runs on the loop of the thread that calls it (a script's own, the
+    direct calls' worker's), which spares a hand-off to the private loop per call; so
+    the count is shared by threads: a freed slot goes to the first waiter, on that
+    waiter's loop. (An asyncio.Semaphore belongs to one loop and is not thread-safe.)
     """
 
     def __init__(self, limit: int = MAX_PARALLEL) -> None:
-        self.limit = limit
-        self._semaphore: asyncio.Semaphore | None = None
+        self._lock = threading.Lock()
+        self._free = limit
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
 
-    @property
-    def semaphore(self) -> asyncio.Semaphore:
-        if self._semaphore is None:
-            self._semaphore = asyncio.Semaphore(self.limit)
-        return self._semaphore
+    async def take(self) -> None:
+        """Wait for a free slot; `give_back` it when the process has ended."""
+        with self._lock:
+            if self._free:
+                self._free -= 1
+                return
+            turn = asyncio.get_running_loop().create_future()
+            self._waiting.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            with self._lock:
+                handed_over = turn not in self._waiting
+                if not handed_over:
+                    self._waiting.remove(turn)
+            if handed_over:  # the slot came as the wait was cancelled: it goes on
+                self.give_back()
+            raise
+
+    def give_back(self) -> None:
+        with self._lock:
+            while self._waiting:
+                turn = self._waiting.popleft()
+                try:
+                    turn.get_loop().call_soon_threadsafe(_your_turn, turn)
+                    return
+                except RuntimeError:  # its loop was closed: the waiter is gone
+                    continue
+            self._free += 1
+
+
+def _your_turn(turn: asyncio.Future[None]) -> None:
+    if not turn.done():  # a cancelled waiter passes the slot on itself
+        turn.set_result(None)
 
 
 @dataclass(frozen=True)
@@ -239,7 +272,6 @@ def command_tool(config: CommandToolConfig, slots: ProcessSlots) -> CommandTool:
         input_schema=config.parameters,
         call=call,
         kind="read" if config.read_only else "execute",
-        loop_bound=True,  # the slots' semaphore lives on the private loop
         config=config,
     )
 
@@ -255,23 +287,24 @@ async def run_command(config: CommandToolConfig, arguments: Mapping[str, Any], w
     if not _findable(config, argv[0]):
         return ToolResult.error(f"tool__{config.name}: could not start {argv[0]!r}: not found on "
                                 "the PATH of its env allow-list (add PATH = \"${PATH}\" to env)")
-    async with slots.semaphore:
-        try:
-            done = await run_capped(argv, env=config.env, cwd=cwd, timeout=config.timeout,
-                                    stdout_cap=OUTPUT_CAP, stderr_cap=OUTPUT_CAP)
-        except OSError as exc:
-            return ToolResult.error(f"tool__{config.name}: could not start {argv[0]!r}: "
-                                    f"{exc.strerror or exc}")
+    await slots.take()
+    try:
+        done = await run_capped(argv, env=config.env, cwd=cwd, timeout=config.timeout,
+                                stdout_cap=OUTPUT_CAP, stderr_cap=OUTPUT_CAP)
+    except OSError as exc:
+        return ToolResult.error(f"tool__{config.name}: could not start {argv[0]!r}: "
+                                f"{exc.strerror or exc}")
+    finally:
+        slots.give_back()
     return _result(config, done)
 
 
 def _findable(config: CommandToolConfig, program: str) -> bool:
-    """With an env allow-list, a bare program is looked up on that PATH only (seed 003);
-    Python would fall back to /bin:/usr/bin, a PATH the person never allowed."""
-    if config.env is None or "/" in program:
-        return True
-    path = config.env.get("PATH")
-    return bool(path) and shutil.which(program, path=path) is not None
+    """With an env allow-list, a bare program is looked up on that PATH only (seed 003).
+    Popen searches the list's PATH itself; without one (or with an empty one, which means
+    the working directory) Python would fall back to /bin:/usr/bin, a PATH the person never
+    allowed, so the call is refused."""
+    return config.env is None or "/" in program or bool(config.env.get("PATH"))
 
 
 def _result(config: CommandToolConfig, done: ProcessResult) -> ToolResult:
