@@ -163,13 +163,27 @@ def test_edit_of_a_notebook_never_read_is_refused(rich, ctx):
 # Saves the notebook as an editor does, each save adding one marker to what it read,
 # mostly at gaps of up to 2 ms, now and then up to 50 ms (so that on a loaded machine
 # some edits still get through); prints the number of saves when told to stop.
+# An editor that builds each save on the file it reads. An edit swaps its new file in
+# and, when what it took out is a save it never read, puts that save back: a reader can
+# catch the moment in between, and no protocol short of a lock both sides take can hide
+# it. So the writer waits (up to 2 s) for its own last save to show again before it
+# builds on the file; a save that an edit really overwrote never shows again.
 OUTSIDE_WRITER = textwrap.dedent("""
     import json, os, random, sys, time
     path, stop = sys.argv[1], sys.argv[2]
     saves = 0
+
+    def load():
+        deadline = time.monotonic() + 2
+        while True:
+            with open(path, encoding="utf-8") as f:
+                nb = json.load(f)
+            if saves == 0 or saves in nb["metadata"].get("markers", []) or time.monotonic() > deadline:
+                return nb
+            time.sleep(0.0005)
+
     while not os.path.exists(stop):
-        with open(path, encoding="utf-8") as f:
-            nb = json.load(f)
+        nb = load()
         saves += 1
         nb["metadata"].setdefault("markers", []).append(saves)
         with open(path + ".writer", "w", encoding="utf-8") as f:
