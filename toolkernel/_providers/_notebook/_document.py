@@ -13,6 +13,7 @@ compares: a write is refused unless the file is byte-identical to the one read.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,26 +76,58 @@ def give_cells_ids(nb: NotebookNode, file_hash: str) -> bool:
 def is_unchanged_since(notebook: NotebookFile, path: Path | None = None) -> bool:
     """Whether the file on disk (at `path`, default the notebook's) is still the one
     `notebook` was loaded from."""
+    return _verified_identity(notebook, path or notebook.path) is not _CHANGED
+
+
+_CHANGED = object()
+
+
+def _verified_identity(notebook: NotebookFile, path: Path) -> object:
+    """The (inode, size, mtime) of the file at `path` when its bytes are the ones
+    `notebook` was loaded from (None when both are absent); else `_CHANGED`. The
+    identity and the bytes come from one open file, so they belong together."""
     try:
-        data = (path or notebook.path).read_bytes()
+        with open(path, "rb") as file:
+            info = os.fstat(file.fileno())
+            data = file.read()
     except FileNotFoundError:
-        return notebook.fingerprint is None
-    return notebook.fingerprint is not None and hashlib.sha256(data).hexdigest() == notebook.fingerprint.sha256
+        return None if notebook.fingerprint is None else _CHANGED
+    if notebook.fingerprint is None or hashlib.sha256(data).hexdigest() != notebook.fingerprint.sha256:
+        return _CHANGED
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
-def _require_still_on_disk(notebook: NotebookFile) -> None:
-    if not is_unchanged_since(notebook):
-        raise ToolInputError(
-            f"{notebook.path.name} changed on disk while this edit was being saved (someone else saved it); "
-            f"nothing was written. Read it again (tools notebook-read notebook_path={notebook.path.name}) and redo the edit"
-        )
+class _SaveGuard:
+    """The checks of one save: right before the swap, the file must still be the one read;
+    right after it, what the swap took out must be that file. The second check compares
+    the identity the first one saw, a stat instead of a read and a hash, so the moment in
+    which an outside save is out of place (and put back) stays short for big notebooks."""
+
+    def __init__(self, notebook: NotebookFile) -> None:
+        self.notebook = notebook
+        self.identity: object = _CHANGED
+
+    def still_on_disk(self) -> None:
+        self.identity = _verified_identity(self.notebook, self.notebook.path)
+        if self.identity is _CHANGED:
+            raise ToolInputError(
+                f"{self.notebook.path.name} changed on disk while this edit was being saved (someone else saved"
+                f" it); nothing was written. Read it again (tools notebook-read"
+                f" notebook_path={self.notebook.path.name}) and redo the edit"
+            )
+
+    def replaces(self, swapped_out: Path) -> bool:
+        info = os.lstat(swapped_out)
+        if self.identity not in (None, _CHANGED) and self.identity == (info.st_ino, info.st_size, info.st_mtime_ns):
+            return True
+        return is_unchanged_since(self.notebook, swapped_out)
 
 
 def save(notebook: NotebookFile) -> None:
     """Write atomically (validated by the caller); the fingerprint becomes the written file's."""
     data = (nbformat.writes(notebook.nb) + "\n").encode("utf-8")
     # Checked again right before the rename: a save from outside since the stale check is not lost.
-    write_atomic(notebook.path, data, check=lambda: _require_still_on_disk(notebook),
-                 replaces=lambda swapped_out: is_unchanged_since(notebook, swapped_out))
+    guard = _SaveGuard(notebook)
+    write_atomic(notebook.path, data, check=guard.still_on_disk, replaces=guard.replaces)
     notebook.fingerprint = Fingerprint(hashlib.sha256(data).hexdigest(), notebook.path.stat().st_mtime_ns)
     notebook.ids_added = False
