@@ -116,9 +116,11 @@ def _streamed(bash, script: str, watch: "_CapWatch"):
 
     `execute_sync` hands each command's whole output to `on_output` and keeps the script's
     whole stdout besides: an 8 MB `cat` peaked at about 8x its size. The byte sinks of the
-    async `execute` hold neither (about 1.3x). But there a `tools` call costs about 150 us
-    more (Bashkit runs each builtin on a thread of its own), so scripts that call `tools`
-    keep `execute_sync`.
+    async `execute` hold neither (about 1.3x). But there a `tools` call costs more, so
+    scripts that call `tools` keep `execute_sync`: `execute` runs the interpreter on
+    Bashkit's own threads, where a sync builtin runs, and an async builtin is awaited on
+    the caller's loop, two thread hand-offs a call; both cost 150-250 us more a call of an
+    in-process tool (bench/bench_builtin_paths.py).
     """
     out, err = codecs.getincrementaldecoder("utf-8")("replace"), codecs.getincrementaldecoder("utf-8")("replace")
 

@@ -1,0 +1,173 @@
+"""Benchmark: what one `tools` call costs under each way Bashkit can run a script.
+
+    python bench/bench_builtin_paths.py [--calls 2000] [--mcp-calls 300] [--repeat 5]
+
+Three ways, each with the real `tools` command (session, catalog, dispatcher):
+1. `execute_sync` with the sync builtin (what runs scripts that call `tools` today);
+2. the async `execute` with byte sinks (what runs scripts that call no tool) and the same
+   sync builtin;
+3. the async `execute` with an async builtin: Bashkit runs it on the caller's loop (the
+   script thread's own), where it awaits `ToolsCommand.handle` in place, or on the private
+   loop through `asyncio.wrap_future` for a tool bound there (MCP).
+
+Per call: a loop of `tools noop` (an in-process tool) and a loop of an MCP call, minus
+the same loop running `:`. Median and best of --repeat interleaved rounds. Also the raw
+cost of Bashkit's dispatch alone (a builtin that returns at once, no toolkernel).
+The question the figures answer: is (3) as cheap as (1)? If so every script can take the
+byte sinks (an output peaks at ~1.2x its size instead of ~8x: bench_memory.py).
+
+It is not (2026-11-30, bashkit 0.20.1, 2 CPUs at load 3.5, median / best of 7):
+`tools noop` costs 266 / 180 us today, 787 / 396 under (2) and 499 / 360 under (3); Bashkit
+alone, a builtin that returns at once costs 9.5 / 0.7 us under `execute_sync`, 63 / 33 with
+the sync builtin under `execute` and 291 / 201 with the async one. `execute` runs the
+interpreter on Bashkit's threads: a sync builtin runs there, an async one is scheduled
+on the caller's loop and its result sent back, two thread hand-offs a call. An MCP call
+(about 7 ms here) hides the difference in its noise. So scripts that call `tools` keep
+`execute_sync`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+import weakref
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_tools import NullSink, loop_script, noop, project_dir  # noqa: E402
+
+from toolkernel import _loop  # noqa: E402
+from toolkernel._command._cli import split_command  # noqa: E402
+from toolkernel._runners import _bashkit  # noqa: E402
+from toolkernel._runners._bashkit import BashkitRunner, _Builtin, _CapWatch, _ended, _new_bash, _streamed  # noqa: E402
+from toolkernel._runners._shell import ScriptEvents, execute  # noqa: E402
+from toolkernel._session import Session  # noqa: E402
+
+MCP_BODY = "tools github get-pull repo=acme/api number=101"
+
+
+class _AsyncBuiltin(_Builtin):
+    """The `tools` builtin as a coroutine: Bashkit's `execute` awaits it on the caller's loop."""
+
+    async def __call__(self, ctx) -> object:
+        from bashkit import BuiltinResult
+
+        command = self.command
+        argv = list(ctx.argv)
+        parsed = split_command(argv, command.catalog.is_server, command.catalog.split_qualified)
+        coro = command.handle(argv, ctx.stdin, parsed)
+        if command._runs_here(parsed):
+            outcome = await coro
+        else:
+            outcome = await asyncio.wrap_future(_loop.submit(coro))
+        return BuiltinResult(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
+
+
+class _Variant(BashkitRunner):
+    """A runner forced onto one way: `sync_execute` picks execute_sync, `builtin` the callback."""
+
+    def __init__(self, sync_execute: bool, builtin: type[_Builtin]) -> None:
+        super().__init__()
+        self.sync_execute, self.builtin = sync_execute, builtin
+
+    def run(self, script, command, events):
+        bash = _new_bash(self.builtin(command, events, weakref.ref(self)), command.workdir,
+                         command.dispatcher.env.guarded, False, command.dispatcher.env.shell)
+        watch = _CapWatch(events)
+        result = bash.execute_sync(script, on_output=watch.output) if self.sync_execute \
+            else _streamed(bash, script, watch)
+        return _ended(result, watch)
+
+
+VARIANTS = {
+    "execute_sync + sync builtin (today)": lambda: _Variant(True, _Builtin),
+    "execute + sync builtin": lambda: _Variant(False, _Builtin),
+    "execute + async builtin": lambda: _Variant(False, _AsyncBuiltin),
+}
+
+
+def timed(session: Session, script: str, runner) -> float:
+    events = ScriptEvents()
+    command = _loop.run(session.prepare(events))
+    command.run.limit = 10**9
+    started = time.perf_counter()
+    result = execute(runner, command, script, events, NullSink())
+    elapsed = time.perf_counter() - started
+    if result.exit_code != 0:
+        raise SystemExit(f"benchmark script exited {result.exit_code}: {result.stderr[-500:]}")
+    return elapsed
+
+
+def raw_dispatch(calls: int, mode: str) -> float:
+    """Seconds for `calls` builtin calls that do nothing, by Bashkit alone (no toolkernel)."""
+    from bashkit import Bash
+
+    def sync_builtin(ctx):
+        return "ok\n"
+
+    async def async_builtin(ctx):
+        return "ok\n"
+
+    async def sink(chunk: bytes) -> None:
+        pass
+
+    def run(script: str) -> float:
+        bash = Bash(custom_builtins={"tools": async_builtin if mode == "async" else sync_builtin})
+        started = time.perf_counter()
+        if mode == "sync":
+            bash.execute_sync(script)
+        else:
+            _loop.run_here(_loop.local_task(_executed(bash, script, sink)))
+        return time.perf_counter() - started
+
+    return run(loop_script("tools x", calls)) - run(loop_script(":", calls))
+
+
+async def _executed(bash, script: str, sink):
+    return await bash.execute(script, stdout=sink, stderr=sink)  # made with the loop running
+
+
+def median_best(values: list[float], calls: int) -> str:
+    return f"{statistics.median(values) / calls * 1e6:8.1f} us {min(values) / calls * 1e6:8.1f} us"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--mcp-calls", type=int, default=300)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    session = Session(project_dir())
+    session.register_tools([noop])
+    rows: dict[str, list[float]] = {}
+    try:
+        for make in VARIANTS.values():  # warm-up: imports, caches, the MCP server
+            timed(session, loop_script("tools noop", 10) + "\n" + loop_script(MCP_BODY, 3), make())
+        for _ in range(args.repeat):
+            for name, make in VARIANTS.items():
+                empty = timed(session, loop_script(":", args.calls), make())
+                rows.setdefault(f"noop | {name}", []).append(
+                    timed(session, loop_script("tools noop", args.calls), make()) - empty)
+                empty = timed(session, loop_script(":", args.mcp_calls), make())
+                rows.setdefault(f"MCP  | {name}", []).append(
+                    (timed(session, loop_script(MCP_BODY, args.mcp_calls), make()) - empty)
+                    * args.calls / args.mcp_calls)  # per call below, like the noop rows
+            for mode in ("sync", "exec+sync", "async"):
+                rows.setdefault(f"raw  | bashkit alone, {mode}", []).append(raw_dispatch(args.calls, mode))
+    finally:
+        session.close()
+    print(f"per `tools` call (loop minus an empty loop): median, best of {args.repeat};"
+          f" {args.calls} in-process calls, {args.mcp_calls} MCP calls")
+    width = max(map(len, rows))
+    for name in sorted(rows, key=lambda n: (n[:4], list(rows).index(n))):
+        print(f"  {name:<{width}}  {median_best(rows[name], args.calls)}")
+    print(f"  load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+
+if __name__ == "__main__":
+    main()
