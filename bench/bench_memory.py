@@ -13,8 +13,9 @@ Past 10 MiB Bashkit cuts the script's output (the run fails, loudly): the
 ratio is then against what arrived. Target: at most 2x the output's size.
 Tried 2026-11-30 (bench_builtin_paths.py): every script on the byte sinks with an async
 `tools` builtin took "with tools" from 8.0x to 1.1x at 8 MB, but left "tool result" at 7.6x
-(so most copies of a big result are not on the output path the byte sinks fix), peaked at 244 MB against 174 for a 32 MB result and left 60-121 MB behind after it,
-and cost 150-250 us more a call.
+(so most copies of a big result are not on the output path the byte sinks fix), peaked
+at 244 MB against 174 for a 32 MB result and left 60-121 MB behind after it, and cost
+150-250 us more a call.
 """
 
 from __future__ import annotations
