@@ -49,8 +49,20 @@ class CallEnv:
 
 
 def _schema_keys(tool: Tool) -> frozenset[str] | None:
-    properties = tool.input_schema.get("properties") if isinstance(tool.input_schema, Mapping) else None
-    return frozenset(properties) if isinstance(properties, Mapping) else None
+    """The input keys the tool's schema declares, worked out once per schema (a set per call
+    was most of `call_info`); held beside its schema, as the validators are below."""
+    schema = tool.input_schema
+    cached = _KEYS.get(id(schema))
+    if cached is None or cached[0] is not schema:
+        properties = schema.get("properties") if isinstance(schema, Mapping) else None
+        cached = (schema, frozenset(properties) if isinstance(properties, Mapping) else None)
+        if len(_KEYS) >= _MAX_VALIDATORS:
+            _KEYS.clear()
+        _KEYS[id(schema)] = cached
+    return cached[1]
+
+
+_KEYS: dict[int, tuple[Any, frozenset[str] | None]] = {}
 
 
 # Checked validators by the id of their schema, shared by every run: a direct call makes a
