@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping  # isinstance with typing.Mapping costs several us per check
-from typing import Any
+from typing import Any, Callable
 
 from ._approvals import Approvals, lasting_rule_covers
 from ._approver import Answer, ApprovalRequest, Approver, stop_and_report
@@ -122,7 +122,7 @@ class Dispatcher:
         if self.env.hooks.any("after_call"):
             result = await self.env.hooks.run_after(info, result)
         run.record(tool.command, info.input, read_only=tool.read_only, ok=not result.is_error,
-                   result=None if tool.read_only else _recorded(result))
+                   make_result=None if tool.read_only else _recorded(result))
         return result
 
     def _count(self, tool: Tool, arguments: Mapping[str, Any], run: Run) -> None:
@@ -255,9 +255,11 @@ class Dispatcher:
             raise
 
 
-def _recorded(result: ToolResult) -> object:
-    """A result as the report keeps it (images counted, not copied)."""
-    return result.value() if not result.images else {"images": len(result.images), "value": result.value()}
+def _recorded(result: ToolResult) -> Callable[[], object]:
+    """How the report makes the result it shows, when it is asked (images counted, not kept)."""
+    kept = dataclasses.replace(result, images=[])
+    images = len(result.images)
+    return kept.value if not images else lambda: {"images": images, "value": kept.value()}
 
 
 def _broken_schema(tool: Tool, problem: str) -> ToolFailed:
