@@ -105,7 +105,7 @@ def direct_mcp(session: Session, calls: int) -> float:
     return time.perf_counter() - started
 
 
-async def bare_mcp(calls: int) -> float:
+async def bare_mcp(calls: int) -> tuple[float, float]:
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
@@ -113,22 +113,37 @@ async def bare_mcp(calls: int) -> float:
     async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
         await client.initialize()
         await client.call_tool("get_pull", PULL_INPUT)  # warm-up, like the script's pool
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), _cpu()
         for _ in range(calls):
             result = await client.call_tool("get_pull", PULL_INPUT)
             if result.is_error:
                 raise SystemExit(f"bare call failed: {result}")
-        return time.perf_counter() - started
+        return time.perf_counter() - started, _cpu() - cpu  # without the server's start
 
 
-def interleaved(repeat: int, measures: dict[str, callable]) -> dict[str, tuple[float, float]]:
+def interleaved(repeat: int, measures: dict[str, callable],
+                cpu: dict[str, float] | None = None) -> dict[str, tuple[float, float]]:
     """(median, min) seconds of each measure; rounds alternate so load from other processes
-    on a shared machine falls on every measure alike."""
+    on a shared machine falls on every measure alike. `cpu`, when given, gets the median
+    CPU seconds this process spent in each measure (all its threads): on a loaded machine
+    that moves far less than the wall time does."""
     samples: dict[str, list[float]] = {name: [] for name in measures}
+    spent: dict[str, list[float]] = {name: [] for name in measures}
     for _ in range(repeat):
         for name, measure in measures.items():
-            samples[name].append(measure())
+            before = _cpu()
+            measured = measure()  # seconds, or (seconds, CPU seconds) of its own timed part
+            seconds, cpu_seconds = measured if isinstance(measured, tuple) else (measured, _cpu() - before)
+            samples[name].append(seconds)
+            spent[name].append(cpu_seconds)
+    if cpu is not None:
+        cpu.update({name: statistics.median(values) for name, values in spent.items()})
     return {name: (statistics.median(values), min(values)) for name, values in samples.items()}
+
+
+def _cpu() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 def bench_in_process(session: Session, calls: int, repeat: int) -> dict[str, tuple[float, float]]:
@@ -147,13 +162,15 @@ def bench_in_process(session: Session, calls: int, repeat: int) -> dict[str, tup
 def bench_mcp(session: Session, calls: int, repeat: int) -> dict[str, tuple[float, float]]:
     body = "tools github get-pull repo=acme/api number=101"
     timed_script(session, loop_script(body, 3))  # start the server before timing
+    cpu: dict[str, float] = {}
     t = interleaved(repeat, {
         "script": lambda: timed_script(session, loop_script(body, calls)),
         "empty": lambda: timed_script(session, loop_script(":", calls)),
         "direct": lambda: direct_mcp(session, calls),
         "bare": lambda: asyncio.run(bare_mcp(calls)),
-    })
+    }, cpu)
     return {
+        "cpu_us": {name: spent / calls * 1e6 for name, spent in cpu.items()},
         "script_us": _per_call(t["script"], calls),
         "loop_us": _per_call(t["empty"], calls),
         "direct_us": _per_call(t["direct"], calls),
@@ -180,14 +197,18 @@ def print_table(inproc, mcp, args) -> None:
         ("MCP: script / bare", f"{mcp['ratio'][0]:.3f}x", f"{mcp['ratio'][1]:.3f}x",
          _verdict(mcp["ratio"][0] <= MCP_TARGET_RATIO, f"<= {MCP_TARGET_RATIO:g}x")),
     ]
+    cpu = mcp["cpu_us"]  # this process only: the server's own CPU is the same for every measure
+    rows.append(("MCP: CPU per call, script / direct / bare",
+                 f"{cpu['script']:.0f} / {cpu['direct']:.0f} / {cpu['bare']:.0f} us", "",
+                 f"script / bare {cpu['script'] / cpu['bare']:.2f}x"))
     print(f"toolkernel bench: {args.calls} in-process calls, {args.mcp_calls} MCP calls,"
           f" {args.repeat} interleaved runs; per call: median, best")
     width = max(len(r[0]) for r in rows)
     for name, median, best, verdict in rows:
         print(f"  {name:<{width}}  {median:>11}  {best:>11}  {verdict}")
-    load = os.getloadavg()[0]
-    if load > (os.cpu_count() or 1):
-        print(f"  note: load average {load:.1f} on {os.cpu_count()} CPUs; other processes skew these figures")
+    load = os.getloadavg()
+    print(f"  load average {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f} on {os.cpu_count()} CPUs"
+          + ("; other processes skew these figures" if load[0] > (os.cpu_count() or 1) else ""))
 
 
 def _verdict(ok: bool, target: str) -> str:

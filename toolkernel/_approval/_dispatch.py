@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping  # isinstance with typing.Mapping costs several us per check
-from typing import Any
+from typing import Any, Callable
 
 from ._approvals import Approvals, lasting_rule_covers
 from ._approver import Answer, ApprovalRequest, Approver, stop_and_report
@@ -49,8 +49,20 @@ class CallEnv:
 
 
 def _schema_keys(tool: Tool) -> frozenset[str] | None:
-    properties = tool.input_schema.get("properties") if isinstance(tool.input_schema, Mapping) else None
-    return frozenset(properties) if isinstance(properties, Mapping) else None
+    """The input keys the tool's schema declares, worked out once per schema (a set per call
+    was most of `call_info`); held beside its schema, as the validators are below."""
+    schema = tool.input_schema
+    cached = _KEYS.get(id(schema))
+    if cached is None or cached[0] is not schema:
+        properties = schema.get("properties") if isinstance(schema, Mapping) else None
+        cached = (schema, frozenset(properties) if isinstance(properties, Mapping) else None)
+        if len(_KEYS) >= _MAX_VALIDATORS:
+            _KEYS.clear()
+        _KEYS[id(schema)] = cached
+    return cached[1]
+
+
+_KEYS: dict[int, tuple[Any, frozenset[str] | None]] = {}
 
 
 # Checked validators by the id of their schema, shared by every run: a direct call makes a
@@ -110,7 +122,7 @@ class Dispatcher:
         if self.env.hooks.any("after_call"):
             result = await self.env.hooks.run_after(info, result)
         run.record(tool.command, info.input, read_only=tool.read_only, ok=not result.is_error,
-                   result=None if tool.read_only else _recorded(result))
+                   make_result=None if tool.read_only else _recorded(result))
         return result
 
     def _count(self, tool: Tool, arguments: Mapping[str, Any], run: Run) -> None:
@@ -243,9 +255,11 @@ class Dispatcher:
             raise
 
 
-def _recorded(result: ToolResult) -> object:
-    """A result as the report keeps it (images counted, not copied)."""
-    return result.value() if not result.images else {"images": len(result.images), "value": result.value()}
+def _recorded(result: ToolResult) -> Callable[[], object]:
+    """How the report makes the result it shows, when it is asked (images counted, not kept)."""
+    kept = dataclasses.replace(result, images=[])
+    images = len(result.images)
+    return kept.value if not images else lambda: {"images": images, "value": kept.value()}
 
 
 def _broken_schema(tool: Tool, problem: str) -> ToolFailed:

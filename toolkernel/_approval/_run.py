@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 CALL_LIMIT = 50
 REPORT_VERSION = 1
@@ -60,13 +60,16 @@ class CallRecord:
     ok: bool
     result: Any = None
     error: Mapping[str, Any] | None = None
+    # Makes `result` when a report asks for it: most runs end without one, and the value of
+    # a text result is a JSON parse of the whole text.
+    make_result: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"tool": self.tool, "input": dict(self.input), "ok": self.ok}
         if self.error is not None:
             body["error"] = dict(self.error)
         else:
-            body["result"] = self.result
+            body["result"] = self.make_result() if self.make_result is not None else self.result
         return body
 
 
@@ -129,11 +132,12 @@ class Run:
             self.stopped = StopInfo(reason, tool, dict(input), approval, before_start, dict(shown or {}))
 
     def record(self, tool: str, arguments: Mapping[str, Any], *, read_only: bool, ok: bool,
-               result: Any = None, error: Mapping[str, Any] | None = None) -> None:
+               result: Any = None, error: Mapping[str, Any] | None = None,
+               make_result: Callable[[], Any] | None = None) -> None:
         if read_only:
             self.read_only_calls += 1
         else:
-            self.done.append(CallRecord(tool, dict(arguments), ok, result, error))
+            self.done.append(CallRecord(tool, dict(arguments), ok, result, error, make_result))
 
     def needs_report(self, exit_code: int) -> bool:
         return self.stopped is not None or (exit_code != 0 and bool(self.done))
