@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -14,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from jupyter_server_helpers import free_port, stop_server
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -59,12 +59,6 @@ def _extension_path(tmp: Path) -> dict[str, str]:
     return {"JUPYTER_PATH": str(data)}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def lab(browser_ready, tmp_path):
     workdir = tmp_path / "project"
@@ -81,7 +75,7 @@ def lab(browser_ready, tmp_path):
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
                                                                            "checkForUpdates": False}))
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO), "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
            "TOOLKERNEL_ADMIN_CONFIG": str(tmp_path / "no-admin.toml"), **_extension_path(tmp_path)}
@@ -95,11 +89,7 @@ def lab(browser_ready, tmp_path):
         _wait_for(f"{base}/api/status", server, tmp_path / "lab.log")
         yield base, workdir
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_server(server)
         log.close()
 
 
