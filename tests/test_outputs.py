@@ -2,7 +2,9 @@
 
 import pytest
 
+from toolkernel import _saved
 from toolkernel._runners._outputs import HEAD, LIMIT, TAIL, OutputLimiter
+from toolkernel._saved import SavingStream
 
 
 def run(tmp_path, chunks):
@@ -84,3 +86,15 @@ def test_a_session_starts_without_an_outputs_folder(tmp_path, monkeypatch):
         monkeypatch.setenv(name, value)
     Session(tmp_path).close()
     assert not (tmp_path / ".toolkernel").exists()
+
+
+def test_two_outputs_saved_in_the_same_microsecond_keep_their_own_files(tmp_path, monkeypatch):
+    # The clock names a saved output; a frozen clock stands for two sessions saving at once.
+    monkeypatch.setattr(_saved.time, "time_ns", lambda: 1_700_000_000_123_456_000)
+    monkeypatch.setattr(_saved.time, "strftime", lambda fmt: "20261130-120000")
+    first, second = SavingStream(tmp_path), SavingStream(tmp_path)
+    first.write("first\n")
+    second.write("second\n")
+    names = first.finish(), second.finish()
+    assert names[0] != names[1]
+    assert [(tmp_path / n).read_text() for n in names] == ["first\n", "second\n"]

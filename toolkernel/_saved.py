@@ -25,8 +25,9 @@ def save(workdir: Path, text: str, kind: str = "output") -> Path:
     return relative
 
 
-def _new_name(kind: str) -> Path:
-    return OUTPUT_DIR / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 1_000_000:06d}.txt"
+def _new_name(kind: str, attempt: int = 0) -> Path:
+    again = f"-{attempt}" if attempt else ""
+    return OUTPUT_DIR / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 1_000_000:06d}{again}.txt"
 
 
 class SavingStream:
@@ -40,12 +41,21 @@ class SavingStream:
     SLICE = 1 << 20  # characters encoded at once
 
     def __init__(self, workdir: Path, kind: str = "output") -> None:
-        self.relative = _new_name(kind)
-        self.path = workdir / self.relative
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.partial = self.path.with_name(f".{self.path.name}.partial")
-        # newline="" keeps the text's own line ends; "replace" keeps a lone surrogate from ending the save
-        self.file = open(self.partial, "w", encoding="utf-8", errors="replace", newline="")
+        (workdir / OUTPUT_DIR).mkdir(parents=True, exist_ok=True)
+        for attempt in range(1000):
+            # The clock names the file; two sessions saving in one microsecond take turns.
+            self.relative = _new_name(kind, attempt)
+            self.path = workdir / self.relative
+            self.partial = self.path.with_name(f".{self.path.name}.partial")
+            if self.path.exists():
+                continue
+            try:
+                # newline="" keeps the text's own line ends; "replace" keeps a lone surrogate from ending the save
+                self.file = open(self.partial, "x", encoding="utf-8", errors="replace", newline="")
+                return
+            except FileExistsError:
+                continue
+        raise FileExistsError(f"no free name for a saved output in {workdir / OUTPUT_DIR}")
 
     def write(self, text: str, start: int = 0) -> None:
         """Write `text` from position `start` on."""
