@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -339,6 +339,13 @@ def http_server(tmp_path):
     work = project(tmp_path, recorder_server_section(record), server_section("pics", "images.py"),
                    policy_section(ask=["mcp_github__delete_branch"], allow=["mcp_pics__red_square"]),
                    '[tools_in_shell]\nkeep_visible = ["mcp_github__list_pulls"]\n')
+    with serving_http(work) as (url, token):
+        yield url, token, record, work
+
+
+@contextmanager
+def serving_http(work: Path):
+    """`toolkernel serve --http` in `work`, on a free loopback port, with a token: (url, token)."""
     port, token = free_port(), "s3cret-token"
     proc = subprocess.Popen([sys.executable, "-m", "toolkernel", "serve", "--http", f"127.0.0.1:{port}",
                              "--token", token], cwd=work, env=server_env(), stderr=subprocess.PIPE)
@@ -351,7 +358,7 @@ def http_server(tmp_path):
             time.sleep(0.2)
     assert proc.poll() is None, proc.stderr.read().decode()
     try:
-        yield f"http://127.0.0.1:{port}/mcp", token, record, work
+        yield f"http://127.0.0.1:{port}/mcp", token
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -481,6 +488,24 @@ def test_over_http_the_list_images_and_large_outputs_are_as_over_stdio(http_serv
     assert next(t for t in listed if t.name == "mcp_github__list_pulls").input_schema["required"] == ["repo"]
     assert_one_image(image, work)
     assert_head_and_tail(big.structured_content["stdout"], work)
+
+
+def test_enabled_false_over_http_lists_and_calls_every_tool_directly(tmp_path):
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record), "[tools_in_shell]\nenabled = false\n",
+                   policy_section(deny=["mcp_github__delete_repo"], allow=["mcp_github__delete_branch"]))
+
+    async def body(url, token):
+        async with over_http(url, token) as client:
+            names = [t.name for t in (await client.list_tools()).tools]
+            return names, await client.call_tool("mcp_github__delete_branch", {"branch": "old"})
+
+    with serving_http(work) as (url, token):
+        names, called = run(body, url, token)
+    assert "bash" not in names and "mcp_github__delete_repo" not in names
+    assert {"read_file", "mcp_github__list_pulls", "mcp_github__delete_branch"} <= set(names)
+    assert not called.is_error
+    assert recorded(record) == [{"tool": "delete_branch", "input": {"branch": "old"}}]
 
 
 def test_a_once_answer_counts_only_for_the_http_session_that_asked(http_server):
