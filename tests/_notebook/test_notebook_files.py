@@ -157,6 +157,9 @@ def test_edit_of_a_notebook_never_read_is_refused(rich, ctx):
     original = rich.read_bytes()
     result = call(edit, ctx, notebook_path="rich.ipynb", cell_id=ids(rich)[0], new_source="x")
     assert result.is_error and "read it first" in result.texts[0]
+    # The name serve lists the tool by, which `tools` takes too (not `tools notebook-read`, which an
+    # agent over MCP cannot call).
+    assert "(notebook_read with notebook_path=rich.ipynb)" in result.texts[0]
     assert rich.read_bytes() == original
 
 

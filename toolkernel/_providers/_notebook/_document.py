@@ -97,6 +97,12 @@ def _verified_identity(notebook: NotebookFile, path: Path) -> object:
     return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
+def read_hint(name: str) -> str:
+    """How to read a notebook again, in words for both routes: `serve` lists the tool as
+    `notebook_read`, and `tools` takes that name too (hyphens and underscores fold alike)."""
+    return f"notebook_read with notebook_path={name}"
+
+
 class _SaveGuard:
     """The checks of one save: right before the swap, the file must still be the one read;
     right after it, what the swap took out must be that file. The second check compares
@@ -112,8 +118,7 @@ class _SaveGuard:
         if self.identity is _CHANGED:
             raise ToolInputError(
                 f"{self.notebook.path.name} changed on disk while this edit was being saved (someone else saved"
-                f" it); nothing was written. Read it again (tools notebook-read"
-                f" notebook_path={self.notebook.path.name}) and redo the edit"
+                f" it); nothing was written. Read it again ({read_hint(self.notebook.path.name)}) and redo the edit"
             )
 
     def replaces(self, swapped_out: Path) -> bool:

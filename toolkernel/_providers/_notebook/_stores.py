@@ -147,14 +147,13 @@ class NotebookStore(ABC):
         seen = state.get(READS_KEY, {}).get(self.key)
         if seen is None:
             raise ToolInputError(
-                f"{self.name} has not been read in this session; read it first "
-                f"(tools notebook-read notebook_path={self.name}) and then edit it")
+                f"{self.name} has not been read in this session; read it first ({doc.read_hint(self.name)}) and then edit it")
         return seen
 
     def stale_error(self, what: str) -> ToolInputError:
         return ToolInputError(
             f"{what} changed since you last read it (someone may be editing it in JupyterLab); read it again "
-            f"(tools notebook-read notebook_path={self.name}) before editing, so their work is not overwritten")
+            f"({doc.read_hint(self.name)}) before editing, so their work is not overwritten")
 
 
 class WholeDocumentStore(NotebookStore):
