@@ -101,7 +101,7 @@ def in_git_object_store(path: Path, *, real: bool = False) -> bool:
     """True for files under `<gitdir>/objects`, loose or packed, bare repos included
     (`real`: `path` is resolved already)."""
     real_path = path if real else Path(os.path.realpath(path))
-    if "objects" not in real_path.parts[:-1]:
+    if "/objects/" not in str(real_path):  # no folder of that name: most calls end here
         return False
     for folder in real_path.parents:
         if folder.name != "objects":
