@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -150,12 +151,22 @@ def _numbered_text(text: str, shown: str, offset: int, limit: int) -> str | None
     if lines[-1] == "":
         lines.pop()  # the newline that ends the last line starts no other
     window = lines if offset == 0 and len(lines) <= limit else lines[offset:offset + limit]
-    if _over_the_cut(window, text.isascii()):
+    if _may_hold_a_long_line(text) and _over_the_cut(window, text.isascii()):
         return None
     total = len(lines)
     if offset == 0 and window:
         window[0] = window[0].removeprefix("\ufeff")
     return _with_note(_number(window, offset + 1), len(window), shown, offset, total)
+
+
+def _may_hold_a_long_line(text: str) -> bool:
+    """False when no line of `text` can be over the cut, found without a step per line: such a
+    line has more than MAX_LINE_BYTES characters (a quarter of that when not ASCII), so it covers
+    a whole run of `step` characters starting at a multiple of `step` in which C's find sees no
+    newline."""
+    step = (MAX_LINE_BYTES if text.isascii() else MAX_LINE_BYTES // 4) // 2
+    newline_in = functools.partial(text.find, "\n")
+    return -1 in map(newline_in, range(0, len(text), step), range(step, len(text) + step, step))
 
 
 def _over_the_cut(lines: list[str], ascii: bool) -> bool:
