@@ -213,10 +213,12 @@ def tool(
     """
 
     def wrap(fn: Callable[..., Any]) -> Tool:
+        is_async = inspect.iscoroutinefunction(fn)  # asked once, not on every call
+
         @functools.wraps(fn)
         async def call(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
             try:
-                if inspect.iscoroutinefunction(fn):
+                if is_async:
                     value = await fn(arguments, ctx)
                 elif on_private_loop():
                     value = await asyncio.to_thread(fn, arguments, ctx)

@@ -199,3 +199,23 @@ def test_edit_file_keeps_mode_and_crlf(tmp_path):
     call(edit_file, {"path": "tool.sh", "old_string": "one", "new_string": "uno"}, tmp_path)
     assert target.read_bytes() == b"echo uno\r\necho two\r\n"
     assert target.stat().st_mode & 0o777 == 0o755
+
+
+# ---- how the file is read (one unbuffered read of the size fstat gives)
+
+
+def test_a_file_over_the_one_read_size_is_numbered_line_by_line_alike(tmp_path, monkeypatch):
+    from toolkernel._providers._tools import files
+
+    (tmp_path / "f.txt").write_text("".join(f"line {i}\n" for i in range(50)))
+    whole = text_of(call(read_file, {"path": "f.txt", "offset": 5, "limit": 7}, tmp_path))
+    monkeypatch.setattr(files, "PLAIN_TEXT_BYTES", 10)  # the sniff, then a buffered reader
+    assert text_of(call(read_file, {"path": "f.txt", "offset": 5, "limit": 7}, tmp_path)) == whole
+    assert whole.startswith("     6\tline 5\n") and whole.endswith("(lines 6-12 of 50; use offset=12 to read on)")
+
+
+@pytest.mark.skipif(not Path("/proc/version").is_file(), reason="needs Linux /proc")
+def test_a_file_whose_size_says_zero_is_read_to_its_end(tmp_path):
+    assert os.stat("/proc/version").st_size == 0
+    shown = text_of(call(read_file, {"path": "/proc/version"}, tmp_path))
+    assert shown == "     1\t" + Path("/proc/version").read_text().rstrip("\n")

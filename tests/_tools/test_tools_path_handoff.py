@@ -10,6 +10,7 @@ import pytest
 
 from approval_helpers import CollectingSink
 from toolkernel._approval._hooks import HookOutcome
+from toolkernel._providers._tools import _paths
 from toolkernel._session import Session
 
 
@@ -68,13 +69,16 @@ def test_a_link_swapped_after_the_checks_does_not_redirect_the_write(session, tm
 def test_one_call_resolves_its_path_once(session, monkeypatch):
     run(session, "tools read-file path=inside.txt")  # warm: config, plan, validators
     resolved = []
-    real = os.path.realpath
 
-    def counting(path, *args, **kwargs):
-        resolved.append(os.fspath(path))
-        return real(path, *args, **kwargs)
+    def counting(resolve):
+        def counted(path, *args, **kwargs):
+            resolved.append(os.fspath(path))
+            return resolve(path, *args, **kwargs)
+        return counted
 
-    monkeypatch.setattr(os.path, "realpath", counting)
+    # Both ways a path is resolved: the kernel's (one open in /proc) and realpath.
+    monkeypatch.setattr(_paths, "_kernel_real", counting(_paths._kernel_real))
+    monkeypatch.setattr(os.path, "realpath", counting(os.path.realpath))
     # Built at run time: the advisory check before the start (which resolves literal calls
     # to decide whether to ask first) does not see them.
     result, err = run(session, "for f in inside.txt link.txt; do tools read-file path=$f; done")

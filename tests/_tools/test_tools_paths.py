@@ -1,4 +1,10 @@
+import os
+from pathlib import Path
+
+import pytest
+
 from toolkernel._providers._tools import outside_workspace
+from toolkernel._providers._tools._paths import display_path, resolve_real
 from toolkernel._providers._tools.files import read_file
 from toolkernel._providers._tools.search import grep_search
 from toolkernel._providers._tools.web import web_fetch
@@ -47,3 +53,46 @@ def test_workdir_reached_through_a_symlink(tmp_path):
 
 def test_tools_without_path_keys_never_leave(tmp_path):
     assert not outside_workspace(web_fetch, {"url": "file:///etc/passwd"}, tmp_path)
+
+
+@pytest.mark.parametrize("value", [
+    "file.txt", "file_link", "dir_link/../file.txt", "dir_link/inner.txt", "dir_link/",
+    "new.txt", "new_dir/x/y.txt", "dangling", "dangling/../file.txt", "loop", "file.txt/",
+    "file.txt/..", ".", "..", "/", "missing_link_dir/../file.txt",
+])
+def test_a_path_resolves_as_realpath_resolves_it(tmp_path, value):
+    """The kernel's resolution (an O_PATH open named in /proc) gives what realpath gives,
+    symlinks, `..` after a symlink, paths not there yet and broken links alike."""
+    work, other = tmp_path / "work", tmp_path / "other"
+    work.mkdir()
+    other.mkdir()
+    (work / "file.txt").write_text("x\n")
+    (other / "inner.txt").write_text("y\n")
+    (work / "file_link").symlink_to(work / "file.txt")
+    (work / "dir_link").symlink_to(other)
+    (work / "dangling").symlink_to(tmp_path / "nowhere")
+    (work / "loop").symlink_to(work / "loop")
+    (work / "missing_link_dir").symlink_to(other / "gone")
+    assert resolve_real(value, work) == Path(os.path.realpath(os.path.join(work, value)))
+
+
+def test_a_swapped_symlink_is_seen_on_the_next_resolution(tmp_path):
+    work, other = tmp_path / "work", tmp_path / "other"
+    work.mkdir()
+    other.mkdir()
+    (work / "link").symlink_to(work)
+    assert resolve_real("link/f", work) == work / "f"
+    (work / "link").unlink()
+    (work / "link").symlink_to(other)
+    assert resolve_real("link/f", work) == other / "f"
+
+
+def test_display_path(tmp_path):
+    real = tmp_path / "real"
+    (real / "sub").mkdir(parents=True)
+    (tmp_path / "via").symlink_to(real)
+    assert display_path(real / "sub" / "a.txt", real) == "sub/a.txt"
+    assert display_path(real, real) == "."
+    assert display_path(real / "sub" / "a.txt", tmp_path / "via") == "sub/a.txt"  # the workdir's real path
+    assert display_path(tmp_path / "realx" / "a.txt", real) == str(tmp_path / "realx" / "a.txt")
+    assert display_path(Path("/etc/passwd"), Path("/")) == "etc/passwd"

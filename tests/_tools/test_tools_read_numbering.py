@@ -57,3 +57,17 @@ def test_numbers_past_the_made_prefixes_are_formatted_alike(monkeypatch):
     monkeypatch.setattr(files, "_MAX_PREFIXES", 3)
     assert files._numbered_text(data.decode(), "f.txt", 2, 6) == made
     assert made == _numbered_window(io.BytesIO(data), "f.txt", 2, 6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(before=st.lists(st.integers(0, 1200), max_size=4), char=st.sampled_from(["x", "é", "€", "😀"]),
+       count=st.integers(490, 2100), after=st.lists(st.integers(0, 1200), max_size=4))
+def test_the_quick_look_never_misses_a_line_over_the_cut(before, char, count, after):
+    """Wherever a long line starts, `_may_hold_a_long_line` sees it: only a False answer skips the
+    line-by-line measure."""
+    from toolkernel._providers._tools.files import _may_hold_a_long_line
+
+    lines = ["y" * n for n in before] + [char * count] + ["y" * n for n in after]
+    text = "\n".join(lines) + "\n"
+    if len((char * count).encode("utf-8")) > MAX_LINE_BYTES:
+        assert _may_hold_a_long_line(text)

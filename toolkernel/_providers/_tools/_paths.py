@@ -36,8 +36,33 @@ def outside_workspace(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
 def resolve_real(value: str, workdir: Path) -> Path:
     """`value` (absolute or relative to `workdir`) with symlinks and `..` resolved."""
     # On strings: this runs for every path of every call, and each Path made costs more than the
-    # system calls realpath makes (an absolute `value` replaces `workdir` in the join).
-    return Path(os.path.realpath(os.path.join(workdir, os.path.expanduser(value))))
+    # system calls do (an absolute `value` replaces `workdir` in the join).
+    joined = os.path.join(workdir, os.path.expanduser(value))
+    return Path(_kernel_real(joined) or os.path.realpath(joined))
+
+
+_O_PATH = getattr(os, "O_PATH", None)  # Linux
+
+
+def _kernel_real(path: str) -> str | None:
+    """Where the kernel resolves `path` to, asked of the kernel: one open that reads nothing, and
+    its name in /proc, where realpath makes a system call and Python steps per component.
+    None when that does not answer (a path that does not exist yet, no /proc, not Linux):
+    realpath decides those."""
+    if _O_PATH is None:
+        return None
+    try:
+        fd = os.open(path, _O_PATH | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    # Anything but a plain absolute path (a file unlinked meanwhile is named "... (deleted)").
+    return real if real.startswith("/") and not real.endswith(" (deleted)") else None
 
 
 def real_path(path: Path) -> Path:
@@ -55,9 +80,15 @@ def is_inside(path: Path, root: Path) -> bool:
 
 def display_path(path: Path, workdir: Path) -> str:
     """`path` relative to the workspace when it lies inside it, else absolute."""
-    if is_inside(path, workdir):
-        return Path(path).relative_to(workdir).as_posix() or "."
-    root = real_path(Path(workdir))
-    if is_inside(path, root):
-        return Path(path).relative_to(root).as_posix() or "."
-    return str(path)
+    # On strings: both are normalised, so a prefix of whole names is a relative path.
+    shown = _relative(str(path), str(workdir))
+    if shown is None:
+        shown = _relative(str(path), str(real_path(Path(workdir))))
+    return str(path) if shown is None else shown
+
+
+def _relative(path: str, root: str) -> str | None:
+    if path == root:
+        return "."
+    prefix = root if root.endswith("/") else root + "/"
+    return path[len(prefix):] if path.startswith(prefix) else None
