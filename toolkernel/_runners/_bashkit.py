@@ -10,6 +10,7 @@ reaches the runner (which alone holds the `Bash`) through a weak reference.
 from __future__ import annotations
 
 import codecs
+import ctypes
 import threading
 import weakref
 from pathlib import Path
@@ -79,6 +80,7 @@ class _Builtin:
     def __call__(self, ctx) -> object:
         from bashkit import BuiltinResult
 
+        _keep_thread_state()
         outcome = self.command.handle_sync(list(ctx.argv), ctx.stdin, ctx.cwd)
         if outcome.stops_script:
             # Bashkit drops a cancelled script's buffered output, so the error of the call
@@ -88,6 +90,30 @@ class _Builtin:
             if runner is not None:
                 runner.cancel()
         return BuiltinResult(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
+
+
+_kept = threading.local()
+
+
+def _keep_thread_state() -> None:
+    """Keep the Python thread state of the Bashkit thread that calls the builtin.
+
+    Under the async `execute`, Bashkit calls a sync builtin on its own tokio threads,
+    which Python did not start: pyo3 makes a Python thread state for each entry into
+    Python and deletes it on the way out, three times a call. Everything Python keeps
+    per thread state starts again each time (asyncio's running-loop cache, contextvars,
+    `threading.local`), which cost a `tools` call 100-300 us more than under
+    `execute_sync`. One `PyGILState_Ensure` that is never released keeps the state for
+    the thread's life (the documented way for a foreign thread to keep one); pyo3's own
+    ensure/release pairs then reuse it. Bashkit's tokio workers live as long as the
+    process, so this keeps a handful of thread states, never one per call.
+    """
+    if getattr(_kept, "state", False):
+        return
+    _kept.state = True
+    pythonapi = getattr(ctypes, "pythonapi", None)  # CPython's C API; elsewhere only slower
+    if pythonapi is not None:
+        pythonapi.PyGILState_Ensure()
 
 
 def _new_bash(builtin: _Builtin, workdir: Path, plan: Protection, read_only: bool, limits: ShellLimits):
