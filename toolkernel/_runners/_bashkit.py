@@ -9,13 +9,13 @@ reaches the runner (which alone holds the `Bash`) through a weak reference.
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import ctypes
 import threading
 import weakref
 from pathlib import Path
 
-from .. import _loop
 from ._caps import builtin_cap, cap_line
 from .._command._command import ToolsCommand
 from ._guard import GuardedChmod, Protection, mount
@@ -76,11 +76,13 @@ class _Builtin:
 
     def __init__(self, command: ToolsCommand, events: RunEvents, runner: "weakref.ref[BashkitRunner]") -> None:
         self.command, self.events, self.runner = command, events, runner
+        self.script_thread = threading.get_ident()  # made on the script's thread, by `run`
 
     def __call__(self, ctx) -> object:
         from bashkit import BuiltinResult
 
-        _keep_thread_state()
+        if threading.get_ident() != self.script_thread:
+            _keep_thread_state()  # called on Bashkit's thread: under the async `execute`
         outcome = self.command.handle_sync(list(ctx.argv), ctx.stdin, ctx.cwd)
         if outcome.stops_script:
             # Bashkit drops a cancelled script's buffered output, so the error of the call
@@ -160,9 +162,26 @@ def _streamed(bash, script: str, watch: "_CapWatch"):
         return await bash.execute(script, stdout=stdout, stderr=stderr)
 
     try:
-        return _loop.run_here(_loop.local_task(execute()))
+        with asyncio.Runner(loop_factory=_CallbackLoop) as runner:
+            return runner.run(execute())
     finally:
         watch.output(out.decode(b"", final=True), err.decode(b"", final=True))
+
+
+class _CallbackLoop(asyncio.SelectorEventLoop):
+    """The loop that awaits `execute`: it runs what Bashkit hands it in a copy of the
+    context Bashkit names.
+
+    Bashkit (0.20.1) calls a sync builtin on its own thread inside one
+    `contextvars.Context`, and schedules its byte-sink calls on this loop in that same
+    Context. A Context can be entered only once at a time: a sink call that came while a
+    builtin ran (`chmod` just after a large output) failed with "cannot enter context",
+    its chunk was never acknowledged, and the run hung for good. A copy carries the same
+    values and can be entered while the original is.
+    """
+
+    def call_soon_threadsafe(self, callback, *args, context=None):
+        return super().call_soon_threadsafe(callback, *args, context=None if context is None else context.copy())
 
 
 def _no_network(ctx):
