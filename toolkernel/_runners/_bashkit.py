@@ -144,11 +144,15 @@ def _streamed(bash, script: str, watch: "_CapWatch"):
 
     `execute_sync` hands each command's whole output to `on_output` and keeps the script's
     whole stdout besides: an 8 MB `cat` peaked at about 8x its size. The byte sinks of the
-    async `execute` hold neither (about 1.3x). But there a `tools` call costs more, so
-    scripts that call `tools` keep `execute_sync`: `execute` runs the interpreter on
-    Bashkit's own threads, where a sync builtin runs, and an async builtin is awaited on
-    the caller's loop, two thread hand-offs a call; both cost 150-250 us more a call of an
-    in-process tool (bench/bench_builtin_paths.py).
+    async `execute` hold neither (about 1.2x). Scripts that call `tools` still keep
+    `execute_sync`, though a call now costs the same on both (bench_builtin_paths.py, once
+    `_keep_thread_state` keeps Bashkit's threads from starting Python afresh each call):
+    under `execute` a sync builtin blocks the Bashkit thread that would hand on the output
+    before it, so nothing a script prints reaches the cell until the interpreter next waits
+    on something (`sleep`, a pipe, the end). A loop of tool calls would show its output
+    only at the end, and a call that stops the script (which cancels it) would drop the
+    output of the commands before it. An async builtin lets the output through, but costs
+    two thread hand-offs a call (about 2x a call). Seen with bashkit 0.20.1.
     """
     out, err = codecs.getincrementaldecoder("utf-8")("replace"), codecs.getincrementaldecoder("utf-8")("replace")
 
