@@ -17,7 +17,7 @@ import pytest
 
 from kernel_helpers import RecordingSink, error_lines, github_toml, isolated_env, write_config
 from toolkernel._approval._approver import Answer, ApprovalRequest, ElicitApprover
-from toolkernel import tool
+from toolkernel import _loop, tool
 from toolkernel._session import Session
 from toolkernel._runners._shell import ShellResult
 
@@ -274,7 +274,7 @@ def test_five_thousand_runs_keep_descriptors_and_memory_flat(project):
 HANG_CHILD = """
 import json, sys
 from pathlib import Path
-from toolkernel import tool
+from toolkernel import _loop, tool
 from toolkernel._session import Session
 from kernel_helpers import RecordingSink
 work = Path(sys.argv[1])
@@ -296,7 +296,7 @@ def test_a_builtin_called_while_output_is_still_arriving_does_not_hang_the_run(p
     assert json.loads(out.strip().splitlines()[-1]) == {"exit": 0, "size": 5 * 100_000 + 4, "stderr": ""}
 
 
-def test_tools_calls_on_bashkits_threads_reuse_one_loop_per_thread(project):
+def test_tools_calls_on_bashkits_threads_reuse_one_loop_per_thread_and_unloading_closes_it(project):
     # A name the script builds (`$t`) keeps the script on the byte-sink path, where Bashkit
     # calls the builtin on its own threads with a fresh Python thread state each time: a
     # thread-local loop was empty on every call, and each call made (and dropped) a new one.
@@ -317,3 +317,5 @@ def test_tools_calls_on_bashkits_threads_reuse_one_loop_per_thread(project):
     assert result.exit_code == 0, result.stderr
     assert len(loops) == 40
     assert len({id(loop) for loop in loops}) <= (os.cpu_count() or 1) + 1
+    _loop.stop()  # as unloading the extension does: Bashkit's threads never end, so it closes theirs
+    assert all(loop.is_closed() for loop in loops)
