@@ -317,5 +317,8 @@ def test_tools_calls_on_bashkits_threads_reuse_one_loop_per_thread_and_unloading
     assert result.exit_code == 0, result.stderr
     assert len(loops) == 40
     assert len({id(loop) for loop in loops}) <= (os.cpu_count() or 1) + 1
-    _loop.stop()  # as unloading the extension does: Bashkit's threads never end, so it closes theirs
+    async def unload():  # a kernel unloads the extension on its main thread, its own loop running
+        _loop.stop()  # Bashkit's threads never end, so this closes their loops
+
+    asyncio.run(unload())
     assert all(loop.is_closed() for loop in loops)

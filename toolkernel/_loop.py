@@ -156,9 +156,15 @@ def close_here() -> None:
 
 
 def _close(loop: asyncio.AbstractEventLoop) -> None:
-    if not loop.is_closed():
+    if loop.is_closed():
+        return
+    # Finishing its async generators means running it, which a thread whose own loop is
+    # running (the kernel's main thread, at unload) cannot do; closing needs no run.
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
         loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
+    loop.close()
 
 
 def _close_idle_thread_loops() -> None:
