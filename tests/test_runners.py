@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import jsonschema
@@ -322,3 +323,30 @@ def test_tools_calls_on_bashkits_threads_reuse_one_loop_per_thread_and_unloading
 
     asyncio.run(unload())
     assert all(loop.is_closed() for loop in loops)
+
+
+def test_what_a_script_printed_before_a_call_reaches_the_cell_while_the_call_runs(project):
+    # Why scripts that call `tools` keep execute_sync: under the byte sinks a sync builtin
+    # holds back the output before it until the interpreter next waits (see _bashkit._streamed).
+    printed = threading.Event()
+
+    class Watching(RecordingSink):
+        def stdout(self, text: str) -> None:
+            super().stdout(text)
+            if "before" in "".join(self.out):
+                printed.set()
+
+    @tool("wait-for-output", description="Waits until the cell shows what came before.", kind="read",
+          input_schema={"type": "object"})
+    async def wait_for_output(arguments, ctx):
+        return "shown\n" if await asyncio.to_thread(printed.wait, 30) else "not shown\n"
+
+    session = Session(project)
+    session.register_tools([wait_for_output])
+    sink = Watching()
+    try:
+        result = session.run_script("echo before\ntools wait-for-output\necho after", sink)
+    finally:
+        session.close()
+    assert result.exit_code == 0, result.stderr
+    assert "".join(sink.out) == "before\nshown\nafter\n"
