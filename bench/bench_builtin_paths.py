@@ -24,7 +24,10 @@ a new event loop for the call (`threading.local` was empty each time). With the 
 state kept (`_bashkit._keep_thread_state`) and the loops kept by thread id (`_loop`),
 the same day at load 3.3, median / best of 7:
     (1) 224 / 114 us, (2) 168 / 149 us, (3) 298 / 294 us; an MCP call 6.5 / 6.2 / 7.0 ms;
-    Bashkit alone: 6.5 us under (1), 7.8 us under (2), 156 us under (3).
+    Bashkit alone: 6.5 us under (1), 7.8 us under (2), 156 us under (3);
+and again at load 4.4: (1) 417 / 307 us, (2) 498 / 364 us, (3) 871 / 411 us; Bashkit
+alone 19.0 / 20.1 / 350 us. (2) against (1): 0.75x and 1.19x at the median, so within
+this machine's noise; Bashkit's own dispatch is the same on both.
 The code before, in the same hour at load 3-8.5, median of 5: (2) was 2.1x (1).
 So (2) costs what (1) costs. Scripts that call `tools` still keep (1), for a reason
 this benchmark does not show: under (2) a sync builtin blocks the thread that hands the
