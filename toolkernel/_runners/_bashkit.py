@@ -180,7 +180,8 @@ class _CallbackLoop(asyncio.SelectorEventLoop):
     `contextvars.Context`, and schedules its byte-sink calls on this loop in that same
     Context. A Context can be entered only once at a time: a sink call that came while a
     builtin ran (`chmod` just after a large output) failed with "cannot enter context",
-    its chunk was never acknowledged, and the run hung for good. A copy carries the same
+    its chunk was never acknowledged, and the run hung until [shell] timeout (a day by
+    default). A copy carries the same
     values and can be entered while the original is.
     """
 
