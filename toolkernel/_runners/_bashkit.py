@@ -181,8 +181,7 @@ class _CallbackLoop(asyncio.SelectorEventLoop):
     Context. A Context can be entered only once at a time: a sink call that came while a
     builtin ran (`chmod` just after a large output) failed with "cannot enter context",
     its chunk was never acknowledged, and the run hung until [shell] timeout (a day by
-    default). A copy carries the same
-    values and can be entered while the original is.
+    default). A copy carries the same values and can be entered while the original is.
     """
 
     def call_soon_threadsafe(self, callback, *args, context=None):
