@@ -13,17 +13,26 @@ Three ways, each with the real `tools` command (session, catalog, dispatcher):
 Per call: a loop of `tools noop` (an in-process tool) and a loop of an MCP call, minus
 the same loop running `:`. Median and best of --repeat interleaved rounds. Also the raw
 cost of Bashkit's dispatch alone (a builtin that returns at once, no toolkernel).
-The question the figures answer: is (3) as cheap as (1)? If so every script can take the
+The question the figures answer: is (2) or (3) as cheap as (1)? If so every script could take the
 byte sinks (an output peaks at ~1.2x its size instead of ~8x: bench_memory.py).
 
-It is not (2026-11-30, bashkit 0.20.1, 2 CPUs at load 3.5, median / best of 7):
-`tools noop` costs 266 / 180 us today, 787 / 396 under (2) and 499 / 360 under (3); Bashkit
-alone, a builtin that returns at once costs 9.5 / 0.7 us under `execute_sync`, 63 / 33 with
-the sync builtin under `execute` and 291 / 201 with the async one. `execute` runs the
-interpreter on Bashkit's threads: a sync builtin runs there, an async one is scheduled
-on the caller's loop and its result sent back, two thread hand-offs a call. An MCP call
-(about 7 ms here) hides the difference in its noise. So scripts that call `tools` keep
-`execute_sync`.
+Before 2026-11-30 it was not (bashkit 0.20.1, 2 CPUs at load 3.5, median / best of 7):
+`tools noop` cost 266 / 180 us under (1), 787 / 396 under (2) and 499 / 360 under (3).
+The cause of (2): Bashkit calls a sync builtin on its tokio threads, which Python did not
+start, so each call made a fresh Python thread state (three times a call) and, with it,
+a new event loop for the call (`threading.local` was empty each time). With the thread
+state kept (`_bashkit._keep_thread_state`) and the loops kept by thread id (`_loop`),
+the same day at load 3.3, median / best of 7:
+    (1) 224 / 114 us, (2) 168 / 149 us, (3) 298 / 294 us; an MCP call 6.5 / 6.2 / 7.0 ms;
+    Bashkit alone: 6.5 us under (1), 7.8 us under (2), 156 us under (3);
+and again at load 4.4: (1) 417 / 307 us, (2) 498 / 364 us, (3) 871 / 411 us; Bashkit
+alone 19.0 / 20.1 / 350 us. (2) against (1): 0.75x and 1.19x at the median, so within
+this machine's noise; Bashkit's own dispatch is the same on both.
+The code before, in the same hour at load 3-8.5, median of 5: (2) was 2.1x (1).
+So (2) costs what (1) costs. Scripts that call `tools` still keep (1), for a reason
+this benchmark does not show: under (2) a sync builtin blocks the thread that hands the
+script's earlier output on, so output waits for the interpreter's next real wait (see
+`_bashkit._streamed`). (3) lets it through, at two thread hand-offs a call.
 """
 
 from __future__ import annotations

@@ -16,6 +16,17 @@ Tried 2026-11-30 (bench_builtin_paths.py): every script on the byte sinks with a
 (so most copies of a big result are not on the output path the byte sinks fix), peaked
 at 244 MB against 174 for a 32 MB result and left 60-121 MB behind after it, and cost
 150-250 us more a call.
+Later the same day (load 5.8-7.9): no tools 1.2x, with tools 8.0x, tool result 7.8x at
+8 MB. A sync `tools` builtin under the byte sinks now costs what it costs under
+execute_sync, but holds back the script's output while it runs (see
+`_bashkit._streamed`), so scripts that call tools keep execute_sync and its ~8x. Where
+the 63 MB of a printed 8 MB result go, by VmRSS/VmHWM marks in one run: the tool's
+result 8 MB (the only copy toolkernel holds: dispatcher, render and the command pass the
+same str on); `BuiltinResult` copies it into Rust at once, +15 MB at its peak; then
+Bashkit's execute_sync, before its first `on_output`, +38 MB (its stdout buffers and the
+str it hands over); our limiter +2 MB. Returning a plain str instead of a
+`BuiltinResult` saved one copy in bare Bashkit (54 against 61 MB) but nothing in the
+session (63 MB both), and kept 7 MB after the run: not taken.
 """
 
 from __future__ import annotations

@@ -5,10 +5,12 @@ soak run that keeps descriptors and memory flat.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import jsonschema
@@ -16,6 +18,7 @@ import pytest
 
 from kernel_helpers import RecordingSink, error_lines, github_toml, isolated_env, write_config
 from toolkernel._approval._approver import Answer, ApprovalRequest, ElicitApprover
+from toolkernel import _loop, tool
 from toolkernel._session import Session
 from toolkernel._runners._shell import ShellResult
 
@@ -265,3 +268,85 @@ def test_five_thousand_runs_keep_descriptors_and_memory_flat(project):
         assert "".join(sink.out) == "hi\n" and "".join(sink.err) == ""
     finally:
         session.close()
+
+
+# -- the byte-sink path (scripts that do not name `tools`): Bashkit's threads ------------------
+
+HANG_CHILD = """
+import json, sys
+from pathlib import Path
+from toolkernel import _loop, tool
+from toolkernel._session import Session
+from kernel_helpers import RecordingSink
+work = Path(sys.argv[1])
+(work / "d.txt").write_text("x\\n")
+session = Session(work)
+result = session.run_script(sys.argv[2], RecordingSink())
+print(json.dumps({"exit": result.exit_code, "size": len(result.stdout), "stderr": result.stderr}))
+"""
+
+
+def test_a_builtin_called_while_output_is_still_arriving_does_not_hang_the_run(project):
+    # Bashkit runs a sync builtin (`chmod` here) on its own thread inside the Context in which
+    # it also hands output chunks to this side; a chunk that came during the builtin could not
+    # enter that Context, was never acknowledged, and the run hung for good.
+    script = "for i in 1 2 3 4 5; do seq 1 30000 | head -c 100000; chmod 644 d.txt; done; echo end"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    out = subprocess.run([sys.executable, "-c", HANG_CHILD, str(project), script], env=env, capture_output=True,
+                         text=True, timeout=240, check=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == {"exit": 0, "size": 5 * 100_000 + 4, "stderr": ""}
+
+
+def test_tools_calls_on_bashkits_threads_reuse_one_loop_per_thread_and_unloading_closes_it(project):
+    # A name the script builds (`$t`) keeps the script on the byte-sink path, where Bashkit
+    # calls the builtin on its own threads with a fresh Python thread state each time: a
+    # thread-local loop was empty on every call, and each call made (and dropped) a new one.
+    loops = []
+
+    @tool("where", description="Notes the loop it runs on.", kind="read", input_schema={"type": "object"})
+    async def where(arguments, ctx):
+        loops.append(asyncio.get_running_loop())
+        return "ok"
+
+    session = Session(project)
+    session.register_tools([where])
+    try:
+        result = session.run_script("t=to; t=${t}ols\nfor i in $(seq 1 40); do $t where > /dev/null; done",
+                                    RecordingSink())
+    finally:
+        session.close()
+    assert result.exit_code == 0, result.stderr
+    assert len(loops) == 40
+    assert len({id(loop) for loop in loops}) <= (os.cpu_count() or 1) + 1
+    async def unload():  # a kernel unloads the extension on its main thread, its own loop running
+        _loop.stop()  # Bashkit's threads never end, so this closes their loops
+
+    asyncio.run(unload())
+    assert all(loop.is_closed() for loop in loops)
+
+
+def test_what_a_script_printed_before_a_call_reaches_the_cell_while_the_call_runs(project):
+    # Why scripts that call `tools` keep execute_sync: under the byte sinks a sync builtin
+    # holds back the output before it until the interpreter next waits (see _bashkit._streamed).
+    printed = threading.Event()
+
+    class Watching(RecordingSink):
+        def stdout(self, text: str) -> None:
+            super().stdout(text)
+            if "before" in "".join(self.out):
+                printed.set()
+
+    @tool("wait-for-output", description="Waits until the cell shows what came before.", kind="read",
+          input_schema={"type": "object"})
+    async def wait_for_output(arguments, ctx):
+        return "shown\n" if await asyncio.to_thread(printed.wait, 30) else "not shown\n"
+
+    session = Session(project)
+    session.register_tools([wait_for_output])
+    sink = Watching()
+    try:
+        result = session.run_script("echo before\ntools wait-for-output\necho after", sink)
+    finally:
+        session.close()
+    assert result.exit_code == 0, result.stderr
+    assert "".join(sink.out) == "before\nshown\nafter\n"

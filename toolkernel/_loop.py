@@ -34,8 +34,10 @@ def get_loop() -> asyncio.AbstractEventLoop:
 
 def stop(timeout: float = 10) -> None:
     """Cancel what runs on the private loop, stop it and end its thread (the extension
-    is unloaded); the next `run()` starts a fresh one."""
+    is unloaded); the next `run()` starts a fresh one. The idle loops of other threads
+    are closed too (Bashkit's threads never end)."""
     global _loop, _thread
+    _close_idle_thread_loops()
     with _lock:
         loop, thread, _loop, _thread = _loop, _thread, None, None
     if loop is None or loop.is_closed():
@@ -110,13 +112,24 @@ def on_private_loop() -> bool:
     return _loop is not None and _on_loop_thread(_loop)
 
 
-_local = threading.local()
+# Each thread's own loop, keyed by the OS thread and not kept in a `threading.local`: a
+# thread that Python did not start (Bashkit's tokio workers, which call a sync builtin
+# under the async `execute`) gets a fresh Python thread state on every call, so a
+# thread-local was empty each time, and every `tools` call made a new loop (a selector
+# and a self-pipe) and dropped the last one unclosed. A loop outlives its thread only
+# until a thread with the same id takes it over, so there are never more of them than
+# threads alive at once; they are closed by `close_here` (threads of ours, when they
+# end) or by `stop` (Bashkit's, which live as long as the process).
+_thread_loops: dict[int, asyncio.AbstractEventLoop] = {}
 
 
 def _thread_loop() -> asyncio.AbstractEventLoop:
-    loop = getattr(_local, "loop", None)
+    ident = threading.get_ident()
+    loop = _thread_loops.get(ident)
     if loop is None or loop.is_closed():
-        loop = _local.loop = asyncio.new_event_loop()
+        loop = asyncio.new_event_loop()
+        with _lock:
+            _thread_loops[ident] = loop
     return loop
 
 
@@ -136,11 +149,32 @@ def run_here(task: asyncio.Task[T]) -> T:
 
 def close_here() -> None:
     """Close this thread's own loop, if it has one (a thread that ends calls this)."""
-    loop = getattr(_local, "loop", None)
-    if loop is not None and not loop.is_closed():
+    with _lock:
+        loop = _thread_loops.pop(threading.get_ident(), None)
+    if loop is not None:
+        _close(loop)
+
+
+def _close(loop: asyncio.AbstractEventLoop) -> None:
+    if loop.is_closed():
+        return
+    # Finishing its async generators means running it, which a thread whose own loop is
+    # running (the kernel's main thread, at unload) cannot do; closing needs no run.
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
         loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
-    _local.loop = None
+    loop.close()
+
+
+def _close_idle_thread_loops() -> None:
+    """Close every thread's own loop that nothing runs (a running one is left to its thread)."""
+    with _lock:
+        idle = [(ident, loop) for ident, loop in _thread_loops.items() if not loop.is_running()]
+        for ident, _ in idle:
+            del _thread_loops[ident]
+    for _, loop in idle:
+        _close(loop)
 
 
 def cancel(work: "asyncio.Task[Any] | concurrent.futures.Future[Any]") -> None:

@@ -9,12 +9,13 @@ reaches the runner (which alone holds the `Bash`) through a weak reference.
 
 from __future__ import annotations
 
+import asyncio
 import codecs
+import ctypes
 import threading
 import weakref
 from pathlib import Path
 
-from .. import _loop
 from ._caps import builtin_cap, cap_line
 from .._command._command import ToolsCommand
 from ._guard import GuardedChmod, Protection, mount
@@ -75,10 +76,13 @@ class _Builtin:
 
     def __init__(self, command: ToolsCommand, events: RunEvents, runner: "weakref.ref[BashkitRunner]") -> None:
         self.command, self.events, self.runner = command, events, runner
+        self.script_thread = threading.get_ident()  # made on the script's thread, by `run`
 
     def __call__(self, ctx) -> object:
         from bashkit import BuiltinResult
 
+        if threading.get_ident() != self.script_thread:
+            _keep_thread_state()  # called on Bashkit's thread: under the async `execute`
         outcome = self.command.handle_sync(list(ctx.argv), ctx.stdin, ctx.cwd)
         if outcome.stops_script:
             # Bashkit drops a cancelled script's buffered output, so the error of the call
@@ -88,6 +92,30 @@ class _Builtin:
             if runner is not None:
                 runner.cancel()
         return BuiltinResult(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
+
+
+_kept = threading.local()
+
+
+def _keep_thread_state() -> None:
+    """Keep the Python thread state of the Bashkit thread that calls the builtin.
+
+    Under the async `execute`, Bashkit calls a sync builtin on its own tokio threads,
+    which Python did not start: pyo3 makes a Python thread state for each entry into
+    Python and deletes it on the way out, three times a call. Everything Python keeps
+    per thread state starts again each time (asyncio's running-loop cache, contextvars,
+    `threading.local`), which cost a `tools` call 100-300 us more than under
+    `execute_sync`. One `PyGILState_Ensure` that is never released keeps the state for
+    the thread's life (the documented way for a foreign thread to keep one); pyo3's own
+    ensure/release pairs then reuse it. Bashkit's tokio workers live as long as the
+    process, so this keeps a handful of thread states, never one per call.
+    """
+    if getattr(_kept, "state", False):
+        return
+    _kept.state = True
+    pythonapi = getattr(ctypes, "pythonapi", None)  # CPython's C API; elsewhere only slower
+    if pythonapi is not None:
+        pythonapi.PyGILState_Ensure()
 
 
 def _new_bash(builtin: _Builtin, workdir: Path, plan: Protection, read_only: bool, limits: ShellLimits):
@@ -116,11 +144,15 @@ def _streamed(bash, script: str, watch: "_CapWatch"):
 
     `execute_sync` hands each command's whole output to `on_output` and keeps the script's
     whole stdout besides: an 8 MB `cat` peaked at about 8x its size. The byte sinks of the
-    async `execute` hold neither (about 1.3x). But there a `tools` call costs more, so
-    scripts that call `tools` keep `execute_sync`: `execute` runs the interpreter on
-    Bashkit's own threads, where a sync builtin runs, and an async builtin is awaited on
-    the caller's loop, two thread hand-offs a call; both cost 150-250 us more a call of an
-    in-process tool (bench/bench_builtin_paths.py).
+    async `execute` hold neither (about 1.2x). Scripts that call `tools` still keep
+    `execute_sync`, though a call now costs the same on both (bench_builtin_paths.py, once
+    `_keep_thread_state` keeps Bashkit's threads from starting Python afresh each call):
+    under `execute` a sync builtin blocks the Bashkit thread that would hand on the output
+    before it, so nothing a script prints reaches the cell until the interpreter next waits
+    on something (`sleep`, a pipe, the end). A loop of tool calls would show its output
+    only at the end, and a call that stops the script (which cancels it) would drop the
+    output of the commands before it. An async builtin lets the output through, but costs
+    two thread hand-offs a call (about 2x a call). Seen with bashkit 0.20.1.
     """
     out, err = codecs.getincrementaldecoder("utf-8")("replace"), codecs.getincrementaldecoder("utf-8")("replace")
 
@@ -134,9 +166,26 @@ def _streamed(bash, script: str, watch: "_CapWatch"):
         return await bash.execute(script, stdout=stdout, stderr=stderr)
 
     try:
-        return _loop.run_here(_loop.local_task(execute()))
+        with asyncio.Runner(loop_factory=_CallbackLoop) as runner:
+            return runner.run(execute())
     finally:
         watch.output(out.decode(b"", final=True), err.decode(b"", final=True))
+
+
+class _CallbackLoop(asyncio.SelectorEventLoop):
+    """The loop that awaits `execute`: it runs what Bashkit hands it in a copy of the
+    context Bashkit names.
+
+    Bashkit (0.20.1) calls a sync builtin on its own thread inside one
+    `contextvars.Context`, and schedules its byte-sink calls on this loop in that same
+    Context. A Context can be entered only once at a time: a sink call that came while a
+    builtin ran (`chmod` just after a large output) failed with "cannot enter context",
+    its chunk was never acknowledged, and the run hung until [shell] timeout (a day by
+    default). A copy carries the same values and can be entered while the original is.
+    """
+
+    def call_soon_threadsafe(self, callback, *args, context=None):
+        return super().call_soon_threadsafe(callback, *args, context=None if context is None else context.copy())
 
 
 def _no_network(ctx):

@@ -168,9 +168,9 @@ def answering(future: concurrent.futures.Future, events: ScriptEvents) -> Any:
 def _start(body: Callable[[], ShellResult | None]) -> concurrent.futures.Future:
     """Run the body on a thread of its own.
 
-    Bashkit's synchronous `execute_sync` calls the `tools` builtin about three
-    times faster than its async `execute` does, and the kernel's main thread
-    stays free to pump output and take interrupts.
+    The runner blocks it (Bashkit's `execute_sync`, or its own loop awaiting
+    `execute`), and the kernel's main thread stays free to pump output and take
+    interrupts.
     """
     future: concurrent.futures.Future = concurrent.futures.Future()
 
