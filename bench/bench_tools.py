@@ -95,7 +95,8 @@ def direct_in_process(session: Session, calls: int) -> float:
 
 
 def direct_mcp(session: Session, calls: int) -> float:
-    """The same MCP tool through toolkernel's pool, without the shell and the dispatcher."""
+    """The same MCP tool through toolkernel's pool, without the shell and the dispatcher, handed to
+    the private loop and through the session there (the path of serve and of calls made on that loop)."""
     command = _loop.run(session.prepare())
     pull = _loop.run(command.catalog.find_tool("github", "get_pull"))
     ctx = ToolContext(workdir=session.workdir, settings={}, state={}, progress=lambda *a: None)
@@ -192,7 +193,7 @@ def print_table(inproc, mcp, args) -> None:
          _verdict(inproc["added_us"][0] < IN_PROCESS_TARGET_US, f"< {IN_PROCESS_TARGET_US:g} us")),
         ("MCP: tools github get-pull in a script", *us(mcp["script_us"]), ""),
         ("MCP: of which the shell loop itself", *us(mcp["loop_us"]), ""),
-        ("MCP: direct tool.call through the pool (no shell)", *us(mcp["direct_us"]), ""),
+        ("MCP: tool.call through the session on the private loop", *us(mcp["direct_us"]), ""),
         ("MCP: bare ClientSession.call_tool", *us(mcp["bare_us"]), ""),
         ("MCP: script / bare", f"{mcp['ratio'][0]:.3f}x", f"{mcp['ratio'][1]:.3f}x",
          _verdict(mcp["ratio"][0] <= MCP_TARGET_RATIO, f"<= {MCP_TARGET_RATIO:g}x")),

@@ -669,3 +669,43 @@ def test_convert_error_result():
     result = convert_result(types.CallToolResult(
         content=[types.TextContent(type="text", text="rate limited")], is_error=True))
     assert result.is_error and result.texts == ["rate limited"]
+
+
+# --- inside a script (Bashkit, the script's own thread) --------------------------------
+
+def test_a_script_interrupted_in_an_mcp_call_cancels_it_on_the_server(tmp_path, monkeypatch):
+    """The kernel's interrupt lands on the pumping thread mid-call: the script stops at once, the
+    server is told (`notifications/cancelled`), and the next run calls the same server."""
+    from kernel_helpers import RecordingSink, fixture_toml, policy_toml, project_with
+    from toolkernel._session import Session
+
+    project = project_with(tmp_path, monkeypatch, fixture_toml("slow") + policy_toml(allow=["mcp_slow"]))
+    session = Session(project)
+    try:
+        warm = session.run_script("tools slow ping", RecordingSink())
+        assert warm.exit_code == 0
+        assert session.pool.callable_here(session.pool._connections["slow"].cfg)
+        no_session_calls(monkeypatch)  # from here on every call must go past the session
+        sink = RecordingSink()
+        interrupt = threading.Timer(0.1, _wait_then_interrupt, (sink,))
+        interrupt.start()
+        started = time.monotonic()
+        result = session.run_script("tools slow wait steps=3000 step_seconds=0.1; echo after", sink)
+
+        assert result.interrupted and result.exit_code == 130
+        assert time.monotonic() - started < WAIT / 2
+        assert "after" not in sink.stdout_text
+        check = lambda: json.loads(session.run_script("tools slow history", RecordingSink()).stdout)  # noqa: E731
+        wait_until(lambda: check()[-1:] == ["cancelled"], "the server to see the cancel")
+    finally:
+        session.close()
+
+
+def _wait_then_interrupt(sink) -> None:
+    """A kernel interrupt (KeyboardInterrupt on the main thread) once the call reports progress."""
+    import _thread
+
+    deadline = time.monotonic() + WAIT
+    while not sink.progress_events and time.monotonic() < deadline:
+        time.sleep(0.02)
+    _thread.interrupt_main()

@@ -17,8 +17,8 @@ therefore reach a server only when its config names them (`env = {TOKEN =
 Stdio servers run through `_stdio.stdio_transport` (the SDK's own reads a
 long message in quadratic time). A call made on another thread than the
 private loop's (a script's `tools` line) goes past the session, through the
-transport's `Lane`, and is awaited on that thread's own loop: no thread
-hand-off per call (see _stdio.py). Its result is checked as the SDK's
+transport's `Lane`, and is awaited on that thread's own loop, without being
+handed to the private loop and back (see _stdio.py). Its result is checked as the SDK's
 `call_tool` checks one (the result's shape, the tool's output schema).
 
 A server's stderr goes to a temporary file, so its logs never land in a cell;
@@ -215,7 +215,7 @@ class _ToolCall:
     name: str
     wrapped: bool
     output_schema: Mapping[str, Any] | None = None
-    _output_check: Any = None  # the output schema's validator, made on first use
+    _output_check: Any = field(default=None, repr=False, compare=False)  # the output schema's validator, made once
 
     async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
         if _loop.on_private_loop():
@@ -223,9 +223,11 @@ class _ToolCall:
         conn = self.pool._lane_connection(self.cfg)
         if conn is None:  # to be (re)connected, or not over a lane: that is the private loop's work
             return await _loop.on_private(self(arguments, ctx))
-        return await self._call(conn, arguments, ctx)
+        return await self._call(conn, arguments, ctx, conn.lane)
 
-    async def _call(self, conn: _Connection, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def _call(self, conn: _Connection, arguments: dict[str, Any], ctx: ToolContext,
+                    lane: Lane | None = None) -> ToolResult:
+        """Through the session (on the private loop), or past it through `lane`."""
         session = conn.session
         assert session is not None
         timeout = conn.cfg.timeout
@@ -234,12 +236,12 @@ class _ToolCall:
         try:
             async with clock:
                 progress = _Progress(ctx, clock, timeout)
-                if _loop.on_private_loop():
+                if lane is None:
                     result = await session.call_tool(self.name, arguments, progress_callback=progress)
                 else:
-                    result = await self._call_past_session(conn.lane, arguments, progress)
+                    result = await self._call_past_session(lane, arguments, progress)
         except TimeoutError:
-            if clock.expired():  # the SDK has told the server the call is cancelled
+            if clock.expired():  # the server was told the call is cancelled (by the SDK, or the lane)
                 raise conn.timed_out(self.name, timeout) from None
             raise
         except MCPError as exc:
@@ -252,11 +254,10 @@ class _ToolCall:
             return ToolResult.error(str(exc))
         return convert_result(result, self.wrapped)
 
-    async def _call_past_session(self, lane: Lane | None, arguments: dict[str, Any],
+    async def _call_past_session(self, lane: Lane, arguments: dict[str, Any],
                                  progress: _Progress) -> types.CallToolResult:
         """`tools/call` through the lane, on this thread's loop; checked as `ClientSession.call_tool`
         checks its result (a RuntimeError for structured content that breaks the output schema)."""
-        assert lane is not None
         raw = await lane.request("tools/call", {"name": self.name, "arguments": arguments}, progress.now)
         result = types.CallToolResult.model_validate(raw, by_name=False)
         if not result.is_error and self.output_schema is not None:
@@ -280,6 +281,8 @@ class _ToolCall:
             # As the SDK: `$ref`s resolve within the schema document only.
             self._output_check = cls(self.output_schema, registry=Registry())
         try:
+            if self._output_check.is_valid(result.structured_content):  # without best_match's bookkeeping
+                return
             error = exceptions.best_match(self._output_check.iter_errors(result.structured_content))
         except Unresolvable as exc:
             raise RuntimeError(f"Invalid schema for tool {self.name}: {exc}") from exc
