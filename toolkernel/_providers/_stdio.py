@@ -6,17 +6,19 @@ one long message costs time quadratic in its size: a 40 MB tool result took
 44 s, 100 MB more than 150 s. This transport keeps the pieces of a partial line
 in a list and joins them once, when the newline arrives.
 
-Calls from other threads skip the session (`Lane`): a script's `tools` call
-runs on the script's own thread, writes its `tools/call` to the server's stdin
-itself, and the reader hands the reply straight to that thread's loop. Going
-through the session would cost two more thread hand-offs per call (to the
-private loop that holds the session, and back), and each wake-up of a waiting
-thread costs 80-150 us of CPU on the machines we measured: a call through the
-session cost 1.4x a bare client, through the lane about XXX. Only the reading of
-stdout stays on the private loop, so the session's own traffic (handshake,
-lists, server-initiated requests, notifications) is untouched; the lane's
-requests have ids of their own (`toolkernel-N`, strings) that the session's
-integer ids never take.
+Calls from other threads go past the session (`Lane`): a script's `tools`
+call runs on the script's own thread, writes its `tools/call` to the server's
+stdin itself, and the reader hands the reply straight to that thread's loop.
+Through the session, the call was handed to the private loop (a wake-up of
+that thread) and its result handed back (another), besides the wake-up the
+reply itself causes; each such wake-up cost 80-150 us of CPU on the machines
+we measured, and the SDK's per-request machinery more. Past the session a call
+takes two wake-ups (the reader's, the caller's), where a bare client on its
+own loop takes one. Only the reading of stdout stays on the private loop, so
+the session's own traffic (handshake, lists, server-initiated requests,
+notifications) is untouched; the lane's requests have ids of their own
+(`toolkernel-N`, strings) that the session's integer ids never take, and a server
+echoes ids as JSON-RPC requires. HTTP and SSE servers keep the session.
 
 Everything else follows the SDK's transport: the server runs in its own
 process group with the SDK's minimal environment (`get_default_environment`)
