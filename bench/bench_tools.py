@@ -7,6 +7,18 @@
    awaited on the calling thread's own loop (`_loop.run_here`). Target: < 100 us per call.
 2. MCP tool: a loop of `tools github get-pull` in a script over a bare
    `mcp.ClientSession.call_tool` loop against its own demo server. Target: <= 1.1x.
+   A script's call goes past the session (`_stdio.Lane`); the row "through the session"
+   is the older path, which serve and calls made on the private loop still take.
+
+   Figures of 2026-11-30, 200 calls, 5 rounds, machine shared (load 3-5 on 2 CPUs):
+   script / bare 1.05x, 1.11x, 1.22x, 1.40x at the median (best 0.94-1.16x), where
+   the session path measured 1.39x on a quiet machine and 1.57x at load 3.4. CPU per
+   call of this process, script / through the session / bare: 1950-2150 / 2200-2850 /
+   1650-2000 us (script / bare 1.08-1.20x; it was 3050 / 1650 / 1550 us, 1.97x).
+   Voluntary context switches per call: script 2.3, through the session 3.6, bare
+   about 1.2. What is left: one more thread wake-up than the bare client (the private
+   loop reads the reply and hands it on), and the `tools` command's own work, which
+   part 1 measures.
 
 Each figure is the median (and the best) of --repeat interleaved runs; both parts run in
 the same process.
