@@ -319,6 +319,13 @@ def test_structured_content_that_breaks_the_output_schema_is_an_error_result(poo
     assert missing.is_error and "did not return structured content" in missing.texts[0]
 
 
+def test_a_line_that_is_not_json_rpc_mid_call_leaves_the_call_and_the_session_alone(pool, via):
+    cfg = fixture("liar", "liar")
+    assert call(pool, cfg, "noisy", via=via).structured == {"n": 7}
+    assert call(pool, cfg, "honest", via=via).structured == {"n": 7}
+    assert pool.loaded("liar")
+
+
 def test_calls_from_many_threads_and_the_session_at_once_each_get_their_own_result(pool):
     """Lane requests from several threads, and the session's, share one stdin and one stdout."""
     tools = by_name(run(pool.tools(STRUCTURED)))

@@ -1,4 +1,7 @@
-"""Fixture: a tool whose structured content breaks its own output schema, and one that sends none."""
+"""Fixture: a tool whose structured content breaks its own output schema, one that sends none,
+and one that prints a line that is not JSON-RPC to stdout before it answers."""
+
+import sys
 
 import mcp_types as types
 from mcp.server import Server
@@ -11,7 +14,7 @@ async def list_tools(ctx, params) -> types.ListToolsResult:
     return types.ListToolsResult(tools=[
         types.Tool(name=name, description=f"{name}: a result against its output schema.", input_schema=INPUT,
                    output_schema=OUTPUT)
-        for name in ("wrong_type", "no_structure", "honest")
+        for name in ("wrong_type", "no_structure", "honest", "noisy")
     ])
 
 
@@ -21,6 +24,9 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         return types.CallToolResult(content=text, structured_content={"n": "seven"})
     if params.name == "no_structure":
         return types.CallToolResult(content=text)
+    if params.name == "noisy":
+        sys.stdout.write("<html>not json</html>\n")
+        sys.stdout.flush()
     return types.CallToolResult(content=text, structured_content={"n": 7})
 
 
