@@ -11,10 +11,12 @@
    is the older path, which serve and calls made on the private loop still take.
 
    Figures of 2026-11-30, 200 calls, 5 rounds, machine shared (load 3-5 on 2 CPUs):
-   script / bare 1.05x, 1.11x, 1.22x, 1.40x at the median (best 0.94-1.16x), where
-   the session path measured 1.39x on a quiet machine and 1.57x at load 3.4. CPU per
-   call of this process, script / through the session / bare: 1950-2150 / 2200-2850 /
-   1650-2000 us (script / bare 1.08-1.20x; it was 3050 / 1650 / 1550 us, 1.97x).
+   script / bare 1.05x, 1.11x, 1.22x, 1.23x, 1.40x at the median in five runs (best
+   0.94-1.16x), where the session path measured 1.39x on a quiet machine and 1.57x at
+   load 3.4: the target is met in some runs, not reliably. CPU per call of this process,
+   script / through the session / bare: 1850-2150 / 2000-2850 / 1550-2000 us (script /
+   bare 1.08-1.20x; it was 3050 / 1650 / 1550 us, 1.97x). Of a script call's CPU, the
+   private loop's reader took 530-600 us (reading, parsing and handing on the reply).
    Voluntary context switches per call: script 2.3, through the session 3.6, bare
    about 1.2. What is left: one more thread wake-up than the bare client (the private
    loop reads the reply and hands it on), and the `tools` command's own work, which
