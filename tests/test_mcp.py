@@ -17,6 +17,8 @@ from pathlib import Path
 import mcp_types as types
 import pytest
 
+from mcp import ClientSession
+
 from toolkernel import _loop
 from toolkernel._config._config import load_config
 from toolkernel._config._servers import ServerConfig
@@ -51,9 +53,34 @@ def by_name(tools: list[Tool]) -> dict[str, Tool]:
     return {t.name: t for t in tools}
 
 
-def call(pool: ServerPool, cfg: ServerConfig, tool: str, context: ToolContext | None = None, **arguments):
+def call(pool: ServerPool, cfg: ServerConfig, tool: str, context: ToolContext | None = None, *,
+         via: str = "session", **arguments):
+    """One call; `via="lane"` makes it as a script's thread does (past the session, see _stdio.py)."""
     tools = by_name(run(pool.tools(cfg)))
+    if via == "lane":
+        assert pool.callable_here(cfg)
+        return here(tools[tool].call(arguments, context or ctx()))
     return run(tools[tool].call(arguments, context or ctx()))
+
+
+def here(coro):
+    """Run on this thread's own loop, as a script's `tools` line does."""
+    return _loop.run_here(_loop.local_task(asyncio.wait_for(coro, WAIT)))
+
+
+@pytest.fixture(params=["session", "lane"])
+def via(request, monkeypatch):
+    """Both ways a call reaches a stdio server: through the session on the private loop, and
+    past it from another thread (where the session's `call_tool` must not be used at all)."""
+    if request.param == "lane":
+        no_session_calls(monkeypatch)
+    return request.param
+
+
+def no_session_calls(monkeypatch) -> None:
+    async def not_here(*args, **kwargs):
+        raise AssertionError("a call from a script's thread went through the session")
+    monkeypatch.setattr(ClientSession, "call_tool", not_here)
 
 
 def server_pid(pool: ServerPool, cfg: ServerConfig) -> int:
@@ -161,35 +188,35 @@ def test_changed_config_reconnects(pool):
 
 # --- results ---------------------------------------------------------------------------
 
-def test_list_result_is_unwrapped_json(shared_pool):
-    result = call(shared_pool, PULLS, "list_pulls", repo="acme/api", state="open")
+def test_list_result_is_unwrapped_json(shared_pool, via):
+    result = call(shared_pool, PULLS, "list_pulls", via=via, repo="acme/api", state="open")
     assert not result.is_error
     assert [p["number"] for p in result.structured] == [101, 102, 103, 104]
     assert {"number", "title", "draft"} <= set(result.structured[0])
 
 
-def test_dict_result_is_structured(shared_pool):
-    result = call(shared_pool, PULLS, "get_pull", repo="acme/api", number=101)
+def test_dict_result_is_structured(shared_pool, via):
+    result = call(shared_pool, PULLS, "get_pull", via=via, repo="acme/api", number=101)
     assert result.structured["number"] == 101
     assert result.structured["mergeable"] is True
     assert result.value()["title"] == "Add rate limiting to /search"
 
 
-def test_text_result_stays_text(shared_pool):
-    result = call(shared_pool, PULLS, "delete_branch", branch="fix-x")
+def test_text_result_stays_text(shared_pool, via):
+    result = call(shared_pool, PULLS, "delete_branch", via=via, branch="fix-x")
     assert result.texts == ["deleted branch fix-x"]
     assert result.structured is None
     assert result.value() == "deleted branch fix-x"
 
 
-def test_tool_error_is_an_error_result(shared_pool):
-    result = call(shared_pool, PULLS, "get_pull", repo="acme/api", number=999)
+def test_tool_error_is_an_error_result(shared_pool, via):
+    result = call(shared_pool, PULLS, "get_pull", via=via, repo="acme/api", number=999)
     assert result.is_error
     assert "#999 not found" in result.texts[0]
 
 
-def test_arguments_the_server_rejects_give_an_error_result(shared_pool):
-    result = call(shared_pool, PULLS, "get_pull", repo="acme/api", number="not a number")
+def test_arguments_the_server_rejects_give_an_error_result(shared_pool, via):
+    result = call(shared_pool, PULLS, "get_pull", via=via, repo="acme/api", number="not a number")
     assert result.is_error
     assert "number" in result.texts[0]
 
@@ -202,32 +229,32 @@ def test_seed_example_data_flow(shared_pool):
     assert [(d["number"], d["mergeable"]) for d in details] == [(101, True), (103, False), (104, True)]
 
 
-def test_object_output_schema(shared_pool):
-    result = call(shared_pool, STRUCTURED, "stats", numbers=[1, 2, 4.5])
+def test_object_output_schema(shared_pool, via):
+    result = call(shared_pool, STRUCTURED, "stats", via=via, numbers=[1, 2, 4.5])
     assert result.structured == {"count": 3, "total": 7.5, "maximum": 4.5}
 
 
-def test_wrapped_list_output_is_unwrapped(shared_pool):
-    assert call(shared_pool, STRUCTURED, "evens", limit=7).structured == [0, 2, 4, 6]
+def test_wrapped_list_output_is_unwrapped(shared_pool, via):
+    assert call(shared_pool, STRUCTURED, "evens", via=via, limit=7).structured == [0, 2, 4, 6]
 
 
-def test_str_tool_with_schema_gives_text(shared_pool):
-    result = call(shared_pool, STRUCTURED, "greet", name="Ada")
+def test_str_tool_with_schema_gives_text(shared_pool, via):
+    result = call(shared_pool, STRUCTURED, "greet", via=via, name="Ada")
     assert (result.texts, result.structured) == (["hello, Ada"], None)
 
 
-def test_raised_tool_error_in_structured_tool(shared_pool):
-    result = call(shared_pool, STRUCTURED, "stats", numbers=[])
+def test_raised_tool_error_in_structured_tool(shared_pool, via):
+    result = call(shared_pool, STRUCTURED, "stats", via=via, numbers=[])
     assert result.is_error and "at least one number" in result.texts[0]
 
 
-def test_resources_become_text(shared_pool):
-    result = call(shared_pool, STRUCTURED, "resources")
+def test_resources_become_text(shared_pool, via):
+    result = call(shared_pool, STRUCTURED, "resources", via=via)
     assert result.texts == ["first note", "memo://notes/2"]
 
 
-def test_image_result(shared_pool):
-    result = call(shared_pool, IMAGES, "red_square", size=3)
+def test_image_result(shared_pool, via):
+    result = call(shared_pool, IMAGES, "red_square", via=via, size=3)
     assert result.texts == ["a red square, 3x3 pixels"]
     [image] = result.images
     assert image.mime_type == "image/png"
@@ -238,9 +265,9 @@ def test_image_result(shared_pool):
 
 # --- progress and cancellation ---------------------------------------------------------
 
-def test_progress_notifications_reach_the_context(shared_pool):
+def test_progress_notifications_reach_the_context(shared_pool, via):
     seen = []
-    result = call(shared_pool, SLOW, "wait", ctx(lambda *p: seen.append(p)), steps=3, step_seconds=0.05)
+    result = call(shared_pool, SLOW, "wait", ctx(lambda *p: seen.append(p)), via=via, steps=3, step_seconds=0.05)
     assert result.texts == ["waited 3 steps"]
     assert seen == [(1, 3, "step 1 of 3"), (2, 3, "step 2 of 3"), (3, 3, "step 3 of 3")]
 
@@ -261,14 +288,75 @@ def test_cancelling_a_slow_call_cancels_it_on_the_server(pool):
     assert call(pool, SLOW, "ping").texts == ["pong"]
 
 
+def test_cancelling_a_call_on_a_scripts_thread_cancels_it_on_the_server(pool, monkeypatch):
+    """As an interrupt cancels a script's `tools` line: the task on that thread's loop, from another thread."""
+    no_session_calls(monkeypatch)
+    started = threading.Event()
+    tools = by_name(run(pool.tools(SLOW)))
+    assert pool.callable_here(SLOW)
+    task = _loop.local_task(tools["wait"].call({"steps": 3000, "step_seconds": 0.1}, ctx(lambda *_: started.set())))
+    threading.Thread(target=lambda: (started.wait(WAIT), _loop.cancel(task)), daemon=True).start()
+
+    with pytest.raises(asyncio.CancelledError):
+        _loop.run_here(task)
+
+    wait_until(lambda: call(pool, SLOW, "history", via="lane").structured[-1:] == ["cancelled"],
+               "the server to see the cancel")
+    assert call(pool, SLOW, "ping", via="lane").texts == ["pong"]
+
+
+def test_a_request_from_the_server_during_a_call_is_answered(pool, via):
+    # The server logs and pings the client mid-call: the session answers, the call ends.
+    assert call(pool, SLOW, "chatty", via=via).texts == ["answered"]
+
+
+def test_structured_content_that_breaks_the_output_schema_is_an_error_result(pool, via):
+    cfg = fixture("liar", "liar")
+    assert call(pool, cfg, "honest", via=via).structured == {"n": 7}
+    wrong = call(pool, cfg, "wrong_type", via=via)
+    assert wrong.is_error and "Invalid structured content returned by tool wrong_type" in wrong.texts[0]
+    missing = call(pool, cfg, "no_structure", via=via)
+    assert missing.is_error and "did not return structured content" in missing.texts[0]
+
+
+def test_a_line_that_is_not_json_rpc_mid_call_leaves_the_call_and_the_session_alone(pool, via):
+    cfg = fixture("liar", "liar")
+    assert call(pool, cfg, "noisy", via=via).structured == {"n": 7}
+    assert call(pool, cfg, "honest", via=via).structured == {"n": 7}
+    assert pool.loaded("liar")
+
+
+def test_calls_from_many_threads_and_the_session_at_once_each_get_their_own_result(pool):
+    """Lane requests from several threads, and the session's, share one stdin and one stdout."""
+    tools = by_name(run(pool.tools(STRUCTURED)))
+    lane = pool._connections["structured"].lane
+    results: dict[tuple[str, int], object] = {}
+
+    def caller(name: str) -> None:
+        for i in range(15):
+            arguments = {"numbers": [i, len(name)]}
+            results[name, i] = here(tools["stats"].call(arguments, ctx())).structured["total"]
+
+    threads = [threading.Thread(target=caller, args=(f"t{n}" * (n + 1),)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    session = [run(tools["stats"].call({"numbers": [i, 100]}, ctx())).structured["total"] for i in range(15)]
+    for thread in threads:
+        thread.join(WAIT)
+    assert session == [i + 100 for i in range(15)]
+    assert next(lane._ids) == 4 * 15 + 1  # every thread's call went past the session
+    assert results == {(name, i): i + len(name) for name in (f"t{n}" * (n + 1) for n in range(4)) for i in range(15)}
+
+
 # --- failures --------------------------------------------------------------------------
 
-def test_crash_mid_call_is_unavailable_then_recovers(pool):
+@pytest.mark.parametrize("via", ["session", "lane"])  # the session also serves the other calls
+def test_crash_mid_call_is_unavailable_then_recovers(pool, via):
     cfg = fixture("crashy", "crash")
     first = server_pid(pool, cfg)
 
     with pytest.raises(Unavailable) as raised:
-        call(pool, cfg, "crash", code=3)
+        call(pool, cfg, "crash", via=via, code=3)
 
     assert raised.value.retryable
     assert "'crashy'" in raised.value.message
@@ -327,26 +415,27 @@ def test_silent_server_times_out(pool):
     assert not pool.loaded("silent")
 
 
-def test_a_call_past_its_timeout_is_retryable_and_the_server_stays_usable(pool):
+def test_a_call_past_its_timeout_is_retryable_and_the_server_stays_usable(pool, via):
     cfg = fixture("big", "big", timeout=1.5)
     with pytest.raises(Unavailable) as raised:
-        call(pool, cfg, "hang")
+        call(pool, cfg, "hang", via=via)
     assert raised.value.retryable
     assert "sent no result nor progress for hang within 1.5 s" in raised.value.message
-    assert call(pool, cfg, "ping").texts == ["pong"]  # the same connection, no restart
+    assert call(pool, cfg, "ping", via=via).texts == ["pong"]  # the same connection, no restart
     assert pool.loaded("big")
 
 
-def test_progress_restarts_the_call_clock(pool):
+def test_progress_restarts_the_call_clock(pool, via):
     # 12 steps of 0.4 s run well past the 3 s timeout; each step's progress restarts it.
     cfg = fixture("slow", "slow", timeout=3)
-    assert call(pool, cfg, "wait", steps=12, step_seconds=0.4).texts == ["waited 12 steps"]
+    assert call(pool, cfg, "wait", via=via, steps=12, step_seconds=0.4).texts == ["waited 12 steps"]
 
 
-def test_a_40_mb_result_arrives_whole(pool):
+@pytest.mark.parametrize("via", ["session", "lane"])  # the session also serves the other calls
+def test_a_40_mb_result_arrives_whole(pool, via):
     # The SDK's own stdio reader took 44 s here (quadratic); WAIT bounds this call.
     cfg = fixture("big", "big")
-    text = call(pool, cfg, "blob", megabytes=40).texts[0]
+    text = call(pool, cfg, "blob", via=via, megabytes=40).texts[0]
     assert len(text) == 40_000_000
     assert hashlib.sha256(text.encode()).hexdigest() == call(pool, cfg, "digest", megabytes=40).texts[0]
 
@@ -587,3 +676,43 @@ def test_convert_error_result():
     result = convert_result(types.CallToolResult(
         content=[types.TextContent(type="text", text="rate limited")], is_error=True))
     assert result.is_error and result.texts == ["rate limited"]
+
+
+# --- inside a script (Bashkit, the script's own thread) --------------------------------
+
+def test_a_script_interrupted_in_an_mcp_call_cancels_it_on_the_server(tmp_path, monkeypatch):
+    """The kernel's interrupt lands on the pumping thread mid-call: the script stops at once, the
+    server is told (`notifications/cancelled`), and the next run calls the same server."""
+    from kernel_helpers import RecordingSink, fixture_toml, policy_toml, project_with
+    from toolkernel._session import Session
+
+    project = project_with(tmp_path, monkeypatch, fixture_toml("slow") + policy_toml(allow=["mcp_slow"]))
+    session = Session(project)
+    try:
+        warm = session.run_script("tools slow ping", RecordingSink())
+        assert warm.exit_code == 0
+        assert session.pool.callable_here(session.pool._connections["slow"].cfg)
+        no_session_calls(monkeypatch)  # from here on every call must go past the session
+        sink = RecordingSink()
+        interrupt = threading.Timer(0.1, _wait_then_interrupt, (sink,))
+        interrupt.start()
+        started = time.monotonic()
+        result = session.run_script("tools slow wait steps=3000 step_seconds=0.1; echo after", sink)
+
+        assert result.interrupted and result.exit_code == 130
+        assert time.monotonic() - started < WAIT / 2
+        assert "after" not in sink.stdout_text
+        check = lambda: json.loads(session.run_script("tools slow history", RecordingSink()).stdout)  # noqa: E731
+        wait_until(lambda: check()[-1:] == ["cancelled"], "the server to see the cancel")
+    finally:
+        session.close()
+
+
+def _wait_then_interrupt(sink) -> None:
+    """A kernel interrupt (KeyboardInterrupt on the main thread) once the call reports progress."""
+    import _thread
+
+    deadline = time.monotonic() + WAIT
+    while not sink.progress_events and time.monotonic() < deadline:
+        time.sleep(0.02)
+    _thread.interrupt_main()

@@ -30,6 +30,14 @@ def history() -> list[str]:
 
 
 @server.tool()
+async def chatty(ctx: Context) -> str:
+    """Log a line and ping the client (a request it must answer) before answering."""
+    await ctx.info("working")
+    await ctx.session.send_ping()
+    return "answered"
+
+
+@server.tool()
 def ping() -> str:
     """Answer at once."""
     return "pong"

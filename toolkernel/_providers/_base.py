@@ -96,9 +96,16 @@ class McpProvider:
         table = "mcpServers" if config.source.endswith(".json") else "mcp_servers"
         self.source = (config.source, f"{table}.{config.name}")
         self.on_demand = config.load == "on-demand"
-        self.ref = ProviderRef("mcp", config.name, loop_bound=True)
+        self._bound = ProviderRef("mcp", config.name, loop_bound=True)
+        self._here = ProviderRef("mcp", config.name)
         self._pool = pool
         self._lists = lists if self.on_demand else None  # kept so an unstarted server can be found
+
+    @property
+    def ref(self) -> ProviderRef:
+        """Bound to the private loop, where its session lives, except while its server is up
+        over a lane: then a call runs on the caller's thread, past the session (see _stdio.py)."""
+        return self._here if self._pool.callable_here(self.config) else self._bound
 
     @property
     def loaded(self) -> bool:

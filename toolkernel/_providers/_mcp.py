@@ -15,7 +15,11 @@ therefore reach a server only when its config names them (`env = {TOKEN =
 "${TOKEN}"}`).
 
 Stdio servers run through `_stdio.stdio_transport` (the SDK's own reads a
-long message in quadratic time).
+long message in quadratic time). A call made on another thread than the
+private loop's (a script's `tools` line) goes past the session, through the
+transport's `Lane`, and is awaited on that thread's own loop, without being
+handed to the private loop and back (see _stdio.py). Its result is checked as the SDK's
+`call_tool` checks one (the result's shape, the tool's output schema).
 
 A server's stderr goes to a temporary file, so its logs never land in a cell;
 the last lines are quoted when the server fails to start or dies. Every such
@@ -54,8 +58,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from .. import _tool
+from .. import _loop
 from .._errors import CallError, ConnectionRequired, Unavailable
-from ._stdio import stdio_transport
+from ._stdio import Lane, stdio_transport
 from .._tool import Image, Kind, ProviderRef, Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
@@ -83,12 +88,27 @@ class ServerPool:
 
     async def tools(self, cfg: ServerConfig) -> list[Tool]:
         """The server's tools; connects first if it is not connected, was
-        reconfigured, or died since it was last used."""
+        reconfigured, or died since it was last used (on the private loop: sessions live there)."""
+        if not _loop.on_private_loop():
+            conn = self._lane_connection(cfg)
+            return list(conn.tools) if conn is not None else await _loop.on_private(self.tools(cfg))
         return list((await self._live(cfg)).tools)
 
     def loaded(self, name: str) -> bool:
         conn = self._connections.get(name)
         return conn is not None and conn.usable
+
+    def callable_here(self, cfg: ServerConfig) -> bool:
+        """Whether a call of `cfg`'s tools can run on the calling thread now, past the session."""
+        return self._lane_connection(cfg) is not None
+
+    def _lane_connection(self, cfg: ServerConfig) -> _Connection | None:
+        """The server's connection when it is up as configured, over a lane, with a current tool list."""
+        conn = self._connections.get(cfg.name)
+        if (conn is not None and conn.usable and not conn.stale and conn.cfg == cfg
+                and conn.lane is not None and conn.lane.usable):
+            return conn
+        return None
 
     def tool_count(self, name: str) -> int | None:
         conn = self._connections.get(name)
@@ -168,7 +188,7 @@ class ServerPool:
 
     def _build_tool(self, cfg: ServerConfig, listed: types.Tool) -> Tool:
         annotations = _annotations_of(listed)
-        call = _ToolCall(self, cfg, listed.name, _is_wrapped_schema(listed.output_schema))
+        call = _ToolCall(self, cfg, listed.name, _is_wrapped_schema(listed.output_schema), listed.output_schema)
         return Tool(
             name=listed.name,
             description=listed.description or "",
@@ -194,9 +214,20 @@ class _ToolCall:
     cfg: ServerConfig
     name: str
     wrapped: bool
+    output_schema: Mapping[str, Any] | None = None
+    _output_check: Any = field(default=None, repr=False, compare=False)  # the output schema's validator, made once
 
     async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        conn = await self.pool._for_call(self.cfg)
+        if _loop.on_private_loop():
+            return await self._call(await self.pool._for_call(self.cfg), arguments, ctx)
+        conn = self.pool._lane_connection(self.cfg)
+        if conn is None:  # to be (re)connected, or not over a lane: that is the private loop's work
+            return await _loop.on_private(self(arguments, ctx))
+        return await self._call(conn, arguments, ctx, conn.lane)
+
+    async def _call(self, conn: _Connection, arguments: dict[str, Any], ctx: ToolContext,
+                    lane: Lane | None = None) -> ToolResult:
+        """Through the session (on the private loop), or past it through `lane`."""
         session = conn.session
         assert session is not None
         timeout = conn.cfg.timeout
@@ -204,10 +235,13 @@ class _ToolCall:
         clock = asyncio.timeout(timeout)
         try:
             async with clock:
-                progress = _progress_handler(ctx, clock, timeout)
-                result = await session.call_tool(self.name, arguments, progress_callback=progress)
+                progress = _Progress(ctx, clock, timeout)
+                if lane is None:
+                    result = await session.call_tool(self.name, arguments, progress_callback=progress)
+                else:
+                    result = await self._call_past_session(lane, arguments, progress)
         except TimeoutError:
-            if clock.expired():  # the SDK has told the server the call is cancelled
+            if clock.expired():  # the server was told the call is cancelled (by the SDK, or the lane)
                 raise conn.timed_out(self.name, timeout) from None
             raise
         except MCPError as exc:
@@ -220,18 +254,58 @@ class _ToolCall:
             return ToolResult.error(str(exc))
         return convert_result(result, self.wrapped)
 
+    async def _call_past_session(self, lane: Lane, arguments: dict[str, Any],
+                                 progress: _Progress) -> types.CallToolResult:
+        """`tools/call` through the lane, on this thread's loop; checked as `ClientSession.call_tool`
+        checks its result (a RuntimeError for structured content that breaks the output schema)."""
+        raw = await lane.request("tools/call", {"name": self.name, "arguments": arguments}, progress.now)
+        result = types.CallToolResult.model_validate(raw, by_name=False)
+        if not result.is_error and self.output_schema is not None:
+            self._check_output(result)
+        return result
 
-def _progress_handler(ctx: ToolContext, clock: asyncio.Timeout, timeout: float):
+    def _check_output(self, result: types.CallToolResult) -> None:
+        from jsonschema import SchemaError, exceptions
+        from jsonschema.validators import validator_for
+        from referencing import Registry
+        from referencing.exceptions import Unresolvable
+
+        if result.structured_content is None and "structured_content" not in result.model_fields_set:
+            raise RuntimeError(f"Tool {self.name} has an output schema but did not return structured content")
+        if self._output_check is None:
+            cls = validator_for(self.output_schema)
+            try:
+                cls.check_schema(self.output_schema)
+            except SchemaError as exc:
+                raise RuntimeError(f"Invalid schema for tool {self.name}: {exc}") from exc
+            # As the SDK: `$ref`s resolve within the schema document only.
+            self._output_check = cls(self.output_schema, registry=Registry())
+        try:
+            if self._output_check.is_valid(result.structured_content):  # without best_match's bookkeeping
+                return
+            error = exceptions.best_match(self._output_check.iter_errors(result.structured_content))
+        except Unresolvable as exc:
+            raise RuntimeError(f"Invalid schema for tool {self.name}: {exc}") from exc
+        if error is not None:
+            raise RuntimeError(f"Invalid structured content returned by tool {self.name}: {error}") from error
+
+
+class _Progress:
     """Each progress notification restarts the call's clock, and reaches the context if it listens."""
-    listening = ctx.progress is not _tool._no_progress
 
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+    def __init__(self, ctx: ToolContext, clock: asyncio.Timeout, timeout: float) -> None:
+        self.ctx, self.clock, self.timeout = ctx, clock, timeout
+        self.listening = ctx.progress is not _tool._no_progress
+
+    def now(self, progress: float, total: float | None, message: str | None) -> None:
         with contextlib.suppress(RuntimeError):  # a late one, after the call ended or timed out
-            clock.reschedule(asyncio.get_running_loop().time() + timeout)
-        if listening:
-            ctx.progress(progress, total, message)
+            self.clock.reschedule(asyncio.get_running_loop().time() + self.timeout)
+        if self.listening:
+            self.ctx.progress(progress, total, message)
 
-    return on_progress
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        self.now(progress, total, message)  # the SDK's callback form
+
 
 
 @dataclass
@@ -244,6 +318,7 @@ class _Connection:
     tools: list[Tool] = field(default_factory=list)
     broken: str | None = None  # why this connection can no longer be used
     stale: bool = False  # the server said its tool list changed
+    lane: Lane | None = None  # calls from other threads, past the session (stdio only)
     _stderr: Any = None
     _task: asyncio.Task[None] | None = None
     _ready: asyncio.Future[None] | None = None
@@ -319,7 +394,8 @@ class _Connection:
         if cfg.transport == "sse":
             return sse_client(cfg.url or "", headers=dict(cfg.headers))
         self._stderr = tempfile.TemporaryFile()
-        return stdio_transport(cfg.command or "", cfg.args, cfg.env, cfg.cwd, self._stderr)
+        self.lane = Lane()
+        return stdio_transport(cfg.command or "", cfg.args, cfg.env, cfg.cwd, self._stderr, self.lane)
 
     def _set_ready(self, error: BaseException | None = None) -> None:
         if self._ready is None or self._ready.done():

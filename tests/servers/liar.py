@@ -1,0 +1,43 @@
+"""Fixture: a tool whose structured content breaks its own output schema, one that sends none,
+and one that prints a line that is not JSON-RPC to stdout before it answers."""
+
+import sys
+
+import mcp_types as types
+from mcp.server import Server
+
+OUTPUT = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+INPUT = {"type": "object", "properties": {}}
+
+
+async def list_tools(ctx, params) -> types.ListToolsResult:
+    return types.ListToolsResult(tools=[
+        types.Tool(name=name, description=f"{name}: a result against its output schema.", input_schema=INPUT,
+                   output_schema=OUTPUT)
+        for name in ("wrong_type", "no_structure", "honest", "noisy")
+    ])
+
+
+async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+    text = [types.TextContent(type="text", text=params.name)]
+    if params.name == "wrong_type":
+        return types.CallToolResult(content=text, structured_content={"n": "seven"})
+    if params.name == "no_structure":
+        return types.CallToolResult(content=text)
+    if params.name == "noisy":
+        sys.stdout.write("<html>not json</html>\n")
+        sys.stdout.flush()
+    return types.CallToolResult(content=text, structured_content={"n": 7})
+
+
+server = Server("liar", on_list_tools=list_tools, on_call_tool=call_tool)
+
+if __name__ == "__main__":
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(main)
