@@ -15,6 +15,7 @@ call, or from another thread) runs on the private loop, as direct calls used to.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import queue
 import threading
@@ -62,6 +63,8 @@ def call_argv(session: Session, argv: list[str], base: dict[str, Any] | None = N
     as a script's call does, instead of stopping for `%tools approve`."""
     if _loop.on_private_loop():
         raise RuntimeError("toolkernel.call() called from its own event loop thread")
+    if _loop.free_here():
+        return _loop.run_in_place(_call_in_place(session, argv, base, on_image, ask))
     events = ScriptEvents()
     approver = stop_and_report if ask is None else StdinApprover(
         lambda prompt, request: events.on_pump_thread(asking, ask, prompt, request),
@@ -73,6 +76,34 @@ def call_argv(session: Session, argv: list[str], base: dict[str, Any] | None = N
     except BaseException:
         call.cancel()
         raise
+
+
+async def _call_in_place(session: Session, argv: list[str], base: dict[str, Any] | None,
+                         on_image: Callable[[Any], None], ask: Callable[[str], str] | None) -> Any:
+    """`_call` on the calling thread's own loop; a question asked on the private loop (an MCP
+    tool's call) comes back to this thread, where `input()` works and interrupts land."""
+    here = asyncio.get_running_loop()
+    approver = stop_and_report if ask is None else StdinApprover(
+        lambda prompt, request: _on_thread_of(here, asking, ask, prompt, request),
+        lambda line: _on_thread_of(here, print, line))
+    return await _call(session, argv, base, on_image, approver)
+
+
+def _on_thread_of(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
+    """`fn(*args)` on the thread that runs `loop`: now when this is it, else as its next callback."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except Exception as exc:  # noqa: BLE001 - EOFError and the like are the asker's to read
+            future.set_exception(exc)
+
+    if asyncio.get_running_loop() is loop:  # asked from a coroutine: some loop runs here
+        run()
+    else:
+        loop.call_soon_threadsafe(run)
+    return future
 
 
 class _DirectCall:
