@@ -12,6 +12,7 @@ Runs in a fresh temp workspace with no config.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -52,11 +53,85 @@ def per_script_call(session: Session, calls: int) -> float:
     return (elapsed - timed_script(session, "true")) / calls
 
 
+KERNEL_SETUP = """
+import time, toolkernel
+@toolkernel.tool("noop", description="Do nothing.", kind="read", input_schema={"type": "object"})
+def noop(arguments, ctx):
+    return ""
+toolkernel.register_tools(noop)
+_ip = get_ipython()
+def _per_call(fn, calls):
+    started = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - started) / calls
+def _script(calls):
+    started = time.perf_counter()
+    _ip.run_cell_magic("tools", "", "tools noop\\n" * calls)
+    calls_run = time.perf_counter() - started
+    started = time.perf_counter()
+    _ip.run_cell_magic("tools", "", "true\\n")
+    return (calls_run - (time.perf_counter() - started)) / calls
+"""
+
+KERNEL_ROUND = """
+import json
+print(json.dumps({{"line": _per_call(lambda: _ip.run_line_magic("tools", "noop"), {calls}),
+                  "call": _per_call(lambda: toolkernel.call("noop"), {calls}),
+                  "script": _script({calls})}}))
+"""
+
+
+def in_a_kernel(tmp: Path, calls: int, rounds: int) -> dict[str, list[float]]:
+    """Per-call seconds of `%tools noop`, `toolkernel.call("noop")` and a `%%tools` cell's
+    `tools noop`, timed inside a real kernel (stdin offered, as JupyterLab does)."""
+    from jupyter_client.manager import start_new_kernel
+
+    work = tmp / "kernel"
+    work.mkdir()
+    user = Path(os.environ["XDG_CONFIG_HOME"]) / "toolkernel"  # a project's [shell] counts only once trusted
+    user.mkdir(parents=True, exist_ok=True)
+    (user / "toolkernel.toml").write_text("[shell]\ncall_limit = 100000000\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    manager, client = start_new_kernel(kernel_name="python3", cwd=str(work), env=env, startup_timeout=120)
+    try:
+        def run(code: str) -> list[str]:
+            out: list[str] = []
+            reply = client.execute_interactive(
+                code, allow_stdin=True, timeout=600, stdin_hook=lambda msg: client.input(""),
+                output_hook=lambda m: out.append(m["content"]["text"]) if m["msg_type"] == "stream" else None)
+            if reply["content"]["status"] != "ok":
+                print("".join(out)[-2000:], file=sys.stderr)
+                raise SystemExit(f"kernel cell failed: {reply['content']}")
+            return out
+
+        run("%load_ext toolkernel")
+        run(KERNEL_SETUP)
+        json.loads(run(KERNEL_ROUND.format(calls=10))[-1])  # warm up
+        times: dict[str, list[float]] = {"line": [], "call": [], "script": []}
+        for _ in range(rounds):
+            for key, value in json.loads("".join(run(KERNEL_ROUND.format(calls=calls))).splitlines()[-1]).items():
+                times[key].append(value)
+        return times
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+def report(label: str, direct: list[float], script: list[float]) -> None:
+    d, s = statistics.median(direct), statistics.median(script)
+    print(f"  {label:26s} {d * 1e6:8.1f} us ({min(direct) * 1e6:.1f})   script: {s * 1e6:8.1f} us"
+          f" ({min(script) * 1e6:.1f})   ratio: {d / s:.2f}x ({min(direct) / min(script):.2f}x) (target <= 3x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--kernel", action="store_true", help="also time the calls inside a real kernel")
     options = parser.parse_args()
+    print(f"per call, median (best) of {options.rounds} interleaved rounds of {options.calls} calls;"
+          f" load {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["XDG_CONFIG_HOME"] = str(Path(tmp) / "xdg")
         work = Path(tmp) / "work"
@@ -68,12 +143,13 @@ def main() -> None:
         for _ in range(options.rounds):
             direct.append(per_direct_call(session, options.calls))
             script.append(per_script_call(session, options.calls))
-        d, s = statistics.median(direct), statistics.median(script)
-        best = min(direct) / min(script)
-        print(f"per call, median (best) of {options.rounds} interleaved rounds of {options.calls} calls")
-        print(f"in a script: {s * 1e6:8.1f} us ({min(script) * 1e6:.1f})   direct: {d * 1e6:8.1f} us"
-              f" ({min(direct) * 1e6:.1f})   ratio: {d / s:.1f}x ({best:.1f}x) (target <= 3x)")
         session.close()
+        report("in this process, call_argv", direct, script)
+        if options.kernel:
+            times = in_a_kernel(Path(tmp), options.calls, options.rounds)
+            report("in a kernel, %tools", times["line"], times["script"])
+            report("in a kernel, toolkernel.call", times["call"], times["script"])
+    print(f"load {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -151,13 +151,13 @@ state = {}
 @toolkernel.tool("doze", description="Sleep (a test tool).", kind="read", input_schema={"type": "object"})
 def doze(arguments, ctx):
     state["thread"] = threading.current_thread().name
-    print("dozing", flush=True)
+    print("dozing")  # no flush: the kernel's IO thread sends it, the cell's thread sleeps on
     time.sleep(120)
 
 @toolkernel.tool("snooze", description="Sleep until cancelled (a test tool).", kind="read",
                  input_schema={"type": "object"})
 async def snooze(arguments, ctx):
-    print("snoozing", flush=True)
+    print("snoozing")
     try:
         await asyncio.sleep(120)
     except asyncio.CancelledError:

@@ -50,6 +50,7 @@ class Session:
         self.catalogs = CatalogCache()
         self.tool_lists = ToolLists(self.workdir / STATE_DIR)  # on-demand servers' tools, kept on disk
         self._kept_providers: tuple[Config, tuple[ToolProvider, ...], tuple[ToolProvider, ...]] | None = None
+        self._kept_policy: tuple[Config, tuple[str, ...], bool, Policy] | None = None
         self._pool: ServerPool | None = None
         self._pool_lock = threading.Lock()
         self.state: dict[str, Any] = {}
@@ -92,12 +93,9 @@ class Session:
         config = self.config_cache.load()
         if config.servers or self._pool is not None:  # no MCP SDK for a config without servers
             await _loop.on_private(self.pool.retire(set(config.servers)))  # its sessions live there
-        # Lasting approvals loosen the policy: only those of a trusted folder count.
-        lasting = self.approvals.lasting_rules() if config.approvals_trusted else ()
-        policy = Policy.from_config(config.policy, config.admin_policy, extra_allow=lasting)
         env = CallEnv(
             workdir=self.workdir,
-            policy=dataclasses.replace(policy, read_only=read_only),
+            policy=self._policy(config, read_only),
             approvals=self.approvals,
             hooks=self._hooks_for(config),
             settings=config.tools,
@@ -109,6 +107,17 @@ class Session:
         )
         catalog = await self.catalogs.open(self._run_providers(config))
         return ToolsCommand(catalog, Dispatcher(env), Run(limit=config.shell.call_limit), self.workdir, events)
+
+    def _policy(self, config: Config, read_only: bool) -> Policy:
+        """The run's policy: the same (frozen) object while the config, the lasting approvals
+        and `read_only` are (building it is a fifth of a direct call's cost)."""
+        # Lasting approvals loosen the policy: only those of a trusted folder count.
+        lasting = tuple(self.approvals.lasting_rules()) if config.approvals_trusted else ()
+        kept = self._kept_policy
+        if kept is None or kept[0] is not config or kept[1] != lasting or kept[2] != read_only:
+            policy = Policy.from_config(config.policy, config.admin_policy, extra_allow=lasting)
+            kept = self._kept_policy = (config, lasting, read_only, dataclasses.replace(policy, read_only=read_only))
+        return kept[3]
 
     def _run_providers(self, config: Config) -> tuple[ToolProvider, ...]:
         """The sources of a run under `config`: the same objects while neither the config nor the

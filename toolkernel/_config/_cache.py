@@ -59,11 +59,16 @@ def _status(path: str) -> tuple[Any, ...] | None:
         link = os.lstat(path)
     except OSError:
         return None
+    if not stat.S_ISLNK(link.st_mode):
+        return _entry(link)
     try:
-        target = os.stat(path) if stat.S_ISLNK(link.st_mode) else link
+        return _entry(link), _entry(os.stat(path))
     except OSError:
-        target = link
-    return tuple((s.st_ino, s.st_dev, s.st_mode, s.st_size, s.st_mtime_ns, s.st_ctime_ns) for s in (link, target))
+        return _entry(link), None
+
+
+def _entry(s: os.stat_result) -> tuple[Any, ...]:
+    return (s.st_ino, s.st_dev, s.st_mode, s.st_size, s.st_mtime_ns, s.st_ctime_ns)
 
 
 class ConfigCache:
