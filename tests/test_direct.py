@@ -197,3 +197,18 @@ def test_an_interrupt_in_a_real_kernel_stops_the_direct_call_and_the_kernel_goes
         assert kernel.value("state") == {"thread": "MainThread", "cancelled": True}
         assert kernel.value("toolkernel.call('here')") == "MainThread"
         assert kernel.value("1 + 1") == 2
+
+
+def test_each_direct_call_reads_the_config_and_the_lasting_approvals_again(session):
+    assert call_argv(session, ["where"]) == "MainThread"
+    write_config(session.workdir, github_toml() + policy_toml(deny=["where"]))
+    with pytest.raises(CallError) as raised:
+        call_argv(session, ["where"])
+    assert raised.value.code == "denied"
+    write_config(session.workdir, github_toml())
+    delete = ["github", "delete-branch", "branch=fix-x"]
+    with pytest.raises(CallError) as raised:
+        call_argv(session, delete)  # asks by default; nobody to ask: stops for `%tools approve`
+    assert raised.value.code == "needs_approval"
+    session.approvals.always_allow("mcp_github__delete_branch")
+    assert call_argv(session, delete) == "deleted branch fix-x"
