@@ -182,6 +182,9 @@ def test_an_interrupt_in_a_real_kernel_stops_the_direct_call_and_the_kernel_goes
         kernel.execute_ok(KERNEL_TOOLS)
         kernel.execute_ok("name = %tools here")
         assert kernel.value("name") == "MainThread"  # in place: the cell's own thread
+        # An async cell: the call is made from a coroutine on the kernel's loop, without await.
+        kernel.execute_ok("await asyncio.sleep(0)\nfrom_async = toolkernel.call('here')\nawait asyncio.sleep(0)")
+        assert kernel.value("from_async") == "MainThread"
         for code, said in (("%tools doze", "dozing"), ("toolkernel.call('snooze')", "snoozing")):
             msg_id = kernel.start(code)
             kernel.messages_until(msg_id, lambda seen: any(
