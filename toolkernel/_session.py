@@ -21,7 +21,7 @@ from ._command._catalog import CatalogCache, same_items, check_names
 from ._command._command import ToolsCommand
 from ._providers._commands import ProcessSlots, command_tool
 from ._config._config import Config
-from ._config._cache import ConfigCache
+from ._config._cache import ConfigCache, StatOnce
 from ._approval._dispatch import CallEnv, Dispatcher
 from ._runners._guard_cache import PlanCache
 from ._approval._hooks import Hooks
@@ -90,7 +90,8 @@ class Session:
                       *, read_only: bool = False) -> ToolsCommand:
         """Read the config and wire a fresh `tools` command. Raises ConfigError
         (`_guard.Unprotectable` too: what scripts must not write cannot be protected)."""
-        config = self.config_cache.load()
+        looked_at = StatOnce()  # the config's check and the mount plan's share their lstats
+        config = self.config_cache.load(looked_at)
         if config.servers or self._pool is not None:  # no MCP SDK for a config without servers
             await _loop.on_private(self.pool.retire(set(config.servers)))  # its sessions live there
         env = CallEnv(
@@ -101,7 +102,7 @@ class Session:
             settings=config.tools,
             state=self.state,
             approver=approver,
-            guarded=self.plans.plan(self.workdir, config),
+            guarded=self.plans.plan(self.workdir, config, lstat=looked_at),
             untrusted=config.untrusted,
             shell=config.shell,
         )
