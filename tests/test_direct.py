@@ -116,7 +116,8 @@ def test_questions_are_asked_on_the_calling_thread(session, tmp_path):
 @tool("nap", description="Sleep until cancelled (a test tool).", kind="read", input_schema={"type": "object"})
 async def nap(arguments, ctx):
     try:
-        ctx.state["napping"] = True
+        # Said once the task waits: an interrupt then lands in the loop, not in this code.
+        asyncio.get_running_loop().call_soon(ctx.state.__setitem__, "napping", True)
         await asyncio.sleep(120)
     except asyncio.CancelledError:
         ctx.state["cancelled"] = True
@@ -157,8 +158,8 @@ def doze(arguments, ctx):
 @toolkernel.tool("snooze", description="Sleep until cancelled (a test tool).", kind="read",
                  input_schema={"type": "object"})
 async def snooze(arguments, ctx):
-    print("snoozing")
     try:
+        asyncio.get_running_loop().call_soon(print, "snoozing")  # once the task waits
         await asyncio.sleep(120)
     except asyncio.CancelledError:
         state["cancelled"] = True
