@@ -14,7 +14,7 @@ import queue
 import sys
 import threading
 import time
-from typing import Any, Coroutine, TypeVar
+from typing import Any, Callable, Coroutine, TypeVar
 
 T = TypeVar("T")
 
@@ -157,6 +157,7 @@ def run_in_place(coro: Coroutine[Any, Any, T], grace: float = 2.0) -> T:
     task = local_task(coro)
     outer = asyncio._get_running_loop()
     asyncio._set_running_loop(None)
+    stop_waking = _wake_for_signals(task.get_loop())
     try:
         return run_here(task)
     except BaseException:
@@ -167,7 +168,23 @@ def run_in_place(coro: Coroutine[Any, Any, T], grace: float = 2.0) -> T:
             task.get_loop().run_until_complete(asyncio.wait([task], timeout=grace))
         raise
     finally:
+        stop_waking()
         asyncio._set_running_loop(outer)
+
+
+def _wake_for_signals(loop: asyncio.AbstractEventLoop, every: float = 0.1) -> Callable[[], None]:
+    """On the main thread, wake `loop` every `every` seconds while it runs. A signal (a kernel
+    interrupt) may be taken by any thread, and Python runs its handler on the main thread
+    only once that thread runs code again: without a wake it would wait out the loop's sleep."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def tick() -> None:
+        nonlocal handle
+        handle = loop.call_later(every, tick)
+
+    handle = loop.call_later(every, tick)
+    return lambda: handle.cancel()
 
 
 def close_here() -> None:
