@@ -39,7 +39,8 @@ class StatOnce:
         seen = self._seen
         if path in seen:
             return seen[path]
-        parent = os.path.dirname(path)
+        cut = path.rfind("/")  # os.path.dirname's Python would cost more than the look it spares
+        parent = (path[:cut] or "/") if cut >= 0 else path
         # Only a missing parent: a parent that is a link may still lead to a folder.
         found = None if parent != path and parent in seen and seen[parent] is None else lstat_or_none(path)
         seen[path] = found
