@@ -28,7 +28,7 @@ A direct call costs 470-520 us of CPU at load 2.5-4.6 where a script's call cost
 fingerprint about 100 and the mount plan's check about 85, mostly lstats at 3-13 us
 each on this VM; then the policy, the catalog and the command), the loop 25-37 us,
 and the call itself about 140 us, a little less than in a script. `%tools` adds
-IPython's `run_line_magic` (its variable expansion, about 40 us) and the line's parse.
+IPython's `run_line_magic` (its variable expansion) and the line's parse: about 90 us.
 The 3x target is met at the median at low load in all three cases (%tools with the least
 margin); under heavy load it is not met reliably for `%tools`.
 """
