@@ -7,7 +7,7 @@ import os
 import pytest
 
 from kernel_helpers import isolated_env, policy_toml, write_config
-from toolkernel._config._cache import ConfigCache
+from toolkernel._config._cache import ConfigCache, StatOnce
 
 
 @pytest.fixture
@@ -64,3 +64,19 @@ def test_a_bad_config_fails_every_time_and_is_never_kept(project):
             cache.load()
     os.remove(path)
     assert cache.load().servers == {}
+
+
+def test_one_runs_checks_look_at_a_path_once_and_not_into_a_missing_folder(tmp_path):
+    looked_at = StatOnce()
+    gone, real, link = tmp_path / "gone", tmp_path / "real", tmp_path / "link"
+    real.mkdir()
+    (real / "f").write_text("x")
+    link.symlink_to(real)
+    assert looked_at(str(gone)) is None
+    gone.mkdir()
+    (gone / "f").write_text("x")
+    # As they were when the run's checks looked (the next run's checks see both).
+    assert looked_at(str(gone)) is None and looked_at(str(gone / "f")) is None
+    assert StatOnce()(str(gone / "f")) is not None
+    # A folder reached through a link is looked into.
+    assert looked_at(str(link)) is not None and looked_at(str(link / "f")) is not None

@@ -1,13 +1,17 @@
-"""Direct calls (`%tools x`, `toolkernel.call`): one worker thread with its own loop
-(toolkernel/_frontends/_direct.py). A real session, real tools, a real demo MCP server."""
+"""Direct calls (`%tools x`, `toolkernel.call`): on the calling thread's own loop, or on one
+worker thread when that loop runs already (toolkernel/_frontends/_direct.py). A real session,
+real tools, a real demo MCP server; the kernel's side (interrupts) in a real kernel."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import threading
+import time
 
 import pytest
 
-from kernel_helpers import github_toml, isolated_env, write_config
+from kernel_helpers import github_toml, isolated_env, loaded_kernel, policy_toml, write_config
 from toolkernel import tool
 from toolkernel._errors import CallError
 from toolkernel._frontends._direct import call_argv
@@ -36,10 +40,39 @@ def session(tmp_path, monkeypatch):
     opened.close()
 
 
-def test_a_plain_tool_runs_on_the_direct_calls_thread_in_place(session):
-    # One hand-off: not the private loop, which would pass a plain function on to a worker thread.
-    assert call_argv(session, ["where"]) == "toolkernel-direct"
-    assert call_argv(session, ["where"]) == "toolkernel-direct"
+@tool("nested", description="Make a direct call of its own while it runs (a test tool).", kind="read",
+      input_schema={"type": "object"})
+def nested(arguments, ctx):
+    return call_argv(ctx.state["session"], ["where"])
+
+
+def test_a_plain_tool_runs_on_the_calling_thread(session):
+    # No hand-off: the private loop would pass a plain function on to a worker thread.
+    assert call_argv(session, ["where"]) == "MainThread"
+    assert call_argv(session, ["where"]) == "MainThread"
+    names = []
+    caller = threading.Thread(target=lambda: names.append(call_argv(session, ["where"])), name="a-user-thread")
+    caller.start()
+    caller.join(60)
+    assert names == ["a-user-thread"]
+
+
+def test_a_call_inside_a_running_loop_runs_in_place_and_gives_the_loop_back(session):
+    # A kernel's cell: sync code inside a coroutine on the kernel's running loop.
+    async def cell():
+        outer, me = asyncio.get_running_loop(), asyncio.current_task()
+        got = call_argv(session, ["where"])
+        assert asyncio.get_running_loop() is outer and asyncio.current_task() is me
+        await asyncio.sleep(0.01)  # the outer loop still runs its own work
+        return got
+
+    assert asyncio.run(cell()) == "MainThread"
+
+
+def test_a_call_made_while_this_threads_loop_runs_goes_to_the_worker(session):
+    session.register_tools([nested])
+    session.state["session"] = session  # `nested` finds the session here
+    assert call_argv(session, ["nested"]) == "toolkernel-direct"
 
 
 def test_mcp_calls_and_help_still_reach_the_private_loop(session):
@@ -62,3 +95,125 @@ def test_a_failed_direct_call_raises_its_coded_error(session):
     with pytest.raises(CallError) as raised:
         call_argv(session, ["github", "no-such-tool"])
     assert raised.value.code == "unknown_command"
+
+
+def test_questions_are_asked_on_the_calling_thread(session, tmp_path):
+    # The in-process tool asks in place; the MCP tool's question, asked on the private
+    # loop, comes back to this thread (where `input()` works in a kernel).
+    write_config(session.workdir, github_toml() + policy_toml(ask=["where", "mcp_github__get_pull"]))
+    asked = []
+
+    def answer(prompt):
+        asked.append(threading.current_thread().name)
+        return "y"
+
+    assert call_argv(session, ["where"], ask=answer) == "MainThread"
+    assert call_argv(session, ["github", "get-pull", "repo=acme/api", "number=101"], ask=answer)["number"] == 101
+    assert asked == ["MainThread", "MainThread"]
+
+
+@tool("nap", description="Sleep until cancelled (a test tool).", kind="read", input_schema={"type": "object"})
+async def nap(arguments, ctx):
+    try:
+        # Said once the task waits: an interrupt then lands in the loop, not in this code.
+        asyncio.get_running_loop().call_soon(ctx.state.__setitem__, "napping", True)
+        await asyncio.sleep(120)
+    except asyncio.CancelledError:
+        ctx.state["cancelled"] = True
+        raise
+
+
+def test_an_interrupt_another_thread_takes_cancels_a_call_in_place_and_the_next_call_works(session):
+    # Any thread may take a process's SIGINT; Python then runs its handler on the main thread
+    # once that runs code again. The worst case: the thread that sends it takes it.
+    session.register_tools([nap])
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    interrupt = threading.Thread(target=_interrupt_when, args=(lambda: session.state.get("napping"),))
+    interrupt.start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        call_argv(session, ["nap"])
+    interrupt.join(60)
+    assert time.monotonic() - started < 60  # generous: far less than the 120 s nap
+    assert session.state.get("cancelled") is True
+    assert call_argv(session, ["where"]) == "MainThread"
+
+
+def _interrupt_when(ready) -> None:
+    deadline = time.monotonic() + 60
+    while not ready() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+
+KERNEL_TOOLS = """
+import asyncio, threading, time, toolkernel
+state = {}
+
+@toolkernel.tool("doze", description="Sleep (a test tool).", kind="read", input_schema={"type": "object"})
+def doze(arguments, ctx):
+    state["thread"] = threading.current_thread().name
+    print("dozing")  # no flush: the kernel's IO thread sends it, the cell's thread sleeps on
+    time.sleep(120)
+
+@toolkernel.tool("snooze", description="Sleep until cancelled (a test tool).", kind="read",
+                 input_schema={"type": "object"})
+async def snooze(arguments, ctx):
+    try:
+        asyncio.get_running_loop().call_soon(print, "snoozing")  # once the task waits
+        await asyncio.sleep(120)
+    except asyncio.CancelledError:
+        state["cancelled"] = True
+        raise
+
+@toolkernel.tool("here", description="Say which thread runs it (a test tool).", kind="read",
+                 input_schema={"type": "object"})
+def here(arguments, ctx):
+    return threading.current_thread().name
+
+toolkernel.register_tools(doze, snooze, here)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_an_interrupt_in_a_real_kernel_stops_the_direct_call_and_the_kernel_goes_on(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    write_config(work, policy_toml(allow=["doze", "snooze", "here"]))
+    with loaded_kernel(work) as kernel:
+        kernel.execute_ok(KERNEL_TOOLS)
+        kernel.execute_ok("name = %tools here")
+        assert kernel.value("name") == "MainThread"  # in place: the cell's own thread
+        # An async cell: the call is made from a coroutine on the kernel's loop, without await.
+        kernel.execute_ok("await asyncio.sleep(0)\nfrom_async = toolkernel.call('here')\nawait asyncio.sleep(0)")
+        assert kernel.value("from_async") == "MainThread"
+        for code, said in (("%tools doze", "dozing"), ("toolkernel.call('snooze')", "snoozing")):
+            msg_id = kernel.start(code)
+            kernel.messages_until(msg_id, lambda seen: any(
+                m["msg_type"] == "stream" and said in m["content"]["text"] for m in seen), timeout=60)
+            started = time.monotonic()
+            kernel.manager.interrupt_kernel()
+            run = kernel.finish(msg_id, timeout=60)
+            assert time.monotonic() - started < 60  # generous: far less than the 120 s sleep
+            if code.startswith("%tools"):
+                assert run.status == "ok" and "tools: interrupted" in run.stderr
+            else:
+                assert run.status == "error" and run.error["ename"] == "KeyboardInterrupt"
+        assert kernel.value("state") == {"thread": "MainThread", "cancelled": True}
+        assert kernel.value("toolkernel.call('here')") == "MainThread"
+        assert kernel.value("1 + 1") == 2
+
+
+def test_each_direct_call_reads_the_config_and_the_lasting_approvals_again(session):
+    assert call_argv(session, ["where"]) == "MainThread"
+    write_config(session.workdir, github_toml() + policy_toml(deny=["where"]))
+    with pytest.raises(CallError) as raised:
+        call_argv(session, ["where"])
+    assert raised.value.code == "denied"
+    write_config(session.workdir, github_toml())
+    delete = ["github", "delete-branch", "branch=fix-x"]
+    with pytest.raises(CallError) as raised:
+        call_argv(session, delete)  # asks by default; nobody to ask: stops for `%tools approve`
+    assert raised.value.code == "needs_approval"
+    session.approvals.always_allow("mcp_github__delete_branch")
+    assert call_argv(session, delete) == "deleted branch fix-x"

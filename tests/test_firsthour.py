@@ -184,6 +184,15 @@ def test_a_direct_call_asks_the_same_way_when_stdin_is_offered(kernel, github):
     assert run.stdout == "allowed once; making the call\n'deleted branch fix-x'\n"
 
 
+def test_an_interrupt_while_a_direct_calls_prompt_waits_is_one_line_and_the_kernel_goes_on(kernel, github):
+    prompts, run = with_stdin(kernel, f"x = %{DELETE}", ["^C"])
+    assert len(prompts) == 1
+    assert run.stderr == "tools: interrupted; the call was not made\n"
+    assert "deleted" not in run.stdout
+    kernel.execute_ok("pull = %tools github get-pull repo=acme/api number=101")
+    assert kernel.value("pull['number']") == 101
+
+
 def test_a_direct_call_denied_at_the_prompt_says_so_and_does_not_ask_for_approval(kernel, github):
     prompts, run = with_stdin(kernel, f"x = %{DELETE}", ["d"])
     assert len(prompts) == 1 and run.stdout == "denied; the call was not made\n"

@@ -181,6 +181,28 @@ def test_broken_server_schema_and_deep_input_are_json_lines_not_tracebacks(kerne
 # -- %tools and the Python API ---------------------------------------------------------
 
 
+def test_a_tools_line_splits_as_shlex_does():
+    import random
+    import shlex
+
+    from toolkernel._frontends._magic import _words
+
+    def split(how, line):
+        try:
+            return how(line)
+        except ValueError:
+            return "unbalanced"
+
+    lines = ["github get-pull repo=acme/api number=101", "  a\tb\r\nc ", "", "a 'b c' d", 'x="1 2"',
+             "a\\ b", "a\x0bb", "a\xa0b", "a\u2003b", "a #b", "'open", "é ü"]
+    chars = "ab =#'\"\\ \t\n\r\x0b\x0c\xa0\u2003é"
+    rng = random.Random(7)
+    lines += ["".join(rng.choice(chars) for _ in range(rng.randint(0, 10))) for _ in range(20000)]
+    for line in lines:
+        assert split(_words, line) == split(shlex.split, line), repr(line)
+
+
+
 def test_line_magic_returns_the_value(kernel):
     kernel.execute_ok("prs = %tools github list-pulls repo=acme/api")
     assert kernel.value("[type(prs).__name__, [p['number'] for p in prs]]") == ["list", [101, 102, 103, 104]]

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import queue
+import sys
 import threading
 import time
-from typing import Any, Coroutine, TypeVar
+from typing import Any, Callable, Coroutine, TypeVar
 
 T = TypeVar("T")
 
@@ -145,6 +146,58 @@ def run_here(task: asyncio.Task[T]) -> T:
     loop, so repeated calls (a `tools` builtin in a shell loop) stay cheap.
     """
     return task.get_loop().run_until_complete(task)
+
+
+def free_here() -> bool:
+    """Whether `run_in_place` may run work on this thread now: not while this thread's own
+    loop already runs (a call made by a hook of a call) nor on the private loop, and, from
+    Python 3.14 on (one running task per thread across loops), not under a running task."""
+    outer = asyncio._get_running_loop()
+    if outer is None:
+        return True
+    if outer is getattr(_local, "loop", None) or outer is _loop:
+        return False
+    return sys.version_info < (3, 14) or asyncio.current_task(outer) is None
+
+
+def run_in_place(coro: Coroutine[Any, Any, T], grace: float = 2.0) -> T:
+    """Run `coro` on this thread's own loop with no thread hand-off, where `free_here()`.
+
+    A loop running on this thread already (the kernel's, while a cell runs) is blocked in
+    this very frame, so it is set aside for the run and put back after. A KeyboardInterrupt
+    (kernel interrupt) cancels the work, gives it `grace` seconds to end, and is re-raised.
+    """
+    task = local_task(coro)
+    outer = asyncio._get_running_loop()
+    asyncio._set_running_loop(None)
+    stop_waking = _wake_for_signals(task.get_loop())
+    try:
+        return run_here(task)
+    except BaseException:
+        if task.done():
+            task.cancelled() or task.exception()  # raised through here: not "never retrieved"
+        else:
+            task.cancel()
+            task.get_loop().run_until_complete(asyncio.wait([task], timeout=grace))
+        raise
+    finally:
+        stop_waking()
+        asyncio._set_running_loop(outer)
+
+
+def _wake_for_signals(loop: asyncio.AbstractEventLoop, every: float = 0.1) -> Callable[[], None]:
+    """On the main thread, wake `loop` every `every` seconds while it runs. A signal (a kernel
+    interrupt) may be taken by any thread, and Python runs its handler on the main thread
+    only once that thread runs code again: without a wake it would wait out the loop's sleep."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def tick() -> None:
+        nonlocal handle
+        handle = loop.call_later(every, tick)
+
+    handle = loop.call_later(every, tick)
+    return lambda: handle.cancel()
 
 
 def close_here() -> None:

@@ -21,7 +21,7 @@ from ._command._catalog import CatalogCache, same_items, check_names
 from ._command._command import ToolsCommand
 from ._providers._commands import ProcessSlots, command_tool
 from ._config._config import Config
-from ._config._cache import ConfigCache
+from ._config._cache import ConfigCache, StatOnce
 from ._approval._dispatch import CallEnv, Dispatcher
 from ._runners._guard_cache import PlanCache
 from ._approval._hooks import Hooks
@@ -50,6 +50,7 @@ class Session:
         self.catalogs = CatalogCache()
         self.tool_lists = ToolLists(self.workdir / STATE_DIR)  # on-demand servers' tools, kept on disk
         self._kept_providers: tuple[Config, tuple[ToolProvider, ...], tuple[ToolProvider, ...]] | None = None
+        self._kept_policy: tuple[Config, tuple[str, ...], bool, Policy] | None = None
         self._pool: ServerPool | None = None
         self._pool_lock = threading.Lock()
         self.state: dict[str, Any] = {}
@@ -89,26 +90,35 @@ class Session:
                       *, read_only: bool = False) -> ToolsCommand:
         """Read the config and wire a fresh `tools` command. Raises ConfigError
         (`_guard.Unprotectable` too: what scripts must not write cannot be protected)."""
-        config = self.config_cache.load()
+        looked_at = StatOnce()  # the config's check and the mount plan's share their lstats
+        config = self.config_cache.load(looked_at)
         if config.servers or self._pool is not None:  # no MCP SDK for a config without servers
             await _loop.on_private(self.pool.retire(set(config.servers)))  # its sessions live there
-        # Lasting approvals loosen the policy: only those of a trusted folder count.
-        lasting = self.approvals.lasting_rules() if config.approvals_trusted else ()
-        policy = Policy.from_config(config.policy, config.admin_policy, extra_allow=lasting)
         env = CallEnv(
             workdir=self.workdir,
-            policy=dataclasses.replace(policy, read_only=read_only),
+            policy=self._policy(config, read_only),
             approvals=self.approvals,
             hooks=self._hooks_for(config),
             settings=config.tools,
             state=self.state,
             approver=approver,
-            guarded=self.plans.plan(self.workdir, config),
+            guarded=self.plans.plan(self.workdir, config, lstat=looked_at),
             untrusted=config.untrusted,
             shell=config.shell,
         )
         catalog = await self.catalogs.open(self._run_providers(config))
         return ToolsCommand(catalog, Dispatcher(env), Run(limit=config.shell.call_limit), self.workdir, events)
+
+    def _policy(self, config: Config, read_only: bool) -> Policy:
+        """The run's policy: the same (frozen) object while the config, the lasting approvals
+        and `read_only` are (building it is a fifth of a direct call's cost)."""
+        # Lasting approvals loosen the policy: only those of a trusted folder count.
+        lasting = tuple(self.approvals.lasting_rules()) if config.approvals_trusted else ()
+        kept = self._kept_policy
+        if kept is None or kept[0] is not config or kept[1] != lasting or kept[2] != read_only:
+            policy = Policy.from_config(config.policy, config.admin_policy, extra_allow=lasting)
+            kept = self._kept_policy = (config, lasting, read_only, dataclasses.replace(policy, read_only=read_only))
+        return kept[3]
 
     def _run_providers(self, config: Config) -> tuple[ToolProvider, ...]:
         """The sources of a run under `config`: the same objects while neither the config nor the

@@ -3,18 +3,21 @@
 The same `ToolsCommand.call` as a `tools` line in a script, so the same
 checks (schema, hooks, policy, approvals) and the same error classes.
 
-A call is made on one worker thread with its own event loop (the kernel's main
-thread has a running loop of its own, so it cannot wait on one). A tool bound to
-nothing on toolkernel's private loop runs there in place, as in a script: one
-thread hand-off per call, where the private loop would add a second one for a
-plain function (it runs those in a worker thread so as never to block MCP
-sessions). MCP tools, notebook tools and help, which need the private loop, go
-on to it from there. A call made while that thread is busy (by a hook of its
-call, or from another thread) runs on the private loop, as direct calls used to.
+A call runs on the calling thread's own event loop, as a script's call does on
+the script's thread: no thread hand-off for a tool bound to nothing on the
+private loop. In a kernel the cell's thread has the kernel's loop running, but
+that loop is blocked in the cell's frame while the call runs, so it is set aside
+for the call (`_loop.run_in_place`); a kernel interrupt lands on this thread and
+cancels the call. MCP tools, notebook tools and help, which need the private
+loop, go on to it from there, and a question one of them asks comes back to this
+thread (where `input()` works). A call made while this thread's loop already
+runs (a tool or hook of a call making a call of its own) runs on one worker
+thread with a loop of its own, or on the private loop when that thread is busy.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import queue
 import threading
@@ -62,6 +65,8 @@ def call_argv(session: Session, argv: list[str], base: dict[str, Any] | None = N
     as a script's call does, instead of stopping for `%tools approve`."""
     if _loop.on_private_loop():
         raise RuntimeError("toolkernel.call() called from its own event loop thread")
+    if _loop.free_here():
+        return _loop.run_in_place(_call_in_place(session, argv, base, on_image, ask))
     events = ScriptEvents()
     approver = stop_and_report if ask is None else StdinApprover(
         lambda prompt, request: events.on_pump_thread(asking, ask, prompt, request),
@@ -75,9 +80,37 @@ def call_argv(session: Session, argv: list[str], base: dict[str, Any] | None = N
         raise
 
 
+async def _call_in_place(session: Session, argv: list[str], base: dict[str, Any] | None,
+                         on_image: Callable[[Any], None], ask: Callable[[str], str] | None) -> Any:
+    """`_call` on the calling thread's own loop; a question asked on the private loop (an MCP
+    tool's call) comes back to this thread, where `input()` works and interrupts land."""
+    here = asyncio.get_running_loop()
+    approver = stop_and_report if ask is None else StdinApprover(
+        lambda prompt, request: _on_thread_of(here, asking, ask, prompt, request),
+        lambda line: _on_thread_of(here, print, line))
+    return await _call(session, argv, base, on_image, approver)
+
+
+def _on_thread_of(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
+    """`fn(*args)` on the thread that runs `loop`: now when this is it, else as its next callback."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except Exception as exc:  # noqa: BLE001 - EOFError and the like are the asker's to read
+            future.set_exception(exc)
+
+    if asyncio.get_running_loop() is loop:  # asked from a coroutine: some loop runs here
+        run()
+    else:
+        loop.call_soon_threadsafe(run)
+    return future
+
+
 class _DirectCall:
-    """One call on the direct calls' thread, or, when that thread is busy (a hook of its call
-    makes a call of its own, or another thread calls), on the private loop."""
+    """One call made while the calling thread's loop runs: on the direct calls' thread, or,
+    when that thread is busy (its call makes a call of its own), on the private loop."""
 
     def __init__(self, coro) -> None:
         self._task: queue.SimpleQueue = queue.SimpleQueue()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import re
 import shlex
 import sys
 import threading
@@ -132,7 +133,7 @@ class ToolsMagics(Magics):
 
     def _line(self, line: str) -> Any:
         try:
-            argv = shlex.split(line)
+            argv = _words(line)
         except ValueError as exc:
             raise UsageError(f"%tools: {exc}") from None
         from . import _answers
@@ -179,6 +180,16 @@ def _refuse_agent_approval(shell, argv: list[str]) -> None:
     if started_by_agent(shell):
         raise UsageError(f"%tools {argv[0]}: only a person can {argv[0]}; this cell was sent by an agent"
                          " (notebook-run)")
+
+
+# Words with no quote, backslash or whitespace between runs of the whitespace shlex splits on.
+_PLAIN_LINE = re.compile(r"[^'\"\\\s]*(?:[ \t\r\n]+[^'\"\\\s]*)*")
+
+
+def _words(line: str) -> list[str]:
+    """`shlex.split(line)`, which takes 50 us for a line of four words (a tenth of a direct
+    call); a line with nothing for it to unquote splits the same way on whitespace."""
+    return line.split() if _PLAIN_LINE.fullmatch(line) else shlex.split(line)
 
 
 def _stdin_allowed(shell) -> bool:

@@ -25,7 +25,7 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ._guard import Protection, mount_plan
 
@@ -47,7 +47,10 @@ class PlanCache:
     def __init__(self) -> None:
         self._kept: _Kept | None = None
 
-    def plan(self, workdir: Path, config: Any, environ: Mapping[str, str] | None = None) -> Protection:
+    def plan(self, workdir: Path, config: Any, environ: Mapping[str, str] | None = None,
+             lstat: Callable[[str], os.stat_result | None] | None = None) -> Protection:
+        """`lstat`: how the kept statuses are checked (`_config._cache.StatOnce` shares the
+        looks with the config's check of the same run)."""
         environ = os.environ if environ is None else environ
         try:
             cwd = os.getcwd()  # relative paths in the config resolve against it
@@ -55,7 +58,7 @@ class PlanCache:
             return mount_plan(workdir, config, environ)
         key = (str(workdir), id(config), cwd, frozenset(getattr(environ, "_data", environ).items()))
         kept = self._kept
-        if kept is not None and kept.key == key and kept.config is config and _unchanged(kept.statuses):
+        if kept is not None and kept.key == key and kept.config is config and _unchanged(kept.statuses, lstat):
             return kept.plan
         self._kept = None
         looked_at: list[str] = []
@@ -70,8 +73,9 @@ class PlanCache:
         return plan
 
 
-def _unchanged(statuses: dict[str, tuple[Any, ...] | None]) -> bool:
-    return all(_status(path) == seen for path, seen in statuses.items())
+def _unchanged(statuses: dict[str, tuple[Any, ...] | None],
+               lstat: Callable[[str], os.stat_result | None] | None) -> bool:
+    return all(_status(path, lstat) == seen for path, seen in statuses.items())
 
 
 def _statuses(paths: list[str]) -> dict[str, tuple[Any, ...] | None] | None:
@@ -89,14 +93,19 @@ def _statuses(paths: list[str]) -> dict[str, tuple[Any, ...] | None] | None:
     return trace.seen
 
 
-def _status(path: str) -> tuple[Any, ...] | None:
+def _status(path: str, lstat: Callable[[str], os.stat_result | None] | None = None) -> tuple[Any, ...] | None:
     """What resolving through `path` depends on: which entry it is and its type and access
     (a folder's times move with every file made in it, so they are left out); for a file or
     a link also its size and change time, so a new entry that reuses an inode number shows."""
-    try:
-        s = os.lstat(path)
-    except OSError:
-        return None
+    if lstat is not None:
+        s = lstat(path)
+        if s is None:
+            return None
+    else:
+        try:
+            s = os.lstat(path)
+        except OSError:
+            return None
     if stat.S_ISDIR(s.st_mode):
         return (s.st_ino, s.st_dev, s.st_mode, s.st_uid, s.st_gid, None)
     return (s.st_ino, s.st_dev, s.st_mode, s.st_uid, s.st_gid, s.st_size, s.st_ctime_ns)
