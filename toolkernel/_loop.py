@@ -155,7 +155,7 @@ def free_here() -> bool:
     outer = asyncio._get_running_loop()
     if outer is None:
         return True
-    if outer is getattr(_local, "loop", None) or outer is _loop:
+    if outer is _thread_loops.get(threading.get_ident()) or outer is _loop:
         return False
     return sys.version_info < (3, 14) or asyncio.current_task(outer) is None
 
