@@ -187,7 +187,7 @@ def test_a_direct_call_asks_the_same_way_when_stdin_is_offered(kernel, github):
 def test_an_interrupt_while_a_direct_calls_prompt_waits_is_one_line_and_the_kernel_goes_on(kernel, github):
     prompts, run = with_stdin(kernel, f"x = %{DELETE}", ["^C"])
     assert len(prompts) == 1
-    assert run.stderr == "tools: interrupted; the call was not made\n"
+    assert run.stderr == "tools: interrupted; the call was cancelled (a tool already running may have done part of its work)\n"
     assert "deleted" not in run.stdout
     kernel.execute_ok("pull = %tools github get-pull repo=acme/api number=101")
     assert kernel.value("pull['number']") == 101

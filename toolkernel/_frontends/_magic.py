@@ -150,7 +150,9 @@ class ToolsMagics(Magics):
             value = call_argv(self.session, argv, on_image=show_image,
                               ask=input if _stdin_allowed(self.shell) else None)
         except KeyboardInterrupt:  # one line, not the traceback of the wait
-            sys.stderr.write("tools: interrupted; the call was not made\n")
+            # Not "not made": the interrupt may land while the tool runs (direct calls run in place).
+            sys.stderr.write("tools: interrupted; the call was cancelled"
+                             " (a tool already running may have done part of its work)\n")
             return None
         except CallError as exc:
             raise CallFailed(exc.json_line(), exc.code) from None
