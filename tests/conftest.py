@@ -39,3 +39,17 @@ def pytest_runtest_makereport(item, call):
             call.when, duration=call.duration, start=call.start, stop=call.stop,
             user_properties=item.user_properties,
         )
+
+
+@pytest.fixture
+def python_sigint():
+    """SIGINT raises KeyboardInterrupt, as in a kernel, for the test's length. A process
+    started in the background by a non-interactive shell (a CI job's `cmd &`) inherits
+    SIGINT ignored, and then neither a real signal nor `_thread.interrupt_main` does anything."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

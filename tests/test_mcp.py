@@ -680,7 +680,7 @@ def test_convert_error_result():
 
 # --- inside a script (Bashkit, the script's own thread) --------------------------------
 
-def test_a_script_interrupted_in_an_mcp_call_cancels_it_on_the_server(tmp_path, monkeypatch):
+def test_a_script_interrupted_in_an_mcp_call_cancels_it_on_the_server(tmp_path, monkeypatch, python_sigint):
     """The kernel's interrupt lands on the pumping thread mid-call: the script stops at once, the
     server is told (`notifications/cancelled`), and the next run calls the same server."""
     from kernel_helpers import RecordingSink, fixture_toml, policy_toml, project_with
