@@ -9,6 +9,7 @@ and call record.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import threading
 from pathlib import Path
@@ -87,11 +88,14 @@ class Session:
     # -- per run --------------------------------------------------------------
 
     async def prepare(self, events: RunEvents = NO_EVENTS, approver: Approver = stop_and_report,
-                      *, read_only: bool = False) -> ToolsCommand:
+                      *, read_only: bool = False, one_call: bool = False) -> ToolsCommand:
         """Read the config and wire a fresh `tools` command. Raises ConfigError
-        (`_guard.Unprotectable` too: what scripts must not write cannot be protected)."""
+        (`_guard.Unprotectable` too: what scripts must not write cannot be protected).
+        `one_call` (a direct call): no script runs, so the mount plan is worked out only
+        if the call names paths (the plan's check is a fifth of a direct call's cost)."""
         looked_at = StatOnce()  # the config's check and the mount plan's share their lstats
         config = self.config_cache.load(looked_at)
+        plan = functools.partial(self.plans.plan, self.workdir, config, lstat=looked_at)
         if config.servers or self._pool is not None:  # no MCP SDK for a config without servers
             await _loop.on_private(self.pool.retire(set(config.servers)))  # its sessions live there
         env = CallEnv(
@@ -102,7 +106,8 @@ class Session:
             settings=config.tools,
             state=self.state,
             approver=approver,
-            guarded=self.plans.plan(self.workdir, config, lstat=looked_at),
+            guarded=None if one_call else plan(),
+            plan_guarded=plan if one_call else None,
             untrusted=config.untrusted,
             shell=config.shell,
         )

@@ -46,6 +46,13 @@ class CallEnv:
     guarded: Protection | None = None  # what no call may write unasked (see _guard.py)
     untrusted: tuple[str, ...] = ()  # project folders whose config only tightens, for --help
     shell: ShellLimits = ShellLimits()  # [shell]: what the runner may use
+    # A direct call works `guarded` out only for a call that names paths (most name none).
+    plan_guarded: Callable[[], Protection] | None = None
+
+    def protection(self) -> Protection | None:
+        if self.plan_guarded is not None:
+            self.guarded, self.plan_guarded = self.plan_guarded(), None
+        return self.guarded
 
 
 def _schema_keys(tool: Tool) -> frozenset[str] | None:
@@ -94,8 +101,9 @@ class Dispatcher:
 
     def call_info(self, tool: Tool, arguments: Mapping[str, Any]) -> CallInfo:
         local, arguments, server = _server_paths(tool, arguments, self.env.state)
-        workdir, guarded = self.env.workdir, self.env.guarded
+        workdir = self.env.workdir
         paths = real_paths(local, arguments, workdir) if local.path_keys else {}
+        guarded = self.env.protection() if paths else None
         return CallInfo(
             qualified_name=tool.qualified_name,
             command=tool.command,

@@ -5,12 +5,21 @@ of a direct call (`%tools ...`, `toolkernel.call`). The promise stays "the confi
 re-read on every run": what is checked on every run is a fingerprint of everything
 `load_config` reads (each candidate file's and folder's status, the trust store's,
 the environment), and any change at all reads the files again.
+
+Most candidate files do not exist, and looking for each of them again was most of
+that check. A folder's times change whenever an entry in it is made, removed or
+renamed, so a file missing at the last check in a folder whose status has not
+changed since is still missing, and is not looked for again. Failing closed: a
+folder that had changed within `_SETTLED_NS` of that check (file systems stamp
+times from a coarse clock, so a second change may leave the same times) has its
+entries looked at, and so does a link (its own times do not follow its target's).
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -45,6 +54,45 @@ class StatOnce:
         found = None if parent != path and parent in seen and seen[parent] is None else lstat_or_none(path)
         seen[path] = found
         return found
+
+
+# Changes this recent may not show in a folder's times (FAT stamps to 2 s, others to a clock tick).
+_SETTLED_NS = 2_000_000_000
+
+
+class _Look:
+    """The `lstat` of one config check, sparing the look at an entry that the last check
+    found missing in a folder that has not changed since (see the module's note)."""
+
+    def __init__(self, lstat: Callable[[str], os.stat_result | None], last: "_Look | None") -> None:
+        self._lstat = lstat
+        self._last: dict[str, os.stat_result | None] = last.found if last is not None else {}
+        self._last_settled: set[str] = last.settled if last is not None else set()
+        self._since = time.time_ns() - _SETTLED_NS
+        self._unchanged: set[str] = set()  # folders as the last check saw them, settled then
+        self.found: dict[str, os.stat_result | None] = {}
+        self.settled: set[str] = set()  # folders whose last change was long enough ago
+
+    def __call__(self, path: str) -> os.stat_result | None:
+        cut = path.rfind("/")
+        parent = (path[:cut] or "/") if cut > 0 else "/"
+        if parent in self._unchanged and path in self._last and self._last[path] is None:
+            found = None
+        elif parent in self.found and self.found[parent] is None:
+            found = None  # in a folder found missing (not looked at: StatOnce never saw it)
+        else:
+            found = self._lstat(path)
+            if found is not None and stat.S_ISDIR(found.st_mode):  # lstat: a link is no folder here
+                self._note_folder(path, found)
+        self.found[path] = found
+        return found
+
+    def _note_folder(self, path: str, found: os.stat_result) -> None:
+        if found.st_ctime_ns < self._since and found.st_mtime_ns < self._since:
+            self.settled.add(path)
+        before = self._last.get(path)
+        if path in self._last_settled and before is not None and _entry(before) == _entry(found):
+            self._unchanged.add(path)
 
 
 def fingerprint(workdir: Path, environ: Mapping[str, str] | None = None,
@@ -106,9 +154,12 @@ class ConfigCache:
         self.workdir = workdir
         self._key: tuple[Any, ...] | None = None
         self._config: Config | None = None
+        self._last_look: _Look | None = None
 
     def load(self, lstat: Callable[[str], os.stat_result | None] = lstat_or_none) -> Config:
-        key = fingerprint(self.workdir, lstat=lstat)
+        look = _Look(lstat, self._last_look)
+        key = fingerprint(self.workdir, lstat=look)
+        self._last_look = look
         if key != self._key or self._config is None:
             # A bad config raises here every time: only a good one is kept.
             self._config, self._key = load_config(self.workdir), key

@@ -33,7 +33,7 @@ from .._runners._shell import ScriptEvents, answering
 
 async def _call(session: Session, argv: list[str], base: dict[str, Any] | None,
                 on_image: Callable[[Any], None], approver: Approver = stop_and_report) -> Any:
-    command = await session.prepare(approver=approver)
+    command = await session.prepare(approver=approver, one_call=True)
     catalog = command.catalog
     parsed = split_command(argv, catalog.is_server, catalog.split_qualified)
     here = parsed.action == "call" and not catalog.runs_on_private_loop(parsed.server, parsed.tool)
