@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
 from kernel_helpers import isolated_env, policy_toml, write_config
-from toolkernel._config._cache import ConfigCache, StatOnce
+from toolkernel._config._cache import ConfigCache, StatOnce, lstat_or_none
 
 
 @pytest.fixture
@@ -80,3 +81,79 @@ def test_one_runs_checks_look_at_a_path_once_and_not_into_a_missing_folder(tmp_p
     assert StatOnce()(str(gone / "f")) is not None
     # A folder reached through a link is looked into.
     assert looked_at(str(link)) is not None and looked_at(str(link / "f")) is not None
+
+
+# --- sparing the looks for files missing in a folder that did not change ----------------
+
+def settled(cache: ConfigCache) -> None:
+    """Two checks more than 2 s after the last change: the second one saw every folder settled."""
+    cache.load()
+    time.sleep(2.2)
+    cache.load()
+
+
+def looks(cache: ConfigCache, lstat=lstat_or_none):
+    """The config `cache` loads, and the paths its check looked at."""
+    seen: list[str] = []
+    config = cache.load(lambda path: seen.append(path) or lstat(path))
+    return config, seen
+
+
+def test_files_missing_last_time_in_an_unchanged_settled_folder_are_not_looked_for(project):
+    cache = ConfigCache(project)
+    _, seen = looks(cache)
+    assert str(project / "toolkernel.toml") in seen  # a folder just made: looked into
+    settled(cache)
+    _, seen = looks(cache)
+    assert str(project) in seen and str(project / "toolkernel.toml") not in seen
+    assert str(project / ".toolkernel" / "approvals.json") not in seen
+
+
+def test_a_new_config_file_in_a_settled_folder_is_seen(project):
+    cache = ConfigCache(project)
+    settled(cache)
+    write_config(project.parent, policy_toml(deny=["parent"]))
+    assert "parent" in cache.load().policy["deny"]
+    # Made with the folder's times put back: its change time still moved.
+    before = os.stat(project)
+    settled(cache)
+    (project / ".mcp.json").write_text('{"mcpServers": {"s": {"command": "x"}}}')
+    os.utime(project, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert "s" in cache.load().servers
+
+
+def test_a_file_replaced_with_the_same_size_and_times_in_a_settled_folder_is_seen(project, tmp_path):
+    path = write_config(project, policy_toml(deny=["aaaa"]))
+    cache = ConfigCache(project)
+    settled(cache)
+    old, folder = os.stat(path), os.stat(project)
+    other = tmp_path / "other.toml"
+    other.write_text(policy_toml(deny=["bbbb"]))
+    os.utime(other, ns=(old.st_atime_ns, old.st_mtime_ns))
+    os.replace(other, path)
+    os.utime(project, ns=(folder.st_atime_ns, folder.st_mtime_ns))
+    assert cache.load().policy["deny"] == ("bbbb",)
+
+
+def test_a_file_made_in_a_folder_that_had_just_changed_is_looked_for(project):
+    # A coarse clock may stamp a second change with the same times as the first: a folder
+    # that changed within 2 s of the last check is looked into even when it looks unchanged.
+    cache = ConfigCache(project)
+    settled(cache)
+    (project / "scratch").write_text("")  # the folder changes now
+    as_then = os.lstat(project)
+    cache.load()
+    write_config(project, policy_toml(deny=["late"]))
+    same_times = lambda path: as_then if path == str(project) else lstat_or_none(path)  # noqa: E731
+    config, seen = looks(cache, same_times)
+    assert str(project / "toolkernel.toml") in seen and config.policy["deny"] == ("late",)
+
+
+def test_a_linked_state_folder_is_looked_into(project, tmp_path):
+    (tmp_path / "state").mkdir()
+    (project / ".toolkernel").symlink_to(tmp_path / "state")
+    cache = ConfigCache(project)
+    settled(cache)
+    _, seen = looks(cache)
+    # A link's own times do not move when its target's entries do.
+    assert str(project / ".toolkernel" / "approvals.json") in seen

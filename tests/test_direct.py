@@ -13,7 +13,7 @@ import pytest
 
 from kernel_helpers import github_toml, isolated_env, loaded_kernel, policy_toml, write_config
 from toolkernel import tool
-from toolkernel._errors import CallError
+from toolkernel._errors import CallError, ConfigError
 from toolkernel._frontends._direct import call_argv
 from toolkernel._session import Session
 
@@ -216,3 +216,43 @@ def test_each_direct_call_reads_the_config_and_the_lasting_approvals_again(sessi
     assert raised.value.code == "needs_approval"
     session.approvals.always_allow("mcp_github__delete_branch")
     assert call_argv(session, delete) == "deleted branch fix-x"
+
+
+def test_a_call_naming_paths_still_checks_the_mount_plan_and_sees_it_change(session):
+    # A direct call works the plan out only when its arguments name paths: such a call
+    # must still find what no call may write unasked, as it is at this call.
+    work = session.workdir
+    bypass = '[policy]\nmode = "bypass-permissions"\n'
+    write_config(work, github_toml() + bypass)
+    for folder in ("one", "two"):
+        (work / folder).mkdir()
+    (work / "hooks").symlink_to("one")
+    assert call_argv(session, ["where"]) == "MainThread"  # names no path
+    call_argv(session, ["write-file", "path=one/guard.sh", "content=x"])
+    for protected in ("toolkernel.toml", ".toolkernel/approvals.json"):
+        assert needs_approval(session, protected)
+    # The config now runs hooks/guard.sh: from the next call on, what it leads to is protected.
+    hook = '[[hooks]]\nevent = "pre_call"\nmatch = "nothing_here"\ncommand = ["sh", "hooks/guard.sh"]\n'
+    write_config(work, github_toml() + hook + bypass)
+    assert needs_approval(session, "one/guard.sh") and not needs_approval(session, "two/guard.sh")
+    # Same config, a link moved: now the other file is the one run.
+    (work / "hooks").unlink()
+    (work / "hooks").symlink_to("two")
+    assert needs_approval(session, "two/guard.sh") and not needs_approval(session, "one/guard.sh")
+    assert (work / "one" / "guard.sh").read_text() == "x" and (work / "two" / "guard.sh").read_text() == "x"
+    # The state folder replaced by a file: nothing under it can be protected, and nothing runs.
+    (work / ".toolkernel").rename(work / "old-state")
+    (work / ".toolkernel").write_text("planted")
+    with pytest.raises(ConfigError, match="[Nn]ot a (folder|directory)"):
+        call_argv(session, ["write-file", "path=notes.txt", "content=x"])
+    assert not (work / "notes.txt").exists()
+
+
+def needs_approval(session, path: str) -> bool:
+    """Whether writing `path` stops for an approval (else it is written, with "x")."""
+    try:
+        call_argv(session, ["write-file", f"path={path}", "content=x"])
+    except CallError as raised:
+        assert raised.code == "needs_approval", (path, raised.code)
+        return True
+    return False
