@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -60,47 +61,41 @@ class StatOnce:
 _SETTLED_NS = 2_000_000_000
 
 
-class _Look:
-    """The `lstat` of one config check, sparing the look at an entry that the last check
-    found missing in a folder that has not changed since (see the module's note)."""
+@dataclass(frozen=True)
+class _Check:
+    """One check's statuses of `_watched`'s paths, and which folders among them had settled."""
 
-    def __init__(self, lstat: Callable[[str], os.stat_result | None], last: "_Look | None") -> None:
-        self._lstat = lstat
-        self._last: dict[str, os.stat_result | None] = last.found if last is not None else {}
-        self._last_settled: set[str] = last.settled if last is not None else set()
-        self._since = time.time_ns() - _SETTLED_NS
-        self._unchanged: set[str] = set()  # folders as the last check saw them, settled then
-        self.found: dict[str, os.stat_result | None] = {}
-        self.settled: set[str] = set()  # folders whose last change was long enough ago
-
-    def __call__(self, path: str) -> os.stat_result | None:
-        cut = path.rfind("/")
-        parent = (path[:cut] or "/") if cut > 0 else "/"
-        if parent in self._unchanged and path in self._last and self._last[path] is None:
-            found = None
-        elif parent in self.found and self.found[parent] is None:
-            found = None  # in a folder found missing (not looked at: StatOnce never saw it)
-        else:
-            found = self._lstat(path)
-            if found is not None and stat.S_ISDIR(found.st_mode):  # lstat: a link is no folder here
-                self._note_folder(path, found)
-        self.found[path] = found
-        return found
-
-    def _note_folder(self, path: str, found: os.stat_result) -> None:
-        if found.st_ctime_ns < self._since and found.st_mtime_ns < self._since:
-            self.settled.add(path)
-        before = self._last.get(path)
-        if path in self._last_settled and before is not None and _entry(before) == _entry(found):
-            self._unchanged.add(path)
+    paths: tuple[str, ...]
+    statuses: tuple[Any, ...]
+    settled: frozenset[int]
 
 
 def fingerprint(workdir: Path, environ: Mapping[str, str] | None = None,
-                lstat: Callable[[str], os.stat_result | None] = lstat_or_none) -> tuple[Any, ...]:
-    """What `load_config(workdir)` depends on, as cheap `lstat`s and the environment."""
+                lstat: Callable[[str], os.stat_result | None] = lstat_or_none,
+                last: _Check | None = None) -> tuple[frozenset, _Check]:
+    """What `load_config(workdir)` depends on, as cheap `lstat`s and the environment;
+    `last`, the check before, spares the looks the module's note says it may."""
     environ = os.environ if environ is None else environ
     snapshot = _environment(environ)
-    return (snapshot, *(_status(p, lstat) for p in _watched(str(workdir), snapshot, environ)))
+    paths, parents = _watched(str(workdir), snapshot, environ)
+    before = last.statuses if last is not None and last.paths is paths else None
+    since = time.time_ns() - _SETTLED_NS
+    statuses: list[Any] = []
+    settled: set[int] = set()
+    unchanged: set[int] = set()  # folders as the last check saw them, settled then
+    for index, path in enumerate(paths):
+        parent = parents[index]
+        if parent >= 0 and (statuses[parent] is None or (parent in unchanged and before[index] is None)):
+            statuses.append(None)  # in a folder missing now, or missing then in a folder unchanged since
+            continue
+        status = _status(path, lstat)
+        if status is not None and len(status) == 6 and stat.S_ISDIR(status[2]):  # not a link's pair
+            if status[4] < since and status[5] < since:
+                settled.add(index)
+            if before is not None and index in last.settled and before[index] == status:
+                unchanged.add(index)
+        statuses.append(status)
+    return snapshot, _Check(paths, tuple(statuses), frozenset(settled))
 
 
 def _environment(environ: Mapping[str, str]) -> frozenset:
@@ -109,25 +104,31 @@ def _environment(environ: Mapping[str, str]) -> frozenset:
     return frozenset(getattr(environ, "_data", environ).items())
 
 
-_WATCHED: dict[tuple[str, frozenset], tuple[str, ...]] = {}
+_WATCHED: dict[tuple[str, frozenset], tuple[tuple[str, ...], tuple[int, ...]]] = {}
 
 
-def _watched(workdir: str, snapshot: frozenset, environ: Mapping[str, str]) -> tuple[str, ...]:
-    """Every file and folder whose status can change the config (the same for the same
-    workdir and environment, so worked out once)."""
+def _watched(workdir: str, snapshot: frozenset,
+             environ: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """Every file and folder whose status can change the config, and for each the index of
+    its folder among them (-1: not watched), folders first (the same for the same workdir
+    and environment, so worked out once)."""
     key = (workdir, snapshot)
-    paths = _WATCHED.get(key)
-    if paths is None:
+    watched = _WATCHED.get(key)
+    if watched is None:
         where = home(environ)
         found = [admin_path(environ), user_config_dir(environ, where) / CONFIG_NAME, store_path(environ)]
         for folder in project_dirs(Path(workdir).resolve(), where.resolve()):
             # approvals.json too: whether its lasting approvals count is part of the config (trust).
             found += [folder, folder / CONFIG_NAME, folder / MCP_JSON_NAME,
                       folder / ".toolkernel", folder / ".toolkernel" / "approvals.json"]
+        paths = tuple(str(p) for p in found)
+        index = {path: i for i, path in reversed(list(enumerate(paths)))}
+        parents = tuple(index.get(str(Path(p).parent), -1) for p in paths)
+        parents = tuple(p if p < i else -1 for i, p in enumerate(parents))
         if len(_WATCHED) > 16:
             _WATCHED.clear()
-        paths = _WATCHED[key] = tuple(str(p) for p in found)
-    return paths
+        watched = _WATCHED[key] = (paths, parents)
+    return watched
 
 
 def _status(path: str, lstat: Callable[[str], os.stat_result | None]) -> tuple[Any, ...] | None:
@@ -154,12 +155,11 @@ class ConfigCache:
         self.workdir = workdir
         self._key: tuple[Any, ...] | None = None
         self._config: Config | None = None
-        self._last_look: _Look | None = None
+        self._last: _Check | None = None
 
     def load(self, lstat: Callable[[str], os.stat_result | None] = lstat_or_none) -> Config:
-        look = _Look(lstat, self._last_look)
-        key = fingerprint(self.workdir, lstat=look)
-        self._last_look = look
+        snapshot, self._last = fingerprint(self.workdir, lstat=lstat, last=self._last)
+        key = (snapshot, self._last.statuses)
         if key != self._key or self._config is None:
             # A bad config raises here every time: only a good one is kept.
             self._config, self._key = load_config(self.workdir), key
