@@ -170,7 +170,7 @@ def run_in_place(coro: Coroutine[Any, Any, T], grace: float = 2.0) -> T:
     task = local_task(coro)
     outer = asyncio._get_running_loop()
     asyncio._set_running_loop(None)
-    stop_waking = _wake_for_signals(task.get_loop())
+    stop_waking = _wake_for_signals(task)
     try:
         return run_here(task)
     except BaseException:
@@ -185,18 +185,25 @@ def run_in_place(coro: Coroutine[Any, Any, T], grace: float = 2.0) -> T:
         asyncio._set_running_loop(outer)
 
 
-def _wake_for_signals(loop: asyncio.AbstractEventLoop, every: float = 0.1) -> Callable[[], None]:
-    """On the main thread, wake `loop` every `every` seconds while it runs. A signal (a kernel
-    interrupt) may be taken by any thread, and Python runs its handler on the main thread
-    only once that thread runs code again: without a wake it would wait out the loop's sleep."""
+def _wake_for_signals(task: asyncio.Task[Any], every: float = 0.1) -> Callable[[], None]:
+    """On the main thread, wake `task`'s loop every `every` seconds while the task waits. A
+    signal (a kernel interrupt) may be taken by any thread, and Python runs its handler on the
+    main thread only once that thread runs code again: without a wake it would wait out the
+    loop's sleep. Armed after the task's first step: most direct calls never wait, and a timer
+    set and cancelled on every call was a tenth of a call's cost."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
+    loop = task.get_loop()
 
     def tick() -> None:
         nonlocal handle
         handle = loop.call_later(every, tick)
 
-    handle = loop.call_later(every, tick)
+    def arm() -> None:
+        if not task.done():
+            tick()
+
+    handle: asyncio.Handle = loop.call_soon(arm)  # runs right after the task's first step
     return lambda: handle.cancel()
 
 
