@@ -5,6 +5,7 @@ real tools, a real demo MCP server; the kernel's side (interrupts) in a real ker
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import threading
 import time
@@ -215,6 +216,22 @@ def test_each_direct_call_reads_the_config_and_the_lasting_approvals_again(sessi
         call_argv(session, delete)  # asks by default; nobody to ask: stops for `%tools approve`
     assert raised.value.code == "needs_approval"
     session.approvals.always_allow("mcp_github__delete_branch")
+    assert call_argv(session, delete) == "deleted branch fix-x"
+
+
+def test_a_lasting_approval_another_process_writes_counts_on_the_next_call(session):
+    # The config's check found no approvals file, so none is read: one made since is seen,
+    # even in a workspace settled long enough for the check to spare its looks.
+    delete = ["github", "delete-branch", "branch=fix-x"]
+    (session.workdir / ".toolkernel").mkdir(exist_ok=True)
+    time.sleep(2.2)
+    for _ in range(2):
+        assert call_argv(session, ["where"]) == "MainThread"
+    with pytest.raises(CallError) as raised:
+        call_argv(session, delete)
+    assert raised.value.code == "needs_approval"
+    grant = {"version": 1, "allow": [{"rule": "mcp_github__delete_branch", "added": "2026-11-30T00:00:00+00:00"}]}
+    (session.workdir / ".toolkernel" / "approvals.json").write_text(json.dumps(grant))
     assert call_argv(session, delete) == "deleted branch fix-x"
 
 

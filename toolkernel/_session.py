@@ -57,6 +57,7 @@ class Session:
         self.state: dict[str, Any] = {}
         self.hooks = Hooks()
         self.approvals = Approvals(self.workdir)
+        self._approvals_file = str(self.approvals.path)
         self.process_slots = ProcessSlots()  # command-tool processes at once, per kernel
         # The in-process sources; each run adds one provider per configured MCP server.
         self.providers: list[ToolProvider] = [ToolSet("builtin", own_tools()), ToolSet("notebook", notebook_tools())]
@@ -94,13 +95,13 @@ class Session:
         `one_call` (a direct call): no script runs, so the mount plan is worked out only
         if the call names paths (the plan's check is a fifth of a direct call's cost)."""
         looked_at = StatOnce()  # the config's check and the mount plan's share their lstats
-        config = self.config_cache.load(looked_at)
+        config, checked = self.config_cache.check(looked_at)
         plan = functools.partial(self.plans.plan, self.workdir, config, lstat=looked_at)
         if config.servers or self._pool is not None:  # no MCP SDK for a config without servers
             await _loop.on_private(self.pool.retire(set(config.servers)))  # its sessions live there
         env = CallEnv(
             workdir=self.workdir,
-            policy=self._policy(config, read_only),
+            policy=self._policy(config, read_only, checked.missing(self._approvals_file)),
             approvals=self.approvals,
             hooks=self._hooks_for(config),
             settings=config.tools,
@@ -114,11 +115,12 @@ class Session:
         catalog = await self.catalogs.open(self._run_providers(config))
         return ToolsCommand(catalog, Dispatcher(env), Run(limit=config.shell.call_limit), self.workdir, events)
 
-    def _policy(self, config: Config, read_only: bool) -> Policy:
+    def _policy(self, config: Config, read_only: bool, no_approvals: bool) -> Policy:
         """The run's policy: the same (frozen) object while the config, the lasting approvals
-        and `read_only` are (building it is a fifth of a direct call's cost)."""
+        and `read_only` are (building it is a fifth of a direct call's cost). `no_approvals`:
+        the config's check of this run found no approvals file (a miss asks more, never less)."""
         # Lasting approvals loosen the policy: only those of a trusted folder count.
-        lasting = tuple(self.approvals.lasting_rules()) if config.approvals_trusted else ()
+        lasting = tuple(self.approvals.lasting_rules()) if config.approvals_trusted and not no_approvals else ()
         kept = self._kept_policy
         if kept is None or kept[0] is not config or kept[1] != lasting or kept[2] != read_only:
             policy = Policy.from_config(config.policy, config.admin_policy, extra_allow=lasting)

@@ -63,22 +63,39 @@ _SETTLED_NS = 2_000_000_000
 
 @dataclass(frozen=True)
 class _Check:
-    """One check's statuses of `_watched`'s paths, and which folders among them had settled."""
+    """One check: the environment, the status of each of `_watched`'s paths, and which
+    folders among them had settled."""
 
+    workdir: str
+    environ: dict  # the process's own (encoded) table, copied
     paths: tuple[str, ...]
+    parents: tuple[int, ...]
     statuses: tuple[Any, ...]
     settled: frozenset[int]
+
+    def missing(self, path: str) -> bool:
+        """Whether this check found `path` missing (False for a path it does not watch)."""
+        try:
+            return self.statuses[self.paths.index(path)] is None
+        except ValueError:
+            return False
 
 
 def fingerprint(workdir: Path, environ: Mapping[str, str] | None = None,
                 lstat: Callable[[str], os.stat_result | None] = lstat_or_none,
-                last: _Check | None = None) -> tuple[frozenset, _Check]:
+                last: _Check | None = None) -> _Check:
     """What `load_config(workdir)` depends on, as cheap `lstat`s and the environment;
     `last`, the check before, spares the looks the module's note says it may."""
     environ = os.environ if environ is None else environ
-    snapshot = _environment(environ)
-    paths, parents = _watched(str(workdir), snapshot, environ)
-    before = last.statuses if last is not None and last.paths is paths else None
+    # os.environ decodes every value on each read; its encoded table is what the process
+    # holds, ten times cheaper to compare, and changes with every `os.environ[...] = `.
+    table = getattr(environ, "_data", environ)
+    where = str(workdir)
+    if last is not None and last.workdir == where and last.environ == table:
+        table, paths, parents, before = last.environ, last.paths, last.parents, last.statuses
+    else:
+        table, before = dict(table), None
+        paths, parents = _watched(where, frozenset(table.items()), environ)
     since = time.time_ns() - _SETTLED_NS
     statuses: list[Any] = []
     settled: set[int] = set()
@@ -95,13 +112,7 @@ def fingerprint(workdir: Path, environ: Mapping[str, str] | None = None,
             if before is not None and index in last.settled and before[index] == status:
                 unchanged.add(index)
         statuses.append(status)
-    return snapshot, _Check(paths, tuple(statuses), frozenset(settled))
-
-
-def _environment(environ: Mapping[str, str]) -> frozenset:
-    # os.environ decodes every value on each read; its encoded table is what the process
-    # holds, ten times cheaper to compare, and changes with every `os.environ[...] = `.
-    return frozenset(getattr(environ, "_data", environ).items())
+    return _Check(where, table, paths, parents, tuple(statuses), frozenset(settled))
 
 
 _WATCHED: dict[tuple[str, frozenset], tuple[tuple[str, ...], tuple[int, ...]]] = {}
@@ -158,9 +169,13 @@ class ConfigCache:
         self._last: _Check | None = None
 
     def load(self, lstat: Callable[[str], os.stat_result | None] = lstat_or_none) -> Config:
-        snapshot, self._last = fingerprint(self.workdir, lstat=lstat, last=self._last)
-        key = (snapshot, self._last.statuses)
+        return self.check(lstat)[0]
+
+    def check(self, lstat: Callable[[str], os.stat_result | None] = lstat_or_none) -> tuple[Config, _Check]:
+        """The config, and the check that found it current (what it saw of each watched path)."""
+        checked = self._last = fingerprint(self.workdir, lstat=lstat, last=self._last)
+        key = (checked.environ, checked.statuses)
         if key != self._key or self._config is None:
             # A bad config raises here every time: only a good one is kept.
             self._config, self._key = load_config(self.workdir), key
-        return self._config
+        return self._config, checked
