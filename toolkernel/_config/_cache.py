@@ -8,11 +8,13 @@ the environment), and any change at all reads the files again.
 
 Most candidate files do not exist, and looking for each of them again was most of
 that check. A folder's times change whenever an entry in it is made, removed or
-renamed, so a file missing at the last check in a folder whose status has not
-changed since is still missing, and is not looked for again. Failing closed: a
-folder that had changed within `_SETTLED_NS` of that check (file systems stamp
-times from a coarse clock, so a second change may leave the same times) has its
-entries looked at, and so does a link (its own times do not follow its target's).
+renamed (its change time too, which nobody can set back), so a file missing at the
+last check in a folder whose status has not changed since is still missing, and is
+not looked for again. A file that exists is looked at on every check: an edit in
+place moves its own times, not its folder's. Failing closed: a folder that had
+changed within `_SETTLED_NS` of that check (file systems stamp times from a coarse
+clock, so a second change may leave the same times) has its entries looked at, and
+so does a link (its own times do not follow its target's).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class StatOnce:
     """`lstat_or_none` for the checks of one run (the config's fingerprint, the mount plan's):
     each path is looked at once, and an entry of a folder found missing is missing too
     (as it was at that moment) without a look. On this VM an `lstat` costs 3-13 us, and a
-    direct call's checks look at about 38 paths, 11 of them twice or in a missing folder."""
+    script run's checks looked at about 38 paths, 11 of them twice or in a missing folder."""
 
     def __init__(self) -> None:
         self._seen: dict[str, os.stat_result | None] = {}
