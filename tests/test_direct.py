@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import signal
+import stat
 import threading
 import time
 
@@ -16,6 +18,7 @@ from kernel_helpers import github_toml, isolated_env, loaded_kernel, policy_toml
 from toolkernel import tool
 from toolkernel._errors import CallError, ConfigError
 from toolkernel._frontends._direct import call_argv
+from toolkernel._runners._guard import Unprotectable
 from toolkernel._session import Session
 
 seen: list[str] = []
@@ -263,6 +266,24 @@ def test_a_call_naming_paths_still_checks_the_mount_plan_and_sees_it_change(sess
     with pytest.raises(ConfigError, match="[Nn]ot a (folder|directory)"):
         call_argv(session, ["write-file", "path=notes.txt", "content=x"])
     assert not (work / "notes.txt").exists()
+
+
+def test_a_direct_call_makes_the_state_folder_private_and_refuses_one_that_is_a_link(session, tmp_path):
+    # Made by the mount plan before, which a call naming no path no longer works out.
+    state = session.workdir / ".toolkernel"
+    shutil.rmtree(state, ignore_errors=True)
+    assert call_argv(session, ["where"]) == "MainThread"
+    assert state.is_dir() and stat.S_IMODE(state.stat().st_mode) == 0o700
+    # A link planted in its place would carry lasting approvals from elsewhere.
+    shutil.rmtree(state)
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    grant = {"version": 1, "allow": [{"rule": "mcp_github__delete_branch", "added": "2026-11-30T00:00:00+00:00"}]}
+    (planted / "approvals.json").write_text(json.dumps(grant))
+    state.symlink_to(planted)
+    for argv in (["where"], ["github", "delete-branch", "branch=fix-x"]):
+        with pytest.raises(Unprotectable, match="is not a folder"):
+            call_argv(session, argv)
 
 
 def needs_approval(session, path: str) -> bool:

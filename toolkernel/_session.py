@@ -36,7 +36,7 @@ from ._runners._shell import ScriptEvents, ScriptRunner, ShellResult, Sink, exec
 from ._tool import Tool
 from ._providers._tools import own_tools
 from ._providers._tool_lists import ToolLists
-from ._runners._guard import STATE_DIR
+from ._runners._guard import STATE_DIR, make_state_dir
 
 if TYPE_CHECKING:
     from ._providers._mcp import ServerPool
@@ -58,6 +58,7 @@ class Session:
         self.hooks = Hooks()
         self.approvals = Approvals(self.workdir)
         self._approvals_file = str(self.approvals.path)
+        self._state_dir = str(self.workdir / STATE_DIR)
         self.process_slots = ProcessSlots()  # command-tool processes at once, per kernel
         # The in-process sources; each run adds one provider per configured MCP server.
         self.providers: list[ToolProvider] = [ToolSet("builtin", own_tools()), ToolSet("notebook", notebook_tools())]
@@ -97,6 +98,8 @@ class Session:
         looked_at = StatOnce()  # the config's check and the mount plan's share their lstats
         config, checked = self.config_cache.check(looked_at)
         plan = functools.partial(self.plans.plan, self.workdir, config, lstat=looked_at)
+        if one_call and not checked.is_folder(self._state_dir):
+            make_state_dir(Path(self._state_dir))  # what the plan does first: private, and never a link
         if config.servers or self._pool is not None:  # no MCP SDK for a config without servers
             await _loop.on_private(self.pool.retire(set(config.servers)))  # its sessions live there
         env = CallEnv(

@@ -77,10 +77,11 @@ class _Check:
 
     def missing(self, path: str) -> bool:
         """Whether this check found `path` missing (False for a path it does not watch)."""
-        try:
-            return self.statuses[self.paths.index(path)] is None
-        except ValueError:
-            return False
+        return path in self.paths and self.statuses[self.paths.index(path)] is None
+
+    def is_folder(self, path: str) -> bool:
+        """Whether this check found `path` a folder itself, not a link (False for a path it does not watch)."""
+        return path in self.paths and _is_folder(self.statuses[self.paths.index(path)])
 
 
 def fingerprint(workdir: Path, environ: Mapping[str, str] | None = None,
@@ -108,7 +109,7 @@ def fingerprint(workdir: Path, environ: Mapping[str, str] | None = None,
             statuses.append(None)  # in a folder missing now, or missing then in a folder unchanged since
             continue
         status = _status(path, lstat)
-        if status is not None and len(status) == 6 and stat.S_ISDIR(status[2]):  # not a link's pair
+        if _is_folder(status):
             if status[4] < since and status[5] < since:
                 settled.add(index)
             if before is not None and index in last.settled and before[index] == status:
@@ -155,6 +156,10 @@ def _status(path: str, lstat: Callable[[str], os.stat_result | None]) -> tuple[A
         return _entry(link), _entry(os.stat(path))
     except OSError:
         return _entry(link), None
+
+
+def _is_folder(status: tuple[Any, ...] | None) -> bool:
+    return status is not None and len(status) == 6 and stat.S_ISDIR(status[2])  # a link's is a pair
 
 
 def _entry(s: os.stat_result) -> tuple[Any, ...]:

@@ -107,7 +107,7 @@ def mount_plan(workdir: Path, config: Any = None, environ: Mapping[str, str] | N
                looked_at: list[str] | None = None) -> Protection:
     """`protection` plus the read-only mounts that enforce it; raises `Unprotectable`."""
     found = protection(workdir, config, environ, looked_at)
-    _make_state_dir(found.workdir / STATE_DIR)
+    make_state_dir(found.workdir / STATE_DIR)
     tops: dict[Path, Mount] = {}
     for path in found.protected:
         top = found.workdir / path.relative_to(found.workdir).parts[0]
@@ -124,7 +124,8 @@ def _mount_for(top: Path, path: Path) -> Mount:
     return Mount(top, real=False)  # a file, or the place of one that does not exist yet
 
 
-def _make_state_dir(state: Path) -> None:
+def make_state_dir(state: Path) -> None:
+    """Make the state folder, private; raises `Unprotectable` where a link or a file holds its name."""
     if os.path.lexists(state) and (state.is_symlink() or not state.is_dir()):
         raise Unprotectable(state, "is not a folder (a script may have put it there);"
                             " remove it, toolkernel creates the folder itself")
