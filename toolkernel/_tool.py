@@ -82,8 +82,9 @@ class ToolContext:
     state: dict[str, Any] = field(default_factory=dict)
     progress: ProgressFn = _no_progress
 
-    # Where the call's path arguments lead, by key, as the dispatcher resolved them for its checks.
-    paths: Mapping[str, Path] = field(default_factory=dict)
+    # Where the call's path arguments lead, by key, as the dispatcher resolved them for its checks
+    # (real paths, as strings).
+    paths: Mapping[str, str] = field(default_factory=dict)
 
     def resolve(self, path: str) -> Path:
         """A path from tool input, relative to the working directory."""
@@ -93,8 +94,12 @@ class ToolContext:
     def real(self, arguments: Mapping[str, Any], key: str) -> Path:
         """The path argument `key`, symlinks and `..` resolved: the dispatcher's resolution, which
         its checks judged (resolved here when the tool is called without the dispatcher)."""
+        return Path(self.real_name(arguments, key))
+
+    def real_name(self, arguments: Mapping[str, Any], key: str) -> str:
+        """`real` as a string, for a tool that needs no Path (making one costs microseconds)."""
         known = self.paths.get(key)
-        return known if known is not None else Path(os.path.realpath(self.resolve(arguments[key])))
+        return known if known is not None else os.path.realpath(self.resolve(arguments[key]))
 
 
 CallFn = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]

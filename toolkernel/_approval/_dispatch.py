@@ -237,7 +237,7 @@ class Dispatcher:
             tool.precheck(arguments, self._context(tool))
 
     def _context(self, tool: Tool, events: RunEvents = NO_EVENTS,
-                 paths: Mapping[str, Path] | None = None) -> ToolContext:
+                 paths: Mapping[str, str] | None = None) -> ToolContext:
         return ToolContext(
             workdir=self.env.workdir,
             settings=own_settings(self.env.settings, tool.name),  # its own [tools.NAME] table only

@@ -112,7 +112,7 @@ class ToolsCommand:
             result = self.dispatcher.call_now(tool, arguments, self.run, self.events, self._wait_here)
         except CallError as exc:
             return _failure(exc)
-        return _outcome(self._called(tool, result, render(result, self.workdir, _label(tool))))
+        return _outcome(self._called(tool, result, render(result, self.workdir, tool)))
 
     def _wait_here(self, coro) -> None:
         self._run(coro, here=True)
@@ -201,8 +201,8 @@ class ToolsCommand:
         checks, the call, then the result rendered (images saved under tool-images/)."""
         result = await self.dispatcher.call(tool, arguments, self.run, self.events)
         # Saving images is file I/O: keep it off the loop; text needs no thread.
-        rendered = await asyncio.to_thread(render, result, self.workdir, _label(tool)) if result.images \
-            else render(result, self.workdir, _label(tool))
+        rendered = await asyncio.to_thread(render, result, self.workdir, tool) if result.images \
+            else render(result, self.workdir, tool)
         return self._called(tool, result, rendered)
 
     @staticmethod
@@ -222,7 +222,7 @@ class ToolsCommand:
         stand_in = f"<the result of the call before: {len(called.stdout)} characters>"
         result = await self.dispatcher.call(writer, {"path": path, "content": stand_in}, self.run, self.events,
                                             payload={"content": called.stdout})
-        rendered = render(result, self.workdir, SAVE_TOOL)
+        rendered = render(result, self.workdir, writer)
         failure = ToolFailed(rendered.stdout.strip()) if result.is_error else None
         return Called(result, rendered.stdout, called.images, failure)
 
@@ -238,11 +238,6 @@ def _save_whole(workdir: Path, text: str) -> Path:
     saving = SavingStream(workdir, "result")
     saving.write(text)
     return saving.finish()
-
-
-def _label(tool: Tool) -> str:
-    """What names the images a call saves."""
-    return "-".join(p for p in (tool.server, tool.name) if p)
 
 
 def _outcome(called: Called) -> Outcome:
