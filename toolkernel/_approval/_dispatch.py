@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping  # isinstance with typing.Mapping costs several us per check
-from typing import Any, Callable, Coroutine
+from typing import Any, Callable, Coroutine, TypeVar
 
 from ._approvals import Approvals, lasting_rule_covers
 from ._approver import Answer, ApprovalRequest, Approver, stop_and_report
@@ -28,6 +28,7 @@ from .._tool import Tool, ToolContext, ToolResult
 from .._runners._guard import Protection, touches_protected
 from .._providers._tools._paths import outside_workspace, real_paths
 
+T = TypeVar("T")
 _NO_HOOK = HookOutcome()
 _ALLOWS = (Answer.ONCE, Answer.ALWAYS)
 
@@ -160,24 +161,25 @@ class Dispatcher:
         self._record(tool, info, result, run)
         return result
 
-    def can_call_now(self, tool: Tool) -> bool:
-        """Whether `call_now` may make a call of `tool`: plain sync code, and no hook to run."""
+    def can_call_now(self) -> bool:
+        """Whether `call_now` may make calls: no hook is registered (hooks may wait)."""
         hooks = self.env.hooks
-        return tool.call_now is not None and not hooks.any("before_call") and not hooks.any("after_call")
+        return not hooks.any("before_call") and not hooks.any("after_call")
 
     def call_now(self, tool: Tool, arguments: dict[str, Any], run: Run, events: RunEvents,
-                 wait: Callable[[Coroutine[Any, Any, None]], None]) -> ToolResult:
-        """The call as `call` makes it, the same checks in the same order, made on this thread
-        without an event loop where `can_call_now`: an event loop and its task cost a call of a
-        small tool a sixth of its time. `wait` runs the one step that may wait, asking a person,
-        when the policy does not simply allow the call."""
+                 wait: Callable[[Coroutine[Any, Any, T]], T]) -> ToolResult:
+        """The call as `call` makes it, the same checks in the same order, made from sync code
+        where `can_call_now`; `wait` runs what may wait (asking a person, when the policy does
+        not simply allow the call, and an async tool) to its end on this thread's loop. A tool of
+        plain sync code (`Tool.call_now`) then runs with no event loop at all: a loop and its task
+        cost a call of a small tool a sixth of its time."""
         info = self._admit(tool, arguments, run)
         decision = self.decide(info)
         if decision.action != "allow":
             wait(self._enforce(decision, info, run))
         arguments, ctx = self._call_args(tool, info, {}, events)
         try:
-            result = tool.call_now(arguments, ctx)  # type: ignore[misc]  # can_call_now said it has one
+            result = tool.call_now(arguments, ctx) if tool.call_now is not None else wait(tool.call(arguments, ctx))
         except CallError as exc:
             self._failed(tool, arguments, run, exc)
             raise

@@ -98,11 +98,11 @@ class ToolsCommand:
         return not self.catalog.runs_on_private_loop(command.server, command.tool)
 
     def _call_now(self, command: Command, stdin: str | None) -> Outcome | None:
-        """A call of an own tool of plain sync code, made at once on this thread with no event
-        loop (the dispatcher's `call_now`: the same checks); None for any other command, which
-        `handle` runs."""
+        """A call of an own tool bound to nothing on the private loop, made from this sync code
+        (the dispatcher's `call_now`: the same checks); a plain sync tool runs with no event loop
+        at all. None for any other command, which `handle` runs."""
         tool = self.catalog.own.get(fold(command.tool)) if command.action == "call" and command.server is None else None
-        if tool is None or tool.runs_on_private_loop or not self.dispatcher.can_call_now(tool):
+        if tool is None or tool.runs_on_private_loop or not self.dispatcher.can_call_now():
             return None
         try:
             save_to, args = take_save(command.args, tool.input_schema)
@@ -114,10 +114,10 @@ class ToolsCommand:
             return _failure(exc)
         return _outcome(self._called(tool, result, render(result, self.workdir, tool)))
 
-    def _wait_here(self, coro) -> None:
-        self._run(coro, here=True)
+    def _wait_here(self, coro):
+        return self._run(coro, here=True)
 
-    def _run(self, coro, here: bool) -> Outcome:
+    def _run(self, coro, here: bool) -> Any:
         # The hand-off to the private loop costs about 200 us on these machines;
         # running here costs about 15.
         if here:
