@@ -41,7 +41,13 @@ def resolve_real(value: str, workdir: Path) -> Path:
 def real_name(value: str, workdir: Path | str) -> str:
     """`resolve_real` as a string. On strings: this runs for every path of every call, and a
     Path made (and named again) costs more than the system calls do."""
-    joined = os.path.join(workdir, os.path.expanduser(value))  # an absolute `value` replaces `workdir`
+    if value.startswith("~"):
+        value = os.path.expanduser(value)  # `~nobody` (no such user) stays relative, as it was
+    if value.startswith("/"):  # an absolute `value` replaces `workdir`
+        joined = value
+    else:  # what os.path.join gives, without its steps in Python
+        root = os.fspath(workdir)
+        joined = f"{root}{value}" if root.endswith("/") else f"{root}/{value}"
     return _kernel_real(joined) or os.path.realpath(joined)
 
 
