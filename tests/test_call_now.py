@@ -9,9 +9,10 @@ import json
 
 import pytest
 
+from approval_helpers import Answering
 from kernel_helpers import RecordingSink
 from toolkernel._approval import _dispatch
-from toolkernel._approval._approver import Answer, ApprovalRequest
+from toolkernel._approval._approver import Answer
 from toolkernel._errors import Unavailable
 from toolkernel._providers._tools.files import read_file, write_file
 from toolkernel._session import Session
@@ -49,16 +50,6 @@ def run(session: Session, script: str, approver=None):
     result = session.run_script(script, sink, approver=approver)
     return result, "".join(sink.out), [json.loads(line)["error"] for line in "".join(sink.err).splitlines()
                                        if line.startswith("{")]
-
-
-class Answering:
-    def __init__(self, answer: Answer) -> None:
-        self.answer = answer
-        self.requests: list[ApprovalRequest] = []
-
-    async def __call__(self, request: ApprovalRequest) -> Answer:
-        self.requests.append(request)
-        return self.answer
 
 
 # -- the call is made at once --------------------------------------------------------------
@@ -121,21 +112,15 @@ def test_the_call_limit_counts_calls_made_at_once(project):
         session.close()
 
 
-def test_a_deny_rule_refuses_a_call_made_at_once(project):
-    session = with_policy(project, 'deny = ["read_file"]')
+@pytest.mark.parametrize("rule, code, out", [
+    ('deny = ["read_file"]', "denied", "after\n"),  # the call is refused, the script goes on
+    ('ask = ["read_file"]', "needs_approval", ""),  # nobody answers: the script stops there
+])
+def test_a_rule_decides_a_call_made_at_once(project, rule, code, out):
+    session = with_policy(project, rule)
     try:
-        result, out, errors = run(session, READ_AT_RUN_TIME + "; echo after")
-        assert [e["code"] for e in errors] == ["denied"] and "first line" not in out
-    finally:
-        session.close()
-
-
-def test_an_ask_rule_stops_the_script_before_the_call(project):
-    session = with_policy(project, 'ask = ["read_file"]')
-    try:
-        result, out, errors = run(session, READ_AT_RUN_TIME + "; echo after")
-        assert [e["code"] for e in errors] == ["needs_approval"]
-        assert out == "" and result.report["tools"]["stopped"]["reason"] == "needs_approval"
+        result, printed, errors = run(session, READ_AT_RUN_TIME + "; echo after")
+        assert [e["code"] for e in errors] == [code] and printed == out
     finally:
         session.close()
 
