@@ -11,19 +11,25 @@ For each file size (lines of 60 characters), per call:
    in the same loop (minus that loop running `:`), a floor no tool can go under.
 
 Each figure is the median (and the best) of --repeat interleaved rounds; the ratio is
-(3) over (1). Target: at most 5x.
+(3) over (1). Target: at most 5x. Beside it, the CPU time this process spent per call (all its
+threads, median), which a loaded machine stretches far less than wall time.
 
-Measured 2026-11-30 (2 CPUs shared with three other helpers, load 2.6-3.1, so wall figures
-move by 2x between runs; main and this tree alternated in the same minutes):
-- this bench, medians: 200 lines 12.5-13.3x (main 12.5-12.8x), 2,000 lines 14.6x (main 14.8-17.3x);
-- the CPU time of `ToolsCommand.handle_sync` (the whole call without Bashkit; thread time,
-  best of 25 rounds): 200 lines 244-253 us (main 282-442), 2,000 lines 444-550 us (main 861-1,119).
-Where a call's CPU goes at 200 lines (removing each part in turn, load 4.5): the jsonschema
-check about 25%, the asyncio task that runs the call on the script thread about 20%, the tool
-(open, read, number) about 20%, resolving the path, the policy and the command's own steps the
-rest. System calls cost 2-4 us each on this VM: a call makes 13 (the path 3, the file 5, the
-loop 2 epoll waits, 3 getpid), `read_text` 9. Numbering 2,000 lines in Python (split, join) is
-itself about 5x `read_text` here, so 5x is out of reach at that size without numbering in C.
+Measured 2026-11-30 evening (2 CPUs shared with three other helpers, load 4.4-6.0; main and
+this tree alternated in the same minutes, the same bench file):
+- 200 lines: CPU ratio 7.5x, 9.1x, 9.7x (main 19.0x, 17.5x, 17.2x); wall medians 10.8x, 8.2x,
+  7.9x (main 14.7x, 29.3x, 22.2x);
+- 2,000 lines: CPU ratio 13.0x, 12.6x, 13.4x (main 19.7x, 19.6x, 21.8x); wall 16.9x, 11.8x,
+  9.8x (main 24.2x, 17.8x, 31.9x).
+What changed: a call of a tool of plain sync code is made with no event loop and no task
+(`Dispatcher.call_now`), jsonschema's verdict on a repeated valid input is kept, real paths
+travel as strings (a Path made per call cost more than its system calls). `handle_sync` alone,
+hot, 200 lines: about 120 us of thread CPU (main 210-320), `read_text` 20. In the script the
+same code costs about twice that: Bashkit runs between the calls and the caches are cold.
+Where the rest goes at 200 lines (hot): the tool about 40% (numbering, split and join, 20%;
+seven system calls: resolving the path 3, reading 4), the path's checks 15%, the command's
+and dispatcher's own steps the rest, spread over some 190 Python calls. Numbering 2,000 lines
+in Python (split, join) is itself about 5x `read_text` here, so 5x is out of reach at that
+size without numbering in C.
 """
 
 from __future__ import annotations
