@@ -20,6 +20,8 @@ this tree alternated in the same minutes, the same bench file):
   7.9x (main 14.7x, 29.3x, 22.2x);
 - 2,000 lines: CPU ratio 13.0x, 12.6x, 13.4x (main 19.7x, 19.6x, 21.8x); wall 16.9x, 11.8x,
   9.8x (main 24.2x, 17.8x, 31.9x).
+At load 1.8-2.0: 200 lines 6.9x wall, 7.5x CPU (main 10.8x, 10.3x); 2,000 lines 12.7x, 12.5x
+(main 14.8x, 14.9x).
 What changed: a call of a tool of plain sync code is made with no event loop and no task
 (`Dispatcher.call_now`), jsonschema's verdict on a repeated valid input is kept, real paths
 travel as strings (a Path made per call cost more than its system calls). `handle_sync` alone,
