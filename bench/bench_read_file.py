@@ -11,19 +11,27 @@ For each file size (lines of 60 characters), per call:
    in the same loop (minus that loop running `:`), a floor no tool can go under.
 
 Each figure is the median (and the best) of --repeat interleaved rounds; the ratio is
-(3) over (1). Target: at most 5x.
+(3) over (1). Target: at most 5x. Beside it, the CPU time this process spent per call (all its
+threads, median), which a loaded machine stretches far less than wall time.
 
-Measured 2026-11-30 (2 CPUs shared with three other helpers, load 2.6-3.1, so wall figures
-move by 2x between runs; main and this tree alternated in the same minutes):
-- this bench, medians: 200 lines 12.5-13.3x (main 12.5-12.8x), 2,000 lines 14.6x (main 14.8-17.3x);
-- the CPU time of `ToolsCommand.handle_sync` (the whole call without Bashkit; thread time,
-  best of 25 rounds): 200 lines 244-253 us (main 282-442), 2,000 lines 444-550 us (main 861-1,119).
-Where a call's CPU goes at 200 lines (removing each part in turn, load 4.5): the jsonschema
-check about 25%, the asyncio task that runs the call on the script thread about 20%, the tool
-(open, read, number) about 20%, resolving the path, the policy and the command's own steps the
-rest. System calls cost 2-4 us each on this VM: a call makes 13 (the path 3, the file 5, the
-loop 2 epoll waits, 3 getpid), `read_text` 9. Numbering 2,000 lines in Python (split, join) is
-itself about 5x `read_text` here, so 5x is out of reach at that size without numbering in C.
+Measured 2026-11-30 evening (2 CPUs shared with three other helpers, load 4.4-6.0; main and
+this tree alternated in the same minutes, the same bench file):
+- 200 lines: CPU ratio 7.5x, 9.1x, 9.7x (main 19.0x, 17.5x, 17.2x); wall medians 10.8x, 8.2x,
+  7.9x (main 14.7x, 29.3x, 22.2x);
+- 2,000 lines: CPU ratio 13.0x, 12.6x, 13.4x (main 19.7x, 19.6x, 21.8x); wall 16.9x, 11.8x,
+  9.8x (main 24.2x, 17.8x, 31.9x).
+At load 1.8-2.0: 200 lines 6.9x wall, 7.5x CPU (main 10.8x, 10.3x); 2,000 lines 12.7x, 12.5x
+(main 14.8x, 14.9x).
+What changed: a call of a tool of plain sync code is made with no event loop and no task
+(`Dispatcher.call_now`), jsonschema's verdict on a repeated valid input is kept, real paths
+travel as strings (a Path made per call cost more than its system calls). `handle_sync` alone,
+hot, 200 lines: about 120 us of thread CPU (main 210-320), `read_text` 20. In the script the
+same code costs about twice that: Bashkit runs between the calls and the caches are cold.
+Where the rest goes at 200 lines (hot): the tool about 40% (numbering, split and join, 20%;
+seven system calls: resolving the path 3, reading 4), the path's checks 15%, the command's
+and dispatcher's own steps the rest, spread over some 190 Python calls. Numbering 2,000 lines
+in Python (split, join) is itself about 5x `read_text` here, so 5x is out of reach at that
+size without numbering in C.
 """
 
 from __future__ import annotations
@@ -68,21 +76,36 @@ def tool_loop(session: Session, calls: int) -> float:
     return time.perf_counter() - started
 
 
+def with_cpu(measures: dict[str, callable]) -> dict[str, callable]:
+    """Each measure with the CPU time this process spent in it (the clock of `os.times`,
+    which `interleaved` reads otherwise, ticks in 10 ms: too coarse for 200 small calls)."""
+    def timed(measure):
+        def run() -> tuple[float, float]:
+            started = time.process_time()
+            seconds = measure()
+            return seconds, time.process_time() - started
+        return run
+    return {name: timed(measure) for name, measure in measures.items()}
+
+
 def bench_size(session: Session, lines: int, calls: int, repeat: int) -> dict[str, tuple[float, float]]:
     path = session.workdir / "data.txt"
     path.write_text("".join(f"{i:>8} " + "x" * 50 + "\n" for i in range(lines)))
     timed_script(session, loop_script("tools read-file path=data.txt", 3))  # warm: plan, validators
     output = _loop.run_here(_loop.local_task(read_file.call({"path": "data.txt"}, ToolContext(session.workdir))))
     text = output.texts[0] + "\n"
-    t = interleaved(repeat, {
+    cpu: dict[str, float] = {}
+    t = interleaved(repeat, with_cpu({
         "shell_output": lambda: bashkit_output_loop(text, calls),
         "shell_empty": lambda: bashkit_output_loop(text, calls, ":"),
         "baseline": lambda: read_text_loop(path, calls),
         "tool": lambda: tool_loop(session, calls),
         "script": lambda: timed_script(session, loop_script("tools read-file path=data.txt", calls)),
         "empty": lambda: timed_script(session, loop_script(":", calls)),
-    })
+    }), cpu)
     per = {name: (median / calls * 1e6, best / calls * 1e6) for name, (median, best) in t.items()}
+    # CPU seconds of this process (all its threads): a loaded machine stretches wall time, not these.
+    per["cpu"] = ((cpu["script"] - cpu["empty"]) / calls * 1e6, cpu["baseline"] / calls * 1e6)
     per["script"] = (per["script"][0] - per["empty"][0], per["script"][1] - per["empty"][1])
     per["shell"] = (per["shell_output"][0] - per["shell_empty"][0], per["shell_output"][1] - per["shell_empty"][1])
     return per
@@ -109,6 +132,9 @@ def main() -> None:
                   f" ratio {ratio[0]:.1f}x / {ratio[1]:.1f}x  {verdict} (target <= {TARGET:g}x);"
                   f" of which Bashkit passing the text on {shell[0]:7.1f} / {shell[1]:7.1f} us"
                   f" ({shell[0] / base[0]:.1f}x)")
+            script_cpu, base_cpu = per["cpu"]
+            print(f"         CPU per call (median): in a script {script_cpu:7.1f} us, Path.read_text"
+                  f" {base_cpu:7.1f} us, ratio {script_cpu / base_cpu:.1f}x")
         load = os.getloadavg()[0]
         print(f"  load average {load:.1f} on {os.cpu_count()} CPUs")
     finally:

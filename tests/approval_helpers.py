@@ -19,6 +19,7 @@ from typing import Any
 
 from jupyter_client import KernelManager
 from kernel_helpers import RecordingSink
+from toolkernel._approval._approver import Answer, ApprovalRequest
 
 REPO = Path(__file__).resolve().parent.parent
 SERVERS = REPO / "tests" / "servers"
@@ -203,3 +204,15 @@ class Kernel:
     def close(self) -> None:
         self.client.stop_channels()
         self.manager.shutdown_kernel(now=True)
+
+
+class Answering:
+    """An approver that answers every question with `answer`, keeping the questions."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.requests: list[ApprovalRequest] = []
+
+    async def __call__(self, request: ApprovalRequest) -> Answer:
+        self.requests.append(request)
+        return self.answer

@@ -152,18 +152,19 @@ def test_tools_prints_what_the_builtin_prints_with_the_same_errors(kernel):
 
 
 def test_a_failure_inside_toolkernel_is_one_error_line_in_both_shells(kernel):
-    # A fault injected where no CallError is expected: the call still ends in one JSON
-    # line and exit 1, and the script goes on, in %%bash as in %%tools.
-    kernel.execute_ok("import toolkernel._command._command as _tk_command\n"
-                      "_tk_saved = _tk_command.ToolsCommand.run_command\n"
-                      "async def _tk_boom(self, command, stdin):\n    raise RuntimeError('boom')\n"
-                      "_tk_command.ToolsCommand.run_command = _tk_boom")
+    # A fault injected where no CallError is expected (in the dispatcher's first checks, which
+    # every call passes, made from sync code or not): the call still ends in one JSON line and
+    # exit 1, and the script goes on, in %%bash as in %%tools.
+    kernel.execute_ok("import toolkernel._approval._dispatch as _tk_dispatch\n"
+                      "_tk_saved = _tk_dispatch.Dispatcher._admit\n"
+                      "def _tk_boom(self, tool, arguments, run):\n    raise RuntimeError('boom')\n"
+                      "_tk_dispatch.Dispatcher._admit = _tk_boom")
     try:
         script = 'tools read-file path=x; echo "exit=$?"\ntools github get-pull repo=acme/api number=101; echo "exit=$?"'
         host = kernel.execute_ok(bash(script))
         sandbox = kernel.execute_ok(f"%%tools\n{script}")
     finally:
-        kernel.execute_ok("_tk_command.ToolsCommand.run_command = _tk_saved")
+        kernel.execute_ok("_tk_dispatch.Dispatcher._admit = _tk_saved")
     for run in (host, sandbox):
         assert run.stdout == "exit=1\nexit=1\n"
         errors = error_lines(run.stderr)

@@ -16,6 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from approval_helpers import Answering
 from kernel_helpers import RecordingSink, error_lines, github_toml, isolated_env, write_config
 from toolkernel._approval._approver import Answer, ApprovalRequest, ElicitApprover
 from toolkernel import _loop, tool
@@ -68,18 +69,6 @@ class FakeRunner:
 
     def cancel(self) -> None:
         self.cancelled = True
-
-
-class Answering:
-    """An approver that answers every question with `answer`, keeping the questions."""
-
-    def __init__(self, answer: Answer) -> None:
-        self.answer = answer
-        self.requests: list[ApprovalRequest] = []
-
-    async def __call__(self, request: ApprovalRequest) -> Answer:
-        self.requests.append(request)
-        return self.answer
 
 
 # -- the runner seam ------------------------------------------------------------------

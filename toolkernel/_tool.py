@@ -82,8 +82,9 @@ class ToolContext:
     state: dict[str, Any] = field(default_factory=dict)
     progress: ProgressFn = _no_progress
 
-    # Where the call's path arguments lead, by key, as the dispatcher resolved them for its checks.
-    paths: Mapping[str, Path] = field(default_factory=dict)
+    # Where the call's path arguments lead, by key, as the dispatcher resolved them for its checks
+    # (real paths, as strings).
+    paths: Mapping[str, str] = field(default_factory=dict)
 
     def resolve(self, path: str) -> Path:
         """A path from tool input, relative to the working directory."""
@@ -93,11 +94,16 @@ class ToolContext:
     def real(self, arguments: Mapping[str, Any], key: str) -> Path:
         """The path argument `key`, symlinks and `..` resolved: the dispatcher's resolution, which
         its checks judged (resolved here when the tool is called without the dispatcher)."""
+        return Path(self.real_name(arguments, key))
+
+    def real_name(self, arguments: Mapping[str, Any], key: str) -> str:
+        """`real` as a string, for a tool that needs no Path (making one costs microseconds)."""
         known = self.paths.get(key)
-        return known if known is not None else Path(os.path.realpath(self.resolve(arguments[key])))
+        return known if known is not None else os.path.realpath(self.resolve(arguments[key]))
 
 
 CallFn = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
+CallNowFn = Callable[[dict[str, Any], ToolContext], ToolResult]
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,9 @@ class Tool:
     # A check that needs no person and no I/O, made before anyone is asked about the call
     # (notebook-run with nothing paired): it raises a CallError; None when there is none.
     precheck: Callable[[Mapping[str, Any], ToolContext], None] | None = None
+    # The same call as `call`, made at once on the calling thread, for a tool of plain sync code
+    # (None for any tool that may wait): a call that needs no event loop is made without one.
+    call_now: CallNowFn | None = None
 
     @property
     def read_only(self) -> bool:
@@ -208,31 +217,62 @@ def tool(
 
     On toolkernel's private loop a sync function runs in a worker thread, so a
     slow file or network call never blocks the loop that serves MCP servers;
-    on any other thread's loop it runs in place. An exception the function
+    on any other thread's loop it runs in place, and a caller with no loop may
+    make it at once through `Tool.call_now`. An exception the function
     raises becomes an error result, not a crash.
     """
 
     def wrap(fn: Callable[..., Any]) -> Tool:
-        is_async = inspect.iscoroutinefunction(fn)  # asked once, not on every call
-
-        @functools.wraps(fn)
-        async def call(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
-            try:
-                if is_async:
-                    value = await fn(arguments, ctx)
-                elif on_private_loop():
-                    value = await asyncio.to_thread(fn, arguments, ctx)
-                else:
-                    value = fn(arguments, ctx)
-            except CallError:
-                raise  # a coded failure (unavailable, connection_required...) keeps its code
-            except ToolInputError as exc:
-                return ToolResult.error(str(exc))
-            except Exception as exc:  # noqa: BLE001 - a failed tool is a result
-                return ToolResult.error(f"{type(exc).__name__}: {exc}")
-            return as_result(value)
-
-        return Tool(name, description, dict(input_schema), call, kind=kind,
-                    path_keys=path_keys, loop_bound=loop_bound, precheck=precheck, server_paths=server_paths)
+        if inspect.iscoroutinefunction(fn):  # asked once, not on every call
+            call, call_now = _async_call(fn), None
+        else:
+            call_now = _call_now(fn)
+            call = _sync_call(fn, call_now)
+        return Tool(name, description, dict(input_schema), call, kind=kind, path_keys=path_keys,
+                    loop_bound=loop_bound, precheck=precheck, server_paths=server_paths, call_now=call_now)
 
     return wrap
+
+
+def _async_call(fn: Callable[..., Awaitable[Any]]) -> CallFn:
+    @functools.wraps(fn)
+    async def call(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        try:
+            value = await fn(arguments, ctx)
+        except Exception as exc:  # noqa: BLE001 - a failed tool is a result
+            return _failed(exc)
+        return as_result(value)
+
+    return call
+
+
+def _call_now(fn: Callable[..., Any]) -> CallNowFn:
+    @functools.wraps(fn)
+    def call_now(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        try:
+            value = fn(arguments, ctx)
+        except Exception as exc:  # noqa: BLE001 - a failed tool is a result
+            return _failed(exc)
+        return as_result(value)
+
+    return call_now
+
+
+def _sync_call(fn: Callable[..., Any], call_now: CallNowFn) -> CallFn:
+    @functools.wraps(fn)
+    async def call(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        if on_private_loop():  # a slow file or network call must not block the loop of the MCP servers
+            return await asyncio.to_thread(call_now, arguments, ctx)
+        return call_now(arguments, ctx)
+
+    return call
+
+
+def _failed(exc: Exception) -> ToolResult:
+    """What a tool's exception becomes: a coded failure (unavailable, connection_required...)
+    keeps its code and is raised on; anything else is an error result, not a crash."""
+    if isinstance(exc, CallError):
+        raise exc
+    if isinstance(exc, ToolInputError):
+        return ToolResult.error(str(exc))
+    return ToolResult.error(f"{type(exc).__name__}: {exc}")

@@ -58,7 +58,7 @@ def test_tools_without_path_keys_never_leave(tmp_path):
 @pytest.mark.parametrize("value", [
     "file.txt", "file_link", "dir_link/../file.txt", "dir_link/inner.txt", "dir_link/",
     "new.txt", "new_dir/x/y.txt", "dangling", "dangling/../file.txt", "loop", "file.txt/",
-    "file.txt/..", ".", "..", "/", "missing_link_dir/../file.txt",
+    "file.txt/..", ".", "..", "/", "missing_link_dir/../file.txt", "~no_such_user_here/file.txt",
 ])
 def test_a_path_resolves_as_realpath_resolves_it(tmp_path, value):
     """The kernel's resolution (an O_PATH open named in /proc) gives what realpath gives,
@@ -73,7 +73,7 @@ def test_a_path_resolves_as_realpath_resolves_it(tmp_path, value):
     (work / "dangling").symlink_to(tmp_path / "nowhere")
     (work / "loop").symlink_to(work / "loop")
     (work / "missing_link_dir").symlink_to(other / "gone")
-    assert resolve_real(value, work) == Path(os.path.realpath(os.path.join(work, value)))
+    assert resolve_real(value, work) == Path(os.path.realpath(os.path.join(work, os.path.expanduser(value))))
 
 
 def test_a_swapped_symlink_is_seen_on_the_next_resolution(tmp_path):
@@ -96,3 +96,10 @@ def test_display_path(tmp_path):
     assert display_path(real / "sub" / "a.txt", tmp_path / "via") == "sub/a.txt"  # the workdir's real path
     assert display_path(tmp_path / "realx" / "a.txt", real) == str(tmp_path / "realx" / "a.txt")
     assert display_path(Path("/etc/passwd"), Path("/")) == "etc/passwd"
+
+
+def test_a_path_resolves_against_the_root_folder_and_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "notes.txt").write_text("x\n")
+    assert resolve_real("etc", Path("/")) == Path(os.path.realpath("/etc"))
+    assert resolve_real("~/notes.txt", Path("/")) == Path(os.path.realpath(tmp_path / "notes.txt"))

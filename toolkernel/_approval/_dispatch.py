@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping  # isinstance with typing.Mapping costs several us per check
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine, TypeVar
 
 from ._approvals import Approvals, lasting_rule_covers
 from ._approver import Answer, ApprovalRequest, Approver, stop_and_report
@@ -28,6 +28,7 @@ from .._tool import Tool, ToolContext, ToolResult
 from .._runners._guard import Protection, touches_protected
 from .._providers._tools._paths import outside_workspace, real_paths
 
+T = TypeVar("T")
 _NO_HOOK = HookOutcome()
 _ALLOWS = (Answer.ONCE, Answer.ALWAYS)
 
@@ -75,8 +76,47 @@ _KEYS: dict[int, tuple[Any, frozenset[str] | None]] = {}
 # Checked validators by the id of their schema, shared by every run: a direct call makes a
 # fresh dispatcher each time, and checking a schema costs more than the call. The schema is
 # held beside its validator, so its id cannot be reused while the entry lives.
-_VALIDATORS: dict[int, tuple[Any, Any]] = {}
+_VALIDATORS: dict[int, tuple[Any, "_Checked"]] = {}
 _MAX_VALIDATORS = 1024
+_MAX_REMEMBERED = 256  # valid inputs kept per schema
+_MAX_REMEMBERED_TEXT = 256  # characters of a string value that may be kept
+
+
+class _Checked:
+    """A schema's validator, and inputs it found valid lately. A script calls a tool in a loop
+    with the same input, and jsonschema's check cost a small call a quarter of its time: its
+    verdict on an input it has seen is not asked for again. Only valid inputs are kept, so an
+    invalid one always reaches jsonschema and gets its full error."""
+
+    def __init__(self, validator: Any) -> None:
+        self.validator = validator
+        self.valid: set[tuple[Any, ...]] = set()
+
+    def remember(self, repeat: tuple[Any, ...] | None) -> None:
+        if repeat is None:
+            return
+        if len(self.valid) >= _MAX_REMEMBERED:
+            self.valid.clear()
+        self.valid.add(repeat)
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _repeatable(arguments: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """`arguments` as a key that equals another's only when jsonschema cannot tell them apart:
+    flat inputs of JSON scalars, each value with its exact type (1, 1.0 and True are not one
+    input); None for anything else (nested values, long texts, other types), which is checked
+    every time."""
+    if type(arguments) is not dict:
+        return None
+    key = []
+    for name, value in arguments.items():
+        kind = type(value)
+        if kind not in _SCALARS or (kind is str and len(value) > _MAX_REMEMBERED_TEXT):
+            return None
+        key.append((name, kind, value))
+    return tuple(key)
 
 
 def _server_paths(tool: Tool, arguments: Mapping[str, Any],
@@ -121,17 +161,50 @@ class Dispatcher:
                    events: RunEvents = NO_EVENTS, *, payload: Mapping[str, Any] | None = None) -> ToolResult:
         """`payload`: values the tool gets over `arguments` that the checks, hooks, person and
         report only see as their stand-ins in `arguments` (a 256 MB `--save` content)."""
-        self._count(tool, arguments, run)
-        self.validate(tool, arguments)
-        self.precheck(tool, arguments)
-        info = self.call_info(tool, arguments)
+        info = self._admit(tool, arguments, run)
         info = await self._before(info, tool, run)
         result = await self._invoke(tool, info, payload or {}, run, events)
         if self.env.hooks.any("after_call"):
             result = await self.env.hooks.run_after(info, result)
+        self._record(tool, info, result, run)
+        return result
+
+    def can_call_now(self) -> bool:
+        """Whether `call_now` may make calls: no hook is registered (hooks may wait)."""
+        hooks = self.env.hooks
+        return not hooks.any("before_call") and not hooks.any("after_call")
+
+    def call_now(self, tool: Tool, arguments: dict[str, Any], run: Run, events: RunEvents,
+                 wait: Callable[[Coroutine[Any, Any, T]], T]) -> ToolResult:
+        """The call as `call` makes it, the same checks in the same order, made from sync code
+        where `can_call_now`; `wait` runs what may wait (asking a person, when the policy does
+        not simply allow the call, and an async tool) to its end on this thread's loop. A tool of
+        plain sync code (`Tool.call_now`) then runs with no event loop at all: a loop and its task
+        cost a call of a small tool a sixth of its time."""
+        info = self._admit(tool, arguments, run)
+        decision = self.decide(info)
+        if decision.action != "allow":
+            wait(self._enforce(decision, info, run))
+        arguments, ctx = self._call_args(tool, info, {}, events)
+        try:
+            result = tool.call_now(arguments, ctx) if tool.call_now is not None else wait(tool.call(arguments, ctx))
+        except CallError as exc:
+            self._failed(tool, arguments, run, exc)
+            raise
+        self._record(tool, info, result, run)
+        return result
+
+    def _admit(self, tool: Tool, arguments: Mapping[str, Any], run: Run) -> CallInfo:
+        """The checks before any hook or person: the call limit, the schema, the tool's own."""
+        self._count(tool, arguments, run)
+        self.validate(tool, arguments)
+        self.precheck(tool, arguments)
+        return self.call_info(tool, arguments)
+
+    @staticmethod
+    def _record(tool: Tool, info: CallInfo, result: ToolResult, run: Run) -> None:
         run.record(tool.command, info.input, read_only=tool.read_only, ok=not result.is_error,
                    make_result=None if tool.read_only else _recorded(result))
-        return result
 
     def _count(self, tool: Tool, arguments: Mapping[str, Any], run: Run) -> None:
         if run.stopped is not None:
@@ -142,14 +215,19 @@ class Dispatcher:
             raise CallLimit(f"more than {run.limit} tool calls in one shell run; the script stops here")
 
     def validate(self, tool: Tool, arguments: Mapping[str, Any]) -> None:
+        checked = self._validator(tool)
+        repeat = _repeatable(arguments)
+        if repeat is not None and repeat in checked.valid:
+            return  # jsonschema found this very input valid for this schema already
         # Imported on first use, not with the module: jsonschema loads its format checkers'
         # grammars (seconds on a busy machine), which a first `tools --help` never needs.
         import jsonschema
         import referencing.exceptions
 
-        validator = self._validator(tool)
+        validator = checked.validator
         try:
             if validator.is_valid(arguments):  # the common case, without best_match's bookkeeping
+                checked.remember(repeat)
                 return
             error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
         except referencing.exceptions.Unresolvable as exc:  # a $ref that leads nowhere
@@ -169,7 +247,7 @@ class Dispatcher:
             tool.precheck(arguments, self._context(tool))
 
     def _context(self, tool: Tool, events: RunEvents = NO_EVENTS,
-                 paths: Mapping[str, Path] | None = None) -> ToolContext:
+                 paths: Mapping[str, str] | None = None) -> ToolContext:
         return ToolContext(
             workdir=self.env.workdir,
             settings=own_settings(self.env.settings, tool.name),  # its own [tools.NAME] table only
@@ -178,19 +256,19 @@ class Dispatcher:
             paths=paths or {},
         )
 
-    def _validator(self, tool: Tool):
-        import jsonschema
-
+    def _validator(self, tool: Tool) -> "_Checked":
         schema = tool.input_schema
         cached = _VALIDATORS.get(id(schema))
         if cached is None or cached[0] is not schema:
+            import jsonschema
+
             cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
             try:
                 cls.check_schema(schema)  # once per schema: a bad type or regex fails here, not mid-check
             except jsonschema.SchemaError as exc:
                 where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
                 raise _broken_schema(tool, f"at {where}: {exc.message}") from exc
-            cached = (schema, cls(schema))
+            cached = (schema, _Checked(cls(schema)))
             if len(_VALIDATORS) >= _MAX_VALIDATORS:
                 _VALIDATORS.clear()
             _VALIDATORS[id(schema)] = cached
@@ -252,15 +330,26 @@ class Dispatcher:
 
     async def _invoke(self, tool: Tool, info: CallInfo, payload: Mapping[str, Any], run: Run,
                       events: RunEvents) -> ToolResult:
-        arguments = {**info.input, **payload}
-        # The paths the checks judged; a payload value is not one of them.
-        paths = {key: path for key, path in info.paths.items() if key not in payload}
+        arguments, ctx = self._call_args(tool, info, payload, events)
         try:
-            return await tool.call(arguments, self._context(tool, events, paths))
+            return await tool.call(arguments, ctx)
         except CallError as exc:
-            if not tool.read_only:
-                run.record(tool.command, arguments, read_only=False, ok=False, error=exc.to_json()["error"])
+            self._failed(tool, arguments, run, exc)
             raise
+
+    def _call_args(self, tool: Tool, info: CallInfo, payload: Mapping[str, Any],
+                   events: RunEvents) -> tuple[dict[str, Any], ToolContext]:
+        """What the tool is handed: the input the checks judged (and the payload over it), and
+        its context, with the paths the checks judged (a payload value is not one of them)."""
+        if not payload:
+            return dict(info.input), self._context(tool, events, info.paths)
+        paths = {key: path for key, path in info.paths.items() if key not in payload}
+        return {**info.input, **payload}, self._context(tool, events, paths)
+
+    @staticmethod
+    def _failed(tool: Tool, arguments: Mapping[str, Any], run: Run, exc: CallError) -> None:
+        if not tool.read_only:
+            run.record(tool.command, arguments, read_only=False, ok=False, error=exc.to_json()["error"])
 
 
 def _recorded(result: ToolResult) -> Callable[[], object]:

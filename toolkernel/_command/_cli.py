@@ -14,6 +14,7 @@ from typing import Any, Callable
 from .._errors import InvalidInput
 
 HELP_FLAGS = ("--help", "-h")
+_HELP_WORDS = frozenset(HELP_FLAGS)
 # Deeper input is refused up front: Python's JSON parser, the schema check and
 # everything after them recurse, and would fail with RecursionError on it.
 MAX_INPUT_DEPTH = 100
@@ -57,7 +58,7 @@ def _server_command(server: str, rest: list[str]) -> Command:
 
 
 def _tool_command(server: str | None, tool: str, rest: list[str]) -> Command:
-    action = "tool_help" if any(a in HELP_FLAGS for a in rest) else "call"
+    action = "tool_help" if not _HELP_WORDS.isdisjoint(rest) else "call"
     return Command(action, server=server, tool=tool, args=tuple(rest))
 
 

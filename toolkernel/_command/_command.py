@@ -24,7 +24,7 @@ from .._approval._policy import deny_rule_covers
 from .._errors import CallError, Denied, InvalidInput, Stopped, ToolFailed, Unavailable
 from .._names import fold
 from .._saved import SavingStream
-from ._render import render
+from ._render import Rendered, render
 from .._approval._run import NO_EVENTS, Run, RunEvents
 from .._tool import Tool, ToolResult
 
@@ -78,7 +78,9 @@ class ToolsCommand:
         except CallError as exc:
             return _failure(exc)
         try:
-            outcome = self._run(self.handle(argv, stdin, command), self._runs_here(command))
+            outcome = self._call_now(command, stdin)
+            if outcome is None:
+                outcome = self._run(self.handle(argv, stdin, command), self._runs_here(command))
             outcome = self._kept_out(outcome, command)
         except (concurrent.futures.CancelledError, asyncio.CancelledError):
             return _failure(Stopped("interrupted"), INTERRUPTED_EXIT)
@@ -95,7 +97,27 @@ class ToolsCommand:
             return False
         return not self.catalog.runs_on_private_loop(command.server, command.tool)
 
-    def _run(self, coro, here: bool) -> Outcome:
+    def _call_now(self, command: Command, stdin: str | None) -> Outcome | None:
+        """A call of an own tool bound to nothing on the private loop, made from this sync code
+        (the dispatcher's `call_now`: the same checks); a plain sync tool runs with no event loop
+        at all. None for any other command, which `handle` runs."""
+        tool = self.catalog.own.get(fold(command.tool)) if command.action == "call" and command.server is None else None
+        if tool is None or tool.runs_on_private_loop or not self.dispatcher.can_call_now():
+            return None
+        try:
+            save_to, args = take_save(command.args, tool.input_schema)
+            if save_to is not None:
+                return None  # the write of the result is a call of its own, made by `handle`
+            arguments = parse_input(args, tool.input_schema, stdin)
+            result = self.dispatcher.call_now(tool, arguments, self.run, self.events, self._wait_here)
+        except CallError as exc:
+            return _failure(exc)
+        return _outcome(self._called(tool, result, render(result, self.workdir, tool)))
+
+    def _wait_here(self, coro):
+        return self._run(coro, here=True)
+
+    def _run(self, coro, here: bool) -> Any:
         # The hand-off to the private loop costs about 200 us on these machines;
         # running here costs about 15.
         if here:
@@ -152,10 +174,7 @@ class ToolsCommand:
         called = await self.call(tool, parse_input(args, tool.input_schema, stdin))
         if save_to is not None and called.failure is None:
             called = await self._save(called, save_to)
-        notes = "".join(f"tools: image saved to {p}\n" for p in called.images)
-        if called.failure is not None:
-            return Outcome(stderr=notes + called.failure.json_line() + "\n", exit_code=1, images=called.images)
-        return Outcome(called.stdout, notes, 0, called.images)
+        return _outcome(called)
 
     def _kept_out(self, outcome: Outcome, command: Command) -> Outcome:
         """A result above `result_limit` does not enter the script: it is saved whole under
@@ -181,10 +200,13 @@ class ToolsCommand:
         """The one call path of scripts, `%tools` and `toolkernel.call`: the dispatcher's
         checks, the call, then the result rendered (images saved under tool-images/)."""
         result = await self.dispatcher.call(tool, arguments, self.run, self.events)
-        label = "-".join(p for p in (tool.server, tool.name) if p)
         # Saving images is file I/O: keep it off the loop; text needs no thread.
-        rendered = await asyncio.to_thread(render, result, self.workdir, label) if result.images \
-            else render(result, self.workdir, label)
+        rendered = await asyncio.to_thread(render, result, self.workdir, tool) if result.images \
+            else render(result, self.workdir, tool)
+        return self._called(tool, result, rendered)
+
+    @staticmethod
+    def _called(tool: Tool, result: ToolResult, rendered: Rendered) -> Called:
         failure = None
         if result.is_error:
             failure = ToolFailed(rendered.stdout.strip() or f"{tool.command} reported an error")
@@ -200,7 +222,7 @@ class ToolsCommand:
         stand_in = f"<the result of the call before: {len(called.stdout)} characters>"
         result = await self.dispatcher.call(writer, {"path": path, "content": stand_in}, self.run, self.events,
                                             payload={"content": called.stdout})
-        rendered = render(result, self.workdir, SAVE_TOOL)
+        rendered = render(result, self.workdir, writer)
         failure = ToolFailed(rendered.stdout.strip()) if result.is_error else None
         return Called(result, rendered.stdout, called.images, failure)
 
@@ -216,6 +238,13 @@ def _save_whole(workdir: Path, text: str) -> Path:
     saving = SavingStream(workdir, "result")
     saving.write(text)
     return saving.finish()
+
+
+def _outcome(called: Called) -> Outcome:
+    notes = "".join(f"tools: image saved to {p}\n" for p in called.images)
+    if called.failure is not None:
+        return Outcome(stderr=notes + called.failure.json_line() + "\n", exit_code=1, images=called.images)
+    return Outcome(called.stdout, notes, 0, called.images)
 
 
 def _failure(error: CallError, exit_code: int = 1) -> Outcome:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._tool import Image, ToolResult
+from .._tool import Image, Tool, ToolResult
 
 IMAGE_DIR = "tool-images"
 _EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp", "image/svg+xml": "svg"}
@@ -34,9 +34,12 @@ def result_text(result: ToolResult) -> str:
     return text if not text or text.endswith("\n") else text + "\n"
 
 
-def render(result: ToolResult, workdir: Path, label: str) -> Rendered:
-    images = [save_image(img, workdir, label) for img in result.images]
-    return Rendered(result_text(result), images)
+def render(result: ToolResult, workdir: Path, tool: Tool) -> Rendered:
+    """The result's text, and its images saved under names that say which tool gave them."""
+    if not result.images:
+        return Rendered(result_text(result))
+    label = "-".join(p for p in (tool.server, tool.name) if p)
+    return Rendered(result_text(result), [save_image(img, workdir, label) for img in result.images])
 
 
 def save_image(image: Image, workdir: Path, label: str) -> Path:

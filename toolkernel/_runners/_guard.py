@@ -75,9 +75,9 @@ class Protection:
     protected: tuple[Path, ...]   # real paths no script or unasked tool call may write
     mounts: tuple[Mount, ...]
 
-    def covers(self, path: Path) -> bool:
+    def covers(self, path: str | Path) -> bool:
         """Whether writing `path` (a real path) would change something protected."""
-        if path.name in CONFIG_FILES:
+        if os.path.basename(path) in CONFIG_FILES:
             return True
         return any(is_inside(path, p) for p in self.protected)
 
@@ -192,7 +192,7 @@ def _system_path() -> str:
 
 
 def touches_protected(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
-                      guarded: Protection | None = None, paths: Mapping[str, Path] | None = None) -> bool:
+                      guarded: Protection | None = None, paths: Mapping[str, str | Path] | None = None) -> bool:
     """True when a call that may write names a protected path (`paths`: the call's
     `real_paths`, when the caller has them)."""
     if tool.read_only or not tool.path_keys:

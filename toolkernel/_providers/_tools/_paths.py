@@ -15,15 +15,15 @@ from typing import Any, Mapping
 from ..._tool import Tool
 
 
-def real_paths(tool: Tool, arguments: Mapping[str, Any], workdir: Path) -> dict[str, Path]:
-    """Where each path argument of `tool` leads, by key. Resolved once per call: the checks
-    judge these paths, and the tool is handed the same ones (`ToolContext.real`)."""
-    return {key: resolve_real(value, workdir) for key in tool.path_keys
+def real_paths(tool: Tool, arguments: Mapping[str, Any], workdir: Path) -> dict[str, str]:
+    """Where each path argument of `tool` leads, by key, as real path strings. Resolved once per
+    call: the checks judge these paths, and the tool is handed the same ones (`ToolContext.real`)."""
+    return {key: real_name(value, workdir) for key in tool.path_keys
             if isinstance(value := arguments.get(key), str) and value}
 
 
 def outside_workspace(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
-                      paths: Mapping[str, Path] | None = None, root: Path | None = None) -> bool:
+                      paths: Mapping[str, str | Path] | None = None, root: Path | None = None) -> bool:
     """True when a path argument of `tool` resolves outside `workdir` (`paths`: its `real_paths`,
     `root`: the real path of `workdir`, when the caller has them)."""
     if not tool.path_keys:
@@ -35,10 +35,20 @@ def outside_workspace(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
 
 def resolve_real(value: str, workdir: Path) -> Path:
     """`value` (absolute or relative to `workdir`) with symlinks and `..` resolved."""
-    # On strings: this runs for every path of every call, and each Path made costs more than the
-    # system calls do (an absolute `value` replaces `workdir` in the join).
-    joined = os.path.join(workdir, os.path.expanduser(value))
-    return Path(_kernel_real(joined) or os.path.realpath(joined))
+    return Path(real_name(value, workdir))
+
+
+def real_name(value: str, workdir: Path | str) -> str:
+    """`resolve_real` as a string. On strings: this runs for every path of every call, and a
+    Path made (and named again) costs more than the system calls do."""
+    if value.startswith("~"):
+        value = os.path.expanduser(value)  # `~nobody` (no such user) stays relative, as it was
+    if value.startswith("/"):  # an absolute `value` replaces `workdir`
+        joined = value
+    else:  # what os.path.join gives, without its steps in Python
+        root = os.fspath(workdir)
+        joined = f"{root}{value}" if root.endswith("/") else f"{root}/{value}"
+    return _kernel_real(joined) or os.path.realpath(joined)
 
 
 _O_PATH = getattr(os, "O_PATH", None)  # Linux
@@ -72,13 +82,13 @@ def real_path(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
-def is_inside(path: Path, root: Path) -> bool:
+def is_inside(path: str | Path, root: str | Path) -> bool:
     # Both are real paths (normalised, absolute), so a prefix of whole names decides it.
     inner, outer = str(path), str(root)
     return inner == outer or inner.startswith(outer if outer.endswith("/") else outer + "/")
 
 
-def display_path(path: Path, workdir: Path) -> str:
+def display_path(path: str | Path, workdir: Path) -> str:
     """`path` relative to the workspace when it lies inside it, else absolute."""
     # On strings: both are normalised, so a prefix of whole names is a relative path.
     shown = _relative(str(path), str(workdir))

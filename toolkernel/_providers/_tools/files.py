@@ -64,7 +64,7 @@ _PATH_PROPERTY = {
     path_keys=("path",),
 )
 def read_file(arguments: dict[str, Any], ctx: ToolContext) -> Any:
-    path = ctx.real(arguments, "path")
+    path = ctx.real_name(arguments, "path")
     shown = display_path(path, ctx.workdir)
     with _open_readable(path, shown) as file:
         # A file small enough to number at once is read in one call; the sniff looks at its head.
@@ -88,7 +88,7 @@ def read_file(arguments: dict[str, Any], ctx: ToolContext) -> Any:
         return _numbered_window(io.BufferedReader(file), shown, offset, limit)
 
 
-def _open_readable(path: Path, shown: str) -> io.FileIO:
+def _open_readable(path: str, shown: str) -> io.FileIO:
     """`path` (a real path) opened for reading; what it cannot be read as is said in words."""
     if in_git_object_store(path, real=True):
         raise ToolInputError(f"{shown} is inside a git object store; use `git show` or `git cat-file` instead")
@@ -109,13 +109,13 @@ def _read_whole(file: io.FileIO, size: int) -> bytes:
     return data if len(data) <= size else data + file.readall()
 
 
-def in_git_object_store(path: Path, *, real: bool = False) -> bool:
+def in_git_object_store(path: str | Path, *, real: bool = False) -> bool:
     """True for files under `<gitdir>/objects`, loose or packed, bare repos included
     (`real`: `path` is resolved already)."""
-    real_path = path if real else Path(os.path.realpath(path))
-    if "/objects/" not in str(real_path):  # no folder of that name: most calls end here
+    real_path = os.fspath(path) if real else os.path.realpath(path)
+    if "/objects/" not in real_path:  # no folder of that name: most calls end here
         return False
-    for folder in real_path.parents:
+    for folder in Path(real_path).parents:
         if folder.name != "objects":
             continue
         gitdir = folder.parent
@@ -137,11 +137,11 @@ def _looks_utf16(head: bytes) -> bool:
     return head.startswith((b"\xff\xfe", b"\xfe\xff"))
 
 
-def _read_image(path: Path, shown: str, mime: str) -> Image:
-    size = path.stat().st_size
+def _read_image(path: str, shown: str, mime: str) -> Image:
+    size = os.stat(path).st_size
     if size > MAX_IMAGE_BYTES:
         raise ToolInputError(f"{shown} is a {size} byte image, over the {MAX_IMAGE_BYTES} byte limit")
-    return Image(path.read_bytes(), mime)
+    return Image(Path(path).read_bytes(), mime)
 
 
 def _plain_text(data: bytes) -> str | None:
