@@ -8,17 +8,18 @@ in a list and joins them once, when the newline arrives.
 
 Calls from other threads go past the session (`Lane`): a script's `tools`
 call runs on the script's own thread, writes its `tools/call` to the server's
-stdin itself, and the reader hands the reply straight to that thread's loop.
+stdin itself, and, while it waits, reads the server's stdout on its own loop.
 Through the session, the call was handed to the private loop (a wake-up of
 that thread) and its result handed back (another), besides the wake-up the
 reply itself causes; each such wake-up cost 80-150 us of CPU on the machines
-we measured, and the SDK's per-request machinery more. Past the session a call
-takes two wake-ups (the reader's, the caller's), where a bare client on its
-own loop takes one. Only the reading of stdout stays on the private loop, so
-the session's own traffic (handshake, lists, server-initiated requests,
-notifications) is untouched; the lane's requests have ids of their own
-(`toolkernel-N`, strings) that the session's integer ids never take, and a server
-echoes ids as JSON-RPC requires. HTTP and SSE servers keep the session.
+we measured (the woken thread runs on cold caches), and the SDK's per-request
+machinery more. Past the session, and reading its own reply, a call takes one
+wake-up, as a bare client on its own loop does. The session's own traffic
+(handshake, lists, server-initiated requests, notifications) is read by
+whoever reads at the time and passed to the session in order; the lane's
+requests have ids of their own (`toolkernel-N`, strings) that the session's
+integer ids never take, and a server echoes ids as JSON-RPC requires. HTTP and
+SSE servers keep the session.
 
 Everything else follows the SDK's transport: the server runs in its own
 process group with the SDK's minimal environment (`get_default_environment`)
@@ -283,7 +284,10 @@ class Lane:
                 raise
         finally:
             del self._calls[request_id]
+            waiter.finished = True
             self._give_back_reading(loop)
+        if type(outcome) is dict:
+            return outcome
         if isinstance(outcome, types.JSONRPCResponse):
             return outcome.result
         if isinstance(outcome, types.JSONRPCError):
@@ -346,7 +350,7 @@ class Lane:
             except OSError:
                 chunk = b""
             for line in self._lines(chunk):
-                if line.strip():
+                if line.strip() and not self._answer(line, loop):
                     self._deliver(_parse(line), loop)
             if not chunk:
                 self._end(loop)
@@ -369,6 +373,25 @@ class Lane:
             self._partial.clear()
         return ended
 
+    def _answer(self, line: bytes, loop: asyncio.AbstractEventLoop) -> bool:
+        """The result of a lane request, straight to its waiter: the common case, taken without
+        the JSON-RPC union's validation (on a waking thread that cost about as much as the rest
+        of the read). Only what that validation would take for a result; False for the rest."""
+        if not self._calls:
+            return False
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return False
+        if type(message) is not dict or type(request_id := message.get("id")) is not str:
+            return False
+        waiter = self._calls.get(request_id)
+        if (waiter is None or message.get("jsonrpc") != "2.0" or type(result := message.get("result")) is not dict
+                or "error" in message or "method" in message):
+            return False
+        waiter.answer(result, loop)
+        return True
+
     def _deliver(self, message: SessionMessage | Exception, loop: asyncio.AbstractEventLoop) -> None:
         """A reply or progress of a lane request to its waiter; any other message to the session."""
         if self._calls and isinstance(message, SessionMessage):
@@ -376,7 +399,7 @@ class Lane:
             if isinstance(body, (types.JSONRPCResponse, types.JSONRPCError)):
                 waiter = self._calls.get(body.id) if isinstance(body.id, str) else None
                 if waiter is not None:
-                    return waiter.hand(waiter.settle, body, loop)
+                    return waiter.answer(body, loop)
             elif isinstance(body, types.JSONRPCNotification) and body.method == "notifications/progress":
                 params = body.params or {}
                 token = params.get("progressToken")
@@ -395,7 +418,7 @@ class Lane:
         """Under the read lock: stdout ended; every waiting request fails, the session is told."""
         self._ended = True
         for waiter in list(self._calls.values()):
-            waiter.hand(waiter.settle, None, loop)
+            waiter.answer(None, loop)
         self._wake_transport(loop)
 
     def end(self) -> None:
@@ -457,6 +480,13 @@ class _Waiter:
         self.loop = loop
         self.done: asyncio.Future[Any] = loop.create_future()
         self.on_progress = on_progress
+        self.finished = False  # its request is over: late progress is dropped
+
+    def answer(self, outcome: Any, here: asyncio.AbstractEventLoop | None) -> None:
+        """Settle the request: read on its own loop, at once (setting a future runs nothing
+        of the caller's); else through its loop's wake-up. Progress handed on before it
+        still runs first, as both go through the loop's queue in order."""
+        _settle_soon(self.done, outcome, here)
 
     def hand(self, fn: Callable[[Any], None], arg: Any, here: asyncio.AbstractEventLoop | None) -> None:
         """Run `fn(arg)` on the waiter's loop, soon: never inline, as the reader holds its lock."""
@@ -466,13 +496,9 @@ class _Waiter:
             else:
                 self.loop.call_soon_threadsafe(fn, arg)
 
-    def settle(self, outcome: Any) -> None:
-        if not self.done.done():
-            self.done.set_result(outcome)
-
     def progress(self, params: Mapping[str, Any]) -> None:
         value, total, message = params.get("progress"), params.get("total"), params.get("message")
-        if isinstance(value, (int, float)) and not self.done.done():
+        if isinstance(value, (int, float)) and not self.finished:
             self.on_progress(value, total if isinstance(total, (int, float)) else None,
                              message if isinstance(message, str) else None)
 
