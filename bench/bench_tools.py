@@ -120,6 +120,18 @@ def direct_mcp(session: Session, calls: int) -> float:
     return time.perf_counter() - started
 
 
+def here_mcp(session: Session, calls: int) -> float:
+    """The same MCP tool's `call` on this thread's own loop, one task a call as a script's `tools`
+    line runs it: past the session, without the shell, the command and the dispatcher."""
+    command = _loop.run(session.prepare())
+    pull = _loop.run(command.catalog.find_tool("github", "get_pull"))
+    ctx = ToolContext(workdir=session.workdir, settings={}, state={}, progress=lambda *a: None)
+    started = time.perf_counter()
+    for _ in range(calls):
+        _loop.run_here(_loop.local_task(pull.call(dict(PULL_INPUT), ctx)))
+    return time.perf_counter() - started
+
+
 async def bare_mcp(calls: int) -> tuple[float, float]:
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
@@ -182,6 +194,7 @@ def bench_mcp(session: Session, calls: int, repeat: int) -> dict[str, tuple[floa
         "script": lambda: timed_script(session, loop_script(body, calls)),
         "empty": lambda: timed_script(session, loop_script(":", calls)),
         "direct": lambda: direct_mcp(session, calls),
+        "here": lambda: here_mcp(session, calls),
         "bare": lambda: asyncio.run(bare_mcp(calls)),
     }, cpu)
     return {
@@ -189,6 +202,7 @@ def bench_mcp(session: Session, calls: int, repeat: int) -> dict[str, tuple[floa
         "script_us": _per_call(t["script"], calls),
         "loop_us": _per_call(t["empty"], calls),
         "direct_us": _per_call(t["direct"], calls),
+        "here_us": _per_call(t["here"], calls),
         "bare_us": _per_call(t["bare"], calls),
         "ratio": (t["script"][0] / t["bare"][0], t["script"][1] / t["bare"][1]),
     }
@@ -208,13 +222,14 @@ def print_table(inproc, mcp, args) -> None:
         ("MCP: tools github get-pull in a script", *us(mcp["script_us"]), ""),
         ("MCP: of which the shell loop itself", *us(mcp["loop_us"]), ""),
         ("MCP: tool.call through the session on the private loop", *us(mcp["direct_us"]), ""),
+        ("MCP: tool.call on this thread, past the session", *us(mcp["here_us"]), ""),
         ("MCP: bare ClientSession.call_tool", *us(mcp["bare_us"]), ""),
         ("MCP: script / bare", f"{mcp['ratio'][0]:.3f}x", f"{mcp['ratio'][1]:.3f}x",
          _verdict(mcp["ratio"][0] <= MCP_TARGET_RATIO, f"<= {MCP_TARGET_RATIO:g}x")),
     ]
     cpu = mcp["cpu_us"]  # this process only: the server's own CPU is the same for every measure
-    rows.append(("MCP: CPU per call, script / direct / bare",
-                 f"{cpu['script']:.0f} / {cpu['direct']:.0f} / {cpu['bare']:.0f} us", "",
+    rows.append(("MCP: CPU per call, script / direct / here / bare",
+                 f"{cpu['script']:.0f} / {cpu['direct']:.0f} / {cpu['here']:.0f} / {cpu['bare']:.0f} us", "",
                  f"script / bare {cpu['script'] / cpu['bare']:.2f}x"))
     print(f"toolkernel bench: {args.calls} in-process calls, {args.mcp_calls} MCP calls,"
           f" {args.repeat} interleaved runs; per call: median, best")

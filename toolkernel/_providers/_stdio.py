@@ -183,9 +183,11 @@ class Lane:
         os.set_blocking(stdin, False)
         os.set_blocking(stdout, False)
         self._fd, self._out, self._loop, self._reader = stdin, stdout, loop, loop
-        if hasattr(select, "epoll"):
-            self._gate = select.epoll()
-            self._gate.register(stdout, select.EPOLLIN)
+        with contextlib.suppress(AttributeError, OSError):  # no epoll here (or no descriptor left for
+            # one): the transport's loop watches stdout itself and keeps the reading, as before
+            gate = select.epoll()
+            gate.register(stdout, select.EPOLLIN)
+            self._gate = gate
 
     # -- writing (any thread) ----------------------------------------------
 
