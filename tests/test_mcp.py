@@ -430,6 +430,22 @@ def test_closing_the_pool_ends_a_call_waiting_on_a_thread(pool):
     assert not lane.usable and lane._out is None  # its stdout closed once the thread let go of it
 
 
+def test_without_epoll_the_loop_of_the_session_reads_for_every_call(pool, monkeypatch):
+    """Where no epoll set can be made, the private loop keeps the reading and hands replies on."""
+    from types import SimpleNamespace
+
+    from toolkernel._providers import _stdio
+
+    monkeypatch.setattr(_stdio, "select", SimpleNamespace(EPOLLIN=1))  # no `epoll` in it
+    tools = by_name(run(pool.tools(SLOW)))
+    no_session_calls(monkeypatch)
+    assert pool._connections["slow"].lane._gate is None
+    seen = []
+    waited = here(tools["wait"].call({"steps": 2, "step_seconds": 0.05}, ctx(lambda *p: seen.append(p))))
+    assert waited.texts == ["waited 2 steps"] and [p[0] for p in seen] == [1, 2]
+    assert here(tools["chatty"].call({}, ctx())).texts == ["answered"]
+
+
 HOSTILE = fixture("hostile", "hostile")
 
 
