@@ -462,6 +462,7 @@ class Lane:
         """On the transport's loop, once the server is stopped: close stdout (when its reader lets go)."""
         with self._read_lock:
             self._close_out = True
+            self._reclaim_stale()  # a loop that will not run again would never let go
             if self._reader is self._loop:
                 self._close_stdout()
 
