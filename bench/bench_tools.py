@@ -7,20 +7,23 @@
    awaited on the calling thread's own loop (`_loop.run_here`). Target: < 100 us per call.
 2. MCP tool: a loop of `tools github get-pull` in a script over a bare
    `mcp.ClientSession.call_tool` loop against its own demo server. Target: <= 1.1x.
-   A script's call goes past the session (`_stdio.Lane`); the row "through the session"
-   is the older path, which serve and calls made on the private loop still take.
+   A script's call goes past the session (`_stdio.Lane`) and its thread reads the reply
+   itself; the row "on this thread, past the session" is that call without the shell, the
+   `tools` command and the dispatcher; the row "through the session" is the older path,
+   which serve and calls made on the private loop still take.
 
-   Figures of 2026-11-30, 200 calls, 5 rounds, machine shared (load 3-5 on 2 CPUs):
-   script / bare 1.05x, 1.11x, 1.22x, 1.23x, 1.40x at the median in five runs (best
-   0.94-1.16x), where the session path measured 1.39x on a quiet machine and 1.57x at
-   load 3.4: the target is met in some runs, not reliably. CPU per call of this process,
-   script / through the session / bare: 1850-2150 / 2000-2850 / 1550-2000 us (script /
-   bare 1.08-1.20x; it was 3050 / 1650 / 1550 us, 1.97x). Of a script call's CPU, the
-   private loop's reader took 530-600 us (reading, parsing and handing on the reply).
-   Voluntary context switches per call: script 2.3, through the session 3.6, bare
-   about 1.2. What is left: one more thread wake-up than the bare client (the private
-   loop reads the reply and hands it on), and the `tools` command's own work, which
-   part 1 measures.
+   Figures of 2026-11-30 (evening), 200 calls, 5 rounds, machine shared (load 2.5-6 on 2
+   CPUs), alternating in the same minutes with the code before (where the private loop
+   read the reply and handed it on): script / bare 0.87x and 1.21x at the median
+   (1.04-1.23x in three shorter A/B runs), before 1.03x and 1.12x (1.20-1.29x). At this
+   load one round's ratio ranges 0.7-2.2x, so the medians are mostly noise. What moved for sure: the private loop no longer wakes for a script's
+   call (its CPU per call fell from about 300 us to about 5 us), and the script's thread
+   takes one voluntary context switch per call, as the bare client does (it took two
+   thread wake-ups before, three through the session). The call without the shell and
+   the command costs 0.55-0.65x the bare client's CPU (800-1000 against 1500-1650 us) and
+   0.75-0.77x its wall time; the rest of a script call's CPU (700-900 us at this load) is
+   the `tools` command and the shell: jsonschema input validation, argument parsing, and
+   structured results rendered through json's pure-Python indent encoder.
 
 Each figure is the median (and the best) of --repeat interleaved runs; both parts run in
 the same process.
