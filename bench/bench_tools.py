@@ -14,9 +14,12 @@
 
    Figures of 2026-11-30 (evening), 200 calls, 5 rounds, machine shared (load 2.5-6 on 2
    CPUs), alternating in the same minutes with the code before (where the private loop
-   read the reply and handed it on): script / bare 0.87x and 1.21x at the median
-   (1.04-1.23x in three shorter A/B runs), before 1.03x and 1.12x (1.20-1.29x). At this
-   load one round's ratio ranges 0.7-2.2x, so the medians are mostly noise. What moved for sure: the private loop no longer wakes for a script's
+   read the reply and handed it on): this bench gave script / bare 0.87x, 1.21x and
+   1.18x at the median, before 1.03x, 1.12x and 1.17x. At this load one round's ratio
+   ranges 0.4-2.2x, so single medians are mostly noise; six shorter A/B runs of the
+   script and bare loops alone gave 1.22, 1.23, 1.04, 1.10, 0.83, 0.99x (before 1.29,
+   1.20, 1.21, 1.34, 0.97, 1.13x), and in the last three the CPU of this process per
+   call, script / bare, 1.04, 0.95, 0.97x (before 1.29, 1.26, 1.20x). What moved for sure: the private loop no longer wakes for a script's
    call (its CPU per call fell from about 300 us to about 5 us), and the script's thread
    takes one voluntary context switch per call, as the bare client does (it took two
    thread wake-ups before, three through the session). The call without the shell and
