@@ -348,6 +348,129 @@ def test_calls_from_many_threads_and_the_session_at_once_each_get_their_own_resu
     assert results == {(name, i): i + len(name) for name in (f"t{n}" * (n + 1) for n in range(4)) for i in range(15)}
 
 
+def test_a_call_from_a_thread_reads_its_own_reply_while_the_loop_of_the_session_is_busy(pool, monkeypatch):
+    """The calling thread reads the server's stdout itself while it waits: its reply does not
+    wait for the private loop (blocked here in a sync wait) to read it and hand it on."""
+    tools = by_name(run(pool.tools(SLOW)))
+    no_session_calls(monkeypatch)
+    blocking, release = threading.Event(), threading.Event()
+
+    async def block_the_private_loop() -> None:
+        blocking.set()
+        release.wait(WAIT)
+
+    blocked = _loop.submit(block_the_private_loop())
+    answers: list[object] = []
+    caller = threading.Thread(target=lambda: answers.append(here(tools["ping"].call({}, ctx()))), daemon=True)
+    try:
+        assert blocking.wait(WAIT)
+        caller.start()
+        caller.join(WAIT / 4)
+        answered_while_blocked = not caller.is_alive()
+    finally:
+        release.set()
+        blocked.result(WAIT)
+    caller.join(WAIT)
+    assert answered_while_blocked, "the call waited for the private loop"
+    assert [a.texts for a in answers] == [["pong"]]
+    run(pool._connections["slow"].session.send_ping())  # the session reads again
+
+
+def test_what_the_server_sends_after_a_threads_call_still_reaches_the_session(pool, monkeypatch):
+    """Once its call is answered, the thread hands the reading of stdout back: a list change the
+    server announces later, while no call waits, is still seen."""
+    cfg = fixture("dynamic", "dynamic")
+    tools = by_name(run(pool.tools(cfg)))
+    no_session_calls(monkeypatch)
+    assert here(tools["add_tool_later"].call({"name": "later", "delay": 0.5}, ctx())).texts == ["adding later"]
+    wait_until(lambda: "later" in by_name(run(pool.tools(cfg))), "the announced tool to be listed")
+
+
+@pytest.mark.parametrize("next_caller", ["session", "lane"])
+def test_a_loop_left_with_its_call_waiting_does_not_keep_the_server_from_anyone_else(pool, next_caller):
+    """A thread's loop that stops running while its call still waits (its run ended by an
+    exception) reads nothing more; the next call, through the session or from a thread, takes
+    the reading back instead of waiting for it forever."""
+    tools = by_name(run(pool.tools(SLOW)))
+    started = threading.Event()
+    left = asyncio.new_event_loop()
+    waiting = left.create_task(tools["wait"].call({"steps": 3000, "step_seconds": 0.1}, ctx(lambda *_: started.set())))
+    try:
+        left.run_until_complete(left.run_in_executor(None, started.wait, WAIT))
+        assert not waiting.done()  # the loop stopped with its call waiting
+
+        assert call(pool, SLOW, "ping", via=next_caller).texts == ["pong"]
+        assert call(pool, SLOW, "ping", via="lane").texts == ["pong"]
+    finally:
+        waiting.cancel()
+        left.run_until_complete(asyncio.wait([waiting], timeout=WAIT))
+        left.close()
+    assert call(pool, SLOW, "ping", via="lane").texts == ["pong"]
+
+
+def test_closing_the_pool_ends_a_call_waiting_on_a_thread(pool):
+    tools = by_name(run(pool.tools(SLOW)))
+    lane = pool._connections["slow"].lane
+    started = threading.Event()
+    outcome: list[BaseException] = []
+
+    def waiting_call() -> None:
+        try:
+            here(tools["wait"].call({"steps": 3000, "step_seconds": 0.1}, ctx(lambda *_: started.set())))
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            outcome.append(exc)
+
+    caller = threading.Thread(target=waiting_call, daemon=True)
+    caller.start()
+    assert started.wait(WAIT)
+    run(pool.close())
+    caller.join(WAIT)
+    assert not caller.is_alive()
+    assert [type(exc) for exc in outcome] == [Unavailable]
+    assert not lane.usable and lane._out is None  # its stdout closed once the thread let go of it
+
+
+def test_without_epoll_the_loop_of_the_session_reads_for_every_call(pool, monkeypatch):
+    """Where no epoll set can be made, the private loop keeps the reading and hands replies on."""
+    from types import SimpleNamespace
+
+    from toolkernel._providers import _stdio
+
+    monkeypatch.setattr(_stdio, "select", SimpleNamespace(EPOLLIN=1))  # no `epoll` in it
+    tools = by_name(run(pool.tools(SLOW)))
+    no_session_calls(monkeypatch)
+    assert pool._connections["slow"].lane._gate is None
+    seen = []
+    waited = here(tools["wait"].call({"steps": 2, "step_seconds": 0.05}, ctx(lambda *p: seen.append(p))))
+    assert waited.texts == ["waited 2 steps"] and [p[0] for p in seen] == [1, 2]
+    assert here(tools["chatty"].call({}, ctx())).texts == ["answered"]
+
+
+HOSTILE = fixture("hostile", "hostile")
+
+
+def test_replies_under_ids_the_call_did_not_send_are_not_its_answer(pool, via):
+    # Replies to ids never asked for, near misses of the call's own, and a malformed one to it.
+    assert call(pool, HOSTILE, "forged_replies", via=via).texts == ["the real answer"]
+    assert call(pool, HOSTILE, "ping", via=via).texts == ["pong"]
+
+
+def test_an_endless_line_mid_call_ends_the_call_at_its_timeout(pool, via):
+    cfg = fixture("hostile", "hostile", timeout=2)
+    assert call(pool, cfg, "ping", via=via).texts == ["pong"]
+    with pytest.raises(Unavailable) as raised:
+        call(pool, cfg, "endless_line", via=via, megabytes=20)
+    assert raised.value.retryable and "within 2 s" in raised.value.message
+
+
+def test_a_flood_of_messages_for_the_session_mid_call_reaches_it_and_the_call_ends(pool, via):
+    # Read by the calling thread, they queue for the session; past a backlog the thread lets
+    # the session's own loop read again, at the session's pace.
+    assert call(pool, HOSTILE, "flood", via=via, count=3000).texts == ["sent 3000"]
+    assert call(pool, HOSTILE, "ping", via=via).texts == ["pong"]
+    assert pool.loaded("hostile")
+
+
 # --- failures --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("via", ["session", "lane"])  # the session also serves the other calls
@@ -646,12 +769,12 @@ def test_demo_server_runs_as_a_module(pool):
 
 def test_announced_tool_list_change_is_listed_on_next_use(pool):
     cfg = fixture("dynamic", "dynamic")
-    assert sorted(by_name(run(pool.tools(cfg)))) == ["add_tool"]
+    assert sorted(by_name(run(pool.tools(cfg)))) == ["add_tool", "add_tool_later"]
 
     assert call(pool, cfg, "add_tool", name="fresh").texts == ["added fresh"]
 
     wait_until(lambda: "fresh" in by_name(run(pool.tools(cfg))), "the new tool to be listed")
-    assert pool.tool_count("dynamic") == 2
+    assert pool.tool_count("dynamic") == 3
     assert call(pool, cfg, "fresh").texts == ["fresh"]
 
 

@@ -265,29 +265,37 @@ class _ToolCall:
         return result
 
     def _check_output(self, result: types.CallToolResult) -> None:
-        from jsonschema import SchemaError, exceptions
-        from jsonschema.validators import validator_for
-        from referencing import Registry
-        from referencing.exceptions import Unresolvable
-
         if result.structured_content is None and "structured_content" not in result.model_fields_set:
             raise RuntimeError(f"Tool {self.name} has an output schema but did not return structured content")
-        if self._output_check is None:
-            cls = validator_for(self.output_schema)
-            try:
-                cls.check_schema(self.output_schema)
-            except SchemaError as exc:
-                raise RuntimeError(f"Invalid schema for tool {self.name}: {exc}") from exc
-            # As the SDK: `$ref`s resolve within the schema document only.
-            self._output_check = cls(self.output_schema, registry=Registry())
+        check = self._output_check or self._make_output_check()
         try:
-            if self._output_check.is_valid(result.structured_content):  # without best_match's bookkeeping
+            if check.is_valid(result.structured_content):  # without best_match's bookkeeping
                 return
-            error = exceptions.best_match(self._output_check.iter_errors(result.structured_content))
-        except Unresolvable as exc:
-            raise RuntimeError(f"Invalid schema for tool {self.name}: {exc}") from exc
+            from jsonschema.exceptions import best_match  # imported off the path of a valid result
+
+            error = best_match(check.iter_errors(result.structured_content))
+        except Exception as exc:
+            from referencing.exceptions import Unresolvable
+
+            if isinstance(exc, Unresolvable):
+                raise RuntimeError(f"Invalid schema for tool {self.name}: {exc}") from exc
+            raise
         if error is not None:
             raise RuntimeError(f"Invalid structured content returned by tool {self.name}: {error}") from error
+
+    def _make_output_check(self) -> Any:
+        from jsonschema import SchemaError
+        from jsonschema.validators import validator_for
+        from referencing import Registry
+
+        cls = validator_for(self.output_schema)
+        try:
+            cls.check_schema(self.output_schema)
+        except SchemaError as exc:
+            raise RuntimeError(f"Invalid schema for tool {self.name}: {exc}") from exc
+        # As the SDK: `$ref`s resolve within the schema document only.
+        self._output_check = cls(self.output_schema, registry=Registry())
+        return self._output_check
 
 
 class _Progress:

@@ -8,17 +8,18 @@ in a list and joins them once, when the newline arrives.
 
 Calls from other threads go past the session (`Lane`): a script's `tools`
 call runs on the script's own thread, writes its `tools/call` to the server's
-stdin itself, and the reader hands the reply straight to that thread's loop.
+stdin itself, and, while it waits, reads the server's stdout on its own loop.
 Through the session, the call was handed to the private loop (a wake-up of
 that thread) and its result handed back (another), besides the wake-up the
 reply itself causes; each such wake-up cost 80-150 us of CPU on the machines
-we measured, and the SDK's per-request machinery more. Past the session a call
-takes two wake-ups (the reader's, the caller's), where a bare client on its
-own loop takes one. Only the reading of stdout stays on the private loop, so
-the session's own traffic (handshake, lists, server-initiated requests,
-notifications) is untouched; the lane's requests have ids of their own
-(`toolkernel-N`, strings) that the session's integer ids never take, and a server
-echoes ids as JSON-RPC requires. HTTP and SSE servers keep the session.
+we measured (the woken thread runs on cold caches), and the SDK's per-request
+machinery more. Past the session, and reading its own reply, a call takes one
+wake-up, as a bare client on its own loop does. The session's own traffic
+(handshake, lists, server-initiated requests, notifications) is read by
+whoever reads at the time and passed to the session in order; the lane's
+requests have ids of their own (`toolkernel-N`, strings) that the session's
+integer ids never take, and a server echoes ids as JSON-RPC requires. HTTP and
+SSE servers keep the session.
 
 Everything else follows the SDK's transport: the server runs in its own
 process group with the SDK's minimal environment (`get_default_environment`)
@@ -30,16 +31,18 @@ cancellation and bounded, so no server process outlives its connection.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import json
 import os
+import select
 import threading
 from typing import IO, Any, AsyncIterator, Callable, Mapping, Sequence
 
 import anyio
 import mcp_types as types
-from anyio.abc import ByteReceiveStream, Process
+from anyio.abc import Process
 from mcp.client.stdio import get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.exceptions import MCPError
@@ -51,6 +54,7 @@ _KILL_GRACE = 2.0  # between SIGTERM and SIGKILL of its process group
 _FLUSH_GRACE = 0.5  # for messages already accepted to reach the server
 _POLL = 0.01
 _HIGH_WATER = 1 << 16  # unsent bytes above which the session's writer waits, as asyncio's pipes do
+_BACKLOG = 64  # session messages waiting to be passed on, above which a lane request gives the reading back
 
 ProgressFn = Callable[[float, "float | None", "str | None"], None]
 
@@ -61,64 +65,63 @@ async def stdio_transport(
     lane: Lane | None = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Start the server; yield the (read, write) stream pair a `ClientSession` takes.
-    `lane`, when given, is opened on the server's stdin for calls from other threads."""
+    `lane`, when given, is opened on the server's stdin and stdout for calls from other threads."""
     lane = lane or Lane()
     stdin_read, stdin_write = os.pipe()
+    stdout_read, stdout_write = os.pipe()
     try:
         process = await anyio.open_process(
-            [command, *args], env=get_default_environment() | dict(env), stdin=stdin_read, stderr=errlog,
-            cwd=cwd, start_new_session=True,
+            [command, *args], env=get_default_environment() | dict(env), stdin=stdin_read, stdout=stdout_write,
+            stderr=errlog, cwd=cwd, start_new_session=True,
         )
     except BaseException:
         os.close(stdin_write)
+        os.close(stdout_read)
         raise
     finally:
-        os.close(stdin_read)  # the server's end
-    lane.open(stdin_write, asyncio.get_running_loop())
-    to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
-    flushed = anyio.Event()
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(_read_stdout, process, to_session, lane)
-        tasks.start_soon(_write_stdin, lane, from_session, to_session, flushed)
-        try:
-            yield read_stream, write_stream
-        finally:
-            with anyio.CancelScope(shield=True):
-                read_stream.close()  # the reader now drains stdout, so a server stuck writing can exit
-                write_stream.close()
-                with anyio.move_on_after(_FLUSH_GRACE):
-                    await flushed.wait()
-                    await lane.drained()
-                lane.close()
-                await _stop(process)
-            tasks.cancel_scope.cancel()
+        os.close(stdin_read)  # the server's ends
+        os.close(stdout_write)
+    lane.open(stdin_write, stdout_read, asyncio.get_running_loop())
+    try:
+        to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
+        flushed = anyio.Event()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_read_stdout, lane, to_session)
+            tasks.start_soon(_write_stdin, lane, from_session, to_session, flushed)
+            try:
+                yield read_stream, write_stream
+            finally:
+                with anyio.CancelScope(shield=True):
+                    read_stream.close()  # the reader now drops the session's messages, so a server stuck writing can exit
+                    write_stream.close()
+                    with anyio.move_on_after(_FLUSH_GRACE):
+                        await flushed.wait()
+                        await lane.drained()
+                    lane.close()
+                    await _stop(process)
+                tasks.cancel_scope.cancel()
+    finally:
+        lane.close_stdout()
 
 
-async def _read_stdout(process: Process, to_session: Any, lane: Lane) -> None:
-    assert process.stdout is not None
+async def _read_stdout(lane: Lane, to_session: Any) -> None:
+    """The session's messages, in order, whoever read them from stdout (see `Lane.session_messages`)."""
     try:
         async with to_session:
-            try:
-                async for line in lines(process.stdout):
-                    if line.strip():
-                        message = _parse(line)
-                        if not lane.route(message):
-                            await to_session.send(message)
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                pass  # the session is gone, or our shutdown closed the pipe
+            async for message in lane.session_messages():
+                # The session gone, stdout is still read to its end: a server blocked writing could not exit.
+                with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    await to_session.send(message)
     finally:
         lane.end()
-    # Drained until shutdown closes the pipe: a server blocked writing could not exit.
-    with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-        while True:
-            await process.stdout.receive(_READ_SIZE)
 
 
 async def _write_stdin(lane: Lane, from_session: Any, to_session: Any, flushed: anyio.Event) -> None:
     try:
         async with from_session:
             async for message in from_session:
+                lane.reclaim()  # the session's requests need their replies read
                 data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                 lane.send(data.encode() + b"\n")
                 await lane.drained(_HIGH_WATER)
@@ -131,12 +134,24 @@ async def _write_stdin(lane: Lane, from_session: Any, to_session: Any, flushed: 
 
 
 class Lane:
-    """The server's stdin, written whole messages at a time from any thread, and requests
-    made past the session: their replies and progress go back to the loop that asked.
+    """The server's stdin and stdout, shared by the session (on the transport's loop) and
+    requests made past it from other threads.
 
-    Writes never block: what the pipe cannot take at once is kept, in order, and written
-    by the transport's loop as the pipe drains (a lock keeps messages whole). The reader
-    (on that loop) offers every message to `route` first.
+    Writing: whole messages at a time, from any thread, never blocking. What the pipe
+    cannot take at once is kept, in order, and written by the transport's loop as the
+    pipe drains (a lock keeps messages whole).
+
+    Reading: one loop at a time reads stdout (`_reader`). Most of the time that is the
+    transport's loop, for the session. A lane request takes the reading over for as long
+    as it waits, when nobody else has it: its own loop watches stdout, so its reply wakes
+    only its own thread. The transport's loop watches stdout through `_gate`, an epoll
+    set of its own holding stdout only while that loop reads; leaving and joining it are
+    kernel calls, safe from any thread, so taking the reading and giving it back never
+    wakes the transport's loop. Whoever reads hands each message on: the replies and
+    progress of lane requests to their waiters (a request that did not get the reading
+    waits for them), everything else to a queue the transport's loop passes on to the
+    session, in order. A reader that finds that queue long gives the reading back, so a
+    server that floods the session meets the session's own pace, as before.
     """
 
     def __init__(self) -> None:
@@ -149,15 +164,30 @@ class Lane:
         self._drain: asyncio.Future[None] | None = None
         self._calls: dict[str, _Waiter] = {}
         self._ids = itertools.count(1)
+        # Reading, all under _read_lock:
+        self._read_lock = threading.Lock()
+        self._out: int | None = None  # stdout
+        self._gate: Any = None  # select.epoll holding stdout while the transport's loop reads; None without epoll
+        self._reader: asyncio.AbstractEventLoop | None = None  # the loop that reads now
+        self._partial: list[bytes] = []  # the pieces of a line not yet ended
+        self._for_session: collections.deque[SessionMessage | Exception] = collections.deque()
+        self._woken: asyncio.Future[None] | None = None  # the transport's loop waits for messages
+        self._close_out = False  # stdout is to be closed once its reader lets go
         self._ended = False  # the server's stdout ended: no reply will come
 
     @property
     def usable(self) -> bool:
         return self._fd is not None and not self._ended and self._broken is None
 
-    def open(self, fd: int, loop: asyncio.AbstractEventLoop) -> None:
-        os.set_blocking(fd, False)
-        self._fd, self._loop = fd, loop
+    def open(self, stdin: int, stdout: int, loop: asyncio.AbstractEventLoop) -> None:
+        os.set_blocking(stdin, False)
+        os.set_blocking(stdout, False)
+        self._fd, self._out, self._loop, self._reader = stdin, stdout, loop, loop
+        with contextlib.suppress(AttributeError, OSError):  # no epoll here (or no descriptor left for
+            # one): the transport's loop watches stdout itself and keeps the reading, as before
+            gate = select.epoll()
+            gate.register(stdout, select.EPOLLIN)
+            self._gate = gate
 
     # -- writing (any thread) ----------------------------------------------
 
@@ -226,7 +256,7 @@ class Lane:
                 os.close(self._fd)
                 self._fd = None
 
-    # -- requests past the session ---------------------------------------------
+    # -- requests past the session (any thread but the transport's) ------------------
 
     async def request(self, method: str, params: dict[str, Any], on_progress: ProgressFn) -> dict[str, Any]:
         """Send a request and await its result on the calling loop (any thread's).
@@ -234,12 +264,14 @@ class Lane:
         Raises MCPError: the server's error, or CONNECTION_CLOSED. Cancelled (a timeout, an
         interrupt), it tells the server with `notifications/cancelled`, as the SDK does.
         """
+        loop = asyncio.get_running_loop()
         request_id = f"toolkernel-{next(self._ids)}"
-        waiter = _Waiter(asyncio.get_running_loop(), on_progress)
+        waiter = _Waiter(loop, on_progress)
         self._calls[request_id] = waiter
         try:
             if self._ended:  # checked after the waiter is in: `end` settles every waiter it finds
                 raise _closed()
+            self._take_reading(loop)  # before the request goes: its reply must find this loop reading
             try:
                 self.send(_line({"jsonrpc": "2.0", "id": request_id, "method": method,
                                  "params": {**params, "_meta": {"progressToken": request_id}}}))
@@ -254,37 +286,194 @@ class Lane:
                 raise
         finally:
             del self._calls[request_id]
+            waiter.finished = True
+            self._give_back_reading(loop)
+        if type(outcome) is dict:
+            return outcome
         if isinstance(outcome, types.JSONRPCResponse):
             return outcome.result
         if isinstance(outcome, types.JSONRPCError):
             raise MCPError.from_error_data(outcome.error)
         raise _closed()
 
-    def route(self, message: SessionMessage | Exception) -> bool:
-        """On the transport's loop: hand a reply or progress of a lane request to its waiter.
-        False for every other message (the session's)."""
-        if not self._calls or not isinstance(message, SessionMessage):
-            return False
-        body = message.message
-        if isinstance(body, (types.JSONRPCResponse, types.JSONRPCError)):
-            waiter = self._calls.get(body.id) if isinstance(body.id, str) else None
-            if waiter is not None:
-                waiter.hand(waiter.settle, body)
-            return waiter is not None
-        if isinstance(body, types.JSONRPCNotification) and body.method == "notifications/progress":
-            params = body.params or {}
-            token = params.get("progressToken")
-            waiter = self._calls.get(token) if isinstance(token, str) else None
-            if waiter is not None:
-                waiter.hand(waiter.progress, params)
-            return waiter is not None
-        return False
+    def _take_reading(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Read stdout on `loop` from now on, if the transport's loop has the reading (else the
+        reader, or the transport's loop once it has it back, hands this loop its messages)."""
+        with self._read_lock:
+            self._reclaim_stale()
+            if (self._gate is None or self._reader is not self._loop or self._ended or self._out is None
+                    or len(self._for_session) >= _BACKLOG):
+                return
+            self._gate.unregister(self._out)
+            self._reader = loop
+            loop.add_reader(self._out, self._read, loop)
 
-    def end(self) -> None:
-        """On the transport's loop: the server's stdout ended; every waiting request fails."""
+    def reclaim(self) -> None:
+        """The transport's loop reads again if the loop that took the reading no longer runs."""
+        with self._read_lock:
+            self._reclaim_stale()
+
+    def _reclaim_stale(self) -> None:
+        # A loop that stopped with its request still waiting (its thread left it: run_until_complete
+        # ended by an exception) reads nothing until it runs again; nor would anybody else. Its
+        # selector is idle, so its reader can be taken off from here; its request, if the loop ever
+        # runs again, finds the reading gone and lets go of nothing.
+        stale = self._reader
+        if stale is not None and stale is not self._loop and not stale.is_running():
+            self._let_go(stale)
+
+    def _give_back_reading(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._read_lock:
+            self._let_go(loop)
+
+    def _let_go(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Under the read lock: the transport's loop reads again, if `loop` was reading."""
+        if self._reader is not loop or loop is self._loop:
+            return
+        self._reader = self._loop
+        assert self._out is not None
+        loop.remove_reader(self._out)
+        if self._close_out:
+            self._close_stdout()
+        elif not self._ended:
+            self._gate.register(self._out, select.EPOLLIN)  # the transport's loop wakes if there is more
+
+    # -- reading (whichever loop has the reading) ------------------------------------
+
+    def _read(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Read what stdout has, if `loop` has the reading, and hand each whole message on."""
+        with self._read_lock:
+            if self._reader is not loop or self._out is None or self._ended:
+                return
+            try:
+                chunk = os.read(self._out, _READ_SIZE)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            for line in self._lines(chunk):
+                if line.strip() and not self._answer(line, loop):
+                    self._deliver(_parse(line), loop)
+            if not chunk:
+                self._end(loop)
+            elif len(self._for_session) >= _BACKLOG:
+                self._let_go(loop)  # the session's pace again: the transport's loop reads as it passes them on
+
+    def _lines(self, chunk: bytes) -> list[bytes]:
+        """The lines `chunk` ends (at the end of stdout, an unended last one too), each joined once."""
+        ended = []
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            self._partial.append(chunk[start:end])
+            ended.append(b"".join(self._partial))
+            self._partial.clear()
+            start = end + 1
+        if start < len(chunk):
+            self._partial.append(chunk[start:])
+        elif not chunk and self._partial:
+            ended.append(b"".join(self._partial))
+            self._partial.clear()
+        return ended
+
+    def _answer(self, line: bytes, loop: asyncio.AbstractEventLoop) -> bool:
+        """The result of a lane request, straight to its waiter: the common case, taken without
+        the JSON-RPC union's validation (on a waking thread that cost about as much as the rest
+        of the read). Only what that validation would take for a result; False for the rest."""
+        if not self._calls:
+            return False
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return False
+        if type(message) is not dict or type(request_id := message.get("id")) is not str:
+            return False
+        waiter = self._calls.get(request_id)
+        if (waiter is None or message.get("jsonrpc") != "2.0" or type(result := message.get("result")) is not dict
+                or "error" in message or "method" in message):
+            return False
+        waiter.answer(result, loop)
+        return True
+
+    def _deliver(self, message: SessionMessage | Exception, loop: asyncio.AbstractEventLoop) -> None:
+        """A reply or progress of a lane request to its waiter; any other message to the session."""
+        if self._calls and isinstance(message, SessionMessage):
+            body = message.message
+            if isinstance(body, (types.JSONRPCResponse, types.JSONRPCError)):
+                waiter = self._calls.get(body.id) if isinstance(body.id, str) else None
+                if waiter is not None:
+                    return waiter.answer(body, loop)
+            elif isinstance(body, types.JSONRPCNotification) and body.method == "notifications/progress":
+                params = body.params or {}
+                token = params.get("progressToken")
+                waiter = self._calls.get(token) if isinstance(token, str) else None
+                if waiter is not None:
+                    return waiter.hand(waiter.progress, params, loop)
+        self._for_session.append(message)
+        self._wake_transport(loop)
+
+    def _wake_transport(self, loop: asyncio.AbstractEventLoop) -> None:
+        woken, self._woken = self._woken, None
+        if woken is not None:
+            _settle_soon(woken, None, loop)
+
+    def _end(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Under the read lock: stdout ended; every waiting request fails, the session is told."""
         self._ended = True
         for waiter in list(self._calls.values()):
-            waiter.hand(waiter.settle, None)
+            waiter.answer(None, loop)
+        self._wake_transport(loop)
+
+    def end(self) -> None:
+        """On the transport's loop, when its reading stops: no reply will come any more."""
+        with self._read_lock:
+            if not self._ended:
+                self._end(self._loop)  # type: ignore[arg-type]
+
+    async def session_messages(self) -> AsyncIterator[SessionMessage | Exception]:
+        """On the transport's loop: the session's messages in order, whoever read them, until stdout ends.
+        The next read waits until the last message is taken (the session's pace)."""
+        loop = self._loop
+        assert loop is not None
+        while True:
+            ended = self._ended  # before the queue: what was read before the end is in it
+            while self._for_session:
+                yield self._for_session.popleft()
+            if ended:
+                return
+            await self._readable()
+            self._read(loop)
+
+    async def _readable(self) -> None:
+        """Until stdout has something for the transport's loop, or another reader queued a message."""
+        loop = self._loop
+        with self._read_lock:
+            if self._for_session or self._ended or self._out is None:
+                return
+            self._woken = woken = loop.create_future()  # type: ignore[union-attr]
+            watched = self._out if self._gate is None else self._gate.fileno()
+        loop.add_reader(watched, _settle_soon, woken, None, loop)  # type: ignore[union-attr]
+        try:
+            await woken
+        finally:
+            loop.remove_reader(watched)  # type: ignore[union-attr]
+            self._woken = None
+
+    def close_stdout(self) -> None:
+        """On the transport's loop, once the server is stopped: close stdout (when its reader lets go)."""
+        with self._read_lock:
+            self._close_out = True
+            self._reclaim_stale()  # a loop that will not run again would never let go
+            if self._reader is self._loop:
+                self._close_stdout()
+
+    def _close_stdout(self) -> None:
+        self._ended = True
+        if self._out is not None:
+            os.close(self._out)
+            self._out = None
+        if self._gate is not None:
+            self._gate.close()
+            self._gate = None
 
 
 class _Waiter:
@@ -294,20 +483,40 @@ class _Waiter:
         self.loop = loop
         self.done: asyncio.Future[Any] = loop.create_future()
         self.on_progress = on_progress
+        self.finished = False  # its request is over: late progress is dropped
 
-    def hand(self, fn: Callable[[Any], None], arg: Any) -> None:
+    def answer(self, outcome: Any, here: asyncio.AbstractEventLoop | None) -> None:
+        """Settle the request: read on its own loop, at once (setting a future runs nothing
+        of the caller's); else through its loop's wake-up. Progress handed on before it
+        still runs first, as both go through the loop's queue in order."""
+        _settle_soon(self.done, outcome, here)
+
+    def hand(self, fn: Callable[[Any], None], arg: Any, here: asyncio.AbstractEventLoop | None) -> None:
+        """Run `fn(arg)` on the waiter's loop, soon: never inline, as the reader holds its lock."""
         with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits any more
-            self.loop.call_soon_threadsafe(fn, arg)
-
-    def settle(self, outcome: Any) -> None:
-        if not self.done.done():
-            self.done.set_result(outcome)
+            if self.loop is here:
+                self.loop.call_soon(fn, arg)
+            else:
+                self.loop.call_soon_threadsafe(fn, arg)
 
     def progress(self, params: Mapping[str, Any]) -> None:
         value, total, message = params.get("progress"), params.get("total"), params.get("message")
-        if isinstance(value, (int, float)) and not self.done.done():
+        if isinstance(value, (int, float)) and not self.finished:
             self.on_progress(value, total if isinstance(total, (int, float)) else None,
                              message if isinstance(message, str) else None)
+
+
+def _settle_soon(future: asyncio.Future[Any], value: Any, here: asyncio.AbstractEventLoop | None) -> None:
+    """Settle `future` on its own loop: at once from that loop, else through its wake-up."""
+    def settle() -> None:
+        if not future.done():
+            future.set_result(value)
+    loop = future.get_loop()
+    if loop is here:
+        settle()
+    else:
+        with contextlib.suppress(RuntimeError):  # its loop is closed
+            loop.call_soon_threadsafe(settle)
 
 
 def _line(message: Mapping[str, Any]) -> bytes:
@@ -316,26 +525,6 @@ def _line(message: Mapping[str, Any]) -> bytes:
 
 def _closed() -> MCPError:
     return MCPError(code=types.CONNECTION_CLOSED, message="Connection closed")
-
-
-async def lines(stream: ByteReceiveStream) -> AsyncIterator[bytes]:
-    """The newline-ended lines of a byte stream (a last unended line too), each joined once."""
-    pending: list[bytes] = []
-    while True:
-        try:
-            chunk = await stream.receive(_READ_SIZE)
-        except anyio.EndOfStream:
-            break
-        start = 0
-        while (end := chunk.find(b"\n", start)) >= 0:
-            pending.append(chunk[start:end])
-            yield b"".join(pending)
-            pending.clear()
-            start = end + 1
-        if start < len(chunk):
-            pending.append(chunk[start:])
-    if pending:
-        yield b"".join(pending)
 
 
 def _parse(line: bytes) -> SessionMessage | Exception:
@@ -350,14 +539,8 @@ async def _stop(process: Process) -> None:
     if not await _exited(process, _EXIT_GRACE):
         await terminate_posix_process_tree(process, _KILL_GRACE)
         await _exited(process, _KILL_GRACE)
-    await _close(process.stdout)
     with anyio.move_on_after(_KILL_GRACE):
         await process.aclose()  # reaps the process and closes its transport
-
-
-async def _close(pipe: Any) -> None:
-    with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-        await pipe.aclose()
 
 
 async def _exited(process: Process, within: float) -> bool:

@@ -1,0 +1,57 @@
+"""Fixture: a server that writes what no well-behaved server would to its stdout, mid-call:
+replies under ids nobody used, a reply to the call's own id that is not JSON-RPC, an endless
+line, a flood of log messages."""
+
+import json
+import sys
+
+import anyio
+
+from mcp.server.mcpserver import Context, MCPServer
+
+server = MCPServer("hostile")
+
+
+def _raw(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+@server.tool()
+async def forged_replies(ctx: Context) -> str:
+    """Before the real answer: replies to ids never asked for, and a malformed one to this call's own."""
+    own = ctx.request_id
+    # Near misses of a string id (the lane's); the SDK's session takes "7" for 7, so an int id gets none.
+    near = [own.upper(), own + " ", f"{own}0"] if isinstance(own, str) else []
+    for forged in ("toolkernel-999999", 999999, None, *near):
+        _raw(json.dumps({"jsonrpc": "2.0", "id": forged, "result": {"content": []}}) + "\n")
+    _raw(json.dumps({"jsonrpc": "2.0", "id": own, "result": "not an object"}) + "\n")
+    _raw(json.dumps({"jsonrpc": "1.0", "id": own, "result": {"content": []}}) + "\n")
+    return "the real answer"
+
+
+@server.tool()
+async def endless_line(megabytes: int) -> str:
+    """Write `megabytes` MB with no newline, then never answer."""
+    for _ in range(megabytes):
+        _raw("x" * 1_000_000)
+    await anyio.sleep_forever()
+    return "unreachable"
+
+
+@server.tool()
+async def flood(count: int, ctx: Context) -> str:
+    """Send `count` log messages, then answer."""
+    for n in range(count):
+        await ctx.info(f"log {n}")
+    return f"sent {count}"
+
+
+@server.tool()
+def ping() -> str:
+    """Answer at once."""
+    return "pong"
+
+
+if __name__ == "__main__":
+    server.run()
