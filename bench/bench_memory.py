@@ -49,7 +49,7 @@ from toolkernel._session import Session
 @tool("big-result", description="A result of `size` characters.", kind="read",
       input_schema={{"type": "object", "properties": {{"size": {{"type": "integer"}}}}}})
 def big_result(arguments, ctx):
-    return "z" * (arguments["size"] - 1) + "\\n"
+    return ("z" * 99 + "\\n") * (arguments["size"] // 100)  # built once: a second copy would be the tool's
 class Quiet:
     def stdout(self, t): pass
     def stderr(self, t): pass

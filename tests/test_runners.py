@@ -350,3 +350,49 @@ def test_what_a_script_printed_before_a_call_reaches_the_cell_while_the_call_run
         session.close()
     assert result.exit_code == 0, result.stderr
     assert "".join(sink.out) == "before\nshown\nafter\n"
+
+
+class OrderedSink(RecordingSink):
+    """Also keeps stdout and stderr in the one order the cell shows them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.both: list[tuple[str, str]] = []
+
+    def stdout(self, text: str) -> None:
+        super().stdout(text)
+        self.both.append(("out", text))
+
+    def stderr(self, text: str) -> None:
+        super().stderr(text)
+        self.both.append(("err", text))
+
+
+@tool("sized", description="A result of `size` characters.", kind="read",
+      input_schema={"type": "object", "properties": {"size": {"type": "integer"}}})
+def sized(arguments, ctx):
+    return "z" * arguments["size"]
+
+
+@pytest.mark.parametrize("where", ["tools sized size=1500000", "tools sized size=1500000 2>/dev/null",
+                                   "if tools sized size=1500000 > /dev/null; then echo yes; fi",
+                                   "tools sized size=1500000 | wc -c", "x=$(tools sized size=1500000)",
+                                   "(tools sized size=1500000)"])
+def test_a_call_that_stops_the_script_shows_what_came_before_then_its_error_last(project, where):
+    # Cancelling a Bashkit run drops what it has not handed on yet: inside an `if`, a pipe,
+    # `$(...)` or a subshell, the output before the call too. The error line is shown even
+    # where the script sends the call's stderr elsewhere.
+    write_config(project, "[shell]\nmax_result_mb = 1\n")
+    session = Session(project)
+    session.register_tools([sized])
+    sink = OrderedSink()
+    try:
+        result = session.run_script(f"seq 1 3\necho err >&2\n{where}\necho after", sink)
+    finally:
+        session.close()
+    assert result.exit_code != 0
+    assert result.run_report.stopped.reason == "result_too_large"
+    assert sink.stdout_text == "1\n2\n3\n"
+    assert sink.stderr_text.startswith("err\n")
+    kind, last = sink.both[-1]
+    assert kind == "err" and error_lines(last)[-1]["code"] == "stopped", sink.both

@@ -71,17 +71,39 @@ class ToolsCommand:
     def handle_sync(self, argv: list[str], stdin: str | None, cwd: str | None = None) -> Outcome:
         """One `tools` line. `cwd` is the script's directory; tools resolve their
         paths against the workspace, so it only matters to runners that move it."""
+        command = self._parsed(argv)
+        if isinstance(command, Outcome):
+            return command
+        try:
+            outcome = self._run(self.handle(argv, stdin, command), self._runs_here(command))
+        except BaseException as exc:  # noqa: BLE001 - sorted out by _caught
+            return _caught(exc)
+        return self._finished(outcome, command)
+
+    async def handle_async(self, argv: list[str], stdin: str | None, cwd: str | None = None) -> Outcome:
+        """`handle_sync` for a runner that awaits the line on the script's own running loop
+        (Bashkit's live command): the call is awaited there, or on the private loop for a
+        tool bound to it, and never blocks the loop, which meanwhile hands on the output."""
+        command = self._parsed(argv)
+        if isinstance(command, Outcome):
+            return command
+        try:
+            outcome = await self._awaited(self.handle(argv, stdin, command), self._runs_here(command))
+        except BaseException as exc:  # noqa: BLE001 - sorted out by _caught
+            return _caught(exc)
+        return self._finished(outcome, command)
+
+    def _parsed(self, argv: list[str]) -> Command | Outcome:
         if self.interrupted:
             return _failure(Stopped("not run: the script was interrupted"))
         try:
-            command = split_command(argv, self.catalog.is_server, self.catalog.split_qualified)
+            return split_command(argv, self.catalog.is_server, self.catalog.split_qualified)
         except CallError as exc:
             return _failure(exc)
+
+    def _finished(self, outcome: Outcome, command: Command) -> Outcome:
         try:
-            outcome = self._run(self.handle(argv, stdin, command), self._runs_here(command))
             outcome = self._kept_out(outcome, command)
-        except (concurrent.futures.CancelledError, asyncio.CancelledError):
-            return _failure(Stopped("interrupted"), INTERRUPTED_EXIT)
         except Exception as exc:  # noqa: BLE001 - a bug of ours is still one error line, never a traceback
             return _failure(internal_failure(exc))
         for path in outcome.images:
@@ -108,6 +130,19 @@ class ToolsCommand:
         self._inflight = future = _loop.submit(coro)
         try:
             return _loop.wait(future)
+        finally:
+            self._inflight = None
+
+    async def _awaited(self, coro, here: bool) -> Outcome:
+        # What `interrupt` cancels from another thread: the task on this loop, or the
+        # private loop's future (an asyncio future wrapping it cannot be cancelled from there).
+        if here:
+            self._inflight = waited = asyncio.ensure_future(coro)
+        else:
+            self._inflight = future = _loop.submit(coro)
+            waited = asyncio.wrap_future(future)
+        try:
+            return await waited
         finally:
             self._inflight = None
 
@@ -216,6 +251,15 @@ def _save_whole(workdir: Path, text: str) -> Path:
     saving = SavingStream(workdir, "result")
     saving.write(text)
     return saving.finish()
+
+
+def _caught(exc: BaseException) -> Outcome:
+    """What a line that raised reports: an interrupt as such, a bug of ours as one error line."""
+    if isinstance(exc, (concurrent.futures.CancelledError, asyncio.CancelledError)):
+        return _failure(Stopped("interrupted"), INTERRUPTED_EXIT)
+    if isinstance(exc, Exception):  # a bug of ours is still one error line, never a traceback
+        return _failure(internal_failure(exc))
+    raise exc
 
 
 def _failure(error: CallError, exit_code: int = 1) -> Outcome:
