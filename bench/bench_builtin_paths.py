@@ -53,7 +53,8 @@ from bench_tools import NullSink, loop_script, noop, project_dir  # noqa: E402
 from toolkernel import _loop  # noqa: E402
 from toolkernel._command._cli import split_command  # noqa: E402
 from toolkernel._runners import _bashkit  # noqa: E402
-from toolkernel._runners._bashkit import BashkitRunner, _Builtin, _CapWatch, _ended, _new_bash, _streamed  # noqa: E402
+from toolkernel._runners._bashkit import (BashkitRunner, _Builtin, _CapWatch, _ended, _LiveTools,  # noqa: E402
+                                          _new_bash, _streamed)
 from toolkernel._runners._shell import ScriptEvents, execute  # noqa: E402
 from toolkernel._session import Session  # noqa: E402
 
@@ -80,23 +81,25 @@ class _AsyncBuiltin(_Builtin):
 class _Variant(BashkitRunner):
     """A runner forced onto one way: `sync_execute` picks execute_sync, `builtin` the callback."""
 
-    def __init__(self, sync_execute: bool, builtin: type[_Builtin]) -> None:
+    def __init__(self, sync_execute: bool, builtin: type[_Builtin], live: bool = False) -> None:
         super().__init__()
-        self.sync_execute, self.builtin = sync_execute, builtin
+        self.sync_execute, self.builtin, self.live = sync_execute, builtin, live
 
     def run(self, script, command, events):
-        bash = _new_bash(self.builtin(command, events, weakref.ref(self)), command.workdir,
-                         command.dispatcher.env.guarded, False, command.dispatcher.env.shell)
         watch = _CapWatch(events)
+        builtin = self.builtin(command, events, weakref.ref(self))
+        bash = _new_bash(_LiveTools(builtin, watch) if self.live else builtin, command.workdir,
+                         command.dispatcher.env.guarded, False, command.dispatcher.env.shell)
         result = bash.execute_sync(script, on_output=watch.output) if self.sync_execute \
             else _streamed(bash, script, watch)
         return _ended(result, watch)
 
 
 VARIANTS = {
-    "execute_sync + sync builtin (today)": lambda: _Variant(True, _Builtin),
+    "execute_sync + sync builtin (today, loops)": lambda: _Variant(True, _Builtin),
     "execute + sync builtin": lambda: _Variant(False, _Builtin),
     "execute + async builtin": lambda: _Variant(False, _AsyncBuiltin),
+    "execute + live command (today, no loop)": lambda: _Variant(False, _Builtin, live=True),
 }
 
 
@@ -125,8 +128,16 @@ def raw_dispatch(calls: int, mode: str) -> float:
     async def sink(chunk: bytes) -> None:
         pass
 
+    async def live_command(ctx) -> int:
+        await ctx.stdout.write(b"ok\n")
+        return 0
+
     def run(script: str) -> float:
-        bash = Bash(custom_builtins={"tools": async_builtin if mode == "async" else sync_builtin})
+        if mode == "live":
+            bash = Bash()
+            bash.add_command("tools", live_command)
+        else:
+            bash = Bash(custom_builtins={"tools": async_builtin if mode == "async" else sync_builtin})
         started = time.perf_counter()
         if mode == "sync":
             bash.execute_sync(script)
@@ -166,7 +177,7 @@ def main() -> None:
                 rows.setdefault(f"MCP  | {name}", []).append(
                     (timed(session, loop_script(MCP_BODY, args.mcp_calls), make()) - empty)
                     * args.calls / args.mcp_calls)  # per call below, like the noop rows
-            for mode in ("sync", "exec+sync", "async"):
+            for mode in ("sync", "exec+sync", "async", "live"):
                 rows.setdefault(f"raw  | bashkit alone, {mode}", []).append(raw_dispatch(args.calls, mode))
     finally:
         session.close()

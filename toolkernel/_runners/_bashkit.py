@@ -1,10 +1,11 @@
 """Bashkit as a script runner: the only module that imports `bashkit`.
 
-Each run gets a fresh `Bash` whose `tools` builtin calls the runner-free
-`ToolsCommand`. Nothing the `Bash` holds may hold the `Bash` back: such a
-cycle runs through Rust, where the garbage collector cannot see it, and every
-run would leak the interpreter and three file descriptors. So the builtin
-reaches the runner (which alone holds the `Bash`) through a weak reference.
+Each run gets a fresh `Bash` whose `tools` command (a live command, or a sync
+builtin in scripts with many calls: see `_way`) calls the runner-free
+`ToolsCommand`. Nothing the `Bash` holds may hold the `Bash` back: such a cycle
+runs through Rust, where the garbage collector cannot see it, and every run
+would leak the interpreter and three file descriptors. So the builtin reaches
+the runner (which alone holds the `Bash`) through a weak reference.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ async def _input(stdin) -> str | None:
 async def _write(stream, text: str, chunk: int) -> None:
     try:
         for start in range(0, len(text), chunk):
-            await stream.write(text[start:start + chunk].encode("utf-8", "surrogateescape"))
+            await stream.write(text[start:start + chunk].encode("utf-8", "replace"))
     except BrokenPipeError:
         pass  # the reader left early (`tools x | head`): like a producer that SIGPIPE ends, quietly
 
@@ -228,15 +229,10 @@ def _streamed(bash, script: str, watch: "_CapWatch"):
 
     `execute_sync` hands each command's whole output to `on_output` and keeps the script's
     whole stdout besides: an 8 MB `cat` peaked at about 8x its size. The byte sinks of the
-    async `execute` hold neither (about 1.2x). Scripts that call `tools` still keep
-    `execute_sync`, though a call now costs the same on both (bench_builtin_paths.py, once
-    `_keep_thread_state` keeps Bashkit's threads from starting Python afresh each call):
-    under `execute` a sync builtin blocks the Bashkit thread that would hand on the output
-    before it, so nothing a script prints reaches the cell until the interpreter next waits
-    on something (`sleep`, a pipe, the end). A loop of tool calls would show its output
-    only at the end, and a call that stops the script (which cancels it) would drop the
-    output of the commands before it. An async builtin lets the output through, but costs
-    two thread hand-offs a call (about 2x a call). Seen with bashkit 0.20.1.
+    async `execute` hold neither (about 1.1x). A sync builtin (`tools` as a `$t` the script
+    builds; `chmod`) blocks here the Bashkit thread that would hand on the output before it,
+    so that output waits until the interpreter next waits on something (`sleep`, a pipe,
+    the end); the live `tools` command does not (`_LiveTools`). Seen with bashkit 0.20.1.
     """
     out, err = codecs.getincrementaldecoder("utf-8")("replace"), codecs.getincrementaldecoder("utf-8")("replace")
 
