@@ -13,7 +13,7 @@ import asyncio
 import concurrent.futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from . import _help
 from .. import _loop
@@ -80,14 +80,17 @@ class ToolsCommand:
             return _caught(exc)
         return self._finished(outcome, command)
 
-    async def handle_async(self, argv: list[str], stdin: str | None, cwd: str | None = None) -> Outcome:
+    async def handle_async(self, argv: list[str], read_stdin: Callable[[], Awaitable[str | None]],
+                           cwd: str | None = None) -> Outcome:
         """`handle_sync` for a runner that awaits the line on the script's own running loop
         (Bashkit's live command): the call is awaited there, or on the private loop for a
-        tool bound to it, and never blocks the loop, which meanwhile hands on the output."""
+        tool bound to it, and never blocks the loop, which meanwhile hands on the output.
+        `read_stdin` is awaited only for a command whose input may come from stdin."""
         command = self._parsed(argv)
         if isinstance(command, Outcome):
             return command
         try:
+            stdin = await read_stdin() if _may_read_stdin(command) else None
             outcome = await self._awaited(self.handle(argv, stdin, command), self._runs_here(command))
         except BaseException as exc:  # noqa: BLE001 - sorted out by _caught
             return _caught(exc)
@@ -251,6 +254,13 @@ def _save_whole(workdir: Path, text: str) -> Path:
     saving = SavingStream(workdir, "result")
     saving.write(text)
     return saving.finish()
+
+
+def _may_read_stdin(command: Command) -> bool:
+    """Whether `parse_input` may take the call's input from stdin (`-`, or no input words
+    once `--save PATH` is out)."""
+    args = command.args
+    return command.action == "call" and (not args or "-" in args or "--save" in args)
 
 
 def _caught(exc: BaseException) -> Outcome:

@@ -118,7 +118,7 @@ class _LiveTools:
 
     async def __call__(self, ctx) -> int:
         builtin = self.builtin
-        outcome = await builtin.command.handle_async(list(ctx.argv), await _input(ctx.stdin), ctx.cwd)
+        outcome = await builtin.command.handle_async(list(ctx.argv), lambda: _input(ctx.stdin), ctx.cwd)
         if outcome.stops_script:
             await self._stop(outcome.stderr)
         else:
@@ -144,7 +144,8 @@ class _LiveTools:
 
 async def _input(stdin) -> str | None:
     """All of a pipe into the command, as the sync builtin's `ctx.stdin` has it (None: no pipe).
-    Reading it takes nothing from a `while read` loop's own input (seen with bashkit 0.20.1)."""
+    Read only when the call may take its input from it: each read is a trip to Bashkit's
+    thread. Reading takes nothing from a `while read` loop's own input (bashkit 0.20.1)."""
     parts = [chunk async for chunk in stdin]
     return b"".join(parts).decode("utf-8", "replace") if parts else None
 
