@@ -396,3 +396,43 @@ def test_a_call_that_stops_the_script_shows_what_came_before_then_its_error_last
     assert sink.stderr_text.startswith("err\n")
     kind, last = sink.both[-1]
     assert kind == "err" and error_lines(last)[-1]["code"] == "stopped", sink.both
+
+
+@pytest.mark.parametrize("script", ["echo before; tools hang; echo after",
+                                    "for i in 1; do echo before; tools hang; done; echo after"])
+def test_an_interrupt_ends_an_in_process_call_on_either_way_of_running(project, python_sigint, script):
+    # A script without a loop awaits the call on its own loop (the live command); one with a
+    # loop runs it on the script thread's loop (execute_sync): the interrupt cancels both.
+    import _thread
+    import time
+
+    started = threading.Event()
+    cancelled = threading.Event()
+
+    @tool("hang", description="Waits a minute.", kind="read", input_schema={"type": "object"})
+    async def hang(arguments, ctx):
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "woke\n"
+
+    def interrupt() -> None:
+        if started.wait(60):
+            _thread.interrupt_main()
+
+    session = Session(project)
+    session.register_tools([hang])
+    sink = RecordingSink()
+    threading.Thread(target=interrupt, daemon=True).start()
+    began = time.monotonic()
+    try:
+        result = session.run_script(script, sink)
+    finally:
+        session.close()
+    assert result.interrupted and result.exit_code == 130
+    assert time.monotonic() - began < 30  # far less than the tool's minute
+    assert cancelled.is_set()
+    assert sink.stdout_text == "before\n"

@@ -137,10 +137,13 @@ class ToolsCommand:
             self._inflight = None
 
     async def _awaited(self, coro, here: bool) -> Outcome:
-        # What `interrupt` cancels from another thread: the task on this loop, or the
-        # private loop's future (an asyncio future wrapping it cannot be cancelled from there).
+        # What `interrupt` cancels from another thread: the task that awaits here (a task of
+        # its own only where there is none: it costs a turn of the loop), or the private
+        # loop's future (an asyncio future wrapping it cannot be cancelled from there).
         if here:
-            self._inflight = waited = asyncio.ensure_future(coro)
+            task = asyncio.current_task()
+            waited = coro if task is not None else asyncio.ensure_future(coro)
+            self._inflight = task or waited
         else:
             self._inflight = future = _loop.submit(coro)
             waited = asyncio.wrap_future(future)
