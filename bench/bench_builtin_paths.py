@@ -2,13 +2,14 @@
 
     python bench/bench_builtin_paths.py [--calls 2000] [--mcp-calls 300] [--repeat 5]
 
-Three ways, each with the real `tools` command (session, catalog, dispatcher):
-1. `execute_sync` with the sync builtin (what runs scripts that call `tools` today);
+Four ways, each with the real `tools` command (session, catalog, dispatcher):
+1. `execute_sync` with the sync builtin (what runs scripts that call `tools` in a loop);
 2. the async `execute` with byte sinks (what runs scripts that call no tool) and the same
    sync builtin;
 3. the async `execute` with an async builtin: Bashkit runs it on the caller's loop (the
    script thread's own), where it awaits `ToolsCommand.handle` in place, or on the private
-   loop through `asyncio.wrap_future` for a tool bound there (MCP).
+   loop through `asyncio.wrap_future` for a tool bound there (MCP);
+4. the async `execute` with `tools` as a live command (scripts without a loop; see below).
 
 Per call: a loop of `tools noop` (an in-process tool) and a loop of an MCP call, minus
 the same loop running `:`. Median and best of --repeat interleaved rounds. Also the raw
@@ -33,6 +34,13 @@ So (2) costs what (1) costs. Scripts that call `tools` still keep (1), for a rea
 this benchmark does not show: under (2) a sync builtin blocks the thread that hands the
 script's earlier output on, so output waits for the interpreter's next real wait (see
 `_bashkit._streamed`). (3) lets it through, at two thread hand-offs a call.
+(4), `Bash.add_command`, is what scripts without a loop run since the evening of
+2026-11-30, because only a live command can write a large result in chunks
+(bench_memory.py: 1.0x against 7.8x). Same day, load 3.9-4.6, median / best of 3:
+`tools noop` 922 / 782 us against 166 / 159 under (1); an MCP call 4.3 / 3.8 ms against
+3.3 / 2.7; Bashkit alone 386 / 336 us (a call and a write, each a trip between Bashkit's
+thread and the loop) against 3.6 under (1). So scripts with a loop, or more than 10
+calls, keep (1) (`_bashkit._way`).
 """
 
 from __future__ import annotations
