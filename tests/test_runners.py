@@ -325,9 +325,11 @@ def test_tools_calls_on_bashkits_threads_reuse_one_loop_per_thread_and_unloading
     assert all(loop.is_closed() for loop in loops)
 
 
-def test_what_a_script_printed_before_a_call_reaches_the_cell_while_the_call_runs(project):
-    # Why scripts that call `tools` keep execute_sync: under the byte sinks a sync builtin
-    # holds back the output before it until the interpreter next waits (see _bashkit._streamed).
+@pytest.mark.parametrize("sync_tool", [False, True])
+def test_what_a_script_printed_before_a_call_reaches_the_cell_while_the_call_runs(project, sync_tool):
+    # Under the byte sinks a sync builtin holds back the output before it until the
+    # interpreter next waits (see _bashkit._streamed); the live command awaits the call on
+    # the loop that hands the output on, so a sync tool must not run in place there.
     printed = threading.Event()
 
     class Watching(RecordingSink):
@@ -336,11 +338,14 @@ def test_what_a_script_printed_before_a_call_reaches_the_cell_while_the_call_run
             if "before" in "".join(self.out):
                 printed.set()
 
-    @tool("wait-for-output", description="Waits until the cell shows what came before.", kind="read",
-          input_schema={"type": "object"})
-    async def wait_for_output(arguments, ctx):
+    async def wait_async(arguments, ctx):
         return "shown\n" if await asyncio.to_thread(printed.wait, 30) else "not shown\n"
 
+    def wait_sync(arguments, ctx):
+        return "shown\n" if printed.wait(30) else "not shown\n"
+
+    wait_for_output = tool("wait-for-output", description="Waits until the cell shows what came before.",
+                           kind="read", input_schema={"type": "object"})(wait_sync if sync_tool else wait_async)
     session = Session(project)
     session.register_tools([wait_for_output])
     sink = Watching()
@@ -350,6 +355,32 @@ def test_what_a_script_printed_before_a_call_reaches_the_cell_while_the_call_run
         session.close()
     assert result.exit_code == 0, result.stderr
     assert "".join(sink.out) == "before\nshown\nafter\n"
+
+
+def test_a_sync_tool_runs_off_the_loop_that_hands_the_scripts_output_on(project):
+    # Whether the output before a slow sync call reaches the cell during it would otherwise
+    # depend on a race with Bashkit's thread: the sync tool would block the loop that runs
+    # the byte sinks. An async tool runs on that loop.
+    threads = {}
+
+    @tool("on-loop", description="Notes its thread.", kind="read", input_schema={"type": "object"})
+    async def on_loop(arguments, ctx):
+        threads["async"] = threading.get_ident()
+        return "ok\n"
+
+    @tool("off-loop", description="Notes its thread.", kind="read", input_schema={"type": "object"})
+    def off_loop(arguments, ctx):
+        threads["sync"] = threading.get_ident()
+        return "ok\n"
+
+    session = Session(project)
+    session.register_tools([on_loop, off_loop])
+    try:
+        result = session.run_script("tools on-loop; tools off-loop", RecordingSink())
+    finally:
+        session.close()
+    assert result.exit_code == 0, result.stderr
+    assert threads["sync"] != threads["async"]
 
 
 class OrderedSink(RecordingSink):

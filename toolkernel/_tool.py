@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal, Mapping
 
 from ._errors import CallError, ToolInputError
-from ._loop import on_private_loop
+from ._loop import may_block
 from ._names import ProviderKind, display, qualified
 
 # What a call may do, from the approval layer's point of view:
@@ -207,8 +207,9 @@ def tool(
     """Turn `fn(input, ctx)` (sync or async) into a `Tool`.
 
     On toolkernel's private loop a sync function runs in a worker thread, so a
-    slow file or network call never blocks the loop that serves MCP servers;
-    on any other thread's loop it runs in place. An exception the function
+    slow file or network call never blocks the loop that serves MCP servers (nor
+    the loop that hands a script's output on: `_loop.may_block`); on any other
+    thread's loop it runs in place. An exception the function
     raises becomes an error result, not a crash.
     """
 
@@ -220,7 +221,7 @@ def tool(
             try:
                 if is_async:
                     value = await fn(arguments, ctx)
-                elif on_private_loop():
+                elif not may_block():
                     value = await asyncio.to_thread(fn, arguments, ctx)
                 else:
                     value = fn(arguments, ctx)

@@ -265,6 +265,8 @@ class _CallbackLoop(asyncio.SelectorEventLoop):
     default). A copy carries the same values and can be entered while the original is.
     """
 
+    keep_free = True  # it runs the byte sinks: a sync tool runs on a thread (`_loop.may_block`)
+
     def call_soon_threadsafe(self, callback, *args, context=None):
         return super().call_soon_threadsafe(callback, *args, context=None if context is None else context.copy())
 
