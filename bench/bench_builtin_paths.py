@@ -2,13 +2,14 @@
 
     python bench/bench_builtin_paths.py [--calls 2000] [--mcp-calls 300] [--repeat 5]
 
-Three ways, each with the real `tools` command (session, catalog, dispatcher):
-1. `execute_sync` with the sync builtin (what runs scripts that call `tools` today);
+Four ways, each with the real `tools` command (session, catalog, dispatcher):
+1. `execute_sync` with the sync builtin (what runs scripts that call `tools` in a loop);
 2. the async `execute` with byte sinks (what runs scripts that call no tool) and the same
    sync builtin;
 3. the async `execute` with an async builtin: Bashkit runs it on the caller's loop (the
    script thread's own), where it awaits `ToolsCommand.handle` in place, or on the private
-   loop through `asyncio.wrap_future` for a tool bound there (MCP).
+   loop through `asyncio.wrap_future` for a tool bound there (MCP);
+4. the async `execute` with `tools` as a live command (scripts without a loop; see below).
 
 Per call: a loop of `tools noop` (an in-process tool) and a loop of an MCP call, minus
 the same loop running `:`. Median and best of --repeat interleaved rounds. Also the raw
@@ -33,6 +34,13 @@ So (2) costs what (1) costs. Scripts that call `tools` still keep (1), for a rea
 this benchmark does not show: under (2) a sync builtin blocks the thread that hands the
 script's earlier output on, so output waits for the interpreter's next real wait (see
 `_bashkit._streamed`). (3) lets it through, at two thread hand-offs a call.
+(4), `Bash.add_command`, is what scripts without a loop run since the evening of
+2026-11-30, because only a live command can write a large result in chunks
+(bench_memory.py: 1.0x against 7.8x). Same day, load 3.9-4.6, median / best of 3:
+`tools noop` 922 / 782 us against 166 / 159 under (1); an MCP call 4.3 / 3.8 ms against
+3.3 / 2.7; Bashkit alone 386 / 336 us (a call and a write, each a trip between Bashkit's
+thread and the loop) against 3.6 under (1). So scripts with a loop, or more than 10
+calls, keep (1) (`_bashkit._way`).
 """
 
 from __future__ import annotations
@@ -53,7 +61,8 @@ from bench_tools import NullSink, loop_script, noop, project_dir  # noqa: E402
 from toolkernel import _loop  # noqa: E402
 from toolkernel._command._cli import split_command  # noqa: E402
 from toolkernel._runners import _bashkit  # noqa: E402
-from toolkernel._runners._bashkit import BashkitRunner, _Builtin, _CapWatch, _ended, _new_bash, _streamed  # noqa: E402
+from toolkernel._runners._bashkit import (BashkitRunner, _Builtin, _CapWatch, _ended, _LiveTools,  # noqa: E402
+                                          _new_bash, _streamed)
 from toolkernel._runners._shell import ScriptEvents, execute  # noqa: E402
 from toolkernel._session import Session  # noqa: E402
 
@@ -80,23 +89,25 @@ class _AsyncBuiltin(_Builtin):
 class _Variant(BashkitRunner):
     """A runner forced onto one way: `sync_execute` picks execute_sync, `builtin` the callback."""
 
-    def __init__(self, sync_execute: bool, builtin: type[_Builtin]) -> None:
+    def __init__(self, sync_execute: bool, builtin: type[_Builtin], live: bool = False) -> None:
         super().__init__()
-        self.sync_execute, self.builtin = sync_execute, builtin
+        self.sync_execute, self.builtin, self.live = sync_execute, builtin, live
 
     def run(self, script, command, events):
-        bash = _new_bash(self.builtin(command, events, weakref.ref(self)), command.workdir,
-                         command.dispatcher.env.guarded, False, command.dispatcher.env.shell)
         watch = _CapWatch(events)
+        builtin = self.builtin(command, events, weakref.ref(self))
+        bash = _new_bash(_LiveTools(builtin, watch) if self.live else builtin, command.workdir,
+                         command.dispatcher.env.guarded, False, command.dispatcher.env.shell)
         result = bash.execute_sync(script, on_output=watch.output) if self.sync_execute \
             else _streamed(bash, script, watch)
         return _ended(result, watch)
 
 
 VARIANTS = {
-    "execute_sync + sync builtin (today)": lambda: _Variant(True, _Builtin),
+    "execute_sync + sync builtin (today, loops)": lambda: _Variant(True, _Builtin),
     "execute + sync builtin": lambda: _Variant(False, _Builtin),
     "execute + async builtin": lambda: _Variant(False, _AsyncBuiltin),
+    "execute + live command (today, no loop)": lambda: _Variant(False, _Builtin, live=True),
 }
 
 
@@ -125,8 +136,16 @@ def raw_dispatch(calls: int, mode: str) -> float:
     async def sink(chunk: bytes) -> None:
         pass
 
+    async def live_command(ctx) -> int:
+        await ctx.stdout.write(b"ok\n")
+        return 0
+
     def run(script: str) -> float:
-        bash = Bash(custom_builtins={"tools": async_builtin if mode == "async" else sync_builtin})
+        if mode == "live":
+            bash = Bash()
+            bash.add_command("tools", live_command)
+        else:
+            bash = Bash(custom_builtins={"tools": async_builtin if mode == "async" else sync_builtin})
         started = time.perf_counter()
         if mode == "sync":
             bash.execute_sync(script)
@@ -166,7 +185,7 @@ def main() -> None:
                 rows.setdefault(f"MCP  | {name}", []).append(
                     (timed(session, loop_script(MCP_BODY, args.mcp_calls), make()) - empty)
                     * args.calls / args.mcp_calls)  # per call below, like the noop rows
-            for mode in ("sync", "exec+sync", "async"):
+            for mode in ("sync", "exec+sync", "async", "live"):
                 rows.setdefault(f"raw  | bashkit alone, {mode}", []).append(raw_dispatch(args.calls, mode))
     finally:
         session.close()

@@ -6,27 +6,29 @@ Each size and script runs in a fresh child process: it opens a session, runs
 `cat` of a file of that size (the output goes through the cell's limiter and
 is saved), and reports how far its peak RSS (VmHWM, reset first) rose above
 its RSS after a small run in the same child, and where its RSS is after the
-cell. Three scripts: one that calls no tool (Bashkit's byte sinks), the same
-with a `tools` call in it (Bashkit's execute_sync, kept for cheaper calls), and
-a tool whose result is that size, printed.
+cell. Four scripts: one that calls no tool (Bashkit's byte sinks), the same
+with a `tools` call in it, a tool whose result is that size, printed, and the
+same call in a loop (which keeps execute_sync, for cheaper calls). The
+tool builds its result in one piece: a second copy made inside the tool would be
+the tool's cost, not the shell's.
 Past 10 MiB Bashkit cuts the script's output (the run fails, loudly): the
-ratio is then against what arrived. Target: at most 2x the output's size.
-Tried 2026-11-30 (bench_builtin_paths.py): every script on the byte sinks with an async
-`tools` builtin took "with tools" from 8.0x to 1.1x at 8 MB, but left "tool result" at 7.6x
-(so most copies of a big result are not on the output path the byte sinks fix), peaked
-at 244 MB against 174 for a 32 MB result and left 60-121 MB behind after it, and cost
-150-250 us more a call.
-Later the same day (load 5.8-7.9): no tools 1.2x, with tools 8.0x, tool result 7.8x at
-8 MB. A sync `tools` builtin under the byte sinks now costs what it costs under
-execute_sync, but holds back the script's output while it runs (see
-`_bashkit._streamed`), so scripts that call tools keep execute_sync and its ~8x. Where
-the 63 MB of a printed 8 MB result go, by VmRSS/VmHWM marks in one run: the tool's
-result 8 MB (the only copy toolkernel holds: dispatcher, render and the command pass the
-same str on); `BuiltinResult` copies it into Rust at once, +15 MB at its peak; then
-Bashkit's execute_sync, before its first `on_output`, +38 MB (its stdout buffers and the
-str it hands over); our limiter +2 MB. Returning a plain str instead of a
-`BuiltinResult` saved one copy in bare Bashkit (54 against 61 MB) but nothing in the
-session (63 MB both), and kept 7 MB after the run: not taken.
+ratio is then against what arrived; the rise against the output's own size is
+the figure to read. Target: at most 2x the output's size.
+
+History (8 MB output, peak rise over its size):
+- Until 2026-11-30 evening, scripts that call `tools` ran under execute_sync with a sync
+  builtin: with tools 8.0x, tool result 7.8x (no tools 1.2x). Of the 63 MB of a printed
+  8 MB result: the tool's 8 MB; `BuiltinResult` copying it into Rust, +15 MB; execute_sync's
+  buffers before its first `on_output`, +38 MB; the limiter, +2 MB. An async builtin on the
+  byte sinks fixed "with tools" but not "tool result" (7.6x): a builtin's result is one
+  whole string however it is returned.
+- Since then, a script that calls `tools` outside loops runs on the byte sinks with `tools`
+  as a live command (`Bash.add_command`) that writes its result in 64K chunks
+  (`_bashkit._LiveTools`). Same run, load 4.4-4.9, branch against main: 2 MB with tools
+  1.6x (main 8.3x), tool result 1.1x (8.6x); 8 MB with tools 1.1x (7.9x), tool result
+  1.0x (7.9x); 32 MB: 31-32 MB rise on every script (1.0x the output; main 172 MB for the
+  result). A script with a loop (or more than 10 calls) keeps execute_sync and its ~8x:
+  a live call costs Bashkit ~380 us against ~5 (bench_builtin_paths.py).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from toolkernel._session import Session
 @tool("big-result", description="A result of `size` characters.", kind="read",
       input_schema={{"type": "object", "properties": {{"size": {{"type": "integer"}}}}}})
 def big_result(arguments, ctx):
-    return "z" * (arguments["size"] - 1) + "\\n"
+    return ("z" * 99 + "\\n") * (arguments["size"] // 100)  # built once: a second copy would be the tool's
 class Quiet:
     def stdout(self, t): pass
     def stderr(self, t): pass
@@ -79,7 +81,8 @@ print(json.dumps({{"base_kb": base, "peak_kb": peak, "before_kb": before, "after
                   "arrived": arrived, "exit": exit_code}}))
 """
 SCRIPTS = {"no tools": "cat data.txt", "with tools": "cat data.txt\ntools --help > /dev/null",
-           "tool result": "tools big-result size={size}"}
+           "tool result": "tools big-result size={size}",
+           "in a loop": "for i in 1; do tools big-result size={size}; done"}  # execute_sync
 
 
 def measure(mb: int, script: str) -> dict:

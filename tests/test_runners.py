@@ -314,9 +314,11 @@ def test_tools_calls_on_bashkits_threads_reuse_one_loop_per_thread_and_unloading
     assert all(loop.is_closed() for loop in loops)
 
 
-def test_what_a_script_printed_before_a_call_reaches_the_cell_while_the_call_runs(project):
-    # Why scripts that call `tools` keep execute_sync: under the byte sinks a sync builtin
-    # holds back the output before it until the interpreter next waits (see _bashkit._streamed).
+@pytest.mark.parametrize("sync_tool", [False, True])
+def test_what_a_script_printed_before_a_call_reaches_the_cell_while_the_call_runs(project, sync_tool):
+    # Under the byte sinks a sync builtin holds back the output before it until the
+    # interpreter next waits (see _bashkit._streamed); the live command awaits the call on
+    # the loop that hands the output on, so a sync tool must not run in place there.
     printed = threading.Event()
 
     class Watching(RecordingSink):
@@ -325,11 +327,14 @@ def test_what_a_script_printed_before_a_call_reaches_the_cell_while_the_call_run
             if "before" in "".join(self.out):
                 printed.set()
 
-    @tool("wait-for-output", description="Waits until the cell shows what came before.", kind="read",
-          input_schema={"type": "object"})
-    async def wait_for_output(arguments, ctx):
+    async def wait_async(arguments, ctx):
         return "shown\n" if await asyncio.to_thread(printed.wait, 30) else "not shown\n"
 
+    def wait_sync(arguments, ctx):
+        return "shown\n" if printed.wait(30) else "not shown\n"
+
+    wait_for_output = tool("wait-for-output", description="Waits until the cell shows what came before.",
+                           kind="read", input_schema={"type": "object"})(wait_sync if sync_tool else wait_async)
     session = Session(project)
     session.register_tools([wait_for_output])
     sink = Watching()
@@ -339,3 +344,115 @@ def test_what_a_script_printed_before_a_call_reaches_the_cell_while_the_call_run
         session.close()
     assert result.exit_code == 0, result.stderr
     assert "".join(sink.out) == "before\nshown\nafter\n"
+
+
+def test_a_sync_tool_runs_off_the_loop_that_hands_the_scripts_output_on(project):
+    # Whether the output before a slow sync call reaches the cell during it would otherwise
+    # depend on a race with Bashkit's thread: the sync tool would block the loop that runs
+    # the byte sinks. An async tool runs on that loop.
+    threads = {}
+
+    @tool("on-loop", description="Notes its thread.", kind="read", input_schema={"type": "object"})
+    async def on_loop(arguments, ctx):
+        threads["async"] = threading.get_ident()
+        return "ok\n"
+
+    @tool("off-loop", description="Notes its thread.", kind="read", input_schema={"type": "object"})
+    def off_loop(arguments, ctx):
+        threads["sync"] = threading.get_ident()
+        return "ok\n"
+
+    session = Session(project)
+    session.register_tools([on_loop, off_loop])
+    try:
+        result = session.run_script("tools on-loop; tools off-loop", RecordingSink())
+    finally:
+        session.close()
+    assert result.exit_code == 0, result.stderr
+    assert threads["sync"] != threads["async"]
+
+
+class OrderedSink(RecordingSink):
+    """Also keeps stdout and stderr in the one order the cell shows them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.both: list[tuple[str, str]] = []
+
+    def stdout(self, text: str) -> None:
+        super().stdout(text)
+        self.both.append(("out", text))
+
+    def stderr(self, text: str) -> None:
+        super().stderr(text)
+        self.both.append(("err", text))
+
+
+@tool("sized", description="A result of `size` characters.", kind="read",
+      input_schema={"type": "object", "properties": {"size": {"type": "integer"}}})
+def sized(arguments, ctx):
+    return "z" * arguments["size"]
+
+
+@pytest.mark.parametrize("where", ["tools sized size=1500000", "tools sized size=1500000 2>/dev/null",
+                                   "if tools sized size=1500000 > /dev/null; then echo yes; fi",
+                                   "tools sized size=1500000 | wc -c", "x=$(tools sized size=1500000)",
+                                   "(tools sized size=1500000)"])
+def test_a_call_that_stops_the_script_shows_what_came_before_then_its_error_last(project, where):
+    # Cancelling a Bashkit run drops what it has not handed on yet: inside an `if`, a pipe,
+    # `$(...)` or a subshell, the output before the call too. The error line is shown even
+    # where the script sends the call's stderr elsewhere.
+    write_config(project, "[shell]\nmax_result_mb = 1\n")
+    session = Session(project)
+    session.register_tools([sized])
+    sink = OrderedSink()
+    try:
+        result = session.run_script(f"seq 1 3\necho err >&2\n{where}\necho after", sink)
+    finally:
+        session.close()
+    assert result.exit_code != 0
+    assert result.run_report.stopped.reason == "result_too_large"
+    assert sink.stdout_text == "1\n2\n3\n"
+    assert sink.stderr_text.startswith("err\n")
+    kind, last = sink.both[-1]
+    assert kind == "err" and error_lines(last)[-1]["code"] == "stopped", sink.both
+
+
+@pytest.mark.parametrize("script", ["echo before; tools hang; echo after",
+                                    "for i in 1; do echo before; tools hang; done; echo after"])
+def test_an_interrupt_ends_an_in_process_call_on_either_way_of_running(project, python_sigint, script):
+    # A script without a loop awaits the call on its own loop (the live command); one with a
+    # loop runs it on the script thread's loop (execute_sync): the interrupt cancels both.
+    import _thread
+    import time
+
+    started = threading.Event()
+    cancelled = threading.Event()
+
+    @tool("hang", description="Waits a minute.", kind="read", input_schema={"type": "object"})
+    async def hang(arguments, ctx):
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "woke\n"
+
+    def interrupt() -> None:
+        if started.wait(60):
+            _thread.interrupt_main()
+
+    session = Session(project)
+    session.register_tools([hang])
+    sink = RecordingSink()
+    threading.Thread(target=interrupt, daemon=True).start()
+    began = time.monotonic()
+    try:
+        result = session.run_script(script, sink)
+    finally:
+        session.close()
+    assert result.interrupted and result.exit_code == 130
+    assert time.monotonic() - began < 30  # far less than the tool's minute
+    assert cancelled.is_set()
+    assert sink.stdout_text == "before\n"

@@ -113,6 +113,14 @@ def on_private_loop() -> bool:
     return _loop is not None and _on_loop_thread(_loop)
 
 
+def may_block() -> bool:
+    """Whether sync work may run in place on the loop running here: not on the private loop
+    (it serves every MCP session) nor on a loop marked `keep_free` (the loop of a script
+    that hands the script's output on while a call runs: see _runners/_bashkit.py)."""
+    loop = asyncio._get_running_loop()
+    return loop is None or not (loop is _loop or getattr(loop, "keep_free", False))
+
+
 # Each thread's own loop, keyed by the OS thread and not kept in a `threading.local`: a
 # thread that Python did not start (Bashkit's tokio workers, which call a sync builtin
 # under the async `execute`) gets a fresh Python thread state on every call, so a

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal, Mapping
 
 from ._errors import CallError, ToolInputError
-from ._loop import on_private_loop
+from ._loop import may_block
 from ._names import ProviderKind, display, qualified
 
 # What a call may do, from the approval layer's point of view:
@@ -216,9 +216,10 @@ def tool(
     """Turn `fn(input, ctx)` (sync or async) into a `Tool`.
 
     On toolkernel's private loop a sync function runs in a worker thread, so a
-    slow file or network call never blocks the loop that serves MCP servers;
-    on any other thread's loop it runs in place, and a caller with no loop may
-    make it at once through `Tool.call_now`. An exception the function
+    slow file or network call never blocks the loop that serves MCP servers (nor
+    the loop that hands a script's output on: `_loop.may_block`); on any other
+    thread's loop it runs in place, and a caller with no loop may make it at once
+    through `Tool.call_now`. An exception the function
     raises becomes an error result, not a crash.
     """
 
@@ -261,8 +262,8 @@ def _call_now(fn: Callable[..., Any]) -> CallNowFn:
 def _sync_call(fn: Callable[..., Any], call_now: CallNowFn) -> CallFn:
     @functools.wraps(fn)
     async def call(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        if on_private_loop():  # a slow file or network call must not block the loop of the MCP servers
-            return await asyncio.to_thread(call_now, arguments, ctx)
+        if not may_block():  # a slow file or network call must not block the loop of the MCP servers,
+            return await asyncio.to_thread(call_now, arguments, ctx)  # nor a script's output
         return call_now(arguments, ctx)
 
     return call

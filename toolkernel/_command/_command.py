@@ -13,7 +13,7 @@ import asyncio
 import concurrent.futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from . import _help
 from .. import _loop
@@ -71,19 +71,44 @@ class ToolsCommand:
     def handle_sync(self, argv: list[str], stdin: str | None, cwd: str | None = None) -> Outcome:
         """One `tools` line. `cwd` is the script's directory; tools resolve their
         paths against the workspace, so it only matters to runners that move it."""
-        if self.interrupted:
-            return _failure(Stopped("not run: the script was interrupted"))
-        try:
-            command = split_command(argv, self.catalog.is_server, self.catalog.split_qualified)
-        except CallError as exc:
-            return _failure(exc)
+        command = self._parsed(argv)
+        if isinstance(command, Outcome):
+            return command
         try:
             outcome = self._call_now(command, stdin)
             if outcome is None:
                 outcome = self._run(self.handle(argv, stdin, command), self._runs_here(command))
+        except BaseException as exc:  # noqa: BLE001 - sorted out by _caught
+            return _caught(exc)
+        return self._finished(outcome, command)
+
+    async def handle_async(self, argv: list[str], read_stdin: Callable[[], Awaitable[str | None]],
+                           cwd: str | None = None) -> Outcome:
+        """`handle_sync` for a runner that awaits the line on the script's own running loop
+        (Bashkit's live command): the call is awaited there, or on the private loop for a
+        tool bound to it, and never blocks the loop, which meanwhile hands on the output.
+        `read_stdin` is awaited only for a command whose input may come from stdin."""
+        command = self._parsed(argv)
+        if isinstance(command, Outcome):
+            return command
+        try:
+            stdin = await read_stdin() if _may_read_stdin(command) else None
+            outcome = await self._awaited(self.handle(argv, stdin, command), self._runs_here(command))
+        except BaseException as exc:  # noqa: BLE001 - sorted out by _caught
+            return _caught(exc)
+        return self._finished(outcome, command)
+
+    def _parsed(self, argv: list[str]) -> Command | Outcome:
+        if self.interrupted:
+            return _failure(Stopped("not run: the script was interrupted"))
+        try:
+            return split_command(argv, self.catalog.is_server, self.catalog.split_qualified)
+        except CallError as exc:
+            return _failure(exc)
+
+    def _finished(self, outcome: Outcome, command: Command) -> Outcome:
+        try:
             outcome = self._kept_out(outcome, command)
-        except (concurrent.futures.CancelledError, asyncio.CancelledError):
-            return _failure(Stopped("interrupted"), INTERRUPTED_EXIT)
         except Exception as exc:  # noqa: BLE001 - a bug of ours is still one error line, never a traceback
             return _failure(internal_failure(exc))
         for path in outcome.images:
@@ -130,6 +155,22 @@ class ToolsCommand:
         self._inflight = future = _loop.submit(coro)
         try:
             return _loop.wait(future)
+        finally:
+            self._inflight = None
+
+    async def _awaited(self, coro, here: bool) -> Outcome:
+        # What `interrupt` cancels from another thread: the task that awaits here (a task of
+        # its own only where there is none: it costs a turn of the loop), or the private
+        # loop's future (an asyncio future wrapping it cannot be cancelled from there).
+        if here:
+            task = asyncio.current_task()
+            waited = coro if task is not None else asyncio.ensure_future(coro)
+            self._inflight = task or waited
+        else:
+            self._inflight = future = _loop.submit(coro)
+            waited = asyncio.wrap_future(future)
+        try:
+            return await waited
         finally:
             self._inflight = None
 
@@ -245,6 +286,22 @@ def _outcome(called: Called) -> Outcome:
     if called.failure is not None:
         return Outcome(stderr=notes + called.failure.json_line() + "\n", exit_code=1, images=called.images)
     return Outcome(called.stdout, notes, 0, called.images)
+
+
+def _may_read_stdin(command: Command) -> bool:
+    """Whether `parse_input` may take the call's input from stdin (`-`, or no input words
+    once `--save PATH` is out)."""
+    args = command.args
+    return command.action == "call" and (not args or "-" in args or "--save" in args)
+
+
+def _caught(exc: BaseException) -> Outcome:
+    """What a line that raised reports: an interrupt as such, a bug of ours as one error line."""
+    if isinstance(exc, (concurrent.futures.CancelledError, asyncio.CancelledError)):
+        return _failure(Stopped("interrupted"), INTERRUPTED_EXIT)
+    if isinstance(exc, Exception):  # a bug of ours is still one error line, never a traceback
+        return _failure(internal_failure(exc))
+    raise exc
 
 
 def _failure(error: CallError, exit_code: int = 1) -> Outcome:

@@ -1,10 +1,11 @@
 """Bashkit as a script runner: the only module that imports `bashkit`.
 
-Each run gets a fresh `Bash` whose `tools` builtin calls the runner-free
-`ToolsCommand`. Nothing the `Bash` holds may hold the `Bash` back: such a
-cycle runs through Rust, where the garbage collector cannot see it, and every
-run would leak the interpreter and three file descriptors. So the builtin
-reaches the runner (which alone holds the `Bash`) through a weak reference.
+Each run gets a fresh `Bash` whose `tools` command (a live command, or a sync
+builtin in scripts with many calls: see `_way`) calls the runner-free
+`ToolsCommand`. Nothing the `Bash` holds may hold the `Bash` back: such a cycle
+runs through Rust, where the garbage collector cannot see it, and every run
+would leak the interpreter and three file descriptors. So the builtin reaches
+the runner (which alone holds the `Bash`) through a weak reference.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import codecs
 import ctypes
+import re
 import threading
+import time
 import weakref
 from pathlib import Path
 
@@ -48,15 +51,17 @@ class BashkitRunner:
     def run(self, script: str, command: ToolsCommand, events: RunEvents) -> ShellResult:
         env = command.dispatcher.env
         command.result_limit = env.shell.max_result_mb * 1_000_000
-        bash = _new_bash(_Builtin(command, events, weakref.ref(self)), command.workdir,
+        way = _way(script)
+        watch = _CapWatch(events)
+        builtin = _Builtin(command, events, weakref.ref(self))
+        bash = _new_bash(_LiveTools(builtin, watch) if way == "live" else builtin, command.workdir,
                          env.guarded, self.read_only, env.shell)
         with self._lock:
             self._bash = bash
         if command.interrupted:  # the interrupt came before there was a Bash to cancel
             bash.cancel()
-        watch = _CapWatch(events)
         try:
-            result = (bash.execute_sync(script, on_output=watch.output) if _calls_tools(script)
+            result = (bash.execute_sync(script, on_output=watch.output) if way == "sync"
                       else _streamed(bash, script, watch))
         finally:
             with self._lock:
@@ -94,6 +99,65 @@ class _Builtin:
         return BuiltinResult(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
 
 
+class _LiveTools:
+    """The `tools` command as a live byte command of Bashkit's async `execute`.
+
+    It writes a result to the script's stdout in small chunks, each awaited (Bashkit's
+    backpressure), so a large result reaches the cell, a pipe or a file without a whole
+    copy in Bashkit: an 8 MB result printed peaked at 1.0x its size, against 7.8x through
+    a `BuiltinResult` under `execute_sync`. It runs on the script's own loop, the one that
+    also runs the byte sinks, and awaits the call there (or on the private loop), so the
+    output printed before a call reaches the cell while the call runs, and a write of
+    its own reaches the cell only after everything printed before it.
+    """
+
+    CHUNK = 1 << 16  # characters a write: small next to any result worth streaming
+
+    def __init__(self, builtin: _Builtin, watch: "_CapWatch") -> None:
+        self.builtin, self.watch = builtin, watch
+
+    async def __call__(self, ctx) -> int:
+        builtin = self.builtin
+        outcome = await builtin.command.handle_async(list(ctx.argv), lambda: _input(ctx.stdin), ctx.cwd)
+        if outcome.stops_script:
+            await self._stop(outcome.stderr)
+        else:
+            await _write(ctx.stdout, outcome.stdout, self.CHUNK)
+            await _write(ctx.stderr, outcome.stderr, self.CHUNK)
+        return outcome.exit_code
+
+    async def _stop(self, error: str) -> None:
+        """End the script at a call that stops it, its error line shown last.
+
+        Cancelling drops what Bashkit has not handed on yet, and inside an `if`, a pipe,
+        a `$(...)` or a subshell it holds back what came before the call too, and what the
+        call writes (seen with bashkit 0.20.1). So the line goes by the side door, as on the
+        sync builtin, once Bashkit has handed on all it will: nothing more comes while the
+        script waits here, and everything already printed arrives within milliseconds.
+        """
+        await self.watch.settled()
+        self.builtin.events.stopped(error)
+        runner = self.builtin.runner()
+        if runner is not None:
+            runner.cancel()
+
+
+async def _input(stdin) -> str | None:
+    """All of a pipe into the command, as the sync builtin's `ctx.stdin` has it (None: no pipe).
+    Read only when the call may take its input from it: each read is a trip to Bashkit's
+    thread. Reading takes nothing from a `while read` loop's own input (bashkit 0.20.1)."""
+    parts = [chunk async for chunk in stdin]
+    return b"".join(parts).decode("utf-8", "replace") if parts else None
+
+
+async def _write(stream, text: str, chunk: int) -> None:
+    try:
+        for start in range(0, len(text), chunk):
+            await stream.write(text[start:start + chunk].encode("utf-8", "replace"))
+    except BrokenPipeError:
+        pass  # the reader left early (`tools x | head`): like a producer that SIGPIPE ends, quietly
+
+
 _kept = threading.local()
 
 
@@ -118,14 +182,19 @@ def _keep_thread_state() -> None:
         pythonapi.PyGILState_Ensure()
 
 
-def _new_bash(builtin: _Builtin, workdir: Path, plan: Protection, read_only: bool, limits: ShellLimits):
+def _new_bash(tools: "_Builtin | _LiveTools", workdir: Path, plan: Protection, read_only: bool,
+              limits: ShellLimits):
     from bashkit import Bash, ExecutionProfile, FileSystem
 
-    builtins = {"tools": builtin, "chmod": GuardedChmod(plan, read_only), "curl": _no_network, "wget": _no_network}
+    builtins = {"chmod": GuardedChmod(plan, read_only), "curl": _no_network, "wget": _no_network}
+    if isinstance(tools, _Builtin):
+        builtins["tools"] = tools
     # Interactive lifts Standard's 1 MiB caps on the script's output and on `jq` to 10 MiB;
     # what stays hard ends the run loudly (see _caps.py).
     bash = Bash(custom_builtins=builtins, cwd=str(workdir), profile=ExecutionProfile.Interactive,
                 **limits.bashkit_options())
+    if isinstance(tools, _LiveTools):
+        bash.add_command("tools", tools)
     # Mounted at run time rather than through `mounts=`: the constructor prints a warning
     # for every writable mount to the process's stderr, which a kernel shows in the cell.
     bash.mount(str(workdir), FileSystem.real(str(workdir), writable=not read_only))
@@ -133,10 +202,28 @@ def _new_bash(builtin: _Builtin, workdir: Path, plan: Protection, read_only: boo
     return bash
 
 
-def _calls_tools(script: str) -> bool:
-    """Whether the script may call `tools` (a dynamic name such as `$t` can hide one: it still
-    works, only each call costs more; see `_streamed`)."""
-    return "tools" in script
+_LOOPS = re.compile(r"\b(for|while|until|select|xargs)\b")
+_MANY_CALLS = 10
+
+
+def _way(script: str) -> str:
+    """How Bashkit runs the script: "live", "sync" or "streamed".
+
+    A script that calls `tools` (literally: a name built at run time, such as `$t`, still
+    works on the byte sinks, only each call costs more) runs on the byte sinks with `tools`
+    as a live command ("live"), so a result of any size streams. A live call costs about
+    0.6 ms more than a sync builtin under `execute_sync` (Bashkit alone ~380 us against ~5:
+    the call and each write are trips between Bashkit's thread and the script's loop;
+    bench_builtin_paths.py), which only counts when there are many calls: a script with a
+    loop, or with many calls written out, keeps `execute_sync` ("sync"), where a printed
+    result peaks at about 8x its size. A script that calls no tool streams on the byte
+    sinks ("streamed").
+    """
+    if "tools" not in script:
+        return "streamed"
+    if _LOOPS.search(script) or len(re.findall(r"\btools\b", script)) > _MANY_CALLS:
+        return "sync"
+    return "live"
 
 
 def _streamed(bash, script: str, watch: "_CapWatch"):
@@ -144,15 +231,10 @@ def _streamed(bash, script: str, watch: "_CapWatch"):
 
     `execute_sync` hands each command's whole output to `on_output` and keeps the script's
     whole stdout besides: an 8 MB `cat` peaked at about 8x its size. The byte sinks of the
-    async `execute` hold neither (about 1.2x). Scripts that call `tools` still keep
-    `execute_sync`, though a call now costs the same on both (bench_builtin_paths.py, once
-    `_keep_thread_state` keeps Bashkit's threads from starting Python afresh each call):
-    under `execute` a sync builtin blocks the Bashkit thread that would hand on the output
-    before it, so nothing a script prints reaches the cell until the interpreter next waits
-    on something (`sleep`, a pipe, the end). A loop of tool calls would show its output
-    only at the end, and a call that stops the script (which cancels it) would drop the
-    output of the commands before it. An async builtin lets the output through, but costs
-    two thread hand-offs a call (about 2x a call). Seen with bashkit 0.20.1.
+    async `execute` hold neither (about 1.1x). A sync builtin (`tools` as a `$t` the script
+    builds; `chmod`) blocks here the Bashkit thread that would hand on the output before it,
+    so that output waits until the interpreter next waits on something (`sleep`, a pipe,
+    the end); the live `tools` command does not (`_LiveTools`). Seen with bashkit 0.20.1.
     """
     out, err = codecs.getincrementaldecoder("utf-8")("replace"), codecs.getincrementaldecoder("utf-8")("replace")
 
@@ -184,6 +266,8 @@ class _CallbackLoop(asyncio.SelectorEventLoop):
     default). A copy carries the same values and can be entered while the original is.
     """
 
+    keep_free = True  # it runs the byte sinks: a sync tool runs on a thread (`_loop.may_block`)
+
     def call_soon_threadsafe(self, callback, *args, context=None):
         return super().call_soon_threadsafe(callback, *args, context=None if context is None else context.copy())
 
@@ -202,15 +286,29 @@ _RAISABLE = ("loop iteration", "maximum commands", "command limit", "timed out",
 class _CapWatch:
     """Passes output on, noting a builtin that Bashkit cut short (it says so on stderr only)."""
 
+    QUIET = 0.1  # seconds without output that say Bashkit has handed on all it had
+    MOST = 2.0
+
     def __init__(self, events: RunEvents) -> None:
         self.events = events
         self.cut_builtin: str | None = None
+        self.last = time.monotonic()
 
     def output(self, stdout: str, stderr: str) -> None:
+        self.last = time.monotonic()
         if stderr and self.cut_builtin is None:
             self.cut_builtin = builtin_cap(stderr)
         if stdout or stderr:
             self.events.output(stdout, stderr)
+
+    async def settled(self) -> None:
+        """Wait (on the loop that runs the byte sinks) until no output came for QUIET seconds."""
+        start = time.monotonic()
+        while time.monotonic() - start < self.MOST:
+            wait = self.QUIET - (time.monotonic() - max(self.last, start))
+            if wait <= 0:
+                return
+            await asyncio.sleep(wait)
 
 
 def _ended(result, watch: _CapWatch) -> ShellResult:
