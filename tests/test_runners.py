@@ -439,13 +439,19 @@ def test_an_interrupt_ends_an_in_process_call_on_either_way_of_running(project, 
             raise
         return "woke\n"
 
+    sink = RecordingSink()
+
     def interrupt() -> None:
+        # Once "before" has reached the cell: Bashkit drops what it has not handed on when a
+        # run is cancelled, so an interrupt landing sooner may lose it (a race under load).
         if started.wait(60):
+            deadline = time.monotonic() + 60
+            while "before" not in sink.stdout_text and time.monotonic() < deadline:
+                time.sleep(0.01)
             _thread.interrupt_main()
 
     session = Session(project)
     session.register_tools([hang])
-    sink = RecordingSink()
     threading.Thread(target=interrupt, daemon=True).start()
     began = time.monotonic()
     try:
@@ -456,3 +462,30 @@ def test_an_interrupt_ends_an_in_process_call_on_either_way_of_running(project, 
     assert time.monotonic() - began < 30  # far less than the tool's minute
     assert cancelled.is_set()
     assert sink.stdout_text == "before\n"
+
+
+@pytest.mark.parametrize("script", ["echo before; tools doze; echo after",
+                                    "for i in 1; do echo before; tools doze; echo after; done"])
+def test_the_runs_timeout_ends_a_tool_call_still_running(project, script):
+    # Bashkit's own timeout only ends a script between commands: without the pump's
+    # deadline, this run waited out the tool's minute and then went on with exit 0.
+    import time
+
+    @tool("doze", description="Waits a minute.", kind="read", input_schema={"type": "object"})
+    async def doze(arguments, ctx):
+        await asyncio.sleep(60)
+        return "woke"
+
+    write_config(project, "[shell]\ntimeout = 2\n")
+    session = Session(project)
+    session.register_tools([doze])
+    sink = RecordingSink()
+    started = time.monotonic()
+    try:
+        result = session.run_script(script, sink)
+    finally:
+        session.close()
+    assert time.monotonic() - started < 45  # generous: the point is not waiting out the minute
+    assert result.exit_code != 0
+    assert "before" in sink.stdout_text and "after" not in sink.stdout_text and "woke" not in sink.stdout_text
+    assert "timeout" in sink.stderr_text.strip().splitlines()[-1]

@@ -63,6 +63,7 @@ class ToolsCommand:
         self.events = events
         self._inflight: concurrent.futures.Future | asyncio.Task | None = None
         self.interrupted = False
+        self.stop_reason = "interrupted"  # what a cancelled line reports (see `interrupt`)
         # Characters of one result a script may take in; a runner sets it (None: no limit).
         self.result_limit: int | None = None
 
@@ -79,7 +80,7 @@ class ToolsCommand:
             if outcome is None:
                 outcome = self._run(self.handle(argv, stdin, command), self._runs_here(command))
         except BaseException as exc:  # noqa: BLE001 - sorted out by _caught
-            return _caught(exc)
+            return _caught(exc, self.stop_reason)
         return self._finished(outcome, command)
 
     async def handle_async(self, argv: list[str], read_stdin: Callable[[], Awaitable[str | None]],
@@ -95,12 +96,12 @@ class ToolsCommand:
             stdin = await read_stdin() if _may_read_stdin(command) else None
             outcome = await self._awaited(self.handle(argv, stdin, command), self._runs_here(command))
         except BaseException as exc:  # noqa: BLE001 - sorted out by _caught
-            return _caught(exc)
+            return _caught(exc, self.stop_reason)
         return self._finished(outcome, command)
 
     def _parsed(self, argv: list[str]) -> Command | Outcome:
         if self.interrupted:
-            return _failure(Stopped("not run: the script was interrupted"))
+            return _failure(Stopped(f"not run: the script was {self.stop_reason}"))
         try:
             return split_command(argv, self.catalog.is_server, self.catalog.split_qualified)
         except CallError as exc:
@@ -174,8 +175,10 @@ class ToolsCommand:
         finally:
             self._inflight = None
 
-    def interrupt(self) -> None:
-        """Called from the kernel's main thread on interrupt."""
+    def interrupt(self, reason: str = "interrupted") -> None:
+        """Called from the kernel's main thread on interrupt, or when the run's time is up:
+        the call in flight is cancelled, and later lines are not run."""
+        self.stop_reason = reason
         self.interrupted = True
         inflight = self._inflight
         if inflight is not None:
@@ -295,10 +298,11 @@ def _may_read_stdin(command: Command) -> bool:
     return command.action == "call" and (not args or "-" in args or "--save" in args)
 
 
-def _caught(exc: BaseException) -> Outcome:
-    """What a line that raised reports: an interrupt as such, a bug of ours as one error line."""
+def _caught(exc: BaseException, stop_reason: str) -> Outcome:
+    """What a line that raised reports: an interrupt (or the run's timeout) as such, a bug of
+    ours as one error line."""
     if isinstance(exc, (concurrent.futures.CancelledError, asyncio.CancelledError)):
-        return _failure(Stopped("interrupted"), INTERRUPTED_EXIT)
+        return _failure(Stopped(stop_reason), INTERRUPTED_EXIT)
     if isinstance(exc, Exception):  # a bug of ours is still one error line, never a traceback
         return _failure(internal_failure(exc))
     raise exc

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import concurrent.futures
 import ctypes
+import math
 import queue
 import threading
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from .. import _loop
 from .._command._command import INTERRUPTED_EXIT
+from .._config._limits import limit_notice
 from ._outputs import OutputLimiter
 
 if TYPE_CHECKING:
@@ -122,8 +125,9 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
     future.add_done_callback(lambda _: events.queue.put(("done", None)))
     pump = _Pump(sink, command.workdir)
     interrupted = False
+    overdue = _Overdue(command, runner)
     try:
-        pump.until_done(events.queue, future)
+        pump.until_done(events.queue, future, time.monotonic() + overdue.seconds, overdue)
     except KeyboardInterrupt:
         interrupted = True
         command.interrupt()
@@ -131,10 +135,33 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
         # A builtin such as `sleep` only sees the cancel when it ends: past the grace
         # the run is left to finish on its own thread, and the cell returns now.
         pump.drain(events.queue, deadline=time.monotonic() + _STOP_GRACE, future=future)
-    result = pump.finish(future, interrupted)
+    result = overdue.said(pump.finish(future, interrupted), sink)
     if pump.limiter.size >= _GIVE_BACK_ABOVE and future.done():
         give_back_memory()
     return result
+
+
+class _Overdue:
+    """The run's [shell] timeout, kept while a tool call runs: Bashkit's own only ends a
+    script between commands, so a call still running when the time is up is cancelled
+    here (and the script with it), and the run fails saying which limit ended it."""
+
+    def __init__(self, command: ToolsCommand, runner: ScriptRunner) -> None:
+        self.command, self.runner = command, runner
+        self.seconds = command.dispatcher.env.shell.timeout
+        self.fired = False
+
+    def __call__(self) -> None:
+        self.fired = True
+        self.command.interrupt(f"ended by the run's [shell] timeout ({self.seconds} s)")
+        self.runner.cancel()
+
+    def said(self, result: ShellResult, sink: Sink) -> ShellResult:
+        if not self.fired or "timeout" in result.stderr:
+            return result
+        notice = limit_notice(f"execution timeout ({self.seconds}s)")
+        sink.stderr(notice)
+        return dataclasses.replace(result, exit_code=result.exit_code or 1, stderr=result.stderr + notice)
 
 
 def give_back_memory() -> None:
@@ -193,9 +220,14 @@ class _Pump:
         self.stderr: list[str] = []
         self.images: list[Path] = []
 
-    def until_done(self, events: queue.SimpleQueue, future) -> None:
+    def until_done(self, events: queue.SimpleQueue, future, deadline: float = math.inf,
+                   overdue: Callable[[], None] = lambda: None) -> None:
+        """Pump until the run ends; `overdue()` once if it is still running at `deadline`."""
         while not (future.done() and events.empty()):
             self._next(events, timeout=0.05)
+            if time.monotonic() >= deadline:
+                deadline = math.inf
+                overdue()
 
     def drain(self, events: queue.SimpleQueue, deadline: float, future) -> None:
         while time.monotonic() < deadline and not (future.done() and events.empty()):
