@@ -68,6 +68,11 @@ class BashkitRunner:
                 self._bash = None
         return _ended(result, watch)
 
+    def run_timeout(self, command: ToolsCommand) -> float:
+        """Seconds a run may take, a tool call still running included ([shell] timeout:
+        Bashkit ends a script between commands, `_shell.execute` a call past it)."""
+        return command.dispatcher.env.shell.timeout
+
     def cancel(self) -> None:
         """Stop the script at its next command (any thread)."""
         with self._lock:

@@ -142,13 +142,15 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
 
 
 class _Overdue:
-    """The run's [shell] timeout, kept while a tool call runs: Bashkit's own only ends a
-    script between commands, so a call still running when the time is up is cancelled
-    here (and the script with it), and the run fails saying which limit ended it."""
+    """The run's timeout ([shell] timeout in Bashkit), kept while a tool call runs: Bashkit's
+    own only ends a script between commands, so a call still running when the time is up is
+    cancelled here (and the script with it), and the run fails saying which limit ended it."""
 
     def __init__(self, command: ToolsCommand, runner: ScriptRunner) -> None:
         self.command, self.runner = command, runner
-        self.seconds = command.dispatcher.env.shell.timeout
+        # Host bash keeps its own `--timeout`; a runner with a run timeout names it.
+        limit = getattr(runner, "run_timeout", None)
+        self.seconds = math.inf if limit is None else limit(command)
         self.fired = False
 
     def __call__(self) -> None:
