@@ -187,3 +187,16 @@ def test_with_no_outside_save_the_swapped_write_lands_and_leaves_no_temp(tmp_pat
     write_atomic(target, "ours", check=lambda: None, replaces=lambda old: old.read_text() == "read")
     assert target.read_text() == "ours" and (target.stat().st_mode & 0o777) == 0o640
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nb.json"]
+
+
+def test_a_folder_swapped_for_a_link_after_resolving_gets_no_write(tmp_path):
+    from toolkernel._checked_open import PathChanged
+
+    (tmp_path / "work" / "sub").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    target = (tmp_path / "work" / "sub" / "f.txt").resolve()  # resolved, then judged, by a caller
+    (tmp_path / "work" / "sub").rename(tmp_path / "work" / "sub.moved")
+    (tmp_path / "work" / "sub").symlink_to(tmp_path / "outside")
+    with pytest.raises(PathChanged):
+        write_atomic(target, "x", resolved=True)
+    assert list((tmp_path / "outside").iterdir()) == []

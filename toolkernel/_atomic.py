@@ -24,11 +24,13 @@ import ctypes
 import functools
 import os
 import re
+import secrets
 import stat
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
+
+from ._checked_open import open_checked
 
 STALE_TEMP_SECONDS = 15 * 60
 _TEMP_SUFFIX = ".toolkernel.tmp"  # marks the temporary files as ours
@@ -46,14 +48,26 @@ def write_atomic(path: Path | str, data: bytes | str, *, check: Callable[[], Non
     write and leaves the file as it is; with `replaces`, also when the file the rename
     would replace fails `replaces(path_of_that_file)`. `resolved`: `path` is a real path already
     (a tool hands the path the dispatcher resolved and checked).
+
+    Every step after the folder is opened works in that open folder, not by its name: a
+    folder on the way swapped for a link meanwhile raises `PathChanged` before anything is
+    written (see `_checked_open`), and cannot lead the write anywhere else.
     """
     target = Path(path) if resolved else Path(os.path.realpath(path))
-    folder = target.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(folder)
-    payload = _as_bytes(data)
-    existing = _stat_or_none(target)
-    fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=_TEMP_SUFFIX)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    folder = open_checked(str(target.parent), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        _write_in(folder, target, _as_bytes(data), check, replaces)
+    finally:
+        os.close(folder)
+
+
+def _write_in(folder: int, target: Path, payload: bytes, check: Callable[[], None] | None,
+              replaces: Callable[[Path], bool] | None) -> None:
+    """`write_atomic` in the open folder `folder`, which holds `target`."""
+    _remove_stale_temps_in(folder)
+    existing = _stat_or_none(target.name, folder)
+    fd, tmp_name = _make_temp(folder, target.name)
     try:
         with os.fdopen(fd, "wb") as tmp:
             _write_all(tmp.fileno(), payload)
@@ -62,16 +76,27 @@ def write_atomic(path: Path | str, data: bytes | str, *, check: Callable[[], Non
             os.fsync(tmp.fileno())
         if check is not None:
             check()
-        if replaces is None or not _swap_in(tmp_name, target, replaces, check):
-            os.replace(tmp_name, target)
+        if replaces is None or not _swap_in(folder, tmp_name, target, replaces, check):
+            os.replace(tmp_name, target.name, src_dir_fd=folder, dst_dir_fd=folder)
     except BaseException:
-        _unlink_quietly(tmp_name)
+        _unlink_quietly(tmp_name, folder)
         raise
-    _fsync_folder(folder)
+    _fsync(folder)
 
 
 def remove_stale_temps(folder: Path) -> None:
     """Remove temporary files that killed writers left in `folder` (see the module's doc)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        _remove_stale_temps_in(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_stale_temps_in(folder: int) -> None:
     cutoff = time.time() - STALE_TEMP_SECONDS
     try:
         entries = list(os.scandir(folder))
@@ -83,9 +108,21 @@ def remove_stale_temps(folder: Path) -> None:
         try:
             info = entry.stat(follow_symlinks=False)
             if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_mtime < cutoff:
-                os.unlink(entry.path)
+                os.unlink(entry.name, dir_fd=folder)
         except OSError:
             continue  # gone already, or not ours to remove
+
+
+def _make_temp(folder: int, name: str) -> tuple[int, str]:
+    """A new file of our temporary pattern in `folder`, readable by us only, and its name."""
+    for _ in range(100):
+        tmp_name = f".{name}.{secrets.token_hex(4)}{_TEMP_SUFFIX}"
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+            return os.open(tmp_name, flags, 0o600, dir_fd=folder), tmp_name
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name for {name}")
 
 
 def _as_bytes(data: bytes | str) -> bytes:
@@ -96,9 +133,11 @@ def _as_bytes(data: bytes | str) -> bytes:
     raise TypeError(f"write_atomic takes bytes or str, not {type(data).__name__}")
 
 
-def _stat_or_none(path: Path) -> os.stat_result | None:
+def _stat_or_none(name: str, folder: int) -> os.stat_result | None:
     try:
-        return os.stat(path)
+        # Not through a link: a real path has none in its last name, so a link there now was
+        # put in meanwhile, and whose metadata it leads to is no business of this write.
+        return os.stat(name, dir_fd=folder, follow_symlinks=False)
     except FileNotFoundError:
         return None
 
@@ -136,36 +175,29 @@ def _umask() -> int:
     return mask
 
 
-def _fsync_folder(folder: Path) -> None:
+def _fsync(folder: int) -> None:
     try:
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        os.fsync(folder)
     except OSError:
-        return  # some filesystems do not open folders; the rename already happened
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        pass  # some filesystems do not sync folders; the rename already happened
 
 
-def _unlink_quietly(name: str) -> None:
+def _unlink_quietly(name: str, folder: int) -> None:
     try:
-        os.unlink(name)
+        os.unlink(name, dir_fd=folder)
     except FileNotFoundError:
         pass
 
 
 _RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
 
 
-def _exchange(a: str, b: str | Path) -> bool:
-    """Swap two paths in one step (Linux renameat2); False where that cannot be done."""
+def _exchange(folder: int, a: str, b: str) -> bool:
+    """Swap two names in `folder` in one step (Linux renameat2); False where that cannot be done."""
     renameat2 = getattr(_libc(), "renameat2", None)
     if renameat2 is None:
         return False
-    return renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(str(b)), _RENAME_EXCHANGE) == 0
+    return renameat2(folder, os.fsencode(a), folder, os.fsencode(b), _RENAME_EXCHANGE) == 0
 
 
 @functools.cache
@@ -176,7 +208,7 @@ def _libc():
         return None
 
 
-def _swap_in(tmp_name: str, target: Path, replaces: Callable[[Path], bool],
+def _swap_in(folder: int, tmp_name: str, target: Path, replaces: Callable[[Path], bool],
              check: Callable[[], None] | None) -> bool:
     """Swap the new file in and keep it only if what it replaced may be replaced.
 
@@ -184,32 +216,36 @@ def _swap_in(tmp_name: str, target: Path, replaces: Callable[[Path], bool],
     filesystem): the caller renames as usual. Raises what `check` raises (or
     FileExistsError) when an outside save came in after the check: it is put back.
     """
-    ours = os.stat(tmp_name).st_ino
-    if not _exchange(tmp_name, target):
+    ours = _inode(folder, tmp_name)
+    if not _exchange(folder, tmp_name, target.name):
         return False
-    if replaces(Path(tmp_name)):
-        _unlink_quietly(tmp_name)  # the file it replaced: the one the caller meant to replace
+    if replaces(target.parent / tmp_name):
+        _unlink_quietly(tmp_name, folder)  # the file it replaced: the one the caller meant to replace
         return True
-    _put_back(tmp_name, target, ours)
+    _put_back(folder, tmp_name, target.name, ours)
     if check is not None:
         check()
     raise FileExistsError(f"{target} changed while it was being replaced; it was left as it is")
 
 
-def _put_back(tmp_name: str, target: Path, ours: int) -> None:
-    """`tmp_name` holds an outside save that the swap took out: put it back at `target`.
+def _put_back(folder: int, tmp_name: str, name: str, ours: int) -> None:
+    """`tmp_name` holds an outside save that the swap took out: put it back at `name`.
 
-    Swapping again takes out what `target` holds then: our file (done), or an even
+    Swapping again takes out what `name` holds then: our file (done), or an even
     newer outside save that replaced ours meanwhile, which must stay; then the older
     one is swapped out again, and so on while saves keep coming.
     """
-    held = os.stat(tmp_name).st_ino
+    held = _inode(folder, tmp_name)
     for _ in range(16):
-        _exchange(tmp_name, target)
-        if os.stat(tmp_name).st_ino == ours:
+        _exchange(folder, tmp_name, name)
+        if _inode(folder, tmp_name) == ours:
             break  # our file is out and the outside save is back
-        _exchange(tmp_name, target)  # a newer save had replaced ours: it goes back in
-        if os.stat(tmp_name).st_ino == held:
+        _exchange(folder, tmp_name, name)  # a newer save had replaced ours: it goes back in
+        if _inode(folder, tmp_name) == held:
             break  # the older save is out, the newer one stays
-        held = os.stat(tmp_name).st_ino
-    _unlink_quietly(tmp_name)
+        held = _inode(folder, tmp_name)
+    _unlink_quietly(tmp_name, folder)
+
+
+def _inode(folder: int, name: str) -> int:
+    return os.stat(name, dir_fd=folder, follow_symlinks=False).st_ino

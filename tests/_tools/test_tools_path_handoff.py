@@ -103,3 +103,48 @@ def test_the_searches_look_where_the_checks_looked(session, tmp_path):
     result, err = run(session, "tools grep-search pattern=needle path=area output_mode=content")
     assert result.exit_code == 0, err
     assert "needle inside" in result.stdout and "outside" not in result.stdout
+
+
+# A folder on the way swapped for a link after the checks: the real path the checks judged
+# now leads out of the workspace. The open must notice, not follow.
+
+
+@pytest.fixture
+def swappable(session, tmp_path):
+    """`sub/note.txt` in the workspace, a `note.txt` outside, and a swap of `sub` for a link there."""
+    work = session.workdir
+    (work / "sub").mkdir()
+    (work / "sub" / "note.txt").write_text("inside note\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "note.txt").write_text("the secret outside the workspace\n")
+
+    def swap(call):  # runs after the path was judged, before the tool opens it
+        (work / "sub").rename(work / "sub.moved")
+        (work / "sub").symlink_to(outside)
+        return HookOutcome("allow", "edits inside the workspace are fine here")
+    return swap, outside
+
+
+def test_a_folder_swapped_after_the_checks_does_not_redirect_the_read(session, swappable):
+    swap, _ = swappable
+    session.hooks.before_call("read_file")(swap)
+    result, err = run(session, "tools read-file path=sub/note.txt")
+    assert result.exit_code == 1
+    assert "secret" not in result.stdout + err
+    assert "changed while it was being opened" in err
+
+
+@pytest.mark.parametrize("tool, script", [
+    ("write_file", "p=sub/note.txt; tools write-file path=$p content=changed"),
+    ("edit_file", "p=sub/note.txt; tools edit-file path=$p old_string=secret new_string=changed"),
+])
+def test_a_folder_swapped_after_the_checks_does_not_redirect_the_write(session, swappable, tool, script):
+    swap, outside = swappable
+    session.hooks.before_call(tool)(swap)
+    result, err = run(session, script)
+    assert result.exit_code == 1, err
+    assert "changed while it was being" in err and "nothing was" in err
+    assert (outside / "note.txt").read_text() == "the secret outside the workspace\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["note.txt"]  # no temporary file left there
+    assert (session.workdir / "sub.moved" / "note.txt").read_text() == "inside note\n"

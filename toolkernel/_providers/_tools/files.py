@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..._atomic import write_atomic
+from ..._checked_open import PathChanged, file_checked, read_checked
 from ..._tool import Image, ToolContext, ToolInputError, tool
 from ._paths import display_path
 
@@ -73,7 +74,7 @@ def read_file(arguments: dict[str, Any], ctx: ToolContext) -> Any:
         data = _read_whole(file, size) if whole else file.read(SNIFF_BYTES)
         mime = image_type(data)
         if mime is not None:
-            return _read_image(path, shown, mime)
+            return _read_image(file, size, shown, mime)
         if _looks_utf16(data):
             raise ToolInputError(f"{shown} is UTF-16 text, which read_file does not decode; convert it to UTF-8 first")
         if data.find(b"\0", 0, SNIFF_BYTES) >= 0:
@@ -95,11 +96,14 @@ def _open_readable(path: str, shown: str) -> io.FileIO:
     try:
         # One system call where exists() and is_dir() took two more. Unbuffered: a buffer costs
         # four system calls more (a terminal test, a size, two seeks), and each is microseconds.
-        return open(path, "rb", buffering=0)
+        return file_checked(path)
     except FileNotFoundError:
         raise ToolInputError(f"File not found: {shown}") from None
     except IsADirectoryError:
         raise ToolInputError(f"{shown} is a directory, not a file; use glob_search to list files") from None
+    except PathChanged:
+        raise ToolInputError(f"{shown} changed while it was being opened (a folder on the way was "
+                             "replaced); nothing was read") from None
 
 
 def _read_whole(file: io.FileIO, size: int) -> bytes:
@@ -137,11 +141,11 @@ def _looks_utf16(head: bytes) -> bool:
     return head.startswith((b"\xff\xfe", b"\xfe\xff"))
 
 
-def _read_image(path: str, shown: str, mime: str) -> Image:
-    size = os.stat(path).st_size
+def _read_image(file: io.FileIO, size: int, shown: str, mime: str) -> Image:
     if size > MAX_IMAGE_BYTES:
         raise ToolInputError(f"{shown} is a {size} byte image, over the {MAX_IMAGE_BYTES} byte limit")
-    return Image(Path(path).read_bytes(), mime)
+    file.seek(0)  # from the file opened and checked, not by its name again
+    return Image(file.readall(), mime)
 
 
 def _plain_text(data: bytes) -> str | None:
@@ -281,9 +285,18 @@ def write_file(arguments: dict[str, Any], ctx: ToolContext) -> str:
         raise ToolInputError(f"{shown} is a directory; give a file path")
     content: str = arguments["content"]
     existed = path.exists()
-    write_atomic(path, content, resolved=True)
+    _write_checked(path, content, shown)
     verb = "Overwrote" if existed else "Created"
     return f"{verb} {shown} ({_line_count(content)} lines, {len(content.encode('utf-8'))} bytes)"
+
+
+def _write_checked(path: Path, content: str, shown: str) -> None:
+    """The atomic write of a path the dispatcher checked, into the very folder it checked."""
+    try:
+        write_atomic(path, content, resolved=True)
+    except PathChanged:
+        raise ToolInputError(f"{shown} changed while it was being written (a folder on the way was "
+                             "replaced); nothing was written") from None
 
 
 def _line_count(text: str) -> int:
@@ -337,7 +350,7 @@ def edit_file(arguments: dict[str, Any], ctx: ToolContext) -> str:
             f"old_string occurs {count} times in {shown}; add surrounding text to make it unique, "
             "or set replace_all=true"
         )
-    write_atomic(path, text.replace(old, new), resolved=True)
+    _write_checked(path, text.replace(old, new), shown)
     first_line = text[: text.index(old)].count("\n") + 1
     noun = "occurrence" if count == 1 else "occurrences"
     return f"Replaced {count} {noun} in {shown} (first at line {first_line})"
@@ -348,7 +361,11 @@ def _read_text_for_edit(path: Path, shown: str) -> str:
         raise ToolInputError(f"File not found: {shown} (use write_file to create it)")
     if path.is_dir():
         raise ToolInputError(f"{shown} is a directory, not a file")
-    data = path.read_bytes()
+    try:
+        data = read_checked(str(path))
+    except PathChanged:
+        raise ToolInputError(f"{shown} changed while it was being opened (a folder on the way was "
+                             "replaced); nothing was changed") from None
     if b"\0" in data:
         raise ToolInputError(f"{shown} is a binary file; edit_file edits UTF-8 text only")
     try:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..._checked_open import read_checked
 from ..._process import run_capped
 from ..._tool import ToolContext, ToolInputError, tool
 from ._glob import FilterGlob, GlobError, compile_path_glob, name_matcher
@@ -395,8 +396,11 @@ def _rg_error(err: bytes) -> str:
 def search_builtin(query: GrepQuery) -> list[FileHits]:
     regex = _compile_regex(query)
     hits = []
+    # Each file must still lie where the checks looked: a folder swapped for a link during the
+    # walk would otherwise lead the search out of it.
+    inside = os.path.realpath(query.root)
     for rel, path in _files_to_search(query):
-        text = _read_text(path)
+        text = _read_text(path, inside)
         if text is None:
             continue
         hit = _search_text(regex, text, query)
@@ -473,10 +477,11 @@ def _is_binary_file(path: Path) -> bool:
     return not data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) and b"\0" in data
 
 
-def _read_text(path: Path) -> str | None:
+def _read_text(path: Path, inside: str) -> str | None:
+    """The text of `path` (which must lie in `inside`), None for what is not searched."""
     try:
-        data = path.read_bytes()
-    except OSError:
+        data = read_checked(os.fspath(path), inside=inside)
+    except OSError:  # unreadable, gone, a folder, or led out of `inside` (PathChanged)
         return None
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return data.decode("utf-16", errors="replace")

@@ -1,0 +1,105 @@
+"""Open a path that was resolved and checked earlier, and make sure the kernel opened that one.
+
+The approval layer judges a call by where its paths lead (symlinks and `..` resolved),
+and the tool then opens that real path. Between the two, another process (a second
+script, a second `serve` session) can swap a folder on the way for a symlink that leads
+out of the workspace: the open would then follow it, to a file that nobody checked.
+
+So the open never follows a symlink in the last name (`O_NOFOLLOW`), and afterwards the
+kernel is asked where the descriptor it gave really is (its name in `/proc/self/fd`). A
+name other than the checked one, or one outside the folder it must lie in, means the path
+changed: the descriptor is closed and `PathChanged` raised, before anything is read or
+written. Without `/proc`, the path is resolved again after the open and must still lead to
+the file opened: that catches a swap still in place, not one undone in between.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class PathChanged(OSError):
+    """What a checked path names changed after the check (a folder on the way was replaced)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path} changed while it was being opened (a folder on the way was "
+                         "replaced or is a link now); nothing was read or written")
+        self.path = path
+
+
+def open_checked(path: str, flags: int = os.O_RDONLY, mode: int = 0o666, *,
+                 inside: str | None = None) -> int:
+    """A descriptor for the real path `path`, opened without following links.
+
+    It must be `path` itself or, with `inside`, anything in that (real) folder. A link in
+    the last name raises `PathChanged` as well: a real path has none there.
+    """
+    try:
+        fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC, mode)
+    except OSError as exc:
+        if _is_link(path):
+            raise PathChanged(path) from exc
+        raise
+    try:
+        _confirm(fd, path, inside)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def file_checked(path: str, *, inside: str | None = None) -> io.FileIO:
+    """`open_checked` for reading, as an unbuffered binary file (IsADirectoryError for a folder)."""
+    fd = open_checked(path, inside=inside)
+    try:
+        return io.FileIO(fd, "rb")
+    except BaseException:
+        os.close(fd)  # FileIO leaves a descriptor it was handed open when it refuses it
+        raise
+
+
+def read_checked(path: str, *, inside: str | None = None) -> bytes:
+    """The whole of the file `path`, opened as `open_checked` does."""
+    with file_checked(path, inside=inside) as file:
+        return file.readall()
+
+
+def opened_name(fd: int) -> str | None:
+    """Where descriptor `fd` really is, as the kernel says; None where it cannot say."""
+    try:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    # A file unlinked meanwhile is named "... (deleted)"; anything not absolute is no path.
+    return name if name.startswith("/") and not name.endswith(" (deleted)") else None
+
+
+def _confirm(fd: int, path: str, inside: str | None) -> None:
+    name = opened_name(fd)
+    if name is None:  # no /proc: where the path leads now, if that is still the file opened
+        name = os.path.realpath(path) if _same_file(fd, path) else None
+    if name is None or not (name == path if inside is None else _is_in(name, inside)):
+        raise PathChanged(path)
+
+
+def _is_in(name: str, folder: str) -> bool:
+    return name == folder or name.startswith(folder.rstrip("/") + "/")
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        now, opened = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+def _is_link(path: str) -> bool:
+    try:
+        return os.path.islink(path)
+    except (OSError, ValueError):
+        return False
