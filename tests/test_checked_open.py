@@ -94,3 +94,10 @@ def test_a_refused_open_closes_its_descriptor(tree):
     with pytest.raises(PathChanged):
         open_checked(checked)
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_pipe_is_refused_at_once_not_waited_on(tree):
+    work, _ = tree
+    os.mkfifo(work / "pipe")  # no writer: a plain open would wait for one for ever
+    with pytest.raises(_checked_open.NotAFile):
+        read_checked(str(work / "pipe"))

@@ -15,8 +15,10 @@ the file opened: that catches a swap still in place, not one undone in between.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import stat
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -52,13 +54,26 @@ def open_checked(path: str, flags: int = os.O_RDONLY, mode: int = 0o666, *,
     return fd
 
 
+class NotAFile(OSError):
+    """The path is a pipe, a device or a socket: reading it could wait, or never end."""
+
+
 def file_checked(path: str, *, inside: str | None = None) -> io.FileIO:
-    """`open_checked` for reading, as an unbuffered binary file (IsADirectoryError for a folder)."""
-    fd = open_checked(path, inside=inside)
+    """`open_checked` for reading a regular file, as an unbuffered binary file.
+
+    Opened without waiting (a pipe with no writer would hold the open, and the thread, for
+    ever); a folder raises IsADirectoryError, anything else that is not a file `NotAFile`.
+    """
+    fd = open_checked(path, os.O_RDONLY | os.O_NONBLOCK, inside=inside)
     try:
+        kind = stat.S_IFMT(os.fstat(fd).st_mode)
+        if kind == stat.S_IFDIR:
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+        if kind != stat.S_IFREG:
+            raise NotAFile(errno.EINVAL, "Not a regular file", path)
         return io.FileIO(fd, "rb")
     except BaseException:
-        os.close(fd)  # FileIO leaves a descriptor it was handed open when it refuses it
+        os.close(fd)
         raise
 
 

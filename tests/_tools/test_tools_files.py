@@ -84,6 +84,32 @@ def test_read_file_missing_and_directory(tmp_path):
     assert folder.is_error and "directory" in text_of(folder)
 
 
+def test_read_file_and_edit_file_refuse_a_pipe_at_once(tmp_path):
+    import threading
+
+    os.mkfifo(tmp_path / "pipe")
+    stop = threading.Event()
+
+    def late_writer():  # frees an open that waits for a writer, so a failure is not a hang
+        while not stop.wait(0.2):
+            try:
+                fd = os.open(tmp_path / "pipe", os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                continue  # no reader waiting yet
+            os.write(fd, b"late\n")
+            os.close(fd)
+
+    writer = threading.Thread(target=late_writer, daemon=True)
+    writer.start()
+    try:
+        read = call(read_file, {"path": "pipe"}, tmp_path)
+        edit = call(edit_file, {"path": "pipe", "old_string": "late", "new_string": "x"}, tmp_path)
+    finally:
+        stop.set()
+    assert read.is_error and "not a regular file" in text_of(read)
+    assert edit.is_error and "not a regular file" in text_of(edit)
+
+
 def test_read_file_refuses_binary_and_non_utf8(tmp_path):
     (tmp_path / "blob.bin").write_bytes(b"ELF\x00\x01\x02stuff")
     binary = call(read_file, {"path": "blob.bin"}, tmp_path)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..._atomic import write_atomic
-from ..._checked_open import PathChanged, file_checked, read_checked
+from ..._checked_open import NotAFile, PathChanged, file_checked, read_checked
 from ..._tool import Image, ToolContext, ToolInputError, tool
 from ._paths import display_path
 
@@ -101,6 +101,9 @@ def _open_readable(path: str, shown: str) -> io.FileIO:
         raise ToolInputError(f"File not found: {shown}") from None
     except IsADirectoryError:
         raise ToolInputError(f"{shown} is a directory, not a file; use glob_search to list files") from None
+    except NotAFile:
+        raise ToolInputError(f"{shown} is not a regular file (a pipe, device or socket); "
+                             "read_file reads files") from None
     except PathChanged:
         raise ToolInputError(f"{shown} changed while it was being opened (a folder on the way was "
                              "replaced); nothing was read") from None
@@ -363,6 +366,9 @@ def _read_text_for_edit(path: Path, shown: str) -> str:
         raise ToolInputError(f"{shown} is a directory, not a file")
     try:
         data = read_checked(str(path))
+    except NotAFile:
+        raise ToolInputError(f"{shown} is not a regular file (a pipe, device or socket); "
+                             "edit_file edits text files") from None
     except PathChanged:
         raise ToolInputError(f"{shown} changed while it was being opened (a folder on the way was "
                              "replaced); nothing was changed") from None
