@@ -97,16 +97,22 @@ def _open_readable(path: str, shown: str) -> io.FileIO:
         # One system call where exists() and is_dir() took two more. Unbuffered: a buffer costs
         # four system calls more (a terminal test, a size, two seeks), and each is microseconds.
         return file_checked(path)
-    except FileNotFoundError:
-        raise ToolInputError(f"File not found: {shown}") from None
-    except IsADirectoryError:
-        raise ToolInputError(f"{shown} is a directory, not a file; use glob_search to list files") from None
-    except NotAFile:
-        raise ToolInputError(f"{shown} is not a regular file (a pipe, device or socket); "
-                             "read_file reads files") from None
-    except PathChanged:
-        raise ToolInputError(f"{shown} changed while it was being opened (a folder on the way was "
-                             "replaced); nothing was read") from None
+    except (FileNotFoundError, IsADirectoryError, NotAFile, PathChanged) as exc:
+        raise _unopenable(exc, shown, "read_file") from None
+
+
+def _unopenable(exc: OSError, shown: str, tool_name: str) -> ToolInputError:
+    """Why `shown` cannot be opened for `tool_name`, in words."""
+    if isinstance(exc, FileNotFoundError):
+        hint = " (use write_file to create it)" if tool_name == "edit_file" else ""
+        return ToolInputError(f"File not found: {shown}{hint}")
+    if isinstance(exc, IsADirectoryError):
+        return ToolInputError(f"{shown} is a directory, not a file; use glob_search to list files")
+    if isinstance(exc, NotAFile):
+        return ToolInputError(f"{shown} is not a regular file (a pipe, device or socket); "
+                              f"{tool_name} works on files")
+    return ToolInputError(f"{shown} changed while it was being opened (a folder on the way was "
+                          "replaced); nothing was read or changed")
 
 
 def _read_whole(file: io.FileIO, size: int) -> bytes:
@@ -360,18 +366,10 @@ def edit_file(arguments: dict[str, Any], ctx: ToolContext) -> str:
 
 
 def _read_text_for_edit(path: Path, shown: str) -> str:
-    if not path.exists():
-        raise ToolInputError(f"File not found: {shown} (use write_file to create it)")
-    if path.is_dir():
-        raise ToolInputError(f"{shown} is a directory, not a file")
     try:
         data = read_checked(str(path))
-    except NotAFile:
-        raise ToolInputError(f"{shown} is not a regular file (a pipe, device or socket); "
-                             "edit_file edits text files") from None
-    except PathChanged:
-        raise ToolInputError(f"{shown} changed while it was being opened (a folder on the way was "
-                             "replaced); nothing was changed") from None
+    except (FileNotFoundError, IsADirectoryError, NotAFile, PathChanged) as exc:
+        raise _unopenable(exc, shown, "edit_file") from None
     if b"\0" in data:
         raise ToolInputError(f"{shown} is a binary file; edit_file edits UTF-8 text only")
     try:
