@@ -148,3 +148,26 @@ def test_a_folder_swapped_after_the_checks_does_not_redirect_the_write(session, 
     assert (outside / "note.txt").read_text() == "the secret outside the workspace\n"
     assert sorted(p.name for p in outside.iterdir()) == ["note.txt"]  # no temporary file left there
     assert (session.workdir / "sub.moved" / "note.txt").read_text() == "inside note\n"
+
+
+@pytest.mark.parametrize("engine", ["rg", "builtin"])
+def test_a_searched_folder_swapped_after_the_checks_is_not_searched(session, tmp_path, engine, monkeypatch):
+    import shutil
+    monkeypatch.setenv("TOOLKERNEL_TRUST_ALL", "1")  # the [tools] table below is the test's own
+    if engine == "rg" and shutil.which("rg") is None:
+        pytest.skip("rg is not installed here (CI installs it)")
+    work = session.workdir
+    (work / "toolkernel.toml").write_text(f'[tools.grep_search]\nengine = "{engine}"\n')
+    (work / "docs").mkdir()
+    (work / "docs" / "a.md").write_text("needle inside\n")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "b.md").write_text("needle outside\n")
+
+    @session.hooks.before_call("grep_search")
+    def swap(call):  # the real folder itself, not a link to it, is replaced
+        (work / "docs").rename(work / "docs.moved")
+        (work / "docs").symlink_to(tmp_path / "elsewhere")
+
+    result, err = run(session, "tools grep-search pattern=needle path=docs output_mode=content")
+    assert "outside" not in result.stdout + err
+    assert result.exit_code == 1 and "changed before the search started" in err

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import codecs
+import contextlib
 import os
 import re
 import shutil
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..._checked_open import read_checked
+from ..._checked_open import PathChanged, open_checked, read_checked
 from ..._process import run_capped
 from ..._tool import ToolContext, ToolInputError, tool
 from ._glob import FilterGlob, GlobError, compile_path_glob, name_matcher
@@ -311,14 +312,12 @@ def _type_globs(name: str | None) -> tuple[str, ...]:
 
 
 async def search_rg(query: GrepQuery, rg: str) -> list[FileHits]:
-    if query.root.is_file():
-        if _is_binary_file(query.root):
-            return []
-        cwd, target = query.root.parent, query.root.name
-    else:
-        cwd, target = query.root, "."
-    done = await run_capped([rg, *rg_arguments(query), "--", target], cwd=cwd,
-                            stdout_cap=_RG_OUTPUT_CAP, stderr_cap=_RG_ERROR_CAP)
+    if query.root.is_file() and _is_binary_file(query.root):
+        return []
+    cwd, target = _start_folder(query)
+    with _pinned_folder(cwd, query.root_shown) as pinned:
+        done = await run_capped([rg, *rg_arguments(query), "--", target], cwd=pinned,
+                                stdout_cap=_RG_OUTPUT_CAP, stderr_cap=_RG_ERROR_CAP)
     if done.over_cap:
         raise ToolInputError(f"grep_search: rg wrote more than {_RG_OUTPUT_CAP // 2**20} MiB of "
                              "matches; narrow the pattern, the path or the glob")
@@ -330,6 +329,33 @@ async def search_rg(query: GrepQuery, rg: str) -> list[FileHits]:
         for hit in hits:
             hit.rel = ""
     return hits
+
+
+def _start_folder(query: GrepQuery) -> tuple[Path, str]:
+    """The folder a search starts in, and what it searches there."""
+    if query.root.is_file():
+        return query.root.parent, query.root.name
+    return query.root, "."
+
+
+@contextlib.contextmanager
+def _pinned_folder(folder: Path, shown: str) -> Iterator[str]:
+    """A name for `folder` (a checked real path) that rg's start in it cannot be led away from:
+    the folder is opened as checked (`open_checked`), and rg starts in that open folder, named
+    through this process's /proc entry. Where that cannot be done, the folder's own name."""
+    try:
+        fd = open_checked(str(folder), os.O_RDONLY | os.O_DIRECTORY)
+    except PathChanged:
+        raise ToolInputError(f"{shown} changed before the search started (a folder on the way "
+                             "was replaced); nothing was searched") from None
+    except OSError:
+        yield str(folder)  # unreadable: rg says so, as it did
+        return
+    try:
+        pinned = f"/proc/{os.getpid()}/fd/{fd}"
+        yield pinned if os.path.isdir(pinned) else str(folder)
+    finally:
+        os.close(fd)
 
 
 def rg_arguments(query: GrepQuery) -> list[str]:
@@ -396,17 +422,18 @@ def _rg_error(err: bytes) -> str:
 def search_builtin(query: GrepQuery) -> list[FileHits]:
     regex = _compile_regex(query)
     hits = []
-    # Each file must still lie where the checks looked: a folder swapped for a link during the
-    # walk would otherwise lead the search out of it.
-    inside = os.path.realpath(query.root)
-    for rel, path in _files_to_search(query):
-        text = _read_text(path, inside)
-        if text is None:
-            continue
-        hit = _search_text(regex, text, query)
-        if hit is not None:
-            hit.rel = rel
-            hits.append(hit)
+    # Each file must still lie where the checks looked (the root is a real path: the checked
+    # one): a folder swapped for a link during the walk would otherwise lead the search out of it.
+    inside = str(query.root)
+    with _pinned_folder(_start_folder(query)[0], query.root_shown):  # refuses a root swapped already
+        for rel, path in _files_to_search(query):
+            text = _read_text(path, inside)
+            if text is None:
+                continue
+            hit = _search_text(regex, text, query)
+            if hit is not None:
+                hit.rel = rel
+                hits.append(hit)
     return hits
 
 
