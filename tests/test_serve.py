@@ -329,6 +329,20 @@ def test_direct_tools_pass_the_same_approvals(tmp_path):
     assert not (work / "x.txt").exists()
 
 
+def test_a_direct_write_to_what_scripts_must_not_write_is_asked_first(tmp_path):
+    work = project(tmp_path)
+    config = (work / "toolkernel.toml").read_text()
+    asked: list = []
+
+    async def body():
+        async with connected(work, answering("deny", asked)) as client:
+            return await client.call_tool("write_file", {"path": "toolkernel.toml", "content": "x"})
+
+    result = run(body)
+    assert len(asked) == 1 and result.is_error
+    assert (work / "toolkernel.toml").read_text() == config
+
+
 # -- streamable HTTP -------------------------------------------------------------------------
 
 

@@ -171,7 +171,7 @@ class ToolServer:
 
     async def _listed(self, session: Session) -> list[types.Tool]:
         settings = ShellSettings.from_config(load_config(self.workdir).tools_in_shell)
-        command = await session.prepare()
+        command = await session.prepare(one_call=True)  # nothing runs: no mount plan needed
         policy = command.dispatcher.env.policy
         tools = [t for t in await self._direct_tools(command.catalog, settings)
                  if not deny_rule_covers(policy, t.qualified_name, t.command, t.kind)]
@@ -232,7 +232,8 @@ class ToolServer:
 
     async def _call_direct(self, session: Session, name: str, arguments: dict[str, Any],
                            approver: Approver) -> types.CallToolResult:
-        command = await session.prepare(approver=approver)
+        # One call, no script: the mount plan is worked out only if the call names paths.
+        command = await session.prepare(approver=approver, one_call=True)
         tool = await _find_listed(self, command.catalog, name)
         called = await command.call(tool, parse_input([], tool.input_schema, json.dumps(arguments)))
         if called.failure is not None:
