@@ -446,6 +446,86 @@ def test_without_epoll_the_loop_of_the_session_reads_for_every_call(pool, monkey
     assert here(tools["chatty"].call({}, ctx())).texts == ["answered"]
 
 
+class CountingLoop(asyncio.SelectorEventLoop):
+    """A thread's loop that counts what it is asked to watch, and its turns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watched = self.unwatched = self.turns = 0
+
+    def add_reader(self, fd, callback, *args):
+        self.watched += 1
+        return super().add_reader(fd, callback, *args)
+
+    def remove_reader(self, fd):
+        self.unwatched += 1
+        return super().remove_reader(fd)
+
+    def _run_once(self):
+        self.turns += 1
+        return super()._run_once()
+
+
+def test_a_threads_loop_starts_watching_the_server_once_not_on_every_call(pool):
+    """Taking the reading and handing it back moves stdout between epoll sets: the loop of the
+    calling thread watches its own set from its first call on, with no change per call."""
+    tools = by_name(run(pool.tools(SLOW)))
+    lane = pool._connections["slow"].lane
+    loop = CountingLoop()
+    try:
+        for _ in range(5):
+            assert loop.run_until_complete(asyncio.wait_for(tools["ping"].call({}, ctx()), WAIT)).texts == ["pong"]
+        assert (loop.watched, loop.unwatched) == (1, 0)
+        assert lane._reader is lane._loop  # handed back after each call
+        run(pool._connections["slow"].session.send_ping())  # the session reads again
+    finally:
+        run(pool.close())
+        loop.close()
+
+
+def test_a_server_that_exits_wakes_no_loop_that_read_for_it_before(pool):
+    """A set holding the server's stdout reports its hang-up whether or not it asks for input:
+    the loop of a thread that called the server before must not hold it and spin."""
+    cfg = fixture("crashy", "crash")
+    tools = by_name(run(pool.tools(cfg)))
+    loop = CountingLoop()
+    try:
+        pid = loop.run_until_complete(asyncio.wait_for(tools["pid"].call({}, ctx()), WAIT)).value()
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not pool.loaded("crashy"), "the pool to notice the dead server")
+        loop.turns = 0
+        loop.run_until_complete(asyncio.sleep(0.5))
+        assert loop.turns < 20, f"{loop.turns} turns in half a second: the loop spins"
+    finally:
+        run(pool.close())
+        loop.close()
+
+
+def test_closing_the_server_makes_a_threads_loop_forget_its_epoll_set(pool):
+    """The set a thread's loop watched is closed with the server, and the loop stops watching
+    it first: its number, once the kernel gives it to a new descriptor, works as any other."""
+    tools = by_name(run(pool.tools(SLOW)))
+    lane = pool._connections["slow"].lane
+    loop = CountingLoop()
+    read_end, write_end = os.pipe()
+    try:
+        assert loop.run_until_complete(asyncio.wait_for(tools["ping"].call({}, ctx()), WAIT)).texts == ["pong"]
+        number = lane._sets[loop].fileno()
+        run(pool.close())
+        assert lane._sets == {} and loop.unwatched == 1
+        os.dup2(read_end, number)  # the number, now a pipe's (as a later open could make it)
+        readable = loop.create_future()
+        loop.add_reader(number, lambda: readable.done() or readable.set_result(True))
+        os.write(write_end, b"x")
+        assert loop.run_until_complete(asyncio.wait_for(readable, WAIT))
+        loop.remove_reader(number)
+        os.close(number)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+        loop.close()
+
+
 HOSTILE = fixture("hostile", "hostile")
 
 
