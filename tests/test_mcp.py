@@ -881,6 +881,44 @@ def test_convert_error_result():
     assert result.is_error and result.texts == ["rate limited"]
 
 
+RAW_RESULTS = {  # tools/call results as servers send them: the plain ones, and near misses
+    "text": {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+    "structured": {"content": [{"type": "text", "text": "{}"}], "structuredContent": {"n": 1}, "isError": False},
+    "wrapper": {"content": [{"type": "text", "text": "x"}], "structuredContent": {"result": "x"}},
+    "wrapped": {"content": [], "structuredContent": {"result": [1, 2]}},
+    "null structured": {"content": [], "structuredContent": None},
+    "error": {"content": [{"type": "text", "text": "no"}], "isError": True},
+    "annotated": {"content": [{"type": "text", "text": "a", "annotations": {"priority": 1}}]},
+    "meta": {"content": [{"type": "text", "text": "a"}], "_meta": {"k": 1}},
+    "image": {"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}]},
+    "lax error flag": {"content": [], "isError": "true"},
+    "not a block": {"content": ["a"]},
+    "no content": {"structuredContent": {"n": 1}},
+}
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+@pytest.mark.parametrize("shape", list(RAW_RESULTS))
+def test_a_call_past_the_session_reads_a_result_as_the_sdks_model_does(shape, wrapped):
+    """The lane's results skip the SDK's model where it would take them as they are: what comes
+    out is what the model's way gives, and anything else still goes through the model."""
+    from pydantic import ValidationError
+
+    from toolkernel._providers._mcp import _converted, _plain_texts
+
+    raw = RAW_RESULTS[shape]
+    texts = _plain_texts(raw)
+    assert (texts is not None) == (shape in {"text", "structured", "wrapper", "wrapped", "null structured", "error"})
+    try:
+        expected = convert_result(types.CallToolResult.model_validate(raw, by_name=False), wrapped)
+    except ValidationError:
+        assert texts is None
+        return
+    if texts is not None:
+        fast = _converted(texts, [], raw.get("structuredContent"), raw.get("isError", False), wrapped)
+        assert fast == expected
+
+
 # --- inside a script (Bashkit, the script's own thread) --------------------------------
 
 def test_a_script_interrupted_in_an_mcp_call_cancels_it_on_the_server(tmp_path, monkeypatch, python_sigint):
