@@ -1,32 +1,32 @@
 """Benchmark: what a `tools` call inside a script costs over calling the tool directly.
 
-    python bench/bench_tools.py [--calls 500] [--mcp-calls 200] [--repeat 5] [--profile]
+    python bench/bench_tools.py [--calls 500] [--mcp-calls 200] [--repeat 5] [--profile] [--mcp-only]
 
 1. In-process tool: a loop of `tools noop` in a script, minus the same loop
    running `:` (the shell's own loop cost), over the same tool called directly
    awaited on the calling thread's own loop (`_loop.run_here`). Target: < 100 us per call.
 2. MCP tool: a loop of `tools github get-pull` in a script over a bare
-   `mcp.ClientSession.call_tool` loop against its own demo server. Target: <= 1.1x.
+   `mcp.ClientSession.call_tool` loop against the same demo server. Target: <= 1.1x, at the
+   median of the rounds' own ratios. Each side calls a server of its own, started before the
+   rounds, warmed up with the same number of calls and kept open across the rounds (the
+   bare client on a loop of its own, as the pool keeps the script's). In each round the two
+   take turns in short runs (ABBA ABBA: 4 runs of 50 calls each by default), so the load of
+   the shared machine, which moves by the second, falls on both alike; one long run each
+   gave single rounds of 0.6-1.8x at load 2-4. A script run's own start (a few ms) is in
+   every one of its runs. The rows also give each round's ratio, and the CPU of this
+   process (the servers' own CPU is not in it).
    A script's call goes past the session (`_stdio.Lane`) and its thread reads the reply
    itself; the row "on this thread, past the session" is that call without the shell, the
    `tools` command and the dispatcher; the row "through the session" is the older path,
    which serve and calls made on the private loop still take.
 
-   Figures of 2026-11-30 (evening), 200 calls, 5 rounds, machine shared (load 2.5-6 on 2
-   CPUs), alternating in the same minutes with the code before (where the private loop
-   read the reply and handed it on): this bench gave script / bare 0.87x, 1.21x and
-   1.18x at the median, before 1.03x, 1.12x and 1.17x. At this load one round's ratio
-   ranges 0.4-2.2x, so single medians are mostly noise; six shorter A/B runs of the
-   script and bare loops alone gave 1.22, 1.23, 1.04, 1.10, 0.83, 0.99x (before 1.29,
-   1.20, 1.21, 1.34, 0.97, 1.13x), and in the last three the CPU of this process per
-   call, script / bare, 1.04, 0.95, 0.97x (before 1.29, 1.26, 1.20x). What moved for sure: the private loop no longer wakes for a script's
-   call (its CPU per call fell from about 300 us to about 5 us), and the script's thread
-   takes one voluntary context switch per call, as the bare client does (it took two
-   thread wake-ups before, three through the session). The call without the shell and
-   the command costs 0.55-0.65x the bare client's CPU (800-1000 against 1500-1650 us) and
-   0.75-0.77x its wall time; the rest of a script call's CPU (700-900 us at this load) is
-   the `tools` command and the shell: jsonschema input validation, argument parsing, and
-   structured results rendered through json's pure-Python indent encoder.
+   Where a script call's time goes (2026-11-30, late): the private loop does not wake for
+   it; the script's thread takes about one voluntary context switch a call, as the bare
+   client does. Of its CPU (about 950 us a call at load 3), the call past the session is
+   about 550 us (the bare client's whole call about 1050 us), the shell's loop 50 us, and
+   the rest is the `tools` command, the dispatcher and Bashkit's builtin call (an own
+   tool's whole call in a script costs about 200 us). Under load every wake-up waits for a
+   CPU and the script's extra CPU is stretched: its ratio rises with the load.
 
 Each figure is the median (and the best) of --repeat interleaved runs; both parts run in
 the same process.
@@ -231,7 +231,8 @@ def bench_mcp(session: Session, calls: int, repeat: int, blocks: int = 4) -> dic
     bare = BareClient()
     bare.open(WARM_UP_CALLS)
     try:
-        block = calls // blocks
+        block = max(1, calls // blocks)
+        calls = block * blocks  # what the per-call figures divide by
         pair = {"script": lambda: timed_script(session, loop_script(body, block)),
                 "bare": lambda: bare.calls(block)}
         others = {"empty": lambda: timed_script(session, loop_script(":", calls)),

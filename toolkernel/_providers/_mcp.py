@@ -105,7 +105,7 @@ class ServerPool:
     def _lane_connection(self, cfg: ServerConfig) -> _Connection | None:
         """The server's connection when it is up as configured, over a lane, with a current tool list."""
         conn = self._connections.get(cfg.name)
-        if (conn is not None and conn.usable and not conn.stale and conn.cfg == cfg
+        if (conn is not None and conn.usable and not conn.stale and (conn.cfg is cfg or conn.cfg == cfg)
                 and conn.lane is not None and conn.lane.usable):
             return conn
         return None
