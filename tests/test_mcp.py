@@ -452,6 +452,7 @@ class CountingLoop(asyncio.SelectorEventLoop):
     def __init__(self) -> None:
         super().__init__()
         self.watched = self.unwatched = self.turns = 0
+        self.unwatched_on: list[int] = []  # the threads that asked
 
     def add_reader(self, fd, callback, *args):
         self.watched += 1
@@ -459,6 +460,7 @@ class CountingLoop(asyncio.SelectorEventLoop):
 
     def remove_reader(self, fd):
         self.unwatched += 1
+        self.unwatched_on.append(threading.get_ident())
         return super().remove_reader(fd)
 
     def _run_once(self):
@@ -524,6 +526,38 @@ def test_closing_the_server_makes_a_threads_loop_forget_its_epoll_set(pool):
         os.close(read_end)
         os.close(write_end)
         loop.close()
+
+
+def test_closing_the_server_while_a_threads_loop_runs_makes_it_forget_its_set_on_its_own_thread(pool):
+    """A loop running on its thread (other work) is told to stop watching, and does so there."""
+    tools = by_name(run(pool.tools(SLOW)))
+    lane = pool._connections["slow"].lane
+    loop = CountingLoop()
+    called, release = threading.Event(), threading.Event()
+    outcome: list[object] = []
+
+    async def other_work() -> None:
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+
+    def thread() -> None:
+        outcome.append(loop.run_until_complete(asyncio.wait_for(tools["ping"].call({}, ctx()), WAIT)).texts)
+        called.set()
+        loop.run_until_complete(other_work())
+
+    worker = threading.Thread(target=thread, daemon=True)
+    worker.start()
+    try:
+        assert called.wait(WAIT)
+        watched = lane._sets[loop]
+        run(pool.close())
+        wait_until(lambda: watched.closed, "the loop to close its set")
+        assert loop.unwatched_on == [worker.ident] and worker.is_alive()  # on its own thread, while it ran
+    finally:
+        release.set()
+        worker.join(WAIT)
+        loop.close()
+    assert outcome == [["pong"]]
 
 
 HOSTILE = fixture("hostile", "hostile")
