@@ -953,6 +953,39 @@ def test_a_call_past_the_session_reads_a_result_as_the_sdks_model_does(shape, wr
         assert fast == expected
 
 
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "additionalProperties": True, "title": "get_pullDictOutput"},  # the Python SDK's for a dict
+    {"type": "object"},
+    {"type": "object", "properties": {"a": {"type": "string"}}},
+    {"type": "object", "additionalProperties": False},
+    {"type": "object", "additionalProperties": {"type": "integer"}},
+    {"type": "object", "required": ["b"]},
+    {"type": "object", "title": 5},
+    {"type": "array"},
+])
+@pytest.mark.parametrize("structured", [{}, {"a": 1}, {"a": "x"}])
+def test_an_output_schema_any_object_meets_takes_objects_unchecked_and_nothing_else(schema, structured):
+    """The check of structured content against the output schema, with its shortcut for schemas
+    that every object meets, says what the schema's own validator says."""
+    from jsonschema import SchemaError
+    from jsonschema.validators import validator_for
+
+    from toolkernel._providers._mcp import _ToolCall
+
+    check = _ToolCall(ServerPool(), PULLS, "t", wrapped=False, output_schema=schema)
+    try:
+        validator_for(schema).check_schema(schema)
+        valid = validator_for(schema)(schema).is_valid(structured)
+    except SchemaError:
+        valid = False
+    try:
+        check._check_output(structured, True)
+        checked = True
+    except RuntimeError:
+        checked = False
+    assert checked == valid
+
+
 # --- inside a script (Bashkit, the script's own thread) --------------------------------
 
 def test_a_script_interrupted_in_an_mcp_call_cancels_it_on_the_server(tmp_path, monkeypatch, python_sigint):
