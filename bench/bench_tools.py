@@ -10,10 +10,10 @@
    median of the rounds' own ratios. Each side calls a server of its own, started before the
    rounds, warmed up with the same number of calls and kept open across the rounds (the
    bare client on a loop of its own, as the pool keeps the script's). In each round the two
-   take turns in short runs (ABBA ABBA: 4 runs of 50 calls each by default), so the load of
-   the shared machine, which moves by the second, falls on both alike; one long run each
-   gave single rounds of 0.6-1.8x at load 2-4. A script run's own start (a few ms) is in
-   every one of its runs. The rows also give each round's ratio, and the CPU of this
+   take turns in short runs (ABBA: 4 runs of 100 calls each by default), so the load of the
+   shared machine, which moves by the second, falls on both alike; one long run each gave
+   single rounds of 0.6-1.8x at load 2-4. A script run's own start (3-9 ms) is in every one
+   of its runs: 1-2.5% of a run of 100 calls, which runs of 50 doubled. The rows also give each round's ratio, and the CPU of this
    process (the servers' own CPU is not in it).
    A script's call goes past the session (`_stdio.Lane`) and its thread reads the reply
    itself; the row "on this thread, past the session" is that call without the shell, the
@@ -58,6 +58,8 @@ IN_PROCESS_TARGET_US = 100.0
 MCP_TARGET_RATIO = 1.1
 PULL_INPUT = {"repo": "acme/api", "number": 101}
 WARM_UP_CALLS = 20  # on each MCP side, before the rounds
+BLOCK_CALLS = 100  # MCP calls in one run of one side, within a round
+INFO_CALLS = 200  # MCP calls of each of the other rows, in a round
 
 
 @tool("noop", description="Do nothing and say so (benchmark tool).",
@@ -222,22 +224,24 @@ def bench_in_process(session: Session, calls: int, repeat: int) -> dict[str, tup
     }
 
 
-def bench_mcp(session: Session, calls: int, repeat: int, blocks: int = 4) -> dict[str, Any]:
-    """The script's and the bare client's calls in each round, in `blocks` short runs each,
-    taking turns (`_paired_round`), each against its own warm server started before the
+def bench_mcp(session: Session, calls: int, repeat: int) -> dict[str, Any]:
+    """The script's and the bare client's calls in each round, in short runs of BLOCK_CALLS
+    calls taking turns (`_paired_round`), each against its own warm server started before the
     rounds; the target is the median of the rounds' own ratios."""
     body = "tools github get-pull repo=acme/api number=101"
     timed_script(session, loop_script(body, WARM_UP_CALLS))  # start the pool's server and warm it
     bare = BareClient()
     bare.open(WARM_UP_CALLS)
     try:
-        block = max(1, calls // blocks)
-        calls = block * blocks  # what the per-call figures divide by
+        block = min(calls, BLOCK_CALLS)
+        blocks = max(2, round(calls / block / 2) * 2)  # even: each side goes first as often
+        calls = block * blocks  # what the per-call figures of the two divide by
+        info = min(calls, INFO_CALLS)
         pair = {"script": lambda: timed_script(session, loop_script(body, block)),
                 "bare": lambda: bare.calls(block)}
-        others = {"empty": lambda: timed_script(session, loop_script(":", calls)),
-                  "direct": lambda: direct_mcp(session, calls),
-                  "here": lambda: here_mcp(session, calls)}
+        others = {"empty": lambda: timed_script(session, loop_script(":", info)),
+                  "direct": lambda: direct_mcp(session, info),
+                  "here": lambda: here_mcp(session, info)}
         rounds = [_paired_round(pair, blocks) | {name: _measured(measure) for name, measure in others.items()}
                   for _ in range(repeat)]
     finally:
@@ -247,11 +251,11 @@ def bench_mcp(session: Session, calls: int, repeat: int, blocks: int = 4) -> dic
     t = {name: (statistics.median(values), min(values)) for name, values in wall.items()}
     ratios = [r["script"][0] / r["bare"][0] for r in rounds]
     return {
-        "cpu_us": {name: spent / calls * 1e6 for name, spent in cpu.items()},
+        "cpu_us": {name: spent / (calls if name in pair else info) * 1e6 for name, spent in cpu.items()},
         "script_us": _per_call(t["script"], calls),
-        "loop_us": _per_call(t["empty"], calls),
-        "direct_us": _per_call(t["direct"], calls),
-        "here_us": _per_call(t["here"], calls),
+        "loop_us": _per_call(t["empty"], info),
+        "direct_us": _per_call(t["direct"], info),
+        "here_us": _per_call(t["here"], info),
         "bare_us": _per_call(t["bare"], calls),
         "ratio": (statistics.median(ratios), min(ratios)),
         "ratio_of_medians": t["script"][0] / t["bare"][0],
@@ -309,7 +313,7 @@ def print_table(inproc, mcp, args) -> None:
     rows.append(("MCP: each round, script / bare (wall; CPU)",
                  " ".join(f"{r:.2f}" for r in mcp["round_ratios"]), "",
                  "CPU " + " ".join(f"{r:.2f}" for r in mcp["cpu_ratios"])))
-    print(f"toolkernel bench: {args.calls} in-process calls, {args.mcp_calls} MCP calls,"
+    print(f"toolkernel bench: {args.calls} in-process calls, {args.mcp_calls} MCP calls a side (other rows {min(args.mcp_calls, INFO_CALLS)}),"
           f" {args.repeat} interleaved runs; per call: median, best")
     width = max(len(r[0]) for r in rows)
     for name, median, best, verdict in rows:
@@ -346,7 +350,7 @@ async def _disable(profiler) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=500)
-    parser.add_argument("--mcp-calls", type=int, default=200)
+    parser.add_argument("--mcp-calls", type=int, default=400, help="a round's calls on each side")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of the private loop")
     parser.add_argument("--mcp-only", action="store_true", help="part 2 only (MCP calls)")
