@@ -1,6 +1,6 @@
 """Benchmark: what a `tools` call inside a script costs over calling the tool directly.
 
-    python bench/bench_tools.py [--calls 500] [--mcp-calls 200] [--repeat 5] [--profile] [--mcp-only]
+    python bench/bench_tools.py [--calls 500] [--mcp-calls 400] [--repeat 5] [--profile] [--mcp-only]
 
 1. In-process tool: a loop of `tools noop` in a script, minus the same loop
    running `:` (the shell's own loop cost), over the same tool called directly
@@ -13,20 +13,29 @@
    take turns in short runs (ABBA: 4 runs of 100 calls each by default), so the load of the
    shared machine, which moves by the second, falls on both alike; one long run each gave
    single rounds of 0.6-1.8x at load 2-4. A script run's own start (3-9 ms) is in every one
-   of its runs: 1-2.5% of a run of 100 calls, which runs of 50 doubled. The rows also give each round's ratio, and the CPU of this
-   process (the servers' own CPU is not in it).
+   of its runs: 1-2.5% of a run of 100 calls, which runs of 50 doubled. The rows also give
+   each round's ratio, and the CPU of this process (the servers' own CPU is not in it).
    A script's call goes past the session (`_stdio.Lane`) and its thread reads the reply
    itself; the row "on this thread, past the session" is that call without the shell, the
    `tools` command and the dispatcher; the row "through the session" is the older path,
    which serve and calls made on the private loop still take.
 
-   Where a script call's time goes (2026-11-30, late): the private loop does not wake for
-   it; the script's thread takes about one voluntary context switch a call, as the bare
-   client does. Of its CPU (about 950 us a call at load 3), the call past the session is
-   about 550 us (the bare client's whole call about 1050 us), the shell's loop 50 us, and
-   the rest is the `tools` command, the dispatcher and Bashkit's builtin call (an own
-   tool's whole call in a script costs about 200 us). Under load every wake-up waits for a
-   CPU and the script's extra CPU is stretched: its ratio rises with the load.
+   Figures of 2026-12-01 (00:00-00:20 UTC), machine shared (load 3.0-3.5 on 2 CPUs), this
+   bench: script / bare 0.794x, 0.969x, 0.998x, 0.999x, 1.006x at the median (each round
+   0.69-1.52x); alternating in the same minutes with main's code before (where a loop
+   that took the reading added and removed a reader on every call, and every result went
+   through the SDK's model and the validator): after 0.948x, 0.999x, before 0.902x,
+   1.046x. What moved for sure is CPU: a call past the session 350-450 us (before 600-650),
+   a script call 825-875 us (before 1100-1225), against 850-1325 us for the bare client's.
+   At this load the wall-time ratios of single rounds still spread by 0.3x either way.
+
+   Where a script call's time goes: the private loop does not wake for it; the script's
+   thread takes about one voluntary context switch a call, as the bare client does. Of
+   its CPU, the call past the session is about half (of which running it on the thread's
+   loop, `run_here`, is about 20 us hot), the shell's loop 30-50 us, and the rest is the
+   `tools` command, the dispatcher and Bashkit's builtin call (an own tool's whole call in
+   a script costs about 100-200 us). Under load every wake-up waits for a CPU and the
+   script's extra CPU is stretched, so its ratio rises with the load.
 
 Each figure is the median (and the best) of --repeat interleaved runs; both parts run in
 the same process.
