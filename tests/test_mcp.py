@@ -446,6 +446,120 @@ def test_without_epoll_the_loop_of_the_session_reads_for_every_call(pool, monkey
     assert here(tools["chatty"].call({}, ctx())).texts == ["answered"]
 
 
+class CountingLoop(asyncio.SelectorEventLoop):
+    """A thread's loop that counts what it is asked to watch, and its turns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watched = self.unwatched = self.turns = 0
+        self.unwatched_on: list[int] = []  # the threads that asked
+
+    def add_reader(self, fd, callback, *args):
+        self.watched += 1
+        return super().add_reader(fd, callback, *args)
+
+    def remove_reader(self, fd):
+        self.unwatched += 1
+        self.unwatched_on.append(threading.get_ident())
+        return super().remove_reader(fd)
+
+    def _run_once(self):
+        self.turns += 1
+        return super()._run_once()
+
+
+def test_a_threads_loop_starts_watching_the_server_once_not_on_every_call(pool):
+    """Taking the reading and handing it back moves stdout between epoll sets: the loop of the
+    calling thread watches its own set from its first call on, with no change per call."""
+    tools = by_name(run(pool.tools(SLOW)))
+    lane = pool._connections["slow"].lane
+    loop = CountingLoop()
+    try:
+        for _ in range(5):
+            assert loop.run_until_complete(asyncio.wait_for(tools["ping"].call({}, ctx()), WAIT)).texts == ["pong"]
+        assert (loop.watched, loop.unwatched) == (1, 0)
+        assert lane._reader is lane._loop  # handed back after each call
+        run(pool._connections["slow"].session.send_ping())  # the session reads again
+    finally:
+        run(pool.close())
+        loop.close()
+
+
+def test_a_server_that_exits_wakes_no_loop_that_read_for_it_before(pool):
+    """A set holding the server's stdout reports its hang-up whether or not it asks for input:
+    the loop of a thread that called the server before must not hold it and spin."""
+    cfg = fixture("crashy", "crash")
+    tools = by_name(run(pool.tools(cfg)))
+    loop = CountingLoop()
+    try:
+        pid = loop.run_until_complete(asyncio.wait_for(tools["pid"].call({}, ctx()), WAIT)).value()
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not pool.loaded("crashy"), "the pool to notice the dead server")
+        loop.turns = 0
+        loop.run_until_complete(asyncio.sleep(0.5))
+        assert loop.turns < 20, f"{loop.turns} turns in half a second: the loop spins"
+    finally:
+        run(pool.close())
+        loop.close()
+
+
+def test_closing_the_server_makes_a_threads_loop_forget_its_epoll_set(pool):
+    """The set a thread's loop watched is closed with the server, and the loop stops watching
+    it first: its number, once the kernel gives it to a new descriptor, works as any other."""
+    tools = by_name(run(pool.tools(SLOW)))
+    lane = pool._connections["slow"].lane
+    loop = CountingLoop()
+    read_end, write_end = os.pipe()
+    try:
+        assert loop.run_until_complete(asyncio.wait_for(tools["ping"].call({}, ctx()), WAIT)).texts == ["pong"]
+        number = lane._sets[loop].fileno()
+        run(pool.close())
+        assert lane._sets == {} and loop.unwatched == 1
+        os.dup2(read_end, number)  # the number, now a pipe's (as a later open could make it)
+        readable = loop.create_future()
+        loop.add_reader(number, lambda: readable.done() or readable.set_result(True))
+        os.write(write_end, b"x")
+        assert loop.run_until_complete(asyncio.wait_for(readable, WAIT))
+        loop.remove_reader(number)
+        os.close(number)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+        loop.close()
+
+
+def test_closing_the_server_while_a_threads_loop_runs_makes_it_forget_its_set_on_its_own_thread(pool):
+    """A loop running on its thread (other work) is told to stop watching, and does so there."""
+    tools = by_name(run(pool.tools(SLOW)))
+    lane = pool._connections["slow"].lane
+    loop = CountingLoop()
+    called, release = threading.Event(), threading.Event()
+    outcome: list[object] = []
+
+    async def other_work() -> None:
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+
+    def thread() -> None:
+        outcome.append(loop.run_until_complete(asyncio.wait_for(tools["ping"].call({}, ctx()), WAIT)).texts)
+        called.set()
+        loop.run_until_complete(other_work())
+
+    worker = threading.Thread(target=thread, daemon=True)
+    worker.start()
+    try:
+        assert called.wait(WAIT)
+        watched = lane._sets[loop]
+        run(pool.close())
+        wait_until(lambda: watched.closed, "the loop to close its set")
+        assert loop.unwatched_on == [worker.ident] and worker.is_alive()  # on its own thread, while it ran
+    finally:
+        release.set()
+        worker.join(WAIT)
+        loop.close()
+    assert outcome == [["pong"]]
+
+
 HOSTILE = fixture("hostile", "hostile")
 
 
@@ -799,6 +913,77 @@ def test_convert_error_result():
     result = convert_result(types.CallToolResult(
         content=[types.TextContent(type="text", text="rate limited")], is_error=True))
     assert result.is_error and result.texts == ["rate limited"]
+
+
+RAW_RESULTS = {  # tools/call results as servers send them: the plain ones, and near misses
+    "text": {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+    "structured": {"content": [{"type": "text", "text": "{}"}], "structuredContent": {"n": 1}, "isError": False},
+    "wrapper": {"content": [{"type": "text", "text": "x"}], "structuredContent": {"result": "x"}},
+    "wrapped": {"content": [], "structuredContent": {"result": [1, 2]}},
+    "null structured": {"content": [], "structuredContent": None},
+    "error": {"content": [{"type": "text", "text": "no"}], "isError": True},
+    "annotated": {"content": [{"type": "text", "text": "a", "annotations": {"priority": 1}}]},
+    "meta": {"content": [{"type": "text", "text": "a"}], "_meta": {"k": 1}},
+    "image": {"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}]},
+    "lax error flag": {"content": [], "isError": "true"},
+    "not a block": {"content": ["a"]},
+    "no content": {"structuredContent": {"n": 1}},
+}
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+@pytest.mark.parametrize("shape", list(RAW_RESULTS))
+def test_a_call_past_the_session_reads_a_result_as_the_sdks_model_does(shape, wrapped):
+    """The lane's results skip the SDK's model where it would take them as they are: what comes
+    out is what the model's way gives, and anything else still goes through the model."""
+    from pydantic import ValidationError
+
+    from toolkernel._providers._mcp import _converted, _plain_texts
+
+    raw = RAW_RESULTS[shape]
+    texts = _plain_texts(raw)
+    assert (texts is not None) == (shape in {"text", "structured", "wrapper", "wrapped", "null structured", "error"})
+    try:
+        expected = convert_result(types.CallToolResult.model_validate(raw, by_name=False), wrapped)
+    except ValidationError:
+        assert texts is None
+        return
+    if texts is not None:
+        fast = _converted(texts, [], raw.get("structuredContent"), raw.get("isError", False), wrapped)
+        assert fast == expected
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "additionalProperties": True, "title": "get_pullDictOutput"},  # the Python SDK's for a dict
+    {"type": "object"},
+    {"type": "object", "properties": {"a": {"type": "string"}}},
+    {"type": "object", "additionalProperties": False},
+    {"type": "object", "additionalProperties": {"type": "integer"}},
+    {"type": "object", "required": ["b"]},
+    {"type": "object", "title": 5},
+    {"type": "array"},
+])
+@pytest.mark.parametrize("structured", [{}, {"a": 1}, {"a": "x"}])
+def test_an_output_schema_any_object_meets_takes_objects_unchecked_and_nothing_else(schema, structured):
+    """The check of structured content against the output schema, with its shortcut for schemas
+    that every object meets, says what the schema's own validator says."""
+    from jsonschema import SchemaError
+    from jsonschema.validators import validator_for
+
+    from toolkernel._providers._mcp import _ToolCall
+
+    check = _ToolCall(ServerPool(), PULLS, "t", wrapped=False, output_schema=schema)
+    try:
+        validator_for(schema).check_schema(schema)
+        valid = validator_for(schema)(schema).is_valid(structured)
+    except SchemaError:
+        valid = False
+    try:
+        check._check_output(structured, True)
+        checked = True
+    except RuntimeError:
+        checked = False
+    assert checked == valid
 
 
 # --- inside a script (Bashkit, the script's own thread) --------------------------------

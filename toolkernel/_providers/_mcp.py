@@ -105,7 +105,7 @@ class ServerPool:
     def _lane_connection(self, cfg: ServerConfig) -> _Connection | None:
         """The server's connection when it is up as configured, over a lane, with a current tool list."""
         conn = self._connections.get(cfg.name)
-        if (conn is not None and conn.usable and not conn.stale and conn.cfg == cfg
+        if (conn is not None and conn.usable and not conn.stale and (conn.cfg is cfg or conn.cfg == cfg)
                 and conn.lane is not None and conn.lane.usable):
             return conn
         return None
@@ -217,6 +217,9 @@ class _ToolCall:
     output_schema: Mapping[str, Any] | None = None
     _output_check: Any = field(default=None, repr=False, compare=False)  # the output schema's validator, made once
 
+    def __post_init__(self) -> None:
+        self._any_object = self.output_schema is not None and _takes_any_object(self.output_schema)
+
     async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
         if _loop.on_private_loop():
             return await self._call(await self.pool._for_call(self.cfg), arguments, ctx)
@@ -237,9 +240,9 @@ class _ToolCall:
             async with clock:
                 progress = _Progress(ctx, clock, timeout)
                 if lane is None:
-                    result = await session.call_tool(self.name, arguments, progress_callback=progress)
-                else:
-                    result = await self._call_past_session(lane, arguments, progress)
+                    called = await session.call_tool(self.name, arguments, progress_callback=progress)
+                    return convert_result(called, self.wrapped)
+                return await self._call_past_session(lane, arguments, progress)
         except TimeoutError:
             if clock.expired():  # the server was told the call is cancelled (by the SDK, or the lane)
                 raise conn.timed_out(self.name, timeout) from None
@@ -252,28 +255,35 @@ class _ToolCall:
             raise conn.lost(f"while running {self.name}") from exc
         except RuntimeError as exc:  # the SDK found the output does not match the tool's outputSchema
             return ToolResult.error(str(exc))
-        return convert_result(result, self.wrapped)
 
-    async def _call_past_session(self, lane: Lane, arguments: dict[str, Any],
-                                 progress: _Progress) -> types.CallToolResult:
+    async def _call_past_session(self, lane: Lane, arguments: dict[str, Any], progress: _Progress) -> ToolResult:
         """`tools/call` through the lane, on this thread's loop; checked as `ClientSession.call_tool`
         checks its result (a RuntimeError for structured content that breaks the output schema)."""
         raw = await lane.request("tools/call", {"name": self.name, "arguments": arguments}, progress.now)
-        result = types.CallToolResult.model_validate(raw, by_name=False)
-        if not result.is_error and self.output_schema is not None:
-            self._check_output(result)
-        return result
+        texts = _plain_texts(raw)
+        if texts is None:  # any other shape: the SDK's model checks it, as the session would
+            result = types.CallToolResult.model_validate(raw, by_name=False)
+            if not result.is_error and self.output_schema is not None:
+                self._check_output(result.structured_content, "structured_content" in result.model_fields_set)
+            return convert_result(result, self.wrapped)
+        is_error, structured = raw.get("isError", False), raw.get("structuredContent")
+        if not is_error and self.output_schema is not None:
+            self._check_output(structured, "structuredContent" in raw)
+        return _converted(texts, [], structured, is_error, self.wrapped)
 
-    def _check_output(self, result: types.CallToolResult) -> None:
-        if result.structured_content is None and "structured_content" not in result.model_fields_set:
+    def _check_output(self, structured: Any, sent: bool) -> None:
+        """`structured` against the output schema (`sent`: the result had the field, maybe null)."""
+        if structured is None and not sent:
             raise RuntimeError(f"Tool {self.name} has an output schema but did not return structured content")
+        if self._any_object and type(structured) is dict:
+            return
         check = self._output_check or self._make_output_check()
         try:
-            if check.is_valid(result.structured_content):  # without best_match's bookkeeping
+            if check.is_valid(structured):  # without best_match's bookkeeping
                 return
             from jsonschema.exceptions import best_match  # imported off the path of a valid result
 
-            error = best_match(check.iter_errors(result.structured_content))
+            error = best_match(check.iter_errors(structured))
         except Exception as exc:
             from referencing.exceptions import Unresolvable
 
@@ -579,12 +589,48 @@ def convert_result(result: types.CallToolResult, wrapped: bool = False) -> ToolR
     images: list[Image] = []
     for block in result.content:
         _add_block(block, texts, images)
-    structured = result.structured_content
+    return _converted(texts, images, result.structured_content, result.is_error, wrapped)
+
+
+def _converted(texts: list[str], images: list[Image], structured: Any, is_error: bool, wrapped: bool) -> ToolResult:
     if _is_text_wrapper(structured, texts):
         structured = None
     elif wrapped and isinstance(structured, dict) and structured.keys() == {"result"}:
         structured = structured["result"]
-    return ToolResult(texts=texts, images=images, structured=structured, is_error=result.is_error)
+    return ToolResult(texts=texts, images=images, structured=structured, is_error=is_error)
+
+
+_ANY_OBJECT_KEYS = frozenset({"type", "additionalProperties", "title", "description"})
+
+
+def _takes_any_object(schema: Mapping[str, Any]) -> bool:
+    """Whether an output schema is met by every JSON object: the Python SDK's for a tool that
+    returns a dict. Such results need no validator's walk (a tenth of a lane call's own CPU)."""
+    return (schema.get("type") == "object" and schema.keys() <= _ANY_OBJECT_KEYS
+            and schema.get("additionalProperties", True) is True
+            and all(isinstance(schema.get(key, ""), str) for key in ("title", "description")))
+
+
+_PLAIN_KEYS = frozenset({"content", "structuredContent", "isError"})
+_TEXT_BLOCK_KEYS = frozenset({"type", "text"})
+
+
+def _plain_texts(raw: Mapping[str, Any]) -> list[str] | None:
+    """The texts of a `tools/call` result (JSON as sent) made of text blocks alone, in a shape
+    the SDK's model takes as it is; None for anything else. Most results are such, and
+    building the model cost a lane call as much as reading its reply."""
+    content = raw.get("content")
+    structured = raw.get("structuredContent")
+    if (type(content) is not list or not raw.keys() <= _PLAIN_KEYS or type(raw.get("isError", False)) is not bool
+            or (structured is not None and type(structured) is not dict)):
+        return None
+    texts = []
+    for block in content:
+        if (type(block) is not dict or block.keys() != _TEXT_BLOCK_KEYS or block["type"] != "text"
+                or type(block["text"]) is not str):
+            return None
+        texts.append(block["text"])
+    return texts
 
 
 def _add_block(block: Any, texts: list[str], images: list[Image]) -> None:

@@ -144,10 +144,15 @@ class Lane:
     Reading: one loop at a time reads stdout (`_reader`). Most of the time that is the
     transport's loop, for the session. A lane request takes the reading over for as long
     as it waits, when nobody else has it: its own loop watches stdout, so its reply wakes
-    only its own thread. The transport's loop watches stdout through `_gate`, an epoll
-    set of its own holding stdout only while that loop reads; leaving and joining it are
-    kernel calls, safe from any thread, so taking the reading and giving it back never
-    wakes the transport's loop. Whoever reads hands each message on: the replies and
+    only its own thread. Each loop that reads watches stdout through an epoll set of its
+    own: the transport's loop through `_gate`, every other loop through one made the first
+    time it takes the reading and watched by it from then on (`_sets`). Stdout is in the
+    reader's set alone (in no other: a set holding it would report its hang-up, when the
+    server exits, to a loop that does not read), so taking the reading and giving it back
+    moves it between two sets, two kernel calls, safe from any thread: it never wakes the
+    transport's loop, and costs neither loop a change of what it watches (asyncio's
+    add_reader and remove_reader on every call cost more than the rest of the hand-off).
+    Whoever reads hands each message on: the replies and
     progress of lane requests to their waiters (a request that did not get the reading
     waits for them), everything else to a queue the transport's loop passes on to the
     session, in order. A reader that finds that queue long gives the reading back, so a
@@ -167,7 +172,8 @@ class Lane:
         # Reading, all under _read_lock:
         self._read_lock = threading.Lock()
         self._out: int | None = None  # stdout
-        self._gate: Any = None  # select.epoll holding stdout while the transport's loop reads; None without epoll
+        self._gate: Any = None  # select.epoll the transport's loop watches stdout through; None without epoll
+        self._sets: dict[asyncio.AbstractEventLoop, Any] = {}  # other loops' epoll sets, watched by them
         self._reader: asyncio.AbstractEventLoop | None = None  # the loop that reads now
         self._partial: list[bytes] = []  # the pieces of a line not yet ended
         self._for_session: collections.deque[SessionMessage | Exception] = collections.deque()
@@ -304,9 +310,24 @@ class Lane:
             if (self._gate is None or self._reader is not self._loop or self._ended or self._out is None
                     or len(self._for_session) >= _BACKLOG):
                 return
+            watched = self._sets.get(loop) or self._watch_from(loop)
             self._gate.unregister(self._out)
+            watched.register(self._out, select.EPOLLIN)
             self._reader = loop
-            loop.add_reader(self._out, self._read, loop)
+
+    def _watch_from(self, loop: asyncio.AbstractEventLoop) -> Any:
+        """Under the read lock, on `loop`: its epoll set (empty), which it watches from now on;
+        the sets of loops closed since are dropped."""
+        for gone in [other for other in self._sets if other.is_closed()]:
+            self._sets.pop(gone).close()  # a closed loop's selector is gone, and its watch with it
+        watched = select.epoll()
+        try:
+            loop.add_reader(watched.fileno(), self._read, loop)
+        except BaseException:
+            watched.close()
+            raise
+        self._sets[loop] = watched
+        return watched
 
     def reclaim(self) -> None:
         """The transport's loop reads again if the loop that took the reading no longer runs."""
@@ -327,12 +348,13 @@ class Lane:
             self._let_go(loop)
 
     def _let_go(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Under the read lock: the transport's loop reads again, if `loop` was reading."""
+        """Under the read lock: the transport's loop reads again, if `loop` was reading
+        (kernel calls only: safe from any thread)."""
         if self._reader is not loop or loop is self._loop:
             return
         self._reader = self._loop
         assert self._out is not None
-        loop.remove_reader(self._out)
+        self._sets[loop].unregister(self._out)
         if self._close_out:
             self._close_stdout()
         elif not self._ended:
@@ -474,6 +496,9 @@ class Lane:
         if self._gate is not None:
             self._gate.close()
             self._gate = None
+        sets, self._sets = self._sets, {}
+        for loop, watched in sets.items():
+            _unwatch(loop, watched)
 
 
 class _Waiter:
@@ -504,6 +529,25 @@ class _Waiter:
         if isinstance(value, (int, float)) and not self.finished:
             self.on_progress(value, total if isinstance(total, (int, float)) else None,
                              message if isinstance(message, str) else None)
+
+
+def _unwatch(loop: asyncio.AbstractEventLoop, watched: Any) -> None:
+    """`loop` stops watching the epoll set `watched`, which is then closed. Its descriptor stays
+    open until the loop forgot it: a number the loop still watched and the kernel gave to a new
+    descriptor would break the loop's next add_reader of that number."""
+    def unwatch() -> None:
+        with contextlib.suppress(RuntimeError):  # closed meanwhile: its selector forgot it already
+            loop.remove_reader(watched.fileno())
+        watched.close()
+    if loop.is_closed():
+        watched.close()
+    elif loop is asyncio._get_running_loop() or not loop.is_running():
+        unwatch()  # its own thread, or idle (its selector is not in use: what `_reclaim_stale` does)
+    else:
+        try:
+            loop.call_soon_threadsafe(unwatch)
+        except RuntimeError:  # closed just now
+            watched.close()
 
 
 def _settle_soon(future: asyncio.Future[Any], value: Any, here: asyncio.AbstractEventLoop | None) -> None:
