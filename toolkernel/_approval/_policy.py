@@ -435,6 +435,8 @@ def _rules(value: Any, where: str) -> tuple[str, ...]:
 
 
 def _first_match(rules: Iterable[str], call: CallInfo, *, grants: bool = False) -> str | None:
+    if not rules:  # most lists are empty: no generator to make on every call
+        return None
     return next((rule for rule in rules if rule_matches(rule, call, grants=grants)), None)
 
 
