@@ -25,6 +25,9 @@ _IMAGE_SIGNATURES = (
     (b"GIF89a", "image/gif"),
 )
 
+# The first byte of each signature above and of WebP's RIFF (a bytes of length 1 or 0 is "in" this).
+_IMAGE_FIRST_BYTES = b"\x89\xffGR"
+
 _PATH_PROPERTY = {
     "type": "string",
     "minLength": 1,
@@ -124,6 +127,8 @@ def in_git_object_store(path: str | Path, *, real: bool = False) -> bool:
 
 
 def image_type(head: bytes) -> str | None:
+    if head[:1] not in _IMAGE_FIRST_BYTES:  # most files: one look, not five
+        return None
     for signature, mime in _IMAGE_SIGNATURES:
         if head.startswith(signature):
             return mime
