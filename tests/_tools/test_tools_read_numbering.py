@@ -4,6 +4,7 @@ line-by-line reader (`_numbered_window`) gives, for every window."""
 from __future__ import annotations
 
 import io
+import os
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -102,3 +103,46 @@ def test_the_quick_look_never_misses_a_line_over_the_cut(before, char, count, af
     text = "\n".join(lines) + "\n"
     if len((char * count).encode("utf-8")) > MAX_LINE_BYTES:
         assert _may_hold_a_long_line(text.encode("utf-8"))
+
+
+# -- the lines kept of the files read last -------------------------------------------------------
+
+
+def _read(path, **window):
+    from toolkernel._providers._tools.files import read_file
+    from toolkernel._tool import ToolContext
+
+    result = read_file.call_now({"path": path.name, **window}, ToolContext(path.parent))
+    assert not result.is_error, result.texts
+    return result.texts[0]
+
+
+def test_a_file_changed_in_place_is_read_anew_whatever_its_size_and_times(tmp_path):
+    """The kept lines are used only for the very same bytes: a file rewritten with as many bytes
+    and its times set back is not one that was read before."""
+    path = tmp_path / "f.txt"
+    path.write_text("alpha\nbravo\n")
+    stat = path.stat()
+    assert _read(path) == "     1\talpha\n     2\tbravo"
+    with open(path, "r+b") as file:  # the same inode, the same size
+        file.write(b"ALPHA\nBRAVO\n")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert _read(path) == "     1\tALPHA\n     2\tBRAVO"
+
+
+_WINDOWS = st.lists(st.tuples(st.integers(0, 8), st.integers(1, 8), st.booleans()), min_size=1, max_size=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(lines=LINES, bom=st.booleans(), windows=_WINDOWS)
+def test_windows_read_one_after_another_are_each_what_a_first_read_gives(tmp_path_factory, lines, bom, windows):
+    """Reading a file window by window (and the file changing between some reads) gives each
+    time what the line-by-line reader gives: nothing a read does to its lines reaches the next."""
+    path = tmp_path_factory.mktemp("kept") / "f.txt"
+    text = ("\ufeff" if bom else "") + "\n".join(lines) + ("\n" if lines else "")
+    for offset, limit, change in windows:
+        if change:
+            text += "one more line\n"
+        path.write_text(text, encoding="utf-8")
+        expected = _numbered_window(io.BytesIO(text.encode("utf-8")), "f.txt", offset, limit)
+        assert _read(path, offset=offset, limit=limit) == expected

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import io
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ def read_file(arguments: dict[str, Any], ctx: ToolContext) -> Any:
             raise ToolInputError(f"{shown} is a binary file (it contains NUL bytes); read_file shows text files and images only")
         offset = int(arguments.get("offset", 0))
         limit = int(arguments.get("limit", DEFAULT_LIMIT))
-        numbered = _numbered_text(data, shown, offset, limit) if whole and _plain(data) else None
+        numbered = _numbered_text(data, shown, offset, limit, path) if whole and _plain(data) else None
         if numbered is not None:
             return numbered
         file.seek(0)
@@ -154,16 +155,14 @@ def _plain(data: bytes) -> bool:
     return b"\0" not in data and b"\r" not in data
 
 
-def _numbered_text(data: bytes, shown: str, offset: int, limit: int) -> str | None:
+def _numbered_text(data: bytes, shown: str, offset: int, limit: int, path: str | None = None) -> str | None:
     """The same as `_numbered_window` gives for `_plain` data, made by C code over the whole file
     instead of a call per line; None when that reader has to do it: a line of the window over the
-    cut, or a window that is not UTF-8 (it says where)."""
-    # BytesIO finds each newline with memchr; str.split and bytes.split look at each character
-    # in turn, which made splitting 2,000 lines twice as slow. Each line keeps its newline.
-    lines = io.BytesIO(data).readlines()
+    cut, or a window that is not UTF-8 (it says where). `path`: where `data` was read (see `_lines`)."""
+    lines, may_be_long = _lines(data, path)
     total = len(lines)
     window = lines if offset == 0 and total <= limit else lines[offset:offset + limit]
-    if window and _may_hold_a_long_line(data) and max(map(len, window)) > MAX_LINE_BYTES:
+    if window and may_be_long and max(map(len, window)) > MAX_LINE_BYTES:
         return None  # a line of exactly the cut (and its newline) goes there too: alike, only slower
     try:
         # One decode of the window, not of the file: a line outside it is not read, as there.
@@ -171,6 +170,34 @@ def _numbered_text(data: bytes, shown: str, offset: int, limit: int) -> str | No
     except UnicodeDecodeError:
         return None
     return _with_note(numbered, len(window), shown, offset, total)
+
+
+# The lines of the files read last, by real path, with the bytes they were split from: a file
+# read again with the very same bytes (compared whole, after they were read) is not split again.
+# Reading a long file window by window (offset, limit) is one call per window.
+_KEPT: dict[str, tuple[bytes, list[bytes], bool]] = {}
+_KEPT_FILES = 4
+_KEPT_BYTES = 256 * 1024  # larger files are split on every read
+_KEPT_LOCK = threading.Lock()  # calls run on several threads (serve, the private loop's workers)
+
+
+def _lines(data: bytes, path: str | None) -> tuple[list[bytes], bool]:
+    """`data`'s lines, each with its newline (never to be changed in place: they may be kept),
+    and whether one of them may be over the cut."""
+    kept = _KEPT.get(path) if path is not None else None
+    if kept is not None and kept[0] == data:
+        return kept[1], kept[2]
+    # BytesIO finds each newline with memchr; str.split and bytes.split look at each character
+    # in turn, which made splitting 2,000 lines twice as slow.
+    lines = io.BytesIO(data).readlines()
+    may_be_long = _may_hold_a_long_line(data)
+    if path is not None and len(data) <= _KEPT_BYTES:
+        with _KEPT_LOCK:
+            _KEPT.pop(path, None)
+            while len(_KEPT) >= _KEPT_FILES:
+                del _KEPT[next(iter(_KEPT))]  # the one kept longest
+            _KEPT[path] = (data, lines, may_be_long)
+    return lines, may_be_long
 
 
 def _may_hold_a_long_line(data: bytes) -> bool:
