@@ -51,11 +51,22 @@ from toolkernel._tool import ToolContext
 TARGET = 5.0
 
 
-def read_text_loop(path: Path, calls: int) -> float:
+def read_text_loop(path: Path, calls: int, files: int = 1) -> float:
+    paths = [_copy(path, n) for n in range(files)] if files > 1 else [path]
     started = time.perf_counter()
-    for _ in range(calls):
-        path.read_text()
+    for i in range(calls):
+        paths[i % files].read_text()
     return time.perf_counter() - started
+
+
+def _copy(path: Path, n: int) -> Path:
+    return path.with_name(f"{path.stem}{n}{path.suffix}")
+
+
+# The fresh reads rotate over more files than read-file keeps the lines of, so that none is kept.
+FRESH_FILES = 8
+FRESH_CALL = f"tools read-file path=data$((i % {FRESH_FILES})).txt"
+FRESH_EMPTY = f": data$((i % {FRESH_FILES})).txt"
 
 
 def bashkit_output_loop(text: str, calls: int, body: str = "emit") -> float:
@@ -91,6 +102,8 @@ def with_cpu(measures: dict[str, callable]) -> dict[str, callable]:
 def bench_size(session: Session, lines: int, calls: int, repeat: int) -> dict[str, tuple[float, float]]:
     path = session.workdir / "data.txt"
     path.write_text("".join(f"{i:>8} " + "x" * 50 + "\n" for i in range(lines)))
+    for n in range(FRESH_FILES):
+        _copy(path, n).write_bytes(path.read_bytes())
     timed_script(session, loop_script("tools read-file path=data.txt", 3))  # warm: plan, validators
     output = _loop.run_here(_loop.local_task(read_file.call({"path": "data.txt"}, ToolContext(session.workdir))))
     text = output.texts[0] + "\n"
@@ -102,11 +115,16 @@ def bench_size(session: Session, lines: int, calls: int, repeat: int) -> dict[st
         "tool": lambda: tool_loop(session, calls),
         "script": lambda: timed_script(session, loop_script("tools read-file path=data.txt", calls)),
         "empty": lambda: timed_script(session, loop_script(":", calls)),
+        "baseline_fresh": lambda: read_text_loop(path, calls, FRESH_FILES),
+        "script_fresh": lambda: timed_script(session, loop_script(FRESH_CALL, calls)),
+        "empty_fresh": lambda: timed_script(session, loop_script(FRESH_EMPTY, calls)),
     }), cpu)
     per = {name: (median / calls * 1e6, best / calls * 1e6) for name, (median, best) in t.items()}
     # CPU seconds of this process (all its threads): a loaded machine stretches wall time, not these.
     per["cpu"] = ((cpu["script"] - cpu["empty"]) / calls * 1e6, cpu["baseline"] / calls * 1e6)
+    per["cpu_fresh"] = ((cpu["script_fresh"] - cpu["empty_fresh"]) / calls * 1e6, cpu["baseline_fresh"] / calls * 1e6)
     per["script"] = (per["script"][0] - per["empty"][0], per["script"][1] - per["empty"][1])
+    per["fresh"] = (per["script_fresh"][0] - per["empty_fresh"][0], per["script_fresh"][1] - per["empty_fresh"][1])
     per["shell"] = (per["shell_output"][0] - per["shell_empty"][0], per["shell_output"][1] - per["shell_empty"][1])
     return per
 
@@ -135,6 +153,12 @@ def main() -> None:
             script_cpu, base_cpu = per["cpu"]
             print(f"         CPU per call (median): in a script {script_cpu:7.1f} us, Path.read_text"
                   f" {base_cpu:7.1f} us, ratio {script_cpu / base_cpu:.1f}x")
+            fresh, fresh_base = per["fresh"], per["baseline_fresh"]
+            fresh_cpu, fresh_base_cpu = per["cpu_fresh"]
+            print(f"         {FRESH_FILES} files in turn (none kept): Path.read_text {fresh_base[0]:7.1f} /"
+                  f" {fresh_base[1]:7.1f} us; in a script {fresh[0]:7.1f} / {fresh[1]:7.1f} us;"
+                  f" ratio {fresh[0] / fresh_base[0]:.1f}x / {fresh[1] / fresh_base[1]:.1f}x;"
+                  f" CPU ratio {fresh_cpu / fresh_base_cpu:.1f}x")
         load = os.getloadavg()[0]
         print(f"  load average {load:.1f} on {os.cpu_count()} CPUs")
     finally:
