@@ -146,3 +146,16 @@ def test_windows_read_one_after_another_are_each_what_a_first_read_gives(tmp_pat
         path.write_text(text, encoding="utf-8")
         expected = _numbered_window(io.BytesIO(text.encode("utf-8")), "f.txt", offset, limit)
         assert _read(path, offset=offset, limit=limit) == expected
+
+
+def test_the_same_window_of_the_same_file_named_otherwise_says_its_own_name(tmp_path):
+    """A window numbered before is given again only for the same name: the notes name the file."""
+    from toolkernel._providers._tools.files import read_file
+    from toolkernel._tool import ToolContext
+
+    (tmp_path / "sub").mkdir()
+    path = tmp_path / "sub" / "empty.txt"
+    path.write_text("")
+    for workdir, name in ((tmp_path, "sub/empty.txt"), (tmp_path / "sub", "empty.txt"), (tmp_path, "sub/empty.txt")):
+        result = read_file.call_now({"path": str(path)}, ToolContext(workdir))
+        assert result.texts == [f"({name} is empty)"]

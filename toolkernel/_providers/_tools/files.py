@@ -158,46 +158,63 @@ def _plain(data: bytes) -> bool:
 def _numbered_text(data: bytes, shown: str, offset: int, limit: int, path: str | None = None) -> str | None:
     """The same as `_numbered_window` gives for `_plain` data, made by C code over the whole file
     instead of a call per line; None when that reader has to do it: a line of the window over the
-    cut, or a window that is not UTF-8 (it says where). `path`: where `data` was read (see `_lines`)."""
-    lines, may_be_long = _lines(data, path)
+    cut, or a window that is not UTF-8 (it says where). `path`: where `data` was read (see `_Kept`)."""
+    kept = _kept(data, path)
+    asked = (offset, limit, shown)
+    last = kept.last
+    if last is not None and last[0] == asked:
+        return last[1]  # the same window of the very same bytes, shown under the same name
+    lines = kept.lines
     total = len(lines)
     window = lines if offset == 0 and total <= limit else lines[offset:offset + limit]
-    if window and may_be_long and max(map(len, window)) > MAX_LINE_BYTES:
-        return None  # a line of exactly the cut (and its newline) goes there too: alike, only slower
-    try:
-        # One decode of the window, not of the file: a line outside it is not read, as there.
-        numbered = _number(window, offset + 1).decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return _with_note(numbered, len(window), shown, offset, total)
+    numbered = None
+    if not (window and kept.may_be_long and max(map(len, window)) > MAX_LINE_BYTES):
+        # (a line of exactly the cut and its newline goes line by line too: alike, only slower)
+        try:
+            # One decode of the window, not of the file: a line outside it is not read, as there.
+            numbered = _with_note(_number(window, offset + 1).decode("utf-8"), len(window), shown, offset, total)
+        except UnicodeDecodeError:
+            pass
+    kept.last = (asked, numbered)
+    return numbered
 
 
-# The lines of the files read last, by real path, with the bytes they were split from: a file
-# read again with the very same bytes (compared whole, after they were read) is not split again.
-# Reading a long file window by window (offset, limit) is one call per window.
-_KEPT: dict[str, tuple[bytes, list[bytes], bool]] = {}
+class _Kept:
+    """A file's bytes, its lines (each with its newline; never changed in place: they are
+    shared), whether one may be over the cut, and the last window numbered from them."""
+
+    __slots__ = ("data", "lines", "may_be_long", "last")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        # BytesIO finds each newline with memchr; str.split and bytes.split look at each
+        # character in turn, which made splitting 2,000 lines twice as slow.
+        self.lines = io.BytesIO(data).readlines()
+        self.may_be_long = _may_hold_a_long_line(data)
+        self.last: tuple[tuple[int, int, str], str | None] | None = None  # one tuple: set at once
+
+
+# What was made of the files read last, by real path: a file read again with the very same bytes
+# (compared whole, after they were read) is not split again, and the same window of it is not
+# numbered again. Reading a long file window by window (offset, limit) splits it once.
+_KEPT: dict[str, _Kept] = {}
 _KEPT_FILES = 4
 _KEPT_BYTES = 256 * 1024  # larger files are split on every read
 _KEPT_LOCK = threading.Lock()  # calls run on several threads (serve, the private loop's workers)
 
 
-def _lines(data: bytes, path: str | None) -> tuple[list[bytes], bool]:
-    """`data`'s lines, each with its newline (never to be changed in place: they may be kept),
-    and whether one of them may be over the cut."""
+def _kept(data: bytes, path: str | None) -> _Kept:
     kept = _KEPT.get(path) if path is not None else None
-    if kept is not None and kept[0] == data:
-        return kept[1], kept[2]
-    # BytesIO finds each newline with memchr; str.split and bytes.split look at each character
-    # in turn, which made splitting 2,000 lines twice as slow.
-    lines = io.BytesIO(data).readlines()
-    may_be_long = _may_hold_a_long_line(data)
+    if kept is not None and kept.data == data:
+        return kept
+    kept = _Kept(data)
     if path is not None and len(data) <= _KEPT_BYTES:
         with _KEPT_LOCK:
             _KEPT.pop(path, None)
             while len(_KEPT) >= _KEPT_FILES:
                 del _KEPT[next(iter(_KEPT))]  # the one kept longest
-            _KEPT[path] = (data, lines, may_be_long)
-    return lines, may_be_long
+            _KEPT[path] = kept
+    return kept
 
 
 def _may_hold_a_long_line(data: bytes) -> bool:
