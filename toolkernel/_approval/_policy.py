@@ -485,6 +485,7 @@ def decide(call: CallInfo, policy: Policy, hook: "HookOutcome | None" = None) ->
     return _by_mode(call.kind, mode, _capped(policy))
 
 
+@functools.lru_cache(maxsize=64)  # a pure function of a few words, made for most calls: one Decision each
 def _by_mode(kind: str, mode: str, capped: str) -> Decision:
     if kind == "read":
         return Decision("allow", f"read-only calls run in {mode} mode{capped}")
