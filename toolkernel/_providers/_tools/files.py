@@ -190,7 +190,7 @@ class _Kept:
         # BytesIO finds each newline with memchr; str.split and bytes.split look at each
         # character in turn, which made splitting 2,000 lines twice as slow.
         self.lines = io.BytesIO(data).readlines()
-        self.may_be_long = _may_hold_a_long_line(data)
+        self.may_be_long = len(data) > MAX_LINE_BYTES and _may_hold_a_long_line(data)  # (no room for one)
         self.last: tuple[tuple[int, int, str], str | None] | None = None  # one tuple: set at once
 
 
