@@ -24,6 +24,11 @@ this tree, one after the other):
   eight files in turn: 5.3x, 6.0x (CPU 6.1x, 5.8x); main 7.2x (CPU 6.9x);
 - 2,000 lines, the same file: 3.0x, 3.6x (CPU 3.1x, 3.6x); main 9.4x (CPU 10.2x);
   eight files in turn: 8.5x, 9.0x (CPU 9.3x, 9.0x); main 9.5x (CPU 9.8x).
+At load 1.0-1.2 (00:23-00:26 UTC, four runs of this tree, main in between): 200 lines, the
+same file 4.8x, 5.0x, 3.8x, 3.5x (CPU 5.0x, 4.8x, 4.2x, 3.6x), main 7.8x (CPU 7.7x); eight files
+in turn 5.8x, 6.8x, 6.1x, 7.2x, main 7.8x; 2,000 lines, the same file 3.0x, 3.0x, 3.2x, 4.2x
+(CPU 3.0x, 3.0x, 3.1x, 4.0x), main 10.5x (CPU 10.1x); eight files in turn 9.0x, 9.4x, 8.9x,
+9.7x, main 10.9x.
 What changed (on the earlier `call_now` path, which runs a sync tool with no event loop):
 - a loop's `tools` line is parsed once per run (`ToolsCommand._known`); each call still goes
   through the schema check, the policy and the path resolution and checks;
