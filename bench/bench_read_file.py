@@ -10,28 +10,40 @@ For each file size (lines of 60 characters), per call:
 4. of which the shell's own share: a bare Bashkit builtin handing back the same text
    in the same loop (minus that loop running `:`), a floor no tool can go under.
 
+5. the same as (3) and (1) over eight copies of the file in turn: read-file keeps what it made
+   of the four files it read last (their bytes compared whole on each read), so none of these
+   reads finds anything kept. This is the cost of a first read.
+
 Each figure is the median (and the best) of --repeat interleaved rounds; the ratio is
 (3) over (1). Target: at most 5x. Beside it, the CPU time this process spent per call (all its
 threads, median), which a loaded machine stretches far less than wall time.
 
-Measured 2026-11-30 evening (2 CPUs shared with three other helpers, load 4.4-6.0; main and
-this tree alternated in the same minutes, the same bench file):
-- 200 lines: CPU ratio 7.5x, 9.1x, 9.7x (main 19.0x, 17.5x, 17.2x); wall medians 10.8x, 8.2x,
-  7.9x (main 14.7x, 29.3x, 22.2x);
-- 2,000 lines: CPU ratio 13.0x, 12.6x, 13.4x (main 19.7x, 19.6x, 21.8x); wall 16.9x, 11.8x,
-  9.8x (main 24.2x, 17.8x, 31.9x).
-At load 1.8-2.0: 200 lines 6.9x wall, 7.5x CPU (main 10.8x, 10.3x); 2,000 lines 12.7x, 12.5x
-(main 14.8x, 14.9x).
-What changed: a call of a tool of plain sync code is made with no event loop and no task
-(`Dispatcher.call_now`), jsonschema's verdict on a repeated valid input is kept, real paths
-travel as strings (a Path made per call cost more than its system calls). `handle_sync` alone,
-hot, 200 lines: about 120 us of thread CPU (main 210-320), `read_text` 20. In the script the
-same code costs about twice that: Bashkit runs between the calls and the caches are cold.
-Where the rest goes at 200 lines (hot): the tool about 40% (numbering, split and join, 20%;
-seven system calls: resolving the path 3, reading 4), the path's checks 15%, the command's
-and dispatcher's own steps the rest, spread over some 190 Python calls. Numbering 2,000 lines
-in Python (split, join) is itself about 5x `read_text` here, so 5x is out of reach at that
-size without numbering in C.
+Measured 2026-12-01 00:16 UTC (2 CPUs shared with other helpers, load 2.9-3.3; this tree, main,
+this tree, one after the other):
+- 200 lines, the same file: 3.8x, 4.1x (CPU 6.3x, 4.3x); main 7.2x (CPU 7.5x);
+  eight files in turn: 5.3x, 6.0x (CPU 6.1x, 5.8x); main 7.2x (CPU 6.9x);
+- 2,000 lines, the same file: 3.0x, 3.6x (CPU 3.1x, 3.6x); main 9.4x (CPU 10.2x);
+  eight files in turn: 8.5x, 9.0x (CPU 9.3x, 9.0x); main 9.5x (CPU 9.8x).
+At load 1.0-1.2 (00:23-00:26 UTC, four runs of this tree, main in between): 200 lines, the
+same file 4.8x, 5.0x, 3.8x, 3.5x (CPU 5.0x, 4.8x, 4.2x, 3.6x), main 7.8x (CPU 7.7x); eight files
+in turn 5.8x, 6.8x, 6.1x, 7.2x, main 7.8x; 2,000 lines, the same file 3.0x, 3.0x, 3.2x, 4.2x
+(CPU 3.0x, 3.0x, 3.1x, 4.0x), main 10.5x (CPU 10.1x); eight files in turn 9.0x, 9.4x, 8.9x,
+9.7x, main 10.9x.
+What changed (on the earlier `call_now` path, which runs a sync tool with no event loop):
+- a loop's `tools` line is parsed once per run (`ToolsCommand._known`); each call still goes
+  through the schema check, the policy and the path resolution and checks;
+- lines are numbered as bytes: BytesIO's `readlines` finds newlines with memchr, where
+  `str.split` looks at every character (half the time at 2,000 lines); only the window is decoded;
+- read-file keeps, for the four files it read last (up to 256 KiB each), their bytes, their
+  lines and the last window numbered: a read of the very same bytes (compared after the read)
+  skips the split, and the same window is not numbered again. The file is opened and read on
+  every call; what is kept is only what was made of bytes equal to those just read.
+What is left: a first read of 2,000 lines is about 9x. The numbering alone (split 60 us, the
+long-line look 30, the join 55, the decode 11, at this load) is about 4-5x `read_text` by
+itself, out of reach without numbering in C. At 200 lines the fixed path dominates: eight
+system calls (resolving the path 3, reading 5) and some 120 Python calls of the command, the
+dispatcher and the tool; in the script each costs about 1.5x what it costs hot, as Bashkit
+runs between the calls.
 """
 
 from __future__ import annotations
@@ -51,11 +63,22 @@ from toolkernel._tool import ToolContext
 TARGET = 5.0
 
 
-def read_text_loop(path: Path, calls: int) -> float:
+def read_text_loop(path: Path, calls: int, files: int = 1) -> float:
+    paths = [_copy(path, n) for n in range(files)] if files > 1 else [path]
     started = time.perf_counter()
-    for _ in range(calls):
-        path.read_text()
+    for i in range(calls):
+        paths[i % files].read_text()
     return time.perf_counter() - started
+
+
+def _copy(path: Path, n: int) -> Path:
+    return path.with_name(f"{path.stem}{n}{path.suffix}")
+
+
+# The fresh reads rotate over more files than read-file keeps the lines of, so that none is kept.
+FRESH_FILES = 8
+FRESH_CALL = f"tools read-file path=data$((i % {FRESH_FILES})).txt"
+FRESH_EMPTY = f": data$((i % {FRESH_FILES})).txt"
 
 
 def bashkit_output_loop(text: str, calls: int, body: str = "emit") -> float:
@@ -91,6 +114,8 @@ def with_cpu(measures: dict[str, callable]) -> dict[str, callable]:
 def bench_size(session: Session, lines: int, calls: int, repeat: int) -> dict[str, tuple[float, float]]:
     path = session.workdir / "data.txt"
     path.write_text("".join(f"{i:>8} " + "x" * 50 + "\n" for i in range(lines)))
+    for n in range(FRESH_FILES):
+        _copy(path, n).write_bytes(path.read_bytes())
     timed_script(session, loop_script("tools read-file path=data.txt", 3))  # warm: plan, validators
     output = _loop.run_here(_loop.local_task(read_file.call({"path": "data.txt"}, ToolContext(session.workdir))))
     text = output.texts[0] + "\n"
@@ -102,11 +127,16 @@ def bench_size(session: Session, lines: int, calls: int, repeat: int) -> dict[st
         "tool": lambda: tool_loop(session, calls),
         "script": lambda: timed_script(session, loop_script("tools read-file path=data.txt", calls)),
         "empty": lambda: timed_script(session, loop_script(":", calls)),
+        "baseline_fresh": lambda: read_text_loop(path, calls, FRESH_FILES),
+        "script_fresh": lambda: timed_script(session, loop_script(FRESH_CALL, calls)),
+        "empty_fresh": lambda: timed_script(session, loop_script(FRESH_EMPTY, calls)),
     }), cpu)
     per = {name: (median / calls * 1e6, best / calls * 1e6) for name, (median, best) in t.items()}
     # CPU seconds of this process (all its threads): a loaded machine stretches wall time, not these.
     per["cpu"] = ((cpu["script"] - cpu["empty"]) / calls * 1e6, cpu["baseline"] / calls * 1e6)
+    per["cpu_fresh"] = ((cpu["script_fresh"] - cpu["empty_fresh"]) / calls * 1e6, cpu["baseline_fresh"] / calls * 1e6)
     per["script"] = (per["script"][0] - per["empty"][0], per["script"][1] - per["empty"][1])
+    per["fresh"] = (per["script_fresh"][0] - per["empty_fresh"][0], per["script_fresh"][1] - per["empty_fresh"][1])
     per["shell"] = (per["shell_output"][0] - per["shell_empty"][0], per["shell_output"][1] - per["shell_empty"][1])
     return per
 
@@ -135,6 +165,12 @@ def main() -> None:
             script_cpu, base_cpu = per["cpu"]
             print(f"         CPU per call (median): in a script {script_cpu:7.1f} us, Path.read_text"
                   f" {base_cpu:7.1f} us, ratio {script_cpu / base_cpu:.1f}x")
+            fresh, fresh_base = per["fresh"], per["baseline_fresh"]
+            fresh_cpu, fresh_base_cpu = per["cpu_fresh"]
+            print(f"         {FRESH_FILES} files in turn (none kept): Path.read_text {fresh_base[0]:7.1f} /"
+                  f" {fresh_base[1]:7.1f} us; in a script {fresh[0]:7.1f} / {fresh[1]:7.1f} us;"
+                  f" ratio {fresh[0] / fresh_base[0]:.1f}x / {fresh[1] / fresh_base[1]:.1f}x;"
+                  f" CPU ratio {fresh_cpu / fresh_base_cpu:.1f}x")
         load = os.getloadavg()[0]
         print(f"  load average {load:.1f} on {os.cpu_count()} CPUs")
     finally:

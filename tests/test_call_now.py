@@ -198,3 +198,63 @@ def test_a_long_content_is_checked_and_not_kept(tmp_path):
     assert all(len(str(value)) < 1_000 for entry in kept.valid for _, _, value in entry)
     with pytest.raises(Exception, match="is not of type 'string'"):
         dispatcher.validate(write_file, {"path": "big.txt", "content": 5})
+
+
+# -- a line parsed before (a loop's body) ----------------------------------------------------
+# Scripts with a loop keyword run `tools` as the sync builtin (`ToolsCommand.handle_sync`), which
+# keeps each line it parsed; every call of it still goes through all of the dispatcher's checks.
+
+
+def _echo_input():
+    @tool("echo_input", description="Give back the input.", input_schema={"type": "object"}, kind="read")
+    def echo_input(arguments, ctx):
+        shown = dict(arguments)
+        arguments["n"] = "changed by the tool"  # what a careless tool may do to what it is handed
+        return shown
+
+    return echo_input
+
+
+def test_a_line_parsed_before_reads_its_input_from_stdin_again(session):
+    session.register_tools([_echo_input()])
+    script = "for i in 1; do tools echo-input; echo '{\"n\": 2}' | tools echo-input; tools echo-input; done"
+    result, out, errors = run(session, script)
+    assert result.exit_code == 0 and errors == []
+    assert [json.loads(part) for part in out.replace("}\n{", "}\n\n{").split("\n\n")] == [{}, {"n": 2}, {}]
+
+
+def test_a_line_parsed_before_is_handed_its_own_input_each_time(session):
+    session.register_tools([_echo_input()])
+    result, out, errors = run(session, "for i in 1 2 3; do tools echo-input n=1; done")
+    assert result.exit_code == 0 and errors == []
+    assert out == '{\n  "n": 1\n}\n' * 3
+
+
+def test_a_line_parsed_before_has_its_path_resolved_and_judged_again(project, tmp_path):
+    """The second call of the same line reads a link that now leads out of the workspace: it is
+    resolved again, and the call asks (nobody answers: the script stops there)."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("secret\n")
+    (project / "link.txt").symlink_to(project / "a.txt")
+
+    @tool("relink", description="Point link.txt out of the workspace.", input_schema={"type": "object"}, kind="read")
+    def relink(arguments, ctx):
+        (project / "link.txt").unlink()
+        (project / "link.txt").symlink_to(outside)
+        return "relinked"
+
+    session = Session(project)
+    try:
+        session.register_tools([relink])
+        result, out, errors = run(session, "for i in 1 2; do tools read-file path=link.txt; tools relink; done")
+        assert "first line" in out and "secret" not in out
+        assert [e["code"] for e in errors] == ["needs_approval"]
+    finally:
+        session.close()
+
+
+def test_a_line_parsed_before_is_checked_against_the_schema_each_time(session):
+    """An input the schema refuses is refused on every call of the line, never kept as valid."""
+    script = "for i in 1 2; do tools read-file path=a.txt offset=-1; done; echo after"
+    result, out, errors = run(session, script)
+    assert out == "after\n" and [e["code"] for e in errors] == ["invalid_input", "invalid_input"]

@@ -4,11 +4,12 @@ line-by-line reader (`_numbered_window`) gives, for every window."""
 from __future__ import annotations
 
 import io
+import os
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolkernel._providers._tools.files import MAX_LINE_BYTES, _numbered_text, _numbered_window, _plain_text
+from toolkernel._providers._tools.files import MAX_LINE_BYTES, _numbered_text, _numbered_window, _plain
 
 LINES = st.lists(st.text(alphabet=st.characters(blacklist_characters="\r\n\0", blacklist_categories=("Cs",)),
                          max_size=30), max_size=12)
@@ -20,14 +21,45 @@ LINES = st.lists(st.text(alphabet=st.characters(blacklist_characters="\r\n\0", b
 def test_one_pass_numbering_matches_the_line_by_line_reader(lines, ends_with_newline, bom, offset, limit):
     text = ("\ufeff" if bom else "") + "\n".join(lines) + ("\n" if ends_with_newline and lines else "")
     data = text.encode("utf-8")
-    plain = _plain_text(data)
-    assert plain == text
-    assert _numbered_text(plain, "f.txt", offset, limit) == _numbered_window(io.BytesIO(data), "f.txt", offset, limit)
+    assert _plain(data)
+    assert _numbered_text(data, "f.txt", offset, limit) == _numbered_window(io.BytesIO(data), "f.txt", offset, limit)
 
 
 def test_text_that_needs_a_second_look_goes_line_by_line():
-    for data in (b"a\r\nb\n", b"a\0b\n", b"\xff\xfe"):
-        assert _plain_text(data) is None
+    for data in (b"a\r\nb\n", b"a\0b\n"):
+        assert not _plain(data)
+
+
+_BYTES_LINES = st.lists(st.one_of(st.binary(max_size=8).filter(lambda b: b"\n" not in b),
+                                  st.sampled_from([b"ok", b"\xc3\xa9", b"\xe2\x82", b"\xff"])), max_size=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=_BYTES_LINES, offset=st.integers(0, 12), limit=st.integers(1, 12))
+def test_bytes_that_are_not_utf8_outside_the_window_are_not_read(lines, offset, limit):
+    """Only the window is decoded, as the line-by-line reader decodes only the lines it shows:
+    a window of UTF-8 is numbered alike, and one that is not is left to that reader (which says
+    where the undecodable byte is)."""
+    data = b"\n".join(lines) + b"\n"
+    if not _plain(data):
+        return
+    numbered = _numbered_text(data, "f.txt", offset, limit)
+    try:
+        expected = _numbered_window(io.BytesIO(data), "f.txt", offset, limit)
+    except Exception:  # noqa: BLE001 - the reader's own error for an undecodable window
+        assert numbered is None
+    else:
+        assert numbered in (None, expected)
+        if all(_decodes(line) for line in lines[offset:offset + limit]):
+            assert numbered == expected
+
+
+def _decodes(line: bytes) -> bool:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 # Lines around the 2000-byte cut, in characters of 1 to 4 bytes: the one-pass numbering leaves
@@ -42,7 +74,7 @@ _NEAR_THE_CUT = st.builds(lambda char, count: char * count, st.sampled_from(["x"
 def test_lines_over_the_cut_go_line_by_line_and_the_rest_are_alike(lines, offset, limit):
     data = ("\n".join(lines) + "\n").encode("utf-8")
     window = lines[offset:offset + limit]
-    numbered = _numbered_text(_plain_text(data), "f.txt", offset, limit)
+    numbered = _numbered_text(data, "f.txt", offset, limit)
     if any(len(line.encode("utf-8")) > MAX_LINE_BYTES for line in window):
         assert numbered is None
     else:
@@ -53,9 +85,9 @@ def test_numbers_past_the_made_prefixes_are_formatted_alike(monkeypatch):
     from toolkernel._providers._tools import files
 
     data = "".join(f"line {i}\n" for i in range(10)).encode()
-    made = files._numbered_text(data.decode(), "f.txt", 2, 6)
+    made = files._numbered_text(data, "f.txt", 2, 6)
     monkeypatch.setattr(files, "_MAX_PREFIXES", 3)
-    assert files._numbered_text(data.decode(), "f.txt", 2, 6) == made
+    assert files._numbered_text(data, "f.txt", 2, 6) == made
     assert made == _numbered_window(io.BytesIO(data), "f.txt", 2, 6)
 
 
@@ -70,4 +102,60 @@ def test_the_quick_look_never_misses_a_line_over_the_cut(before, char, count, af
     lines = ["y" * n for n in before] + [char * count] + ["y" * n for n in after]
     text = "\n".join(lines) + "\n"
     if len((char * count).encode("utf-8")) > MAX_LINE_BYTES:
-        assert _may_hold_a_long_line(text)
+        assert _may_hold_a_long_line(text.encode("utf-8"))
+
+
+# -- the lines kept of the files read last -------------------------------------------------------
+
+
+def _read(path, **window):
+    from toolkernel._providers._tools.files import read_file
+    from toolkernel._tool import ToolContext
+
+    result = read_file.call_now({"path": path.name, **window}, ToolContext(path.parent))
+    assert not result.is_error, result.texts
+    return result.texts[0]
+
+
+def test_a_file_changed_in_place_is_read_anew_whatever_its_size_and_times(tmp_path):
+    """The kept lines are used only for the very same bytes: a file rewritten with as many bytes
+    and its times set back is not one that was read before."""
+    path = tmp_path / "f.txt"
+    path.write_text("alpha\nbravo\n")
+    stat = path.stat()
+    assert _read(path) == "     1\talpha\n     2\tbravo"
+    with open(path, "r+b") as file:  # the same inode, the same size
+        file.write(b"ALPHA\nBRAVO\n")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert _read(path) == "     1\tALPHA\n     2\tBRAVO"
+
+
+_WINDOWS = st.lists(st.tuples(st.integers(0, 8), st.integers(1, 8), st.booleans()), min_size=1, max_size=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(lines=LINES, bom=st.booleans(), windows=_WINDOWS)
+def test_windows_read_one_after_another_are_each_what_a_first_read_gives(tmp_path_factory, lines, bom, windows):
+    """Reading a file window by window (and the file changing between some reads) gives each
+    time what the line-by-line reader gives: nothing a read does to its lines reaches the next."""
+    path = tmp_path_factory.mktemp("kept") / "f.txt"
+    text = ("\ufeff" if bom else "") + "\n".join(lines) + ("\n" if lines else "")
+    for offset, limit, change in windows:
+        if change:
+            text += "one more line\n"
+        path.write_text(text, encoding="utf-8")
+        expected = _numbered_window(io.BytesIO(text.encode("utf-8")), "f.txt", offset, limit)
+        assert _read(path, offset=offset, limit=limit) == expected
+
+
+def test_the_same_window_of_the_same_file_named_otherwise_says_its_own_name(tmp_path):
+    """A window numbered before is given again only for the same name: the notes name the file."""
+    from toolkernel._providers._tools.files import read_file
+    from toolkernel._tool import ToolContext
+
+    (tmp_path / "sub").mkdir()
+    path = tmp_path / "sub" / "empty.txt"
+    path.write_text("")
+    for workdir, name in ((tmp_path, "sub/empty.txt"), (tmp_path / "sub", "empty.txt"), (tmp_path, "sub/empty.txt")):
+        result = read_file.call_now({"path": str(path)}, ToolContext(workdir))
+        assert result.texts == [f"({name} is empty)"]

@@ -140,7 +140,9 @@ class Dispatcher:
         self.env = env
 
     def call_info(self, tool: Tool, arguments: Mapping[str, Any]) -> CallInfo:
-        local, arguments, server = _server_paths(tool, arguments, self.env.state)
+        local, server = tool, None
+        if tool.server_paths is not None:
+            local, arguments, server = _server_paths(tool, arguments, self.env.state)
         workdir = self.env.workdir
         paths = real_paths(local, arguments, workdir) if local.path_keys else {}
         guarded = self.env.protection() if paths else None
@@ -182,7 +184,7 @@ class Dispatcher:
         plain sync code (`Tool.call_now`) then runs with no event loop at all: a loop and its task
         cost a call of a small tool a sixth of its time."""
         info = self._admit(tool, arguments, run)
-        decision = self.decide(info)
+        decision = decide(info, self.env.policy)
         if decision.action != "allow":
             wait(self._enforce(decision, info, run))
         arguments, ctx = self._call_args(tool, info, {}, events)

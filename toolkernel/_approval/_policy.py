@@ -435,6 +435,8 @@ def _rules(value: Any, where: str) -> tuple[str, ...]:
 
 
 def _first_match(rules: Iterable[str], call: CallInfo, *, grants: bool = False) -> str | None:
+    if not rules:  # most lists are empty: no generator to make on every call
+        return None
     return next((rule for rule in rules if rule_matches(rule, call, grants=grants)), None)
 
 
@@ -483,6 +485,7 @@ def decide(call: CallInfo, policy: Policy, hook: "HookOutcome | None" = None) ->
     return _by_mode(call.kind, mode, _capped(policy))
 
 
+@functools.lru_cache(maxsize=64)  # a pure function of a few words, made for most calls: one Decision each
 def _by_mode(kind: str, mode: str, capped: str) -> Decision:
     if kind == "read":
         return Decision("allow", f"read-only calls run in {mode} mode{capped}")

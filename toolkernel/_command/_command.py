@@ -13,7 +13,7 @@ import asyncio
 import concurrent.futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, NamedTuple
 
 from . import _help
 from .. import _loop
@@ -24,7 +24,7 @@ from .._approval._policy import deny_rule_covers
 from .._errors import CallError, Denied, InvalidInput, Stopped, ToolFailed, Unavailable
 from .._names import fold
 from .._saved import SavingStream
-from ._render import Rendered, render
+from ._render import Rendered, render, result_text
 from .._approval._run import NO_EVENTS, Run, RunEvents
 from .._tool import Tool, ToolResult
 
@@ -51,6 +51,27 @@ class Called:
     failure: ToolFailed | None
 
 
+class _Known(NamedTuple):
+    """A line calling an own tool, parsed: what `handle_sync` needs to make the call again."""
+
+    command: Command
+    tool: Tool
+    arguments: dict[str, Any]
+
+    def stdin_free(self, stdin: str | None) -> bool:
+        """Whether `parse_input` would not read `stdin` for this line (no words: it reads data there)."""
+        return bool(self.command.args) or not stdin or not stdin.strip()
+
+
+_MAX_KNOWN = 64  # lines kept per run
+_MAX_KNOWN_ARGV = 1024  # characters of a line that may be kept
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _flat(arguments: dict[str, Any]) -> bool:
+    return all(type(value) in _SCALARS for value in arguments.values())
+
+
 class ToolsCommand:
     """Handles every form of `tools` for one shell run (or one `%tools` line)."""
 
@@ -66,17 +87,26 @@ class ToolsCommand:
         self.stop_reason = "interrupted"  # what a cancelled line reports (see `interrupt`)
         # Characters of one result a script may take in; a runner sets it (None: no limit).
         self.result_limit: int | None = None
+        # Lines of own-tool calls parsed before, by argv (see `_keep`).
+        self._known: dict[tuple[str, ...], _Known] = {}
 
     # -- called by a runner, on the script's thread -----------------------------
 
     def handle_sync(self, argv: list[str], stdin: str | None, cwd: str | None = None) -> Outcome:
         """One `tools` line. `cwd` is the script's directory; tools resolve their
         paths against the workspace, so it only matters to runners that move it."""
+        known = self._known.get(tuple(argv))
+        if known is not None and not self.interrupted and known.stdin_free(stdin) and self.dispatcher.can_call_now():
+            try:  # a line parsed before: straight to the dispatcher, whose checks all run again
+                outcome = self._made_now(known.tool, dict(known.arguments))
+            except BaseException as exc:  # noqa: BLE001 - sorted out by _caught
+                return _caught(exc, self.stop_reason)
+            return self._finished(outcome, known.command)
         command = self._parsed(argv)
         if isinstance(command, Outcome):
             return command
         try:
-            outcome = self._call_now(command, stdin)
+            outcome = self._call_now(command, stdin, argv)
             if outcome is None:
                 outcome = self._run(self.handle(argv, stdin, command), self._runs_here(command))
         except BaseException as exc:  # noqa: BLE001 - sorted out by _caught
@@ -123,7 +153,7 @@ class ToolsCommand:
             return False
         return not self.catalog.runs_on_private_loop(command.server, command.tool)
 
-    def _call_now(self, command: Command, stdin: str | None) -> Outcome | None:
+    def _call_now(self, command: Command, stdin: str | None, argv: list[str]) -> Outcome | None:
         """A call of an own tool bound to nothing on the private loop, made from this sync code
         (the dispatcher's `call_now`: the same checks); a plain sync tool runs with no event loop
         at all. None for any other command, which `handle` runs."""
@@ -135,10 +165,30 @@ class ToolsCommand:
             if save_to is not None:
                 return None  # the write of the result is a call of its own, made by `handle`
             arguments = parse_input(args, tool.input_schema, stdin)
+        except CallError as exc:
+            return _failure(exc)
+        self._keep(argv, stdin, _Known(command, tool, arguments))
+        return self._made_now(tool, arguments)
+
+    def _keep(self, argv: list[str], stdin: str | None, known: "_Known") -> None:
+        """Keep a parsed line that a script may run again (a loop's body), when its input is
+        plain words: not stdin's, and flat JSON scalars that nothing can change in place."""
+        if ("-" in known.command.args or not known.stdin_free(stdin) or not _flat(known.arguments)
+                or sum(map(len, argv)) > _MAX_KNOWN_ARGV):
+            return
+        if len(self._known) >= _MAX_KNOWN:
+            self._known.clear()
+        self._known[tuple(argv)] = known._replace(arguments=dict(known.arguments))
+
+    def _made_now(self, tool: Tool, arguments: dict[str, Any]) -> Outcome:
+        """The call through the dispatcher's `call_now`, and what the script sees of it."""
+        try:
             result = self.dispatcher.call_now(tool, arguments, self.run, self.events, self._wait_here)
         except CallError as exc:
             return _failure(exc)
-        return _outcome(self._called(tool, result, render(result, self.workdir, tool)))
+        if result.images or result.is_error:
+            return _outcome(self._called(tool, result, render(result, self.workdir, tool)))
+        return Outcome(result_text(result))  # a text or JSON result: nothing to save, no failure
 
     def _wait_here(self, coro):
         return self._run(coro, here=True)

@@ -88,4 +88,4 @@ def freeze(value: Any) -> Any:
 def own_settings(tools: Mapping[str, Any], tool_name: str) -> Mapping[str, Any]:
     """The settings table of one own tool (empty when the config has none)."""
     settings = tools.get(settings_key(tool_name), EMPTY)
-    return settings if isinstance(settings, Mapping) else EMPTY
+    return settings if settings is EMPTY or isinstance(settings, Mapping) else EMPTY

@@ -85,15 +85,16 @@ class _Builtin:
     """The `tools` builtin as Bashkit calls it, on the script's thread."""
 
     def __init__(self, command: ToolsCommand, events: RunEvents, runner: "weakref.ref[BashkitRunner]") -> None:
+        from bashkit import BuiltinResult  # imported by `run` already: not imported again per call
+
         self.command, self.events, self.runner = command, events, runner
         self.script_thread = threading.get_ident()  # made on the script's thread, by `run`
+        self.result = BuiltinResult
 
     def __call__(self, ctx) -> object:
-        from bashkit import BuiltinResult
-
         if threading.get_ident() != self.script_thread:
             _keep_thread_state()  # called on Bashkit's thread: under the async `execute`
-        outcome = self.command.handle_sync(list(ctx.argv), ctx.stdin, ctx.cwd)
+        outcome = self.command.handle_sync(ctx.argv, ctx.stdin, ctx.cwd)  # argv: a new list each time
         if outcome.stops_script:
             # Bashkit drops a cancelled script's buffered output, so the error of the call
             # that stopped the script reaches the cell by this side door.
@@ -101,7 +102,7 @@ class _Builtin:
             runner = self.runner()
             if runner is not None:
                 runner.cancel()
-        return BuiltinResult(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
+        return self.result(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
 
 
 class _LiveTools:

@@ -18,8 +18,12 @@ from ..._tool import Tool
 def real_paths(tool: Tool, arguments: Mapping[str, Any], workdir: Path) -> dict[str, str]:
     """Where each path argument of `tool` leads, by key, as real path strings. Resolved once per
     call: the checks judge these paths, and the tool is handed the same ones (`ToolContext.real`)."""
-    return {key: real_name(value, workdir) for key in tool.path_keys
-            if isinstance(value := arguments.get(key), str) and value}
+    paths = {}
+    for key in tool.path_keys:  # a loop, not a comprehension: one frame less on every call
+        value = arguments.get(key)
+        if isinstance(value, str) and value:
+            paths[key] = real_name(value, workdir)
+    return paths
 
 
 def outside_workspace(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
@@ -30,7 +34,10 @@ def outside_workspace(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
         return False  # skip the realpath system calls on every call of a tool without paths
     paths = real_paths(tool, arguments, workdir) if paths is None else paths
     root = real_path(Path(workdir)) if root is None else root
-    return any(not is_inside(path, root) for path in paths.values())
+    for path in paths.values():
+        if not is_inside(path, root):
+            return True
+    return False
 
 
 def resolve_real(value: str, workdir: Path) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import io
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,9 @@ _IMAGE_SIGNATURES = (
     (b"GIF87a", "image/gif"),
     (b"GIF89a", "image/gif"),
 )
+
+# The first byte of each signature above and of WebP's RIFF (a bytes of length 1 or 0 is "in" this).
+_IMAGE_FIRST_BYTES = b"\x89\xffGR"
 
 _PATH_PROPERTY = {
     "type": "string",
@@ -81,8 +85,7 @@ def read_file(arguments: dict[str, Any], ctx: ToolContext) -> Any:
             raise ToolInputError(f"{shown} is a binary file (it contains NUL bytes); read_file shows text files and images only")
         offset = int(arguments.get("offset", 0))
         limit = int(arguments.get("limit", DEFAULT_LIMIT))
-        text = _plain_text(data) if whole else None
-        numbered = None if text is None else _numbered_text(text, shown, offset, limit)
+        numbered = _numbered_text(data, shown, offset, limit, path) if whole and _plain(data) else None
         if numbered is not None:
             return numbered
         file.seek(0)
@@ -138,6 +141,8 @@ def in_git_object_store(path: str | Path, *, real: bool = False) -> bool:
 
 
 def image_type(head: bytes) -> str | None:
+    if head[:1] not in _IMAGE_FIRST_BYTES:  # most files: one look, not five
+        return None
     for signature, mime in _IMAGE_SIGNATURES:
         if head.startswith(signature):
             return mime
@@ -157,72 +162,110 @@ def _read_image(file: io.FileIO, size: int, shown: str, mime: str) -> Image:
     return Image(file.readall(), mime)
 
 
-def _plain_text(data: bytes) -> str | None:
-    """The file as text when no line needs a second look for what it holds (no NUL, no carriage
-    return, valid UTF-8); None sends it through `_numbered_window`."""
-    if b"\0" in data or b"\r" in data:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+def _plain(data: bytes) -> bool:
+    """Whether no line of `data` needs a second look for what it holds (a NUL, a carriage
+    return): such files go through `_numbered_window`."""
+    return b"\0" not in data and b"\r" not in data
 
 
-def _numbered_text(text: str, shown: str, offset: int, limit: int) -> str | None:
-    """The same as `_numbered_window` gives, made by C code over the whole text instead of a
-    call per line; None when a line of the window is over the cut (that one goes line by line)."""
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the newline that ends the last line starts no other
-    window = lines if offset == 0 and len(lines) <= limit else lines[offset:offset + limit]
-    if _may_hold_a_long_line(text) and _over_the_cut(window, text.isascii()):
-        return None
+def _numbered_text(data: bytes, shown: str, offset: int, limit: int, path: str | None = None) -> str | None:
+    """The same as `_numbered_window` gives for `_plain` data, made by C code over the whole file
+    instead of a call per line; None when that reader has to do it: a line of the window over the
+    cut, or a window that is not UTF-8 (it says where). `path`: where `data` was read (see `_Kept`)."""
+    kept = _kept(data, path)
+    asked = (offset, limit, shown)
+    last = kept.last
+    if last is not None and last[0] == asked:
+        return last[1]  # the same window of the very same bytes, shown under the same name
+    lines = kept.lines
     total = len(lines)
-    if offset == 0 and window:
-        window[0] = window[0].removeprefix("\ufeff")
-    return _with_note(_number(window, offset + 1), len(window), shown, offset, total)
+    window = lines if offset == 0 and total <= limit else lines[offset:offset + limit]
+    numbered = None
+    if not (window and kept.may_be_long and max(map(len, window)) > MAX_LINE_BYTES):
+        # (a line of exactly the cut and its newline goes line by line too: alike, only slower)
+        try:
+            # One decode of the window, not of the file: a line outside it is not read, as there.
+            numbered = _with_note(_number(window, offset + 1).decode("utf-8"), len(window), shown, offset, total)
+        except UnicodeDecodeError:
+            pass
+    kept.last = (asked, numbered)
+    return numbered
 
 
-def _may_hold_a_long_line(text: str) -> bool:
-    """False when no line of `text` can be over the cut, found without a step per line: such a
-    line has more than MAX_LINE_BYTES characters (a quarter of that when not ASCII), so it covers
-    a whole run of `step` characters starting at a multiple of `step` in which C's find sees no
-    newline."""
-    step = (MAX_LINE_BYTES if text.isascii() else MAX_LINE_BYTES // 4) // 2
-    newline_in = functools.partial(text.find, "\n")
-    return -1 in map(newline_in, range(0, len(text), step), range(step, len(text) + step, step))
+class _Kept:
+    """A file's bytes, its lines (each with its newline; never changed in place: they are
+    shared), whether one may be over the cut, and the last window numbered from them."""
+
+    __slots__ = ("data", "lines", "may_be_long", "last")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        # BytesIO finds each newline with memchr; str.split and bytes.split look at each
+        # character in turn, which made splitting 2,000 lines twice as slow.
+        self.lines = io.BytesIO(data).readlines()
+        self.may_be_long = len(data) > MAX_LINE_BYTES and _may_hold_a_long_line(data)  # (no room for one)
+        self.last: tuple[tuple[int, int, str], str | None] | None = None  # one tuple: set at once
 
 
-def _over_the_cut(lines: list[str], ascii: bool) -> bool:
-    """Whether a line is longer than MAX_LINE_BYTES in UTF-8 (a character is 1 to 4 bytes)."""
-    longest = max(map(len, lines), default=0)
-    if longest > MAX_LINE_BYTES or longest <= MAX_LINE_BYTES // 4 or ascii:
-        return longest > MAX_LINE_BYTES
-    return any(len(line.encode()) > MAX_LINE_BYTES for line in lines if len(line) > MAX_LINE_BYTES // 4)
+# What was made of the files read last, by real path: a file read again with the very same bytes
+# (compared whole, after they were read) is not split again, and the same window of it is not
+# numbered again. Reading a long file window by window (offset, limit) splits it once.
+_KEPT: dict[str, _Kept] = {}
+_KEPT_FILES = 4
+_KEPT_BYTES = 256 * 1024  # larger files are split on every read
+_KEPT_LOCK = threading.Lock()  # calls run on several threads (serve, the private loop's workers)
 
 
-# "\n     2\t", "\n     3\t", ...: made once, laid between the lines and joined with them in C,
-# so no line is copied into a numbered line of its own first.
-_PREFIXES: list[str] = []
+def _kept(data: bytes, path: str | None) -> _Kept:
+    kept = _KEPT.get(path) if path is not None else None
+    if kept is not None and kept.data == data:
+        return kept
+    kept = _Kept(data)
+    if path is not None and len(data) <= _KEPT_BYTES:
+        with _KEPT_LOCK:
+            _KEPT.pop(path, None)
+            while len(_KEPT) >= _KEPT_FILES:
+                del _KEPT[next(iter(_KEPT))]  # the one kept longest
+            _KEPT[path] = kept
+    return kept
+
+
+def _may_hold_a_long_line(data: bytes) -> bool:
+    """False when no line of `data` can be over the cut, found without a step per line: such a
+    line has more than MAX_LINE_BYTES bytes, so it covers a whole run of `step` bytes starting at
+    a multiple of `step` in which C's find sees no newline."""
+    step = MAX_LINE_BYTES // 2
+    newline_in = functools.partial(data.find, b"\n")
+    return -1 in map(newline_in, range(0, len(data), step), range(step, len(data) + step, step))
+
+
+# b"     1\t", b"     2\t", ...: made once, laid before the lines (each with its newline) and
+# joined with them in C, so no line is copied into a numbered line of its own first.
+_PREFIXES: list[bytes] = []
 _MAX_PREFIXES = 20_000
+_BOM = "\ufeff".encode()
 
 
-def _number(lines: list[str], first: int) -> str:
-    """`lines` numbered from `first` (`cat -n` style), one string without a last newline."""
+def _number(lines: list[bytes], first: int) -> bytes:
+    """`lines` (each ending in its newline but maybe the last) numbered from `first` (`cat -n`
+    style), without a last newline; a byte order mark before the first line of the file is left out."""
     if not lines:
-        return ""
+        return b""
     end = first + len(lines) - 1
     if end > _MAX_PREFIXES:
-        prefixes = list(map("\n{:>6}\t".format, range(first, end + 1)))
+        prefixes = [b"%6d\t" % n for n in range(first, end + 1)]
     else:
         if len(_PREFIXES) < end:
-            _PREFIXES.extend(f"\n{n:>6}\t" for n in range(len(_PREFIXES) + 1, end + 1))
+            _PREFIXES.extend(b"%6d\t" % n for n in range(len(_PREFIXES) + 1, end + 1))
         prefixes = _PREFIXES[first - 1:end]
-    pieces: list[str | None] = [None] * (2 * len(lines))
+    pieces: list[bytes | None] = [None] * (2 * len(lines))
     pieces[0::2] = prefixes
     pieces[1::2] = lines
-    pieces[0] = prefixes[0][1:]  # no newline before the first line
-    return "".join(pieces)  # type: ignore[arg-type]
+    if first == 1 and lines[0].startswith(_BOM):
+        pieces[1] = lines[0][len(_BOM):]
+    if pieces[-1].endswith(b"\n"):  # type: ignore[union-attr]
+        pieces[-1] = pieces[-1][:-1]  # type: ignore[index]
+    return b"".join(pieces)  # type: ignore[arg-type]
 
 
 def _numbered_window(file: Any, shown: str, offset: int, limit: int) -> str:
