@@ -105,7 +105,7 @@ def test_the_quick_look_never_misses_a_line_over_the_cut(before, char, count, af
         assert _may_hold_a_long_line(text.encode("utf-8"))
 
 
-# -- the lines kept of the files read last -------------------------------------------------------
+# -- reading again: each read gives what a first read gives -------------------------------------
 
 
 def _read(path, **window):
@@ -118,8 +118,8 @@ def _read(path, **window):
 
 
 def test_a_file_changed_in_place_is_read_anew_whatever_its_size_and_times(tmp_path):
-    """The kept lines are used only for the very same bytes: a file rewritten with as many bytes
-    and its times set back is not one that was read before."""
+    """A file rewritten with as many bytes and its times set back is read anew: nothing is
+    taken from a read before."""
     path = tmp_path / "f.txt"
     path.write_text("alpha\nbravo\n")
     stat = path.stat()
@@ -138,7 +138,7 @@ _WINDOWS = st.lists(st.tuples(st.integers(0, 8), st.integers(1, 8), st.booleans(
 def test_windows_read_one_after_another_are_each_what_a_first_read_gives(tmp_path_factory, lines, bom, windows):
     """Reading a file window by window (and the file changing between some reads) gives each
     time what the line-by-line reader gives: nothing a read does to its lines reaches the next."""
-    path = tmp_path_factory.mktemp("kept") / "f.txt"
+    path = tmp_path_factory.mktemp("again") / "f.txt"
     text = ("\ufeff" if bom else "") + "\n".join(lines) + ("\n" if lines else "")
     for offset, limit, change in windows:
         if change:
@@ -149,7 +149,7 @@ def test_windows_read_one_after_another_are_each_what_a_first_read_gives(tmp_pat
 
 
 def test_the_same_window_of_the_same_file_named_otherwise_says_its_own_name(tmp_path):
-    """A window numbered before is given again only for the same name: the notes name the file."""
+    """The same window of the same file, read under another name, says that name."""
     from toolkernel._providers._tools.files import read_file
     from toolkernel._tool import ToolContext
 

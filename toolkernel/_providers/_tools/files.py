@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import io
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +84,7 @@ def read_file(arguments: dict[str, Any], ctx: ToolContext) -> Any:
             raise ToolInputError(f"{shown} is a binary file (it contains NUL bytes); read_file shows text files and images only")
         offset = int(arguments.get("offset", 0))
         limit = int(arguments.get("limit", DEFAULT_LIMIT))
-        numbered = _numbered_text(data, shown, offset, limit, path) if whole and _plain(data) else None
+        numbered = _numbered_text(data, shown, offset, limit) if whole and _plain(data) else None
         if numbered is not None:
             return numbered
         file.seek(0)
@@ -168,66 +167,23 @@ def _plain(data: bytes) -> bool:
     return b"\0" not in data and b"\r" not in data
 
 
-def _numbered_text(data: bytes, shown: str, offset: int, limit: int, path: str | None = None) -> str | None:
+def _numbered_text(data: bytes, shown: str, offset: int, limit: int) -> str | None:
     """The same as `_numbered_window` gives for `_plain` data, made by C code over the whole file
     instead of a call per line; None when that reader has to do it: a line of the window over the
-    cut, or a window that is not UTF-8 (it says where). `path`: where `data` was read (see `_Kept`)."""
-    kept = _kept(data, path)
-    asked = (offset, limit, shown)
-    last = kept.last
-    if last is not None and last[0] == asked:
-        return last[1]  # the same window of the very same bytes, shown under the same name
-    lines = kept.lines
+    cut, or a window that is not UTF-8 (it says where)."""
+    # BytesIO finds each newline with memchr; str.split and bytes.split look at each character
+    # in turn, which made splitting 2,000 lines twice as slow.
+    lines = io.BytesIO(data).readlines()
     total = len(lines)
     window = lines if offset == 0 and total <= limit else lines[offset:offset + limit]
-    numbered = None
-    if not (window and kept.may_be_long and max(map(len, window)) > MAX_LINE_BYTES):
-        # (a line of exactly the cut and its newline goes line by line too: alike, only slower)
-        try:
-            # One decode of the window, not of the file: a line outside it is not read, as there.
-            numbered = _with_note(_number(window, offset + 1).decode("utf-8"), len(window), shown, offset, total)
-        except UnicodeDecodeError:
-            pass
-    kept.last = (asked, numbered)
-    return numbered
-
-
-class _Kept:
-    """A file's bytes, its lines (each with its newline; never changed in place: they are
-    shared), whether one may be over the cut, and the last window numbered from them."""
-
-    __slots__ = ("data", "lines", "may_be_long", "last")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        # BytesIO finds each newline with memchr; str.split and bytes.split look at each
-        # character in turn, which made splitting 2,000 lines twice as slow.
-        self.lines = io.BytesIO(data).readlines()
-        self.may_be_long = len(data) > MAX_LINE_BYTES and _may_hold_a_long_line(data)  # (no room for one)
-        self.last: tuple[tuple[int, int, str], str | None] | None = None  # one tuple: set at once
-
-
-# What was made of the files read last, by real path: a file read again with the very same bytes
-# (compared whole, after they were read) is not split again, and the same window of it is not
-# numbered again. Reading a long file window by window (offset, limit) splits it once.
-_KEPT: dict[str, _Kept] = {}
-_KEPT_FILES = 4
-_KEPT_BYTES = 256 * 1024  # larger files are split on every read
-_KEPT_LOCK = threading.Lock()  # calls run on several threads (serve, the private loop's workers)
-
-
-def _kept(data: bytes, path: str | None) -> _Kept:
-    kept = _KEPT.get(path) if path is not None else None
-    if kept is not None and kept.data == data:
-        return kept
-    kept = _Kept(data)
-    if path is not None and len(data) <= _KEPT_BYTES:
-        with _KEPT_LOCK:
-            _KEPT.pop(path, None)
-            while len(_KEPT) >= _KEPT_FILES:
-                del _KEPT[next(iter(_KEPT))]  # the one kept longest
-            _KEPT[path] = kept
-    return kept
+    may_be_long = len(data) > MAX_LINE_BYTES and _may_hold_a_long_line(data)  # (no room for one)
+    if window and may_be_long and max(map(len, window)) > MAX_LINE_BYTES:
+        return None  # (a line of exactly the cut and its newline goes line by line too: alike, only slower)
+    try:
+        # One decode of the window, not of the file: a line outside it is not read, as there.
+        return _with_note(_number(window, offset + 1).decode("utf-8"), len(window), shown, offset, total)
+    except UnicodeDecodeError:
+        return None
 
 
 def _may_hold_a_long_line(data: bytes) -> bool:
