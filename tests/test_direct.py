@@ -50,6 +50,12 @@ def nested(arguments, ctx):
     return call_argv(ctx.state["session"], ["where"])
 
 
+@tool("nested-async", description="`nested`, as a coroutine on this thread's loop (a test tool).", kind="read",
+      input_schema={"type": "object"})
+async def nested_async(arguments, ctx):
+    return call_argv(ctx.state["session"], ["where"])
+
+
 def test_a_plain_tool_runs_on_the_calling_thread(session):
     # No hand-off: the private loop would pass a plain function on to a worker thread.
     assert call_argv(session, ["where"]) == "MainThread"
@@ -74,9 +80,11 @@ def test_a_call_inside_a_running_loop_runs_in_place_and_gives_the_loop_back(sess
 
 
 def test_a_call_made_while_this_threads_loop_runs_goes_to_the_worker(session):
-    session.register_tools([nested])
-    session.state["session"] = session  # `nested` finds the session here
-    assert call_argv(session, ["nested"]) == "toolkernel-direct"
+    session.register_tools([nested, nested_async])
+    session.state["session"] = session  # the tools find the session here
+    assert call_argv(session, ["nested-async"]) == "toolkernel-direct"
+    # A plain sync tool is called with no loop running (`call_now`): its own call runs in place.
+    assert call_argv(session, ["nested"]) == "MainThread"
 
 
 def test_mcp_calls_and_help_still_reach_the_private_loop(session):
