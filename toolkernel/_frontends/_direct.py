@@ -3,12 +3,15 @@
 The same `ToolsCommand.call` as a `tools` line in a script, so the same
 checks (schema, hooks, policy, approvals) and the same error classes.
 
-A call runs on the calling thread's own event loop, as a script's call does on
-the script's thread: no thread hand-off for a tool bound to nothing on the
-private loop. In a kernel the cell's thread has the kernel's loop running, but
-that loop is blocked in the cell's frame while the call runs, so it is set aside
-for the call (`_loop.run_in_place`); a kernel interrupt lands on this thread and
-cancels the call. MCP tools, notebook tools and help, which need the private
+A call runs on the calling thread, as a script's call does on the script's
+thread: no thread hand-off for a tool bound to nothing on the private loop. A
+plain sync own tool, with no hook registered, is called from sync code with no
+event loop (`ToolsCommand.call_now`, the dispatcher's same checks), as a
+script calls it; what waits (a person asked, an async tool, a hook) runs on the
+thread's own event loop. In a kernel the cell's thread has the kernel's loop
+running, but that loop is blocked in the cell's frame while the call runs, so it
+is set aside for the call (`_loop.run_in_place`); a kernel interrupt lands on
+this thread and cancels the call. MCP tools, notebook tools and help, which need the private
 loop, go on to it from there, and a question one of them asks comes back to this
 thread (where `input()` works). A call made while this thread's loop already
 runs (a tool or hook of a call making a call of its own) runs on one worker
