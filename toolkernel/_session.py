@@ -22,7 +22,7 @@ from ._command._catalog import CatalogCache, same_items, check_names
 from ._command._command import ToolsCommand
 from ._providers._commands import ProcessSlots, command_tool
 from ._config._config import Config
-from ._config._cache import ConfigCache, StatOnce
+from ._config._cache import ConfigCache, StatOnce, lstat_or_none
 from ._approval._dispatch import CallEnv, Dispatcher
 from ._runners._guard_cache import PlanCache
 from ._approval._hooks import Hooks
@@ -116,8 +116,11 @@ class Session:
 
     def _config_and_env(self, approver: Approver, read_only: bool, one_call: bool) -> tuple[Config, CallEnv]:
         """The config as it is now, and what the run's dispatcher is to know of it."""
-        looked_at = StatOnce()  # the config's check and the mount plan's share their lstats
-        config, checked = self.config_cache.check(looked_at)
+        # A script run's config check and mount plan share their lstats. A direct call's plan is
+        # worked out only if the call names paths, so its check looks on its own: sharing cost
+        # every direct call more than the few looks it would spare the rare one that plans.
+        looked_at = StatOnce()
+        config, checked = self.config_cache.check(lstat_or_none if one_call else looked_at)
         plan = functools.partial(self.plans.plan, self.workdir, config, lstat=looked_at)
         if one_call and not checked.is_folder(self._state_dir):
             make_state_dir(Path(self._state_dir))  # what the plan does first: private, and never a link
