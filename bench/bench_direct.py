@@ -22,26 +22,27 @@ its mount plan is worked out only when its arguments name paths. The workspace i
 settle (`SETTLE`) before the rounds, as a notebook's folder is between edits. Night of
 2026-11-30/12-01, load 0.9-4.0 from the other sessions' tests (never quiet), this branch
 then main's code in the same minutes, wall ratio / CPU ratio:
-  in this process      1.77/1.79 1.68/1.69 1.89/1.88 1.60/1.60 2.14/2.49 1.30/1.78 1.67/1.71 1.92/1.71 1.64/1.68 1.47/1.48
-                 main  3.19/3.23 2.74/2.78 3.07/3.07 3.56/3.61 3.70/3.31 3.01/3.50 3.24/2.79 3.07/3.24 3.31/3.37 3.17/3.13
-  kernel, call         1.55/1.60 1.81/1.79 1.55/1.84 1.73/1.69 1.67/1.93 2.60/1.75 1.51/1.46 1.62/1.58 1.69/1.61 1.47/1.58
-                 main  2.62/3.36 2.31/2.56 2.69/2.72 1.43/3.07 3.17/3.23 4.48/4.46 2.13/3.82 2.16/2.45 2.54/2.64 3.03/3.02
-  kernel, %tools       2.27/2.30 2.31/2.38 2.15/2.50 2.44/2.40 3.06/3.27 3.30/2.37 2.35/2.09 2.51/2.16 2.44/2.21 2.04/2.12
-                 main  5.29/4.06 3.01/3.26 3.49/3.56 4.03/4.77 7.49/4.02 3.75/3.71 4.99/6.16 2.90/3.29 3.40/3.49 3.35/3.43
+  in process  1.77/1.79 1.68/1.69 1.89/1.88 1.60/1.60 2.14/2.49 1.30/1.78 1.67/1.71 1.92/1.71 1.64/1.68 1.47/1.48
+         main 3.19/3.23 2.74/2.78 3.07/3.07 3.56/3.61 3.70/3.31 3.01/3.50 3.24/2.79 3.07/3.24 3.31/3.37 3.17/3.13
+  kernel call  1.55/1.60 1.81/1.79 1.55/1.84 1.73/1.69 1.67/1.93 2.60/1.75 1.51/1.46 1.62/1.58 1.69/1.61 1.47/1.58
+         main 2.62/3.36 2.31/2.56 2.69/2.72 1.43/3.07 3.17/3.23 4.48/4.46 2.13/3.82 2.16/2.45 2.54/2.64 3.03/3.02
+  %tools       2.27/2.30 2.31/2.38 2.15/2.50 2.44/2.40 3.06/3.27 3.30/2.37 2.35/2.09 2.51/2.16 2.44/2.21 2.04/2.12
+         main 5.29/4.06 3.01/3.26 3.49/3.56 4.03/4.77 7.49/4.02 3.75/3.71 4.99/6.16 2.90/3.29 3.40/3.49 3.35/3.43
 (the first three runs before the last cut, a plain lstat for the check, worth about 5 us).
 A direct call's CPU: 114-173 us in this process (main 195-328), `toolkernel.call` in a
-kernel 121-205 (main 228-305), `%tools` 166-278 (main 254-415); a script's call 58-111.
-By the CPU ratio the in-process call and `toolkernel.call` meet 3x in every run with room
-to spare; `%tools` met it in 9 of 10 runs (3.27x at load 3.4), and by the wall clock in 8
-of 10 (the two misses at load 3.4-4.0; the last two runs, at load 1, gave 2.04-2.44x). What is left of a direct call beyond the call
-itself (about 70 us at these loads): the config check about 35 us (8 lstats, 3-4 us each
-on this VM, and 6 us of Python), the rest of `prepare_now` about 8, the line's parse 5.
-`%tools` pays IPython's `run_line_magic` on top, 30-70 us measured in a kernel: its
-variable expansion (5 us), and most likely its builtin trap: it adds and removes names of
-the `builtins` module on every line, which voids Python's specialised lookups of builtin
-names for that call (an empty magic costs 6 us, yet the same `toolkernel.call` inside
-one costs about 30 us more than outside, and 10-20 us more inside the trap alone). In a round, `%tools` is
-timed first after the cell starts; timed second, its gap to `toolkernel.call` shrank.
+kernel 121-205 (main 228-305), `%tools` 166-278 (main 254-415); a script's call 58-111. By
+the CPU ratio the in-process call and `toolkernel.call` meet 3x in every run with room to
+spare; `%tools` met it in 9 of 10 runs (3.27x at load 3.4), and by the wall clock in 8 of 10
+(the two misses at load 3.4-4.0; the last two runs, at load 1, gave 2.04-2.44x). What is
+left of a direct call beyond the call itself (about 70 us at these loads): the config check
+about 35 us (8 lstats, 3-4 us each on this VM, and 6 us of Python), the rest of
+`prepare_now` about 8, the line's parse 5. `%tools` pays IPython's `run_line_magic` on top,
+30-70 us measured in a kernel: its variable expansion (5 us), and most likely its builtin
+trap: it adds and removes names of the `builtins` module on every line, which voids Python's
+specialised lookups of builtin names for that call (an empty magic costs 6 us, yet the same
+`toolkernel.call` inside one costs about 30 us more than outside, and 10-20 us more inside
+the trap alone). In a round, `%tools` is timed first after the cell starts; timed second,
+its gap to `toolkernel.call` shrank.
 """
 
 from __future__ import annotations
