@@ -93,6 +93,17 @@ def test_mcp_calls_and_help_still_reach_the_private_loop(session):
     assert "get-pull" in call_argv(session, ["github", "--help"])
 
 
+def test_a_server_taken_out_of_the_config_is_closed_by_the_next_direct_call(session):
+    # A direct call goes over to the private loop to close servers only when the pool holds
+    # one the config no longer names: such a one is still closed by the next call, of any tool.
+    assert call_argv(session, ["github", "get-pull", "repo=acme/api", "number=101"])["number"] == 101
+    assert call_argv(session, ["where"]) == "MainThread"
+    assert session.pool.loaded("github")  # still configured: kept
+    write_config(session.workdir, policy_toml())
+    assert call_argv(session, ["where"]) == "MainThread"
+    assert not session.pool.loaded("github")
+
+
 def test_a_hook_may_make_a_direct_call_of_its_own(session):
     @session.hooks.before_call("github *")
     def look_first(call):

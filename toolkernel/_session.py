@@ -96,7 +96,7 @@ class Session:
         `one_call` (a direct call): no script runs, so the mount plan is worked out only
         if the call names paths (the plan's check is a fifth of a direct call's cost)."""
         config, env = self._config_and_env(approver, read_only, one_call)
-        if config.servers or self._pool is not None:  # no MCP SDK for a config without servers
+        if self._retiring(config):
             await _loop.on_private(self.pool.retire(set(config.servers)))  # its sessions live there
         providers = self._run_providers(config)
         catalog = self.catalogs.kept(providers) or await self.catalogs.open(providers)
@@ -108,11 +108,19 @@ class Session:
         (MCP servers to retire, a catalog whose names are to be checked again). Running a loop
         for work that never waits cost a direct call a fifth of its time."""
         config, env = self._config_and_env(approver, False, True)
-        if config.servers or self._pool is not None:
+        if self._retiring(config):
             _loop.run(self.pool.retire(set(config.servers)))
         providers = self._run_providers(config)
         catalog = self.catalogs.kept(providers) or _loop.run_in_place(self.catalogs.open(providers))
         return ToolsCommand(catalog, Dispatcher(env), Run(limit=config.shell.call_limit), self.workdir)
+
+    def _retiring(self, config: Config) -> bool:
+        """Whether servers no longer in `config` are to be closed (a trip to the private loop,
+        which cost a direct call of an own tool more than the call itself, in a session with
+        servers). No MCP SDK is imported for a config without servers."""
+        if not config.servers and self._pool is None:
+            return False
+        return self.pool.holds_other_than(set(config.servers))
 
     def _config_and_env(self, approver: Approver, read_only: bool, one_call: bool) -> tuple[Config, CallEnv]:
         """The config as it is now, and what the run's dispatcher is to know of it."""
