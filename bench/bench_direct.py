@@ -42,7 +42,10 @@ trap: it adds and removes names of the `builtins` module on every line, which vo
 specialised lookups of builtin names for that call (an empty magic costs 6 us, yet the same
 `toolkernel.call` inside one costs about 30 us more than outside, and 10-20 us more inside
 the trap alone). In a round, `%tools` is timed first after the cell starts; timed second,
-its gap to `toolkernel.call` shrank.
+its gap to `toolkernel.call` shrank. This bench configures no MCP server. With one
+configured (and connected), a direct call of an own tool went over to the private loop on
+every call to close servers no longer configured; it now does only when there are some
+(`ServerPool.holds_other_than`): 355 us a call before, 160 after, in this process at load 1.4.
 """
 
 from __future__ import annotations
