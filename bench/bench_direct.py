@@ -11,29 +11,41 @@ times, inside a real kernel (stdin offered, as JupyterLab does), `%tools noop` a
 clock and CPU (all threads) per call are printed with the load. Runs in a fresh
 temp workspace with no project config.
 
-Figures (2026-11-30, 2 shared cores). A direct call runs on the calling thread with no
-hand-off. Its config check looks again only at the files that exist and at the project
+Figures (2026-12-01, 2 shared cores). A direct call runs on the calling thread with no
+hand-off, and a plain sync own tool, with no hook registered, is called as a script calls
+it: from sync code (`Session.prepare_now`, `ToolsCommand.call_now`, the dispatcher's same
+checks in the same order), with no event loop unless something waits (a person asked, an
+async tool). Its config check looks again only at the files that exist and at the project
 folders (a file missing last time in a folder unchanged and settled since is missing
-still), its mount plan is worked out only when its arguments name paths, and its signal
-wake-up timer is armed only when the call waits: a no-op call lstats 6-9 paths, not 26.
-The workspace is left to settle (`SETTLE`) before the rounds, as a notebook's folder is
-between edits. Evening of 2026-11-30, load 3.9-6.3 from the other sessions' tests (never
-quiet), this branch then main's code in the same minutes, wall ratio / CPU ratio:
-  in this process      1.33/1.27 1.79/1.74 1.76/2.11 1.99/1.73 1.95/1.63 1.05/1.61 1.84/1.76
-                 main  3.03/2.87 2.74/2.76 1.39/2.29 2.44/2.37 2.40/2.62 2.97/3.38 2.69/2.84
-  kernel, call         1.98/1.46 1.91/1.44 1.70/1.73 1.63/1.77 1.27/1.51 1.92/1.59 1.11/1.43
-                 main  4.61/2.71 2.68/2.98 3.04/3.03 1.26/2.43 3.72/2.92 1.77/1.74 1.12/2.67
-  kernel, %tools       2.39/1.91 2.54/2.25 1.28/1.73 3.71/2.63 1.91/2.35 2.93/2.49 2.76/2.35
-                 main  6.67/4.35 2.79/3.24 4.06/3.89 2.70/2.99 3.70/3.49 2.52/2.58 1.32/3.06
-A direct call's CPU: 235-349 us in this process (main 310-822), `toolkernel.call` in a
-kernel 263-399 (main 384-583), `%tools` 400-570 (main 464-697); a script's call 109-243.
-By the CPU ratio every case meets 3x in every run; by the wall clock under this load,
-`%tools` met it in 6 of 7 runs. What is left of a direct call beyond the call itself
-(about 200 us at these loads): the config check about 30 us (6 lstats and 12 us of
-Python), the rest of `prepare` about 10, the event loop's run about 20-30, and for
-`%tools` IPython's `run_line_magic` (variable expansion, about 5 us) and the line's
-parse; the magic's own gap to `toolkernel.call` measured 20-100 us in a kernel, about
-as much as the run-to-run noise.
+still), with plain lstats (8 in this temp workspace, whose project folders go up to `/`);
+its mount plan is worked out only when its arguments name paths. The workspace is left to
+settle (`SETTLE`) before the rounds, as a notebook's folder is between edits. Night of
+2026-11-30/12-01, load 0.9-4.0 from the other sessions' tests (never quiet), this branch
+then main's code in the same minutes, wall ratio / CPU ratio:
+  in process  1.77/1.79 1.68/1.69 1.89/1.88 1.60/1.60 2.14/2.49 1.30/1.78 1.67/1.71 1.92/1.71 1.64/1.68 1.47/1.48
+         main 3.19/3.23 2.74/2.78 3.07/3.07 3.56/3.61 3.70/3.31 3.01/3.50 3.24/2.79 3.07/3.24 3.31/3.37 3.17/3.13
+  kernel call  1.55/1.60 1.81/1.79 1.55/1.84 1.73/1.69 1.67/1.93 2.60/1.75 1.51/1.46 1.62/1.58 1.69/1.61 1.47/1.58
+         main 2.62/3.36 2.31/2.56 2.69/2.72 1.43/3.07 3.17/3.23 4.48/4.46 2.13/3.82 2.16/2.45 2.54/2.64 3.03/3.02
+  %tools       2.27/2.30 2.31/2.38 2.15/2.50 2.44/2.40 3.06/3.27 3.30/2.37 2.35/2.09 2.51/2.16 2.44/2.21 2.04/2.12
+         main 5.29/4.06 3.01/3.26 3.49/3.56 4.03/4.77 7.49/4.02 3.75/3.71 4.99/6.16 2.90/3.29 3.40/3.49 3.35/3.43
+(the first three runs before the last cut, a plain lstat for the check, worth about 5 us).
+A direct call's CPU: 114-173 us in this process (main 195-328), `toolkernel.call` in a
+kernel 121-205 (main 228-305), `%tools` 166-278 (main 254-415); a script's call 58-111. By
+the CPU ratio the in-process call and `toolkernel.call` meet 3x in every run with room to
+spare; `%tools` met it in 9 of 10 runs (3.27x at load 3.4), and by the wall clock in 8 of 10
+(the two misses at load 3.4-4.0; the last two runs, at load 1, gave 2.04-2.44x). What is
+left of a direct call beyond the call itself (about 70 us at these loads): the config check
+about 35 us (8 lstats, 3-4 us each on this VM, and 6 us of Python), the rest of
+`prepare_now` about 8, the line's parse 5. `%tools` pays IPython's `run_line_magic` on top,
+30-70 us measured in a kernel: its variable expansion (5 us), and most likely its builtin
+trap: it adds and removes names of the `builtins` module on every line, which voids Python's
+specialised lookups of builtin names for that call (an empty magic costs 6 us, yet the same
+`toolkernel.call` inside one costs about 30 us more than outside, and 10-20 us more inside
+the trap alone). In a round, `%tools` is timed first after the cell starts; timed second,
+its gap to `toolkernel.call` shrank. This bench configures no MCP server. With one
+configured (and connected), a direct call of an own tool went over to the private loop on
+every call to close servers no longer configured; it now does only when there are some
+(`ServerPool.holds_other_than`): 355 us a call before, 160 after, in this process at load 1.4.
 """
 
 from __future__ import annotations

@@ -50,6 +50,12 @@ def nested(arguments, ctx):
     return call_argv(ctx.state["session"], ["where"])
 
 
+@tool("nested-async", description="`nested`, as a coroutine on this thread's loop (a test tool).", kind="read",
+      input_schema={"type": "object"})
+async def nested_async(arguments, ctx):
+    return call_argv(ctx.state["session"], ["where"])
+
+
 def test_a_plain_tool_runs_on_the_calling_thread(session):
     # No hand-off: the private loop would pass a plain function on to a worker thread.
     assert call_argv(session, ["where"]) == "MainThread"
@@ -74,15 +80,28 @@ def test_a_call_inside_a_running_loop_runs_in_place_and_gives_the_loop_back(sess
 
 
 def test_a_call_made_while_this_threads_loop_runs_goes_to_the_worker(session):
-    session.register_tools([nested])
-    session.state["session"] = session  # `nested` finds the session here
-    assert call_argv(session, ["nested"]) == "toolkernel-direct"
+    session.register_tools([nested, nested_async])
+    session.state["session"] = session  # the tools find the session here
+    assert call_argv(session, ["nested-async"]) == "toolkernel-direct"
+    # A plain sync tool is called with no loop running (`call_now`): its own call runs in place.
+    assert call_argv(session, ["nested"]) == "MainThread"
 
 
 def test_mcp_calls_and_help_still_reach_the_private_loop(session):
     pull = call_argv(session, ["github", "get-pull", "repo=acme/api", "number=101"])
     assert pull["title"] == "Add rate limiting to /search"
     assert "get-pull" in call_argv(session, ["github", "--help"])
+
+
+def test_a_server_taken_out_of_the_config_is_closed_by_the_next_direct_call(session):
+    # A direct call goes over to the private loop to close servers only when the pool holds
+    # one the config no longer names: such a one is still closed by the next call, of any tool.
+    assert call_argv(session, ["github", "get-pull", "repo=acme/api", "number=101"])["number"] == 101
+    assert call_argv(session, ["where"]) == "MainThread"
+    assert session.pool.loaded("github")  # still configured: kept
+    write_config(session.workdir, policy_toml())
+    assert call_argv(session, ["where"]) == "MainThread"
+    assert not session.pool.loaded("github")
 
 
 def test_a_hook_may_make_a_direct_call_of_its_own(session):
@@ -93,6 +112,58 @@ def test_a_hook_may_make_a_direct_call_of_its_own(session):
     seen.clear()
     assert call_argv(session, ["github", "get-pull", "repo=acme/api", "number=101"])["number"] == 101
     assert len(seen) == 1
+
+
+@tool("loopless", description="Say whether an event loop runs this call (a test tool).", kind="read",
+      input_schema={"type": "object", "properties": {"n": {"type": "integer"}}})
+def loopless(arguments, ctx):
+    return "no loop" if asyncio._get_running_loop() is None else "a loop"
+
+
+def test_a_plain_sync_tool_is_called_with_no_loop_and_meets_every_check(session):
+    # As a script calls it (`call_now`): no event loop run for a call that never waits.
+    session.register_tools([loopless])
+    assert call_argv(session, ["loopless"]) == "no loop"
+    with pytest.raises(CallError) as raised:
+        call_argv(session, ["loopless", "n=text"])
+    assert raised.value.code == "invalid_input"
+    write_config(session.workdir, github_toml() + policy_toml(ask=["loopless"]))
+    with pytest.raises(CallError) as raised:
+        call_argv(session, ["loopless"])  # nobody to ask: stops for `%tools approve`
+    assert raised.value.code == "needs_approval"
+    asked = []
+    with pytest.raises(CallError) as raised:
+        call_argv(session, ["loopless"], ask=lambda prompt: asked.append(prompt) or "n")
+    assert raised.value.code == "denied" and len(asked) == 1
+    assert call_argv(session, ["loopless"], ask=lambda prompt: "y") == "no loop"
+    write_config(session.workdir, github_toml() + policy_toml(deny=["loopless"]))
+    with pytest.raises(CallError) as raised:
+        call_argv(session, ["loopless"])
+    assert raised.value.code == "denied"
+    write_config(session.workdir, github_toml())
+
+    # A hook may wait: with one registered, the call takes the async path, and the hook runs.
+    @session.hooks.before_call("loopless")
+    def look_first(call):
+        seen.append("hook")
+
+    seen.clear()
+    assert call_argv(session, ["loopless"]) == "a loop" and seen == ["hook"]
+
+
+@tool("echo-text", description="Return its text as it is (a test tool).", kind="read",
+      input_schema={"type": "object", "properties": {"text": {"type": "string"}}})
+def echo_text(arguments, ctx):
+    return arguments["text"]
+
+
+def test_a_result_reads_as_json_exactly_when_it_is_json(session):
+    session.register_tools([echo_text])
+    for text, value in [('  [1, 2]', [1, 2]), ('\n{"a": 1}', {"a": 1}), ("-3", -3), ("true", True),
+                        ("null", None), ("Infinity", float("inf")), ('"q"', "q"),
+                        ("", ""), ("hello", "hello"), ("tru", "tru"), ("\x0b1", "\x0b1"), ("{bad", "{bad")]:
+        assert call_argv(session, ["echo-text"], base={"text": text}) == value, text
+    assert call_argv(session, ["echo-text"], base={"text": "NaN"}) != call_argv(session, ["echo-text"], base={"text": "NaN"})
 
 
 def test_a_failed_direct_call_raises_its_coded_error(session):

@@ -142,6 +142,11 @@ def _thread_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
+def own_loop() -> asyncio.AbstractEventLoop:
+    """This thread's own loop: the one `local_task`, `run_here` and `run_in_place` run."""
+    return _thread_loop()
+
+
 def local_task(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
     """A task on this thread's own loop, to be run by `run_here` (and cancelled by `cancel`)."""
     return _thread_loop().create_task(coro)

@@ -22,7 +22,7 @@ from ._command._catalog import CatalogCache, same_items, check_names
 from ._command._command import ToolsCommand
 from ._providers._commands import ProcessSlots, command_tool
 from ._config._config import Config
-from ._config._cache import ConfigCache, StatOnce
+from ._config._cache import ConfigCache, StatOnce, lstat_or_none
 from ._approval._dispatch import CallEnv, Dispatcher
 from ._runners._guard_cache import PlanCache
 from ._approval._hooks import Hooks
@@ -95,14 +95,44 @@ class Session:
         (`_guard.Unprotectable` too: what scripts must not write cannot be protected).
         `one_call` (a direct call): no script runs, so the mount plan is worked out only
         if the call names paths (the plan's check is a fifth of a direct call's cost)."""
-        looked_at = StatOnce()  # the config's check and the mount plan's share their lstats
-        config, checked = self.config_cache.check(looked_at)
+        config, env = self._config_and_env(approver, read_only, one_call)
+        if self._retiring(config):
+            await _loop.on_private(self.pool.retire(set(config.servers)))  # its sessions live there
+        providers = self._run_providers(config)
+        catalog = self.catalogs.kept(providers) or await self.catalogs.open(providers)
+        return ToolsCommand(catalog, Dispatcher(env), Run(limit=config.shell.call_limit), self.workdir, events)
+
+    def prepare_now(self, approver: Approver = stop_and_report) -> ToolsCommand:
+        """`prepare(one_call=True)` from sync code on a thread where `_loop.run_in_place` may run
+        (a direct call): the same reads and checks, and no event loop unless something must wait
+        (MCP servers to retire, a catalog whose names are to be checked again). Running a loop
+        for work that never waits cost a direct call a fifth of its time."""
+        config, env = self._config_and_env(approver, False, True)
+        if self._retiring(config):
+            _loop.run(self.pool.retire(set(config.servers)))
+        providers = self._run_providers(config)
+        catalog = self.catalogs.kept(providers) or _loop.run_in_place(self.catalogs.open(providers))
+        return ToolsCommand(catalog, Dispatcher(env), Run(limit=config.shell.call_limit), self.workdir)
+
+    def _retiring(self, config: Config) -> bool:
+        """Whether servers no longer in `config` are to be closed (a trip to the private loop,
+        which cost a direct call of an own tool more than the call itself, in a session with
+        servers). No MCP SDK is imported for a config without servers."""
+        if not config.servers and self._pool is None:
+            return False
+        return self.pool.holds_other_than(set(config.servers))
+
+    def _config_and_env(self, approver: Approver, read_only: bool, one_call: bool) -> tuple[Config, CallEnv]:
+        """The config as it is now, and what the run's dispatcher is to know of it."""
+        # A script run's config check and mount plan share their lstats. A direct call's plan is
+        # worked out only if the call names paths, so its check looks on its own: sharing cost
+        # every direct call more than the few looks it would spare the rare one that plans.
+        looked_at = StatOnce()
+        config, checked = self.config_cache.check(lstat_or_none if one_call else looked_at)
         plan = functools.partial(self.plans.plan, self.workdir, config, lstat=looked_at)
         if one_call and not checked.is_folder(self._state_dir):
             make_state_dir(Path(self._state_dir))  # what the plan does first: private, and never a link
-        if config.servers or self._pool is not None:  # no MCP SDK for a config without servers
-            await _loop.on_private(self.pool.retire(set(config.servers)))  # its sessions live there
-        env = CallEnv(
+        return config, CallEnv(
             workdir=self.workdir,
             policy=self._policy(config, read_only, checked.missing(self._approvals_file)),
             approvals=self.approvals,
@@ -115,8 +145,6 @@ class Session:
             untrusted=config.untrusted,
             shell=config.shell,
         )
-        catalog = await self.catalogs.open(self._run_providers(config))
-        return ToolsCommand(catalog, Dispatcher(env), Run(limit=config.shell.call_limit), self.workdir, events)
 
     def _policy(self, config: Config, read_only: bool, no_approvals: bool) -> Policy:
         """The run's policy: the same (frozen) object while the config, the lasting approvals

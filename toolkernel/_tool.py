@@ -60,11 +60,16 @@ class ToolResult:
         if self.structured is not None:
             return self.structured
         text = "\n".join(self.texts)
+        if text.lstrip(" \t\r\n")[:1] not in _JSON_STARTS:
+            return text  # not JSON: spared json's raising, a tenth of a direct call of a small tool
         try:
             return json.loads(text)
         except ValueError:
             return text
 
+
+# The first character of a JSON text after its whitespace (`json.loads` takes NaN and Infinity too).
+_JSON_STARTS = frozenset('{["-0123456789tfnNI')
 
 ProgressFn = Callable[[float, "float | None", "str | None"], None]
 

@@ -299,6 +299,12 @@ class ToolsCommand:
             else render(result, self.workdir, tool)
         return self._called(tool, result, rendered)
 
+    def call_now(self, tool: Tool, arguments: dict[str, Any], wait: Callable[[Any], Any]) -> Called:
+        """`call` made from sync code (the dispatcher's `call_now`: the same checks), where
+        `dispatcher.can_call_now()`; `wait` runs what must wait on this thread's loop."""
+        result = self.dispatcher.call_now(tool, arguments, self.run, self.events, wait)
+        return self._called(tool, result, render(result, self.workdir, tool))
+
     @staticmethod
     def _called(tool: Tool, result: ToolResult, rendered: Rendered) -> Called:
         failure = None

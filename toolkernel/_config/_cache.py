@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import stat
+from stat import S_ISDIR, S_ISLNK
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +55,13 @@ class StatOnce:
         cut = path.rfind("/")  # os.path.dirname's Python would cost more than the look it spares
         parent = (path[:cut] or "/") if cut >= 0 else path
         # Only a missing parent: a parent that is a link may still lead to a folder.
-        found = None if parent != path and parent in seen and seen[parent] is None else lstat_or_none(path)
+        if parent != path and parent in seen and seen[parent] is None:
+            found = None
+        else:
+            try:  # `lstat_or_none` written out: a direct call's check runs this for every path
+                found = os.lstat(path)
+            except OSError:
+                found = None
         seen[path] = found
         return found
 
@@ -100,19 +107,30 @@ def fingerprint(workdir: Path, environ: Mapping[str, str] | None = None,
         table, before = dict(table), None
         paths, parents = _watched(where, frozenset(table.items()), environ)
     since = time.time_ns() - _SETTLED_NS
+    settled_then = last.settled if before is not None else frozenset()
     statuses: list[Any] = []
     settled: set[int] = set()
     unchanged: set[int] = set()  # folders as the last check saw them, settled then
+    # One pass of plain code: this loop runs on every direct call, and its Python cost as much
+    # as its lstats did before it was written out here.
     for index, path in enumerate(paths):
         parent = parents[index]
         if parent >= 0 and (statuses[parent] is None or (parent in unchanged and before[index] is None)):
             statuses.append(None)  # in a folder missing now, or missing then in a folder unchanged since
             continue
-        status = _status(path, lstat)
-        if _is_folder(status):
+        found = lstat(path)
+        if found is None:
+            statuses.append(None)
+            continue
+        mode = found.st_mode
+        if S_ISLNK(mode):
+            statuses.append(_link_status(path, found))
+            continue
+        status = (found.st_ino, found.st_dev, mode, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+        if S_ISDIR(mode):
             if status[4] < since and status[5] < since:
                 settled.add(index)
-            if before is not None and index in last.settled and before[index] == status:
+            if index in settled_then and before[index] == status:
                 unchanged.add(index)
         statuses.append(status)
     return _Check(where, table, paths, parents, tuple(statuses), frozenset(settled))
@@ -145,13 +163,8 @@ def _watched(workdir: str, snapshot: frozenset,
     return watched
 
 
-def _status(path: str, lstat: Callable[[str], os.stat_result | None]) -> tuple[Any, ...] | None:
+def _link_status(path: str, link: os.stat_result) -> tuple[Any, ...]:
     # Both the link and what it leads to: a swapped symlink target changes the config.
-    link = lstat(path)
-    if link is None:
-        return None
-    if not stat.S_ISLNK(link.st_mode):
-        return _entry(link)
     try:
         return _entry(link), _entry(os.stat(path))
     except OSError:

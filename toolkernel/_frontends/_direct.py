@@ -3,12 +3,15 @@
 The same `ToolsCommand.call` as a `tools` line in a script, so the same
 checks (schema, hooks, policy, approvals) and the same error classes.
 
-A call runs on the calling thread's own event loop, as a script's call does on
-the script's thread: no thread hand-off for a tool bound to nothing on the
-private loop. In a kernel the cell's thread has the kernel's loop running, but
-that loop is blocked in the cell's frame while the call runs, so it is set aside
-for the call (`_loop.run_in_place`); a kernel interrupt lands on this thread and
-cancels the call. MCP tools, notebook tools and help, which need the private
+A call runs on the calling thread, as a script's call does on the script's
+thread: no thread hand-off for a tool bound to nothing on the private loop. A
+plain sync own tool, with no hook registered, is called from sync code with no
+event loop (`ToolsCommand.call_now`, the dispatcher's same checks), as a
+script calls it; what waits (a person asked, an async tool, a hook) runs on the
+thread's own event loop. In a kernel the cell's thread has the kernel's loop
+running, but that loop is blocked in the cell's frame while the call runs, so it
+is set aside for the call (`_loop.run_in_place`); a kernel interrupt lands on
+this thread and cancels the call. MCP tools, notebook tools and help, which need the private
 loop, go on to it from there, and a question one of them asks comes back to this
 thread (where `input()` works). A call made while this thread's loop already
 runs (a tool or hook of a call making a call of its own) runs on one worker
@@ -21,11 +24,13 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine
 
 from .. import _loop
-from .._command._cli import parse_input, split_command
-from .._command._command import ToolsCommand
+from .._command._cli import Command, parse_input, split_command
+from .._command._command import Called, ToolsCommand
+from .._names import fold
+from .._tool import Tool
 from .._approval._approver import Approver, StdinApprover, asking, stop_and_report
 from .._session import Session
 from .._runners._shell import ScriptEvents, answering
@@ -36,17 +41,30 @@ async def _call(session: Session, argv: list[str], base: dict[str, Any] | None,
     command = await session.prepare(approver=approver, one_call=True)
     catalog = command.catalog
     parsed = split_command(argv, catalog.is_server, catalog.split_qualified)
-    here = parsed.action == "call" and not catalog.runs_on_private_loop(parsed.server, parsed.tool)
+    return await _finishing(session, command, parsed, base, on_image)
+
+
+def _finishing(session: Session, command: ToolsCommand, parsed: Command, base: dict[str, Any] | None,
+               on_image: Callable[[Any], None]) -> Coroutine[Any, Any, Any]:
+    """`_finish` where it runs: here, or on the private loop for what needs it (MCP, notebook, help)."""
     finish = _finish(session, command, parsed, base, on_image)
-    return await (finish if here else _loop.on_private(finish))
+    here = parsed.action == "call" and not command.catalog.runs_on_private_loop(parsed.server, parsed.tool)
+    return finish if here else _loop.on_private(finish)
 
 
-async def _finish(session: Session, command: ToolsCommand, parsed, base: dict[str, Any] | None,
+async def _finish(session: Session, command: ToolsCommand, parsed: Command, base: dict[str, Any] | None,
                   on_image: Callable[[Any], None]) -> Any:
     if parsed.action != "call":
         return _Text((await command.run_command(parsed, None)).stdout)
     tool = await command.catalog.find_tool(parsed.server, parsed.tool)
-    called = await command.call(tool, {**(base or {}), **parse_input(parsed.args, tool.input_schema, None)})
+    return _value(session, await command.call(tool, _arguments(tool, parsed, base)), on_image)
+
+
+def _arguments(tool: Tool, parsed: Command, base: dict[str, Any] | None) -> dict[str, Any]:
+    return {**(base or {}), **parse_input(parsed.args, tool.input_schema, None)}
+
+
+def _value(session: Session, called: Called, on_image: Callable[[Any], None]) -> Any:
     for path in called.images:
         on_image(session.workdir / path)
     if called.failure is not None:
@@ -66,7 +84,7 @@ def call_argv(session: Session, argv: list[str], base: dict[str, Any] | None = N
     if _loop.on_private_loop():
         raise RuntimeError("toolkernel.call() called from its own event loop thread")
     if _loop.free_here():
-        return _loop.run_in_place(_call_in_place(session, argv, base, on_image, ask))
+        return _call_here(session, argv, base, on_image, ask)
     events = ScriptEvents()
     approver = stop_and_report if ask is None else StdinApprover(
         lambda prompt, request: events.on_pump_thread(asking, ask, prompt, request),
@@ -80,15 +98,35 @@ def call_argv(session: Session, argv: list[str], base: dict[str, Any] | None = N
         raise
 
 
-async def _call_in_place(session: Session, argv: list[str], base: dict[str, Any] | None,
-                         on_image: Callable[[Any], None], ask: Callable[[str], str] | None) -> Any:
-    """`_call` on the calling thread's own loop; a question asked on the private loop (an MCP
-    tool's call) comes back to this thread, where `input()` works and interrupts land."""
-    here = asyncio.get_running_loop()
+def _call_here(session: Session, argv: list[str], base: dict[str, Any] | None,
+               on_image: Callable[[Any], None], ask: Callable[[str], str] | None) -> Any:
+    """The call on this thread. A plain sync own tool, with no hook registered, is called from
+    sync code as a script calls it (`ToolsCommand.call_now`: the dispatcher's same checks), and
+    only what waits (a person asked, an async tool) runs on this thread's own loop
+    (`_loop.run_in_place`); anything else runs there whole. A question asked on the private
+    loop (an MCP tool's call) comes back to this thread, where `input()` works and interrupts land."""
+    here = _loop.own_loop()
     approver = stop_and_report if ask is None else StdinApprover(
         lambda prompt, request: _on_thread_of(here, asking, ask, prompt, request),
         lambda line: _on_thread_of(here, print, line))
-    return await _call(session, argv, base, on_image, approver)
+    command = session.prepare_now(approver)
+    catalog = command.catalog
+    parsed = split_command(argv, catalog.is_server, catalog.split_qualified)
+    tool = _callable_now(command, parsed)
+    if tool is None:
+        return _loop.run_in_place(_finishing(session, command, parsed, base, on_image))
+    return _value(session, command.call_now(tool, _arguments(tool, parsed, base), _loop.run_in_place), on_image)
+
+
+def _callable_now(command: ToolsCommand, parsed: Command) -> Tool | None:
+    """The own tool `parsed` calls, if `call_now` may call it: bound to nothing on the private
+    loop, and no hook registered (hooks may wait)."""
+    if parsed.action != "call" or parsed.server is not None:
+        return None
+    tool = command.catalog.own.get(fold(parsed.tool))
+    if tool is None or tool.runs_on_private_loop or not command.dispatcher.can_call_now():
+        return None
+    return tool
 
 
 def _on_thread_of(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:

@@ -8,6 +8,7 @@ show the results.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import re
 import shlex
@@ -136,9 +137,7 @@ class ToolsMagics(Magics):
             argv = _words(line)
         except ValueError as exc:
             raise UsageError(f"%tools: {exc}") from None
-        from . import _answers
-        from ._direct import call_argv, is_help_text
-
+        _answers, call_argv, is_help_text = _line_parts()
         if argv[:1] in (["trust"], ["approve"]):
             _refuse_agent_approval(self.shell, argv)
         if argv[:1] == ["trust"]:
@@ -173,6 +172,16 @@ class ToolsMagics(Magics):
             raise UsageError(str(exc)) from None
         except ConfigError as exc:
             raise UsageError(f"%tools trust: {exc}") from None
+
+
+@functools.cache
+def _line_parts():
+    """What a `%tools` line needs, imported at its first use (not at `%load_ext`, for a fast
+    first cell), then kept: two imports on every line cost a direct call 5 us."""
+    from . import _answers
+    from ._direct import call_argv, is_help_text
+
+    return _answers, call_argv, is_help_text
 
 
 def _refuse_agent_approval(shell, argv: list[str]) -> None:

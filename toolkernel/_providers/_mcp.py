@@ -122,6 +122,11 @@ class ServerPool:
         """Connect several servers in parallel; failures are kept in `last_error`."""
         await asyncio.gather(*(self._start_one(cfg) for cfg in cfgs))
 
+    def holds_other_than(self, keep: set[str]) -> bool:
+        """Whether `retire(keep)` has anything to do. Read from any thread (the dicts are copied
+        in one step): a direct call spares its trip to the private loop when not."""
+        return any(name not in keep for name in (*self._connections, *self._errors))
+
     async def retire(self, keep: set[str]) -> None:
         """Close the sessions of servers whose names are not in `keep`."""
         gone = [name for name in self._connections if name not in keep]
