@@ -315,32 +315,23 @@ def test_a_client_without_elicitation_gets_needs_approval(tmp_path):
     assert "needs_approval" in result.content[0].text
 
 
-def test_direct_tools_pass_the_same_approvals(tmp_path):
-    work = project(tmp_path, policy_section(ask=["write_file"]))
+@pytest.mark.parametrize("why, path", [
+    ("an ask rule", "x.txt"),
+    ("what scripts must not write", "toolkernel.toml"),  # the mount plan, worked out for this call
+])
+def test_direct_tools_pass_the_same_approvals(tmp_path, why, path):
+    work = project(tmp_path, policy_section(ask=["write_file"]) if why == "an ask rule" else "")
+    before = (work / path).read_text() if (work / path).exists() else None
     asked: list = []
 
     async def body():
         async with connected(work, answering("deny", asked)) as client:
-            return await client.call_tool("write_file", {"path": "x.txt", "content": "hi"})
+            return await client.call_tool("write_file", {"path": path, "content": "hi"})
 
     result = run(body)
     assert len(asked) == 1 and result.is_error
     assert json.loads(result.content[0].text)["error"]["code"] == "denied"
-    assert not (work / "x.txt").exists()
-
-
-def test_a_direct_write_to_what_scripts_must_not_write_is_asked_first(tmp_path):
-    work = project(tmp_path)
-    config = (work / "toolkernel.toml").read_text()
-    asked: list = []
-
-    async def body():
-        async with connected(work, answering("deny", asked)) as client:
-            return await client.call_tool("write_file", {"path": "toolkernel.toml", "content": "x"})
-
-    result = run(body)
-    assert len(asked) == 1 and result.is_error
-    assert (work / "toolkernel.toml").read_text() == config
+    assert ((work / path).read_text() if (work / path).exists() else None) == before
 
 
 # -- streamable HTTP -------------------------------------------------------------------------
