@@ -65,7 +65,7 @@ def write_atomic(path: Path | str, data: bytes | str, *, check: Callable[[], Non
 def _write_in(folder: int, target: Path, payload: bytes, check: Callable[[], None] | None,
               replaces: Callable[[Path], bool] | None) -> None:
     """`write_atomic` in the open folder `folder`, which holds `target`."""
-    _remove_stale_temps_in(folder)
+    _remove_stale_temps(folder)
     existing = _stat_or_none(target.name, folder)
     fd, tmp_name = _make_temp(folder, target.name)
     try:
@@ -84,19 +84,8 @@ def _write_in(folder: int, target: Path, payload: bytes, check: Callable[[], Non
     _fsync(folder)
 
 
-def remove_stale_temps(folder: Path) -> None:
-    """Remove temporary files that killed writers left in `folder` (see the module's doc)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        _remove_stale_temps_in(fd)
-    finally:
-        os.close(fd)
-
-
-def _remove_stale_temps_in(folder: int) -> None:
+def _remove_stale_temps(folder: int) -> None:
+    """Remove temporary files that killed writers left in the open `folder` (see the module's doc)."""
     cutoff = time.time() - STALE_TEMP_SECONDS
     try:
         entries = list(os.scandir(folder))

@@ -58,20 +58,21 @@ class NotAFile(OSError):
     """The path is a pipe, a device or a socket: reading it could wait, or never end."""
 
 
-def file_checked(path: str, *, inside: str | None = None) -> io.FileIO:
-    """`open_checked` for reading a regular file, as an unbuffered binary file.
+def file_checked(path: str, *, inside: str | None = None) -> tuple[io.FileIO, int]:
+    """`open_checked` for reading a regular file: an unbuffered binary file, and its size.
 
     Opened without waiting (a pipe with no writer would hold the open, and the thread, for
     ever); a folder raises IsADirectoryError, anything else that is not a file `NotAFile`.
     """
     fd = open_checked(path, os.O_RDONLY | os.O_NONBLOCK, inside=inside)
     try:
-        kind = stat.S_IFMT(os.fstat(fd).st_mode)
+        status = os.fstat(fd)
+        kind = stat.S_IFMT(status.st_mode)
         if kind == stat.S_IFDIR:
             raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
         if kind != stat.S_IFREG:
             raise NotAFile(errno.EINVAL, "Not a regular file", path)
-        return io.FileIO(fd, "rb")
+        return io.FileIO(fd, "rb"), status.st_size
     except BaseException:
         os.close(fd)
         raise
@@ -79,7 +80,8 @@ def file_checked(path: str, *, inside: str | None = None) -> io.FileIO:
 
 def read_checked(path: str, *, inside: str | None = None) -> bytes:
     """The whole of the file `path`, opened as `open_checked` does."""
-    with file_checked(path, inside=inside) as file:
+    file, _ = file_checked(path, inside=inside)
+    with file:
         return file.readall()
 
 

@@ -70,9 +70,9 @@ _PATH_PROPERTY = {
 def read_file(arguments: dict[str, Any], ctx: ToolContext) -> Any:
     path = ctx.real_name(arguments, "path")
     shown = display_path(path, ctx.workdir)
-    with _open_readable(path, shown) as file:
+    file, size = _open_readable(path, shown)
+    with file:
         # A file small enough to number at once is read in one call; the sniff looks at its head.
-        size = os.fstat(file.fileno()).st_size
         whole = size <= PLAIN_TEXT_BYTES
         data = _read_whole(file, size) if whole else file.read(SNIFF_BYTES)
         mime = image_type(data)
@@ -91,8 +91,8 @@ def read_file(arguments: dict[str, Any], ctx: ToolContext) -> Any:
         return _numbered_window(io.BufferedReader(file), shown, offset, limit)
 
 
-def _open_readable(path: str, shown: str) -> io.FileIO:
-    """`path` (a real path) opened for reading; what it cannot be read as is said in words."""
+def _open_readable(path: str, shown: str) -> tuple[io.FileIO, int]:
+    """`path` (a real path) opened for reading, and its size; what it cannot be read as is said in words."""
     if in_git_object_store(path, real=True):
         raise ToolInputError(f"{shown} is inside a git object store; use `git show` or `git cat-file` instead")
     try:
