@@ -489,3 +489,89 @@ def test_the_runs_timeout_ends_a_tool_call_still_running(project, script):
     assert result.exit_code != 0
     assert "before" in sink.stdout_text and "after" not in sink.stdout_text and "woke" not in sink.stdout_text
     assert "timeout" in sink.stderr_text.strip().splitlines()[-1]
+
+
+def _sync_tool_that_looks_at_the_cancel(started: threading.Event, saw_cancel: threading.Event):
+    import time
+
+    @tool("walk", description="Works a minute in plain sync code.", kind="read", input_schema={"type": "object"})
+    def walk(arguments, ctx):
+        started.set()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+            try:
+                ctx.check_cancelled()
+            except asyncio.CancelledError:
+                saw_cancel.set()
+                raise
+        return "walked"
+    return walk
+
+
+@pytest.mark.parametrize("script", ["echo before; tools walk; echo after",
+                                    "for i in 1; do echo before; tools walk; echo after; done"])
+def test_a_sync_tool_at_work_sees_the_runs_timeout_and_interrupt(project, python_sigint, script):
+    # Plain sync code cannot be cancelled from outside: the run's cancel reaches it through
+    # `ToolContext.check_cancelled`, on the script's thread (a loop: `call_now`) as in a worker
+    # thread (no loop: the live command). Without it, the timeout waited out the tool's minute.
+    import _thread
+    import time
+
+    write_config(project, "[shell]\ntimeout = 2\n")
+    for way in ("timeout", "interrupt"):
+        started, saw_cancel = threading.Event(), threading.Event()
+        session = Session(project)
+        session.register_tools([_sync_tool_that_looks_at_the_cancel(started, saw_cancel)])
+        if way == "interrupt":
+            write_config(project, "[shell]\ntimeout = 120\n")
+            threading.Thread(target=lambda: started.wait(60) and _thread.interrupt_main(), daemon=True).start()
+        sink = RecordingSink()
+        began = time.monotonic()
+        try:
+            result = session.run_script(script, sink)
+            assert saw_cancel.wait(30), way
+        finally:
+            session.close()
+        assert time.monotonic() - began < 45, way  # generous: the point is not waiting out the minute
+        assert result.exit_code != 0 and "after" not in sink.stdout_text and "walked" not in sink.stdout_text
+        if way == "timeout":
+            assert "timeout" in sink.stderr_text.strip().splitlines()[-1]
+        else:
+            assert result.interrupted and result.exit_code == 130
+
+
+def test_the_runs_timeout_ends_the_run_when_a_sync_tool_never_returns(project):
+    # A tool that does not look at the cancel keeps the script's thread: the cell still ends
+    # soon after the timeout (the run is left to end on its own thread, as after an interrupt),
+    # and no later call runs once the tool does return.
+    import time
+
+    release, later_calls = threading.Event(), []
+
+    @tool("stuck", description="Waits until released.", kind="read", input_schema={"type": "object"})
+    def stuck(arguments, ctx):
+        release.wait(120)
+        return "released"
+
+    @tool("later", description="Called after stuck.", kind="read", input_schema={"type": "object"})
+    def later(arguments, ctx):
+        later_calls.append(True)
+        return "later"
+
+    write_config(project, "[shell]\ntimeout = 2\n")
+    session = Session(project)
+    session.register_tools([stuck, later])
+    sink = RecordingSink()
+    began = time.monotonic()
+    try:
+        result = session.run_script("for i in 1 2; do echo before; tools stuck; tools later; done", sink)
+        took = time.monotonic() - began
+        release.set()
+        time.sleep(1)  # the tool returns: the script must not go on to `tools later`
+    finally:
+        release.set()
+        session.close()
+    assert took < 60  # generous; it waited the tool's two minutes before
+    assert result.exit_code != 0 and "timeout" in sink.stderr_text.strip().splitlines()[-1]
+    assert not later_calls

@@ -78,6 +78,10 @@ def _no_progress(progress: float, total: float | None = None, message: str | Non
     pass
 
 
+def never_cancelled() -> bool:
+    return False
+
+
 @dataclass
 class ToolContext:
     """What a tool may know about the call it serves."""
@@ -90,6 +94,18 @@ class ToolContext:
     # Where the call's path arguments lead, by key, as the dispatcher resolved them for its checks
     # (real paths, as strings).
     paths: Mapping[str, str] = field(default_factory=dict)
+
+    # Whether the run this call serves was interrupted or ran out of time (see `check_cancelled`).
+    cancelled: Callable[[], bool] = never_cancelled
+
+    def check_cancelled(self) -> None:
+        """Raise `asyncio.CancelledError` once the run was interrupted or ran out of time.
+
+        Plain sync code cannot be stopped from outside: on the script's thread an interrupt
+        waits for it, and in a worker thread it goes on after the run has ended. A tool that
+        may work long in such code (a walk of a big tree) calls this now and then."""
+        if self.cancelled():
+            raise asyncio.CancelledError("the run was interrupted")
 
     def resolve(self, path: str) -> Path:
         """A path from tool input, relative to the working directory."""

@@ -245,3 +245,19 @@ def test_a_file_whose_size_says_zero_is_read_to_its_end(tmp_path):
     assert os.stat("/proc/version").st_size == 0
     shown = text_of(call(read_file, {"path": "/proc/version"}, tmp_path))
     assert shown == "     1\t" + Path("/proc/version").read_text().rstrip("\n")
+
+
+def test_read_file_stops_counting_a_long_file_when_the_run_is_cancelled(tmp_path):
+    from toolkernel._providers._tools.files import PLAIN_TEXT_BYTES
+
+    # Over the size read whole: read line by line, every line counted.
+    (tmp_path / "big.log").write_bytes(b"x\n" * (PLAIN_TEXT_BYTES // 2 + 70_000))
+    asked = []
+
+    def cancelled() -> bool:
+        asked.append(True)
+        return True
+
+    with pytest.raises(asyncio.CancelledError):
+        read_file.call_now({"path": "big.log"}, ToolContext(workdir=tmp_path, cancelled=cancelled))
+    assert len(asked) == 1

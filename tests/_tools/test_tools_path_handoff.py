@@ -171,3 +171,30 @@ def test_a_searched_folder_swapped_after_the_checks_is_not_searched(session, tmp
     result, err = run(session, "tools grep-search pattern=needle path=docs output_mode=content")
     assert "outside" not in result.stdout + err
     assert result.exit_code == 1 and "changed before the search started" in err
+
+
+def test_a_folder_swapped_during_a_glob_walk_is_not_listed(tmp_path):
+    # glob_search walks from open folder to open folder (os.fwalk): a folder swapped for a link
+    # out of the workspace after the walk has listed it is not followed. By names, as before,
+    # the walk listed the outside folder's files as if they were the workspace's.
+    from toolkernel._providers._tools.search import glob_search
+    from toolkernel._tool import ToolContext
+
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    (work / "sub" / "inside.txt").write_text("x")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret-name.txt").write_text("x")
+    swapped = []
+
+    def swap_once() -> bool:  # the walk asks after listing each folder: the root comes first
+        if not swapped:
+            (work / "sub").rename(work / "sub.moved")
+            (work / "sub").symlink_to(tmp_path / "outside")
+            swapped.append(True)
+        return False
+
+    ctx = ToolContext(workdir=work, cancelled=swap_once)
+    result = glob_search.call_now({"pattern": "**/*.txt"}, ctx)
+    assert swapped and not result.is_error
+    assert "secret-name" not in result.texts[0]

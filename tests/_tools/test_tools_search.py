@@ -215,3 +215,29 @@ def test_engines_agree_on_a_generated_tree(tmp_path):
     for pattern, extra in itertools.product(patterns, options):
         query = {"pattern": pattern, "head_limit": 0, **extra}
         assert grep(query, tmp_path, "rg") == grep(query, tmp_path, "builtin"), query
+
+
+# ---- a cancelled run stops a search still walking
+
+
+def test_glob_and_the_builtin_grep_stop_when_the_run_is_cancelled(tmp_path):
+    from toolkernel._providers._tools.search import build_query, search_builtin
+
+    for i in range(30):
+        write(tmp_path, f"d{i}/f.txt", "needle\n")
+    asked = []
+
+    def cancelled_at_the_third_look() -> bool:
+        asked.append(True)
+        return len(asked) >= 3
+
+    ctx = ToolContext(workdir=tmp_path, cancelled=cancelled_at_the_third_look)
+    with pytest.raises(asyncio.CancelledError):
+        glob_search.call_now({"pattern": "**/*.txt"}, ctx)
+    assert len(asked) == 3  # it stopped there, not at the end of the walk
+
+    asked.clear()
+    query = build_query({"pattern": "needle"}, ctx)
+    with pytest.raises(asyncio.CancelledError):
+        search_builtin(query, ctx.check_cancelled)
+    assert len(asked) == 3

@@ -24,7 +24,7 @@ from .._config._limits import ShellLimits
 from .._config._tools import own_settings
 from ._policy import CallInfo, Decision, Policy, canonical_call_key, decide
 from ._run import NO_EVENTS, Run, RunEvents
-from .._tool import Tool, ToolContext, ToolResult
+from .._tool import Tool, ToolContext, ToolResult, never_cancelled
 from .._runners._guard import Protection, touches_protected
 from .._providers._tools._paths import outside_workspace, real_paths
 
@@ -187,7 +187,7 @@ class Dispatcher:
         decision = decide(info, self.env.policy)
         if decision.action != "allow":
             wait(self._enforce(decision, info, run))
-        arguments, ctx = self._call_args(tool, info, {}, events)
+        arguments, ctx = self._call_args(tool, info, {}, run, events)
         try:
             result = tool.call_now(arguments, ctx) if tool.call_now is not None else wait(tool.call(arguments, ctx))
         except CallError as exc:
@@ -249,13 +249,14 @@ class Dispatcher:
             tool.precheck(arguments, self._context(tool))
 
     def _context(self, tool: Tool, events: RunEvents = NO_EVENTS,
-                 paths: Mapping[str, str] | None = None) -> ToolContext:
+                 paths: Mapping[str, str] | None = None, run: Run | None = None) -> ToolContext:
         return ToolContext(
             workdir=self.env.workdir,
             settings=own_settings(self.env.settings, tool.name),  # its own [tools.NAME] table only
             state=self.env.state,
             progress=lambda p, total=None, msg=None: events.progress(tool.command, p, total, msg),
             paths=paths or {},
+            cancelled=never_cancelled if run is None else run.is_cancelled,
         )
 
     def _validator(self, tool: Tool) -> "_Checked":
@@ -332,21 +333,21 @@ class Dispatcher:
 
     async def _invoke(self, tool: Tool, info: CallInfo, payload: Mapping[str, Any], run: Run,
                       events: RunEvents) -> ToolResult:
-        arguments, ctx = self._call_args(tool, info, payload, events)
+        arguments, ctx = self._call_args(tool, info, payload, run, events)
         try:
             return await tool.call(arguments, ctx)
         except CallError as exc:
             self._failed(tool, arguments, run, exc)
             raise
 
-    def _call_args(self, tool: Tool, info: CallInfo, payload: Mapping[str, Any],
+    def _call_args(self, tool: Tool, info: CallInfo, payload: Mapping[str, Any], run: Run,
                    events: RunEvents) -> tuple[dict[str, Any], ToolContext]:
         """What the tool is handed: the input the checks judged (and the payload over it), and
         its context, with the paths the checks judged (a payload value is not one of them)."""
         if not payload:
-            return dict(info.input), self._context(tool, events, info.paths)
+            return dict(info.input), self._context(tool, events, info.paths, run)
         paths = {key: path for key, path in info.paths.items() if key not in payload}
-        return {**info.input, **payload}, self._context(tool, events, paths)
+        return {**info.input, **payload}, self._context(tool, events, paths, run)
 
     @staticmethod
     def _failed(tool: Tool, arguments: Mapping[str, Any], run: Run, exc: CallError) -> None:

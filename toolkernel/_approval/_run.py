@@ -124,6 +124,11 @@ class Run:
     done: list[CallRecord] = field(default_factory=list)
     read_only_calls: int = 0
     stopped: StopInfo | None = None
+    # Interrupted, or out of time: a tool still working sees it (`ToolContext.check_cancelled`).
+    cancelled: bool = False
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled
 
     def stop(self, reason: str, tool: str, input: Mapping[str, Any], *, approval: str | None = None,
              before_start: bool = False, shown: Mapping[str, Any] | None = None) -> None:

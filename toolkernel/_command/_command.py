@@ -230,6 +230,7 @@ class ToolsCommand:
         the call in flight is cancelled, and later lines are not run."""
         self.stop_reason = reason
         self.interrupted = True
+        self.run.cancelled = True  # seen by a sync tool still at work (`ToolContext.check_cancelled`)
         inflight = self._inflight
         if inflight is not None:
             _loop.cancel(inflight)

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from .._approval._run import RunEvents, RunReport
 
 _STOP_GRACE = 0.5
+# After the run's timeout: longer than after an interrupt, as Bashkit, ending the script at the
+# same moment, still hands on its last output and its own word on the limit.
+_OVERDUE_GRACE = 5.0
 _GIVE_BACK_ABOVE = 1 << 20  # output characters
 
 
@@ -223,13 +226,18 @@ class _Pump:
         self.images: list[Path] = []
 
     def until_done(self, events: queue.SimpleQueue, future, deadline: float = math.inf,
-                   overdue: Callable[[], None] = lambda: None) -> None:
-        """Pump until the run ends; `overdue()` once if it is still running at `deadline`."""
+                   overdue: Callable[[], None] | None = None) -> None:
+        """Pump until the run ends; `overdue()` once if it is still running at `deadline`, and
+        then for `_OVERDUE_GRACE` at most: a tool of plain sync code that does not look at the
+        cancel keeps the script's thread, and the run is left to end there, as after an interrupt."""
         while not (future.done() and events.empty()):
             self._next(events, timeout=0.05)
-            if time.monotonic() >= deadline:
-                deadline = math.inf
-                overdue()
+            if time.monotonic() < deadline:
+                continue
+            if overdue is None:
+                return
+            overdue()
+            overdue, deadline = None, time.monotonic() + _OVERDUE_GRACE
 
     def drain(self, events: queue.SimpleQueue, deadline: float, future) -> None:
         while time.monotonic() < deadline and not (future.done() and events.empty()):

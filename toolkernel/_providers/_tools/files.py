@@ -6,7 +6,7 @@ import functools
 import io
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..._atomic import write_atomic
 from ..._checked_open import NotAFile, PathChanged, file_checked, read_checked
@@ -88,7 +88,7 @@ def read_file(arguments: dict[str, Any], ctx: ToolContext) -> Any:
         if numbered is not None:
             return numbered
         file.seek(0)
-        return _numbered_window(io.BufferedReader(file), shown, offset, limit)
+        return _numbered_window(io.BufferedReader(file), shown, offset, limit, ctx.check_cancelled)
 
 
 def _open_readable(path: str, shown: str) -> tuple[io.FileIO, int]:
@@ -224,10 +224,15 @@ def _number(lines: list[bytes], first: int) -> bytes:
     return b"".join(pieces)  # type: ignore[arg-type]
 
 
-def _numbered_window(file: Any, shown: str, offset: int, limit: int) -> str:
+def _numbered_window(file: Any, shown: str, offset: int, limit: int,
+                     check_cancelled: Callable[[], None] = lambda: None) -> str:
+    """The window, read line by line; every line is counted (a log of gigabytes takes a while:
+    `check_cancelled` is asked now and then)."""
     lines: list[str] = []
     total = 0
     for total, raw in enumerate(file, start=1):
+        if not total % 65536:
+            check_cancelled()
         index = total - 1
         if offset <= index < offset + limit:
             lines.append(_numbered_line(index + 1, raw, shown))

@@ -24,9 +24,10 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..._checked_open import PathChanged, open_checked, read_checked
 from ..._process import run_capped
@@ -114,11 +115,11 @@ FILE_TYPES: dict[str, tuple[str, ...]] = {
 def glob_search(arguments: dict[str, Any], ctx: ToolContext) -> str:
     root = _root(arguments, ctx)
     pattern = arguments["pattern"]
-    if not root.is_dir():
-        raise ToolInputError(f"{display_path(root, ctx.workdir)} is not a folder")
     regex = _compile_search_glob(pattern)
     max_depth = None if "**" in pattern else pattern.count("/") + 1
-    found = [(mtime, rel) for rel, mtime in _walk_files(root, max_depth) if regex.match(rel)]
+    with _open_folder(root, ctx.workdir) as root_fd:
+        found = [(mtime, rel) for rel, mtime in _walk_files(root_fd, max_depth, ctx.check_cancelled)
+                 if regex.match(rel)]
     if not found:
         return f"No files found matching {pattern}"
     found.sort(key=lambda item: (-item[0], item[1]))
@@ -138,25 +139,45 @@ def _compile_search_glob(pattern: str) -> re.Pattern[str]:
         raise ToolInputError(str(exc)) from exc
 
 
-def _walk_files(root: Path, max_depth: int | None) -> Iterator[tuple[str, float]]:
-    """(path relative to root, mtime) of every file, skipped folders pruned."""
-    stack = [("", 1)]
-    while stack:
-        rel_dir, depth = stack.pop()
-        try:
-            entries = list(os.scandir(root / rel_dir if rel_dir else root))
-        except OSError:
-            continue  # unreadable folder: nothing to list
-        for entry in entries:
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+@contextlib.contextmanager
+def _open_folder(folder: Path, workdir: Path) -> Iterator[int]:
+    """`folder` (a checked real path) opened as checked, for a walk that starts from it."""
+    shown = display_path(folder, workdir)
+    try:
+        fd = open_checked(str(folder), os.O_RDONLY | os.O_DIRECTORY)
+    except PathChanged:
+        raise ToolInputError(f"{shown} changed before the search started (a folder on the way "
+                             "was replaced); nothing was searched") from None
+    except OSError:
+        raise ToolInputError(f"{shown} is not a folder") from None
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _walk_files(root_fd: int, max_depth: int | None,
+                check_cancelled: Callable[[], None]) -> Iterator[tuple[str, float]]:
+    """(path relative to the root, mtime) of every file below the open folder `root_fd`,
+    skipped folders pruned. `os.fwalk` goes from open folder to open folder and never
+    follows a link to one: a folder swapped for a link during the walk is not listed."""
+    for folder, subfolders, names, fd in os.fwalk(".", dir_fd=root_fd):
+        check_cancelled()
+        rel_dir = folder[2:]  # "./a/b" -> "a/b"
+        depth = rel_dir.count("/") + 2 if rel_dir else 1
+        if max_depth is not None and depth >= max_depth:
+            subfolders.clear()
+        else:
+            subfolders[:] = [name for name in subfolders if name not in SKIPPED_DIRS]
+        for count, name in enumerate(names, start=1):
+            if not count % 512:  # a folder of a million files
+                check_cancelled()
             try:
-                if entry.is_dir(follow_symlinks=False):
-                    if entry.name not in SKIPPED_DIRS and (max_depth is None or depth < max_depth):
-                        stack.append((rel, depth + 1))
-                elif entry.is_file():
-                    yield rel, entry.stat().st_mtime
+                status = os.stat(name, dir_fd=fd)  # a link to a file counts as that file, as before
             except OSError:
                 continue
+            if stat.S_ISREG(status.st_mode):
+                yield (f"{rel_dir}/{name}" if rel_dir else name), status.st_mtime
 
 
 # ---------------------------------------------------------------- grep_search
@@ -238,7 +259,7 @@ _GREP_PROPERTIES: dict[str, Any] = {
 async def grep_search(arguments: dict[str, Any], ctx: ToolContext) -> str:
     query = build_query(arguments, ctx)
     if ctx.settings.get("engine") == "builtin" or rg_path() is None:
-        hits = await asyncio.to_thread(search_builtin, query)
+        hits = await asyncio.to_thread(search_builtin, query, ctx.check_cancelled)
     else:
         hits = await search_rg(query, rg_path())
     return format_hits(query, hits)
@@ -419,7 +440,9 @@ def _rg_error(err: bytes) -> str:
 # ---- the built-in engine
 
 
-def search_builtin(query: GrepQuery) -> list[FileHits]:
+def search_builtin(query: GrepQuery, check_cancelled: Callable[[], None] = lambda: None) -> list[FileHits]:
+    """The search in Python, where rg is not there or not wanted; `check_cancelled` is called
+    for every file (the run's interrupt, which cannot stop this thread otherwise)."""
     regex = _compile_regex(query)
     hits = []
     # Each file must still lie where the checks looked (the root is a real path: the checked
@@ -427,6 +450,7 @@ def search_builtin(query: GrepQuery) -> list[FileHits]:
     inside = str(query.root)
     with _pinned_folder(_start_folder(query)[0], query.root_shown):  # refuses a root swapped already
         for rel, path in _files_to_search(query):
+            check_cancelled()
             text = _read_text(path, inside)
             if text is None:
                 continue
