@@ -311,6 +311,16 @@ def test_an_agents_cell_is_checked_against_bash_rules_and_a_persons_is_not(kerne
     assert (workdir / "agent.txt").exists() and not (workdir / "person.txt").exists()
 
 
+def test_the_magic_lines_are_not_expanded_as_python(kernel, workdir, agent_config):
+    # IPython evaluates `{expr}` in a magic's line before the magic runs: an agent allowed
+    # only `notebook_run(code="%%bash*")` (or `%%tools*`) would run any Python that way.
+    touch = "{__import__('pathlib').Path('expanded.txt').touch() or 'v'}"
+    for cell in (bash("echo hi", flags=f"--out {touch}"), f"%%tools --out {touch}\necho hi", f"%tools search {touch}"):
+        agent_execute(kernel, cell)
+        kernel.execute(cell)
+        assert not (workdir / "expanded.txt").exists(), cell
+
+
 def test_an_agent_cannot_approve_its_own_cell(kernel, agent_config):
     agent_execute(kernel, bash("touch approved.txt"))
     refused = agent_execute(kernel, "%tools approve")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from . import _report
@@ -96,6 +96,7 @@ class ToolsMagics(Magics):
     @magic_arguments()
     @shell_args
     @line_cell_magic
+    @no_var_expand  # `{expr}` in the line would run Python before any check (a `%%tools*` rule)
     def tools(self, line: str, cell: str | None = None) -> Any:
         """%%tools: run the cell as a shell script where `tools` reaches every tool.
         %tools ...: one `tools` command; calls return their result as a Python value.

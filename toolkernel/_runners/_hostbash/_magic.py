@@ -8,7 +8,7 @@ import sys
 import threading
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from ..._frontends import _report
@@ -57,6 +57,7 @@ class HostBashMagics(Magics):
     @argument("--proc", metavar="VAR", help="with --bg: keep the subprocess.Popen in VAR")
     @argument("--timeout", type=float, metavar="SECONDS", help="end the whole process group after SECONDS")
     @cell_magic
+    @no_var_expand  # `{expr}` in the line would run Python before the cell's Bash rules are checked
     def bash(self, line: str, cell: str):
         """%%bash: run the cell with the host's bash; `tools` inside it reaches every tool.
 
