@@ -85,6 +85,51 @@ def read_checked(path: str, *, inside: str | None = None) -> bytes:
         return file.readall()
 
 
+class NotAFolder(PathChanged):
+    """A folder toolkernel keeps its own files in is a link, or a file holds its name."""
+
+    def __init__(self, path: str) -> None:
+        OSError.__init__(self, f"{path} is a link or a file, not a folder: toolkernel keeps its own "
+                               "files there and follows no link out of the workspace; remove it, "
+                               "and toolkernel makes the folder again")
+        self.path = path
+
+
+def open_folder_below(root: str, relative: str | os.PathLike[str], *, create: bool = True,
+                      mode: int = 0o777) -> int:
+    """A descriptor for the folder `relative` below the real folder `root` (toolkernel's own
+    folders in the workspace: `.toolkernel/outputs`, `tool-images`), opened name by name
+    without following a link, each missing one made (`create`, with `mode`).
+
+    A cloned repository can put a link where such a folder goes; followed, it would lead a
+    write, or the clean-up of old outputs, anywhere the link points. A link, or anything but a
+    folder, raises `NotAFolder`; a missing folder without `create` raises FileNotFoundError.
+    """
+    fd = open_checked(root, os.O_RDONLY | os.O_DIRECTORY)
+    for name in os.fspath(relative).split("/"):
+        try:
+            child = _open_child_folder(fd, name, create, mode, os.path.join(root, relative))
+        finally:
+            os.close(fd)
+        fd = child
+    return fd
+
+
+def _open_child_folder(parent: int, name: str, create: bool, mode: int, shown: str) -> int:
+    """`name` in the open folder `parent`, opened as a folder."""
+    if create:
+        try:
+            os.mkdir(name, mode, dir_fd=parent)
+        except FileExistsError:
+            pass
+    try:
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # a link, or a file, holds the name
+            raise NotAFolder(shown) from exc
+        raise
+
+
 def opened_name(fd: int) -> str | None:
     """Where descriptor `fd` really is, as the kernel says; None where it cannot say."""
     try:

@@ -3,14 +3,21 @@ in `.toolkernel/outputs/`, and deleted after 7 days (seed 002's large-output rul
 
 Used for a script's large output (`_runners/_outputs.py`) and for a tool result
 that is cut where it is made (web-fetch over 32 KB). Sizes count characters.
+
+The folder is opened name by name without following links (`open_folder_below`): a
+cloned repository may hold a link where it goes, and the week-old clean-up would
+otherwise delete files wherever that link points.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import time
 from pathlib import Path
+
+from ._checked_open import open_folder_below
 
 OUTPUT_DIR = Path(".toolkernel") / "outputs"
 KEEP_SECONDS = 7 * 24 * 3600
@@ -20,9 +27,17 @@ def save(workdir: Path, text: str, kind: str = "output") -> Path:
     """Write `text` to a new file under the outputs folder; returns its path relative to `workdir`."""
     from ._atomic import write_atomic
 
+    root = os.path.realpath(workdir)
+    os.close(_outputs_folder(root))  # made, and no link on the way
     relative = _new_name(kind)
-    write_atomic(workdir / relative, text)
+    # The real path as it is named: the write opens its folder as checked, so a link put
+    # there since is refused, not followed.
+    write_atomic(os.path.join(root, relative), text, resolved=True)
     return relative
+
+
+def _outputs_folder(root: str, create: bool = True) -> int:
+    return open_folder_below(root, OUTPUT_DIR, create=create, mode=0o700)
 
 
 def _new_name(kind: str, attempt: int = 0) -> Path:
@@ -41,20 +56,29 @@ class SavingStream:
     SLICE = 1 << 20  # characters encoded at once
 
     def __init__(self, workdir: Path, kind: str = "output") -> None:
-        (workdir / OUTPUT_DIR).mkdir(parents=True, exist_ok=True)
+        self._folder = _outputs_folder(os.path.realpath(workdir))
+        try:
+            self.relative, self.path, self.partial, self.file = self._open_new(workdir, kind)
+        except BaseException:
+            os.close(self._folder)
+            raise
+
+    def _open_new(self, workdir: Path, kind: str):
         for attempt in range(1000):
             # The clock names the file; two sessions saving in one microsecond take turns.
-            self.relative = _new_name(kind, attempt)
-            self.path = workdir / self.relative
-            self.partial = self.path.with_name(f".{self.path.name}.partial")
-            if self.path.exists():
+            relative = _new_name(kind, attempt)
+            partial = f".{relative.name}.partial"
+            if _exists(relative.name, self._folder):
                 continue
             try:
-                # newline="" keeps the text's own line ends; "replace" keeps a lone surrogate from ending the save
-                self.file = open(self.partial, "x", encoding="utf-8", errors="replace", newline="")
-                return
+                fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             0o666, dir_fd=self._folder)
             except FileExistsError:
                 continue
+            # newline="" keeps the text's own line ends; "replace" keeps a lone surrogate from ending the save
+            file = open(fd, "w", encoding="utf-8", errors="replace", newline="")
+            path = workdir / relative
+            return relative, path, path.with_name(partial), file
         raise FileExistsError(f"no free name for a saved output in {workdir / OUTPUT_DIR}")
 
     def write(self, text: str, start: int = 0) -> None:
@@ -64,9 +88,20 @@ class SavingStream:
 
     def finish(self) -> Path:
         """Close the file under its final name; returns that name relative to the workdir."""
-        self.file.close()
-        os.replace(self.partial, self.path)
+        try:
+            self.file.close()
+            os.replace(self.partial.name, self.path.name, src_dir_fd=self._folder, dst_dir_fd=self._folder)
+        finally:
+            os.close(self._folder)
         return self.relative
+
+
+def _exists(name: str, folder: int) -> bool:
+    try:
+        os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def omission_note(omitted: int, what: str, path: Path) -> str:
@@ -87,13 +122,24 @@ def head_and_tail(text: str, limit: int, workdir: Path, kind: str) -> str:
 
 def remove_old(workdir: Path, *, now: float | None = None) -> int:
     """Delete saved outputs older than 7 days; returns how many went. One pass over one
-    folder, cheap enough for every session start; anything odd is left alone."""
+    folder, cheap enough for every session start; anything odd is left alone (a link where
+    the folder goes, too: nothing is deleted through it)."""
     cutoff = (time.time() if now is None else now) - KEEP_SECONDS
+    try:
+        folder = _outputs_folder(os.path.realpath(workdir), create=False)
+    except OSError:
+        return 0
     removed = 0
-    with contextlib.suppress(OSError), os.scandir(workdir / OUTPUT_DIR) as entries:
-        for entry in entries:
-            with contextlib.suppress(OSError):
-                if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < cutoff:
-                    os.unlink(entry.path)
-                    removed += 1
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    info = entry.stat(follow_symlinks=False)
+                    if stat.S_ISREG(info.st_mode) and info.st_mtime < cutoff:
+                        os.unlink(entry.name, dir_fd=folder)
+                        removed += 1
+    except OSError:
+        pass
+    finally:
+        os.close(folder)
     return removed

@@ -31,6 +31,7 @@ from typing import Any, Iterator, Mapping
 
 from ._approver import Answer, ApprovalRequest, Approver
 from .._atomic import write_atomic
+from .._checked_open import file_checked, open_folder_below
 from .._errors import ConfigError
 from ._bash_rules import TOOL_NAME as BASH_TOOL, rule_for_script
 from ._pending import PendingRequest, PendingStore
@@ -56,7 +57,9 @@ def rule_for(call: CallInfo) -> str:
 class ApprovalStore:
     def __init__(self, project_dir: Path | str) -> None:
         self.project_dir = Path(project_dir)
-        self.path = self.project_dir / FOLDER / FILE_NAME
+        # Named from the real project folder and used as named: a link on the way (a cloned
+        # repository's `.toolkernel`) is refused, never followed.
+        self.path = Path(os.path.realpath(project_dir)) / FOLDER / FILE_NAME
         self._lock_path = self.project_dir / FOLDER / "approvals.lock"
         self._once: dict[str, None] = {}  # insertion-ordered set
         self._guard = threading.Lock()  # the kernel thread grants, the loop thread consumes
@@ -137,17 +140,26 @@ class ApprovalStore:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """Serialize read-modify-write across kernels (and threads of this one)."""
-        self._lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with self._file_guard, open(self._lock_path, "a") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            folder = open_folder_below(str(self.path.parents[1]), FOLDER, mode=0o700)
+            try:
+                lock = os.open(self._lock_path.name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                               0o600, dir_fd=folder)
+            finally:
+                os.close(folder)
+        except OSError as exc:
+            raise self._error(None, f"cannot be changed: {exc}") from None
+        with self._file_guard, open(lock, "rb") as file:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX)
             try:
                 yield
             finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+                fcntl.flock(file.fileno(), fcntl.LOCK_UN)
 
     def _read(self) -> list[dict[str, str]]:
         try:
-            with open(self.path, "rb") as file:
+            file, _ = file_checked(str(self.path))
+            with file:
                 self._refuse_if_anyone_may_write(os.fstat(file.fileno()))
                 raw = file.read()
         except FileNotFoundError:
@@ -184,7 +196,7 @@ class ApprovalStore:
     def _write(self, entries: list[dict[str, str]]) -> None:
         body = (json.dumps({"version": _VERSION, "allow": entries}, indent=2, ensure_ascii=False) + "\n").encode()
         old = self.path.read_bytes() if self.path.exists() else None
-        write_atomic(self.path, body)
+        write_atomic(self.path, body, resolved=True)
         # The person's own answer: a folder they trusted stays trusted (see _trust.py).
         TrustStore().replace(self.project_dir, f"{FOLDER}/{FILE_NAME}", old, body)
 

@@ -28,6 +28,7 @@ repository) may have put files here. So:
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .._atomic import write_atomic
+from .._checked_open import NotAFolder, open_folder_below
 from .._names import display, parse_qualified
 from ._policy import CallInfo, canonical_call_key, normalize_qualified_name, parse_rule
 
@@ -105,7 +107,10 @@ class PendingStore:
     list and answer (`toolkernel approve`, `%tools approve ID`)."""
 
     def __init__(self, project_dir: Path | str) -> None:
-        self.folder = Path(project_dir) / FOLDER
+        # Every file is reached through the folder opened name by name from the real project
+        # folder, never through a link (a cloned repository may put one where it goes).
+        self.root = os.path.realpath(project_dir)
+        self.folder = Path(self.root) / FOLDER
 
     # -- the asking process ------------------------------------------------------
 
@@ -136,15 +141,15 @@ class PendingStore:
     def waiting(self) -> tuple[list[PendingRequest], list[str]]:
         """Requests not answered yet, oldest first, and one line per file skipped (why)."""
         found, skipped = [], []
-        for path in sorted(self.folder.glob("*.json")) if self.folder.is_dir() else []:
-            if path.name.endswith(".answer.json") or path.name.startswith("."):
+        for path in [self.folder / name for name in sorted(self._names())]:
+            if not path.name.endswith(".json") or path.name.endswith(".answer.json") or path.name.startswith("."):
                 continue
             try:
                 request = self._load(path)
             except ValueError as exc:
                 skipped.append(f"{_safe(path.name)}: {exc}")
                 continue
-            if not os.path.lexists(self._answer_path(request.id)):
+            if not self._exists(self._answer_path(request.id)):
                 found.append(request)
         return sorted(found, key=lambda r: r.created), skipped
 
@@ -153,7 +158,7 @@ class PendingStore:
             raise PendingError(f"{_safe(request_id)!s} is not a request id (12 hex digits; "
                                "`toolkernel approve` lists them)")
         path = self._entry_path(request_id)
-        if not os.path.lexists(path):
+        if not self._exists(path):
             raise PendingError(f"no request {request_id} waits for an approval (`toolkernel approve` lists them)")
         try:
             return self._load(path)
@@ -181,10 +186,44 @@ class PendingStore:
             raise ValueError("not a regular file of yours that only you may write, or too large, or not JSON")
         return _parse(data, path.name[: -len(".json")])
 
+    @contextlib.contextmanager
+    def _opened(self, create: bool = False):
+        """The pending folder, open; None when it is not there (or is a link, which is refused)."""
+        try:
+            folder = open_folder_below(self.root, FOLDER, create=create, mode=0o700)
+        except FileNotFoundError:
+            folder = None
+        except NotAFolder:
+            if create:
+                raise
+            folder = None  # read as empty: nothing is read or deleted through it
+        try:
+            yield folder
+        finally:
+            if folder is not None:
+                os.close(folder)
+
+    def _names(self) -> list[str]:
+        with self._opened() as folder:
+            return [] if folder is None else os.listdir(folder)
+
+    def _exists(self, path: Path) -> bool:
+        with self._opened() as folder:
+            if folder is None:
+                return False
+            try:
+                os.stat(path.name, dir_fd=folder, follow_symlinks=False)
+            except FileNotFoundError:
+                return False
+            return True
+
     def _read(self, path: Path) -> Any:
         """The JSON in `path`, or None when it is missing, not ours, or not JSON."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with self._opened() as folder:
+                if folder is None:
+                    return None
+                fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
         except OSError:
             return None
         with os.fdopen(fd, "rb") as file:
@@ -200,18 +239,21 @@ class PendingStore:
             return None
 
     def _write(self, path: Path, data: Mapping[str, Any]) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if os.path.islink(path) or os.path.islink(self.folder):
+        try:
+            with self._opened(create=True):
+                pass  # made, and no link on the way
+        except OSError as exc:
+            raise PendingError(f"{self.folder} cannot hold requests: {exc}") from None
+        if os.path.islink(path):
             raise PendingError(f"{path} is a symbolic link; not written")
-        write_atomic(path, json.dumps(data, ensure_ascii=False, indent=1) + "\n")
+        # The real path as named: the write opens its folder as checked, so a link is refused.
+        write_atomic(path, json.dumps(data, ensure_ascii=False, indent=1) + "\n", resolved=True)
         os.chmod(path, 0o600)  # readers refuse what others may write, whatever the umask
 
-    @staticmethod
-    def _remove(path: Path) -> None:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+    def _remove(self, path: Path) -> None:
+        with contextlib.suppress(OSError), self._opened() as folder:
+            if folder is not None:
+                os.unlink(path.name, dir_fd=folder)
 
 
 def _parse(data: Any, request_id: str) -> PendingRequest:

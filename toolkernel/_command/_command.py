@@ -278,13 +278,20 @@ class ToolsCommand:
         limit = self.result_limit
         if limit is None or len(outcome.stdout) <= limit:
             return outcome
-        path = _save_whole(self.workdir, outcome.stdout)
         name = " ".join(p for p in (command.server, command.tool) if p)
-        self.run.stop("result_too_large", name, {}, shown={"saved_to": str(path)})
-        error = Stopped(f"the result of `tools {name}` has {len(outcome.stdout):,} characters, above"
-                        f" [shell] max_result_mb = {limit // 1_000_000}: it is saved whole in {path} and the"
-                        f" script stopped before using it. Load that file in the next cell (from Python),"
-                        f" add `--save PATH` to the call, or raise max_result_mb")
+        size = (f"the result of `tools {name}` has {len(outcome.stdout):,} characters, above"
+                f" [shell] max_result_mb = {limit // 1_000_000}")
+        try:
+            path = _save_whole(self.workdir, outcome.stdout)
+        except OSError as exc:  # a full disk, or a link where the outputs folder goes
+            self.run.stop("result_too_large", name, {})
+            error = Stopped(f"{size}, and it could not be saved ({exc}): the script stopped before"
+                            f" using it. Add `--save PATH` to the call, or raise max_result_mb")
+        else:
+            self.run.stop("result_too_large", name, {}, shown={"saved_to": str(path)})
+            error = Stopped(f"{size}: it is saved whole in {path} and the script stopped before using it."
+                            f" Load that file in the next cell (from Python), add `--save PATH` to the"
+                            f" call, or raise max_result_mb")
         return Outcome(stderr=outcome.stderr + error.json_line() + "\n", exit_code=1, images=outcome.images)
 
     def _listed(self, tool: Tool) -> bool:
@@ -311,6 +318,8 @@ class ToolsCommand:
         failure = None
         if result.is_error:
             failure = ToolFailed(rendered.stdout.strip() or f"{tool.command} reported an error")
+        elif rendered.unsaved is not None:
+            failure = ToolFailed(rendered.unsaved)
         return Called(result, rendered.stdout, rendered.images, failure)
 
 

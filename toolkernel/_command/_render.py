@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._checked_open import open_folder_below
 from .._tool import Image, Tool, ToolResult
 
 IMAGE_DIR = "tool-images"
@@ -19,6 +21,7 @@ _EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "ima
 class Rendered:
     stdout: str
     images: list[Path] = field(default_factory=list)
+    unsaved: str | None = None  # why an image could not be saved (the call then fails)
 
 
 def to_json(value: Any) -> str:
@@ -39,22 +42,34 @@ def render(result: ToolResult, workdir: Path, tool: Tool) -> Rendered:
     if not result.images:
         return Rendered(result_text(result))
     label = "-".join(p for p in (tool.server, tool.name) if p)
-    return Rendered(result_text(result), [save_image(img, workdir, label) for img in result.images])
+    try:
+        return Rendered(result_text(result), [save_image(img, workdir, label) for img in result.images])
+    except OSError as exc:  # a full disk, or a link where tool-images/ goes
+        return Rendered(result_text(result), unsaved=f"an image of this result could not be saved: {exc}")
 
 
 def save_image(image: Image, workdir: Path, label: str) -> Path:
-    """Save under tool-images/ with a name that says where it came from; returns the relative path."""
-    folder = workdir / IMAGE_DIR
-    folder.mkdir(parents=True, exist_ok=True)
+    """Save under tool-images/ with a name that says where it came from; returns the relative path.
+    The folder is opened without following a link (a cloned repository may hold one there)."""
+    folder = open_folder_below(os.path.realpath(workdir), IMAGE_DIR)
+    try:
+        return Path(IMAGE_DIR) / _write_new(folder, image, label)
+    finally:
+        os.close(folder)
+
+
+def _write_new(folder: int, image: Image, label: str) -> str:
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "image"
     ext = _EXTENSIONS.get(image.mime_type, "bin")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for n in range(1, 10_000):
-        path = folder / f"{stem}-{stamp}-{n}.{ext}"
-        try:
-            with open(path, "xb") as f:  # "x": never overwrite an earlier image
-                f.write(image.data)
-            return path.relative_to(workdir)
+        name = f"{stem}-{stamp}-{n}.{ext}"
+        try:  # O_EXCL: never overwrite an earlier image, nor follow a link put at the name
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
+                         dir_fd=folder)
         except FileExistsError:
             continue
-    raise OSError(f"could not find a free file name in {folder}")
+        with open(fd, "wb") as file:
+            file.write(image.data)
+        return name
+    raise OSError(f"could not find a free file name in {IMAGE_DIR}")

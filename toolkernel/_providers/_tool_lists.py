@@ -9,7 +9,9 @@ it gives, so the file cannot change what a call does or how policy judges it
 (read-only hints included). The file is read as untrusted input: anything that
 is not exactly the expected shape counts as no entry.
 
-Scripts cannot write the file (`.toolkernel/` is mounted read-only for them).
+Scripts cannot write the file (`.toolkernel/` is mounted read-only for them), and it is
+read and written only where it is named: a link on the way (a cloned repository's) is not
+followed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._atomic import write_atomic
+from .._checked_open import file_checked
 from .._errors import Unavailable
 from .._tool import ProviderRef, Tool, ToolContext, ToolResult
 
@@ -62,7 +65,11 @@ class ToolLists:
             lists = _read(self.path)
             if lists.get(cfg.name) != entry and self.path.parent.is_dir():  # made by the mount plan only
                 lists[cfg.name] = entry
-                write_atomic(self.path, json.dumps({"version": VERSION, "servers": lists}, ensure_ascii=False))
+                try:  # `path` is the real path as named (the workspace's is real): a link is refused
+                    write_atomic(self.path, json.dumps({"version": VERSION, "servers": lists}, ensure_ascii=False),
+                                 resolved=True)
+                except OSError:
+                    return  # a kept list is a convenience: the server lists its tools when started
             self._written[cfg.name] = entry
 
 
@@ -74,7 +81,8 @@ async def _not_started(arguments: dict[str, Any], ctx: ToolContext) -> ToolResul
 def _read(path: Path) -> dict[str, dict[str, Any]]:
     """The entries of the file, each checked; {} when the file is missing or malformed."""
     try:
-        with open(path, "rb") as file:
+        file, _ = file_checked(str(path))  # not through a link, nor from a pipe
+        with file:
             data = file.read(MAX_FILE_BYTES + 1)
         loaded = json.loads(data) if len(data) <= MAX_FILE_BYTES else None
     except (OSError, ValueError, RecursionError):

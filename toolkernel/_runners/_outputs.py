@@ -31,6 +31,7 @@ class OutputLimiter:
         self.held_size = 0
         self.saving: SavingStream | None = None  # the whole output, once it is cut
         self.saved: Path | None = None
+        self.unsaved: str | None = None  # why the whole output could not be saved
 
     def write(self, text: str) -> None:
         # Positions, not slices, past the head: a chunk can be the whole output (execute_sync
@@ -47,11 +48,15 @@ class OutputLimiter:
     def _hold(self, text: str, start: int) -> None:
         if self.saving is not None:
             self.saving.write(text, start)
-        elif self.held_size + len(text) - start > LIMIT - HEAD:
-            self.saving = SavingStream(self.workdir)
-            for part in (*self.head, *self.held):
-                self.saving.write(part)
-            self.saving.write(text, start)
+        elif self.held_size + len(text) - start > LIMIT - HEAD and self.unsaved is None:
+            try:
+                self.saving = SavingStream(self.workdir)
+            except OSError as exc:  # a full disk, or a link where the outputs folder goes
+                self.unsaved = str(exc)
+            else:
+                for part in (*self.head, *self.held):
+                    self.saving.write(part)
+                self.saving.write(text, start)
         self._keep_tail(text, start)
 
     def _keep_tail(self, text: str, start: int) -> None:
@@ -60,7 +65,7 @@ class OutputLimiter:
             return
         self.held.append(text[start:])
         self.held_size += len(text) - start
-        if self.saving is not None and self.held_size > 2 * TAIL:
+        if (self.saving is not None or self.unsaved is not None) and self.held_size > 2 * TAIL:
             tail = "".join(self.held)[-TAIL:]
             self.held, self.held_size = [tail], len(tail)
 
@@ -75,6 +80,14 @@ class OutputLimiter:
 
         `cut`: the runner stopped the output at a hard cap, so the file holds only what came."""
         held = "".join(self.held)
+        if self.unsaved is not None:  # what the cell shows is all there is (`text` too), and says so
+            note = (f"\n... [{self.size - HEAD - TAIL} characters omitted; the whole output could not be"
+                    f" saved: {self.unsaved}] ...\n")
+            self.head.append(note)
+            self.held = [held[-TAIL:]]
+            self.emit(note)
+            self.emit(self.held[0])
+            return None
         if self.saving is None:
             if held:
                 self.emit(held)
