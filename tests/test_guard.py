@@ -103,6 +103,13 @@ ROUTES = {
     "chmod-through-a-symlink": "ln -s . me; chmod 777 me",
     "chmod-through-bash-c": "bash -c 'chmod 777 \"$PWD\"'",
     "chmod-the-config": "chmod 666 toolkernel.toml",
+    # A link made in the script is resolved on the host, past the read-only mounts over the paths.
+    "write-through-a-link-to-the-workspace": f"ln -s . me; printf '{BYPASS}' > me/toolkernel.toml",
+    "remove-through-a-link-to-the-workspace": "ln -s . me; rm me/toolkernel.toml",
+    "rewrite-the-hook-through-a-link": f"ln -s hooks h; printf '{ALLOW_HOOK}' > h/guard.sh",
+    "approve-through-a-link": f"ln -s .toolkernel t; echo '{GRANT}' > t/approvals.json",
+    "link-then-move-the-link": f"mkdir d; ln -s . d/me; mv d/me me; printf '{BYPASS}' > me/toolkernel.toml",
+    "link-by-another-name": f"link . me; printf '{BYPASS}' > me/toolkernel.toml; command ln -s . me2; rm me2/srv.py",
 }
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ._caps import builtin_cap, cap_line
 from .._command._command import ToolsCommand
-from ._guard import GuardedChmod, Protection, mount
+from ._guard import GuardedChmod, Protection, mount, refuse_links
 from .._config._limits import ShellLimits, limit_notice
 from .._approval._run import RunEvents
 from ._shell import ShellResult
@@ -192,7 +192,8 @@ def _new_bash(tools: "_Builtin | _LiveTools", workdir: Path, plan: Protection, r
               limits: ShellLimits):
     from bashkit import Bash, ExecutionProfile, FileSystem
 
-    builtins = {"chmod": GuardedChmod(plan, read_only), "curl": _no_network, "wget": _no_network}
+    builtins = {"chmod": GuardedChmod(plan, read_only), "curl": _no_network, "wget": _no_network,
+                "ln": refuse_links, "link": refuse_links}
     if isinstance(tools, _Builtin):
         builtins["tools"] = tools
     # Interactive lifts Standard's 1 MiB caps on the script's output and on `jq` to 10 MiB;

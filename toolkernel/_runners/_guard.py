@@ -219,6 +219,17 @@ def _stand_in(fs):
     return fs
 
 
+def refuse_links(ctx):
+    """`ln` and `link` for scripts: refused. Bashkit resolves a link inside the workspace on
+    the host, past the read-only mounts laid over the protected paths (`ln -s . me` and then
+    `me/toolkernel.toml` is the host file), and a link from a relative one can be moved to
+    where it leads anywhere in the workspace, so no link a script makes is safe to allow."""
+    from bashkit import BuiltinResult
+
+    return BuiltinResult("", "ln: toolkernel does not let scripts make links (one could lead a write"
+                         " past the files it keeps read-only); copy the file instead\n", 1)
+
+
 class GuardedChmod:
     """`chmod` for scripts: the workspace folder and protected paths are refused
     (a mode set through a real mount changes the host); the rest is Bashkit's
