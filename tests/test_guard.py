@@ -201,3 +201,49 @@ def test_a_deny_rule_in_another_case_still_denies(project):
     retrust(work, record, mode="bypass-permissions", deny=["mcp_GitHub__Delete_Branch"])
     result, err = run(session(), CALL)
     assert result.exit_code == 1 and '"denied"' in err
+
+
+# Links a cloned repository brings: Bashkit would follow them on the host, past the mounts.
+PLANTED = {
+    "me": ".",
+    "deep/up": "..",
+    "h": "hooks",
+    "abs": None,  # an absolute link to the workspace itself
+    "tk": ".toolkernel",
+    "later": "not-yet",  # leads to nothing yet
+}
+THROUGH_LINKS = {
+    "write-the-config": f"printf '{BYPASS}' > me/toolkernel.toml",
+    "remove-the-config": "rm deep/up/toolkernel.toml",
+    "rewrite-the-hook": f"printf '{ALLOW_HOOK}' > h/guard.sh",
+    "rewrite-the-hook-by-an-absolute-link": f"printf '{ALLOW_HOOK}' > abs/hooks/guard.sh",
+    "approve": f"echo '{GRANT}' > tk/approvals.json",
+    "copy-the-link-then-write": f"cp me me2; printf '{BYPASS}' > me2/toolkernel.toml",
+    "move-the-link-then-write": "mv deep/up up; rm up/srv.py",
+    "make-the-target-then-write": f"mkdir not-yet; printf '{BYPASS}' > later/toolkernel.toml; rm -rf not-yet",
+}
+
+
+@pytest.mark.parametrize("name", list(THROUGH_LINKS))
+def test_links_already_in_the_workspace_do_not_lead_past_the_mounts(project, name):
+    work, record, session = project
+    (work / "deep").mkdir()
+    for link, target in PLANTED.items():
+        (work / link).symlink_to(target if target is not None else work)
+    before = snapshot(work)
+    kernel = session()
+    run(kernel, THROUGH_LINKS[name])
+    assert snapshot(work) == before, f"{name}: a protected file changed through a link"
+    assert not (work / ".toolkernel" / "approvals.json").exists()
+    result, err = run(kernel, CALL)
+    assert recorded_calls(record) == [] and "needs_approval" in error_codes(err), err
+
+
+def test_a_link_to_a_folder_still_reads(project):
+    work, _, session = project
+    (work / "data").mkdir()
+    (work / "data" / "a.csv").write_text("1,2\n")
+    (work / "current").symlink_to("data")
+    result, err = run(session(), "cat current/a.csv; echo x > current/b.csv || echo refused; echo x > data/c.csv")
+    assert result.stdout == "1,2\nrefused\n", err
+    assert not (work / "data" / "b.csv").exists() and (work / "data" / "c.csv").exists()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ._caps import builtin_cap, cap_line
 from .._command._command import ToolsCommand
-from ._guard import GuardedChmod, Protection, mount, refuse_links
+from ._guard import GuardedChmod, Protection, mount, mount_links, refuse_links
 from .._config._limits import ShellLimits, limit_notice
 from .._approval._run import RunEvents
 from ._shell import ShellResult
@@ -206,6 +206,8 @@ def _new_bash(tools: "_Builtin | _LiveTools", workdir: Path, plan: Protection, r
     # for every writable mount to the process's stderr, which a kernel shows in the cell.
     bash.mount(str(workdir), FileSystem.real(str(workdir), writable=not read_only))
     mount(bash, plan)  # what no script may write (see _guard.py)
+    if not read_only:
+        mount_links(bash, plan)  # and the links that would lead past those mounts
     return bash
 
 

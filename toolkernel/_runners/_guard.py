@@ -213,6 +213,18 @@ def mount(bash, plan: Protection) -> None:
         bash.mount(str(item.path), fs, read_only=True)
 
 
+def mount_links(bash, plan: Protection) -> None:
+    """A read-only mount over each link in the workspace that leads to a folder in it (see
+    _links.py): Bashkit would otherwise follow it past the mounts of `mount`."""
+    from bashkit import FileSystem
+
+    from ._links import links_to_mount
+
+    for link, real in links_to_mount(plan.workdir, [item.path for item in plan.mounts]):
+        fs = FileSystem.real(str(link), writable=False) if real else _stand_in(FileSystem())
+        bash.mount(str(link), fs, read_only=True)
+
+
 def _stand_in(fs):
     fs.write_file("/PROTECTED", b"toolkernel hides this path from scripts so that none can change it:"
                   b" it decides policy or runs on the host. Read it with `tools read-file`.\n")

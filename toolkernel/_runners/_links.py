@@ -1,0 +1,115 @@
+"""Links already in the workspace when a script runs, laid under read-only mounts.
+
+Bashkit resolves the links in a path on the host and checks only that the end stays
+inside the mount. So a link to a folder in the workspace (`me -> .`, which a cloned
+repository can bring) would lead a script's writes past the read-only mounts over the
+protected paths: `me/toolkernel.toml` is the host's `toolkernel.toml`. Scripts cannot
+make links (`ln` is refused, see _guard.py); the ones already there are found before
+each run, and each that leads to a folder in the workspace, or to nothing yet, gets a
+read-only mount at its own path. Through it a script reads but writes nothing, and to
+`cp` and `mv` it is a folder, not a link to copy. A link to a file needs none: Bashkit
+refuses to write through a link in the last name of a path.
+
+The walk is kept between runs: a folder whose status has not moved is looked at (one
+lstat) and not listed again. A folder changed within the last two seconds is listed
+every time (a coarse clock may not show a second change).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Collection
+
+from .._providers._tools._paths import is_inside
+
+_SETTLED_NS = 2_000_000_000
+
+
+@dataclass(frozen=True)
+class _Listed:
+    status: tuple[Any, ...]
+    links: tuple[str, ...]
+    folders: tuple[str, ...]
+
+
+class LinkScan:
+    """The links below one folder, found again cheaply while its folders stay as they were."""
+
+    def __init__(self) -> None:
+        self._listed: dict[str, _Listed] = {}
+        self._lock = threading.Lock()  # two runs in one workspace (serve) walk in turn
+
+    def links(self, root: str, skip: Collection[str] = ()) -> list[str]:
+        """Every link below `root` (not below the folders in `skip`), as paths."""
+        with self._lock:
+            found: list[str] = []
+            listed: dict[str, _Listed] = {}
+            stack = [root]
+            while stack:
+                folder = stack.pop()
+                entry = self._look(folder, found)
+                if entry is None:
+                    continue
+                listed[folder] = entry
+                found.extend(os.path.join(folder, name) for name in entry.links)
+                stack.extend(path for name in entry.folders if (path := os.path.join(folder, name)) not in skip)
+            self._listed = listed  # folders no longer reached are forgotten
+            return found
+
+    def _look(self, folder: str, found: list[str]) -> _Listed | None:
+        try:
+            status = os.lstat(folder)  # before the listing: a change during it shows next time
+        except OSError:
+            return None
+        if stat.S_ISLNK(status.st_mode):
+            found.append(folder)  # a folder swapped for a link since its parent was listed
+            return None
+        key = (status.st_ino, status.st_dev, status.st_mtime_ns, status.st_ctime_ns)
+        kept = self._listed.get(folder)
+        if kept is not None and kept.status == key and max(key[2:]) < time.time_ns() - _SETTLED_NS:
+            return kept
+        return _list(folder, key)
+
+
+def _list(folder: str, status: tuple[Any, ...]) -> _Listed | None:
+    links, folders = [], []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_symlink():
+                        links.append(entry.name)
+                    elif entry.is_dir(follow_symlinks=False):
+                        folders.append(entry.name)
+                except OSError:
+                    continue
+    except OSError:  # unreadable: a script cannot list or write it either
+        return None
+    return _Listed(status, tuple(links), tuple(folders))
+
+
+_scans: dict[str, LinkScan] = {}
+_scans_lock = threading.Lock()
+
+
+def links_to_mount(workdir: Path, skip: Collection[Path]) -> list[tuple[Path, bool]]:
+    """(link, leads to an existing folder) for every link in `workdir` (a real path) that leads
+    to a folder in it or to nothing yet; not below `skip` (folders mounted read-only already)."""
+    root = str(workdir)
+    with _scans_lock:
+        scan = _scans.setdefault(root, LinkScan())
+    mounts = []
+    for link in scan.links(root, {str(path) for path in skip}):
+        target = os.path.realpath(link)
+        if not is_inside(target, root):
+            continue  # Bashkit refuses to follow a link out of the workspace
+        if os.path.isdir(target):
+            mounts.append((Path(link), True))
+        elif not os.path.lexists(target):
+            mounts.append((Path(link), False))
+    return mounts
