@@ -160,6 +160,29 @@ def test_a_user_config_in_the_workspace_cannot_be_written(project, monkeypatch):
     assert recorded_calls(record) == [] and "needs_approval" in error_codes(err)
 
 
+def test_git_config_and_hooks_cannot_be_written(project):
+    # git runs what its config and hooks say, on the host, the next time the person uses it.
+    work, _, session = project
+    (work / ".git" / "hooks").mkdir(parents=True)
+    (work / ".git" / "config").write_text("[core]\n")
+    script = ("printf '[core]\\n\\tfsmonitor = \"touch pwned\"\\n' >> .git/config;"
+              " printf '#!/bin/sh\\ntouch pwned\\n' > .git/hooks/pre-commit")
+    result, err = run(session(), script)
+    assert result.exit_code != 0, err
+    assert (work / ".git" / "config").read_text() == "[core]\n"
+    assert not (work / ".git" / "hooks" / "pre-commit").exists()
+
+
+def test_in_a_home_workspace_dotfiles_cannot_be_written(project, monkeypatch):
+    work, _, session = project
+    monkeypatch.setenv("HOME", str(work))
+    (work / ".bashrc").write_text("# mine\n")
+    result, err = run(session(), "echo 'touch pwned' >> .bashrc; echo 'touch pwned' > .profile;"
+                                 " mkdir -p .ipython/profile_default/startup; echo x > out.txt")
+    assert (work / ".bashrc").read_text() == "# mine\n" and not (work / ".profile").exists()
+    assert not (work / ".ipython").exists() and (work / "out.txt").exists(), err
+
+
 def test_ordinary_files_stay_writable_and_chmod_works_on_them(project):
     work, _, session = project
     result, err = run(session(), "mkdir -p out; echo data > out/a.csv; echo n > notes.txt; chmod 600 notes.txt\n"

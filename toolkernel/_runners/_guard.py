@@ -21,9 +21,11 @@ built to refuse those writes up front (prevention, not undo):
 
 Protected are: `toolkernel.toml` and `.mcp.json` (by name, anywhere, for tool
 calls; in the sandbox, at the top of the workspace),
-`.toolkernel/`, the user config folder, the admin file and the trust records
-when they lie in the workspace, and every workspace file a configured server
-or hook executes (named in its `command` or `args`). Config files a script
+`.toolkernel/`, `.git/` (its config and hooks run on the host the next time git
+does), the user config folder, the admin file and the trust records when they lie
+in the workspace, in a workspace that is the home folder every dot entry at its
+top (shell, IPython, ssh and git config), and every workspace file a configured
+server or hook executes (named in its `command` or `args`). Config files a script
 creates deeper in the tree cannot be refused this way; they are caught by
 workspace trust instead (a new file is never trusted, see `_trust`).
 
@@ -89,13 +91,32 @@ def protection(workdir: Path, config: Any = None, environ: Mapping[str, str] | N
     environ = os.environ if environ is None else environ
     looked_at = [] if looked_at is None else looked_at
     root = _real(Path(workdir), looked_at)
-    paths = [root / STATE_DIR, *(root / name for name in CONFIG_FILES)]
+    paths = [root / STATE_DIR, *(root / name for name in CONFIG_FILES), root / ".git"]
     paths += [_user_config_dir(environ), store_path(environ).parent, _admin_file(environ)]
+    paths += _home_dotfiles(root, environ, looked_at)
     if config is not None:
         paths += executed_files(_commands(config), environ, default_cwd=root, looked_at=looked_at)
     reals = {_real(p, looked_at) for p in paths}
     inside = sorted(p for p in reals if p != root and is_inside(p, root))
     return Protection(root, tuple(inside), ())
+
+
+def _home_dotfiles(root: Path, environ: Mapping[str, str], looked_at: list[str]) -> list[Path]:
+    """In a workspace that is the home folder, every entry at its top whose name starts with a
+    dot: shells, IPython, git and ssh read their config there and run what it says on the host."""
+    if root != _real(Path(environ.get("HOME") or Path.home()), looked_at):
+        return []
+    try:
+        present = [name for name in os.listdir(root) if name.startswith(".")]
+    except OSError:
+        present = []
+    # The usual ones even before they exist (a plan is kept while no path it names moves).
+    return [root / name for name in sorted({*present, *_HOME_CONFIG})]
+
+
+_HOME_CONFIG = (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv",
+                ".zprofile", ".zlogin", ".config", ".local", ".ssh", ".ipython", ".jupyter", ".gitconfig",
+                ".pythonstartup", ".inputrc")
 
 
 def _real(path: Path, looked_at: list[str]) -> Path:
