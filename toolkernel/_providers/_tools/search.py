@@ -144,16 +144,22 @@ def _open_folder(folder: Path, workdir: Path) -> Iterator[int]:
     """`folder` (a checked real path) opened as checked, for a walk that starts from it."""
     shown = display_path(folder, workdir)
     try:
-        fd = open_checked(str(folder), os.O_RDONLY | os.O_DIRECTORY)
-    except PathChanged:
-        raise ToolInputError(f"{shown} changed before the search started (a folder on the way "
-                             "was replaced); nothing was searched") from None
+        fd = _open_search_root(folder, shown)
     except OSError:
         raise ToolInputError(f"{shown} is not a folder") from None
     try:
         yield fd
     finally:
         os.close(fd)
+
+
+def _open_search_root(folder: Path, shown: str) -> int:
+    """`folder` opened as checked; a swap since the checks is told in words, any other failure raised."""
+    try:
+        return open_checked(str(folder), os.O_RDONLY | os.O_DIRECTORY)
+    except PathChanged:
+        raise ToolInputError(f"{shown} changed before the search started (a folder on the way "
+                             "was replaced); nothing was searched") from None
 
 
 def _walk_files(root_fd: int, max_depth: int | None,
@@ -365,10 +371,7 @@ def _pinned_folder(folder: Path, shown: str) -> Iterator[str]:
     the folder is opened as checked (`open_checked`), and rg starts in that open folder, named
     through this process's /proc entry. Where that cannot be done, the folder's own name."""
     try:
-        fd = open_checked(str(folder), os.O_RDONLY | os.O_DIRECTORY)
-    except PathChanged:
-        raise ToolInputError(f"{shown} changed before the search started (a folder on the way "
-                             "was replaced); nothing was searched") from None
+        fd = _open_search_root(folder, shown)
     except OSError:
         yield str(folder)  # unreadable: rg says so, as it did
         return
