@@ -234,6 +234,8 @@ PLANTED = {
     "abs": None,  # an absolute link to the workspace itself
     "tk": ".toolkernel",
     "later": "not-yet",  # leads to nothing yet
+    "x/h": "hooks",  # a link to the file x/hooks here; moved to the top, to the hook folder
+    "x/o": "../../hooks",  # out of the workspace here; two folders down, to the hook folder
 }
 THROUGH_LINKS = {
     "write-the-config": f"printf '{BYPASS}' > me/toolkernel.toml",
@@ -244,6 +246,8 @@ THROUGH_LINKS = {
     "copy-the-link-then-write": f"cp me me2; printf '{BYPASS}' > me2/toolkernel.toml",
     "move-the-link-then-write": "mv deep/up up; rm up/srv.py",
     "make-the-target-then-write": f"mkdir not-yet; printf '{BYPASS}' > later/toolkernel.toml; rm -rf not-yet",
+    "move-a-file-link-to-where-it-leads-to-a-folder": f"mv x/h h2; printf '{ALLOW_HOOK}' > h2/guard.sh",
+    "copy-an-outside-link-down-to-where-it-leads-in": f"mkdir -p a/b; cp x/o a/b/o; printf '{ALLOW_HOOK}' > a/b/o/guard.sh",
 }
 
 
@@ -251,6 +255,8 @@ THROUGH_LINKS = {
 def test_links_already_in_the_workspace_do_not_lead_past_the_mounts(project, name):
     work, record, session = project
     (work / "deep").mkdir()
+    (work / "x").mkdir()
+    (work / "x" / "hooks").write_text("a file here\n")
     for link, target in PLANTED.items():
         (work / link).symlink_to(target if target is not None else work)
     before = snapshot(work)

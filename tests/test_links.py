@@ -45,11 +45,11 @@ def test_an_unchanged_folder_is_not_listed_again_and_a_changed_one_is(tree, monk
     assert sorted(os.path.relpath(f, tree) for f in listed) == [".", "a/b/c"]
 
 
-def test_only_links_to_folders_in_the_workspace_or_to_nothing_get_a_mount(tree, tmp_path_factory):
+def test_every_link_gets_a_mount_and_only_one_to_a_folder_inside_shows_it(tree, tmp_path_factory):
     outside = tmp_path_factory.mktemp("outside")
     (tree / "out").symlink_to(outside)
     (tree / "file.txt").write_text("x")
     (tree / "to-file").symlink_to("file.txt")
     (tree / "nothing").symlink_to("not-yet")
     mounts = {os.path.relpath(path, tree): real for path, real in links_to_mount(tree, [tree / "skip"])}
-    assert mounts == {"a/b/up": True, "nothing": False}
+    assert mounts == {"a/b/up": True, "nothing": False, "out": False, "to-file": False}

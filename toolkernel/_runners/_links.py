@@ -5,10 +5,11 @@ inside the mount. So a link to a folder in the workspace (`me -> .`, which a clo
 repository can bring) would lead a script's writes past the read-only mounts over the
 protected paths: `me/toolkernel.toml` is the host's `toolkernel.toml`. Scripts cannot
 make links (`ln` is refused, see _guard.py); the ones already there are found before
-each run, and each that leads to a folder in the workspace, or to nothing yet, gets a
-read-only mount at its own path. Through it a script reads but writes nothing, and to
-`cp` and `mv` it is a folder, not a link to copy. A link to a file needs none: Bashkit
-refuses to write through a link in the last name of a path.
+each run, and each gets a read-only mount at its own path: a link to a folder in the
+workspace shows that folder, which a script reads but does not write; any other link an
+empty stand-in (Bashkit neither reads through a link to a file nor follows one out of the
+workspace). To `cp` and `mv` a mount is a folder, never a link that, copied or moved
+elsewhere, would lead somewhere else.
 
 The walk is kept between runs: a folder whose status has not moved is looked at (one
 lstat) and not listed again. A folder changed within the last two seconds is listed
@@ -98,18 +99,15 @@ _scans_lock = threading.Lock()
 
 
 def links_to_mount(workdir: Path, skip: Collection[Path]) -> list[tuple[Path, bool]]:
-    """(link, leads to an existing folder) for every link in `workdir` (a real path) that leads
-    to a folder in it or to nothing yet; not below `skip` (folders mounted read-only already)."""
+    """(link, leads to a folder in the workspace) for every link in `workdir` (a real path), not
+    below `skip` (folders mounted read-only already). Every link gets a mount, whatever it leads
+    to: one copied or moved elsewhere leads elsewhere (`x/h -> hooks`, where `x/hooks` is a
+    file, leads to the protected `hooks/` once moved to the top), and a mount cannot be."""
     root = str(workdir)
     with _scans_lock:
         scan = _scans.setdefault(root, LinkScan())
     mounts = []
     for link in scan.links(root, {str(path) for path in skip}):
         target = os.path.realpath(link)
-        if not is_inside(target, root):
-            continue  # Bashkit refuses to follow a link out of the workspace
-        if os.path.isdir(target):
-            mounts.append((Path(link), True))
-        elif not os.path.lexists(target):
-            mounts.append((Path(link), False))
+        mounts.append((Path(link), is_inside(target, root) and os.path.isdir(target)))
     return mounts
