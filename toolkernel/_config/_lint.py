@@ -22,7 +22,7 @@ from .._providers._commands import QUALIFIED_PREFIX, check_names, undeclared_ref
 from ._config import Config, read_config
 from ._policy import RULE_LISTS
 from ._sources import Source
-from .._errors import ConfigError
+from .._errors import ConfigError, printable
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,9 @@ class Finding:
     problem: str
 
     def __str__(self) -> str:
-        return f"{self.file}: {self.key}: {self.problem}" if self.key else f"{self.file}: {self.problem}"
+        # The key and problem may quote the file (a tool's name, a template's path): escaped.
+        where = printable(self.file) + (f": {printable(self.key)}" if self.key else "")
+        return f"{where}: {printable(self.problem, keep=chr(10))}"
 
     @classmethod
     def of(cls, error: ConfigError) -> "Finding":
