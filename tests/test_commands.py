@@ -470,6 +470,20 @@ def test_lint_catches_a_name_collision(project):
     assert finding.key == "tools.glob_search" and "own tool" in finding.problem
 
 
+def test_lint_shows_control_characters_from_the_file_escaped(project, capsys):
+    # A cloned repository's config must not drive the terminal of whoever lints it: clear the
+    # screen, set the window title, write the clipboard (OSC 52), turn a line around (U+202E).
+    write_config(project, '[shell]\n"\\u001b[2J\\u001b]52;c;SGk=\\u0007" = 1\n\n'
+                          '[mcp_servers."\\u001b]0;pwned\\u0007"]\ncommand = "x"\n\n'
+                          '[policy]\nallow = ["\\u001b[31mred\\u202e"]\n\n'
+                          '[tools."\\u001b[5mblink"]\ncommand = ["echo", "{{ input.\\u001b[8m }}"]\n')
+    assert cli_main(["lint", str(project)]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert "shell.\\x1b[2J\\x1b]52;c;SGk=\\x07: unknown key" in out
+    assert 'mcp_servers.\\x1b]0;pwned\\x07' in out and "tools.\\x1b[5mblink" in out
+
+
 # -- end to end in a real kernel -----------------------------------------------------------------
 
 @pytest.fixture

@@ -85,6 +85,26 @@ def read_checked(path: str, *, inside: str | None = None) -> bytes:
         return file.readall()
 
 
+class TooLarge(OSError):
+    """The file is larger than its reader takes."""
+
+
+def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The whole of the regular file `path` leads to (links followed: resolved once, then opened
+    as `file_checked` does), of at most `limit` bytes; a bigger one raises `TooLarge`.
+
+    For files a person may link to another of theirs (config files): a link to a device or a
+    pipe (`/dev/zero`, a FIFO) would otherwise be read until memory runs out, or for ever.
+    """
+    # strict: a link to nothing, or a loop of links, is said as the error it is.
+    file, _ = file_checked(os.path.realpath(path, strict=True))
+    with file:
+        data = file.read(limit + 1)  # not the size fstat said: a file may grow meanwhile
+    if len(data) > limit:
+        raise TooLarge(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
+    return data
+
+
 class NotAFolder(PathChanged):
     """A folder toolkernel keeps its own files in is a link, or a file holds its name."""
 

@@ -40,8 +40,24 @@ class ToolkernelError(Exception):
     """Base of every toolkernel error."""
 
 
+def printable(text: str, *, keep: str = "") -> str:
+    """`text` with every character that is not printable (but those in `keep`) written as
+    Python writes it in a string literal (`\\x1b`, `\\u202e`, `\\n`).
+
+    Names and values from a config file reach a terminal in messages (`toolkernel lint`, a
+    kernel's start): raw, a key like "\\x1b[2J\\x1b]52;c;...\\x07" clears the screen or
+    writes the clipboard, and a bidi override makes the line read otherwise."""
+    if text.isprintable():
+        return text  # the usual case, in one pass of C
+    return "".join(ch if ch.isprintable() or ch in keep else repr(ch)[1:-1] for ch in text)
+
+
 class ConfigError(ToolkernelError):
     def __init__(self, path: str, key: str | None, problem: str) -> None:
+        # Each part may hold text from the file (a key, a value quoted in the problem): escaped
+        # here, where it enters the message. A problem's own line breaks stay.
+        path, problem = printable(path), printable(problem, keep="\n")
+        key = printable(key) if key is not None else None
         self.path, self.key, self.problem = path, key, problem
         where = f"{path}: {key}" if key else path
         super().__init__(f"{where}: {problem}")

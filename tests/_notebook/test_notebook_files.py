@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import nbformat
 import pytest
@@ -260,3 +262,15 @@ def test_insert_into_a_missing_notebook_creates_it(workdir, ctx):
 def test_replace_in_a_missing_notebook_is_an_error(ctx):
     result = call(edit, ctx, notebook_path="nothing.ipynb", cell_id="abc", new_source="x")
     assert result.is_error and "no notebook" in result.texts[0]
+
+
+def test_a_pipe_named_like_a_notebook_is_refused_at_once(workdir, ctx):
+    # Read by name, a pipe nobody writes to held the open, and the session, for ever.
+    os.mkfifo(workdir / "pipe.ipynb")
+    results = []
+    reader = threading.Thread(target=lambda: results.append(call(read, ctx, notebook_path="pipe.ipynb")),
+                              daemon=True)
+    reader.start()
+    reader.join(timeout=60)
+    assert results, "notebook_read waited on the pipe"
+    assert results[0].is_error and "is not a regular file" in results[0].texts[0]

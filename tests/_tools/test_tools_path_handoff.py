@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 
+import nbformat
 import pytest
+from nbformat.v4 import new_markdown_cell, new_notebook
 
 from approval_helpers import CollectingSink
 from toolkernel._approval._hooks import HookOutcome
@@ -113,13 +115,16 @@ def test_the_searches_look_where_the_checks_looked(session, tmp_path):
 
 @pytest.fixture
 def swappable(session, tmp_path):
-    """`sub/note.txt` in the workspace, a `note.txt` outside, and a swap of `sub` for a link there."""
+    """`sub/note.txt` and `sub/note.ipynb` in the workspace, the same names outside, and a swap
+    of `sub` for a link there."""
     work = session.workdir
     (work / "sub").mkdir()
     (work / "sub" / "note.txt").write_text("inside note\n")
+    nbformat.write(new_notebook(cells=[new_markdown_cell("inside notebook")]), work / "sub" / "note.ipynb")
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "note.txt").write_text("the secret outside the workspace\n")
+    nbformat.write(new_notebook(cells=[new_markdown_cell("the secret notebook")]), outside / "note.ipynb")
 
     def swap(call):  # runs after the path was judged, before the tool opens it
         (work / "sub").rename(work / "sub.moved")
@@ -128,10 +133,14 @@ def swappable(session, tmp_path):
     return swap, outside
 
 
-def test_a_folder_swapped_after_the_checks_does_not_redirect_the_read(session, swappable):
+@pytest.mark.parametrize("tool, script", [
+    ("read_file", "tools read-file path=sub/note.txt"),
+    ("notebook_read", "tools notebook-read notebook_path=sub/note.ipynb"),
+])
+def test_a_folder_swapped_after_the_checks_does_not_redirect_the_read(session, swappable, tool, script):
     swap, _ = swappable
-    session.hooks.before_call("read_file")(swap)
-    result, err = run(session, "tools read-file path=sub/note.txt")
+    session.hooks.before_call(tool)(swap)
+    result, err = run(session, script)
     assert result.exit_code == 1
     assert "secret" not in result.stdout + err
     assert "changed while it was being opened" in err
@@ -140,16 +149,21 @@ def test_a_folder_swapped_after_the_checks_does_not_redirect_the_read(session, s
 @pytest.mark.parametrize("tool, script", [
     ("write_file", "p=sub/note.txt; tools write-file path=$p content=changed"),
     ("edit_file", "p=sub/note.txt; tools edit-file path=$p old_string=secret new_string=changed"),
+    # A new notebook: nothing outside to compare with, so only the checked folder stops it.
+    ("notebook_edit", "p=sub/new.ipynb; tools notebook-edit notebook_path=$p edit_mode=insert cell_type=code "
+                      "new_source=changed"),
 ])
 def test_a_folder_swapped_after_the_checks_does_not_redirect_the_write(session, swappable, tool, script):
     swap, outside = swappable
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
     session.hooks.before_call(tool)(swap)
     result, err = run(session, script)
     assert result.exit_code == 1, err
     assert "changed while it was being" in err and "nothing was" in err
-    assert (outside / "note.txt").read_text() == "the secret outside the workspace\n"
-    assert sorted(p.name for p in outside.iterdir()) == ["note.txt"]  # no temporary file left there
+    # Nothing changed outside, and no file (a temporary one included) was made there.
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before
     assert (session.workdir / "sub.moved" / "note.txt").read_text() == "inside note\n"
+
 
 
 @pytest.mark.parametrize("engine", ["rg", "builtin"])

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -22,7 +21,8 @@ from typing import Any, Iterator, Mapping
 from .._providers._commands import QUALIFIED_PREFIX, check_names, undeclared_references
 from ._config import Config, read_config
 from ._policy import RULE_LISTS
-from .._errors import ConfigError
+from ._sources import Source
+from .._errors import ConfigError, printable
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,9 @@ class Finding:
     problem: str
 
     def __str__(self) -> str:
-        return f"{self.file}: {self.key}: {self.problem}" if self.key else f"{self.file}: {self.problem}"
+        # The key and problem may quote the file (a tool's name, a template's path): escaped.
+        where = printable(self.file) + (f": {printable(self.key)}" if self.key else "")
+        return f"{where}: {printable(self.problem, keep=chr(10))}"
 
     @classmethod
     def of(cls, error: ConfigError) -> "Finding":
@@ -115,10 +117,14 @@ def _name_problems(file: str, names: _Names) -> Iterator[tuple[str, str]]:
 
 
 def _read(file: str) -> dict[str, Any]:
-    # The reader has accepted this file already, so it is valid TOML (or JSON: no rules).
+    # The reader has accepted this file already (JSON holds no rules); read it the way the
+    # reader does, so a file swapped for a link to a device meanwhile is not read for ever.
     if file.endswith(".json"):
         return {}
-    return tomllib.loads(Path(file).read_text(encoding="utf-8-sig"))
+    try:
+        return Source(Path(file)).read() or {}
+    except ConfigError:
+        return {}  # it changed since the reader took it; the next lint says what is wrong
 
 
 def _patterns(data: Mapping[str, Any]) -> Iterator[tuple[str, str]]:

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
+from .._checked_open import NotAFile, TooLarge
 from .._errors import ConfigError
 from ._check import table
-from ._trust import TrustStore, how_to_trust
+from ._trust import MAX_CONFIG_BYTES, TrustStore, how_to_trust, read_config_file
 
 CONFIG_NAME = "toolkernel.toml"
 MCP_JSON_NAME = ".mcp.json"
@@ -152,15 +153,21 @@ class Source:
         A name that exists but leads nowhere (a dangling symlink, a path through
         a file) is an error: taking it as absent would drop its deny rules."""
         try:
-            raw = self.path.read_bytes()
+            raw = read_config_file(self.path)
         except (FileNotFoundError, NotADirectoryError):
             if os.path.lexists(self.path):
                 raise self.error(None, "is a symlink to nothing; fix or remove it") from None
             return None
         except IsADirectoryError:
             raise self.error(None, "is a directory, expected a file") from None
+        except NotAFile:
+            raise self.error(None, "is not a regular file (it is or leads to a pipe, device or "
+                                   "socket); a config file must be a file") from None
+        except TooLarge:
+            raise self.error(None, f"is larger than {MAX_CONFIG_BYTES // 1024 // 1024} MiB; no config "
+                                   "file is that big") from None
         except OSError as exc:
-            raise self.error(None, f"cannot read the file ({exc.strerror})") from exc
+            raise self.error(None, f"cannot read the file ({exc.strerror or exc})") from exc
         text = self._decode(raw)
         return self._parse_json(text) if self.is_json else self._parse_toml(text)
 

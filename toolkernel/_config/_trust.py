@@ -28,12 +28,14 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from .._atomic import write_atomic
+from .._checked_open import read_regular
 from .._errors import ConfigError
 
 TRUST_ALL_VARIABLE = "TOOLKERNEL_TRUST_ALL"
 # What a folder's trust covers, relative to the folder.
 FINGERPRINTED = ("toolkernel.toml", ".mcp.json", ".toolkernel/approvals.json")
 _VERSION = 1
+MAX_CONFIG_BYTES = 1024 * 1024  # a config file is a few KiB; more is a mistake, or an attack
 
 
 def trust_all(environ: Mapping[str, str] | None = None) -> bool:
@@ -48,6 +50,13 @@ def store_path(environ: Mapping[str, str] | None = None) -> Path:
     return Path(state) / "toolkernel" / "trust.json"
 
 
+def read_config_file(path: Path) -> bytes:
+    """A config file's bytes: a regular file (a link to one is followed) of at most
+    MAX_CONFIG_BYTES. A cloned repository's `.mcp.json -> /dev/zero`, or a pipe, would
+    otherwise be read until memory runs out, or for ever, on the first run there."""
+    return read_regular(path, MAX_CONFIG_BYTES)
+
+
 def fingerprints(folder: Path) -> dict[str, str]:
     """SHA-256 of each config file present in `folder`.
 
@@ -59,7 +68,7 @@ def fingerprints(folder: Path) -> dict[str, str]:
         if not os.path.lexists(path):
             continue
         try:
-            found[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+            found[name] = hashlib.sha256(read_config_file(path)).hexdigest()
         except OSError:
             found[name] = "unreadable"
     return found

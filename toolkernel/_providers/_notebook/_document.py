@@ -21,6 +21,7 @@ import nbformat
 from nbformat import NotebookNode
 
 from ..._atomic import write_atomic
+from ..._checked_open import NotAFile, PathChanged, file_checked
 from ..._tool import ToolInputError
 
 NBFORMAT_MINOR_WITH_IDS = 5
@@ -41,18 +42,32 @@ class NotebookFile:
 
 
 def load(path: Path, *, missing_ok: bool = False) -> NotebookFile:
+    """The notebook at `path`, a real path (the one the dispatcher checked): opened as it is,
+    never through a link that a folder on the way became since (see `_checked_open`)."""
     try:
-        data = path.read_bytes()
+        data, mtime_ns = _read(path)
     except FileNotFoundError:
         if missing_ok:
             return NotebookFile(path, nbformat.v4.new_notebook(), None)
         raise ToolInputError(f"no notebook at {path}") from None
     except IsADirectoryError:
         raise ToolInputError(f"{path} is a directory, not a notebook") from None
-    fingerprint = Fingerprint(hashlib.sha256(data).hexdigest(), path.stat().st_mtime_ns)
+    except NotAFile:
+        raise ToolInputError(f"{path} is not a regular file (a pipe, device or socket), not a notebook") from None
+    except PathChanged:
+        raise ToolInputError(f"{path} changed while it was being opened (a folder on the way was replaced); "
+                             "nothing was read or changed") from None
+    fingerprint = Fingerprint(hashlib.sha256(data).hexdigest(), mtime_ns)
     nb = _parse(path, data)
     ids_added = give_cells_ids(nb, fingerprint.sha256)
     return NotebookFile(path, nb, fingerprint, ids_added)
+
+
+def _read(path: Path) -> tuple[bytes, int]:
+    """The bytes of the file at the real path `path`, and its modification time, from one open file."""
+    file, _ = file_checked(str(path))
+    with file:
+        return file.readall(), os.fstat(file.fileno()).st_mtime_ns
 
 
 def _parse(path: Path, data: bytes) -> NotebookNode:
@@ -87,9 +102,10 @@ def _verified_identity(notebook: NotebookFile, path: Path) -> object:
     `notebook` was loaded from (None when both are absent); else `_CHANGED`. The
     identity and the bytes come from one open file, so they belong together."""
     try:
-        with open(path, "rb") as file:
+        file, _ = file_checked(str(path))
+        with file:
             info = os.fstat(file.fileno())
-            data = file.read()
+            data = file.readall()
     except FileNotFoundError:
         return None if notebook.fingerprint is None else _CHANGED
     if notebook.fingerprint is None or hashlib.sha256(data).hexdigest() != notebook.fingerprint.sha256:
@@ -133,6 +149,11 @@ def save(notebook: NotebookFile) -> None:
     data = (nbformat.writes(notebook.nb) + "\n").encode("utf-8")
     # Checked again right before the rename: a save from outside since the stale check is not lost.
     guard = _SaveGuard(notebook)
-    write_atomic(notebook.path, data, check=guard.still_on_disk, replaces=guard.replaces)
+    try:
+        # Into the very folder that was checked: a folder on the way that is a link now fails the write.
+        write_atomic(notebook.path, data, check=guard.still_on_disk, replaces=guard.replaces, resolved=True)
+    except (PathChanged, NotAFile):
+        raise ToolInputError(f"{notebook.path} changed while it was being written (a folder on the way was "
+                             "replaced, or the notebook is no regular file now); nothing was written") from None
     notebook.fingerprint = Fingerprint(hashlib.sha256(data).hexdigest(), notebook.path.stat().st_mtime_ns)
     notebook.ids_added = False

@@ -95,9 +95,10 @@ class Pairings:
             return exc.message
         return None
 
-    def find(self, workdir: Path, notebook: str) -> Pairing | None:
-        """The pairing of `notebook`: a server path, or a path relative to `workdir`."""
-        return self.named(notebook) or self._by_key.get(str(_resolve(workdir, notebook)))
+    def find(self, workdir: Path, notebook: str, real: str | None = None) -> Pairing | None:
+        """The pairing of `notebook`: a server path, or a path relative to `workdir` (`real`:
+        where it leads, as the dispatcher resolved and checked it)."""
+        return self.named(notebook) or self._by_key.get(real or str(_resolve(workdir, notebook)))
 
     def named(self, notebook: str) -> Pairing | None:
         """The pairing `notebook` names without the working folder: its key, or a server path."""

@@ -301,12 +301,14 @@ def _path_argument(arguments: dict[str, Any]) -> str:
 async def _store(arguments: dict[str, Any], ctx: ToolContext) -> NotebookStore:
     """Where the named notebook lives: through its pairing's server, else the local file."""
     path = _path_argument(arguments)
-    pairing = _pairings(ctx.state).find(ctx.workdir, path)
+    # A local notebook is opened where the dispatcher's checks saw it lead, not resolved again.
+    real = ctx.real(arguments, "notebook_path")
+    pairing = _pairings(ctx.state).find(ctx.workdir, path, str(real))
     if pairing is not None:
         return await pairing.notebook_store()
     from ._stores import FileStore
 
-    return FileStore(ctx.resolve(path), path)
+    return FileStore(real, path)
 
 
 def notebook_tools() -> list[Tool]:
