@@ -119,7 +119,7 @@ def test_always_allowing_an_agents_cell_names_its_one_command():
 ONLY_ECHO_AND_FRIENDS = ("Bash(echo *)", "Bash(cat)", "Bash(read *)", "Bash(printf *)", "Bash(mapfile *)",
                          "Bash(readarray *)", "Bash(getopts *)", "Bash(let *)", "Bash(export *)",
                          "Bash(declare *)", "Bash(local *)", "Bash(unset *)", "Bash(f)", "Bash(x)",
-                         "Bash(true)", "Bash(:)")
+                         "Bash(true)", "Bash(:)", "Bash(test *)")
 
 RUNS_A_HIDDEN_COMMAND = [
     "x='$(touch MARK)'; echo ${x@P}",                       # a value expanded as a prompt
@@ -135,6 +135,9 @@ RUNS_A_HIDDEN_COMMAND = [
     "read <<<'a[$(touch MARK)]'; echo $((REPLY))",
     "f() { echo $(($1)); }; f 'a[$(touch MARK)]'",
     "x='a[$(touch MARK)]'; echo ${!x}",                     # an indirect name with a subscript
+    "[[ -v 'a[$(touch MARK)]' ]]", "test -v 'a[$(touch MARK)]'", "y='a[$(touch MARK)]'; [[ -v $y ]]",
+    "printf -v 'a[$(touch MARK)]' %s x", "read 'a[$(touch MARK)]' <<<x", "declare 'a[$(touch MARK)]=1'",
+    "x=abc; echo ${x/`touch MARK`/y}", "[[ a =~ `touch MARK` ]]",
 ]
 
 SETS_PATH = [

@@ -204,6 +204,8 @@ def _visit(node, found: Script) -> None:
         _expansion(node, found)
     elif kind == "heredoc_redirect":
         _heredoc(node, found)
+    elif kind == "unary_expression" and node.child_count == 2 and _text(node.children[0]) in ("-v", "-R"):
+        _named_variable(node.children[1], found)
     elif kind in ("file_redirect",):
         _redirect(node, found)
     _collect_arithmetic(node, found)
@@ -236,6 +238,10 @@ def _command(node, found: Script) -> None:
         found.unreadable.append(f"`{text}` touches toolkernel's own state or config")
     if base in _NAME_SETTERS or base == "let":
         _builtin_sets(base, args, text, found)
+    if base in ("test", "["):
+        for flag, operand in zip(args, args[1:]):
+            if _text(flag) in ("-v", "-R"):
+                _named_variable(operand, found)
     for word in map(_text, args):  # `{NAME}>&1` stores a new file descriptor's number in NAME
         if word.startswith("{") and word.endswith("}") and _IDENTIFIER.fullmatch(word[1:-1]):
             _sets(word[1:-1], True, text, found)
@@ -292,8 +298,10 @@ def _declaration(node, found: Script) -> None:
     for child in node.named_children:
         if child.type == "variable_name":  # `export X`, `local X`, `unset X`: changes what later commands see
             _sets(_text(child), True, text, found)
-        elif child.type not in ("variable_assignment",) and _literal(child) is None:
-            _sets(None, False, text, found)
+        elif child.type != "variable_assignment":  # an option, or a quoted `'a[i]=1'`
+            word = _literal(child)
+            if word is None or not word.startswith(("-", "+")):
+                _sets_word(word if word is None else word.split("=", 1)[0], text, found)
 
 
 def _builtin_sets(base: str, arg_nodes: list, text: str, found: Script) -> None:
@@ -313,7 +321,30 @@ def _builtin_sets(base: str, arg_nodes: list, text: str, found: Script) -> None:
     else:  # read, mapfile, readarray: the words that look like names
         names = [a for a in args if a is None or _IDENTIFIER.fullmatch(a.split("[", 1)[0] or "-")]
     for name in names:
-        _sets(None if name is None else name.split("[", 1)[0], False, text, found)
+        _sets_word(name, text, found)
+
+
+def _sets_word(word: str | None, text: str, found: Script) -> None:
+    """A builtin sets the variable this word names: `x`, or `a[i]`, whose subscript is arithmetic."""
+    if word is None:
+        _sets(None, False, text, found)
+        return
+    name, bracket, rest = word.partition("[")
+    if bracket:
+        found.arithmetic.append(rest.rpartition("]")[0])
+    _sets(name, False, text, found)
+
+
+def _named_variable(node, found: Script) -> None:
+    """`test -v NAME` and `[[ -R NAME ]]` look the name up, and bash expands a subscript in it."""
+    word = _literal(node)
+    text = _text(node)
+    if word is None and re.fullmatch(r"[A-Za-z_]\w*\[[^$`'\"\\]*\]", text):
+        word = text
+    if word is None:
+        found.unreadable.append(f"`{text}` names a variable built at run time")
+    elif "[" in word:
+        found.arithmetic.append(word.partition("[")[2].rpartition("]")[0])
 
 
 def _may_be_option(node) -> bool:
@@ -404,7 +435,7 @@ def _heredoc(node, found: Script) -> None:
 
 def _unparsed_substitution(node, found: Script) -> None:
     # The grammar leaves some backquotes and `$(` as plain text (`${x:-`id`}`); bash runs them.
-    if node.type in ("raw_string", "ansi_c_string", "comment", "heredoc_body", "heredoc_content", "regex",
+    if node.type in ("raw_string", "ansi_c_string", "comment", "heredoc_body", "heredoc_content",
                      "`", "$(", "${", "$((", "$["):
         return
     if next(_substitutions(_text(node)), None) is not None:
