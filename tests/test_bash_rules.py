@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from toolkernel._approval._bash_rules import analyze, decide_bash, rule_covers, parse_bash_rule
@@ -109,3 +111,98 @@ def test_always_allowing_an_agents_cell_names_its_one_command():
     for text in ("git add . && git commit", "eval x", "$cmd"):
         with pytest.raises(ValueError, match="not one plain command"):
             rule_for(cell(text))
+
+
+# -- what bash runs beyond the words: each script below is allowed by `echo`/`cat`/`read`/... rules
+# on its words alone, yet bash runs `touch` (or sets PATH); the test first shows that real bash does.
+
+ONLY_ECHO_AND_FRIENDS = ("Bash(echo *)", "Bash(cat)", "Bash(read *)", "Bash(printf *)", "Bash(mapfile *)",
+                         "Bash(readarray *)", "Bash(getopts *)", "Bash(let *)", "Bash(export *)",
+                         "Bash(declare *)", "Bash(local *)", "Bash(unset *)", "Bash(f)", "Bash(x)",
+                         "Bash(true)", "Bash(:)", "Bash(test *)")
+
+RUNS_A_HIDDEN_COMMAND = [
+    "x='$(touch MARK)'; echo ${x@P}",                       # a value expanded as a prompt
+    "cat <<EOF\n`touch MARK`\nEOF",                         # backquotes in an unquoted here-document
+    "cat <<-EOF\n\t`touch MARK`\n\tEOF",
+    "echo ${x:-`touch MARK`}",                              # backquotes the grammar leaves as a word
+    "x='a[$(touch MARK)]'; echo $((x))",                    # arithmetic evaluates a value as code
+    "x='a[$(touch MARK)]'; echo $(( $x + 1 ))",
+    "x='a[$(touch MARK)]'; declare -a a; echo ${a[x]}",
+    "x='a[$(touch MARK)]'; v=abc; echo ${v:x}",
+    "x='a[$(touch MARK)]'; [[ $x -eq 0 ]]",
+    "read x <<<'a[$(touch MARK)]'; echo $((x))",
+    "read <<<'a[$(touch MARK)]'; echo $((REPLY))",
+    "f() { echo $(($1)); }; f 'a[$(touch MARK)]'",
+    "x='a[$(touch MARK)]'; echo ${!x}",                     # an indirect name with a subscript
+    "[[ -v 'a[$(touch MARK)]' ]]", "test -v 'a[$(touch MARK)]'", "y='a[$(touch MARK)]'; [[ -v $y ]]",
+    "printf -v 'a[$(touch MARK)]' %s x", "read 'a[$(touch MARK)]' <<<x", "declare 'a[$(touch MARK)]=1'",
+    "x=abc; echo ${x/`touch MARK`/y}", "[[ a =~ `touch MARK` ]]",
+]
+
+SETS_PATH = [
+    "printf -v PATH %s /nowhere", "printf -vPATH %s /nowhere", "read PATH <<<'/nowhere'",
+    "read -r PATH <<<'/nowhere'", "mapfile PATH <<<'/nowhere'", "readarray -t PATH <<<'/nowhere'",
+    "declare PATH=/nowhere", "export PATH=/nowhere", "f() { local PATH=/nowhere; x; }; f",
+    "let PATH=1", "getopts a: PATH -a", "((PATH=1))", "echo $((PATH=1))",
+    "for PATH in /nowhere; do x; done", "for ((PATH=1; PATH<2; PATH++)); do x; done", "unset PATH",
+    "declare -n p=PATH; p=/nowhere", "x='PATH=1'; echo $((x))",
+]
+
+
+def _run_bash(script: str, folder) -> tuple[bool, str]:
+    """Whether real bash ran `touch MARK`, and every PATH that `x` saw."""
+    import subprocess
+
+    prelude = 'x() { printf "%s\\n" "$PATH" >> path.out; }\n'  # how the script's later commands see PATH
+    subprocess.run(["bash", "-c", prelude + script + "\nx"], cwd=folder, capture_output=True, timeout=60, check=False)
+    return (folder / "MARK").exists(), (folder / "path.out").read_text().splitlines()
+
+
+@pytest.mark.parametrize("script", RUNS_A_HIDDEN_COMMAND)
+def test_a_command_bash_runs_beyond_the_words_asks(script, tmp_path):
+    assert _run_bash(script, tmp_path)[0], "the script must really run touch"
+    assert action(script, allow=ONLY_ECHO_AND_FRIENDS) == "ask"
+    assert action(script, allow=["Bash(*)"], mode="bypass-permissions") == "ask"
+
+
+@pytest.mark.parametrize("script", SETS_PATH)
+def test_setting_path_without_an_assignment_asks(script, tmp_path):
+    assert set(_run_bash(script, tmp_path)[1]) != {os.environ["PATH"]}, "the script must really change PATH"
+    assert action(script, allow=ONLY_ECHO_AND_FRIENDS) == "ask"
+    assert action(script, allow=["Bash(*)"], mode="bypass-permissions") == "ask"
+
+
+@pytest.mark.parametrize("script", [
+    "trap 'rm -rf x' EXIT", "trap -- 'rm -rf x' EXIT", "alias ls='rm -rf x'", "mapfile -C 'rm -rf x' -c 1 y",
+    "hash -p /bin/rm ls", "coproc rm -rf x", "ls {PATH}>&1", "wait -n -p PATH", "printf \"$opt\" '%s' x",
+    "echo ${LD_PRELOAD:=/nowhere/x.so}",
+])
+def test_commands_that_run_or_redirect_text_later_ask(script):
+    assert action(script, allow=["Bash(*)"], mode="bypass-permissions") == "ask"
+
+
+@pytest.mark.parametrize("script", ["echo hi > 2", "echo hi >> 1", "echo hi > -", "echo hi >& out", "echo hi &> 2"])
+def test_a_redirection_to_a_number_is_a_file(script, tmp_path):
+    import subprocess
+
+    subprocess.run(["bash", "-c", script], cwd=tmp_path, check=True, timeout=60)
+    assert list(tmp_path.iterdir()), "bash writes a file"
+    assert action(script, allow=["Bash(echo *)"]) == "ask"
+
+
+def test_deny_rules_see_past_variable_assignments():
+    assert action("a=1 rm -rf x", allow=["Bash(*)"], deny=["Bash(rm *)"]) == "deny"
+    assert action("a=$(x) /bin/rm -rf x", allow=["Bash(*)"], deny=["Bash(rm *)"]) == "deny"
+
+
+@pytest.mark.parametrize("script", [
+    "cat <<'EOF'\n`id` $(id) $((x)) ${x@P}\nEOF", 'cat <<"EOF"\n`id`\nEOF', "cat <<\\EOF\n`id`\nEOF",
+    "cat <<EOF\nHello $x, \\`literal\\` \\$(literal)\nEOF", "ls 2>&1 >&2 3>&1- >&- < in.txt",
+    "x=5; echo $((x * 2)) ${v:x:2}", "for i in 1 2 3; do echo $((i + 1)); done", "i=0; ((i++)); echo ${a[i]}",
+    'printf "%s\\n" "$x"', 'printf "$msg"', "read -r line; echo \"$line\"", "mapfile -t lines",
+    "echo ${x@E} ${x@Q} ${#x} ${x^^} ${!pre*} ${!arr[@]}", "trap - EXIT", "echo $(( $# + $? ))",
+    "x=$(cat f); [ \"$x\" -eq 1 ] && echo one", "echo \"a\\`b\" $'`x`' '$(x)'",
+])
+def test_what_bash_runs_as_written_is_still_read(script):
+    assert action(script, allow=ONLY_ECHO_AND_FRIENDS + ("Bash(ls)", "Bash([ *)", "Bash(trap *)")) == "allow"

@@ -311,6 +311,18 @@ def test_an_agents_cell_is_checked_against_bash_rules_and_a_persons_is_not(kerne
     assert (workdir / "agent.txt").exists() and not (workdir / "person.txt").exists()
 
 
+def test_an_agents_cell_that_runs_more_than_its_words_does_not_start(kernel, workdir, agent_config):
+    # Each is allowed word by word by `Bash(echo *)`, yet bash would run `touch` (or set PATH).
+    for cell in ("x='$(touch pwn.txt)'; echo ${x@P}", "echo <<EOF\n`touch pwn.txt`\nEOF",
+                 "x='a[$(touch pwn.txt)]'; echo $((x))", "echo $((PATH=1)) hi"):
+        refused = agent_execute(kernel, bash(cell))
+        assert [e["code"] for e in error_lines(refused.stderr)] == ["needs_approval"], cell
+        assert not (workdir / "pwn.txt").exists(), cell
+        kernel.execute_ok("%tools deny")
+    kernel.execute_ok(bash("x='$(touch pwn.txt)'; echo ${x@P}"))  # what the rules stopped: a person's cell runs it
+    assert (workdir / "pwn.txt").exists()
+
+
 def test_the_magic_lines_are_not_expanded_as_python(kernel, workdir, agent_config):
     # IPython evaluates `{expr}` in a magic's line before the magic runs: an agent allowed
     # only `notebook_run(code="%%bash*")` (or `%%tools*`) would run any Python that way.
