@@ -55,6 +55,7 @@ import json
 import posixpath
 import re
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, NamedTuple
 
 from .._names import MCP_PREFIX, parse_qualified, qualified
@@ -323,13 +324,16 @@ def _value_text(value: Any) -> str:
     return json.dumps(_canonical(value), separators=(",", ":"), sort_keys=True, ensure_ascii=False, default=str)
 
 
+_NO_FORMS: Mapping[str, tuple[str, ...]] = MappingProxyType({})
+
+
 def _input_matches(rule: _Rule, call: CallInfo, *, grants: bool) -> bool:
     """Whether every constraint holds. A rule that grants (allow) needs the exact key
     and no look-alike; a rule that restricts (deny, ask) takes any spelling and a
     missing key as a match, since the server may read either or fill in a default.
     On a path argument a granting rule matches only where the path leads (`./x`, `a/../x`,
     a link are all their target), a restricting one also the text as written."""
-    data, forms = call.input, call.path_forms or {}
+    data, forms = call.input, call.path_forms or _NO_FORMS
     for key, pattern, as_path in rule.constraints:
         values = [value for name, value in data.items() if isinstance(name, str) and _norm(name) == _norm(key)]
         exact = key in data
@@ -340,16 +344,11 @@ def _input_matches(rule: _Rule, call: CallInfo, *, grants: bool) -> bool:
         else:
             holds = (not exact and (bool(values) or _may_default(key, call.schema_keys))
                      or any(pattern.fullmatch(_value_text(value)) for value in values)
-                     or _leads_to(as_path, key, forms))
+                     # (a path key spelled otherwise held above: forms are by the exact key)
+                     or key in forms and any(as_path.fullmatch(form) for form in forms[key]))
         if not holds:
             return False
     return True
-
-
-def _leads_to(pattern: re.Pattern[str], key: str, forms: Mapping[str, tuple[str, ...]]) -> bool:
-    """Whether a path argument spelled as `key` (any spelling) leads where `pattern` says."""
-    return any(_norm(name) == _norm(key) and any(pattern.fullmatch(form) for form in resolved)
-               for name, resolved in forms.items())
 
 
 def _may_default(key: str, schema_keys: frozenset[str] | None) -> bool:
