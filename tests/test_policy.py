@@ -502,3 +502,68 @@ def test_read_only_denies_every_call_that_is_not_a_read_whatever_the_mode():
     decision = decide(mcp("github", "create-issue"), policy)
     assert decision.action == "deny" and "--read-only" in decision.reason
     assert decide(mcp("github", "list-pulls", kind="read"), policy).action == "allow"
+
+
+# -- path arguments are matched where they lead -----------------------------------------
+
+WS = "/home/ds/project"
+
+
+def path_call(name: str, kind: str, path: str, leads_to: str, **input) -> CallInfo:
+    """A call of an own tool whose `path` the dispatcher resolved to `leads_to` (a real path)."""
+    inside = leads_to[len(WS) + 1:] if leads_to.startswith(WS + "/") else None
+    forms = (leads_to,) if inside is None else (inside, leads_to)
+    return CallInfo(name, f"tools {name.replace('_', '-')}", {"path": path, **input}, kind,
+                    paths={"path": leads_to}, path_forms={"path": forms})
+
+
+SECRET_SPELLINGS = ["./secrets/x", "notes/../secrets/x", f"{WS}/secrets/x", "notes/link-to-secret"]
+
+
+@pytest.mark.parametrize("path", SECRET_SPELLINGS)
+@pytest.mark.parametrize("rule", ["read-file(path=secrets/*)", "read_file(path=./secrets/*)",
+                                  f"read-file(path={WS}/secrets/*)"])
+def test_a_deny_rule_on_a_path_covers_every_way_to_name_the_file(path, rule):
+    policy = Policy(mode="accept-edits", deny=(rule,))
+    decision = decide(path_call("read_file", "read", path, f"{WS}/secrets/x"), policy)
+    assert decision.action == "deny" and decision.rule == rule
+    assert decide(path_call("read_file", "read", "notes/a", f"{WS}/notes/a"), policy).action == "allow"
+
+
+def test_a_deny_rule_on_a_path_also_covers_the_text_as_written():
+    # `secrets` is a link out of the workspace's `secrets/` pattern: the text still denies.
+    policy = Policy(mode="bypass-permissions", deny=("write-file(path=secrets/*)",))
+    call = path_call("write_file", "edit", "secrets/x", f"{WS}/elsewhere/x", content="c")
+    assert decide(call, policy).action == "deny"
+
+
+def test_an_absolute_deny_pattern_matches_a_path_out_of_the_workspace():
+    policy = Policy(mode="bypass-permissions", deny=("read-file(path=/etc/*)",))
+    for path in ["/etc/../etc/passwd", "../../../../etc/passwd", "//etc/passwd"]:
+        assert decide(path_call("read_file", "read", path, "/etc/passwd"), policy).action == "deny", path
+    policy = Policy(mode="bypass-permissions", deny=("read-file(path=//etc/*)",))
+    assert decide(path_call("read_file", "read", "/etc/./passwd", "/etc/passwd"), policy).action == "deny"
+
+
+@pytest.mark.parametrize("path, leads_to", [("notes/../src/x", f"{WS}/src/x"),
+                                            ("notes/link-to-src", f"{WS}/src/app.py"),
+                                            ("notes/../../elsewhere/x", "/home/ds/elsewhere/x")])
+def test_an_allow_rule_on_a_path_allows_only_where_the_path_leads(path, leads_to):
+    policy = Policy(allow=("write-file(path=notes/*)",))
+    assert decide(path_call("write_file", "edit", path, leads_to, content="c"), policy).action == "ask"
+    inside = path_call("write_file", "edit", "./notes/../notes/a.md", f"{WS}/notes/a.md", content="c")
+    assert decide(inside, policy).action == "allow"  # the control: it leads into notes/
+
+
+def test_an_absolute_allow_pattern_matches_the_real_path():
+    policy = Policy(allow=(f"write-file(path={WS}/notes/*)",))
+    assert decide(path_call("write_file", "edit", "notes/a", f"{WS}/notes/a"), policy).action == "allow"
+    assert decide(path_call("write_file", "edit", f"{WS}/notes/../src/a", f"{WS}/src/a"),
+                  policy).action == "ask"
+
+
+def test_an_ask_rule_on_a_path_asks_for_either_form():
+    policy = Policy(mode="bypass-permissions", ask=("read-file(path=secrets/*)",))
+    assert decide(path_call("read_file", "read", "./secrets/x", f"{WS}/secrets/x"), policy).action == "ask"
+    assert decide(path_call("read_file", "read", "secrets/x", f"{WS}/data/x"), policy).action == "ask"
+    assert decide(path_call("read_file", "read", "data/x", f"{WS}/data/x"), policy).action == "allow"

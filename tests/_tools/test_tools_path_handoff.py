@@ -214,3 +214,78 @@ def test_a_folder_swapped_during_a_glob_walk_is_not_listed(tmp_path):
     result = glob_search.call_now({"pattern": "**/*.txt"}, ctx)
     assert swapped and not result.is_error
     assert "secret-name" not in result.texts[0]
+
+
+# A rule's pattern on a path argument is matched where the path leads, as the checks resolved it:
+# `./`, `..`, an absolute path and a link do not get a file past a deny rule, nor into an allow rule.
+
+
+@pytest.fixture
+def ruled(tmp_path, monkeypatch):
+    """A workspace with `secrets/x`, `src/app.py` and `notes/`, links into `secrets/` and `src/`, and a
+    Session under the policy `write(policy)` puts in its toolkernel.toml."""
+    from approval_helpers import policy_section, write_project
+
+    monkeypatch.setenv("TOOLKERNEL_TRUST_ALL", "1")  # the [policy] below is the test's own
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("TOOLKERNEL_ADMIN_CONFIG", str(tmp_path / "no-admin.toml"))
+    work = tmp_path / "work"
+    for folder in ("secrets", "src", "notes"):
+        (work / folder).mkdir(parents=True)
+    (work / "secrets" / "x").write_text("the secret\n")
+    (work / "src" / "app.py").write_text("original\n")
+    (work / "peek").symlink_to(work / "secrets" / "x")
+    (work / "notes" / "app-link").symlink_to(work / "src" / "app.py")
+    sessions = []
+
+    def write(**policy) -> Session:
+        write_project(work, policy_section(**policy))
+        sessions.append(Session(work))
+        return sessions[-1]
+
+    yield write
+    for opened in sessions:
+        opened.close()
+
+
+def spellings(work, name: str, link: str) -> list[str]:
+    return [f"./{name}", f"notes/../{name}", str(work / name), link]
+
+
+POLICY = {"mode": "accept-edits", "deny": ["read-file(path=secrets/*)", "write-file(path=src/*)"]}
+
+
+@pytest.mark.parametrize("spelled", range(4))
+def test_a_deny_rule_on_a_path_is_not_read_past_by_another_spelling(ruled, spelled):
+    session = ruled(**POLICY)
+    path = spellings(session.workdir, "secrets/x", "peek")[spelled]
+    result, err = run(session, f"tools read-file path={path}")
+    assert result.exit_code != 0 and "the secret" not in result.stdout + err
+    assert "denied by the rule 'read-file(path=secrets/*)'" in err, err
+    result, err = run(session, "tools read-file path=notes/../src/app.py")  # the control
+    assert result.exit_code == 0 and "original" in result.stdout, err
+
+
+@pytest.mark.parametrize("spelled", range(4))
+def test_a_deny_rule_on_a_path_is_not_written_past_by_another_spelling(ruled, spelled):
+    session = ruled(**POLICY)
+    work = session.workdir
+    path = spellings(work, "src/app.py", "notes/app-link")[spelled]
+    result, err = run(session, f"tools write-file path={path} content=changed")
+    assert result.exit_code != 0 and "denied by the rule 'write-file(path=src/*)'" in err, err
+    assert (work / "src" / "app.py").read_text() == "original\n"
+    result, err = run(session, "tools write-file path=notes/new.md content=fine")  # the control
+    assert result.exit_code == 0 and (work / "notes" / "new.md").read_text() == "fine", err
+
+
+@pytest.mark.parametrize("path", ["notes/../src/app.py", "notes/app-link"])
+def test_an_allow_rule_on_a_path_does_not_allow_a_path_that_leads_elsewhere(ruled, path):
+    session = ruled(allow=["write-file(path=notes/*)"])
+    work = session.workdir
+    result, err = run(session, f"tools write-file path={path} content=changed")
+    assert result.exit_code != 0 and "needs_approval" in err + result.stdout, err
+    assert (work / "src" / "app.py").read_text() == "original\n"
+    result, err = run(session, "tools write-file path=./notes/new.md content=fine")  # the control
+    assert result.exit_code == 0 and (work / "notes" / "new.md").read_text() == "fine", err
+

@@ -26,7 +26,7 @@ from ._policy import CallInfo, Decision, Policy, canonical_call_key, decide
 from ._run import NO_EVENTS, Run, RunEvents
 from .._tool import Tool, ToolContext, ToolResult, never_cancelled
 from .._runners._guard import Protection, touches_protected
-from .._providers._tools._paths import outside_workspace, real_paths
+from .._providers._tools._paths import outside_workspace, real_path, real_paths, rule_forms
 
 T = TypeVar("T")
 _NO_HOOK = HookOutcome()
@@ -145,18 +145,22 @@ class Dispatcher:
             local, arguments, server = _server_paths(tool, arguments, self.env.state)
         workdir = self.env.workdir
         paths = real_paths(local, arguments, workdir) if local.path_keys else {}
-        guarded = self.env.protection() if paths else None
+        if not paths:  # most calls name no path: none of the path checks below
+            return CallInfo(tool.qualified_name, tool.command, arguments, tool.kind,
+                            schema_keys=_schema_keys(tool), shown=functools.partial(_shown, tool, arguments, server))
+        guarded = self.env.protection()
+        root = guarded.workdir if guarded else real_path(workdir)
         return CallInfo(
             qualified_name=tool.qualified_name,
             command=tool.command,
             input=arguments,
             kind=tool.kind,
-            outside_workspace=bool(paths) and outside_workspace(
-                local, arguments, workdir, paths, root=guarded.workdir if guarded else None),
-            protected=bool(paths) and touches_protected(local, arguments, workdir, guarded, paths),
+            outside_workspace=outside_workspace(local, arguments, workdir, paths, root=root),
+            protected=touches_protected(local, arguments, workdir, guarded, paths),
             schema_keys=_schema_keys(tool),
             shown=functools.partial(_shown, tool, arguments, server),
             paths=paths,
+            path_forms=rule_forms(paths, str(root)),
         )
 
     async def call(self, tool: Tool, arguments: dict[str, Any], run: Run,

@@ -29,6 +29,17 @@ Rule syntax (one string per rule; hyphens and underscores are interchangeable,
                                  while a deny or ask rule also covers a call
                                  that spells the key otherwise or leaves out a
                                  key the tool's schema has (it may default)
+    read-file(path=secrets/*)    on a path argument (`Tool.path_keys`) the glob,
+                                 `.` and `..` folded, is matched against where the
+                                 path leads (links and `..` resolved, as the
+                                 dispatcher hands it in `CallInfo.path_forms`):
+                                 relative to the workspace when inside it, and
+                                 absolute (`/etc/*`); an allow rule matches only
+                                 that, a deny or ask rule the text as written too,
+                                 so `./secrets/x`, `notes/../secrets/x`, its
+                                 absolute path and a link into `secrets/` are all
+                                 `secrets/*`. A notebook on a server is matched as
+                                 the server names it
 
 Order: the administrator's deny rules, deny, `--read-only` (only read calls
 run), ask, allow; the first match wins.
@@ -41,9 +52,11 @@ from __future__ import annotations
 
 import functools
 import json
+import posixpath
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, NamedTuple
 
 from .._names import MCP_PREFIX, parse_qualified, qualified
 # One folding rule for tool names, rule words and input keys.
@@ -76,6 +89,9 @@ class CallInfo:
     # Where each path argument leads (real paths by key), resolved once for the checks above;
     # the tool is handed the same paths, so what was judged is what it opens.
     paths: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    # What a rule's pattern on a path argument is matched against, by key: where the path leads,
+    # relative to the workspace when inside it, and absolute (see `rule_forms` in _paths.py).
+    path_forms: Mapping[str, tuple[str, ...]] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -132,7 +148,7 @@ class _Rule:
     # Two words: matched against the command form only.
     name_pattern: "_NamePattern | None"
     command_pattern: re.Pattern[str]
-    constraints: tuple[tuple[str, re.Pattern[str]], ...] = field(default=())
+    constraints: tuple["_Constraint", ...] = field(default=())
 
 
 def _glob(pattern: str, star: str) -> str:
@@ -236,7 +252,22 @@ def _name_pattern(word: str) -> _NamePattern:
     return _NamePattern(parsed.kind, re.compile(_glob(parsed.tool, ".*")))
 
 
-def _split_constraints(text: str) -> tuple[str, tuple[tuple[str, re.Pattern[str]], ...]]:
+class _Constraint(NamedTuple):
+    key: str
+    pattern: re.Pattern[str]  # the glob, against the value as written
+    # The glob with `.` and `..` folded (`./src/*` is `src/*`), against a path argument's forms.
+    as_path: re.Pattern[str]
+
+
+def _constraint(key: str, glob: str) -> _Constraint:
+    pattern = re.compile(_glob(glob, ".*"), re.DOTALL)
+    folded = posixpath.normpath(glob) if glob else glob
+    if folded.startswith("//"):  # normpath keeps a leading `//`; a real path has one `/`
+        folded = "/" + folded.lstrip("/")
+    return _Constraint(key, pattern, pattern if folded == glob else re.compile(_glob(folded, ".*"), re.DOTALL))
+
+
+def _split_constraints(text: str) -> tuple[str, tuple[_Constraint, ...]]:
     if "(" not in text:
         if ")" in text:
             raise ValueError("')' without '('")
@@ -249,8 +280,8 @@ def _split_constraints(text: str) -> tuple[str, tuple[tuple[str, re.Pattern[str]
     return name, _parse_constraints(body)
 
 
-def _parse_constraints(body: str) -> tuple[tuple[str, re.Pattern[str]], ...]:
-    pairs: list[tuple[str, re.Pattern[str]]] = []
+def _parse_constraints(body: str) -> tuple[_Constraint, ...]:
+    pairs: list[_Constraint] = []
     rest = body.strip()
     if not rest:
         raise ValueError("empty input constraint `()`")
@@ -262,7 +293,7 @@ def _parse_constraints(body: str) -> tuple[tuple[str, re.Pattern[str]], ...]:
         if not _KEY.match(key):
             raise ValueError(f"{key!r} is not an input key")
         value, rest = _constraint_value(rest.lstrip())
-        pairs.append((key, re.compile(_glob(value, ".*"), re.DOTALL)))
+        pairs.append(_constraint(key, value))
         if not rest:
             return tuple(pairs)
         if not rest.startswith(","):
@@ -293,19 +324,28 @@ def _value_text(value: Any) -> str:
     return json.dumps(_canonical(value), separators=(",", ":"), sort_keys=True, ensure_ascii=False, default=str)
 
 
-def _input_matches(rule: _Rule, data: Mapping[str, Any], schema_keys: frozenset[str] | None, *,
-                   grants: bool) -> bool:
+_NO_FORMS: Mapping[str, tuple[str, ...]] = MappingProxyType({})
+
+
+def _input_matches(rule: _Rule, call: CallInfo, *, grants: bool) -> bool:
     """Whether every constraint holds. A rule that grants (allow) needs the exact key
     and no look-alike; a rule that restricts (deny, ask) takes any spelling and a
-    missing key as a match, since the server may read either or fill in a default."""
-    for key, pattern in rule.constraints:
+    missing key as a match, since the server may read either or fill in a default.
+    On a path argument a granting rule matches only where the path leads (`./x`, `a/../x`,
+    a link are all their target), a restricting one also the text as written."""
+    data, forms = call.input, call.path_forms or _NO_FORMS
+    for key, pattern, as_path in rule.constraints:
         values = [value for name, value in data.items() if isinstance(name, str) and _norm(name) == _norm(key)]
         exact = key in data
         if grants:
-            holds = exact and len(values) == 1 and bool(pattern.fullmatch(_value_text(data[key])))
+            holds = exact and len(values) == 1 and (
+                any(as_path.fullmatch(form) for form in forms[key]) if key in forms
+                else bool(pattern.fullmatch(_value_text(data[key]))))
         else:
-            holds = (not exact and (bool(values) or _may_default(key, schema_keys))
-                     or any(pattern.fullmatch(_value_text(value)) for value in values))
+            holds = (not exact and (bool(values) or _may_default(key, call.schema_keys))
+                     or any(pattern.fullmatch(_value_text(value)) for value in values)
+                     # (a path key spelled otherwise held above: forms are by the exact key)
+                     or key in forms and any(as_path.fullmatch(form) for form in forms[key]))
         if not holds:
             return False
     return True
@@ -319,7 +359,7 @@ def rule_matches(rule: str, call: CallInfo, *, grants: bool = True) -> bool:
     """Whether `rule` covers `call` (its tool and, if the rule says so, its input);
     `grants` is False for deny and ask rules (see `_input_matches`)."""
     parsed = parse_rule(rule).parsed
-    return _names_match(parsed, call) and _input_matches(parsed, call.input, call.schema_keys, grants=grants)
+    return _names_match(parsed, call) and _input_matches(parsed, call, grants=grants)
 
 
 def _names_match(rule: _Rule, call: CallInfo) -> bool:

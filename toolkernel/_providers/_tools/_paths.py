@@ -40,6 +40,17 @@ def outside_workspace(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
     return False
 
 
+def rule_forms(paths: Mapping[str, str], root: str) -> dict[str, tuple[str, ...]]:
+    """What a rule's pattern on each path argument is matched against: where the path leads
+    (`paths`: its `real_paths`), relative to the workspace when it lies inside it (`root`: the
+    workspace's real path), as `display_path` writes it, and its real path."""
+    forms = {}
+    for key, path in paths.items():
+        inside = _relative(path, root)
+        forms[key] = (path,) if inside is None else (inside, path)
+    return forms
+
+
 def resolve_real(value: str, workdir: Path) -> Path:
     """`value` (absolute or relative to `workdir`) with symlinks and `..` resolved."""
     return Path(real_name(value, workdir))
