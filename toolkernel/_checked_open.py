@@ -150,6 +150,15 @@ def _open_child_folder(parent: int, name: str, create: bool, mode: int, shown: s
         raise
 
 
+def named_in(folder: int, name: str) -> bool:
+    """Whether the open folder `folder` holds an entry `name` (a link counts as itself)."""
+    try:
+        os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def opened_name(fd: int) -> str | None:
     """Where descriptor `fd` really is, as the kernel says; None where it cannot say."""
     try:

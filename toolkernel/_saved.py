@@ -17,7 +17,7 @@ import stat
 import time
 from pathlib import Path
 
-from ._checked_open import open_folder_below
+from ._checked_open import named_in, open_folder_below
 
 OUTPUT_DIR = Path(".toolkernel") / "outputs"
 KEEP_SECONDS = 7 * 24 * 3600
@@ -68,7 +68,7 @@ class SavingStream:
             # The clock names the file; two sessions saving in one microsecond take turns.
             relative = _new_name(kind, attempt)
             partial = f".{relative.name}.partial"
-            if _exists(relative.name, self._folder):
+            if named_in(self._folder, relative.name):
                 continue
             try:
                 fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -94,14 +94,6 @@ class SavingStream:
         finally:
             os.close(self._folder)
         return self.relative
-
-
-def _exists(name: str, folder: int) -> bool:
-    try:
-        os.stat(name, dir_fd=folder, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    return True
 
 
 def omission_note(omitted: int, what: str, path: Path) -> str:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .._atomic import write_atomic
-from .._checked_open import NotAFolder, open_folder_below
+from .._checked_open import NotAFolder, named_in, open_folder_below
 from .._names import display, parse_qualified
 from ._policy import CallInfo, canonical_call_key, normalize_qualified_name, parse_rule
 
@@ -209,13 +209,7 @@ class PendingStore:
 
     def _exists(self, path: Path) -> bool:
         with self._opened() as folder:
-            if folder is None:
-                return False
-            try:
-                os.stat(path.name, dir_fd=folder, follow_symlinks=False)
-            except FileNotFoundError:
-                return False
-            return True
+            return folder is not None and named_in(folder, path.name)
 
     def _read(self, path: Path) -> Any:
         """The JSON in `path`, or None when it is missing, not ours, or not JSON."""
