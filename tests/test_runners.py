@@ -418,6 +418,41 @@ def test_a_call_that_stops_the_script_shows_what_came_before_then_its_error_last
     assert kind == "err" and error_lines(last)[-1]["code"] == "stopped", sink.both
 
 
+class InterruptsAsItStarts(FakeRunner):
+    """Interrupts the kernel's thread as the first thing its script's thread does (the before-start
+    check asks it for the calls), then runs until cancelled."""
+
+    def literal_calls(self, script: str) -> list[list[str]]:
+        import _thread
+
+        _thread.interrupt_main()
+        return []
+
+    def run(self, script, command, events) -> ShellResult:
+        import time
+
+        deadline = time.monotonic() + 30
+        while not self.cancelled and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.ran_to_the_end = not self.cancelled
+        return ShellResult(0, "", "")
+
+
+def test_an_interrupt_as_the_script_starts_ends_the_run_and_goes_no_further(project, python_sigint):
+    # The interrupt can land while the kernel's thread is still starting the script's thread
+    # (Thread.start waits for it): it escaped the cell as a KeyboardInterrupt, and the script
+    # ran on, uncancelled, on its thread.
+    session = Session(project)
+    try:
+        for _ in range(20):
+            runner = InterruptsAsItStarts()
+            result = session.run_script("tools help", RecordingSink(), runner=runner)
+            assert result.interrupted and result.exit_code == 130
+            assert runner.cancelled and not getattr(runner, "ran_to_the_end", False)
+    finally:
+        session.close()
+
+
 @pytest.mark.parametrize("script", ["echo before; tools hang; echo after",
                                     "for i in 1; do echo before; tools hang; done; echo after"])
 def test_an_interrupt_ends_an_in_process_call_on_either_way_of_running(project, python_sigint, script):

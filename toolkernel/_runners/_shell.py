@@ -123,13 +123,17 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
     `before_start()` runs first on the script's thread (it may ask the person);
     False means the script does not start.
     """
-    future = _start(lambda: runner.run(script, command, events) if before_start() else None)
+    future: concurrent.futures.Future = concurrent.futures.Future()
     # Wakes the pump at once when the script ends, instead of at its next poll (up to 50 ms a run).
     future.add_done_callback(lambda _: events.queue.put(("done", None)))
     pump = _Pump(sink, command.workdir)
     interrupted = False
     overdue = _Overdue(command, runner)
     try:
+        # Started inside the `try`: an interrupt can land while this thread still waits in
+        # `Thread.start`, when the script may be running already.
+        _start(lambda: None if not before_start() or command.interrupted else runner.run(script, command, events),
+               future)
         pump.until_done(events.queue, future, time.monotonic() + overdue.seconds, overdue)
     except KeyboardInterrupt:
         interrupted = True
@@ -197,15 +201,13 @@ def answering(future: concurrent.futures.Future, events: ScriptEvents) -> Any:
     return future.result()
 
 
-def _start(body: Callable[[], ShellResult | None]) -> concurrent.futures.Future:
-    """Run the body on a thread of its own.
+def _start(body: Callable[[], ShellResult | None], future: concurrent.futures.Future) -> None:
+    """Run the body on a thread of its own, its result or exception to `future`.
 
     The runner blocks it (Bashkit's `execute_sync`, or its own loop awaiting
     `execute`), and the kernel's main thread stays free to pump output and take
     interrupts.
     """
-    future: concurrent.futures.Future = concurrent.futures.Future()
-
     def run() -> None:
         try:
             future.set_result(body())
@@ -215,7 +217,6 @@ def _start(body: Callable[[], ShellResult | None]) -> concurrent.futures.Future:
             _loop.close_here()  # the `tools` calls of this run used this thread's loop
 
     threading.Thread(target=run, name="toolkernel-script", daemon=True).start()
-    return future
 
 
 class _Pump:
