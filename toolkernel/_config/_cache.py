@@ -4,7 +4,8 @@ Reading and checking every config file costs about a millisecond and a half, mos
 of a direct call (`%tools ...`, `toolkernel.call`). The promise stays "the config is
 re-read on every run": what is checked on every run is a fingerprint of everything
 `load_config` reads (each candidate file's and folder's status, the trust store's,
-the environment), and any change at all reads the files again.
+the environment), and a change to any of it reads the files again (of a folder,
+only what it is and its mode count: its times move with every entry made in it).
 
 Most candidate files do not exist, and looking for each of them again was most of
 that check. A folder's times change whenever an entry in it is made, removed or
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import os
 import stat
-from stat import S_ISDIR, S_ISLNK
+from stat import S_IFDIR, S_IFLNK
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,8 @@ class StatOnce:
         seen[path] = found
         return found
 
+
+_FILE_TYPE = 0o170000  # the bits of st_mode `stat.S_IFMT` keeps: tested inline, with no call
 
 # Changes this recent may not show in a folder's times (FAT stamps to 2 s, others to a clock tick).
 _SETTLED_NS = 2_000_000_000
@@ -111,6 +114,7 @@ def fingerprint(workdir: Path, environ: Mapping[str, str] | None = None,
     statuses: list[Any] = []
     settled: set[int] = set()
     unchanged: set[int] = set()  # folders as the last check saw them, settled then
+    plain, os_lstat = lstat is lstat_or_none, os.lstat
     # One pass of plain code: this loop runs on every direct call, and its Python cost as much
     # as its lstats did before it was written out here.
     for index, path in enumerate(paths):
@@ -118,16 +122,24 @@ def fingerprint(workdir: Path, environ: Mapping[str, str] | None = None,
         if parent >= 0 and (statuses[parent] is None or (parent in unchanged and before[index] is None)):
             statuses.append(None)  # in a folder missing now, or missing then in a folder unchanged since
             continue
-        found = lstat(path)
-        if found is None:
-            statuses.append(None)
-            continue
+        if plain:  # `lstat_or_none` written out: a call per path cost more than its look
+            try:
+                found = os_lstat(path)
+            except OSError:
+                statuses.append(None)
+                continue
+        else:
+            found = lstat(path)
+            if found is None:
+                statuses.append(None)
+                continue
         mode = found.st_mode
-        if S_ISLNK(mode):
+        kind = mode & _FILE_TYPE
+        if kind == S_IFLNK:
             statuses.append(_link_status(path, found))
             continue
         status = (found.st_ino, found.st_dev, mode, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
-        if S_ISDIR(mode):
+        if kind == S_IFDIR:
             if status[4] < since and status[5] < since:
                 settled.add(index)
             if index in settled_then and before[index] == status:
@@ -195,7 +207,18 @@ class ConfigCache:
         """The config, and the check that found it current (what it saw of each watched path)."""
         checked = self._last = fingerprint(self.workdir, lstat=lstat, last=self._last)
         key = (checked.environ, checked.statuses)
-        if key != self._key or self._config is None:
-            # A bad config raises here every time: only a good one is kept.
-            self._config, self._key = load_config(self.workdir), key
+        if self._config is None or (key != self._key and _read_by_config(key) != _read_by_config(self._key)):
+            # A bad config raises here every time: only a good one is kept (with its key).
+            self._config = load_config(self.workdir)
+        self._key = key
         return self._config, checked
+
+
+def _read_by_config(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What `load_config` reads of a key's paths. A folder's times and size move with every
+    entry made, renamed or removed in it (a notebook's autosave, a saved output), and the
+    entries that can hold config are watched themselves (the check looks at them when their
+    folder moved): of a folder, only what it is (inode, device) and its mode (who may write
+    there) count. Reading the config again for anything else cost a direct call 1-2 ms."""
+    environ, statuses = key
+    return environ, tuple(status[:3] if _is_folder(status) else status for status in statuses)
