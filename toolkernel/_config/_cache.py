@@ -81,7 +81,7 @@ class _Check:
     workdir: str
     environ: dict  # the process's own (encoded) table, copied
     paths: tuple[str, ...]
-    parents: tuple[int, ...]
+    entries: tuple[tuple[int, ...], ...]  # by index: the watched entries of that folder
     statuses: tuple[Any, ...]
     settled: frozenset[int]
 
@@ -105,57 +105,59 @@ def fingerprint(workdir: Path, environ: Mapping[str, str] | None = None,
     table = getattr(environ, "_data", environ)
     where = str(workdir)
     if last is not None and last.workdir == where and last.environ == table:
-        table, paths, parents, before = last.environ, last.paths, last.parents, last.statuses
+        table, paths, entries, before = last.environ, last.paths, last.entries, last.statuses
     else:
         table, before = dict(table), None
-        paths, parents = _watched(where, frozenset(table.items()), environ)
+        paths, entries = _watched(where, frozenset(table.items()), environ)
     since = time.time_ns() - _SETTLED_NS
     settled_then = last.settled if before is not None else frozenset()
-    statuses: list[Any] = []
+    statuses: list[Any] = [None] * len(paths)  # what is not looked at is missing now, or still
     settled: set[int] = set()
-    unchanged: set[int] = set()  # folders as the last check saw them, settled then
     plain, os_lstat = lstat is lstat_or_none, os.lstat
-    # One pass of plain code: this loop runs on every direct call, and its Python cost as much
-    # as its lstats did before it was written out here.
-    for index, path in enumerate(paths):
-        parent = parents[index]
-        if parent >= 0 and (statuses[parent] is None or (parent in unchanged and before[index] is None)):
-            statuses.append(None)  # in a folder missing now, or missing then in a folder unchanged since
-            continue
+    # A walk from the paths no watched folder holds, each folder before its entries (the order of
+    # `paths`), in plain code: it runs on every direct call, and every watched path visited cost
+    # Python time even when it was not looked at. Nothing in a folder missing now is visited.
+    todo = list(entries[-1])
+    while todo:
+        index = todo.pop()
+        path = paths[index]
         if plain:  # `lstat_or_none` written out: a call per path cost more than its look
             try:
                 found = os_lstat(path)
             except OSError:
-                statuses.append(None)
                 continue
         else:
             found = lstat(path)
             if found is None:
-                statuses.append(None)
                 continue
         mode = found.st_mode
         kind = mode & _FILE_TYPE
+        inside = entries[index]
         if kind == S_IFLNK:
-            statuses.append(_link_status(path, found))
-            continue
-        status = (found.st_ino, found.st_dev, mode, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
-        if kind == S_IFDIR:
-            if status[4] < since and status[5] < since:
-                settled.add(index)
-            if index in settled_then and before[index] == status:
-                unchanged.add(index)
-        statuses.append(status)
-    return _Check(where, table, paths, parents, tuple(statuses), frozenset(settled))
+            statuses[index] = _link_status(path, found)  # what it leads to may change unseen: look inside
+        else:
+            status = statuses[index] = (found.st_ino, found.st_dev, mode, found.st_size,
+                                        found.st_mtime_ns, found.st_ctime_ns)
+            if kind == S_IFDIR:
+                if status[4] < since and status[5] < since:
+                    settled.add(index)
+                if inside and index in settled_then and before[index] == status:
+                    # Unchanged since the last check, and settled then: missing then is missing still.
+                    inside = [entry for entry in inside if before[entry] is not None]
+        if inside:
+            todo.extend(inside)
+    return _Check(where, table, paths, entries, tuple(statuses), frozenset(settled))
 
 
-_WATCHED: dict[tuple[str, frozenset], tuple[tuple[str, ...], tuple[int, ...]]] = {}
+_WATCHED: dict[tuple[str, frozenset], tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]] = {}
 
 
 def _watched(workdir: str, snapshot: frozenset,
-             environ: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """Every file and folder whose status can change the config, and for each the index of
-    its folder among them (-1: not watched), folders first (the same for the same workdir
-    and environment, so worked out once)."""
+             environ: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]:
+    """Every file and folder whose status can change the config, folders first; and for each
+    the indexes of its entries among them, last first (to be popped in order), with one more
+    at the end: the paths no watched folder holds (the same for the same workdir and
+    environment, so worked out once)."""
     key = (workdir, snapshot)
     watched = _WATCHED.get(key)
     if watched is None:
@@ -167,11 +169,13 @@ def _watched(workdir: str, snapshot: frozenset,
                       folder / ".toolkernel", folder / ".toolkernel" / "approvals.json"]
         paths = tuple(str(p) for p in found)
         index = {path: i for i, path in reversed(list(enumerate(paths)))}
-        parents = tuple(index.get(str(Path(p).parent), -1) for p in paths)
-        parents = tuple(p if p < i else -1 for i, p in enumerate(parents))
+        parents = [index.get(str(Path(p).parent), -1) for p in paths]
+        parents = [p if p < i else -1 for i, p in enumerate(parents)]  # a folder comes before its entries
+        held = [[i for i, parent in enumerate(parents) if parent == folder] for folder in [*range(len(paths)), -1]]
+        entries = tuple(tuple(reversed(inside)) for inside in held)
         if len(_WATCHED) > 16:
             _WATCHED.clear()
-        watched = _WATCHED[key] = (paths, parents)
+        watched = _WATCHED[key] = (paths, entries)
     return watched
 
 
