@@ -9,6 +9,7 @@ import pytest
 
 from kernel_helpers import isolated_env, policy_toml, write_config
 from toolkernel._config._cache import ConfigCache, StatOnce, lstat_or_none
+from toolkernel._errors import ConfigError
 
 
 @pytest.fixture
@@ -201,3 +202,12 @@ def test_a_folder_made_writable_by_anyone_is_seen(project):
         assert config is not first and any("anyone may write" in line for line in config.untrusted)
     finally:
         os.chmod(project, 0o755)
+
+
+def test_a_link_to_nothing_made_where_no_config_was_is_seen(project):
+    # A path missing at the last check is asked about without following links.
+    cache = ConfigCache(project)
+    settled(cache)
+    (project / "toolkernel.toml").symlink_to(project / "nowhere.toml")
+    with pytest.raises(ConfigError, match="symlink to nothing"):
+        cache.load()
