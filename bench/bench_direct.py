@@ -15,37 +15,36 @@ Figures (2026-12-01, 2 shared cores). A direct call runs on the calling thread w
 hand-off, and a plain sync own tool, with no hook registered, is called as a script calls
 it: from sync code (`Session.prepare_now`, `ToolsCommand.call_now`, the dispatcher's same
 checks in the same order), with no event loop unless something waits (a person asked, an
-async tool). Its config check looks again only at the files that exist and at the project
-folders (a file missing last time in a folder unchanged and settled since is missing
-still), with plain lstats (8 in this temp workspace, whose project folders go up to `/`);
-its mount plan is worked out only when its arguments name paths. The workspace is left to
-settle (`SETTLE`) before the rounds, as a notebook's folder is between edits. Night of
-2026-11-30/12-01, load 0.9-4.0 from the other sessions' tests (never quiet), this branch
-then main's code in the same minutes, wall ratio / CPU ratio:
-  in process  1.77/1.79 1.68/1.69 1.89/1.88 1.60/1.60 2.14/2.49 1.30/1.78 1.67/1.71 1.92/1.71 1.64/1.68 1.47/1.48
-         main 3.19/3.23 2.74/2.78 3.07/3.07 3.56/3.61 3.70/3.31 3.01/3.50 3.24/2.79 3.07/3.24 3.31/3.37 3.17/3.13
-  kernel call  1.55/1.60 1.81/1.79 1.55/1.84 1.73/1.69 1.67/1.93 2.60/1.75 1.51/1.46 1.62/1.58 1.69/1.61 1.47/1.58
-         main 2.62/3.36 2.31/2.56 2.69/2.72 1.43/3.07 3.17/3.23 4.48/4.46 2.13/3.82 2.16/2.45 2.54/2.64 3.03/3.02
-  %tools       2.27/2.30 2.31/2.38 2.15/2.50 2.44/2.40 3.06/3.27 3.30/2.37 2.35/2.09 2.51/2.16 2.44/2.21 2.04/2.12
-         main 5.29/4.06 3.01/3.26 3.49/3.56 4.03/4.77 7.49/4.02 3.75/3.71 4.99/6.16 2.90/3.29 3.40/3.49 3.35/3.43
-(the first three runs before the last cut, a plain lstat for the check, worth about 5 us).
-A direct call's CPU: 114-173 us in this process (main 195-328), `toolkernel.call` in a
-kernel 121-205 (main 228-305), `%tools` 166-278 (main 254-415); a script's call 58-111. By
-the CPU ratio the in-process call and `toolkernel.call` meet 3x in every run with room to
-spare; `%tools` met it in 9 of 10 runs (3.27x at load 3.4), and by the wall clock in 8 of 10
-(the two misses at load 3.4-4.0; the last two runs, at load 1, gave 2.04-2.44x). What is
-left of a direct call beyond the call itself (about 70 us at these loads): the config check
-about 35 us (8 lstats, 3-4 us each on this VM, and 6 us of Python), the rest of
-`prepare_now` about 8, the line's parse 5. `%tools` pays IPython's `run_line_magic` on top,
-30-70 us measured in a kernel: its variable expansion (5 us), and most likely its builtin
-trap: it adds and removes names of the `builtins` module on every line, which voids Python's
-specialised lookups of builtin names for that call (an empty magic costs 6 us, yet the same
-`toolkernel.call` inside one costs about 30 us more than outside, and 10-20 us more inside
-the trap alone). In a round, `%tools` is timed first after the cell starts; timed second,
-its gap to `toolkernel.call` shrank. This bench configures no MCP server. With one
-configured (and connected), a direct call of an own tool went over to the private loop on
-every call to close servers no longer configured; it now does only when there are some
-(`ServerPool.holds_other_than`): 355 us a call before, 160 after, in this process at load 1.4.
+async tool). Its config check walks from the paths no watched folder holds and looks again
+only at the files that exist and at the project folders (a file missing last time in a
+folder unchanged and settled since is missing still); a path missing last time is asked
+about with `os.access` (no link followed), a fifth of a failed lstat's cost. A folder's
+times moving (an entry made in it: an autosave, a saved output, another process's temp
+file in /tmp) no longer reads the whole config again (1-2 ms, a few times in 2000 calls
+here). Its mount plan is worked out only when its arguments name paths. The workspace is
+left to settle (`SETTLE`) before the rounds, as a notebook's folder is between edits.
+
+17 runs of this branch and of main's code interleaved (06:26-06:41 UTC, load 2.1-5.3 from
+the other sessions' tests: never quiet), CPU ratio / wall ratio, runs under 3x of 17:
+                      CPU <3x  median   wall <3x  median   direct call CPU, median (range)
+  in process   new     14      2.70      15      2.54      97 us (72-146)
+               main     9      2.80      12      2.67     118 us (81-166)
+  kernel call  new     17      2.37      15      1.83     123 us (88-173)
+               main    14      2.70      14      2.46     123 us (91-190)
+  %tools       new     10      2.57       9      2.98     156 us (114-211)
+               main     3      3.49       7      3.17     158 us (122-242)
+A script's call: 23-85 us CPU from run to run (it is measured as a run less a run that
+calls nothing, so its own noise is large), which moves every ratio more than any change
+above. `%tools` still misses 3x in 7 of 17 runs by CPU. Where a `%tools` call's time goes
+(py-spy in a kernel, 2400 samples): the config check 36% (its lstats 17%, its `access`
+calls 7% in this /tmp workspace, whose /tmp changes all the time, so its entries are
+looked for on every call), the rest of `prepare_now` 10%, the call itself as a script
+makes it (`ToolsCommand.call_now`) 18%, parsing the line and the arguments 10%,
+IPython's `run_line_magic` and the magic 19% (`find`, traitlets, the builtin trap).
+This bench configures no MCP server. With one configured (and connected), a direct call
+of an own tool went over to the private loop on every call to close servers no longer
+configured; it now does only when there are some (`ServerPool.holds_other_than`): 355 us
+a call before, 160 after, in this process at load 1.4.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import pytest
 
 from kernel_helpers import isolated_env, policy_toml, write_config
 from toolkernel._config._cache import ConfigCache, StatOnce, lstat_or_none
+from toolkernel._errors import ConfigError
 
 
 @pytest.fixture
@@ -157,3 +158,56 @@ def test_a_linked_state_folder_is_looked_into(project, tmp_path):
     _, seen = looks(cache)
     # A link's own times do not move when its target's entries do.
     assert str(project / ".toolkernel" / "approvals.json") in seen
+
+
+# --- a folder's times alone do not read the config again ---------------------------------
+
+def test_an_entry_made_or_removed_in_a_project_folder_does_not_read_the_config_again(project):
+    # A notebook's autosave, a saved output: a folder's times move, what can hold config does not.
+    write_config(project, policy_toml(deny=["aaaa"]))
+    (project / ".toolkernel").mkdir()
+    cache = ConfigCache(project)
+    first = cache.load()
+    (project / "notes.txt").write_text("x")
+    (project / ".toolkernel" / "output.txt").write_text("x")
+    assert cache.load() is first
+    os.remove(project / "notes.txt")
+    assert cache.load() is first
+    settled(cache)
+    (project.parent / "other.txt").write_text("x")
+    assert cache.load() is first
+
+
+def test_a_config_file_made_beside_other_entries_is_read(project):
+    cache = ConfigCache(project)
+    settled(cache)
+    first = cache.load()
+    (project / "notes.txt").write_text("x")
+    assert cache.load() is first
+    write_config(project, policy_toml(deny=["late"]))
+    assert cache.load().policy["deny"] == ("late",)
+    (project / ".toolkernel").mkdir()
+    (project / ".toolkernel" / "approvals.json").write_text("[]")
+    assert cache.load() is not first
+
+
+def test_a_folder_made_writable_by_anyone_is_seen(project):
+    write_config(project, policy_toml(deny=["aaaa"]))
+    cache = ConfigCache(project)
+    first = cache.load()
+    settled(cache)
+    os.chmod(project, 0o777)
+    try:
+        config = cache.load()
+        assert config is not first and any("anyone may write" in line for line in config.untrusted)
+    finally:
+        os.chmod(project, 0o755)
+
+
+def test_a_link_to_nothing_made_where_no_config_was_is_seen(project):
+    # A path missing at the last check is asked about without following links.
+    cache = ConfigCache(project)
+    settled(cache)
+    (project / "toolkernel.toml").symlink_to(project / "nowhere.toml")
+    with pytest.raises(ConfigError, match="symlink to nothing"):
+        cache.load()

@@ -4,7 +4,8 @@ Reading and checking every config file costs about a millisecond and a half, mos
 of a direct call (`%tools ...`, `toolkernel.call`). The promise stays "the config is
 re-read on every run": what is checked on every run is a fingerprint of everything
 `load_config` reads (each candidate file's and folder's status, the trust store's,
-the environment), and any change at all reads the files again.
+the environment), and a change to any of it reads the files again (of a folder,
+only what it is and its mode count: its times move with every entry made in it).
 
 Most candidate files do not exist, and looking for each of them again was most of
 that check. A folder's times change whenever an entry in it is made, removed or
@@ -21,7 +22,8 @@ from __future__ import annotations
 
 import os
 import stat
-from stat import S_ISDIR, S_ISLNK
+from os import F_OK
+from stat import S_IFDIR, S_IFLNK
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +68,11 @@ class StatOnce:
         return found
 
 
+_FILE_TYPE = 0o170000  # the bits of st_mode `stat.S_IFMT` keeps: tested inline, with no call
+
+# Whether `os.access` can tell a link is there without following it (it can on Linux and macOS).
+_ACCESS_NO_FOLLOW = os.access in os.supports_follow_symlinks
+
 # Changes this recent may not show in a folder's times (FAT stamps to 2 s, others to a clock tick).
 _SETTLED_NS = 2_000_000_000
 
@@ -78,7 +85,7 @@ class _Check:
     workdir: str
     environ: dict  # the process's own (encoded) table, copied
     paths: tuple[str, ...]
-    parents: tuple[int, ...]
+    entries: tuple[tuple[int, ...], ...]  # by index: the watched entries of that folder
     statuses: tuple[Any, ...]
     settled: frozenset[int]
 
@@ -102,48 +109,62 @@ def fingerprint(workdir: Path, environ: Mapping[str, str] | None = None,
     table = getattr(environ, "_data", environ)
     where = str(workdir)
     if last is not None and last.workdir == where and last.environ == table:
-        table, paths, parents, before = last.environ, last.paths, last.parents, last.statuses
+        table, paths, entries, before = last.environ, last.paths, last.entries, last.statuses
     else:
         table, before = dict(table), None
-        paths, parents = _watched(where, frozenset(table.items()), environ)
+        paths, entries = _watched(where, frozenset(table.items()), environ)
     since = time.time_ns() - _SETTLED_NS
     settled_then = last.settled if before is not None else frozenset()
-    statuses: list[Any] = []
+    statuses: list[Any] = [None] * len(paths)  # what is not looked at is missing now, or still
     settled: set[int] = set()
-    unchanged: set[int] = set()  # folders as the last check saw them, settled then
-    # One pass of plain code: this loop runs on every direct call, and its Python cost as much
-    # as its lstats did before it was written out here.
-    for index, path in enumerate(paths):
-        parent = parents[index]
-        if parent >= 0 and (statuses[parent] is None or (parent in unchanged and before[index] is None)):
-            statuses.append(None)  # in a folder missing now, or missing then in a folder unchanged since
-            continue
-        found = lstat(path)
-        if found is None:
-            statuses.append(None)
-            continue
+    plain, os_lstat, os_access = lstat is lstat_or_none, os.lstat, os.access
+    quick_missing = _ACCESS_NO_FOLLOW and before is not None
+    # A walk from the paths no watched folder holds, each folder before its entries (the order of
+    # `paths`), in plain code: it runs on every direct call, and every watched path visited cost
+    # Python time even when it was not looked at. Nothing in a folder missing now is visited.
+    todo = list(entries[-1])
+    while todo:
+        index = todo.pop()
+        path = paths[index]
+        if plain:  # `lstat_or_none` written out: a call per path cost more than its look
+            if quick_missing and before[index] is None and not os_access(path, F_OK, follow_symlinks=False):
+                continue  # missing then and now: told without a failed lstat's error, 4x its cost
+            try:
+                found = os_lstat(path)
+            except OSError:
+                continue
+        else:
+            found = lstat(path)
+            if found is None:
+                continue
         mode = found.st_mode
-        if S_ISLNK(mode):
-            statuses.append(_link_status(path, found))
-            continue
-        status = (found.st_ino, found.st_dev, mode, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
-        if S_ISDIR(mode):
-            if status[4] < since and status[5] < since:
-                settled.add(index)
-            if index in settled_then and before[index] == status:
-                unchanged.add(index)
-        statuses.append(status)
-    return _Check(where, table, paths, parents, tuple(statuses), frozenset(settled))
+        kind = mode & _FILE_TYPE
+        inside = entries[index]
+        if kind == S_IFLNK:
+            statuses[index] = _link_status(path, found)  # what it leads to may change unseen: look inside
+        else:
+            status = statuses[index] = (found.st_ino, found.st_dev, mode, found.st_size,
+                                        found.st_mtime_ns, found.st_ctime_ns)
+            if kind == S_IFDIR:
+                if status[4] < since and status[5] < since:
+                    settled.add(index)
+                if inside and index in settled_then and before[index] == status:
+                    # Unchanged since the last check, and settled then: missing then is missing still.
+                    inside = [entry for entry in inside if before[entry] is not None]
+        if inside:
+            todo.extend(inside)
+    return _Check(where, table, paths, entries, tuple(statuses), frozenset(settled))
 
 
-_WATCHED: dict[tuple[str, frozenset], tuple[tuple[str, ...], tuple[int, ...]]] = {}
+_WATCHED: dict[tuple[str, frozenset], tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]] = {}
 
 
 def _watched(workdir: str, snapshot: frozenset,
-             environ: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """Every file and folder whose status can change the config, and for each the index of
-    its folder among them (-1: not watched), folders first (the same for the same workdir
-    and environment, so worked out once)."""
+             environ: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]:
+    """Every file and folder whose status can change the config, folders first; and for each
+    the indexes of its entries among them, last first (to be popped in order), with one more
+    at the end: the paths no watched folder holds (the same for the same workdir and
+    environment, so worked out once)."""
     key = (workdir, snapshot)
     watched = _WATCHED.get(key)
     if watched is None:
@@ -155,11 +176,13 @@ def _watched(workdir: str, snapshot: frozenset,
                       folder / ".toolkernel", folder / ".toolkernel" / "approvals.json"]
         paths = tuple(str(p) for p in found)
         index = {path: i for i, path in reversed(list(enumerate(paths)))}
-        parents = tuple(index.get(str(Path(p).parent), -1) for p in paths)
-        parents = tuple(p if p < i else -1 for i, p in enumerate(parents))
+        parents = [index.get(str(Path(p).parent), -1) for p in paths]
+        parents = [p if p < i else -1 for i, p in enumerate(parents)]  # a folder comes before its entries
+        held = [[i for i, parent in enumerate(parents) if parent == folder] for folder in [*range(len(paths)), -1]]
+        entries = tuple(tuple(reversed(inside)) for inside in held)
         if len(_WATCHED) > 16:
             _WATCHED.clear()
-        watched = _WATCHED[key] = (paths, parents)
+        watched = _WATCHED[key] = (paths, entries)
     return watched
 
 
@@ -195,7 +218,18 @@ class ConfigCache:
         """The config, and the check that found it current (what it saw of each watched path)."""
         checked = self._last = fingerprint(self.workdir, lstat=lstat, last=self._last)
         key = (checked.environ, checked.statuses)
-        if key != self._key or self._config is None:
-            # A bad config raises here every time: only a good one is kept.
-            self._config, self._key = load_config(self.workdir), key
+        if self._config is None or (key != self._key and _read_by_config(key) != _read_by_config(self._key)):
+            # A bad config raises here every time: only a good one is kept (with its key).
+            self._config = load_config(self.workdir)
+        self._key = key
         return self._config, checked
+
+
+def _read_by_config(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What `load_config` reads of a key's paths. A folder's times and size move with every
+    entry made, renamed or removed in it (a notebook's autosave, a saved output), and the
+    entries that can hold config are watched themselves (the check looks at them when their
+    folder moved): of a folder, only what it is (inode, device) and its mode (who may write
+    there) count. Reading the config again for anything else cost a direct call 1-2 ms."""
+    environ, statuses = key
+    return environ, tuple(status[:3] if _is_folder(status) else status for status in statuses)

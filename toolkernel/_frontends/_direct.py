@@ -105,17 +105,21 @@ def _call_here(session: Session, argv: list[str], base: dict[str, Any] | None,
     only what waits (a person asked, an async tool) runs on this thread's own loop
     (`_loop.run_in_place`); anything else runs there whole. A question asked on the private
     loop (an MCP tool's call) comes back to this thread, where `input()` works and interrupts land."""
-    here = _loop.own_loop()
-    approver = stop_and_report if ask is None else StdinApprover(
-        lambda prompt, request: _on_thread_of(here, asking, ask, prompt, request),
-        lambda line: _on_thread_of(here, print, line))
-    command = session.prepare_now(approver)
+    command = session.prepare_now(stop_and_report if ask is None else _asking_here(ask))
     catalog = command.catalog
     parsed = split_command(argv, catalog.is_server, catalog.split_qualified)
     tool = _callable_now(command, parsed)
     if tool is None:
         return _loop.run_in_place(_finishing(session, command, parsed, base, on_image))
     return _value(session, command.call_now(tool, _arguments(tool, parsed, base), _loop.run_in_place), on_image)
+
+
+def _asking_here(ask: Callable[[str], str]) -> StdinApprover:
+    """Who answers a call that needs a person: `ask` on this thread, also when the question
+    comes from the private loop (an MCP tool's call)."""
+    here = _loop.own_loop()
+    return StdinApprover(lambda prompt, request: _on_thread_of(here, asking, ask, prompt, request),
+                         lambda line: _on_thread_of(here, print, line))
 
 
 def _callable_now(command: ToolsCommand, parsed: Command) -> Tool | None:

@@ -85,13 +85,17 @@ class ToolsMagics(Magics):
     def __init__(self, shell, session: "concurrent.futures.Future") -> None:
         super().__init__(shell)
         self._session = session
+        self._started = None
         self._declined: set[str] = set()  # folders a person chose not to trust: asked once
         self._noted: set[str] = set()  # ignored config already named in a cell: said once
 
     @property
     def session(self):
         """The session, once the background start (imports, eager servers) is done."""
-        return self._session.result()
+        started = self._started
+        if started is None:  # kept once there: a future's result takes its lock on every line
+            started = self._started = self._session.result()
+        return started
 
     @magic_arguments()
     @shell_args
@@ -139,13 +143,8 @@ class ToolsMagics(Magics):
         except ValueError as exc:
             raise UsageError(f"%tools: {exc}") from None
         _answers, call_argv, is_help_text = _line_parts()
-        if argv[:1] in (["trust"], ["approve"]):
-            _refuse_agent_approval(self.shell, argv)
-        if argv[:1] == ["trust"]:
-            return self._trust(argv[1:])
-        if argv and argv[0] in _answers.SUBCOMMANDS:
-            print(_answers.manage(self.session, argv))
-            return None
+        if argv and (argv[0] == "trust" or argv[0] in _answers.SUBCOMMANDS):
+            return self._manage(argv)
         try:
             value = call_argv(self.session, argv, on_image=show_image,
                               ask=input if _stdin_allowed(self.shell) else None)
@@ -163,6 +162,17 @@ class ToolsMagics(Magics):
             return None
         return value
 
+
+    def _manage(self, argv: list[str]) -> None:
+        """`%tools trust`, `approve` and the other lines that manage rather than call."""
+        from . import _answers
+
+        if argv[0] in ("trust", "approve"):
+            _refuse_agent_approval(self.shell, argv)
+        if argv[0] == "trust":
+            return self._trust(argv[1:])
+        print(_answers.manage(self.session, argv))
+        return None
 
     def _trust(self, args: list[str]) -> None:
         from .._config._trust import trust_line
