@@ -162,7 +162,6 @@ class ToolsMagics(Magics):
             return None
         return value
 
-
     def _manage(self, argv: list[str]) -> None:
         """`%tools trust`, `approve` and the other lines that manage rather than call."""
         from . import _answers
