@@ -244,6 +244,7 @@ class IdleWatch:
         self._idle.set()
 
     def wait(self) -> None:
+        """Block until a cell has ended and no other started for `settle` seconds after it."""
         while True:
             self._idle.wait()
             cells = self._cells
