@@ -17,15 +17,17 @@ and with PYTHONDONTWRITEBYTECODE set (as on the build machine) every kernel comp
 the ~80 modules of toolkernel a first cell imports, about 0.2 s of it that an installed
 toolkernel never pays (nor does the bare kernel, whose modules are installed).
 
-Figures of 2026-12-01 (2 cores, load average 2.7-5 from other work, so the bare start
-took 0.85-1.9 s instead of 0.9 s; each a median of 3 rounds; runs interleaved):
+Figures of 2026-12-01 (2 cores, load average 2.1-5.2 from other work, so the bare start
+took 0.7-3.4 s, 0.9 s when quiet; each a median of 3 rounds; runs interleaved):
 - main, toolkernel compiled by every kernel (the bench before this note): 0.34-0.59x
-  over 8 runs; +22 MB after the first cell, +40 MB settled.
-- main, bytecode compiled: 0.18-0.38x over 10 runs; +19 MB, +39 MB. The warm-up's
+  over 11 runs; +22 MB after the first cell, +40 MB settled.
+- main, bytecode compiled: 0.18-0.41x over 13 runs; +19 MB, +39 MB. The warm-up's
   jsonschema import (seconds of Python) shared the GIL with the first cell.
 - the warm-up waiting for an idle kernel (`_magic.IdleWatch`), bytecode compiled:
-  0.18-0.32x over 7 runs (0.18-0.25x at load 3-4.7), the cell 0.22-0.26 s there;
-  +17 MB after the first cell, +39 MB settled.
+  0.18-0.32x over 10 runs; 0.21-0.22x in the last 3 (load 2.2-2.9), the cell
+  0.15-0.20 s; +17 MB after the first cell, +39 MB settled. Compiled by every kernel:
+  0.27-0.60x over 5 runs; +20 MB, +42 MB.
+With bytecode, about 40% of toolkernel's import time is making its ~60 dataclasses.
 Settled memory, measured step by step: jsonschema ~20 MB, 15 MB of it the Earley
 parsers rfc3987_syntax builds at import for the "iri" format (installed beside JupyterLab
 by jupyter-events; python-jsonschema/jsonschema#1428); bashkit ~12 MB (extension 5.5,
