@@ -232,6 +232,31 @@ def test_line_magic_failure_carries_its_error_code_like_the_python_api(kernel):
     assert kernel.value("codes") == ["tool_error", "unknown_command", "invalid_input"]
 
 
+# -- %load_ext's background warm-up --------------------------------------------------------
+
+
+def test_the_warm_up_waits_until_no_cell_runs(tmp_path):
+    """jsonschema is seconds of imports under the GIL: the warm-up starts only once the kernel
+    is idle, never beside a running cell (a first `tools --help` lost a third of its speed)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    with loaded_kernel(project) as k:
+        busy = k.execute_ok(
+            "import sys, time\n"
+            "get_ipython().run_cell_magic('tools', '', 'tools --help >/dev/null')\n"
+            "deadline = time.monotonic() + 10  # the old warm-up had imported it within seconds\n"
+            "while 'jsonschema' not in sys.modules and time.monotonic() < deadline:\n"
+            "    time.sleep(0.1)\n"
+            "print('jsonschema' in sys.modules)\n"
+        )
+        assert busy.stdout.split() == ["False"]
+        deadline = time.monotonic() + 120
+        while not k.value("'jsonschema' in sys.modules") and time.monotonic() < deadline:
+            time.sleep(0.5)  # the kernel idles between these short cells: the warm-up runs
+        assert k.value("'jsonschema' in sys.modules")
+        assert "hi" in k.execute_ok("%%tools\necho hi > a.txt; tools read-file path=a.txt").stdout
+
+
 # -- a plain IPython, no kernel --------------------------------------------------------------
 
 

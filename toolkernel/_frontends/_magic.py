@@ -14,6 +14,7 @@ import re
 import shlex
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -228,15 +229,53 @@ def _parse_output(text: str) -> Any:
         return text
 
 
+class IdleWatch:
+    """Waits until the shell has run no cell for `settle` seconds, for the warm-up.
+
+    The warm-up's imports are seconds of Python holding the GIL: started while a cell ran,
+    they took a third of the time of a first `tools --help` on two cores, and they slow
+    any user's cell the same way. A cell that needs them sooner imports them itself.
+    """
+
+    def __init__(self, shell, settle: float = 0.5) -> None:
+        self._events = shell.events
+        self._settle = settle
+        self._idle = threading.Event()  # `load` runs inside the `%load_ext` cell: busy
+        self._cells = 0  # cells started: one that begins and ends within `settle` counts
+        self._events.register("pre_run_cell", self._busy)
+        self._events.register("post_run_cell", self._free)
+
+    def _busy(self, info=None) -> None:
+        self._cells += 1
+        self._idle.clear()
+
+    def _free(self, result=None) -> None:
+        self._idle.set()
+
+    def wait(self) -> None:
+        """Block until a cell has ended and no other started for `settle` seconds after it."""
+        while True:
+            self._idle.wait()
+            cells = self._cells
+            time.sleep(self._settle)
+            if self._idle.is_set() and cells == self._cells:
+                return
+
+    def close(self) -> None:
+        self._events.unregister("pre_run_cell", self._busy)
+        self._events.unregister("post_run_cell", self._free)
+
+
 def load(ipython) -> "concurrent.futures.Future":
-    """Register the magics now; make the session and start servers in the background, then
-    import what the first tool call will need.
+    """Register the magics now; make the session and start servers in the background, then,
+    once the shell is idle, import what the first tool call will need.
 
     The session itself is light (a first `tools --help` waits only for it); jsonschema
     (seconds: its format grammars) and the MCP SDK are imported after it, so a first call
-    finds them loaded.
+    made after a pause finds them loaded.
     """
     session: concurrent.futures.Future = concurrent.futures.Future()
+    idle = IdleWatch(ipython)
 
     def start() -> None:
         try:
@@ -246,8 +285,11 @@ def load(ipython) -> "concurrent.futures.Future":
             started.start_eager()
             session.set_result(started)
         except BaseException as exc:  # noqa: BLE001 - shown when the magic is used
+            idle.close()
             session.set_exception(exc)
             return
+        idle.wait()
+        idle.close()
         started.warm_up()
 
     from . import _lab
