@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kernel_helpers import (
-    FIXTURE_ALLOW, SEED_SCRIPT, error_lines, fixture_toml, github_toml, isolated_env, loaded_kernel,
+    FIXTURE_ALLOW, SEED_SCRIPT, Kernel, error_lines, fixture_toml, github_toml, isolated_env, loaded_kernel,
     policy_toml, write_config,
 )
 
@@ -240,9 +240,13 @@ def test_the_warm_up_waits_until_no_cell_runs(tmp_path):
     is idle, never beside a running cell (a first `tools --help` lost a third of its speed)."""
     project = tmp_path / "project"
     project.mkdir()
-    with loaded_kernel(project) as k:
+    # Loaded in the busy cell itself: a pause between a `%load_ext` cell and the next one
+    # (a loaded machine) would rightly start the warm-up before the cell under test.
+    k = Kernel(project, {**isolated_env(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
         busy = k.execute_ok(
             "import sys, time\n"
+            "get_ipython().run_line_magic('load_ext', 'toolkernel')\n"
             "get_ipython().run_cell_magic('tools', '', 'tools --help >/dev/null')\n"
             "deadline = time.monotonic() + 10  # the old warm-up had imported it within seconds\n"
             "while 'jsonschema' not in sys.modules and time.monotonic() < deadline:\n"
@@ -252,9 +256,11 @@ def test_the_warm_up_waits_until_no_cell_runs(tmp_path):
         assert busy.stdout.split() == ["False"]
         deadline = time.monotonic() + 120
         while not k.value("'jsonschema' in sys.modules") and time.monotonic() < deadline:
-            time.sleep(0.5)  # the kernel idles between these short cells: the warm-up runs
+            time.sleep(2)  # the kernel idles between these short cells (4x the settle time): the warm-up runs
         assert k.value("'jsonschema' in sys.modules")
         assert "hi" in k.execute_ok("%%tools\necho hi > a.txt; tools read-file path=a.txt").stdout
+    finally:
+        k.shutdown()
 
 
 # -- a plain IPython, no kernel --------------------------------------------------------------
