@@ -214,13 +214,15 @@ def _numbered_whole(data: bytes, limit: int) -> tuple[str, int] | None:
     if data.startswith(_BOM):
         data = data[len(_BOM):]  # the mark is no part of the first line's text
     escaped = data.replace(b"%", b"%%")  # the file's own `%` are text (the same object when none)
-    # The first line's place, and the text without the last line's newline (no line follows it),
-    # in one copy.
-    first = b"".join((b"%b", memoryview(escaped)[:-1] if escaped.endswith(b"\n") else escaped))
-    template = first.replace(b"\n", b"\n%b")
-    count = (len(template) - len(first)) // 2 + 1  # two bytes more for each newline
+    # Each newline with the place of the next line's prefix; one more than the window takes
+    # tells a longer file, and stops the count there.
+    marked = escaped.replace(b"\n", b"\n%b", limit + 1)
+    newlines = (len(marked) - len(escaped)) // 2  # two bytes more for each
+    ends = escaped.endswith(b"\n")  # the last line's newline: no line follows it
+    count = newlines if ends else newlines + 1
     if count > limit:
         return None
+    template = b"".join((b"%b", memoryview(marked)[:-3] if ends else marked))  # the first line's place
     try:
         return (template % _prefixes(1, count)).decode("utf-8"), count
     except UnicodeDecodeError:
