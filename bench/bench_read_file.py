@@ -17,21 +17,41 @@ Each figure is the median (and the best) of --repeat interleaved rounds; the rat
 (3) over (1). Target: at most 5x. Beside it, the CPU time this process spent per call (all its
 threads, median), which a loaded machine stretches far less than wall time.
 
-What changed this stop (on the `call_now` path, which runs a sync tool with no event loop):
-- a loop's `tools` line is parsed once per run (`ToolsCommand._known`); each call still goes
-  through the schema check, the policy and the path resolution and checks;
-- lines are numbered as bytes: BytesIO's `readlines` finds newlines with memchr, where
-  `str.split` looks at every character (half the time at 2,000 lines); only the window is decoded;
-- the file is opened as checked (`_checked_open`: one readlink more, and a regular-file check).
+Earlier stops (on the `call_now` path, which runs a sync tool with no event loop): a loop's
+`tools` line is parsed once per run (`ToolsCommand._known`), each call still going through the
+schema check, the policy and the path resolution and checks; the file is opened as checked
+(`_checked_open`: one readlink more, and a regular-file check); lines were numbered as bytes
+(BytesIO's `readlines`, memchr per newline) and only the window decoded.
 A cache of the lines of the files read last (which met 5x for the same file read again, 3-5x)
-was tried and left out: it served this benchmark's loop, not a first read.
-What is left: a first read of 2,000 lines is about 9x. The numbering alone (split 60 us, the
-long-line look 30, the join 55, the decode 11, at load 3) is about 4-5x `read_text` by
-itself, out of reach without numbering in C. At 200 lines the fixed path dominates: eight
-system calls (resolving the path 3, reading 5) and some 120 Python calls of the command, the
-dispatcher and the tool; in the script each costs about 1.5x what it costs hot, as Bashkit
-runs between the calls.
-Figures: see the closing note of the stop; run it for this machine's.
+was tried and left out: it served this benchmark's loop, not a first read. Not tried again.
+
+What changed this stop (2026-12-01):
+- a whole file of at most the window's lines (the common read: offset 0, the default limit)
+  is numbered with no bytes object per line: one `bytes.replace` turns each newline into a
+  newline and `%b` (stopping one past the window), and one `%` formatting lays the prefixes
+  made once into those places. Splitting into lines and joining them with their prefixes made
+  and copied an object per line; numbering 2,000 lines took about 30% less (a window of a
+  longer file still goes by `readlines`, and pays the stopped replace, about 10% more);
+- the look for a line over the cut jumps from newline to newline with `rfind` (a step per
+  2,000 bytes, where `find` made one per 1,000): half the time, and exact;
+- the tool reads the checked descriptor itself (`_checked_open.regular_checked`, the checks of
+  `file_checked`): a FileIO over it asked fstat a second time. Eight system calls a call now,
+  where strace counted nine (resolving the path 3; open, readlink, fstat, read, close 5).
+What is left: see the figures. At 2,000 lines the numbering (the replace about 30 us, the
+formatting 50, the look 14, the decode 8, at load 3) is still 2-3x `read_text` by itself, and
+Bashkit passing 134 KB on is another 0.5x: under 5x there needs numbering in C. At 200 lines
+the fixed path dominates: the call's Python (some 75 calls of the command, the dispatcher,
+the policy and the tool, about 100 us hot) beside a `read_text` of 20-35 us; on this machine's
+load the wall-time ratio spreads by 2x from round to round, the CPU ratio far less.
+Figures of 2026-12-01, 06:52 UTC, machine quiet (load 0.1-0.4 on 2 CPUs), three runs each,
+alternating with main's code before in a detached worktree (ratio median, CPU ratio):
+  200 lines:   before 6.9x, 5.2x, 5.7x (CPU 6.8x, 4.8x, 5.3x);  after 5.9x, 5.4x, 4.0x (CPU 5.8x, 5.1x, 4.0x)
+  2000 lines:  before 9.2x, 9.0x, 8.2x (CPU 9.1x, 8.4x, 8.0x);  after 7.2x, 7.7x, 7.1x (CPU 7.1x, 7.6x, 6.9x)
+  8 files in turn, 200 / 2000 lines: before 6.6x, 6.8x, 4.9x / 8.2x, 8.0x, 7.5x;
+                                      after 6.2x, 9.0x, 3.9x / 6.7x, 6.4x, 6.8x
+The script's own time per call (best of the rounds) went from 129-133 to 118-120 us at 200
+lines and from 305-470 to 248-412 us at 2,000; the ratios swing with `read_text`, which
+itself measured 19 us in one run and 35 in the next at this load. 2,000 lines: missed.
 """
 
 from __future__ import annotations

@@ -64,6 +64,17 @@ def file_checked(path: str, *, inside: str | None = None) -> tuple[io.FileIO, in
     Opened without waiting (a pipe with no writer would hold the open, and the thread, for
     ever); a folder raises IsADirectoryError, anything else that is not a file `NotAFile`.
     """
+    fd, size = regular_checked(path, inside=inside)
+    try:
+        return io.FileIO(fd, "rb"), size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def regular_checked(path: str, *, inside: str | None = None) -> tuple[int, int]:
+    """`file_checked` as a bare descriptor (the caller closes it) and the file's size, for a
+    reader that reads it in one call: a FileIO made over it asks fstat once more."""
     fd = open_checked(path, os.O_RDONLY | os.O_NONBLOCK, inside=inside)
     try:
         status = os.fstat(fd)
@@ -72,7 +83,7 @@ def file_checked(path: str, *, inside: str | None = None) -> tuple[io.FileIO, in
             raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
         if kind != stat.S_IFREG:
             raise NotAFile(errno.EINVAL, "Not a regular file", path)
-        return io.FileIO(fd, "rb"), status.st_size
+        return fd, status.st_size
     except BaseException:
         os.close(fd)
         raise

@@ -247,6 +247,36 @@ def test_a_file_whose_size_says_zero_is_read_to_its_end(tmp_path):
     assert shown == "     1\t" + Path("/proc/version").read_text().rstrip("\n")
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs Linux /proc")
+def test_read_file_closes_the_file_it_opened_on_every_way_out(tmp_path, monkeypatch):
+    """The tool reads a bare descriptor: every way out of it (numbered at once, line by line, an
+    image, a refusal, a cancelled count) closes it, and each reads what it read before."""
+    from toolkernel._providers._tools import files
+
+    (tmp_path / "f.txt").write_text("".join(f"line {i}\n" for i in range(50)))
+    (tmp_path / "crlf.txt").write_bytes(b"a\r\nb\r\n")
+    (tmp_path / "pic.png").write_bytes(tiny_png())
+    (tmp_path / "bin.dat").write_bytes(b"a\0b")
+    (tmp_path / "latin.txt").write_bytes(b"caf\xe9\n")
+    (tmp_path / "long.log").write_bytes(b"x\n" * 70_000)
+    cases = [({"path": "f.txt"}, False), ({"path": "f.txt", "offset": 5, "limit": 7}, False),
+             ({"path": "crlf.txt"}, False), ({"path": "pic.png"}, False), ({"path": "bin.dat"}, True),
+             ({"path": "latin.txt"}, True), ({"path": "."}, True)]
+    before = sorted(os.listdir("/proc/self/fd"))
+    results = [call(read_file, args, tmp_path) for args, _ in cases]
+    monkeypatch.setattr(files, "PLAIN_TEXT_BYTES", 10)  # the sniff, then a buffered reader
+    window = call(read_file, {"path": "f.txt", "offset": 5, "limit": 7}, tmp_path)
+    with pytest.raises(asyncio.CancelledError):
+        read_file.call_now({"path": "long.log"}, ToolContext(workdir=tmp_path, cancelled=lambda: True))
+    import gc
+    gc.collect()
+    assert sorted(os.listdir("/proc/self/fd")) == before
+    assert [result.is_error for result in results] == [failed for _, failed in cases]
+    assert text_of(window) == text_of(results[1])
+    assert text_of(results[2]) == "     1\ta\n     2\tb"
+    assert isinstance(results[3].images[0], Image) and results[3].images[0].data == tiny_png()
+
+
 def test_read_file_stops_counting_a_long_file_when_the_run_is_cancelled(tmp_path):
     from toolkernel._providers._tools.files import PLAIN_TEXT_BYTES
 

@@ -159,3 +159,55 @@ def test_the_same_window_of_the_same_file_named_otherwise_says_its_own_name(tmp_
     for workdir, name in ((tmp_path, "sub/empty.txt"), (tmp_path / "sub", "empty.txt"), (tmp_path, "sub/empty.txt")):
         result = read_file.call_now({"path": str(path)}, ToolContext(workdir))
         assert result.texts == [f"({name} is empty)"]
+
+
+# -- the whole file in one formatting (`_numbered_whole`) ---------------------------------------
+
+_SHAPED = st.lists(st.sampled_from(["", "%", "%%", "%s", "%b", "100%", "a%\tb", "%6d", "x" * 70, "é%€", "\ufeff"]),
+                   max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.one_of(LINES, _SHAPED), ends_with_newline=st.booleans(), bom=st.booleans(),
+       limit=st.integers(1, 14))
+def test_the_whole_file_in_one_formatting_is_what_the_line_by_line_reader_gives(lines, ends_with_newline, bom, limit):
+    """`%` in the text stays text; a file of newlines only, no last newline, a byte order mark
+    alone, more lines than the limit: each as the reader numbers it."""
+    text = ("\ufeff" if bom else "") + "\n".join(lines) + ("\n" if ends_with_newline else "")
+    data = text.encode("utf-8")
+    assert _numbered_text(data, "f.txt", 0, limit) == _numbered_window(io.BytesIO(data), "f.txt", 0, limit)
+
+
+def test_the_whole_file_in_one_formatting_takes_what_it_is_made_for(monkeypatch):
+    from toolkernel._providers._tools import files
+    from toolkernel._providers._tools.files import _numbered_whole
+
+    assert _numbered_whole(b"", 5) is None  # empty: the reader says so
+    assert _numbered_whole(b"\n\n\n", 5) == ("     1\t\n     2\t\n     3\t", 3)
+    assert _numbered_whole("\ufeff".encode(), 5) == ("     1\t", 1)
+    assert _numbered_whole(b"a%sb\nc%%d", 5) == ("     1\ta%sb\n     2\tc%%d", 2)
+    assert _numbered_whole(b"a\nb\nc\n", 2) is None  # more lines than the window
+    assert _numbered_whole(b"caf\xc3\n\xa9\n", 5) is None  # not UTF-8: the reader says where
+    assert _numbered_whole(b"x" * 300 + b"\n", 2) is None  # more bytes than a window of 2 lines would take
+    monkeypatch.setattr(files, "_MAX_PREFIXES", 3)  # numbers past the prefixes made before
+    data = "".join(f"line {i}\n" for i in range(10)).encode()
+    assert _numbered_whole(data, 10)[0] == _numbered_window(io.BytesIO(data), "f.txt", 0, 10)
+
+
+def test_a_million_lines_and_more_are_numbered_as_the_reader_does():
+    """Past 999,999 the number is wider than its six places, in both."""
+    data = b"\n" * 1_000_002
+    numbered = _numbered_text(data, "f.txt", 0, 1_000_002)
+    assert numbered == _numbered_window(io.BytesIO(data), "f.txt", 0, 1_000_002)
+    assert numbered.endswith("999999\t\n1000000\t\n1000001\t\n1000002\t")
+
+
+@settings(max_examples=300, deadline=None)
+@given(lengths=st.lists(st.integers(0, 4500), min_size=1, max_size=6), newline_last=st.booleans())
+def test_the_look_for_a_long_line_is_exact(lengths, newline_last):
+    """True exactly when a line has more bytes than the cut (so files without one are numbered
+    in one pass, and those with one, line by line)."""
+    from toolkernel._providers._tools.files import _may_hold_a_long_line
+
+    data = b"\n".join(b"y" * n for n in lengths) + (b"\n" if newline_last else b"")
+    assert _may_hold_a_long_line(data) == any(n > MAX_LINE_BYTES for n in lengths)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import io
 import os
 from pathlib import Path
 from typing import Any, Callable
 
 from ..._atomic import write_atomic
-from ..._checked_open import NotAFile, PathChanged, file_checked, read_checked
+from ..._checked_open import NotAFile, PathChanged, read_checked, regular_checked
 from ..._tool import Image, ToolContext, ToolInputError, tool
 from ._paths import display_path
 
@@ -18,6 +17,9 @@ MAX_LINE_BYTES = 2000
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 SNIFF_BYTES = 8192
 PLAIN_TEXT_BYTES = 4 * 1024 * 1024  # read whole to number at once; larger files are read line by line
+# A file of more bytes than this per line of the window goes by lines (`_numbered_whole` would
+# find too late that it has more lines than the window, having made its template in vain).
+_WHOLE_LINE_BYTES = 128
 
 _IMAGE_SIGNATURES = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -70,14 +72,14 @@ _PATH_PROPERTY = {
 def read_file(arguments: dict[str, Any], ctx: ToolContext) -> Any:
     path = ctx.real_name(arguments, "path")
     shown = display_path(path, ctx.workdir)
-    file, size = _open_readable(path, shown)
-    with file:
+    fd, size = _open_readable(path, shown)
+    try:
         # A file small enough to number at once is read in one call; the sniff looks at its head.
         whole = size <= PLAIN_TEXT_BYTES
-        data = _read_whole(file, size) if whole else file.read(SNIFF_BYTES)
+        data = _read_whole(fd, size) if whole else os.read(fd, SNIFF_BYTES)
         mime = image_type(data)
         if mime is not None:
-            return _read_image(file, size, shown, mime)
+            return _read_image(_file(fd), size, shown, mime)
         if _looks_utf16(data):
             raise ToolInputError(f"{shown} is UTF-16 text, which read_file does not decode; convert it to UTF-8 first")
         if data.find(b"\0", 0, SNIFF_BYTES) >= 0:
@@ -87,20 +89,30 @@ def read_file(arguments: dict[str, Any], ctx: ToolContext) -> Any:
         numbered = _numbered_text(data, shown, offset, limit) if whole and _plain(data) else None
         if numbered is not None:
             return numbered
+        file = _file(fd)
         file.seek(0)
         return _numbered_window(io.BufferedReader(file), shown, offset, limit, ctx.check_cancelled)
+    finally:
+        os.close(fd)
 
 
-def _open_readable(path: str, shown: str) -> tuple[io.FileIO, int]:
-    """`path` (a real path) opened for reading, and its size; what it cannot be read as is said in words."""
+def _open_readable(path: str, shown: str) -> tuple[int, int]:
+    """`path` (a real path) opened for reading (a descriptor the caller closes), and its size;
+    what it cannot be read as is said in words."""
     if in_git_object_store(path, real=True):
         raise ToolInputError(f"{shown} is inside a git object store; use `git show` or `git cat-file` instead")
     try:
-        # One system call where exists() and is_dir() took two more. Unbuffered: a buffer costs
-        # four system calls more (a terminal test, a size, two seeks), and each is microseconds.
-        return file_checked(path)
+        # One system call where exists() and is_dir() took two more. A bare descriptor: a file
+        # object costs a system call more (a second fstat), a buffer four (a terminal test, a
+        # size, two seeks), and each is microseconds.
+        return regular_checked(path)
     except (FileNotFoundError, IsADirectoryError, NotAFile, PathChanged) as exc:
         raise _unopenable(exc, shown, "read_file") from None
+
+
+def _file(fd: int) -> io.FileIO:
+    """The open descriptor as a file, for the readers that read it in steps; it stays open."""
+    return io.FileIO(fd, "rb", closefd=False)
 
 
 def _unopenable(exc: OSError, shown: str, tool_name: str) -> ToolInputError:
@@ -117,11 +129,11 @@ def _unopenable(exc: OSError, shown: str, tool_name: str) -> ToolInputError:
                           "replaced); nothing was read or changed")
 
 
-def _read_whole(file: io.FileIO, size: int) -> bytes:
+def _read_whole(fd: int, size: int) -> bytes:
     """The whole of a file that fstat says has `size` bytes: one read, and the rest to the end
     only when there is more (a file that grew meanwhile, or one of /proc that says 0)."""
-    data = file.read(size + 1)
-    return data if len(data) <= size else data + file.readall()
+    data = os.read(fd, size + 1)
+    return data if len(data) <= size else data + _file(fd).readall()
 
 
 def in_git_object_store(path: str | Path, *, real: bool = False) -> bool:
@@ -171,12 +183,15 @@ def _numbered_text(data: bytes, shown: str, offset: int, limit: int) -> str | No
     """The same as `_numbered_window` gives for `_plain` data, made by C code over the whole file
     instead of a call per line; None when that reader has to do it: a line of the window over the
     cut, or a window that is not UTF-8 (it says where)."""
+    may_be_long = len(data) > MAX_LINE_BYTES and _may_hold_a_long_line(data)  # (no room for one)
+    whole = _numbered_whole(data, limit) if offset == 0 and not may_be_long else None
+    if whole is not None:
+        return _with_note(whole[0], whole[1], shown, 0, whole[1])
     # BytesIO finds each newline with memchr; str.split and bytes.split look at each character
     # in turn, which made splitting 2,000 lines twice as slow.
     lines = io.BytesIO(data).readlines()
     total = len(lines)
     window = lines if offset == 0 and total <= limit else lines[offset:offset + limit]
-    may_be_long = len(data) > MAX_LINE_BYTES and _may_hold_a_long_line(data)  # (no room for one)
     if window and may_be_long and max(map(len, window)) > MAX_LINE_BYTES:
         return None  # (a line of exactly the cut and its newline goes line by line too: alike, only slower)
     try:
@@ -186,20 +201,64 @@ def _numbered_text(data: bytes, shown: str, offset: int, limit: int) -> str | No
         return None
 
 
+def _numbered_whole(data: bytes, limit: int) -> tuple[str, int] | None:
+    """The whole of `data` numbered, and its count of lines, when it has some, at most `limit`;
+    None when it has none or more, or is not UTF-8. Its lines must be `_plain` and none over the cut.
+
+    Without a bytes object per line: each newline becomes a newline and `%b`, and one `%`
+    formatting lays the prefixes made before into those places. Both are C passes over the file
+    (the replace finds each newline with memchr, the formatting each `%`), where splitting into
+    lines and joining them with their prefixes made and copied an object per line."""
+    if not data or len(data) > limit * _WHOLE_LINE_BYTES:
+        return None
+    if data.startswith(_BOM):
+        data = data[len(_BOM):]  # the mark is no part of the first line's text
+    escaped = data.replace(b"%", b"%%")  # the file's own `%` are text (the same object when none)
+    # Each newline with the place of the next line's prefix; one more than the window takes
+    # tells a longer file, and stops the count there.
+    marked = escaped.replace(b"\n", b"\n%b", limit + 1)
+    newlines = (len(marked) - len(escaped)) // 2  # two bytes more for each
+    ends = escaped.endswith(b"\n")  # the last line's newline: no line follows it
+    count = newlines if ends else newlines + 1
+    if count > limit:
+        return None
+    template = b"".join((b"%b", memoryview(marked)[:-3] if ends else marked))  # the first line's place
+    try:
+        return (template % _prefixes(1, count)).decode("utf-8"), count
+    except UnicodeDecodeError:
+        return None
+
+
 def _may_hold_a_long_line(data: bytes) -> bool:
-    """False when no line of `data` can be over the cut, found without a step per line: such a
-    line has more than MAX_LINE_BYTES bytes, so it covers a whole run of `step` bytes starting at
-    a multiple of `step` in which C's find sees no newline."""
-    step = MAX_LINE_BYTES // 2
-    newline_in = functools.partial(data.find, b"\n")
-    return -1 in map(newline_in, range(0, len(data), step), range(step, len(data) + step, step))
+    """Whether a line of `data` is over the cut, found without a step per line: from a line's
+    start, C's rfind gives the last newline in the next MAX_LINE_BYTES + 1 bytes, where the next
+    line starts; none there means the line from here is longer than the cut."""
+    start, end, rfind = 0, len(data) - MAX_LINE_BYTES, data.rfind
+    while start < end:  # the rest is longer than a line may be
+        newline = rfind(b"\n", start, start + MAX_LINE_BYTES + 1)
+        if newline < 0:
+            return True
+        start = newline + 1
+    return False
 
 
-# b"     1\t", b"     2\t", ...: made once, laid before the lines (each with its newline) and
-# joined with them in C, so no line is copied into a numbered line of its own first.
-_PREFIXES: list[bytes] = []
+# b"     1\t", b"     2\t", ...: made once, laid before the lines in C, so no line is copied
+# into a numbered line of its own first.
+_PREFIXES: tuple[bytes, ...] = ()
 _MAX_PREFIXES = 20_000
 _BOM = "\ufeff".encode()
+
+
+def _prefixes(first: int, last: int) -> tuple[bytes, ...]:
+    """The prefixes of lines `first` to `last`."""
+    global _PREFIXES
+    if last > _MAX_PREFIXES:
+        return tuple(b"%6d\t" % n for n in range(first, last + 1))
+    made = _PREFIXES
+    if len(made) < last:  # grown, never changed: a thread that reads the table meanwhile sees a whole one
+        made += tuple(b"%6d\t" % n for n in range(len(made) + 1, last + 1))
+        _PREFIXES = made
+    return made[first - 1:last]
 
 
 def _number(lines: list[bytes], first: int) -> bytes:
@@ -207,15 +266,8 @@ def _number(lines: list[bytes], first: int) -> bytes:
     style), without a last newline; a byte order mark before the first line of the file is left out."""
     if not lines:
         return b""
-    end = first + len(lines) - 1
-    if end > _MAX_PREFIXES:
-        prefixes = [b"%6d\t" % n for n in range(first, end + 1)]
-    else:
-        if len(_PREFIXES) < end:
-            _PREFIXES.extend(b"%6d\t" % n for n in range(len(_PREFIXES) + 1, end + 1))
-        prefixes = _PREFIXES[first - 1:end]
     pieces: list[bytes | None] = [None] * (2 * len(lines))
-    pieces[0::2] = prefixes
+    pieces[0::2] = _prefixes(first, first + len(lines) - 1)
     pieces[1::2] = lines
     if first == 1 and lines[0].startswith(_BOM):
         pieces[1] = lines[0][len(_BOM):]
