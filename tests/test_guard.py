@@ -198,6 +198,17 @@ def test_ordinary_files_stay_writable_and_chmod_works_on_them(project):
     assert "PROTECTED" in result.stdout
 
 
+def test_a_stand_in_holds_only_its_note(project):
+    # The stand-ins over `toolkernel.toml`, `.git` and `.mcp.json` (none of which exists here):
+    # a `find .` listed Bashkit's /dev, /home and /tmp under each of them.
+    work, _, session = project
+    result, err = run(session(), "find .")
+    assert result.exit_code == 0, err
+    listed = result.stdout.split()
+    for name in (".git", ".mcp.json", "toolkernel.toml"):
+        assert [path for path in listed if path.startswith(f"./{name}/")] == [f"./{name}/PROTECTED"]
+
+
 def test_a_state_folder_that_is_a_symlink_stops_every_script(project):
     work, record, session = project
     (work / "elsewhere").mkdir()

@@ -247,6 +247,10 @@ def mount_links(bash, plan: Protection) -> None:
 
 
 def _stand_in(fs):
+    # A new FileSystem holds Bashkit's skeleton (/dev, /home, /tmp): every `find .` or `grep -r`
+    # of the workspace listed it under each protected name.
+    for entry in fs.read_dir("/"):
+        fs.remove(f"/{entry['name']}", recursive=True)
     fs.write_file("/PROTECTED", b"toolkernel hides this path from scripts so that none can change it:"
                   b" it decides policy or runs on the host. Read it with `tools read-file`.\n")
     return fs
