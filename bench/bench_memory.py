@@ -6,9 +6,10 @@ Each size and script runs in a fresh child process: it opens a session, runs
 `cat` of a file of that size (the output goes through the cell's limiter and
 is saved), and reports how far its peak RSS (VmHWM, reset first) rose above
 its RSS after a small run in the same child, and where its RSS is after the
-cell. Four scripts: one that calls no tool (Bashkit's byte sinks), the same
-with a `tools` call in it, a tool whose result is that size, printed, and the
-same call in a loop (which keeps execute_sync, for cheaper calls). The
+cell. Five scripts: one that calls no tool (Bashkit's byte sinks), the same
+with a `tools` call in it, a tool whose result is that size, printed, the
+same call in a `for` loop (the relay: `_bashkit._Relay`), and in a loop that
+reads its input (the live command). The
 tool builds its result in one piece: a second copy made inside the tool would be
 the tool's cost, not the shell's.
 Past 10 MiB Bashkit cuts the script's output (the run fails, loudly): the
@@ -29,6 +30,12 @@ History (8 MB output, peak rise over its size):
   1.0x (7.9x); 32 MB: 31-32 MB rise on every script (1.0x the output; main 172 MB for the
   result). A script with a loop (or more than 10 calls) keeps execute_sync and its ~8x:
   a live call costs Bashkit ~380 us against ~5 (bench_builtin_paths.py).
+- Since 2026-12-01, a loop's `tools` is a shell function that makes quick calls in place
+  and hands a result over 256K characters to the live command (`_bashkit._Relay`); a loop
+  that reads its input has the live command. Same run, load 0.3-0.6, against the code before:
+  in a loop 2 MB 1.4x (8.4x), 8 MB 1.1x (7.8x), 32 MB a rise of 31 MB (172 MB, 16x what
+  arrived); a loop that reads, 8 MB 1.0x. Left at about 8x: a script that reads its input
+  and defines a function (execute_sync, a Bashkit trap: see `_bashkit._way`).
 """
 
 from __future__ import annotations
@@ -82,7 +89,8 @@ print(json.dumps({{"base_kb": base, "peak_kb": peak, "before_kb": before, "after
 """
 SCRIPTS = {"no tools": "cat data.txt", "with tools": "cat data.txt\ntools --help > /dev/null",
            "tool result": "tools big-result size={size}",
-           "in a loop": "for i in 1; do tools big-result size={size}; done"}  # execute_sync
+           "in a loop": "for i in 1; do tools big-result size={size}; done",  # the relay
+           "read loop": "echo 1 | while read i; do tools big-result size={size}; done"}  # live
 
 
 def measure(mb: int, script: str) -> dict:

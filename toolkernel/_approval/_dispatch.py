@@ -135,6 +135,11 @@ def _shown(tool: Tool, arguments: Mapping[str, Any], server: str | None) -> dict
     return {**tool.describe_call(arguments), **({"server": server} if server else {})}
 
 
+class WouldAsk(Exception):
+    """A call made `only_if_allowed` that the policy does not simply allow: not made, not
+    counted; its caller makes it again where waiting on a person costs nothing."""
+
+
 class Dispatcher:
     def __init__(self, env: CallEnv) -> None:
         self.env = env
@@ -164,10 +169,14 @@ class Dispatcher:
         )
 
     async def call(self, tool: Tool, arguments: dict[str, Any], run: Run,
-                   events: RunEvents = NO_EVENTS, *, payload: Mapping[str, Any] | None = None) -> ToolResult:
+                   events: RunEvents = NO_EVENTS, *, payload: Mapping[str, Any] | None = None,
+                   only_if_allowed: bool = False) -> ToolResult:
         """`payload`: values the tool gets over `arguments` that the checks, hooks, person and
-        report only see as their stand-ins in `arguments` (a 256 MB `--save` content)."""
+        report only see as their stand-ins in `arguments` (a 256 MB `--save` content).
+        `only_if_allowed` (with no hooks): see `WouldAsk`."""
         info = self._admit(tool, arguments, run)
+        if only_if_allowed and self.decide(info).action != "allow":
+            self._not_here(info, run)
         info = await self._before(info, tool, run)
         result = await self._invoke(tool, info, payload or {}, run, events)
         if self.env.hooks.any("after_call"):
@@ -181,14 +190,16 @@ class Dispatcher:
         return not hooks.any("before_call") and not hooks.any("after_call")
 
     def call_now(self, tool: Tool, arguments: dict[str, Any], run: Run, events: RunEvents,
-                 wait: Callable[[Coroutine[Any, Any, T]], T]) -> ToolResult:
+                 wait: Callable[[Coroutine[Any, Any, T]], T], *, only_if_allowed: bool = False) -> ToolResult:
         """The call as `call` makes it, the same checks in the same order, made from sync code
         where `can_call_now`; `wait` runs what may wait (asking a person, when the policy does
         not simply allow the call, and an async tool) to its end on this thread's loop. A tool of
         plain sync code (`Tool.call_now`) then runs with no event loop at all: a loop and its task
-        cost a call of a small tool a sixth of its time."""
+        cost a call of a small tool a sixth of its time. `only_if_allowed`: see `WouldAsk`."""
         info = self._admit(tool, arguments, run)
         decision = decide(info, self.env.policy)
+        if decision.action != "allow" and only_if_allowed:
+            self._not_here(info, run)
         if decision.action != "allow":
             wait(self._enforce(decision, info, run))
         arguments, ctx = self._call_args(tool, info, {}, run, events)
@@ -206,6 +217,11 @@ class Dispatcher:
         self.validate(tool, arguments)
         self.precheck(tool, arguments)
         return self.call_info(tool, arguments)
+
+    @staticmethod
+    def _not_here(info: CallInfo, run: Run) -> None:
+        run.calls -= 1  # counted by `_admit`, and again when the call is made
+        raise WouldAsk(info.command)
 
     @staticmethod
     def _record(tool: Tool, info: CallInfo, result: ToolResult, run: Run) -> None:

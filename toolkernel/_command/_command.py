@@ -19,7 +19,7 @@ from . import _help
 from .. import _loop
 from ._catalog import Catalog
 from ._cli import Command, parse_input, split_command, take_save
-from .._approval._dispatch import Dispatcher
+from .._approval._dispatch import Dispatcher, WouldAsk
 from .._approval._policy import deny_rule_covers
 from .._errors import CallError, Denied, InvalidInput, Stopped, ToolFailed, Unavailable
 from .._names import fold
@@ -92,23 +92,32 @@ class ToolsCommand:
 
     # -- called by a runner, on the script's thread -----------------------------
 
-    def handle_sync(self, argv: list[str], stdin: str | None, cwd: str | None = None) -> Outcome:
+    def handle_sync(self, argv: list[str], stdin: str | None, cwd: str | None = None, *,
+                    now_only: bool = False) -> Outcome | None:
         """One `tools` line. `cwd` is the script's directory; tools resolve their
-        paths against the workspace, so it only matters to runners that move it."""
+        paths against the workspace, so it only matters to runners that move it.
+        `now_only`: None, having made no call, for a line that may wait on a hook or a
+        person (a hook is set, `--save`, a call the policy does not simply allow)."""
         known = self._known.get(tuple(argv))
         if known is not None and not self.interrupted and known.stdin_free(stdin) and self.dispatcher.can_call_now():
             try:  # a line parsed before: straight to the dispatcher, whose checks all run again
-                outcome = self._made_now(known.tool, dict(known.arguments))
+                outcome = self._made_now(known.tool, dict(known.arguments), now_only)
+            except WouldAsk:
+                return None
             except BaseException as exc:  # noqa: BLE001 - sorted out by _caught
                 return _caught(exc, self.stop_reason)
             return self._finished(outcome, known.command)
         command = self._parsed(argv)
         if isinstance(command, Outcome):
             return command
+        if now_only and ("--save" in command.args or not self.dispatcher.can_call_now()):
+            return None
         try:
-            outcome = self._call_now(command, stdin, argv)
+            outcome = self._call_now(command, stdin, argv, now_only)
             if outcome is None:
-                outcome = self._run(self.handle(argv, stdin, command), self._runs_here(command))
+                outcome = self._run(self.handle(argv, stdin, command, now_only=now_only), self._runs_here(command))
+        except WouldAsk:
+            return None
         except BaseException as exc:  # noqa: BLE001 - sorted out by _caught
             return _caught(exc, self.stop_reason)
         return self._finished(outcome, command)
@@ -153,7 +162,7 @@ class ToolsCommand:
             return False
         return not self.catalog.runs_on_private_loop(command.server, command.tool)
 
-    def _call_now(self, command: Command, stdin: str | None, argv: list[str]) -> Outcome | None:
+    def _call_now(self, command: Command, stdin: str | None, argv: list[str], now_only: bool = False) -> Outcome | None:
         """A call of an own tool bound to nothing on the private loop, made from this sync code
         (the dispatcher's `call_now`: the same checks); a plain sync tool runs with no event loop
         at all. None for any other command, which `handle` runs."""
@@ -168,7 +177,7 @@ class ToolsCommand:
         except CallError as exc:
             return _failure(exc)
         self._keep(argv, stdin, _Known(command, tool, arguments))
-        return self._made_now(tool, arguments)
+        return self._made_now(tool, arguments, now_only)
 
     def _keep(self, argv: list[str], stdin: str | None, known: "_Known") -> None:
         """Keep a parsed line that a script may run again (a loop's body), when its input is
@@ -180,10 +189,11 @@ class ToolsCommand:
             self._known.clear()
         self._known[tuple(argv)] = known._replace(arguments=dict(known.arguments))
 
-    def _made_now(self, tool: Tool, arguments: dict[str, Any]) -> Outcome:
+    def _made_now(self, tool: Tool, arguments: dict[str, Any], now_only: bool = False) -> Outcome:
         """The call through the dispatcher's `call_now`, and what the script sees of it."""
         try:
-            result = self.dispatcher.call_now(tool, arguments, self.run, self.events, self._wait_here)
+            result = self.dispatcher.call_now(tool, arguments, self.run, self.events, self._wait_here,
+                                              only_if_allowed=now_only)
         except CallError as exc:
             return _failure(exc)
         if result.images or result.is_error:
@@ -237,16 +247,17 @@ class ToolsCommand:
 
     # -- the command (on the private loop, or this thread's own) ---------------
 
-    async def handle(self, argv: list[str], stdin: str | None, command: Command | None = None) -> Outcome:
+    async def handle(self, argv: list[str], stdin: str | None, command: Command | None = None, *,
+                     now_only: bool = False) -> Outcome:
         try:
             if command is None:
                 command = split_command(argv, self.catalog.is_server, self.catalog.split_qualified)
-            return await self.run_command(command, stdin)
+            return await self.run_command(command, stdin, now_only=now_only)
         except CallError as exc:
             return _failure(exc)
 
-    async def run_command(self, command: Command, stdin: str | None) -> Outcome:
-        """One parsed command; a failure is raised as its `CallError`."""
+    async def run_command(self, command: Command, stdin: str | None, *, now_only: bool = False) -> Outcome:
+        """One parsed command; a failure is raised as its `CallError` (`now_only`: see `handle_sync`)."""
         if command.action == "help":
             await self.catalog.load_listed()
             return Outcome(_help.top_help(self.catalog, self._listed)
@@ -266,7 +277,7 @@ class ToolsCommand:
                 raise Denied(f"{tool.command} is denied by a rule of the policy: every call of it is refused")
             return Outcome(_help.tool_help(tool))
         save_to, args = take_save(command.args, tool.input_schema)
-        called = await self.call(tool, parse_input(args, tool.input_schema, stdin))
+        called = await self.call(tool, parse_input(args, tool.input_schema, stdin), now_only=now_only)
         if save_to is not None and called.failure is None:
             called = await self._save(called, save_to)
         return _outcome(called)
@@ -298,10 +309,10 @@ class ToolsCommand:
         """Lists leave out a tool that a deny rule covers whatever its input (issue 14)."""
         return not deny_rule_covers(self.dispatcher.env.policy, tool.qualified_name, tool.command, tool.kind)
 
-    async def call(self, tool: Tool, arguments: dict[str, Any]) -> Called:
+    async def call(self, tool: Tool, arguments: dict[str, Any], *, now_only: bool = False) -> Called:
         """The one call path of scripts, `%tools` and `toolkernel.call`: the dispatcher's
         checks, the call, then the result rendered (images saved under tool-images/)."""
-        result = await self.dispatcher.call(tool, arguments, self.run, self.events)
+        result = await self.dispatcher.call(tool, arguments, self.run, self.events, only_if_allowed=now_only)
         # Saving images is file I/O: keep it off the loop; text needs no thread.
         rendered = await asyncio.to_thread(render, result, self.workdir, tool) if result.images \
             else render(result, self.workdir, tool)

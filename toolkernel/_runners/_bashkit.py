@@ -1,8 +1,8 @@
 """Bashkit as a script runner: the only module that imports `bashkit`.
 
-Each run gets a fresh `Bash` whose `tools` command (a live command, or a sync
-builtin in scripts with many calls: see `_way`) calls the runner-free
-`ToolsCommand`. Nothing the `Bash` holds may hold the `Bash` back: such a cycle
+Each run gets a fresh `Bash` whose `tools` command (a live command, or in scripts
+with many calls a sync builtin that relays to one: see `_way`) calls the
+runner-free `ToolsCommand`. Nothing the `Bash` holds may hold the `Bash` back: such a cycle
 runs through Rust, where the garbage collector cannot see it, and every run
 would leak the interpreter and three file descriptors. So the builtin reaches
 the runner (which alone holds the `Bash`) through a weak reference.
@@ -54,7 +54,9 @@ class BashkitRunner:
         way = _way(script)
         watch = _CapWatch(events)
         builtin = _Builtin(command, events, weakref.ref(self))
-        bash = _new_bash(_LiveTools(builtin, watch) if way == "live" else builtin, command.workdir,
+        live = _LiveTools(builtin, watch)
+        relay = _Relay(builtin, live) if way == "relayed" else None
+        bash = _new_bash(builtin, live if way == "live" else None, relay, command.workdir,
                          env.guarded, self.read_only, env.shell)
         with self._lock:
             self._bash = bash
@@ -62,7 +64,7 @@ class BashkitRunner:
             bash.cancel()
         try:
             result = (bash.execute_sync(script, on_output=watch.output) if way == "sync"
-                      else _streamed(bash, script, watch))
+                      else _streamed(bash, script, watch, prelude=_Relay.FUNCTION if relay else ""))
         finally:
             with self._lock:
                 self._bash = None
@@ -92,17 +94,19 @@ class _Builtin:
         self.result = BuiltinResult
 
     def __call__(self, ctx) -> object:
-        if threading.get_ident() != self.script_thread:
-            _keep_thread_state()  # called on Bashkit's thread: under the async `execute`
+        _keep_thread_state_here(self.script_thread)
         outcome = self.command.handle_sync(ctx.argv, ctx.stdin, ctx.cwd)  # argv: a new list each time
         if outcome.stops_script:
-            # Bashkit drops a cancelled script's buffered output, so the error of the call
-            # that stopped the script reaches the cell by this side door.
-            self.events.stopped(outcome.stderr)
-            runner = self.runner()
-            if runner is not None:
-                runner.cancel()
+            self.stop(outcome.stderr)
         return self.result(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
+
+    def stop(self, error: str) -> None:
+        """End the script at a call that stopped it. Bashkit drops a cancelled script's
+        buffered output, so the error of the call reaches the cell by this side door."""
+        self.events.stopped(error)
+        runner = self.runner()
+        if runner is not None:
+            runner.cancel()
 
 
 class _LiveTools:
@@ -123,8 +127,14 @@ class _LiveTools:
         self.builtin, self.watch = builtin, watch
 
     async def __call__(self, ctx) -> int:
-        builtin = self.builtin
-        outcome = await builtin.command.handle_async(list(ctx.argv), lambda: _input(ctx.stdin), ctx.cwd)
+        return await self.call(ctx, list(ctx.argv), lambda: _input(ctx.stdin))
+
+    async def call(self, ctx, argv: list[str], read_stdin) -> int:
+        outcome = await self.builtin.command.handle_async(argv, read_stdin, ctx.cwd)
+        return await self.deliver(ctx, outcome)
+
+    async def deliver(self, ctx, outcome) -> int:
+        """Write a call's outcome to the script, or end the script at a call that stopped it."""
         if outcome.stops_script:
             await self._stop(outcome.stderr)
         else:
@@ -142,10 +152,81 @@ class _LiveTools:
         script waits here, and everything already printed arrives within milliseconds.
         """
         await self.watch.settled()
-        self.builtin.events.stopped(error)
-        runner = self.builtin.runner()
-        if runner is not None:
-            runner.cancel()
+        self.builtin.stop(error)
+
+
+class _Relay:
+    """`tools` in a script with many calls: made in place where that is cheap, handed to
+    the live command where it is not.
+
+    A live call costs Bashkit two trips between its thread and the script's loop (about
+    130 us, against 2 for a sync builtin: bench_builtin_paths.py), which a loop of quick
+    calls pays on every call. A sync builtin cannot write in chunks (a printed 8 MB result
+    peaked at 8x its size), and while it runs, Bashkit hands on no output before it. So
+    `tools` is a shell function (`FUNCTION`): the builtin `_tools_now` makes the call
+    (`ToolsCommand.handle_sync(now_only=True)`) and returns a small result itself; a large
+    result, a call that stops the script, a call that may wait on a hook or a person, and
+    the first call of a run and the first `FLUSH_EVERY` seconds after the last that went
+    this way (so that what the script printed reaches the cell), it leaves with the live
+    command `_tools_rest`, which the function runs next. So what a loop prints waits at
+    most for one call made in place, and only what it printed in the last `FLUSH_EVERY`. `command tools`, `xargs tools` and `$t` reach the builtin
+    `tools`, which returns any result whole.
+
+    Not for a loop that reads its input (`while read`): Bashkit (0.20.1) gives a function
+    that starts a pipeline in such a loop all of the loop's input when that input comes
+    from a live command, and the loop ends after one turn (`tests/test_relay.py`).
+    """
+
+    LATER = 199  # `_tools_now`'s status that says "run `_tools_rest`"
+    # Characters of output past which a result is written in chunks: below it the copies a
+    # sync builtin makes (about 7x the result) stay under 2 MB, and cost less than a trip.
+    LARGE = 1 << 18
+    FLUSH_EVERY = 0.05  # seconds: the longest the cell waits for a loop's printed lines
+    # What a tool itself exits with is kept: `_tools_rest` with nothing left exits LATER too.
+    FUNCTION = ("tools() { _tools_now \"$@\" || { local _tools_status=$?; if [ \"$_tools_status\" = %d ];"
+                " then _tools_rest; else return \"$_tools_status\"; fi; }; }" % LATER)
+
+    def __init__(self, builtin: _Builtin, live: _LiveTools) -> None:
+        self.builtin, self.live = builtin, live
+        self.left: tuple | None = None  # one at most: the function runs `_tools_rest` right after
+        self.flushed = float("-inf")  # the first call goes by the live command: it may be a slow one
+
+    def now(self, ctx) -> object:
+        """The builtin `_tools_now`, on Bashkit's thread."""
+        builtin = self.builtin
+        _keep_thread_state_here(builtin.script_thread)
+        argv, stdin = ctx.argv, ctx.stdin
+        outcome = None
+        if time.monotonic() - self.flushed < self.FLUSH_EVERY:
+            outcome = builtin.command.handle_sync(argv, stdin, ctx.cwd, now_only=True)
+        if outcome is None:
+            return self._later(("call", argv, stdin))
+        if outcome.stops_script or len(outcome.stdout) + len(outcome.stderr) > self.LARGE:
+            return self._later(("outcome", outcome))
+        return builtin.result(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
+
+    def _later(self, what: tuple) -> object:
+        self.left = what
+        return self.builtin.result(exit_code=self.LATER)
+
+    async def rest(self, ctx) -> int:
+        """The live command `_tools_rest`: what `_tools_now` left, on the script's loop."""
+        if self.left is None:
+            return self.LATER
+        # From its start: after a slow call, the next goes this way too, so that what the
+        # script prints between slow calls reaches the cell before each.
+        self.flushed = time.monotonic()
+        (kind, *what), self.left = self.left, None
+        if kind == "call":
+            argv, stdin = what
+            return await self.live.call(ctx, argv, _given(stdin))
+        return await self.live.deliver(ctx, what[0])
+
+
+def _given(stdin: str | None):
+    async def read() -> str | None:
+        return stdin
+    return read
 
 
 async def _input(stdin) -> str | None:
@@ -165,6 +246,11 @@ async def _write(stream, text: str, chunk: int) -> None:
 
 
 _kept = threading.local()
+
+
+def _keep_thread_state_here(script_thread: int) -> None:
+    if threading.get_ident() != script_thread:
+        _keep_thread_state()  # called on Bashkit's thread: under the async `execute`
 
 
 def _keep_thread_state() -> None:
@@ -188,20 +274,24 @@ def _keep_thread_state() -> None:
         pythonapi.PyGILState_Ensure()
 
 
-def _new_bash(tools: "_Builtin | _LiveTools", workdir: Path, plan: Protection, read_only: bool,
-              limits: ShellLimits):
+def _new_bash(builtin: _Builtin, live: "_LiveTools | None", relay: "_Relay | None", workdir: Path,
+              plan: Protection, read_only: bool, limits: ShellLimits):
     from bashkit import Bash, ExecutionProfile, FileSystem
 
     builtins = {"chmod": GuardedChmod(plan, read_only), "curl": _no_network, "wget": _no_network,
                 "ln": refuse_links, "link": refuse_links}
-    if isinstance(tools, _Builtin):
-        builtins["tools"] = tools
+    if live is None:
+        builtins["tools"] = builtin
+    if relay is not None:
+        builtins["_tools_now"] = relay.now
     # Interactive lifts Standard's 1 MiB caps on the script's output and on `jq` to 10 MiB;
     # what stays hard ends the run loudly (see _caps.py).
     bash = Bash(custom_builtins=builtins, cwd=str(workdir), profile=ExecutionProfile.Interactive,
                 **limits.bashkit_options())
-    if isinstance(tools, _LiveTools):
-        bash.add_command("tools", tools)
+    if live is not None:
+        bash.add_command("tools", live)
+    if relay is not None:
+        bash.add_command("_tools_rest", relay.rest)
     # Mounted at run time rather than through `mounts=`: the constructor prints a warning
     # for every writable mount to the process's stderr, which a kernel shows in the cell.
     bash.mount(str(workdir), FileSystem.real(str(workdir), writable=not read_only))
@@ -212,30 +302,36 @@ def _new_bash(tools: "_Builtin | _LiveTools", workdir: Path, plan: Protection, r
 
 
 _LOOPS = re.compile(r"\b(for|while|until|select|xargs)\b")
+_READS = re.compile(r"(?<![\w-])(read|mapfile|readarray)(?![\w-])")
+_FUNCTIONS = re.compile(r"\(\s*\)\s*[{(]|\bfunction\s")
 _MANY_CALLS = 10
 
 
 def _way(script: str) -> str:
-    """How Bashkit runs the script: "live", "sync" or "streamed".
+    """How Bashkit runs the script: "live", "relayed", "sync" or "streamed".
 
-    A script that calls `tools` (literally: a name built at run time, such as `$t`, still
-    works on the byte sinks, only each call costs more) runs on the byte sinks with `tools`
-    as a live command ("live"), so a result of any size streams. A live call costs about
-    0.6 ms more than a sync builtin under `execute_sync` (Bashkit alone ~380 us against ~5:
-    the call and each write are trips between Bashkit's thread and the script's loop;
-    bench_builtin_paths.py), which only counts when there are many calls: a script with a
-    loop, or with many calls written out, keeps `execute_sync` ("sync"), where a printed
-    result peaks at about 8x its size. A script that calls no tool streams on the byte
-    sinks ("streamed").
+    A script that calls `tools` (literally: a name built at run time, such as `$t`, reaches
+    the sync builtin, which returns a result whole) has `tools` as a live command ("live"),
+    so a result of any size streams and what came before a call reaches the cell while it
+    runs. A live call costs Bashkit about 130 us more than a sync builtin (the call and each
+    write are trips between Bashkit's thread and the script's loop; bench_builtin_paths.py),
+    which only counts when there are many calls: a script with a loop, or with many calls
+    written out, has the relay (`_Relay`), which makes quick calls in place, unless it reads
+    its input in a loop (see `_Relay`). A script that reads its input and defines a function
+    keeps `execute_sync` ("sync"): there a printed result peaks at about 8x its size, but
+    Bashkit's function trap (`_Relay`) needs a live command, which this way has not.
+    A script that calls no tool just streams ("streamed").
     """
     if "tools" not in script:
         return "streamed"
+    if _READS.search(script):
+        return "sync" if _FUNCTIONS.search(script) else "live"
     if _LOOPS.search(script) or len(re.findall(r"\btools\b", script)) > _MANY_CALLS:
-        return "sync"
+        return "relayed"
     return "live"
 
 
-def _streamed(bash, script: str, watch: "_CapWatch"):
+def _streamed(bash, script: str, watch: "_CapWatch", prelude: str = ""):
     """Run the script with its output streamed in small byte chunks.
 
     `execute_sync` hands each command's whole output to `on_output` and keeps the script's
@@ -254,6 +350,8 @@ def _streamed(bash, script: str, watch: "_CapWatch"):
         watch.output("", err.decode(chunk))
 
     async def execute():  # Bashkit's future must be made with the loop running
+        if prelude:  # what the script finds defined (a run keeps its functions from one execute to the next)
+            await bash.execute(prelude, stdout=stdout, stderr=stderr)
         return await bash.execute(script, stdout=stdout, stderr=stderr)
 
     try:
