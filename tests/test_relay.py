@@ -66,6 +66,8 @@ def run(session: Session, script: str, **kwargs):
     ("\n".join(["tools sized size=3"] * 11), "relayed"),
     ("tools lines | while read n; do tools sized size=3; done", "live"),
     ("tools lines | while read n; do f() { echo $1; }; f $n | cat; done", "sync"),
+    ("tools lines | for i in 1 2; do head -1; tools sized size=1; done", "live"),  # a loop a pipe feeds
+    ("for i in 1 2; do head -1; tools sized size=1; done < data.txt", "live"),
     ("for i in 1; do tools read-file path=x; done", "relayed"),  # read-file is not `read`
     ("echo no tool", "streamed"),
 ])

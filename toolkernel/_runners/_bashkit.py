@@ -302,7 +302,8 @@ def _new_bash(builtin: _Builtin, live: "_LiveTools | None", relay: "_Relay | Non
 
 
 _LOOPS = re.compile(r"\b(for|while|until|select|xargs)\b")
-_READS = re.compile(r"(?<![\w-])(read|mapfile|readarray)(?![\w-])")
+# A loop that reads its input: `read`, or a loop a pipe or a redirection feeds.
+_READS = re.compile(r"(?<![\w-])(read|mapfile|readarray)(?![\w-])|\|\s*(for|while|until|select)\b|\bdone\s*<")
 _FUNCTIONS = re.compile(r"\(\s*\)\s*[{(]|\bfunction\s")
 _MANY_CALLS = 10
 
