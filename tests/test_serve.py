@@ -392,6 +392,58 @@ def test_http_requests_without_the_token_are_refused(http_server):
         assert response.status_code == 401 and token not in response.text
 
 
+@contextmanager
+def serving_untold(work: Path, *extra: str):
+    """`toolkernel serve --http` on loopback given no token: (url, the stderr lines so far)."""
+    port = free_port()
+    env = {k: v for k, v in server_env().items() if k != "TOOLKERNEL_SERVE_TOKEN"}
+    proc = subprocess.Popen([sys.executable, "-m", "toolkernel", "serve", "--http", f"127.0.0.1:{port}", *extra],
+                            cwd=work, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    assert proc.poll() is None, proc.stderr.read()
+    try:
+        yield f"http://127.0.0.1:{port}/mcp", proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+HELLO = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+
+
+def test_loopback_without_a_token_gets_a_new_one_shown_at_the_start(tmp_path):
+    # Loopback is every local user's and every program's: a served shell must not be open to them.
+    with serving_untold(project(tmp_path)) as (url, proc):
+        line = proc.stderr.readline()
+        token = re.search(r"Authorization: Bearer ([\w-]+)", line).group(1)
+        assert len(token) >= 32 and url in line
+        accept = {"Accept": "application/json, text/event-stream"}
+        assert httpx.post(url, json=HELLO, headers=accept, timeout=WAIT).status_code == 401
+
+        async def listed():
+            async with over_http(url, token) as client:
+                return [t.name for t in (await client.list_tools()).tools]
+
+        assert "bash" in run(listed)
+
+
+def test_no_token_serves_loopback_open_and_never_off_it(tmp_path):
+    with serving_untold(project(tmp_path), "--no-token") as (url, _):
+        accept = {"Accept": "application/json, text/event-stream"}
+        assert httpx.post(url, json=HELLO, headers=accept, timeout=WAIT).status_code == 200
+    for argv in (["--http", "0.0.0.0:8999", "--no-token"], ["--http", "127.0.0.1:8999", "--no-token", "--token", "t"]):
+        done = subprocess.run([sys.executable, "-m", "toolkernel", "serve", *argv], cwd=tmp_path, env=server_env(),
+                              capture_output=True, text=True, timeout=WAIT)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+
+
 def test_off_loopback_without_a_token_does_not_start(tmp_path):
     done = subprocess.run([sys.executable, "-m", "toolkernel", "serve", "--http", "0.0.0.0:8999"],
                           cwd=tmp_path, env=server_env(), capture_output=True, text=True, timeout=WAIT)

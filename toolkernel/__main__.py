@@ -100,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="serve Tools in Shell to an MCP client (stdio, or --http)")
     serve.add_argument("--http", metavar="HOST:PORT", help="streamable HTTP at /mcp instead of stdio")
     serve.add_argument("--token", default=os.environ.get("TOOLKERNEL_SERVE_TOKEN"),
-                       help="a bearer token every HTTP request must carry (required off loopback);"
-                            " default $TOOLKERNEL_SERVE_TOKEN, which other users cannot see in `ps`")
+                       help="the bearer token every HTTP request must carry; default $TOOLKERNEL_SERVE_TOKEN"
+                            " (which other users cannot see in `ps`), else a new one, printed at the start")
+    serve.add_argument("--no-token", action="store_true",
+                       help="on loopback only: no token (any local user or program can then run tools)")
     serve.add_argument("--workdir", type=Path, default=Path.cwd(), help="the working directory (default: here)")
     paired = serve.add_argument_group("a notebook the agent edits and runs (notebook_read, notebook_edit, notebook_run)")
     paired.add_argument("--notebook", metavar="PATH", help="the notebook (.ipynb); with --kernel, --existing or --server")
@@ -156,7 +158,8 @@ def run_serve(args: argparse.Namespace) -> int:
         print("toolkernel serve: --kernel, --existing and --server pair a notebook: give --notebook PATH",
               file=sys.stderr)
         return 2
-    return serve_command(args.workdir, http=args.http, token=args.token, notebook=notebook)
+    return serve_command(args.workdir, http=args.http, token=args.token, notebook=notebook,
+                         no_token=args.no_token)
 
 
 def run_approve(args: argparse.Namespace) -> int:

@@ -354,19 +354,21 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def serve_command(workdir: Path, *, http: str | None = None, token: str | None = None,
-                  notebook: Mapping[str, Any] | None = None) -> int:
+                  notebook: Mapping[str, Any] | None = None, no_token: bool = False) -> int:
     """`toolkernel serve`: returns the exit code; a bad address, a missing token or a
     notebook that cannot be paired is one line on stderr."""
     import sys
 
     tool_server = ToolServer(workdir, notebook=notebook)
     try:
-        address = parse_address(http, token) if http is not None else None
+        address = parse_address(http, token, no_token) if http is not None else None
         if paired := tool_server.pair():
             print(f"toolkernel serve: {paired}", file=sys.stderr)
         if address is None:
             anyio.run(serve_stdio, tool_server)
         else:
+            if token is None and not no_token:
+                token = new_token(*address)
             serve_http(tool_server, *address, token)
     except (ValueError, CallError) as exc:
         print(f"toolkernel serve: {getattr(exc, 'message', exc)}", file=sys.stderr)
@@ -376,15 +378,31 @@ def serve_command(workdir: Path, *, http: str | None = None, token: str | None =
     return 0
 
 
-def parse_address(text: str, token: str | None) -> tuple[str, int]:
+def parse_address(text: str, token: str | None, no_token: bool = False) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     if not sep or not port.isdigit():
         raise ValueError(f"--http wants HOST:PORT, not {text!r}")
-    if host not in _LOOPBACK and not token:
+    if host not in _LOOPBACK and (no_token or not token):
         raise ValueError(f"{host} is not a loopback address: anyone who reaches it could run tools;"
                          " give --token (clients send `Authorization: Bearer TOKEN`)")
+    if no_token and token:
+        raise ValueError("--no-token and a token (--token or $TOOLKERNEL_SERVE_TOKEN) contradict each other")
     return host, int(port)
+
+
+def new_token(host: str, port: int) -> str:
+    """A token for this serve, shown once on stderr: loopback is every local user's and every
+    program's (a browser page among them), so it gets a token unless told otherwise."""
+    import secrets
+    import sys
+
+    token = secrets.token_urlsafe(24)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"toolkernel serve: http://{shown}:{port}/mcp wants the header `Authorization: Bearer {token}`"
+          " (choose the token with --token or $TOOLKERNEL_SERVE_TOKEN; --no-token serves without one)",
+          file=sys.stderr, flush=True)
+    return token
 
 
 def http_app(tool_server: ToolServer, host: str, token: str | None) -> Any:
