@@ -77,7 +77,9 @@ def test_which_way_a_script_runs(script, way):
 
 @pytest.mark.parametrize("body", ["tools sized size=5", "echo '{\"n\": 7}' | tools echo-input -",
                                   "command tools sized size=5", "t=tools; $t sized size=5",
-                                  "tools sized size=200000 | wc -c", "x=$(tools sized size=100000); echo ${#x}"])
+                                  "tools sized size=200000 | wc -c", "x=$(tools sized size=100000); echo ${#x}",
+                                  "tools sized size=5 > out.txt; tools sized size=300000 >> out.txt; wc -c < out.txt",
+                                  "tools sized size=5 >/dev/null; tools sized size=300000 2>&1 >/dev/null"])
 def test_a_call_in_a_loop_gives_what_it_gives_outside_one(session, body):
     alone, alone_sink = run(session, body)
     looped, looped_sink = run(session, f"for i in 1 2 3; do {body}; done")
