@@ -52,6 +52,20 @@ alternating with main's code before in a detached worktree (ratio median, CPU ra
 The script's own time per call (best of the rounds) went from 129-133 to 118-120 us at 200
 lines and from 305-470 to 248-412 us at 2,000; the ratios swing with `read_text`, which
 itself measured 19 us in one run and 35 in the next at this load. 2,000 lines: missed.
+
+2026-12-01, later (a new machine, about 3x faster on this code: `read_text` 9-10 us):
+- main before the relay (`_bashkit._Relay`, loops' `tools` a shell function so that a large
+  result streams): 200 lines 3.8x, 3.7x (script 36 us); 2,000 lines 6.9x, 6.8x (105 us). So on
+  this machine 200 lines met 5x already; the figures above were a slower machine's.
+- with the relay, same minutes, load 0.5-0.6: 200 lines 5.6x, 5.7x (53-54 us); 2,000 lines 8.7x,
+  8.9x (133 us). What the relay adds per call: the byte sinks about 4 us, Bashkit's call of the
+  shell function about 8 us (10-14 us with the result passing through it), and the call that
+  goes by the live command every 50 ms. Missed again at both sizes, in exchange for a printed
+  result in a loop peaking at 1.1x its size instead of 8x (bench_memory.py).
+- tried the same day and not kept: handing the identity the resolution took (device, inode,
+  ctime) to the tool, so that a file found unchanged skips the readlink in /proc: 2 us a call
+  (3.6x -> 3.5x), within the spread of the runs, for a new path through the checked open that
+  also accepts a file whose folder above moved after the check.
 """
 
 from __future__ import annotations
