@@ -238,3 +238,28 @@ def test_mcp_calls_in_a_loop_are_made_in_place_and_one_that_asks_goes_by_the_liv
         assert sink.stdout_text == "turn fix-x\ndeleted branch fix-x\nturn wip-auth\ndeleted branch wip-auth\n"
     finally:
         session.close()
+
+
+def test_an_interrupt_cancels_an_async_call_made_in_place(session, python_sigint, monkeypatch):
+    import _thread
+
+    monkeypatch.setattr(_Relay, "FLUSH_EVERY", 600.0)
+    started, cancelled = threading.Event(), threading.Event()
+
+    @tool("hang", description="Waits a minute.", kind="read", input_schema={"type": "object"})
+    async def hang(arguments, ctx):
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "woke\n"
+
+    session.register_tools([hang])
+    threading.Thread(target=lambda: started.wait(60) and _thread.interrupt_main(), daemon=True).start()
+    began = time.monotonic()
+    result, sink = run(session, "for i in 1 2; do tools sized size=1; tools hang; echo after; done")
+    assert result.interrupted and result.exit_code == 130
+    assert time.monotonic() - began < 50 and cancelled.is_set()
+    assert "after" not in sink.stdout_text
