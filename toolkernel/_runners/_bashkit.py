@@ -169,8 +169,9 @@ class _Relay:
     the first call of a run and the first `FLUSH_EVERY` seconds after the last that went
     this way (so that what the script printed reaches the cell), it leaves with the live
     command `_tools_rest`, which the function runs next. So what a loop prints waits at
-    most for one call made in place, and only what it printed in the last `FLUSH_EVERY`. `command tools`, `xargs tools` and `$t` reach the builtin
-    `tools`, which returns any result whole.
+    most for one call made in place, and only what it printed in the last `FLUSH_EVERY`.
+    `command tools`, `xargs tools` and `$t` reach the builtin `tools`, which returns any
+    result whole.
 
     Not for a loop that reads its input (`while read`): Bashkit (0.20.1) gives a function
     that starts a pipeline in such a loop all of the loop's input when that input comes
