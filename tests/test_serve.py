@@ -353,7 +353,16 @@ def serving_http(work: Path):
     """`toolkernel serve --http` in `work`, on a free loopback port, with a token: (url, token)."""
     port, token = free_port(), "s3cret-token"
     proc = subprocess.Popen([sys.executable, "-m", "toolkernel", "serve", "--http", f"127.0.0.1:{port}",
-                             "--token", token], cwd=work, env=server_env(), stderr=subprocess.PIPE)
+                             "--token", token], cwd=work, env=server_env(), stderr=subprocess.PIPE, text=True)
+    wait_for_port(proc, port)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp", token
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def wait_for_port(proc: subprocess.Popen, port: int) -> None:
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -361,12 +370,7 @@ def serving_http(work: Path):
             break
         except OSError:
             time.sleep(0.2)
-    assert proc.poll() is None, proc.stderr.read().decode()
-    try:
-        yield f"http://127.0.0.1:{port}/mcp", token
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+    assert proc.poll() is None, proc.stderr.read()
 
 
 @asynccontextmanager
@@ -381,41 +385,31 @@ async def over_http(url: str, token: str, elicit=None):
                 yield client
 
 
+HELLO = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+
+
 def test_http_requests_without_the_token_are_refused(http_server):
     url, token, _, _ = http_server
-    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-             "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                        "clientInfo": {"name": "t", "version": "0"}}}
-    accept = {"Accept": "application/json, text/event-stream"}
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": token}):
-        response = httpx.post(url, json=hello, headers={**accept, **headers}, timeout=WAIT)
+        response = httpx.post(url, json=HELLO, headers={**ACCEPT, **headers}, timeout=WAIT)
         assert response.status_code == 401 and token not in response.text
 
 
 @contextmanager
 def serving_untold(work: Path, *extra: str):
-    """`toolkernel serve --http` on loopback given no token: (url, the stderr lines so far)."""
+    """`toolkernel serve --http` on loopback given no token: (url, the process, its stderr unread)."""
     port = free_port()
     env = {k: v for k, v in server_env().items() if k != "TOOLKERNEL_SERVE_TOKEN"}
     proc = subprocess.Popen([sys.executable, "-m", "toolkernel", "serve", "--http", f"127.0.0.1:{port}", *extra],
                             cwd=work, env=env, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.2)
-    assert proc.poll() is None, proc.stderr.read()
+    wait_for_port(proc, port)
     try:
         yield f"http://127.0.0.1:{port}/mcp", proc
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-
-
-HELLO = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
 
 
 def test_loopback_without_a_token_gets_a_new_one_shown_at_the_start(tmp_path):
@@ -424,8 +418,7 @@ def test_loopback_without_a_token_gets_a_new_one_shown_at_the_start(tmp_path):
         line = proc.stderr.readline()
         token = re.search(r"Authorization: Bearer ([\w-]+)", line).group(1)
         assert len(token) >= 32 and url in line
-        accept = {"Accept": "application/json, text/event-stream"}
-        assert httpx.post(url, json=HELLO, headers=accept, timeout=WAIT).status_code == 401
+        assert httpx.post(url, json=HELLO, headers=ACCEPT, timeout=WAIT).status_code == 401
 
         async def listed():
             async with over_http(url, token) as client:
@@ -436,8 +429,7 @@ def test_loopback_without_a_token_gets_a_new_one_shown_at_the_start(tmp_path):
 
 def test_no_token_serves_loopback_open_and_never_off_it(tmp_path):
     with serving_untold(project(tmp_path), "--no-token") as (url, _):
-        accept = {"Accept": "application/json, text/event-stream"}
-        assert httpx.post(url, json=HELLO, headers=accept, timeout=WAIT).status_code == 200
+        assert httpx.post(url, json=HELLO, headers=ACCEPT, timeout=WAIT).status_code == 200
     for argv in (["--http", "0.0.0.0:8999", "--no-token"], ["--http", "127.0.0.1:8999", "--no-token", "--token", "t"]):
         done = subprocess.run([sys.executable, "-m", "toolkernel", "serve", *argv], cwd=tmp_path, env=server_env(),
                               capture_output=True, text=True, timeout=WAIT)
