@@ -398,10 +398,13 @@ def test_http_requests_without_the_token_are_refused(http_server):
 
 
 @contextmanager
-def serving_untold(work: Path, *extra: str):
-    """`toolkernel serve --http` on loopback given no token: (url, the process, its stderr unread)."""
+def serving_untold(work: Path, *extra: str, given: str | None = None):
+    """`toolkernel serve --http` on loopback given no token (or `given` as $TOOLKERNEL_SERVE_TOKEN):
+    (url, the process, its stderr unread)."""
     port = free_port()
     env = {k: v for k, v in server_env().items() if k != "TOOLKERNEL_SERVE_TOKEN"}
+    if given is not None:
+        env["TOOLKERNEL_SERVE_TOKEN"] = given
     proc = subprocess.Popen([sys.executable, "-m", "toolkernel", "serve", "--http", f"127.0.0.1:{port}", *extra],
                             cwd=work, env=env, stderr=subprocess.PIPE, text=True)
     wait_for_port(proc, port)
@@ -412,9 +415,11 @@ def serving_untold(work: Path, *extra: str):
         proc.wait(timeout=60)
 
 
-def test_loopback_without_a_token_gets_a_new_one_shown_at_the_start(tmp_path):
-    # Loopback is every local user's and every program's: a served shell must not be open to them.
-    with serving_untold(project(tmp_path)) as (url, proc):
+@pytest.mark.parametrize("given", [None, ""])
+def test_loopback_without_a_token_gets_a_new_one_shown_at_the_start(tmp_path, given):
+    # Loopback is every local user's and every program's: a served shell must not be open to
+    # them, nor guarded by an empty token that `Authorization: Bearer ` would match.
+    with serving_untold(project(tmp_path), given=given) as (url, proc):
         line = proc.stderr.readline()
         token = re.search(r"Authorization: Bearer ([\w-]+)", line).group(1)
         assert len(token) >= 32 and url in line

@@ -359,6 +359,7 @@ def serve_command(workdir: Path, *, http: str | None = None, token: str | None =
     notebook that cannot be paired is one line on stderr."""
     import sys
 
+    token = token or None  # an empty token (`TOOLKERNEL_SERVE_TOKEN=`) would let `Bearer ` in
     tool_server = ToolServer(workdir, notebook=notebook)
     try:
         address = parse_address(http, token, no_token) if http is not None else None
