@@ -359,6 +359,38 @@ def test_notebook_run_marks_its_cells_as_an_agents(kernel, workdir, agent_config
         kernel.execute("%tools unpair")
 
 
+def test_an_agents_bash_cell_does_not_run_where_nothing_checks_it(kernel, workdir, agent_config):
+    # The mark alone failed open: a kernel without toolkernel loaded (a plain python3, or the
+    # same kernel after `restart`) ran IPython's own %%bash, unchecked by the Bash(...) rules.
+    kernel.execute_ok("%tools pair agent.ipynb --kernel python3", timeout=180)
+    run = "toolkernel.call('notebook-run', notebook_path='agent.ipynb', code={!r}{})"
+    try:
+        kernel.execute_ok("import toolkernel")
+        refused = kernel.execute(run.format("%%bash\ntouch plain.txt", ""))
+        assert refused.status == "error" and "toolkernel_agent_bash" in refused.error["evalue"]
+        assert not (workdir / "plain.txt").exists()
+        kernel.execute_ok(run.format("%load_ext toolkernel", ""))
+        restarted = kernel.execute(run.format("%%bash\ntouch restarted.txt", ", restart=True"))
+        assert restarted.status == "error" and not (workdir / "restarted.txt").exists()
+        kernel.execute_ok(run.format("%load_ext toolkernel", ""))
+        assert kernel.value(run.format("%%bash\necho checked", "")).strip() == "checked"
+    finally:
+        kernel.execute("%tools unpair")
+
+
+@pytest.mark.parametrize("cell, line, body", [
+    ("%%bash\ntouch x", "", "touch x\n"),
+    ("\n  %%bash --out v\n  touch x", "--out v", "touch x\n"),  # IPython drops blank lines and the indent
+    (">>> %%bash\n>>> touch x", "", "touch x\n"),  # and prompts
+])
+def test_an_agents_bash_cell_is_sent_as_the_magic_only_toolkernel_defines(cell, line, body):
+    from toolkernel._providers._notebook._connection import agent_code
+
+    assert agent_code(cell) == f"get_ipython().run_cell_magic('toolkernel_agent_bash', {line!r}, {body!r})\n"
+    for other in ("import os", "%%timeit\nx = 1", "%%bashx\ny", "'%%bash'"):
+        assert agent_code(other) == other
+
+
 # -- no sandbox: what a host cell changes stays changed, and workspace trust guards what is used --
 
 

@@ -8,6 +8,7 @@ the kernel goes idle, then take the reply. Subclasses only move messages
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import time
 from abc import ABC, abstractmethod
@@ -120,7 +121,7 @@ class KernelConnection(ABC):
         """Run `code`; `on_output` is awaited each time the outputs so far change (to stream them)."""
         async with self._lock:
             await self._require_alive()
-            msg_id = await self._send_execute(code)
+            msg_id = await self._send_execute(agent_code(code))
             execution = Execution()
             collector = OutputCollector(execution, on_output)
             try:
@@ -224,3 +225,42 @@ EXECUTE_CONTENT = {"silent": False, "store_history": True, "user_expressions": {
 # hostbash (issue 13): marks the request as an agent's, never a person's; a `%%bash`
 # cell that sees it in its parent message is checked against Bash(...) rules.
 AGENT_METADATA = {"toolkernel": {"started_by": "agent"}}
+# The cell magic only a kernel with toolkernel loaded defines (`_hostbash/_magic.py`): it
+# runs a `%%bash` cell as an agent's, whatever the request's metadata says.
+AGENT_BASH_MAGIC = "toolkernel_agent_bash"
+
+
+def agent_code(code: str) -> str:
+    """`code` as an agent's request sends it: a `%%bash` cell, as IPython reads it, becomes a
+    call of `AGENT_BASH_MAGIC`. The mark alone fails open: a kernel without toolkernel loaded
+    (a plain `--kernel python3`, or any kernel after `restart`) runs IPython's own `%%bash`,
+    unchecked, while it finds no such magic and runs nothing."""
+    if "%%" not in code:  # no cell magic without it: spares importing IPython's transformer
+        return code
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    # IPython's own reading (blank lines, indents and prompts dropped), as the kernel does it.
+    call = _cell_magic_call(TransformerManager().transform_cell(code))
+    if call is None or call[0] != "bash":
+        return code
+    _, line, body = call
+    return f"get_ipython().run_cell_magic({AGENT_BASH_MAGIC!r}, {line!r}, {body!r})\n"
+
+
+def _cell_magic_call(python: str) -> tuple[str, str, str] | None:
+    """(name, line, body) when `python` is IPython's `get_ipython().run_cell_magic(...)` line."""
+    try:
+        tree = ast.parse(python)
+    except SyntaxError:
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Expr):
+        return None
+    call = tree.body[0].value
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "run_cell_magic" and len(call.args) == 3):
+        return None
+    try:
+        name, line, body = (ast.literal_eval(arg) for arg in call.args)
+    except ValueError:
+        return None
+    return (name, line, body) if all(isinstance(v, str) for v in (name, line, body)) else None

@@ -15,6 +15,9 @@ from ..._frontends import _report
 from ..._errors import ConfigError, Unavailable
 from ..._frontends._magic import IPythonSink, ScriptFailed, _stdin_allowed, shell_args
 
+# The name toolkernel's notebook-run gives an agent's `%%bash` cell (`_notebook/_connection.py`).
+AGENT_BASH_MAGIC = "toolkernel_agent_bash"
+
 
 class _CapturingSink(IPythonSink):
     """`--out`/`--err`: that stream goes into the variable instead of the cell, as in IPython."""
@@ -67,6 +70,18 @@ class HostBashMagics(Magics):
         `display FILE` shows an image in the cell. Interrupting ends the whole
         process group.
         """
+        from ._cell import started_by_agent
+
+        return self._bash(line, cell, agent=started_by_agent(self.shell))
+
+    @cell_magic(AGENT_BASH_MAGIC)
+    @no_var_expand
+    def agent_bash(self, line: str, cell: str):
+        """An agent's `%%bash` cell as toolkernel's notebook-run sends it: always checked
+        against the Bash(...) rules (a kernel without toolkernel has no such magic)."""
+        return self._bash(line, cell, agent=True)
+
+    def _bash(self, line: str, cell: str, *, agent: bool):
         args = parse_argstring(self.bash, line)
         if args.read_only:
             raise UsageError("%%bash: --read-only needs the sandbox, host bash has none; use %%tools --read-only")
@@ -74,10 +89,9 @@ class HostBashMagics(Magics):
             raise UsageError("%%bash: --timeout takes a number of seconds above 0")
         if args.proc and not args.bg:
             raise UsageError("%%bash: --proc needs --bg")
-        from ._cell import started_by_agent
         from ._runner import HostBashRunner
 
-        runner = HostBashRunner(self.channel, timeout=args.timeout, agent=started_by_agent(self.shell))
+        runner = HostBashRunner(self.channel, timeout=args.timeout, agent=agent)
         try:
             if args.bg:
                 return self._background(cell, args, runner)
