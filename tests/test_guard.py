@@ -42,6 +42,7 @@ def project_toml(record, mode=None, deny=("read_file(path=secret*)",)) -> str:
         '[[hooks]]\nevent = "pre_call"\nmatch = "mcp_github__delete_branch"\ncommand = ["sh", "hooks/guard.sh"]\n',
         # A command tool the person declared read-only runs unasked: its code must stay theirs.
         f'[tools.stats]\ncommand = [{json.dumps(sys.executable)}, "tool.py", "{{{{ input.q }}}}"]\nread_only = true\n',
+        f'[tools.pretty]\ncommand = [{json.dumps(sys.executable)}, "-m", "json.tool", "--help"]\nread_only = true\n',
         policy_section(mode=mode, deny=deny),
     ])
 
@@ -54,8 +55,9 @@ def project(tmp_path, monkeypatch):
     record = tmp_path / "record.jsonl"
     (work / "toolkernel.toml").write_text(project_toml(record))
     (work / "hooks" / "guard.sh").write_text(ASK_HOOK)
-    (work / "srv.py").write_text("print('the project server')\n")
-    (work / "tool.py").write_text("print('the project tool')\n")
+    # Both import a module: Python looks for it first beside the script, in the workspace.
+    (work / "srv.py").write_text("import json\nprint('the project server')\n")
+    (work / "tool.py").write_text("import json\nprint('the project tool')\n")
     (work / "secret.txt").write_text("s3cret")
     TrustStore().trust(work)
     sessions: list[Session] = []
@@ -132,6 +134,22 @@ def attempt_then_check_the_next_run(project, name, script):
     assert "needs_approval" in error_codes(err), err
     assert not (work / "pwned").exists(), f"{name}: planted code ran on the host"
     assert run(kernel, "tools read-file path=secret.txt")[0].exit_code == 1
+
+
+@pytest.mark.parametrize("plant", [
+    f'printf "{PLANT}" > json.py',  # beside a script: its folder comes first on sys.path
+    f'mkdir json; printf "{PLANT}" > json/__init__.py; : > json/tool.py',  # -m: the working directory
+])
+def test_a_module_a_script_writes_does_not_run_in_the_programs_toolkernel_starts(project, monkeypatch, plant):
+    work, record, session = project
+    monkeypatch.chdir(work)  # a kernel runs in its workspace, and so do the servers it starts
+    kernel = session()
+    run(kernel, plant)
+    for call, works in (("tools stats q=1", "the project tool"), ("tools pretty", "json.tool"),
+                        ("tools local --help", "the project server")):  # srv.py is no MCP server
+        result, err = run(kernel, call)
+        assert works in result.stdout + err, err
+        assert not (work / "pwned").exists(), f"{call}: a module a script wrote ran on the host"
 
 
 def test_a_hook_rewritten_in_the_run_cannot_allow_a_call_in_the_same_run(project):

@@ -267,7 +267,8 @@ def test_command_hook_gets_the_call_on_stdin_and_a_minimal_env(tmp_path, monkeyp
         "input": {"repo": "acme/api", "number": 7}, "kind": "read", "outside_workspace": False,
     }
     assert SECRET not in json.dumps(seen["env"])
-    assert set(seen["env"]) - {"LC_CTYPE"} <= {"PATH", "HOME", "LANG", "TOOLKERNEL_HOOK_EVENT", "TOOLKERNEL_HOOK_TOOL"}
+    assert set(seen["env"]) - {"LC_CTYPE"} <= {"PATH", "HOME", "LANG", "TOOLKERNEL_HOOK_EVENT", "TOOLKERNEL_HOOK_TOOL",
+                                             "PYTHONSAFEPATH"}
     assert seen["env"]["PATH"] == os.environ["PATH"]
     assert seen["env"]["TOOLKERNEL_HOOK_TOOL"] == "mcp_github__get_pull"
     assert Path(seen["cwd"]) == tmp_path

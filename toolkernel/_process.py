@@ -29,6 +29,19 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
 
 _CHUNK = 65536
+# Python puts the working directory (`-m`, `-c`) or the script's folder first on sys.path.
+# Programs toolkernel starts run in the workspace, where scripts write: a `json.py` a script
+# left there ran on the host inside the next Python server, hook or command tool that
+# imported json. PYTHONSAFEPATH (Python 3.11+) leaves that path out; a config `env` that
+# names it (`PYTHONSAFEPATH = ""`) decides for itself.
+SAFE_PATH = "PYTHONSAFEPATH"
+
+
+def program_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment of a program toolkernel starts: `env` (None: this process's), with
+    PYTHONSAFEPATH set unless `env` names it."""
+    base = os.environ if env is None else env
+    return {**base} if SAFE_PATH in base else {**base, SAFE_PATH: "1"}
 
 Stream = Literal["stdout", "stderr"]
 
@@ -100,7 +113,7 @@ class _Child:
         self.popen = subprocess.Popen(
             argv, bufsize=0, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=dict(env) if env is not None else None, cwd=cwd, **_own_group())
+            env=program_env(env), cwd=cwd, **_own_group())
         try:
             self.pidfd = os.pidfd_open(self.popen.pid)
         except OSError:

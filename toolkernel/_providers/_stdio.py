@@ -48,6 +48,8 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
+from .._process import program_env
+
 _READ_SIZE = 1 << 20
 _EXIT_GRACE = 2.0  # for the server to exit on its own once its stdin closes
 _KILL_GRACE = 2.0  # between SIGTERM and SIGKILL of its process group
@@ -71,7 +73,7 @@ async def stdio_transport(
     stdout_read, stdout_write = os.pipe()
     try:
         process = await anyio.open_process(
-            [command, *args], env=get_default_environment() | dict(env), stdin=stdin_read, stdout=stdout_write,
+            [command, *args], env=program_env(get_default_environment() | dict(env)), stdin=stdin_read, stdout=stdout_write,
             stderr=errlog, cwd=cwd, start_new_session=True,
         )
     except BaseException:
