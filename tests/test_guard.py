@@ -152,6 +152,24 @@ def test_a_module_a_script_writes_does_not_run_in_the_programs_toolkernel_starts
         assert not (work / "pwned").exists(), f"{call}: a module a script wrote ran on the host"
 
 
+def test_what_npx_would_run_from_the_workspace_cannot_be_written(project):
+    # npx -y PKG runs the bin of a node_modules/PKG it finds in its folder (or above) before
+    # fetching anything; .npmrc's node-options loads any file. Nothing here starts npx.
+    work, record, session = project
+    plant = ("mkdir -p node_modules/.bin; printf '#!/bin/sh\\ntouch pwned\\n' > node_modules/.bin/mcp-x;"
+             " echo 'node-options=--require ./x.js' > .npmrc; echo '{}' > package.json")
+    server = '[mcp_servers.npx]\ncommand = "npx"\nargs = ["-y", "mcp-x"]\nload = "on-demand"\n'
+    (work / "toolkernel.toml").write_text(server + project_toml(record))
+    TrustStore().trust(work)
+    result, err = run(session(), plant)
+    assert result.exit_code != 0
+    assert not any((work / name).is_file() for name in ("node_modules/.bin/mcp-x", ".npmrc", "package.json")), err
+    (work / "toolkernel.toml").write_text(project_toml(record))  # no Node program: they are the script's
+    TrustStore().trust(work)
+    assert run(session(), plant)[0].exit_code == 0
+    assert (work / "node_modules" / ".bin" / "mcp-x").is_file() and (work / ".npmrc").is_file()
+
+
 def test_a_hook_rewritten_in_the_run_cannot_allow_a_call_in_the_same_run(project):
     work, record, session = project
     result, err = run(session(), f"printf '{ALLOW_HOOK}' > hooks/guard.sh\n{CALL}")

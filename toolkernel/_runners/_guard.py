@@ -25,7 +25,8 @@ calls; in the sandbox, at the top of the workspace),
 does), the user config folder, the admin file and the trust records when they lie
 in the workspace, in a workspace that is the home folder every dot entry at its
 top (shell, IPython, ssh and git config), and every workspace file a configured
-server or hook executes (named in its `command` or `args`). Config files a script
+server or hook executes (named in its `command` or `args`; for Node and its package
+runners also `node_modules`, `package.json` and `.npmrc` where they look). Config files a script
 creates deeper in the tree cannot be refused this way; they are caught by
 workspace trust instead (a new file is never trusted, see `_trust`).
 
@@ -194,7 +195,17 @@ def executed_files(commands: Iterable[tuple[Sequence[str], str | None]],
             looked_at.append(str(base / word))
             if "/" in word or os.path.lexists(base / word):
                 found.append(_real(base / word, looked_at))
+        if os.path.basename(argv[0]) in _NODE:
+            found += [_real(folder / name, looked_at) for folder in (base, *base.parents) for name in _NODE_FILES]
     return found
+
+
+# Node and its package runners run code they look up in the working directory and every
+# folder above it: `npx -y pkg` runs the bin of a `node_modules/pkg` it finds there (or of the
+# project itself, named in package.json) before fetching anything, and npm reads `.npmrc`,
+# whose `node-options` loads any file. A script that wrote them there ran code on the host.
+_NODE = {"node", "nodejs", "npx", "npm", "pnpm", "pnpx", "yarn", "bun", "bunx"}
+_NODE_FILES = ("node_modules", "package.json", ".npmrc")
 
 
 def _which(program: str, environ: Mapping[str, str], looked_at: list[str]) -> str | None:
