@@ -159,6 +159,15 @@ def test_the_env_allow_list_hides_the_kernels_secrets(project, monkeypatch):
     assert json.loads(sink.stdout_text)["KERNEL_SECRET"] == "hunter2-secret"  # no env: inherited
 
 
+def test_a_secret_handed_in_env_is_masked_in_the_error_the_script_reads(project, monkeypatch):
+    monkeypatch.setenv("KERNEL_TOKEN", "ghp-secret-value-42")
+    rejects = "import os, sys; sys.stderr.write('bad token ' + os.environ['TOKEN']); sys.exit(1)"
+    config = command_tool("auth", [PY, "-c", rejects], env={"TOKEN": "${KERNEL_TOKEN}"}, read_only=True)
+    result, sink = run_script(project, config, "tools auth\n")
+    assert "bad token ***" in error_lines(sink.stderr_text)[0]["message"]
+    assert "ghp-secret-value-42" not in sink.stderr_text + sink.stdout_text
+
+
 def test_an_env_without_path_cannot_find_a_bare_program(project):
     config = command_tool("nopath", ["true"], env={"X": "1"}, read_only=True)
     result, sink = run_script(project, config, "tools nopath\n")

@@ -63,7 +63,7 @@ def command_tool(source: Source, name: str, raw: dict[str, Any],
         description=string(source, f"{key}.description", raw.get("description", "")),
         timeout=positive_number(source, f"{key}.timeout", raw.get("timeout", _commands.DEFAULT_TIMEOUT)),
         read_only=boolean(source, f"{key}.read_only", raw.get("read_only", False)),
-        missing_vars=tuple(expand.missing), source=str(source.path))
+        missing_vars=tuple(expand.missing), source=str(source.path), secrets=tuple(expand.values))
 
 
 def merge_settings(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

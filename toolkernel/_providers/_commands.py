@@ -68,6 +68,8 @@ class CommandToolConfig:
     read_only: bool = False
     missing_vars: tuple[str, ...] = ()  # ${VAR}s of env/cwd that were unset
     source: str = field(default="", compare=False)
+    # What env/cwd `${VAR}`s expanded to: masked in the errors a script reads, as for servers.
+    secrets: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -308,6 +310,20 @@ def _findable(config: CommandToolConfig, program: str) -> bool:
 
 
 def _result(config: CommandToolConfig, done: ProcessResult) -> ToolResult:
+    result = _outcome(config, done)
+    if result.is_error:  # the program's stderr may echo what it was handed (a token it rejected)
+        result.texts = [_masked(text, config.secrets) for text in result.texts]
+    return result
+
+
+def _masked(text: str, secrets: tuple[str, ...]) -> str:
+    for value in sorted(set(secrets), key=len, reverse=True):  # a secret holding another: whole
+        if len(value) >= 4:
+            text = text.replace(value, "***")
+    return text
+
+
+def _outcome(config: CommandToolConfig, done: ProcessResult) -> ToolResult:
     name = f"tool__{config.name}"
     if done.over_cap:
         return ToolResult.error(f"{name}: {done.over_cap} passed the {OUTPUT_CAP // 2**20} MiB "
