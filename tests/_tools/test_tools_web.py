@@ -246,6 +246,8 @@ def test_non_http_schemes_refused():
     ("169.254.169.254", "link-local"), ("100.64.0.1", "carrier-grade NAT"), ("0.0.0.0", "unspecified"),
     ("224.0.0.1", "multicast"), ("::1", "loopback"), ("fd12::1", "private"), ("fe80::1", "link-local"),
     ("::ffff:127.0.0.1", "loopback"), ("64:ff9b::a00:1", "private"),
+    ("2002:7f00:1::", "loopback"), ("2002:a9fe:a9fe::1", "link-local"), ("fec0::1", "non-public"),
+    ("2002:808:808::1", None),
     ("8.8.8.8", None), ("1.1.1.1", None), ("2606:4700:4700::1111", None),
 ])
 def test_address_classes(address, reason):

@@ -38,7 +38,7 @@ _HTML_TYPES = {"text/html", "application/xhtml+xml"}
 _BLOCKED_NETWORKS = tuple(ipaddress.ip_network(net) for net in (
     "0.0.0.0/8", "100.64.0.0/10", "169.254.0.0/16", "192.0.0.0/24", "198.18.0.0/15",
     "224.0.0.0/4", "240.0.0.0/4", "255.255.255.255/32",
-    "::/128", "::1/128", "fc00::/7", "fe80::/10", "ff00::/8",
+    "::/128", "::1/128", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",  # fec0: old site-local
 ))
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
@@ -203,7 +203,9 @@ def non_public_reason(address: str) -> str | None:
     """Why `address` is not on the public internet, or None when it is."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
     if isinstance(ip, ipaddress.IPv6Address):
-        embedded = ip.ipv4_mapped or (ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in _NAT64 else None)
+        # An IPv4 address inside (mapped, NAT64, 6to4 `2002:V4::`) is judged as that address.
+        embedded = ip.ipv4_mapped or ip.sixtofour or (
+            ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in _NAT64 else None)
         if embedded is not None:
             return non_public_reason(str(embedded))
     for label, test in _CLASSES:
