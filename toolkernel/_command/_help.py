@@ -6,7 +6,8 @@ import json
 from typing import Callable
 
 from ._catalog import Catalog, ServerEntry
-from .._names import display
+from .._errors import printable
+from .._names import display as _display
 from .._tool import Tool
 
 USAGE = """\
@@ -22,6 +23,12 @@ Input: a JSON object '{...}', key=value pairs, --key value, --flag (true); or JS
 Large results: `tools <tool> [input] --save PATH` writes the result to a file (a write-file call).
 Errors: one JSON line on stderr, exit code 1: {"error":{"code":...,"message":...,"retryable":...}}
 """
+
+
+def display(name: str) -> str:
+    # Names and descriptions come from servers and from kept lists a cloned repository may
+    # bring: escaped, so that none drives the terminal or forges a line of the list.
+    return printable(_display(name))
 
 
 def top_help(catalog: Catalog, listed: Callable[[Tool], bool] = lambda tool: True) -> str:
@@ -56,7 +63,7 @@ def _server_line(entry: ServerEntry, listed: Callable[[Tool], bool]) -> str:
     else:
         count = sum(1 for tool in entry.tools if listed(tool))
         status = f"({count} tool{'s' if count != 1 else ''})"
-    description = entry.provider.description
+    description = printable(entry.provider.description or "")
     return f"  {name} {status}" + (f"  {description}" if description else "")
 
 
@@ -78,16 +85,16 @@ def server_help(entry: ServerEntry, tools: list[Tool]) -> str:
 def tool_help(tool: Tool) -> str:
     access = "read-only" if tool.read_only else ("edits files" if tool.kind == "edit" else "may change something")
     lines = [
-        f"{tool.command} ({access})",
+        f"{printable(tool.command)} ({access})",
         "",
-        tool.description.strip() or "(no description)",
+        printable(tool.description.strip(), keep="\n\t") or "(no description)",
         "",
         "Input schema:",
         json.dumps(tool.input_schema, indent=2, ensure_ascii=False),
     ]
     example = _example(tool)
     if example:
-        lines += ["", f"Example: {tool.command} {example}"]
+        lines += ["", f"Example: {printable(tool.command)} {example}"]
     return "\n".join(lines) + "\n"
 
 
@@ -100,10 +107,11 @@ def _example(tool: Tool) -> str:
 def search_results(scored: list[tuple[float, Tool]], words: list[str]) -> str:
     if not scored:
         return f"no tools match {' '.join(words)!r} (tools --help lists them all)\n"
-    width = max(len(t.command) for _, t in scored)
-    return "".join(f"{t.command:<{width}}  {_first_line(t.description)}\n" for _, t in scored)
+    width = max(len(printable(t.command)) for _, t in scored)
+    return "".join(f"{printable(t.command):<{width}}  {_first_line(t.description)}\n" for _, t in scored)
 
 
 def _first_line(text: str) -> str:
     line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    line = printable(line)
     return line if len(line) <= 100 else line[:97] + "..."
