@@ -159,6 +159,13 @@ def test_the_env_allow_list_hides_the_kernels_secrets(project, monkeypatch):
     assert json.loads(sink.stdout_text)["KERNEL_SECRET"] == "hunter2-secret"  # no env: inherited
 
 
+def test_the_argv_a_person_approves_shows_format_characters_escaped():
+    from toolkernel._approval._run import described_call
+
+    call = {"tool": "tools rg", "input": {"p": "x"}, "argv": ["rg", "--", "\u202eexe.gnp", "café"]}
+    assert described_call(call).endswith('(runs ["rg", "--", "\\u202eexe.gnp", "café"])')
+
+
 def test_a_secret_handed_in_env_is_masked_in_the_error_the_script_reads(project, monkeypatch):
     monkeypatch.setenv("KERNEL_TOKEN", "ghp-secret-value-42")
     rejects = "import os, sys; sys.stderr.write('bad token ' + os.environ['TOKEN']); sys.exit(1)"

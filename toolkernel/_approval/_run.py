@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
+from .._errors import printable
+
 CALL_LIMIT = 50
 REPORT_VERSION = 1
 NOT_REACHED = "the stopped call and everything after it; write a new script for the rest"
@@ -155,5 +157,7 @@ def described_call(call: Mapping[str, Any]) -> str:
     """`tools x {...}`, and for a command tool the argv that would run: it may differ."""
     text = f"{call['tool']} {json.dumps(call['input'])}"
     if "argv" in call:
-        text += f" (runs {json.dumps(call['argv'], ensure_ascii=False)})"
+        # Letters stay readable; a bidi override or a zero-width character from the input is
+        # shown escaped, so the argv the person approves reads as it runs.
+        text += f" (runs {printable(json.dumps(call['argv'], ensure_ascii=False))})"
     return text
