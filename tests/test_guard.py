@@ -152,6 +152,20 @@ def test_a_module_a_script_writes_does_not_run_in_the_programs_toolkernel_starts
         assert not (work / "pwned").exists(), f"{call}: a module a script wrote ran on the host"
 
 
+def test_what_this_python_imports_from_the_workspace_cannot_be_written(project, monkeypatch):
+    # `%load_ext toolkernel` looks in the working directory first, and a project's .venv holds
+    # the packages the kernel (toolkernel too) imports later.
+    work, record, session = project
+    (work / ".venv" / "lib").mkdir(parents=True)
+    monkeypatch.setattr(sys, "prefix", str(work / ".venv"))
+    plant = (f'mkdir toolkernel; printf "{PLANT}" > toolkernel/__init__.py; printf "{PLANT}" > toolkernel.py;'
+             f' printf "{PLANT}" > .venv/lib/sitecustomize.py')
+    result, err = run(session(), plant)
+    assert result.exit_code != 0
+    assert not any((work / name).is_file() for name in
+                   ("toolkernel/__init__.py", "toolkernel.py", ".venv/lib/sitecustomize.py")), err
+
+
 def test_what_npx_would_run_from_the_workspace_cannot_be_written(project):
     # npx -y PKG runs the bin of a node_modules/PKG it finds in its folder (or above) before
     # fetching anything; .npmrc's node-options loads any file. Nothing here starts npx.

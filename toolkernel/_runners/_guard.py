@@ -43,6 +43,8 @@ import concurrent.futures
 import os
 import shlex
 import shutil
+import site
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -95,6 +97,7 @@ def protection(workdir: Path, config: Any = None, environ: Mapping[str, str] | N
     paths = [root / STATE_DIR, *(root / name for name in CONFIG_FILES), root / ".git"]
     paths += [_user_config_dir(environ), store_path(environ).parent, _admin_file(environ)]
     paths += _home_dotfiles(root, environ, looked_at)
+    paths += _own_code(root)
     if config is not None:
         paths += executed_files(_commands(config), environ, default_cwd=root, looked_at=looked_at)
     reals = {_real(p, looked_at) for p in paths}
@@ -113,6 +116,16 @@ def _home_dotfiles(root: Path, environ: Mapping[str, str], looked_at: list[str])
         present = []
     # The usual ones even before they exist (a plan is kept while no path it names moves).
     return [root / name for name in sorted({*present, *_HOME_CONFIG})]
+
+
+def _own_code(root: Path) -> list[Path]:
+    """What this Python runs without being asked: toolkernel by name at a kernel's start
+    (`%load_ext toolkernel` looks in the working directory first: a `toolkernel/` a script
+    left there ran at the next one), and the interpreter's installed packages when they lie in
+    the workspace (a project's `.venv`), from which toolkernel imports lazily."""
+    own = [root / "toolkernel", root / "toolkernel.py"]
+    installed = {sys.prefix, sys.exec_prefix, *site.getsitepackages(), site.getusersitepackages()}
+    return own + [Path(folder) for folder in sorted(installed) if folder]
 
 
 _HOME_CONFIG = (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv",
