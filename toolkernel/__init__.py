@@ -13,6 +13,10 @@ from __future__ import annotations
 from concurrent.futures import Future as _Future
 from typing import Any as _Any
 
+from . import _imports
+
+_imports.install()  # first: what toolkernel imports later never comes from the working directory
+
 from ._errors import (
     CallError, CallLimit, ConfigError, ConnectionRequired, Denied, InvalidInput, NeedsApproval,
     Stopped, ToolFailed, ToolInputError, ToolkernelError, Unavailable, UnknownCommand,
