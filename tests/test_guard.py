@@ -228,6 +228,16 @@ def test_git_config_and_hooks_cannot_be_written(project):
     assert not (work / ".git" / "hooks" / "pre-commit").exists()
 
 
+def test_the_hooks_folder_git_config_names_cannot_be_written(project):
+    # husky's `core.hooksPath = .husky`: git runs those hooks on the next commit.
+    work, _, session = project
+    (work / ".git").mkdir()
+    (work / ".git" / "config").write_text('[core]\n\thooksPath = ".husky"\n')
+    (work / ".husky").mkdir()
+    result, err = run(session(), "printf '#!/bin/sh\\ntouch pwned\\n' > .husky/pre-commit")
+    assert result.exit_code != 0 and not (work / ".husky" / "pre-commit").exists(), err
+
+
 def test_in_a_home_workspace_dotfiles_cannot_be_written(project, monkeypatch):
     work, _, session = project
     monkeypatch.setenv("HOME", str(work))

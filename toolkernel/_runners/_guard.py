@@ -22,8 +22,8 @@ built to refuse those writes up front (prevention, not undo):
 Protected are: `toolkernel.toml` and `.mcp.json` (by name, anywhere, for tool
 calls; in the sandbox, at the top of the workspace),
 `.toolkernel/`, `.git/` (its config and hooks run on the host the next time git
-does), the user config folder, the admin file and the trust records when they lie
-in the workspace, in a workspace that is the home folder every dot entry at its
+does) and the folder its `core.hooksPath` names, the user config folder, the admin
+file and the trust records when they lie in the workspace, in a workspace that is the home folder every dot entry at its
 top (shell, IPython, ssh and git config), and every workspace file a configured
 server or hook executes (named in its `command` or `args`; for Node and its package
 runners also `node_modules`, `package.json` and `.npmrc` where they look). Config files a script
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import re
 import shlex
 import shutil
 import site
@@ -98,6 +99,7 @@ def protection(workdir: Path, config: Any = None, environ: Mapping[str, str] | N
     paths += [_user_config_dir(environ), store_path(environ).parent, _admin_file(environ)]
     paths += _home_dotfiles(root, environ, looked_at)
     paths += _own_code(root)
+    paths += _git_hooks_path(root, looked_at)
     if config is not None:
         paths += executed_files(_commands(config), environ, default_cwd=root, looked_at=looked_at)
     reals = {_real(p, looked_at) for p in paths}
@@ -116,6 +118,22 @@ def _home_dotfiles(root: Path, environ: Mapping[str, str], looked_at: list[str])
         present = []
     # The usual ones even before they exist (a plan is kept while no path it names moves).
     return [root / name for name in sorted({*present, *_HOME_CONFIG})]
+
+
+_HOOKS_PATH = re.compile(r"^\s*hookspath\s*=\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def _git_hooks_path(root: Path, looked_at: list[str]) -> list[Path]:
+    """The folder `core.hooksPath` in `.git/config` names (husky's `.husky`): git runs the hooks
+    there on the next commit, so in the working tree it is as protected as `.git/hooks`.
+    Read leniently (any `hooksPath =` line): naming one folder too many costs nothing."""
+    config = root / ".git" / "config"
+    looked_at.append(str(config))
+    try:
+        text = config.read_text(errors="replace")[:1_000_000]
+    except OSError:
+        return []
+    return [root / Path(value.strip('"')).expanduser() for value in _HOOKS_PATH.findall(text)]
 
 
 def _own_code(root: Path) -> list[Path]:
