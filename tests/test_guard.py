@@ -184,6 +184,17 @@ def test_what_npx_would_run_from_the_workspace_cannot_be_written(project):
     assert (work / "node_modules" / ".bin" / "mcp-x").is_file() and (work / ".npmrc").is_file()
 
 
+def test_what_uv_would_run_from_the_workspace_cannot_be_written(project):
+    work, record, session = project
+    server = '[mcp_servers.uv]\ncommand = "uv"\nargs = ["run", "server.py"]\nload = "on-demand"\n'
+    (work / "toolkernel.toml").write_text(server + project_toml(record))
+    TrustStore().trust(work)
+    plant = "mkdir -p .venv/bin; echo x > .venv/bin/python; echo '[project]' > pyproject.toml; echo x > uv.toml"
+    result, err = run(session(), plant)
+    assert result.exit_code != 0
+    assert not any((work / name).is_file() for name in (".venv/bin/python", "pyproject.toml", "uv.toml")), err
+
+
 def test_a_hook_rewritten_in_the_run_cannot_allow_a_call_in_the_same_run(project):
     work, record, session = project
     result, err = run(session(), f"printf '{ALLOW_HOOK}' > hooks/guard.sh\n{CALL}")

@@ -26,7 +26,8 @@ does) and the folder its `core.hooksPath` names, the user config folder, the adm
 file and the trust records when they lie in the workspace, in a workspace that is the home folder every dot entry at its
 top (shell, IPython, ssh and git config), and every workspace file a configured
 server or hook executes (named in its `command` or `args`; for Node and its package
-runners also `node_modules`, `package.json` and `.npmrc` where they look). Config files a script
+runners also `node_modules`, `package.json` and `.npmrc` where they look, for uv its
+`.venv` and settings). Config files a script
 creates deeper in the tree cannot be refused this way; they are caught by
 workspace trust instead (a new file is never trusted, see `_trust`).
 
@@ -226,17 +227,21 @@ def executed_files(commands: Iterable[tuple[Sequence[str], str | None]],
             looked_at.append(str(base / word))
             if "/" in word or os.path.lexists(base / word):
                 found.append(_real(base / word, looked_at))
-        if os.path.basename(argv[0]) in _NODE:
-            found += [_real(folder / name, looked_at) for folder in (base, *base.parents) for name in _NODE_FILES]
+        looked_up = _LOOKED_UP.get(os.path.basename(argv[0]), ())
+        found += [_real(folder / name, looked_at) for folder in (base, *base.parents) for name in looked_up]
     return found
 
 
-# Node and its package runners run code they look up in the working directory and every
-# folder above it: `npx -y pkg` runs the bin of a `node_modules/pkg` it finds there (or of the
-# project itself, named in package.json) before fetching anything, and npm reads `.npmrc`,
-# whose `node-options` loads any file. A script that wrote them there ran code on the host.
-_NODE = {"node", "nodejs", "npx", "npm", "pnpm", "pnpx", "yarn", "bun", "bunx"}
+# Programs that run code they look up in their working directory and every folder above it.
+# Node's package runners: `npx -y pkg` runs the bin of a `node_modules/pkg` it finds there (or
+# of the project itself, named in package.json) before fetching anything, and npm reads
+# `.npmrc`, whose `node-options` loads any file; a script that wrote them ran code on the host.
+# uv: `uv run` runs in the project's `.venv`, and its settings (`pyproject.toml`, `uv.toml`)
+# say where packages come from.
 _NODE_FILES = ("node_modules", "package.json", ".npmrc")
+_UV_FILES = (".venv", "pyproject.toml", "uv.toml", "uv.lock")
+_LOOKED_UP = {**dict.fromkeys(("node", "nodejs", "npx", "npm", "pnpm", "pnpx", "yarn", "bun", "bunx"), _NODE_FILES),
+              **dict.fromkeys(("uv", "uvx"), _UV_FILES)}
 
 
 def _which(program: str, environ: Mapping[str, str], looked_at: list[str]) -> str | None:
