@@ -158,12 +158,11 @@ def test_what_this_python_imports_from_the_workspace_cannot_be_written(project, 
     work, record, session = project
     (work / ".venv" / "lib").mkdir(parents=True)
     monkeypatch.setattr(sys, "prefix", str(work / ".venv"))
-    plant = (f'mkdir toolkernel; printf "{PLANT}" > toolkernel/__init__.py; printf "{PLANT}" > toolkernel.py;'
-             f' printf "{PLANT}" > .venv/lib/sitecustomize.py')
+    planted = ("toolkernel/__init__.py", "toolkernel.py", "ipykernel_launcher.py", ".venv/lib/sitecustomize.py")
+    plant = "mkdir toolkernel; " + "; ".join(f'printf "{PLANT}" > {name}' for name in planted)
     result, err = run(session(), plant)
     assert result.exit_code != 0
-    assert not any((work / name).is_file() for name in
-                   ("toolkernel/__init__.py", "toolkernel.py", ".venv/lib/sitecustomize.py")), err
+    assert not any((work / name).is_file() for name in planted), err
 
 
 def test_what_npx_would_run_from_the_workspace_cannot_be_written(project):

@@ -63,6 +63,12 @@ def test_install_kernel_makes_a_kernel_that_runs_tools_cells_without_load_ext(tm
     assert spec["spec"]["display_name"] == "Python 3 (toolkernel)"
 
     workdir = write_project(tmp_path / "project", demo_server_section()).parent
+    # What a script of an earlier run may have left in the kernel's folder under the names the
+    # start imports: the kernelspec's `-P` start looks there for neither.
+    plant = "import pathlib; pathlib.Path('pwned').write_text('x')\n"
+    (workdir / "ipykernel_launcher.py").write_text(plant)
+    (workdir / "toolkernel").mkdir()
+    (workdir / "toolkernel" / "__init__.py").write_text(plant)
     manager = KernelManager(kernel_name="toolkernel")
     manager.kernel_spec_manager.kernel_dirs = [str(prefix / "share" / "jupyter" / "kernels")]
     manager.start_kernel(cwd=str(workdir), env={**kernel_env(workdir), "PYTHONPATH": str(REPO)})
@@ -76,6 +82,7 @@ def test_install_kernel_makes_a_kernel_that_runs_tools_cells_without_load_ext(tm
             output_hook=lambda m: out.append(m["content"].get("text", "")) if m["msg_type"] == "stream" else None)
         assert reply["content"]["status"] == "ok", out
         assert "".join(out).strip().isdigit(), out
+        assert not (workdir / "pwned").exists()
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)

@@ -138,6 +138,22 @@ def test_dead_kernel_is_unavailable_and_restart_brings_it_back(tmp_path):
         run(unpair(context.state), timeout=60)
 
 
+def test_a_launcher_left_in_the_notebooks_folder_does_not_start_with_the_kernel(tmp_path):
+    # `python -m ipykernel_launcher` looked in its working directory first: a file a script
+    # left there ran on the next start, `restart=true` included.
+    context = ToolContext(tmp_path, state={})
+    (tmp_path / "ipykernel_launcher.py").write_text("import pathlib; pathlib.Path('pwned').write_text('x')\n")
+    run(pair(context.state, tmp_path, "x.ipynb", kernel="python3"), timeout=120)
+    try:
+        assert call(run_tool, context, notebook_path="x.ipynb", restart=True, code="1+1").texts == ["2"]
+        assert not (tmp_path / "pwned").exists()
+        # The notebook's own imports still find what lies beside it.
+        (tmp_path / "helper_beside.py").write_text("VALUE = 7\n")
+        assert call(run_tool, context, notebook_path="x.ipynb", code="import helper_beside; helper_beside.VALUE").texts == ["7"]
+    finally:
+        run(unpair(context.state), timeout=60)
+
+
 def test_kernel_dying_mid_run_is_unavailable(tmp_path):
     context = ToolContext(tmp_path, state={})
     run(pair(context.state, tmp_path, "x.ipynb", kernel="python3"), timeout=120)

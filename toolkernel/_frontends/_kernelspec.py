@@ -15,10 +15,18 @@ KERNEL_NAME = "toolkernel"
 DISPLAY_NAME = "Python 3 (toolkernel)"
 
 
+# Started the way a paired kernel is (`_zmq.module_launch`): neither the launcher nor toolkernel
+# is looked for in the kernel's folder, where scripts write; toolkernel is imported before
+# IPython puts that folder on sys.path for the notebook's own imports.
+def _launch() -> str:
+    from .._providers._notebook._zmq import module_launch
+
+    return module_launch("ipykernel_launcher", first="toolkernel")
+
+
 def kernel_json(python: str = sys.executable) -> dict:
     return {
-        "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}",
-                 "--IPKernelApp.extensions=toolkernel"],
+        "argv": [python, "-c", _launch(), "-f", "{connection_file}", "--IPKernelApp.extensions=toolkernel"],
         "display_name": DISPLAY_NAME,
         "language": "python",
         "metadata": {"debugger": True},

@@ -138,11 +138,12 @@ def _git_hooks_path(root: Path, looked_at: list[str]) -> list[Path]:
 
 
 def _own_code(root: Path) -> list[Path]:
-    """What this Python runs without being asked: toolkernel by name at a kernel's start
-    (`%load_ext toolkernel` looks in the working directory first: a `toolkernel/` a script
-    left there ran at the next one), and the interpreter's installed packages when they lie in
-    the workspace (a project's `.venv`), from which toolkernel imports lazily."""
-    own = [root / "toolkernel", root / "toolkernel.py"]
+    """What this Python runs without being asked: a kernel's start (`python -m
+    ipykernel_launcher`, then `%load_ext toolkernel`, each looking in the working directory
+    first: what a script left there under those names ran at the next start), and the
+    interpreter's installed packages when they lie in the workspace (a project's `.venv`),
+    from which toolkernel imports lazily."""
+    own = [root / name for name in ("toolkernel", "toolkernel.py", "ipykernel_launcher", "ipykernel_launcher.py")]
     installed = {sys.prefix, sys.exec_prefix, *site.getsitepackages(), site.getusersitepackages()}
     return own + [Path(folder) for folder in sorted(installed) if folder]
 

@@ -121,8 +121,35 @@ class ZmqConnection(KernelConnection):
         return f"existing kernel {self.connection_file}"
 
 
+class _SafePathKernelManager(AsyncKernelManager):
+    """A kernel whose `python -m ipykernel_launcher` does not look for the launcher in its
+    working directory first: the notebook's folder, where scripts write (an
+    `ipykernel_launcher.py` there ran at the next start, `notebook-run restart=true`
+    included). Once started, IPython puts that folder on sys.path as usual, after the
+    standard library, for the notebook's own imports."""
+
+    def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
+        return module_launch_command(super().format_kernel_cmd(extra_arguments))
+
+
+def module_launch(module: str, first: str = "") -> str:
+    """Python code that runs `module` as `python -m` would, with the working directory
+    (`''`, which `-c` puts first) off sys.path while the module is found; `first` is
+    imported before, the same way."""
+    return (f"import sys\nif sys.path[:1] == ['']:\n    del sys.path[0]\n"
+            f"import runpy{', ' + first if first else ''}\n"
+            f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
+
+
+def module_launch_command(cmd: list[str]) -> list[str]:
+    """`python -m MODULE ARGS...` as `python -c CODE ARGS...` (see `module_launch`)."""
+    if len(cmd) > 2 and Path(cmd[0]).name.startswith("python") and cmd[1] == "-m":
+        return [cmd[0], "-c", module_launch(cmd[2]), *cmd[3:]]
+    return cmd
+
+
 async def start_kernel(kernel_name: str, cwd: Path) -> ZmqConnection:
-    manager = AsyncKernelManager(kernel_name=kernel_name)
+    manager = _SafePathKernelManager(kernel_name=kernel_name)
     try:
         await manager.start_kernel(cwd=str(cwd))
     except NoSuchKernel as exc:
