@@ -229,8 +229,13 @@ class Session:
 
     def warm_up(self) -> None:
         """Import what the first tool call needs (in the background at `%load_ext`): input
-        checks (jsonschema) always, the MCP SDK when the config names servers. Nothing runs."""
+        checks (jsonschema) always, the MCP SDK when the config names servers, and the installed
+        module names a script's run is checked against (_shadows.py). Nothing runs."""
         import jsonschema  # noqa: F401
+
+        from ._runners._shadows import installed
+
+        installed(str(self.workdir))  # a first run would list every folder of sys.path
 
         try:
             config = self.config_cache.load()

@@ -29,6 +29,10 @@ from ._shell import ShellResult
 class BashkitRunner:
     """Runs scripts in Bashkit's virtual shell, the workspace mounted (read-only on request)."""
 
+    # Its scripts are untrusted code: a module one leaves at the workspace's top in place of an
+    # installed one is moved aside when the run ends (`_shell.execute`, _shadows.py).
+    sandboxed = True
+
     def __init__(self, *, read_only: bool = False) -> None:
         self.read_only = read_only
         self._bash = None

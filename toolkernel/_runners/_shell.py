@@ -24,6 +24,7 @@ from .. import _loop
 from .._command._command import INTERRUPTED_EXIT
 from .._config._limits import limit_notice
 from ._outputs import OutputLimiter
+from ._shadows import Moved, Watch, moved_notice
 
 if TYPE_CHECKING:
     from .._command._command import ToolsCommand
@@ -74,7 +75,9 @@ class ShellResult:
 
 
 class ScriptRunner(Protocol):
-    """Runs a script whose `tools` lines go to `command.handle_sync`."""
+    """Runs a script whose `tools` lines go to `command.handle_sync`. A runner may say
+    `sandboxed = True` (Bashkit's): what its scripts leave at the workspace's top in place of
+    an installed Python module is then moved aside when the run ends (`_Shadows`)."""
 
     def literal_calls(self, script: str) -> list[list[str]]:
         """The `tools` argvs written out in full, for the before-start check ([] if unknown)."""
@@ -129,11 +132,17 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
     pump = _Pump(sink, command.workdir)
     interrupted = False
     overdue = _Overdue(command, runner)
+    shadows = _Shadows(command, runner)
+
+    def body() -> ShellResult | None:
+        if not before_start() or command.interrupted:
+            return None
+        return shadows.around(lambda: runner.run(script, command, events))
+
     try:
         # Started inside the `try`: an interrupt can land while this thread still waits in
         # `Thread.start`, when the script may be running already.
-        _start(lambda: None if not before_start() or command.interrupted else runner.run(script, command, events),
-               future)
+        _start(body, future)
         pump.until_done(events.queue, future, time.monotonic() + overdue.seconds, overdue)
     except KeyboardInterrupt:
         interrupted = True
@@ -142,7 +151,7 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
         # A builtin such as `sleep` only sees the cancel when it ends: past the grace
         # the run is left to finish on its own thread, and the cell returns now.
         pump.drain(events.queue, deadline=time.monotonic() + _STOP_GRACE, future=future)
-    result = overdue.said(pump.finish(future, interrupted), sink)
+    result = shadows.said(overdue.said(pump.finish(future, interrupted), sink), sink, future)
     if pump.limiter.size >= _GIVE_BACK_ABOVE and future.done():
         give_back_memory()
     return result
@@ -171,6 +180,59 @@ class _Overdue:
         notice = limit_notice(f"execution timeout ({self.seconds}s)")
         sink.stderr(notice)
         return dataclasses.replace(result, exit_code=result.exit_code or 1, stderr=result.stderr + notice)
+
+
+class _Shadows:
+    """Modules a sandboxed run leaves at the workspace's top in place of installed ones
+    (_shadows.py): the top is noted right before the runner starts, and what shadows is moved
+    aside on the script's thread as the run really ends, whichever way, so that a run left to
+    end on its thread after an interrupt is looked at too. The cell's last lines say what moved.
+    Host bash has no sandbox by design: only a runner that says `sandboxed` is watched."""
+
+    def __init__(self, command: ToolsCommand, runner: ScriptRunner) -> None:
+        self.watch = Watch(command.workdir, runner.cancel) if getattr(runner, "sandboxed", False) else None
+        self._moved: list[Moved] = []
+        self._late: Sink | None = None  # where moves made after the cell returned are said
+        self._lock = threading.Lock()
+
+    def around(self, run: Callable[[], ShellResult]) -> ShellResult:
+        """`run()` between the two looks, on the script's thread."""
+        if self.watch is None:
+            return run()
+        try:
+            self.watch.start()
+        except OSError as exc:
+            return ShellResult(1, "", f"toolkernel: the workspace's top cannot be listed ({exc}), so what a"
+                               " script leaves there could not be checked: scripts do not run until it can\n")
+        try:
+            return run()
+        finally:
+            self._note(self.watch.end())
+
+    def _note(self, moved: list[Moved]) -> None:
+        with self._lock:
+            late = self._late
+            if late is None:
+                self._moved += moved
+        if late is not None and moved:
+            try:
+                late.stderr(moved_notice(moved))  # the cell is over: said where its sink still leads
+            except Exception:  # noqa: BLE001 - the move is what protects; the word is a courtesy
+                pass
+
+    def said(self, result: ShellResult, sink: Sink, future: concurrent.futures.Future) -> ShellResult:
+        """`result` with what was moved said last, and failing."""
+        if self.watch is None:
+            return result
+        if not future.done():  # the run goes on: look now, and again when it ends
+            self._note(self.watch.end(last=False))
+        with self._lock:
+            moved, self._moved, self._late = self._moved, [], sink
+        if not moved:
+            return result
+        lines = moved_notice(moved)
+        sink.stderr(lines)
+        return dataclasses.replace(result, exit_code=result.exit_code or 1, stderr=result.stderr + lines)
 
 
 def give_back_memory() -> None:

@@ -1,0 +1,495 @@
+"""Python modules a script leaves at the workspace's top in place of installed ones: moved aside.
+
+A Python started in the workspace puts that folder first on `sys.path` (a kernel does, for
+the notebook's imports), so a `pandas.py` or `json/__init__.py` a script wrote there is what
+the person's next `import pandas` runs, on the host, often at the next kernel start before
+toolkernel is even loaded. Read-only mounts cannot refuse these names up front: there are
+hundreds, and a stand-in for a name that does not exist shows in the script's `ls` as a
+folder. So the end of a run catches them instead:
+
+- before the run, the top is listed (one `listdir`, one set lookup per name), and the
+  identity (kind, inode, ctime, mtime, size; a package folder's `__init__` too) of the few
+  entries whose names could shadow an installed module is noted;
+- when the run ends, however it ends, an entry at the top that the run created or changed,
+  whose name makes it a top-level module Python's `PathFinder` would take from the folder
+  (`NAME.py`, `.pyc`, an extension module, `NAME/__init__.*`; a bare `NAME/` where the
+  installed `NAME` is a namespace package, which the folder then joins, first), and which
+  shadows a module importable from outside the workspace, is moved, never deleted, into
+  `.toolkernel/quarantine/<time>-<random>/`. `ctime` is in the identity because a script
+  can set a file's mtime back (`touch -d`) but not its ctime.
+
+The listing is skipped while the top's own times have not moved and had settled (two
+seconds old) when it was last listed: no entry was made, removed or renamed there since, so
+looking again at the few candidates suffices. With it, a run in a workspace of thousands of
+entries pays a few `stat`s at each end, not two listings.
+
+A module that shadows nothing (a person's `helpers.py`) is left alone, and so is any entry
+the run did not touch. Files deeper than the top (`pkg/mod.py` of a package that is the
+person's) are not looked at: a name deeper down shadows nothing installed unless its
+top-level folder does. What "installed" means is `installed()`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import errno
+import functools
+import importlib.machinery
+import os
+import secrets
+import stat
+import sys
+import threading
+import time
+from typing import Callable, Iterable
+
+from .._checked_open import open_checked, open_folder_below
+from .._errors import printable
+
+QUARANTINE = ".toolkernel/quarantine"
+# Python's own suffixes for a module in a folder, most specific first: `pandas.abi3.so` and
+# `pandas.cpython-311-x86_64-linux-gnu.so` are `pandas`, not `pandas.abi3`.
+_SUFFIXES = tuple(sorted(importlib.machinery.all_suffixes(), key=len, reverse=True))
+# Where importlib may match names without regard to case (PYTHONCASEOK, and Windows' suffixes):
+# there a name is compared folded, which can only find more, never less. Elsewhere importlib
+# compares the folder's listing exactly, whatever the file system, so `Pandas.py` is no `pandas`.
+_FOLD = sys.platform.startswith(("win", "cygwin", "darwin"))
+_SAY_EACH = 3  # moves named one a line; past that, one line for all
+
+
+def _fold(name: str) -> str:
+    return name.lower() if _FOLD else name
+
+
+@functools.lru_cache(maxsize=None)
+def _suffix_forms() -> frozenset[str]:
+    return frozenset(_fold(suffix) for suffix in _SUFFIXES)
+
+
+def module_of(name: str, is_dir: bool) -> str | None:
+    """The top-level module an entry named `name` is (folded as importlib compares it), or None."""
+    head, dot, tail = name.partition(".")
+    if is_dir:
+        return None if dot or not head else _fold(head)  # `a.b/` is no top-level module
+    # Every suffix starts with a dot and no module name holds one: the first dot splits.
+    return _fold(head) if dot and head and _fold(dot + tail) in _suffix_forms() else None
+
+
+# -- what is installed -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Installed:
+    """Top-level names importable from outside the workspace, folded: `regular` modules and
+    packages, and names that are only namespace packages there (a bare folder joins those)."""
+
+    regular: frozenset[str]
+    namespaces: frozenset[str]
+    # Both: what an entry's name before its first dot must be to matter at all. A run looks up
+    # every top-level name once in it, and only the few found here are looked at closer.
+    heads: frozenset[str] = frozenset()
+
+    def shadowed_by(self, module: str, kind: str) -> bool:
+        """Whether a top-level entry of `kind` ("module", "package" or "folder": a folder with no
+        `__init__`) that is `module` takes the place of an installed one."""
+        if kind == "folder":
+            return module in self.namespaces  # a regular module elsewhere wins over a bare folder
+        return module in self.regular or module in self.namespaces
+
+    def may_shadow(self, module: str | None) -> bool:
+        return module is not None and (module in self.regular or module in self.namespaces)
+
+
+_installed: dict[str, tuple[tuple, Installed]] = {}
+_installed_lock = threading.Lock()
+
+
+def installed(workdir: str) -> Installed:
+    """What the workspace `workdir` (a real path) could shadow: the standard library
+    (`sys.stdlib_module_names`, but the modules built into the interpreter, which no folder
+    shadows), every top-level module found on the entries of `sys.path` that are neither the
+    workspace nor the working directory (a project's `.venv` inside it counts), and the names
+    setuptools' editable finders map to somewhere else.
+
+    Worked out once per process and workspace, and again when `sys.path` or `sys.meta_path`
+    changes or any of those folders' times moves (a package installed while the kernel runs:
+    the next run counts it); the check is one `stat` per entry of `sys.path`. A `.pth` file
+    installed meanwhile adds its folders only to the next Python started."""
+    entries = _outside_entries(workdir, tuple(sys.path), _cwd())
+    key = (tuple(map(_mtime, entries)), tuple(map(id, sys.meta_path)))
+    with _installed_lock:
+        kept = _installed.get(workdir)
+        if kept is not None and kept[0] == (entries, key):
+            return kept[1]
+    found = _scan(entries, workdir)
+    with _installed_lock:
+        _installed[workdir] = ((entries, key), found)
+    return found
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""
+
+
+@functools.lru_cache(maxsize=64)  # a run asks with the same sys.path as the last
+def _outside_entries(workdir: str, path: tuple, cwd: str) -> tuple[str, ...]:
+    here = {workdir, os.path.realpath(cwd) if cwd else workdir}
+    outside = []
+    for entry in path:
+        if not isinstance(entry, str) or entry in ("", "."):
+            continue  # the working directory of whichever Python looks: the workspace's own
+        real = os.path.realpath(entry)
+        if real not in here and real not in outside:
+            outside.append(real)
+    return tuple(outside)
+
+
+def _mtime(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+def _scan(entries: Iterable[str], workdir: str) -> Installed:
+    builtin = set(sys.builtin_module_names)
+    regular = {_fold(name) for name in sys.stdlib_module_names if name not in builtin}
+    folders: set[str] = set()
+    for entry in entries:
+        if os.path.isdir(entry):
+            _scan_folder(entry, regular, folders)
+        elif os.path.isfile(entry):
+            _scan_zip(entry, regular, folders)
+    regular |= _editable_names(workdir)
+    regular -= {_fold(name) for name in builtin}
+    return Installed(frozenset(regular), frozenset(folders - regular), frozenset(regular | folders))
+
+
+def _scan_folder(folder: str, regular: set[str], folders: set[str]) -> None:
+    try:
+        with os.scandir(folder) as listing:
+            for entry in listing:
+                is_dir = _is_dir(entry)
+                module = module_of(entry.name, is_dir)
+                if module is None or module == "__pycache__":
+                    continue
+                if not is_dir:
+                    regular.add(module)
+                elif _has_init(entry.path):
+                    regular.add(module)
+                else:
+                    folders.add(module)
+    except OSError:
+        pass  # a folder that cannot be listed gives Python nothing to import either
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()  # links followed, as PathFinder follows them
+    except OSError:
+        return False
+
+
+def _has_init(folder: str) -> bool:
+    return any(os.path.isfile(os.path.join(folder, "__init__" + suffix)) for suffix in _SUFFIXES)
+
+
+def _scan_zip(path: str, regular: set[str], folders: set[str]) -> None:
+    """An egg or zip on sys.path (zipimport): its top-level names count as regular."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return
+    for name in names:
+        top, slash, _ = name.partition("/")
+        module = module_of(top, bool(slash))
+        if module is not None:
+            regular.add(module)
+
+
+def _editable_names(workdir: str) -> set[str]:
+    """Names setuptools' editable installs map (a finder in `sys.meta_path` whose module holds a
+    `MAPPING` of name to folder), but not those mapped to an entry at the workspace's top: that
+    entry is the installed package itself, and the person's edits to it are no shadow."""
+    names = set()
+    for finder in sys.meta_path:
+        mapping = getattr(sys.modules.get(getattr(finder, "__module__", "") or ""), "MAPPING", None)
+        if not isinstance(mapping, dict):
+            continue
+        for name, where in mapping.items():
+            if isinstance(name, str) and isinstance(where, str) \
+                    and os.path.dirname(os.path.realpath(where)) != workdir:
+                names.add(_fold(name))
+    return names
+
+
+# -- one run ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Moved:
+    """One entry taken out of the workspace's top (`to` None: the move failed, `problem` says why)."""
+
+    name: str
+    module: str  # the installed module it shadows (folded where importlib folds case)
+    kind: str    # "module", "package", or "folder": a bare folder a namespace package takes in
+    to: str | None
+    problem: str | None = None
+
+    @property
+    def shown(self) -> str:
+        return printable(self.name) + ("" if self.kind == "module" else "/")
+
+
+class Watch:
+    """The workspace's top from before a run (`start`) to its end (`end`, on every way out).
+
+    `end` may be called more than once: when the cell returns while the run goes on after an
+    interrupt (`last=False`), at the run's own end, and at the interpreter's exit. Each call
+    moves what is there to move now and returns only that. Thread-safe."""
+
+    def __init__(self, workdir: str | os.PathLike[str], cancel: Callable[[], None] = lambda: None) -> None:
+        self.root = os.fspath(workdir)  # a real path (the session resolved it)
+        self.cancel = cancel  # ends the run: at the interpreter's exit, before the last look
+        self.installed = Installed(frozenset(), frozenset())
+        self.before: dict[str, tuple | None] | None = None  # identities of the entries that may shadow
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Note the top before the run; raises OSError when the workspace cannot be listed."""
+        self.installed = installed(self.root)
+        self.before = dict(self._candidates())
+        _running.add(self)
+
+    def end(self, *, last: bool = True) -> list[Moved]:
+        """Move aside what the run left that shadows an installed module: what moved (or failed to)."""
+        with self._lock:
+            try:
+                if self.before is None:
+                    return []
+                planted = [(name, module, kind) for name, module, kind, identity in self._after()
+                           if identity != self.before.get(name, ()) and self.installed.shadowed_by(module, kind)]
+                return _move_aside(self.root, planted) if planted else []
+            finally:
+                if last:
+                    _running.discard(self)
+
+    def _candidates(self) -> list[tuple[str, tuple | None]]:
+        """(name, identity) of each top-level entry whose name may shadow an installed module."""
+        top = _open_top(self.root)
+        try:
+            return [(name, _identity(top, name)) for name in _module_names(top, self.root, self.installed)]
+        finally:
+            os.close(top)
+
+    def _after(self) -> list[tuple[str, str, str, tuple]]:
+        """(name, module, kind, identity) of each entry at the top now that may shadow."""
+        found = []
+        for name, identity in self._candidates():
+            module = None if identity is None else module_of(name, identity[0] == stat.S_IFDIR)
+            if module is not None:  # else gone meanwhile, or by its kind no module (`json.py/`, a file `json`)
+                found.append((name, module, _kind(identity), identity))
+        return sorted(found)
+
+
+# Changes this recent may not show in a folder's times (FAT stamps to 2 s, others to a clock tick).
+_SETTLED_NS = 2_000_000_000
+# Per workspace: the top's status when it was last listed, whether its times had settled then,
+# what was installed, and the names found that may shadow.
+_listed: dict[str, tuple[tuple, bool, Installed, tuple[str, ...]]] = {}
+_listed_lock = threading.Lock()
+
+
+def _module_names(top: int, root: str, found: Installed) -> tuple[str, ...]:
+    """The names at the top (the open folder `top`) that may be modules shadowing `found`: one
+    listing, one set lookup per entry. The listing is skipped while the top's own status is what
+    it was at the last one and its times had settled by then: no entry was made, removed or
+    renamed there since (a change in place is seen by the identities of these names)."""
+    status = _status(os.fstat(top))
+    with _listed_lock:
+        kept = _listed.get(root)
+    if kept is not None and kept[0] == status and kept[1] and kept[2] is found:
+        return kept[3]
+    since = time.time_ns() - _SETTLED_NS
+    heads = found.heads
+    if _FOLD:
+        names = [name for name in os.listdir(top) if name.partition(".")[0].lower() in heads]
+    else:  # the usual case: one partition and one set lookup per entry, no stat
+        names = [name for name in os.listdir(top) if name.partition(".")[0] in heads]
+    kept = (status, status[2] < since and status[3] < since, found,
+            tuple(name for name in names if _module_form(name, found)))
+    with _listed_lock:
+        _listed[root] = kept
+    return kept[3]
+
+
+def _status(info: os.stat_result) -> tuple:
+    return (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _open_top(root: str) -> int:
+    return open_checked(root, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _module_form(name: str, found: Installed) -> bool:
+    """Whether the entry `name`, whose head is an installed name, may be a module by its name:
+    with no dot a folder may (its kind is looked at next), with one only a module file's suffix."""
+    return "." not in name or found.may_shadow(module_of(name, False))
+
+
+def _identity(top: int, name: str) -> tuple | None:
+    """What says the entry `name` changed (None: it is gone): its kind, inode, ctime, mtime and
+    size. A folder's own times move with every entry made in it, so for a package (a folder with
+    an `__init__`) its `__init__`'s identity stands in for them: a file added deeper in the
+    person's own package is no new shadow. A bare folder keeps its times: what a namespace
+    package takes in from it is the entries made in it."""
+    try:
+        info = os.stat(name, dir_fd=top, follow_symlinks=False)
+    except OSError:
+        return None
+    kind = stat.S_IFMT(info.st_mode)
+    if kind != stat.S_IFDIR:
+        return (kind, info.st_dev, info.st_ino, info.st_ctime_ns, info.st_mtime_ns, info.st_size)
+    init = _init_identity(top, name)
+    times = (info.st_ctime_ns, info.st_mtime_ns) if init is None else ()
+    return (kind, info.st_dev, info.st_ino, *times, init)
+
+
+def _init_identity(top: int, name: str) -> tuple | None:
+    """The `__init__` that makes the folder `name` a package, in PathFinder's order; None if none."""
+    try:
+        folder = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+    except OSError:
+        return None
+    try:
+        for suffix in _SUFFIXES:
+            try:
+                info = os.stat("__init__" + suffix, dir_fd=folder, follow_symlinks=False)
+            except OSError:
+                continue
+            return (suffix, stat.S_IFMT(info.st_mode), info.st_ino, info.st_ctime_ns, info.st_mtime_ns, info.st_size)
+        return None
+    finally:
+        os.close(folder)
+
+
+def _kind(identity: tuple) -> str:
+    if identity[0] != stat.S_IFDIR:
+        return "module"
+    return "folder" if identity[-1] is None else "package"
+
+
+def _move_aside(root: str, planted: list[tuple[str, str, str]]) -> list[Moved]:
+    """Move each planted entry into a new quarantine folder; a failure is said, never raised."""
+    try:
+        top = _open_top(root)
+    except OSError as exc:
+        return [Moved(*item, None, _reason(exc)) for item in planted]
+    try:
+        try:
+            folder, where = _new_quarantine(root)
+        except OSError as exc:
+            return [Moved(*item, None, _reason(exc)) for item in planted]
+        try:
+            moved = [_move(top, folder, where, *item) for item in planted]
+            return [m for m in moved if m is not None]
+        finally:
+            os.close(folder)
+    finally:
+        os.close(top)
+
+
+def _new_quarantine(root: str) -> tuple[int, str]:
+    """A new folder of its own under `.toolkernel/quarantine/` (no link followed on the way: a
+    cloned repository may hold one there), and its path relative to `root`."""
+    parent = open_folder_below(root, QUARANTINE, mode=0o700)
+    try:
+        for _ in range(100):
+            name = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+            try:
+                os.mkdir(name, 0o700, dir_fd=parent)
+            except FileExistsError:
+                continue
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+            return fd, f"{QUARANTINE}/{name}"
+        raise FileExistsError(errno.EEXIST, "no free name for a quarantine folder", os.path.join(root, QUARANTINE))
+    finally:
+        os.close(parent)
+
+
+def _move(top: int, folder: int, where: str, name: str, module: str, kind: str) -> Moved | None:
+    """The move of one entry; None when it is gone already (another run's look took it)."""
+    try:
+        # Both ends named in open folders: the entry itself moves (a link as a link), and a
+        # workspace or quarantine path swapped for a link meanwhile leads nowhere else.
+        os.rename(name, name, src_dir_fd=top, dst_dir_fd=folder)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return Moved(name, module, kind, None, _reason(exc))
+    return Moved(name, module, kind, f"{where}/{name}")
+
+
+def _reason(exc: OSError) -> str:
+    return printable(exc.strerror if exc.strerror else str(exc))
+
+
+# -- what the cell is told ---------------------------------------------------------------------
+
+
+def moved_notice(moved: list[Moved]) -> str:
+    """The lines that end the run's stderr: what was moved, where to, and why; what could not be."""
+    done = [m for m in moved if m.to is not None]
+    failed = [m for m in moved if m.to is None]
+    lines = []
+    if len(done) <= _SAY_EACH:
+        lines += [f"toolkernel: moved {'the folder ' if m.kind != 'module' else ''}{m.shown}, written while"
+                  f" this script ran, to {printable(m.to)}: a Python started in this folder imports"
+                  f" {_instead(m)}. Move it back if you meant it." for m in done]
+    else:
+        lines.append(f"toolkernel: moved {len(done)} entries written while this script ran ({_few(done)}) to"
+                     f" {printable(os.path.dirname(done[0].to))}/: a Python started in this folder imports"
+                     " each instead of the installed module of its name. Move back any you meant.")
+    if failed:
+        reasons = "; ".join(sorted({m.problem or "unknown" for m in failed}))
+        it = "it" if len(failed) == 1 else "them"
+        what = _instead(failed[0]) if len(failed) == 1 else "them instead of the installed modules of their names"
+        lines.append(f"toolkernel: could not move {_few(failed)}, written while this script ran, out of the"
+                     f" way ({reasons}): a Python started in this folder imports {what}. Remove {it}.")
+    return "".join(line + "\n" for line in lines)
+
+
+def _instead(m: Moved) -> str:
+    if m.kind == "folder":
+        return f"what it holds ahead of the installed namespace package {printable(m.module)}"
+    return f"it instead of the installed {printable(m.module)}"
+
+
+def _few(moved: list[Moved]) -> str:
+    names = ", ".join(m.shown for m in moved[:_SAY_EACH])
+    return names + (f" and {len(moved) - _SAY_EACH} more" if len(moved) > _SAY_EACH else "")
+
+
+# -- the interpreter's exit ---------------------------------------------------------------------
+
+# Runs that have not ended yet. A kernel restarted while a script runs exits normally (atexit
+# runs), and the script's thread with it: the last look at the top is made here, after the run
+# is cancelled, so that the next kernel's first `import` does not find what the script wrote.
+_running: set[Watch] = set()
+
+
+@atexit.register
+def _at_exit() -> None:
+    for watch in list(_running):
+        try:
+            watch.cancel()
+            watch.end()
+        except Exception:  # noqa: BLE001 - the interpreter is going: each watch gets its turn
+            pass
