@@ -224,6 +224,22 @@ def test_bash_failure_has_the_seed_error_line_and_exit_code(tmp_path):
     assert json.loads(body_["stderr"].strip().splitlines()[-1])["error"]["code"] == "unknown_command"
 
 
+def test_bash_moves_aside_a_module_the_script_planted_and_says_so_last(tmp_path):
+    # The same Bashkit run as a cell's: `json.py` at the top would be what a Python started
+    # there imports for `import json`.
+    work = project(tmp_path, "")
+
+    async def body():
+        async with connected(work) as client:
+            return await bash(client, "printf 'import os\\n' > json.py; echo done")
+
+    result = run(body).structured_content
+    assert result["exit_code"] != 0 and result["stdout"] == "done\n"
+    assert result["stderr"].strip().splitlines()[-1].startswith("toolkernel: moved json.py, written while")
+    assert not (work / "json.py").exists()
+    assert [p.read_text() for p in (work / ".toolkernel" / "quarantine").glob("*/json.py")] == ["import os\n"]
+
+
 def test_images_come_back_as_image_content_and_files(tmp_path):
     work = project(tmp_path, server_section("pics", "images.py"), policy_section(allow=["mcp_pics__red_square"]))
 
