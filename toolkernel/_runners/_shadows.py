@@ -48,9 +48,9 @@ from .._checked_open import open_checked, open_folder_below
 from .._errors import printable
 
 QUARANTINE = ".toolkernel/quarantine"
-# Python's own suffixes for a module in a folder, most specific first: `pandas.abi3.so` and
-# `pandas.cpython-311-x86_64-linux-gnu.so` are `pandas`, not `pandas.abi3`.
-_SUFFIXES = tuple(sorted(importlib.machinery.all_suffixes(), key=len, reverse=True))
+# Python's own suffixes for a module in a folder, in the order its FileFinder tries them.
+_SUFFIXES = (*importlib.machinery.EXTENSION_SUFFIXES, *importlib.machinery.SOURCE_SUFFIXES,
+             *importlib.machinery.BYTECODE_SUFFIXES)
 # Where importlib may match names without regard to case (PYTHONCASEOK, and Windows' suffixes):
 # there a name is compared folded, which can only find more, never less. Elsewhere importlib
 # compares the folder's listing exactly, whatever the file system, so `Pandas.py` is no `pandas`.
@@ -72,7 +72,8 @@ def module_of(name: str, is_dir: bool) -> str | None:
     head, dot, tail = name.partition(".")
     if is_dir:
         return None if dot or not head else _fold(head)  # `a.b/` is no top-level module
-    # Every suffix starts with a dot and no module name holds one: the first dot splits.
+    # Every suffix starts with a dot and no module name holds one: the first dot splits
+    # (`pandas.abi3.so` is `pandas`, not `pandas.abi3`).
     return _fold(head) if dot and head and _fold(dot + tail) in _suffix_forms() else None
 
 
@@ -239,7 +240,9 @@ class Moved:
 
     name: str
     module: str  # the installed module it shadows (folded where importlib folds case)
-    kind: str    # "module", "package", or "folder": a bare folder a namespace package takes in
+    # "module", "package", or "folder": a bare folder a namespace package takes in; "unlisted":
+    # the top could not be looked at, so nothing was moved
+    kind: str
     to: str | None
     problem: str | None = None
 
@@ -274,7 +277,11 @@ class Watch:
             try:
                 if self.before is None:
                     return []
-                planted = [(name, module, kind) for name, module, kind, identity in self._after()
+                try:
+                    after = self._after()
+                except OSError as exc:  # the workspace is gone, or a link now: said, not raised
+                    return [Moved(".", "", "unlisted", None, _reason(exc))]
+                planted = [(name, module, kind) for name, module, kind, identity in after
                            if identity != self.before.get(name, ()) and self.installed.shadowed_by(module, kind)]
                 return _move_aside(self.root, planted) if planted else []
             finally:
@@ -363,7 +370,7 @@ def _identity(top: int, name: str) -> tuple | None:
 
 
 def _init_identity(top: int, name: str) -> tuple | None:
-    """The `__init__` that makes the folder `name` a package, in PathFinder's order; None if none."""
+    """The `__init__` that makes the folder `name` a package, the one Python takes; None if none."""
     try:
         folder = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
     except OSError:
@@ -446,24 +453,37 @@ def _reason(exc: OSError) -> str:
 
 def moved_notice(moved: list[Moved]) -> str:
     """The lines that end the run's stderr: what was moved, where to, and why; what could not be."""
+    unlisted = [m for m in moved if m.kind == "unlisted"]
     done = [m for m in moved if m.to is not None]
-    failed = [m for m in moved if m.to is None]
-    lines = []
-    if len(done) <= _SAY_EACH:
-        lines += [f"toolkernel: moved {'the folder ' if m.kind != 'module' else ''}{m.shown}, written while"
-                  f" this script ran, to {printable(m.to)}: a Python started in this folder imports"
-                  f" {_instead(m)}. Move it back if you meant it." for m in done]
-    else:
-        lines.append(f"toolkernel: moved {len(done)} entries written while this script ran ({_few(done)}) to"
-                     f" {printable(os.path.dirname(done[0].to))}/: a Python started in this folder imports"
-                     " each instead of the installed module of its name. Move back any you meant.")
-    if failed:
-        reasons = "; ".join(sorted({m.problem or "unknown" for m in failed}))
-        it = "it" if len(failed) == 1 else "them"
-        what = _instead(failed[0]) if len(failed) == 1 else "them instead of the installed modules of their names"
-        lines.append(f"toolkernel: could not move {_few(failed)}, written while this script ran, out of the"
-                     f" way ({reasons}): a Python started in this folder imports {what}. Remove {it}.")
+    failed = [m for m in moved if m.to is None and m.kind != "unlisted"]
+    lines = [_unlisted_line(m) for m in unlisted] + _moved_lines(done) + ([_failed_line(failed)] if failed else [])
     return "".join(line + "\n" for line in lines)
+
+
+def _unlisted_line(m: Moved) -> str:
+    return (f"toolkernel: could not look at the workspace's top after this script ran ({m.problem}): a NAME.py"
+            " or NAME/ it left there would be imported by a Python started in this folder instead of the"
+            " installed NAME; look before Python runs here.")
+
+
+def _moved_lines(done: list[Moved]) -> list[str]:
+    if len(done) <= _SAY_EACH:
+        return [f"toolkernel: moved {'the folder ' if m.kind != 'module' else ''}{m.shown}, written while this"
+                f" script ran, to {printable(m.to)}: a Python started in this folder imports {_instead(m)}."
+                " Move it back if you meant it." for m in done]
+    return [f"toolkernel: moved {len(done)} entries written while this script ran ({_few(done)}) to"
+            f" {printable(os.path.dirname(done[0].to))}/: a Python started in this folder imports each instead"
+            " of the installed module of its name. Move back any you meant."]
+
+
+def _failed_line(failed: list[Moved]) -> str:
+    reasons = "; ".join(sorted({m.problem or "unknown" for m in failed}))
+    if len(failed) == 1:
+        what, it = _instead(failed[0]), "it"
+    else:
+        what, it = "them instead of the installed modules of their names", "them"
+    return (f"toolkernel: could not move {_few(failed)}, written while this script ran, out of the way"
+            f" ({reasons}): a Python started in this folder imports {what}. Remove {it}.")
 
 
 def _instead(m: Moved) -> str:
