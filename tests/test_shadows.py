@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_helpers import RecordingSink, isolated_env, loaded_kernel, write_config
+from kernel_helpers import Kernel, RecordingSink, isolated_env, loaded_kernel, write_config
 from toolkernel import tool
 from toolkernel._session import Session
 
@@ -363,10 +363,14 @@ def test_many_entries_are_said_in_one_line_and_the_rest_left(session, work):
 
 
 def _fresh_import(work: Path, module: str) -> str:
-    """What a kernel started now in `work` gets for `import module`, and whether planted code ran."""
-    with loaded_kernel(work) as kernel:
+    """Where `import module` comes from in a kernel started now in `work`, as its first cell,
+    before toolkernel is loaded (a restart, then Run All)."""
+    kernel = Kernel(work, {**isolated_env(work.parent), "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
         run = kernel.execute_ok(f"import {module}; print({module}.__file__)")
         return run.stdout.strip().splitlines()[-1]
+    finally:
+        kernel.shutdown()
 
 
 @pytest.mark.timeout(600)
@@ -374,9 +378,10 @@ def test_a_restarted_kernel_imports_the_installed_module_not_the_planted_one(wor
     plant = PLANT % str(work.parent / "pwned")
     with loaded_kernel(work) as kernel:
         planting = kernel.execute(f"%%tools\nprintf {plant!r} > {PACKAGE}.py\necho planted")
-        assert "planted" in planting.stdout and f"moved {PACKAGE}.py" in planting.stderr
     where = _fresh_import(work, PACKAGE)
-    assert not where.startswith(str(work)) and not (work.parent / "pwned").exists()
+    assert not (work.parent / "pwned").exists() and not where.startswith(str(work)), where
+    assert "planted" in planting.stdout and planting.status == "error"
+    assert f"toolkernel: moved {PACKAGE}.py, written while this script ran" in planting.stderr
 
 
 @pytest.mark.timeout(600)
@@ -390,13 +395,10 @@ def test_a_kernel_restarted_while_the_script_runs_moves_what_it_wrote(work):
         while not (work / f"{PACKAGE}.py").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert (work / f"{PACKAGE}.py").exists()
-        kernel.manager.restart_kernel(now=False)
-        deadline = time.monotonic() + 60
-        while f"{PACKAGE}.py" not in quarantined(work) and time.monotonic() < deadline:
-            time.sleep(0.05)
-    assert f"{PACKAGE}.py" in quarantined(work)
+        kernel.manager.restart_kernel(now=False)  # returns once the old kernel has exited
     where = _fresh_import(work, PACKAGE)
-    assert not where.startswith(str(work)) and not (work.parent / "pwned").exists()
+    assert not (work.parent / "pwned").exists() and not where.startswith(str(work)), where
+    assert f"{PACKAGE}.py" in quarantined(work)
 
 
 def test_a_top_that_cannot_be_looked_at_after_the_run_fails_it_saying_so(work, tmp_path):
