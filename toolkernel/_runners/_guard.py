@@ -29,7 +29,9 @@ server or hook executes (named in its `command` or `args`; for Node and its pack
 runners also `node_modules`, `package.json` and `.npmrc` where they look, for uv its
 `.venv` and settings). Config files a script
 creates deeper in the tree cannot be refused this way; they are caught by
-workspace trust instead (a new file is never trusted, see `_trust`).
+workspace trust instead (a new file is never trusted, see `_trust`). Nor can the
+hundreds of names under which a Python module at the top would shadow an installed
+one (`json.py`, `pandas/`): the run's end moves those aside instead (`_shadows`).
 
 Where protection cannot be set up (a protected folder is a symlink, for
 instance), `mount_plan` raises `Unprotectable` and the script does not run.

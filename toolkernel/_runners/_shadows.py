@@ -206,7 +206,7 @@ def _scan_zip(path: str, regular: set[str], folders: set[str]) -> None:
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
-    except (OSError, zipfile.BadZipFile):
+    except (OSError, ValueError, zipfile.BadZipFile):  # not a zip Python could import from either
         return
     for name in names:
         top, slash, _ = name.partition("/")
