@@ -422,3 +422,31 @@ def test_a_top_that_cannot_be_looked_at_after_the_run_fails_it_saying_so(work, t
     assert result.exit_code != 0
     assert last_line(sink).startswith("toolkernel: could not look at the workspace's top after this script ran (")
     assert (moved_away / "json.py").exists() and not (moved_away / QUARANTINE).exists()
+
+
+def test_a_name_an_editable_install_maps_counts_but_not_one_it_maps_to_the_workspace(work, tmp_path, monkeypatch):
+    # setuptools' editable installs: a finder appended to sys.meta_path, after PathFinder, whose
+    # module maps names to folders. One elsewhere is shadowed by the workspace; one at the
+    # workspace's top is the person's own package, which they and their scripts edit.
+    import types
+
+    finder_module = types.ModuleType("__editable___tk_finder")
+    finder_module.MAPPING = {"tkelsewhere": str(tmp_path / "src" / "tkelsewhere"), "tkhere": str(work / "tkhere")}
+
+    class _EditableFinder:
+        @classmethod
+        def find_spec(cls, fullname, path=None, target=None):
+            return None
+
+    _EditableFinder.__module__ = finder_module.__name__
+    monkeypatch.setitem(sys.modules, finder_module.__name__, finder_module)
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, _EditableFinder])
+    (work / "tkhere").mkdir()
+    (work / "tkhere" / "__init__.py").write_text("the person's\n")
+    session = Session(work)
+    try:
+        result, sink = run(session, "printf x > tkelsewhere.py; printf 'edited\\n' > tkhere/__init__.py")
+    finally:
+        session.close()
+    assert set(quarantined(work)) == {"tkelsewhere.py"}, sink.stderr_text
+    assert (work / "tkhere" / "__init__.py").read_text() == "edited\n"
