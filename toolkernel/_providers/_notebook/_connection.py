@@ -42,6 +42,7 @@ class Execution:
     execution_count: int | None = None
     status: str = "ok"  # ok | error | aborted | timeout
     settled: bool = True  # False: the kernel was still busy after the interrupt
+    restarted: bool = False  # the kernel was replaced after the request left; the new one ran it
 
     @property
     def timed_out(self) -> bool:
@@ -135,6 +136,7 @@ class KernelConnection(ABC):
                 reply = await self._reply(msg_id, REPLY_WAIT_SECONDS)
                 self._apply_reply(execution, reply)
                 return execution
+            self._check_not_replaced(execution)
             execution.status = "timeout"
             await self._interrupt()
             execution.settled = await self._collect(msg_id, collector, INTERRUPT_GRACE_SECONDS)
@@ -190,6 +192,10 @@ class KernelConnection(ABC):
 
     def _notice_other(self, msg: Message) -> None:
         """A message that is not about our request (another client's, or the server's)."""
+
+    def _check_not_replaced(self, execution: Execution) -> None:
+        """At the run's timeout: raise when the time went to a kernel replaced under the request,
+        not to the code (its result will never come, and interrupting the new kernel helps no one)."""
 
     async def restart(self) -> None:
         raise InvalidInput(f"this session cannot restart the {self.label} kernel: it belongs to someone else. "
