@@ -19,6 +19,7 @@ import os
 import posixpath
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -34,6 +35,13 @@ from ._stores import ContentsStore, NotebookStore
 
 HTTP_TIMEOUT_SECONDS = 30.0
 READY_TIMEOUT_SECONDS = 60.0
+# How long a request that the kernel replaced under it never acknowledged waits to learn whether
+# the new kernel took it (a kernel starts in seconds; a loaded machine makes that tens).
+RESTART_SETTLE_SECONDS = 60.0
+# After this long without word on our channels, the new kernel is asked on a websocket of its own;
+# when it answers there and ours stay silent this much longer, ours lead to the old kernel's ports.
+SIDE_CHECK_SECONDS = 5.0
+STALE_GRACE_SECONDS = 3.0
 PROTOCOL_VERSION = "5.3"
 # Statuses the server itself sends when the kernel process was replaced or lost.
 KERNEL_LOST_STATES = {"restarting", "dead", "autorestarting"}
@@ -108,7 +116,35 @@ def _split_token(url: str) -> tuple[str, str | None]:
     return urlunsplit((scheme, netloc, path or "/", urlencode(params), "")), token
 
 
+@dataclass
+class _Request:
+    """An execute_request on its way, and what became of it when the kernel was replaced under it."""
+
+    msg_id: str
+    kernel: int  # the kernel it was sent to, as `ServerConnection` counts them
+    answered_by: int | None = None  # the kernel that first said anything about it
+    probe: str = ""  # a kernel_info_request sent behind it to the kernel that replaced that one
+    probe_kernel: int = -1
+    probe_answered: bool = False
+    replaced_at: float = 0.0
+    side_checked: bool = False
+    side_answered_at: float = 0.0
+
+
 class ServerConnection(KernelConnection):
+    """The kernel's channels over the server's websocket.
+
+    Jupyter Server restarts a kernel that died behind the same websocket, which it never closes
+    for that. So kernels are counted: one more each time the server says the process under our
+    channels was lost (`restarting`, `dead`). A run never goes out on channels opened before the
+    kernel was last replaced: the server reconnects an open websocket to the new process only
+    when the ports stay the same, and even then a request sent while no process listens waits in
+    its queue for whichever kernel comes next. A fresh websocket, with a fresh client session, is
+    attached by the server to the kernel as it is now and answers only what we send on it.
+    (A kernel's own `starting` status says nothing here: ipykernel may send it after it began
+    answering requests, on channels opened after its start.)
+    """
+
     def __init__(self, api: ServerApi, session: dict[str, Any], *, created: bool) -> None:
         super().__init__()
         self.api = api
@@ -121,11 +157,18 @@ class ServerConnection(KernelConnection):
         self._reader: asyncio.Task[None] | None = None
         self._iopub: asyncio.Queue[Message] = asyncio.Queue()
         self._replies: asyncio.Queue[Message] = asyncio.Queue()
-        self._lost_at = 0.0
-        self._run_started = 0.0
-        self._checked_at = 0.0
+        self._kernel = 0  # the kernels seen under our channels, counted from 0
+        self._ready_kernel = -1  # the kernel our channels were opened on (and heard back from)
+        self._lost_state = ""  # the status that counted the last kernel out
+        self._request: _Request | None = None
 
-    async def open(self) -> None:
+    async def open(self, *, fresh: bool = False) -> None:
+        if fresh:
+            # Nothing sent in the old client session is ours any more: the server keeps the old
+            # channels (and replays what they got) for a reconnection under the same session.
+            self._client_session = uuid.uuid4().hex
+            self._iopub, self._replies = asyncio.Queue(), asyncio.Queue()
+        kernel = self._kernel
         url = self.api.ws_url("api/kernels", self.kernel_id, "channels",
                               query=urlencode({"session_id": self._client_session}))
         try:
@@ -136,6 +179,7 @@ class ServerConnection(KernelConnection):
                               f"{type(exc).__name__}", retryable=True) from exc
         self._reader = asyncio.create_task(self._read_forever())
         await self._wait_ready()
+        self._ready_kernel = kernel
 
     async def _wait_ready(self) -> None:
         msg_id = await self._send("shell", "kernel_info_request", {})
@@ -153,22 +197,38 @@ class ServerConnection(KernelConnection):
 
     def _route(self, msg: Message) -> None:
         channel = msg.pop("channel", None)
-        content = msg.get("content") or {}
-        if channel == "iopub" and msg["header"].get("msg_type") == "status" \
-                and content.get("execution_state") in KERNEL_LOST_STATES:
-            self._lost_at = time.monotonic()
+        parent = msg.get("parent_header") or {}
+        if channel == "iopub" and self._counts_a_lost_kernel(msg):
             return
         # Every client of the kernel gets every IOPub message; keep only answers to ours.
-        if (msg.get("parent_header") or {}).get("session") != self._client_session:
+        if parent.get("session") != self._client_session:
             return
+        self._note_answer(channel, parent.get("msg_id"))
         if channel == "iopub":
             self._iopub.put_nowait(msg)
         elif channel == "shell":
             self._replies.put_nowait(msg)
 
+    def _counts_a_lost_kernel(self, msg: Message) -> bool:
+        state = (msg.get("content") or {}).get("execution_state")
+        if msg["header"].get("msg_type") != "status" or state not in KERNEL_LOST_STATES:
+            return False
+        self._kernel += 1
+        self._lost_state = state
+        return True
+
+    def _note_answer(self, channel: str | None, msg_id: str | None) -> None:
+        request = self._request
+        if request is None:
+            return
+        if msg_id == request.msg_id and request.answered_by is None:
+            request.answered_by = self._kernel
+        elif msg_id == request.probe and channel == "shell":
+            request.probe_answered = True
+
     async def _send(self, channel: str, msg_type: str, content: dict[str, Any],
-                    metadata: dict[str, Any] | None = None) -> str:
-        msg_id = uuid.uuid4().hex
+                    metadata: dict[str, Any] | None = None, msg_id: str = "") -> str:
+        msg_id = msg_id or uuid.uuid4().hex
         header = {"msg_id": msg_id, "msg_type": msg_type, "username": "toolkernel",
                   "session": self._client_session, "version": PROTOCOL_VERSION,
                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat()}
@@ -184,8 +244,13 @@ class ServerConnection(KernelConnection):
         return msg_id
 
     async def _send_execute(self, code: str) -> str:
-        self._run_started = time.monotonic()
-        return await self._send("shell", "execute_request", {"code": code, **EXECUTE_CONTENT}, AGENT_METADATA)
+        if self._ready_kernel != self._kernel:  # replaced again since `_require_alive` reopened
+            raise Unavailable(f"the {self.label} kernel on {self.api.base} was restarted again while its channels "
+                              "were opened: the code did not run", retryable=True)
+        # Known before it leaves: an answer may come back before `send` returns.
+        self._request = _Request(uuid.uuid4().hex, self._kernel)
+        return await self._send("shell", "execute_request", {"code": code, **EXECUTE_CONTENT}, AGENT_METADATA,
+                                msg_id=self._request.msg_id)
 
     async def _next_iopub(self, timeout: float) -> Message | None:
         try:
@@ -209,27 +274,117 @@ class ServerConnection(KernelConnection):
 
     async def execute(self, code: str, timeout: float, on_output: OnOutput | None = None) -> Execution:
         try:
-            return await super().execute(code, timeout, on_output)
+            execution = await super().execute(code, timeout, on_output)
+            request = self._request
+            execution.restarted = request is not None and request.answered_by not in (None, request.kernel)
+            return execution
         finally:
-            self._run_started = 0.0
+            self._request = None
 
     async def _alive(self) -> bool:
-        if self._run_started and self._lost_at > self._run_started:
-            return False  # the kernel was replaced under the running code; its result will never come
+        request = self._request
+        if request is not None and request.kernel != self._kernel:
+            return await self._outlived(request)
         channels_open = self._reader is not None and not self._reader.done()
-        if channels_open and self._lost_at <= self._checked_at:
+        if channels_open and self._ready_kernel == self._kernel:
             return True
-        self._checked_at = time.monotonic()
         model = await self.api.request("GET", "api/kernels", self.kernel_id, missing_ok=True)
         if model is None or model.get("execution_state") == "dead":
             return False
-        if not channels_open:
+        if self._ready_kernel != self._kernel:
+            await self._reopen_after_restart()
+        elif not channels_open:
             await self._reopen()
         return True
 
-    async def _reopen(self) -> None:
+    async def _outlived(self, request: _Request) -> bool:
+        """The kernel `request` was sent to was replaced. True while the request may still come back
+        from the kernel there is now; False when one that took it went with it; raises when it never
+        reached the kernel there is now."""
+        if request.answered_by is not None:
+            return request.answered_by == self._kernel  # the new kernel took it from the server's queue
+        if self._lost_state == "dead":
+            raise self._lost_on_the_way("the server gave up restarting it")
+        if request.probe_kernel != self._kernel:
+            # Shell messages are answered in the order they were sent: a reply to this one, with
+            # nothing about the request before it, says the request never reached the new kernel.
+            await self._probe_new_kernel(request)
+            return True
+        if request.probe_answered:
+            raise self._never_reached("the new kernel did not get it")
+        waited = time.monotonic() - request.replaced_at
+        if waited > SIDE_CHECK_SECONDS and not request.side_checked:
+            request.side_checked = True
+            if await self._answers_on_new_channels():
+                request.side_answered_at = time.monotonic()
+        if request.side_answered_at and time.monotonic() - request.side_answered_at > STALE_GRACE_SECONDS:
+            # Restarted on new ports: the server left our websocket on the old ones.
+            raise self._never_reached("the new kernel answers on new channels but not on these, which the "
+                                      "server left on the old kernel's ports")
+        if waited > RESTART_SETTLE_SECONDS:
+            raise self._lost_on_the_way(f"the new kernel did not answer within {RESTART_SETTLE_SECONDS:g} s")
+        return True
+
+    async def _probe_new_kernel(self, request: _Request) -> None:
+        request.probe, request.probe_kernel, request.probe_answered = uuid.uuid4().hex, self._kernel, False
+        request.replaced_at = time.monotonic()
+        request.side_checked, request.side_answered_at = False, 0.0
+        try:
+            await self._send("shell", "kernel_info_request", {}, msg_id=request.probe)
+        except Unavailable:
+            raise self._lost_on_the_way("its channels closed") from None
+
+    async def _answers_on_new_channels(self) -> bool:
+        """Whether the kernel there is now answers on a websocket of its own (ours stays open)."""
+        side = ServerConnection(self.api, self.session, created=False)
+        try:
+            await side.open()
+            return True
+        except Unavailable:
+            return False
+        finally:
+            await side._close_channels()
+
+    def _never_reached(self, why: str) -> Unavailable:
+        return Unavailable(
+            f"the {self.label} kernel on {self.api.base} was restarted before the code reached it, and {why}: "
+            "the code did not run there (it may have begun in the old kernel, which sent nothing back before "
+            "it went). The new kernel starts without the old one's variables; run what the code needs again.",
+            retryable=True)
+
+    def _lost_on_the_way(self, why: str) -> Unavailable:
+        return Unavailable(
+            f"the {self.label} kernel on {self.api.base} was restarted while the code was on its way to it, and "
+            f"{why}: the code may not have run. A new kernel starts without the old one's variables; run what "
+            "the code needs again once the kernel answers.", retryable=True)
+
+    def _check_not_replaced(self, execution: Execution) -> None:
+        request = self._request
+        if request is None or request.kernel == self._kernel or request.answered_by == self._kernel:
+            return
+        if request.answered_by is not None:
+            raise self._died_while_running(execution)
+        raise self._lost_on_the_way("no kernel answered for it within the run's timeout")
+
+    def _died_while_running(self, execution: Execution) -> Unavailable:
+        request = self._request
+        if request is None or request.kernel == self._kernel or self._lost_state == "dead":
+            return super()._died_while_running(execution)
+        return Unavailable(
+            f"the paired kernel ({self.label}) died while the code ran ({len(execution.outputs)} output(s) "
+            "before that), and a new kernel took its place, without the old one's variables: run what the "
+            "code needs again.", retryable=True)
+
+    async def _reopen_after_restart(self) -> None:
+        try:
+            await self._reopen(fresh=True)
+        except Unavailable as exc:
+            raise Unavailable(f"the {self.label} kernel on {self.api.base} was restarted and does not answer on "
+                              f"new channels yet ({exc.message}): the code did not run", retryable=True) from exc
+
+    async def _reopen(self, *, fresh: bool = False) -> None:
         await self._close_channels()
-        await self.open()
+        await self.open(fresh=fresh)
 
     def restart_hint(self) -> str:
         return ("Restart it with `tools notebook-run restart=true` or from JupyterLab, "
@@ -240,8 +395,7 @@ class ServerConnection(KernelConnection):
             model = await self.api.request("POST", "api/kernels", self.kernel_id, "restart", missing_ok=True)
             if model is None:
                 raise Unavailable(f"the {self.label} kernel is gone from the server; pair again", retryable=True)
-            self._lost_at = 0.0
-            await self._reopen()
+            await self._reopen(fresh=True)
 
     async def _close_channels(self) -> None:
         if self._ws is not None:
