@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
+import os
 import signal
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import PNG, SERVER_TOKEN, call, rich_notebook, server_api
+from conftest import NO_COLLABORATION, PNG, SERVER_TOKEN, call, rich_notebook, server_api, start_server, stop_server
 from jupyter_client import KernelManager
 
 from toolkernel._errors import InvalidInput, Unavailable
@@ -186,20 +187,86 @@ def test_server_not_listening_is_unavailable(server_ctx):
     assert "abc" not in caught.value.message
 
 
-def test_server_kernel_dying_mid_run_is_unavailable_then_the_servers_restart_serves(jupyter_server, server_ctx):
-    run(pair(server_ctx.state, server_ctx.workdir, "crash.ipynb", server=jupyter_server["url"], token=SERVER_TOKEN,
-             kernel="python3"), timeout=120)
-    with pytest.raises(Unavailable) as caught:
-        call(run_tool, server_ctx, notebook_path="crash.ipynb",
-             code="import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
-    assert "died while the code ran" in caught.value.message
-    # Jupyter Server restarts a dead kernel by itself; the pairing keeps working, with a fresh kernel.
-    deadline = time.monotonic() + 60
+def until_available(attempt, seconds: float = 120):
+    """`attempt()` again while it says the kernel is not there (a restart takes seconds, more on a busy machine)."""
+    deadline = time.monotonic() + seconds
     while True:
         try:
-            assert call(run_tool, server_ctx, notebook_path="crash.ipynb", code="1+1").texts == ["2"]
-            break
+            return attempt()
         except Unavailable:
             if time.monotonic() > deadline:
                 raise
             time.sleep(1)
+
+
+def kill_mid_run(ctx, notebook: str) -> None:
+    with pytest.raises(Unavailable) as caught:
+        call(run_tool, ctx, notebook_path=notebook, code="import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    assert "died while the code ran" in caught.value.message
+
+
+def test_server_kernel_dying_mid_run_is_unavailable_then_the_servers_restart_serves(jupyter_server, server_ctx):
+    run(pair(server_ctx.state, server_ctx.workdir, "crash.ipynb", server=jupyter_server["url"], token=SERVER_TOKEN,
+             kernel="python3"), timeout=120)
+    kill_mid_run(server_ctx, "crash.ipynb")
+    # Jupyter Server restarts a dead kernel by itself; the pairing keeps working, with a fresh kernel.
+    result = until_available(lambda: call(run_tool, server_ctx, notebook_path="crash.ipynb", code="1+1"))
+    assert result.texts == ["2"]
+
+
+def test_server_code_sent_to_a_kernel_that_just_died_runs_once_in_the_new_kernel(jupyter_server, server_ctx):
+    run(pair(server_ctx.state, server_ctx.workdir, "queued.ipynb", server=jupyter_server["url"], token=SERVER_TOKEN,
+             kernel="python3"), timeout=120)
+    pid = int(call(run_tool, server_ctx, notebook_path="queued.ipynb", code="import os\nos.getpid()").texts[0])
+    marker = jupyter_server["root"] / "queued-ran.txt"
+    os.kill(pid, signal.SIGKILL)
+    # Sent at once, before the server looks again (every 3 s): the request waits in the server's queue and the
+    # new kernel takes it. Saying the kernel died under it invited a retry, and the code ran twice.
+    result = until_available(lambda: call(run_tool, server_ctx, notebook_path="queued.ipynb",
+                                          code=f"open({str(marker)!r}, 'a').write('x')\n'ran'"))
+    assert result.texts[0].splitlines()[0] == "'ran'" and not result.is_error
+    assert marker.read_text() == "x"
+
+
+# --- a server that restarts kernels on new ports (remote kernels, or KernelManager.cache_ports off) ----------
+
+@pytest.fixture(scope="module")
+def new_ports_server(tmp_path_factory):
+    """Every auto-restart counts as one in the kernel's first hour, which picks new ports: the server leaves an
+    open websocket on the old ones (jupyter_server connects new ports for new websockets only)."""
+    process, server = start_server(tmp_path_factory, f"--ServerApp.jpserver_extensions={NO_COLLABORATION}",
+                                   "--KernelManager.cache_ports=False", "--KernelRestarter.stable_start_time=3600")
+    yield server
+    stop_server(process)
+
+
+@pytest.fixture
+def new_ports_ctx(new_ports_server, ctx):
+    ctx.workdir = new_ports_server["root"]
+    run(pair(ctx.state, ctx.workdir, "ports.ipynb", server=new_ports_server["url"], token=SERVER_TOKEN,
+             kernel="python3"), timeout=120)
+    return ctx
+
+
+def test_server_run_after_a_restart_on_new_ports_reaches_the_new_kernel(new_ports_ctx):
+    kill_mid_run(new_ports_ctx, "ports.ipynb")
+    # On the old websocket this run waited out its whole timeout, and came back "timed out ... still busy".
+    result = until_available(lambda: call(run_tool, new_ports_ctx, notebook_path="ports.ipynb", code="1+1",
+                                          timeout_seconds=90))
+    assert result.texts == ["2"]
+
+
+def test_server_code_stuck_on_the_old_ports_is_unavailable_and_never_runs(new_ports_server, new_ports_ctx):
+    pid = int(call(run_tool, new_ports_ctx, notebook_path="ports.ipynb", code="import os\nos.getpid()").texts[0])
+    marker = new_ports_server["root"] / "stuck-ran.txt"
+    os.kill(pid, signal.SIGKILL)
+    try:
+        call(run_tool, new_ports_ctx, notebook_path="ports.ipynb", code=f"open({str(marker)!r}, 'a').write('x')")
+    except Unavailable as exc:  # the request went out on the old websocket, before the server saw the death
+        assert "restarted" in exc.message
+        assert "did not run" in exc.message or "may not have run" in exc.message
+        assert until_available(lambda: call(run_tool, new_ports_ctx, notebook_path="ports.ipynb",
+                                            code="1+1")).texts == ["2"]
+        assert not marker.exists()  # nor later, from some queue
+    else:  # the server saw it first (its look every 3 s fell in between): the run went to the new kernel
+        assert marker.read_text() == "x"
