@@ -38,8 +38,9 @@ READY_TIMEOUT_SECONDS = 60.0
 # How long a request that the kernel replaced under it never acknowledged waits to learn whether
 # the new kernel took it (a kernel starts in seconds; a loaded machine makes that tens).
 RESTART_SETTLE_SECONDS = 60.0
-# After this long without word on our channels, the new kernel is asked on a websocket of its own;
-# when it answers there and ours stay silent this much longer, ours lead to the old kernel's ports.
+# After this long without word on our channels, the new kernel is asked on a websocket of its own
+# (for at most as long, then again later); when it answers there and ours stay silent this much
+# longer, ours lead to the old kernel's ports.
 SIDE_CHECK_SECONDS = 5.0
 STALE_GRACE_SECONDS = 3.0
 PROTOCOL_VERSION = "5.3"
@@ -127,7 +128,7 @@ class _Request:
     probe_kernel: int = -1
     probe_answered: bool = False
     replaced_at: float = 0.0
-    side_checked: bool = False
+    side_checked_at: float = 0.0
     side_answered_at: float = 0.0
 
 
@@ -312,35 +313,42 @@ class ServerConnection(KernelConnection):
             return True
         if request.probe_answered:
             raise self._never_reached("the new kernel did not get it")
-        waited = time.monotonic() - request.replaced_at
-        if waited > SIDE_CHECK_SECONDS and not request.side_checked:
-            request.side_checked = True
+        return await self._no_word_yet(request)
+
+    async def _no_word_yet(self, request: _Request) -> bool:
+        """Neither the request nor the probe behind it answered yet: the new kernel may be starting,
+        or our channels may lead where it is not."""
+        last_asked = max(request.replaced_at, request.side_checked_at)
+        if not request.side_answered_at and time.monotonic() - last_asked > SIDE_CHECK_SECONDS:
             if await self._answers_on_new_channels():
                 request.side_answered_at = time.monotonic()
+            request.side_checked_at = time.monotonic()
+            return True  # what came meanwhile on our channels is looked at first
         if request.side_answered_at and time.monotonic() - request.side_answered_at > STALE_GRACE_SECONDS:
             # Restarted on new ports: the server left our websocket on the old ones.
             raise self._never_reached("the new kernel answers on new channels but not on these, which the "
                                       "server left on the old kernel's ports")
-        if waited > RESTART_SETTLE_SECONDS:
+        if time.monotonic() - request.replaced_at > RESTART_SETTLE_SECONDS:
             raise self._lost_on_the_way(f"the new kernel did not answer within {RESTART_SETTLE_SECONDS:g} s")
         return True
 
     async def _probe_new_kernel(self, request: _Request) -> None:
         request.probe, request.probe_kernel, request.probe_answered = uuid.uuid4().hex, self._kernel, False
         request.replaced_at = time.monotonic()
-        request.side_checked, request.side_answered_at = False, 0.0
+        request.side_checked_at = request.side_answered_at = 0.0
         try:
             await self._send("shell", "kernel_info_request", {}, msg_id=request.probe)
         except Unavailable:
             raise self._lost_on_the_way("its channels closed") from None
 
     async def _answers_on_new_channels(self) -> bool:
-        """Whether the kernel there is now answers on a websocket of its own (ours stays open)."""
+        """Whether the kernel there is now answers on a websocket of its own (ours stays open) soon.
+        Not soon says nothing: it may be starting still, or busy with our request."""
         side = ServerConnection(self.api, self.session, created=False)
         try:
-            await side.open()
+            await asyncio.wait_for(side.open(), SIDE_CHECK_SECONDS)
             return True
-        except Unavailable:
+        except (Unavailable, asyncio.TimeoutError):
             return False
         finally:
             await side._close_channels()
