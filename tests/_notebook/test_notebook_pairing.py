@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -214,15 +216,50 @@ def test_server_kernel_dying_mid_run_is_unavailable_then_the_servers_restart_ser
     assert result.texts == ["2"]
 
 
-def test_server_code_sent_to_a_kernel_that_just_died_runs_once_in_the_new_kernel(jupyter_server, server_ctx):
-    run(pair(server_ctx.state, server_ctx.workdir, "queued.ipynb", server=jupyter_server["url"], token=SERVER_TOKEN,
-             kernel="python3"), timeout=120)
-    pid = int(call(run_tool, server_ctx, notebook_path="queued.ipynb", code="import os\nos.getpid()").texts[0])
-    marker = jupyter_server["root"] / "queued-ran.txt"
+def wait_until_gone(pid: int) -> None:
+    """Until the killed kernel is a zombie (its sockets closed: a request sent then cannot reach it), and the
+    server's sockets have seen them close."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break  # reaped already
+        if state in ("Z", "X"):
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def slow_start_server(tmp_path_factory):
+    """A server with a `slowstart` kernel: ipykernel, 3 s after its process starts (longer than a run
+    takes to look at a silent kernel), as a kernel with heavy start-up files would. The server looks
+    for dead kernels every 20 s (not 3), so a test has time to act between a death and its notice."""
+    share = tmp_path_factory.mktemp("share")
+    spec = share / "kernels" / "slowstart"
+    spec.mkdir(parents=True)
+    boot = "import time; time.sleep(3); from ipykernel.kernelapp import launch_new_instance; launch_new_instance()"
+    spec.joinpath("kernel.json").write_text(json.dumps(
+        {"argv": [sys.executable, "-c", boot, "-f", "{connection_file}"], "display_name": "slow start",
+         "language": "python"}))
+    process, server = start_server(tmp_path_factory, f"--ServerApp.jpserver_extensions={NO_COLLABORATION}",
+                                   "--KernelRestarter.time_to_dead=20", env={"JUPYTER_PATH": str(share)})
+    yield server
+    stop_server(process)
+
+
+def test_server_code_sent_to_a_kernel_that_just_died_runs_once_in_the_new_kernel(slow_start_server, ctx):
+    ctx.workdir = slow_start_server["root"]
+    run(pair(ctx.state, ctx.workdir, "queued.ipynb", server=slow_start_server["url"], token=SERVER_TOKEN,
+             kernel="slowstart"), timeout=120)
+    pid = int(call(run_tool, ctx, notebook_path="queued.ipynb", code="import os\nos.getpid()").texts[0])
+    marker = slow_start_server["root"] / "queued-ran.txt"
     os.kill(pid, signal.SIGKILL)
-    # Sent at once, before the server looks again (every 3 s): the request waits in the server's queue and the
-    # new kernel takes it. Saying the kernel died under it invited a retry, and the code ran twice.
-    result = until_available(lambda: call(run_tool, server_ctx, notebook_path="queued.ipynb",
+    wait_until_gone(pid)
+    # Sent before the server looks again: the request waits in the server's queue and the new kernel takes it.
+    # Saying the kernel died under it invited a retry, and the code ran twice.
+    result = until_available(lambda: call(run_tool, ctx, notebook_path="queued.ipynb",
                                           code=f"open({str(marker)!r}, 'a').write('x')\n'ran'"))
     assert result.texts[0].splitlines()[0] == "'ran'" and not result.is_error
     assert marker.read_text() == "x"
