@@ -305,7 +305,9 @@ class ServerConnection(KernelConnection):
         if request.answered_by is not None:
             return request.answered_by == self._kernel  # the new kernel took it from the server's queue
         if self._lost_state == "dead":
-            raise self._lost_on_the_way("the server gave up restarting it")
+            raise Unavailable(f"the {self.label} kernel on {self.api.base} died with the code on its way to it, and "
+                              f"the server gave up restarting it: the code may not have run. {self.restart_hint()}",
+                              retryable=True)
         if request.probe_kernel != self._kernel:
             # Shell messages are answered in the order they were sent: a reply to this one, with
             # nothing about the request before it, says the request never reached the new kernel.
