@@ -204,7 +204,11 @@ def until_available(attempt, seconds: float = 120):
 def kill_mid_run(ctx, notebook: str) -> None:
     with pytest.raises(Unavailable) as caught:
         call(run_tool, ctx, notebook_path=notebook, code="import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
-    assert "died while the code ran" in caught.value.message
+    # The kernel dies as it runs the code: whether it said `busy` before it went is a race.
+    message = caught.value.message
+    assert "died while the code ran" in message or "died with the code sent to it" in message, message
+    assert any(fate in message for fate in ("output(s) before that", "the old kernel may have begun it",
+                                            "may not have run")), message
 
 
 def test_server_kernel_dying_mid_run_is_unavailable_then_the_servers_restart_serves(jupyter_server, server_ctx):
@@ -300,8 +304,8 @@ def test_server_code_stuck_on_the_old_ports_is_unavailable_and_never_runs(new_po
     try:
         call(run_tool, new_ports_ctx, notebook_path="ports.ipynb", code=f"open({str(marker)!r}, 'a').write('x')")
     except Unavailable as exc:  # the request went out on the old websocket, before the server saw the death
-        assert "restarted" in exc.message
-        assert "did not run" in exc.message or "may not have run" in exc.message
+        assert "died with the code sent to it, and the server restarted it" in exc.message
+        assert "did not run there" in exc.message or "may not have run" in exc.message
         assert until_available(lambda: call(run_tool, new_ports_ctx, notebook_path="ports.ipynb",
                                             code="1+1")).texts == ["2"]
         assert not marker.exists()  # nor later, from some queue

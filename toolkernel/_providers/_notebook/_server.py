@@ -305,16 +305,15 @@ class ServerConnection(KernelConnection):
         if request.answered_by is not None:
             return request.answered_by == self._kernel  # the new kernel took it from the server's queue
         if self._lost_state == "dead":
-            raise Unavailable(f"the {self.label} kernel on {self.api.base} died with the code on its way to it, and "
-                              f"the server gave up restarting it: the code may not have run. {self.restart_hint()}",
-                              retryable=True)
+            raise Unavailable(f"the paired kernel ({self.label}) died with the code sent to it, and the server gave "
+                              f"up restarting it: the code may not have run. {self.restart_hint()}", retryable=True)
         if request.probe_kernel != self._kernel:
             # Shell messages are answered in the order they were sent: a reply to this one, with
             # nothing about the request before it, says the request never reached the new kernel.
             await self._probe_new_kernel(request)
             return True
         if request.probe_answered:
-            raise self._never_reached("the new kernel did not get it")
+            raise self._never_reached("the new kernel did not get the code")
         return await self._no_word_yet(request)
 
     async def _no_word_yet(self, request: _Request) -> bool:
@@ -328,7 +327,7 @@ class ServerConnection(KernelConnection):
             return True  # what came meanwhile on our channels is looked at first
         if request.side_answered_at and time.monotonic() - request.side_answered_at > STALE_GRACE_SECONDS:
             # Restarted on new ports: the server left our websocket on the old ones.
-            raise self._never_reached("the new kernel answers on new channels but not on these, which the "
+            raise self._never_reached("the new kernel answers on new channels but not on ours, which the "
                                       "server left on the old kernel's ports")
         if time.monotonic() - request.replaced_at > RESTART_SETTLE_SECONDS:
             raise self._lost_on_the_way(f"the new kernel did not answer within {RESTART_SETTLE_SECONDS:g} s")
@@ -356,17 +355,18 @@ class ServerConnection(KernelConnection):
             await side._close_channels()
 
     def _never_reached(self, why: str) -> Unavailable:
+        # Nothing came back about the code: the old kernel may have died before it read it, or
+        # while it began it (a kernel killed at once says nothing).
         return Unavailable(
-            f"the {self.label} kernel on {self.api.base} was restarted before the code reached it, and {why}: "
-            "the code did not run there (it may have begun in the old kernel, which sent nothing back before "
-            "it went). The new kernel starts without the old one's variables; run what the code needs again.",
-            retryable=True)
+            f"the paired kernel ({self.label}) died with the code sent to it, and the server restarted it; {why}, "
+            "so the code did not run there (the old kernel may have begun it: nothing came back). The new kernel "
+            "starts without the old one's variables: run what the code needs again.", retryable=True)
 
     def _lost_on_the_way(self, why: str) -> Unavailable:
         return Unavailable(
-            f"the {self.label} kernel on {self.api.base} was restarted while the code was on its way to it, and "
-            f"{why}: the code may not have run. A new kernel starts without the old one's variables; run what "
-            "the code needs again once the kernel answers.", retryable=True)
+            f"the paired kernel ({self.label}) died with the code sent to it, and the server restarted it; {why}, "
+            "so the code may not have run. The new kernel starts without the old one's variables: run what the "
+            "code needs again once the kernel answers.", retryable=True)
 
     def _check_not_replaced(self, execution: Execution) -> None:
         request = self._request
