@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import os
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from toolkernel._providers._tools.files import MAX_LINE_BYTES, _numbered_text, _numbered_window, _plain
@@ -71,6 +71,7 @@ _NEAR_THE_CUT = st.builds(lambda char, count: char * count, st.sampled_from(["x"
 @settings(max_examples=200, deadline=None)
 @given(lines=st.lists(st.one_of(_NEAR_THE_CUT, st.just("short")), min_size=1, max_size=5),
        offset=st.integers(0, 5), limit=st.integers(1, 5))
+@example(lines=["x" * 2001, "x" * 2000], offset=1, limit=1)  # a line of exactly the cut, a long one before it
 def test_lines_over_the_cut_go_line_by_line_and_the_rest_are_alike(lines, offset, limit):
     data = ("\n".join(lines) + "\n").encode("utf-8")
     window = lines[offset:offset + limit]

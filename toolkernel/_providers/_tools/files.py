@@ -192,8 +192,8 @@ def _numbered_text(data: bytes, shown: str, offset: int, limit: int) -> str | No
     lines = io.BytesIO(data).readlines()
     total = len(lines)
     window = lines if offset == 0 and total <= limit else lines[offset:offset + limit]
-    if window and may_be_long and max(map(len, window)) > MAX_LINE_BYTES:
-        return None  # (a line of exactly the cut and its newline goes line by line too: alike, only slower)
+    if window and may_be_long and max(map(len, window)) > MAX_LINE_BYTES and _over_the_cut(window):
+        return None
     try:
         # One decode of the window, not of the file: a line outside it is not read, as there.
         return _with_note(_number(window, offset + 1).decode("utf-8"), len(window), shown, offset, total)
@@ -240,6 +240,11 @@ def _may_hold_a_long_line(data: bytes) -> bool:
             return True
         start = newline + 1
     return False
+
+
+def _over_the_cut(lines: list[bytes]) -> bool:
+    """Whether a line, without its newline, is longer than the cut (which that reader makes)."""
+    return any(len(line) - line.endswith(b"\n") > MAX_LINE_BYTES for line in lines)
 
 
 # b"     1\t", b"     2\t", ...: made once, laid before the lines in C, so no line is copied
