@@ -1,15 +1,35 @@
-"""read_file numbers plain text in one pass (`_numbered_text`); it must give exactly what the
-line-by-line reader (`_numbered_window`) gives, for every window."""
+"""read_file numbers plain text in one pass (`_numbered_text`: in C where the package was built
+with a compiler, else in Python); each must give exactly what the line-by-line reader
+(`_numbered_window`) gives, for every window."""
 
 from __future__ import annotations
 
 import io
 import os
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from toolkernel._providers._tools.files import MAX_LINE_BYTES, _numbered_text, _numbered_window, _plain
+from toolkernel._providers._tools import files
+from toolkernel._providers._tools.files import MAX_LINE_BYTES, _number, _numbered_window, _plain
+
+
+@pytest.fixture(scope="module", params=["c", "python"])
+def numbered_text(request):
+    """Each one-pass numbering in turn (module-scoped: hypothesis runs many examples per test)."""
+    if request.param == "python":
+        return files._numbered_text_in_python
+    if files._number_in_c is None:
+        if os.environ.get("CI"):  # CI installs the package as a person does: a compiler is there
+            pytest.fail("read_file's C numbering was not built (see hatch_build.py)")
+        pytest.skip("read_file's C numbering was not built here (see hatch_build.py)")
+    return files._numbered_text_in_c
+
+
+def test_read_file_numbers_in_c_where_it_was_built():
+    expected = files._numbered_text_in_python if files._number_in_c is None else files._numbered_text_in_c
+    assert files._numbered_text is expected
 
 LINES = st.lists(st.text(alphabet=st.characters(blacklist_characters="\r\n\0", blacklist_categories=("Cs",)),
                          max_size=30), max_size=12)
@@ -18,11 +38,11 @@ LINES = st.lists(st.text(alphabet=st.characters(blacklist_characters="\r\n\0", b
 @settings(max_examples=300, deadline=None)
 @given(lines=LINES, ends_with_newline=st.booleans(), bom=st.booleans(),
        offset=st.integers(0, 14), limit=st.integers(1, 14))
-def test_one_pass_numbering_matches_the_line_by_line_reader(lines, ends_with_newline, bom, offset, limit):
+def test_one_pass_numbering_matches_the_line_by_line_reader(numbered_text, lines, ends_with_newline, bom, offset, limit):
     text = ("\ufeff" if bom else "") + "\n".join(lines) + ("\n" if ends_with_newline and lines else "")
     data = text.encode("utf-8")
     assert _plain(data)
-    assert _numbered_text(data, "f.txt", offset, limit) == _numbered_window(io.BytesIO(data), "f.txt", offset, limit)
+    assert numbered_text(data, "f.txt", offset, limit) == _numbered_window(io.BytesIO(data), "f.txt", offset, limit)
 
 
 def test_text_that_needs_a_second_look_goes_line_by_line():
@@ -36,14 +56,14 @@ _BYTES_LINES = st.lists(st.one_of(st.binary(max_size=8).filter(lambda b: b"\n" n
 
 @settings(max_examples=300, deadline=None)
 @given(lines=_BYTES_LINES, offset=st.integers(0, 12), limit=st.integers(1, 12))
-def test_bytes_that_are_not_utf8_outside_the_window_are_not_read(lines, offset, limit):
+def test_bytes_that_are_not_utf8_outside_the_window_are_not_read(numbered_text, lines, offset, limit):
     """Only the window is decoded, as the line-by-line reader decodes only the lines it shows:
     a window of UTF-8 is numbered alike, and one that is not is left to that reader (which says
     where the undecodable byte is)."""
     data = b"\n".join(lines) + b"\n"
     if not _plain(data):
         return
-    numbered = _numbered_text(data, "f.txt", offset, limit)
+    numbered = numbered_text(data, "f.txt", offset, limit)
     try:
         expected = _numbered_window(io.BytesIO(data), "f.txt", offset, limit)
     except Exception:  # noqa: BLE001 - the reader's own error for an undecodable window
@@ -72,10 +92,10 @@ _NEAR_THE_CUT = st.builds(lambda char, count: char * count, st.sampled_from(["x"
 @given(lines=st.lists(st.one_of(_NEAR_THE_CUT, st.just("short")), min_size=1, max_size=5),
        offset=st.integers(0, 5), limit=st.integers(1, 5))
 @example(lines=["x" * 2001, "x" * 2000], offset=1, limit=1)  # a line of exactly the cut, a long one before it
-def test_lines_over_the_cut_go_line_by_line_and_the_rest_are_alike(lines, offset, limit):
+def test_lines_over_the_cut_go_line_by_line_and_the_rest_are_alike(numbered_text, lines, offset, limit):
     data = ("\n".join(lines) + "\n").encode("utf-8")
     window = lines[offset:offset + limit]
-    numbered = _numbered_text(data, "f.txt", offset, limit)
+    numbered = numbered_text(data, "f.txt", offset, limit)
     if any(len(line.encode("utf-8")) > MAX_LINE_BYTES for line in window):
         assert numbered is None
     else:
@@ -83,12 +103,10 @@ def test_lines_over_the_cut_go_line_by_line_and_the_rest_are_alike(lines, offset
 
 
 def test_numbers_past_the_made_prefixes_are_formatted_alike(monkeypatch):
-    from toolkernel._providers._tools import files
-
     data = "".join(f"line {i}\n" for i in range(10)).encode()
-    made = files._numbered_text(data, "f.txt", 2, 6)
+    made = files._numbered_text_in_python(data, "f.txt", 2, 6)
     monkeypatch.setattr(files, "_MAX_PREFIXES", 3)
-    assert files._numbered_text(data, "f.txt", 2, 6) == made
+    assert files._numbered_text_in_python(data, "f.txt", 2, 6) == made
     assert made == _numbered_window(io.BytesIO(data), "f.txt", 2, 6)
 
 
@@ -171,12 +189,12 @@ _SHAPED = st.lists(st.sampled_from(["", "%", "%%", "%s", "%b", "100%", "a%\tb", 
 @settings(max_examples=300, deadline=None)
 @given(lines=st.one_of(LINES, _SHAPED), ends_with_newline=st.booleans(), bom=st.booleans(),
        limit=st.integers(1, 14))
-def test_the_whole_file_in_one_formatting_is_what_the_line_by_line_reader_gives(lines, ends_with_newline, bom, limit):
+def test_the_whole_file_in_one_formatting_is_what_the_line_by_line_reader_gives(numbered_text, lines, ends_with_newline, bom, limit):
     """`%` in the text stays text; a file of newlines only, no last newline, a byte order mark
     alone, more lines than the limit: each as the reader numbers it."""
     text = ("\ufeff" if bom else "") + "\n".join(lines) + ("\n" if ends_with_newline else "")
     data = text.encode("utf-8")
-    assert _numbered_text(data, "f.txt", 0, limit) == _numbered_window(io.BytesIO(data), "f.txt", 0, limit)
+    assert numbered_text(data, "f.txt", 0, limit) == _numbered_window(io.BytesIO(data), "f.txt", 0, limit)
 
 
 def test_the_whole_file_in_one_formatting_takes_what_it_is_made_for(monkeypatch):
@@ -195,10 +213,10 @@ def test_the_whole_file_in_one_formatting_takes_what_it_is_made_for(monkeypatch)
     assert _numbered_whole(data, 10)[0] == _numbered_window(io.BytesIO(data), "f.txt", 0, 10)
 
 
-def test_a_million_lines_and_more_are_numbered_as_the_reader_does():
+def test_a_million_lines_and_more_are_numbered_as_the_reader_does(numbered_text):
     """Past 999,999 the number is wider than its six places, in both."""
     data = b"\n" * 1_000_002
-    numbered = _numbered_text(data, "f.txt", 0, 1_000_002)
+    numbered = numbered_text(data, "f.txt", 0, 1_000_002)
     assert numbered == _numbered_window(io.BytesIO(data), "f.txt", 0, 1_000_002)
     assert numbered.endswith("999999\t\n1000000\t\n1000001\t\n1000002\t")
 
@@ -212,3 +230,46 @@ def test_the_look_for_a_long_line_is_exact(lengths, newline_last):
 
     data = b"\n".join(b"y" * n for n in lengths) + (b"\n" if newline_last else b"")
     assert _may_hold_a_long_line(data) == any(n > MAX_LINE_BYTES for n in lengths)
+
+
+# -- the C numbering on any bytes: what the Python pieces give, never a byte out of place --------
+
+def _reference(data: bytes, offset: int, limit: int, max_line: int):
+    """What `_numbering.number` must give, from the Python numbering's own pieces."""
+    lines = io.BytesIO(data).readlines()
+    window = lines[offset:offset + limit]
+    if any(len(line.rstrip(b"\n")) > max_line for line in window):
+        return None
+    return _number(window, offset + 1), len(window), len(lines)
+
+
+_ANY_LINES = st.lists(st.one_of(st.binary(max_size=12), st.sampled_from([b"\n", b"\r\n", b"\0", b"\xef\xbb\xbf", b"%b"])),
+                      max_size=20)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(pieces=_ANY_LINES, offset=st.integers(0, 25), limit=st.integers(1, 25), max_line=st.integers(0, 30))
+def test_the_c_numbering_gives_what_the_python_pieces_give_for_any_bytes(numbered_text, pieces, offset, limit, max_line):
+    if numbered_text is files._numbered_text_in_python:
+        return  # the Python numbering is those pieces
+    data = b"".join(pieces)
+    assert files._number_in_c(data, offset, limit, max_line) == _reference(data, offset, limit, max_line)
+
+
+def test_the_c_numbering_refuses_what_is_not_a_window(numbered_text):
+    if numbered_text is files._numbered_text_in_python:
+        return
+    for args in ((b"a", -1, 1, 10), (b"a", 0, 0, 10), (b"a", 0, 1, -1)):
+        with pytest.raises(ValueError):
+            files._number_in_c(*args)
+    for data in ("text", bytearray(b"a"), memoryview(b"a")):  # only bytes, which no thread can change
+        with pytest.raises(TypeError):
+            files._number_in_c(data, 0, 1, 10)
+    big = 2**62
+    assert files._number_in_c(b"a\nb\n", 1, big, 10) == (b"     2\tb", 1, 2)  # offset + limit past any size
+    assert files._number_in_c(b"a\nb", big, 1, 10) == (b"", 0, 2)
+
+
+def test_the_c_numbering_of_a_large_file_lets_other_threads_run_and_is_alike(numbered_text):
+    data = b"".join(b"%d " % i + b"y" * (i % 90) + b"\n" for i in range(60_000))  # past the GIL's threshold
+    assert numbered_text(data, "f.txt", 5, 50_000) == _numbered_window(io.BytesIO(data), "f.txt", 5, 50_000)

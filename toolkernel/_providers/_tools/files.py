@@ -179,10 +179,24 @@ def _plain(data: bytes) -> bool:
     return b"\0" not in data and b"\r" not in data
 
 
-def _numbered_text(data: bytes, shown: str, offset: int, limit: int) -> str | None:
-    """The same as `_numbered_window` gives for `_plain` data, made by C code over the whole file
-    instead of a call per line; None when that reader has to do it: a line of the window over the
-    cut, or a window that is not UTF-8 (it says where)."""
+def _numbered_text_in_c(data: bytes, shown: str, offset: int, limit: int) -> str | None:
+    """The same as `_numbered_window` gives for `_plain` data, made in one pass of C (`_numbering.c`)
+    over the whole file; None when that reader has to do it: a line of the window over the cut, or
+    a window that is not UTF-8 (it says where)."""
+    made = _number_in_c(data, offset, limit, MAX_LINE_BYTES)
+    if made is None:
+        return None
+    numbered, count, total = made
+    try:
+        # One decode of the window, not of the file: a line outside it is not read, as there.
+        return _with_note(numbered.decode("utf-8"), count, shown, offset, total)
+    except UnicodeDecodeError:
+        return None
+
+
+def _numbered_text_in_python(data: bytes, shown: str, offset: int, limit: int) -> str | None:
+    """`_numbered_text_in_c` where the package was built without a C compiler: the same from passes
+    of CPython's own C over the whole file (a replace, a formatting), with no Python step per line."""
     may_be_long = len(data) > MAX_LINE_BYTES and _may_hold_a_long_line(data)  # (no room for one)
     whole = _numbered_whole(data, limit) if offset == 0 and not may_be_long else None
     if whole is not None:
@@ -199,6 +213,13 @@ def _numbered_text(data: bytes, shown: str, offset: int, limit: int) -> str | No
         return _with_note(_number(window, offset + 1).decode("utf-8"), len(window), shown, offset, total)
     except UnicodeDecodeError:
         return None
+
+
+try:  # built with the package where a C compiler was at hand (hatch_build.py)
+    from ._numbering import number as _number_in_c
+except ImportError:
+    _number_in_c = None
+_numbered_text = _numbered_text_in_python if _number_in_c is None else _numbered_text_in_c
 
 
 def _numbered_whole(data: bytes, limit: int) -> tuple[str, int] | None:
