@@ -41,7 +41,7 @@ def build_in_place(root: Path) -> Path:
     from setuptools import Distribution, Extension
     from setuptools.command.build_ext import build_ext
 
-    extension = Extension(MODULE, [SOURCE], extra_compile_args=["-O2"] if os.name == "posix" else [])
+    extension = Extension(MODULE, [SOURCE])  # with the flags Python was built with (-O3 on CPython)
     previous = os.getcwd()
     os.chdir(root)  # setuptools names sources and the in-place target from here
     try:

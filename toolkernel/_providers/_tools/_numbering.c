@@ -57,18 +57,90 @@ static char *write_prefix(char *out, Py_ssize_t number) {
     return out;
 }
 
-/* The lines after the window are only counted. */
-static Py_ssize_t lines_in(const char *p, const char *end) {
-    Py_ssize_t lines = 0;
-    const char *newline;
-    while (p < end && (newline = memchr(p, '\n', (size_t)(end - p))) != NULL) {
-        lines++;
-        p = newline + 1;
+/* The newlines in [p, p + n): a loop the compiler makes vector code of, many bytes a step. */
+static Py_ssize_t count_newlines(const char *p, Py_ssize_t n) {
+    Py_ssize_t count = 0;
+    while (n > 0) {
+        Py_ssize_t block = n < 4096 ? n : 4096;
+        unsigned int in_block = 0;
+        for (Py_ssize_t i = 0; i < block; i++)
+            in_block += p[i] == '\n';
+        count += in_block;
+        p += block;
+        n -= block;
     }
-    return lines + (p < end);
+    return count;
 }
 
-static void scan(Scan *s) {
+/* The last newline in [p, p + n), or NULL. */
+static const char *last_newline(const char *p, Py_ssize_t n) {
+#if defined(__GLIBC__)
+    return memrchr(p, '\n', (size_t)n);
+#else
+    for (const char *q = p + n; q > p;)
+        if (*--q == '\n')
+            return q;
+    return NULL;
+#endif
+}
+
+/* Whether a line in [p, end) holds more than `max_line` bytes before its newline, found with a
+ * step per `max_line` bytes: from a line's start, the next `max_line` + 1 bytes hold a newline
+ * unless that line is longer; the last newline among them is where the next look starts. */
+static int has_long_line(const char *p, const char *end, Py_ssize_t max_line) {
+    while (end - p > max_line) {
+        const char *newline = last_newline(p, max_line + 1);
+        if (newline == NULL)
+            return 1;
+        p = newline + 1;
+    }
+    return 0;
+}
+
+/* The bytes the prefixes of lines `first` to `last` take: the numbers of each count of digits
+ * (1-9, 10-99, ...) at once. */
+static Py_ssize_t prefixes_size(Py_ssize_t first, Py_ssize_t last) {
+    Py_ssize_t size = 0, band_end = 9, digits = 1;
+    while (first <= last) {
+        if (first <= band_end) {
+            Py_ssize_t upto = last < band_end ? last : band_end;
+            size += (upto - first + 1) * ((digits < NUMBER_PLACES ? NUMBER_PLACES : digits) + 1);
+            first = upto + 1;
+        }
+        if (band_end > PY_SSIZE_T_MAX / 10)
+            break; /* the last band: it holds every number left */
+        band_end = band_end * 10 + 9;
+        digits++;
+    }
+    return size;
+}
+
+/* The lines after the window are only counted. */
+static Py_ssize_t lines_in(const char *p, const char *end) {
+    return count_newlines(p, end - p) + (p < end && end[-1] != '\n');
+}
+
+/* A window from the first line that takes the whole file: a count of the newlines, and the
+ * look for a long line, with no step per line. 0 when the window is not the whole file. */
+static int scan_whole(Scan *s) {
+    Py_ssize_t length = s->end - s->data;
+    Py_ssize_t total = lines_in(s->data, s->end);
+    if (s->offset != 0 || total > s->stop)
+        return 0;
+    s->total = total;
+    if (has_long_line(s->data, s->end, s->max_line)) {
+        s->too_long = 1;
+        return 1;
+    }
+    s->count = total;
+    s->first = s->data;
+    s->last = s->end;
+    s->size = length + prefixes_size(1, total);
+    return 1;
+}
+
+/* Any other window: a step per line up to its end, then a count of the rest. */
+static void scan_lines(Scan *s) {
     const char *p = s->data;
     Py_ssize_t index = 0;
     while (p < s->end) {
@@ -88,13 +160,18 @@ static void scan(Scan *s) {
             s->last = next;
             s->count++;
             /* at most a line's bytes and a prefix: no overflow before memory runs out */
-            s->size += (next - p) + prefix_size(index + 1);
+            s->size += (next - p) + prefixes_size(index + 1, index + 1);
         }
         index++;
         p = next;
     }
     s->total = index;
-    if (s->count == 0)
+}
+
+static void scan(Scan *s) {
+    if (!scan_whole(s))
+        scan_lines(s);
+    if (s->too_long || s->count == 0)
         return;
     if (s->offset == 0 && s->end - s->data >= BOM_SIZE && memcmp(s->data, BOM, BOM_SIZE) == 0) {
         s->first += BOM_SIZE;
