@@ -450,3 +450,47 @@ def test_a_name_an_editable_install_maps_counts_but_not_one_it_maps_to_the_works
         session.close()
     assert set(quarantined(work)) == {"tkelsewhere.py"}, sink.stderr_text
     assert (work / "tkhere" / "__init__.py").read_text() == "edited\n"
+
+
+# -- bytecode beside the person's own modules ----------------------------------------------
+
+
+def _poisoned_bytecode(source: Path, marker: Path) -> bytes:
+    """A `.pyc` for `source` whose header says it is current (the source's mtime and size, which a
+    script sees too) and whose code writes `marker`."""
+    import importlib._bootstrap_external as external
+
+    info = source.stat()
+    code = compile(PLANT % str(marker), str(source), "exec")
+    return bytes(external._code_to_timestamp_pyc(code, int(info.st_mtime), info.st_size))
+
+
+def _cache_bytecode(work: Path, module: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([sys.executable, "-c", f"import {module}"], cwd=work, env=env, check=True)
+
+
+def test_bytecode_a_script_writes_for_the_persons_module_is_moved_aside(session, work):
+    helpers = work / "helpers.py"
+    helpers.write_text("VALUE = 'source'\n")
+    _cache_bytecode(work, "helpers")  # a cache of Python's own
+    cached = next((work / "__pycache__").iterdir())
+    marker = work.parent / "pwned"
+    import base64
+
+    poisoned = base64.b64encode(_poisoned_bytecode(helpers, marker)).decode()
+    result, sink = run(session, f"printf '%s' {poisoned} | base64 -d > __pycache__/{cached.name}")
+    assert result.exit_code != 0
+    assert "__pycache__/" in last_line(sink) and "bytecode" in last_line(sink)
+    assert quarantined(work)["__pycache__"].is_dir() and not (work / "__pycache__").exists()
+    value = subprocess.run([sys.executable, "-c", "import helpers; print(helpers.VALUE)"], cwd=work,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert value == "source" and not marker.exists()
+
+
+def test_bytecode_a_run_does_not_touch_is_left_alone(session, work):
+    (work / "helpers.py").write_text("VALUE = 1\n")
+    _cache_bytecode(work, "helpers")
+    result, sink = run(session, "ls __pycache__ > /dev/null; echo done")
+    assert result.exit_code == 0 and sink.stdout_text == "done\n", sink.stderr_text
+    assert (work / "__pycache__").is_dir() and not (work / QUARANTINE).exists()

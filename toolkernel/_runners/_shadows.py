@@ -282,17 +282,20 @@ class Watch:
                 except OSError as exc:  # the workspace is gone, or a link now: said, not raised
                     return [Moved(".", "", "unlisted", None, _reason(exc))]
                 planted = [(name, module, kind) for name, module, kind, identity in after
-                           if identity != self.before.get(name, ()) and self.installed.shadowed_by(module, kind)]
+                           if identity != self.before.get(name, ())
+                           and (kind == "bytecode" or self.installed.shadowed_by(module, kind))]
                 return _move_aside(self.root, planted) if planted else []
             finally:
                 if last:
                     _running.discard(self)
 
     def _candidates(self) -> list[tuple[str, tuple | None]]:
-        """(name, identity) of each top-level entry whose name may shadow an installed module."""
+        """(name, identity) of each top-level entry whose name may shadow an installed module,
+        and of the top's `__pycache__` (its files' identities: see `_cache_identity`)."""
         top = _open_top(self.root)
         try:
-            return [(name, _identity(top, name)) for name in _module_names(top, self.root, self.installed)]
+            found = [(name, _identity(top, name)) for name in _module_names(top, self.root, self.installed)]
+            return found + [(BYTECODE, _cache_identity(top))]
         finally:
             os.close(top)
 
@@ -300,6 +303,10 @@ class Watch:
         """(name, module, kind, identity) of each entry at the top now that may shadow."""
         found = []
         for name, identity in self._candidates():
+            if name == BYTECODE:
+                if identity is not None:
+                    found.append((name, "", "bytecode", identity))
+                continue
             module = None if identity is None else module_of(name, identity[0] == stat.S_IFDIR)
             if module is not None:  # else gone meanwhile, or by its kind no module (`json.py/`, a file `json`)
                 found.append((name, module, _kind(identity), identity))
@@ -367,6 +374,36 @@ def _identity(top: int, name: str) -> tuple | None:
     init = _init_identity(top, name)
     times = (info.st_ctime_ns, info.st_mtime_ns) if init is None else ()
     return (kind, info.st_dev, info.st_ino, *times, init)
+
+
+# Bytecode beside the top's own modules: Python runs a `__pycache__/NAME.cpython-311.pyc` whose
+# header matches NAME.py's size and mtime (which a script sees) instead of that source. A script
+# can write one for the person's `helpers.py`; the folder is only a cache, so one the run changed
+# is moved aside whole, and Python makes it again from the sources.
+BYTECODE = "__pycache__"
+
+
+def _cache_identity(top: int) -> tuple | None:
+    """The top's `__pycache__` (None: there is none): the identity of the folder and of each
+    entry in it, as a file rewritten in place moves no time of the folder's."""
+    try:
+        folder = os.open(BYTECODE, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+    except FileNotFoundError:
+        return None
+    except OSError:  # a file or a link holds the name: Python takes no bytecode from it
+        return _identity(top, BYTECODE)
+    try:
+        own = _status(os.fstat(folder))
+        entries = []
+        for name in sorted(os.listdir(folder)):
+            try:
+                info = os.stat(name, dir_fd=folder, follow_symlinks=False)
+            except OSError:
+                continue
+            entries.append((name, info.st_ino, info.st_ctime_ns, info.st_mtime_ns, info.st_size))
+        return (stat.S_IFDIR, own, tuple(entries))
+    finally:
+        os.close(folder)
 
 
 def _init_identity(top: int, name: str) -> tuple | None:
@@ -473,7 +510,8 @@ def _moved_lines(done: list[Moved]) -> list[str]:
                 " Move it back if you meant it." for m in done]
     return [f"toolkernel: moved {len(done)} entries written while this script ran ({_few(done)}) to"
             f" {printable(os.path.dirname(done[0].to))}/: a Python started in this folder imports each instead"
-            " of the installed module of its name. Move back any you meant."]
+            " of the installed module of its name (or runs the bytecode in place of the sources). Move back"
+            " any you meant."]
 
 
 def _failed_line(failed: list[Moved]) -> str:
@@ -487,6 +525,8 @@ def _failed_line(failed: list[Moved]) -> str:
 
 
 def _instead(m: Moved) -> str:
+    if m.kind == "bytecode":
+        return "the bytecode there in place of the sources beside it (it is only a cache: Python makes it again)"
     if m.kind == "folder":
         return f"what it holds ahead of the installed namespace package {printable(m.module)}"
     return f"it instead of the installed {printable(m.module)}"
