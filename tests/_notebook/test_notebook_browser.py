@@ -87,6 +87,12 @@ def test_the_person_sees_the_agents_edit_and_output_live_and_keeps_their_typing(
         run(unpair(ctx.state), timeout=60)
 
 
+async def _on_its_loop(look):
+    """`look()` on toolkernel's private loop, whose thread owns the shared document: pycrdt
+    panics ("Object accessed from a different thread") when another thread reads it."""
+    return look()
+
+
 def test_an_edit_of_the_cell_the_person_is_typing_in_is_refused(lab, browser_page, tmp_path):
     nb = new_notebook(cells=[new_code_cell("a = 1"), new_code_cell("x = 20"), new_code_cell("print(x * 2)")])
     nbformat.write(nb, lab["root"] / "typing.ipynb")
@@ -106,7 +112,7 @@ def test_an_edit_of_the_cell_the_person_is_typing_in_is_refused(lab, browser_pag
         store = pairing.store
         page.wait_for_timeout(200)
         for _ in range(WAIT_MS // 100):  # their typing has reached the agent's copy
-            if "thinking" in str(store._ynb.ycells[1]["source"]):
+            if "thinking" in run(_on_its_loop(lambda: str(store._ynb.ycells[1]["source"])), timeout=30):
                 break
             page.wait_for_timeout(100)
         call(read, ctx, notebook_path="typing.ipynb")  # read after the typing: the text is what was read
@@ -119,7 +125,7 @@ def test_an_edit_of_the_cell_the_person_is_typing_in_is_refused(lab, browser_pag
         cells.nth(0).locator(".cm-content").click()
         page.keyboard.press("End")
         for _ in range(WAIT_MS // 100):
-            if store.editors.editing(store._ynb.ycells[0]) is not None:
+            if run(_on_its_loop(lambda: store.editors.editing(store._ynb.ycells[0])), timeout=30) is not None:
                 break
             page.wait_for_timeout(100)
         call(read, ctx, notebook_path="typing.ipynb")
