@@ -66,6 +66,19 @@ itself measured 19 us in one run and 35 in the next at this load. 2,000 lines: m
   ctime) to the tool, so that a file found unchanged skips the readlink in /proc: 2 us a call
   (3.6x -> 3.5x), within the spread of the runs, for a new path through the checked open that
   also accepts a file whose folder above moved after the check.
+
+2026-12-01, night (another machine, slower for Bashkit: `tools noop` in a relayed loop 124-129 us,
+against 65-67 for a sync builtin under the same async execute; `read_text` 20-35 us):
+- read_file numbers in one pass of C where the package was built with a compiler
+  (`_numbering.c`, `hatch_build.py`; the Python numbering is kept for builds without one).
+  Same minutes, quiet (load 0.0-0.4), C against the Python numbering, two runs each:
+  2,000 lines 6.5x, 5.9x against 8.3x, 8.7x (script 329-333 us against 450-549); 200 lines
+  7.9x, 6.4x against 6.0x, 6.7x (159-231 us against 201-202: the spread of the runs). After the
+  merges of the same night, main gave 7.9x, 8.1x, 7.0x, 6.2x, 8.1x at 200 lines and 7.6x, 7.2x,
+  7.1x, 6.3x, 7.3x at 2,000 (A/B against the code before the merges: the same spread).
+- What is left on this machine is the shell's: a `tools noop` in the same loop alone costs
+  4-6x a `read_text` of 200 lines, and the relay's shell function about 40 us of it.
+  Missed at both sizes.
 """
 
 from __future__ import annotations

@@ -29,6 +29,10 @@
    a script call 825-875 us (before 1100-1225), against 850-1325 us for the bare client's.
    At this load the wall-time ratios of single rounds still spread by 0.3x either way.
 
+   2026-12-01, 22:30 UTC, another machine (quiet, load 0.2-0.7): script / bare 1.059x at the
+   median of the rounds' own ratios (rounds 1.01-1.14x), CPU 1.02x; an MCP call here costs
+   about 3 ms either way.
+
    Where a script call's time goes: the private loop does not wake for it; the script's
    thread takes about one voluntary context switch a call, as the bare client does. Of
    its CPU, the call past the session is about half (of which running it on the thread's
