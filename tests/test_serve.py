@@ -650,3 +650,82 @@ def test_a_person_answers_in_a_terminal_while_the_agent_waits(tmp_path, decision
         assert third_ran is (decision == "always")
         assert len(recorded(record)) == (2 if decision == "always" else 1)
     assert pending_ids(work) == ([] if decision == "always" else pending_ids(work))
+
+
+def _children(pid: int) -> list[int]:
+    """The live child processes of `pid` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def test_an_http_session_that_ends_has_its_mcp_servers_stopped(tmp_path):
+    # Each HTTP session has a Session of its own, with its own MCP servers: kept until serve
+    # stopped, they piled up with every client that came and went.
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record))
+    port, token = free_port(), "s3cret-token"
+    proc = subprocess.Popen([sys.executable, "-m", "toolkernel", "serve", "--http", f"127.0.0.1:{port}",
+                             "--token", token], cwd=work, env=server_env(), stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_port(proc, port)
+        before = set(_children(proc.pid))
+
+        async def one_client():
+            async with over_http(f"http://127.0.0.1:{port}/mcp", token) as client:
+                result = await bash(client, "tools github list_pulls repo=a | jq -r '.[0].repo'")
+                assert result.structured_content["stdout"] == "a\n"
+                return set(_children(proc.pid)) - before
+
+        started = run(one_client)
+        assert started, "the script's call started the server as a child of serve"
+        deadline = time.monotonic() + WAIT
+        while started & set(_children(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not started & set(_children(proc.pid))  # the client's DELETE closed its Session
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_clients_idle_past_the_sdks_timeout_are_closed_and_a_later_call_gets_a_fresh_one(tmp_path):
+    from toolkernel._frontends._serve import ToolServer
+
+    server = ToolServer(project(tmp_path))
+    try:
+        first, _ = server.client("a")
+        server.forget_after = 0.0
+        time.sleep(0.01)
+        server.client("b")
+        assert "a" not in server._clients  # closed when another client came
+        assert server.client("a")[0] is not first
+    finally:
+        server.close()
+
+
+def test_a_clients_idle_time_counts_from_the_end_of_its_run_not_its_start(tmp_path):
+    # The SDK keeps a session while a request is in flight: a run longer than the idle time
+    # must not lose its Session (once-grants, pending approvals) the moment it ends.
+    from toolkernel._frontends._serve import ToolServer
+
+    server = ToolServer(project(tmp_path))
+    server.forget_after = 2.0
+    try:
+        with server.running("a") as session:
+            time.sleep(2.5)
+            server.client("b")
+            assert server._clients["a"][0] is session  # running: never closed
+        server.client("b")
+        assert server._clients["a"][0] is session  # idle for an instant only
+        time.sleep(2.5)
+        server.client("b")
+        assert "a" not in server._clients
+    finally:
+        server.close()

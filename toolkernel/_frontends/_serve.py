@@ -25,9 +25,11 @@ import asyncio
 import base64
 import json
 import threading
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import anyio
 import mcp_types as types
@@ -131,7 +133,11 @@ class ToolServer:
         self.notebook = notebook is not None
         self._notebook_state: dict[str, Any] = {}  # the one pairing every client of this serve uses
         self._clients: dict[str, tuple[Session, threading.Lock]] = {}
+        self._used: dict[str, float] = {}  # when each client last asked for its session
         self._clients_guard = threading.Lock()
+        # Seconds after which an HTTP session the SDK has dropped for idleness (its id then
+        # answers 404) has its Session closed: its MCP servers and pairings go with it.
+        self.forget_after: float | None = None
 
     def pair(self) -> str:
         """Pair `--notebook` with its kernel (before any client comes). Raises CallError."""
@@ -148,12 +154,47 @@ class ToolServer:
                 # No other notebook is reachable: this serve's pairing, never another session's.
                 session.state[PAIRINGS_KEY] = pairings(self._notebook_state)
                 self._clients[key] = (session, threading.Lock())
-            return self._clients[key]
+            self._used[key] = time.monotonic()
+            client, stale = self._clients[key], self._stale()
+        for session in stale:
+            _close_client(session)
+        return client
+
+    @contextmanager
+    def running(self, key: str) -> Iterator[Session]:
+        """The client's Session, for one run or call at a time; its idle time counts from the end."""
+        session, one_run = self.client(key)
+        with one_run:
+            try:
+                yield session
+            finally:
+                with self._clients_guard:
+                    if key in self._used:
+                        self._used[key] = time.monotonic()
+
+    def forget(self, key: str) -> None:
+        """The client's MCP session ended (an HTTP DELETE): its Session is closed."""
+        with self._clients_guard:
+            gone = self._clients.pop(key, None)
+            self._used.pop(key, None)
+        if gone is not None:
+            with gone[1]:  # after a run it may still be making
+                _close_client(gone[0])
+
+    def _stale(self) -> list[Session]:
+        """Sessions of clients idle past `forget_after`, none of them running, taken out (under the guard)."""
+        if self.forget_after is None:
+            return []
+        since = time.monotonic() - self.forget_after
+        keys = [key for key, used in self._used.items()
+                if used < since and not self._clients[key][1].locked()]
+        for key in keys:
+            del self._used[key]
+        return [self._clients.pop(key)[0] for key in keys]
 
     def close(self) -> None:
         for session, _ in self._clients.values():
-            session.approvals.withdraw_published()
-            session.close()
+            _close_client(session)
         _loop.run(unpair(self._notebook_state), timeout=30)  # a kernel serve started is shut down
 
     def server(self) -> Server:
@@ -201,10 +242,9 @@ class ToolServer:
         return await anyio.to_thread.run_sync(self.call_direct, _client_key(ctx), params.name, arguments, approver)
 
     def run_bash(self, key: str, script: str, approver: Approver) -> types.CallToolResult:
-        session, one_run = self.client(key)
         sink = _Collected()
         try:
-            with one_run:
+            with self.running(key) as session:
                 result = session.run_script(script, sink, approver=approver)
         except ConfigError as exc:
             return _error("config_error", str(exc))
@@ -219,16 +259,15 @@ class ToolServer:
         return types.CallToolResult(content=content, structured_content=body)
 
     def call_direct(self, key: str, name: str, arguments: dict[str, Any], approver: Approver) -> types.CallToolResult:
-        session, one_run = self.client(key)
-        try:
-            with one_run:
+        with self.running(key) as session:
+            try:
                 return _loop.run(self._call_direct(session, name, arguments, approver))
-        except CallError as exc:
-            waiting = "".join(f"\n{_answer_with(w)}" for w in _waiting(session))
-            return types.CallToolResult(content=[types.TextContent(type="text", text=exc.json_line() + waiting)],
-                                        is_error=True)
-        except ConfigError as exc:
-            return _error("config_error", str(exc))
+            except CallError as exc:
+                waiting = "".join(f"\n{_answer_with(w)}" for w in _waiting(session))
+                return types.CallToolResult(content=[types.TextContent(type="text", text=exc.json_line() + waiting)],
+                                            is_error=True)
+            except ConfigError as exc:
+                return _error("config_error", str(exc))
 
     async def _call_direct(self, session: Session, name: str, arguments: dict[str, Any],
                            approver: Approver) -> types.CallToolResult:
@@ -280,6 +319,11 @@ def _terse_tool(tool: Tool) -> types.Tool:
     description, properties, required = TERSE[tool.name]
     schema = {"type": "object", "properties": {k: {"type": t} for k, t in properties.items()}, "required": required}
     return types.Tool(name=tool.name, description=description, input_schema=schema)
+
+
+def _close_client(session: Session) -> None:
+    session.approvals.withdraw_published()
+    session.close()
 
 
 def _client_key(ctx: Any) -> str:
@@ -406,10 +450,40 @@ def new_token(host: str, port: int) -> str:
     return token
 
 
+# The SDK closes an HTTP session no request reached for this long; its Session goes a little later.
+SESSION_IDLE_SECONDS = 30 * 60
+
+
 def http_app(tool_server: ToolServer, host: str, token: str | None) -> Any:
-    """The ASGI app: the SDK's streamable HTTP at /mcp, behind the token check."""
-    app = tool_server.server().streamable_http_app(streamable_http_path="/mcp", host=host)
+    """The ASGI app: the SDK's streamable HTTP at /mcp, behind the token check; a session's
+    end (a DELETE, or the SDK's idle timeout) closes its Session, MCP servers and all."""
+    app = tool_server.server().streamable_http_app(streamable_http_path="/mcp", host=host,
+                                                   session_idle_timeout=SESSION_IDLE_SECONDS)
+    tool_server.forget_after = SESSION_IDLE_SECONDS + 60
+    app = _SessionEnds(app, tool_server)
     return app if token is None else _TokenCheck(app, token)
+
+
+class _SessionEnds:
+    """After a DELETE that ends an MCP session, the serve forgets that client."""
+
+    def __init__(self, app: Any, tool_server: ToolServer) -> None:
+        self.app, self.tool_server = app, tool_server
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "DELETE":
+            return await self.app(scope, receive, send)
+        status = []
+
+        async def noted(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+            await send(message)
+
+        await self.app(scope, receive, noted)
+        key = dict(scope.get("headers") or ()).get(b"mcp-session-id")
+        if key and status and 200 <= status[0] < 300:  # the SDK ended that session
+            await anyio.to_thread.run_sync(self.tool_server.forget, key.decode("latin-1"))
 
 
 class _TokenCheck:
@@ -422,15 +496,20 @@ class _TokenCheck:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         import hmac
 
-        if scope["type"] == "http":
-            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
-                await send({"type": "http.response.start", "status": 401,
-                            "headers": [(b"content-type", b"application/json"),
-                                        (b"www-authenticate", b"Bearer")]})
-                await send({"type": "http.response.body",
-                            "body": b'{"error": {"code": "unauthorized", "message": "a valid bearer token is required"}}'})
-                return
+        if scope["type"] == "lifespan":  # the server's own start and stop: no request
+            return await self.app(scope, receive, send)
+        if scope["type"] != "http":  # a websocket: no route takes one, so none reaches the app
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+        if not hmac.compare_digest(given, self.expected):
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"www-authenticate", b"Bearer")]})
+            await send({"type": "http.response.body",
+                        "body": b'{"error": {"code": "unauthorized", "message": "a valid bearer token is required"}}'})
+            return
         await self.app(scope, receive, send)
 
 
