@@ -11,7 +11,10 @@ For each file size (lines of 60 characters), per call:
    in the same loop (minus that loop running `:`), a floor no tool can go under.
 
 5. the same as (3) and (1) over eight copies of the file in turn (a file read for the first
-   time in a while: no cache of the machine's or ours favours the same file read again).
+   time in a while: no cache of the machine's or ours favours the same file read again);
+6. the same as (3) with the loop run by `execute_sync` and the plain sync builtin, the way
+   loops ran before the relay (`_bashkit._Relay`): what the relay costs read-file, in the
+   same minutes.
 
 Each figure is the median (and the best) of --repeat interleaved rounds; the ratio is
 (3) over (1). Target: at most 5x. Beside it, the CPU time this process spent per call (all its
@@ -79,6 +82,21 @@ against 65-67 for a sync builtin under the same async execute; `read_text` 20-35
 - What is left on this machine is the shell's: a `tools noop` in the same loop alone costs
   4-6x a `read_text` of 200 lines, and the relay's shell function about 40 us of it.
   Missed at both sizes.
+
+2026-12-02 (`read_text` 13-20 us at 200 lines, 24-33 at 2,000; load 0.5-0.9), with row 6, the
+same loop without the relay, in the same rounds, three runs:
+  200 lines:   relay 6.5x, 7.2x, 6.1x;  without it 5.3x, 4.4x (and 3.9x in an A/B run of the
+               whole bench with the relay switched off)
+  2000 lines:  relay 7.5x, 8.1x, 6.5x;  without it 4.9x, 4.0x (and 4.6x)
+Where the relay's time goes (200 lines): `_tools_now` spends 55-80 us in toolkernel's Python on
+Bashkit's tokio thread (45-50 us for the same `handle_sync` on a thread of Python's own), and
+Bashkit 25-35 us in the shell function and the sync builtin under the async `execute`. A
+sync builtin is as cheap under the async `execute` as under `execute_sync` only without the
+function (`tools noop`: 45 us, against 67 with it and 27 under `execute_sync`,
+bench_builtin_paths.py), and without the function a loop's printed lines wait for the end and
+a large result is copied whole. So under bashkit 0.20.1 item 6 of the issue (at most 5x) and
+item 3 (a printed result at most 2x its size; bench_memory.py) cannot both hold for loops:
+the way that meets 5x keeps the script's whole stdout and peaks at ~8x.
 """
 
 from __future__ import annotations
@@ -88,10 +106,12 @@ import os
 import time
 from pathlib import Path
 
+from bench_builtin_paths import _Variant
 from bench_tools import interleaved, loop_script, project_dir, timed_script
 
 from toolkernel import _loop
 from toolkernel._providers._tools.files import read_file
+from toolkernel._runners._bashkit import _Builtin
 from toolkernel._session import Session
 from toolkernel._tool import ToolContext
 
@@ -165,6 +185,9 @@ def bench_size(session: Session, lines: int, calls: int, repeat: int) -> dict[st
         "baseline_fresh": lambda: read_text_loop(path, calls, FRESH_FILES),
         "script_fresh": lambda: timed_script(session, loop_script(FRESH_CALL, calls)),
         "empty_fresh": lambda: timed_script(session, loop_script(FRESH_EMPTY, calls)),
+        "script_sync": lambda: timed_script(session, loop_script("tools read-file path=data.txt", calls),
+                                            _Variant(True, _Builtin)),
+        "empty_sync": lambda: timed_script(session, loop_script(":", calls), _Variant(True, _Builtin)),
     }), cpu)
     per = {name: (median / calls * 1e6, best / calls * 1e6) for name, (median, best) in t.items()}
     # CPU seconds of this process (all its threads): a loaded machine stretches wall time, not these.
@@ -173,6 +196,7 @@ def bench_size(session: Session, lines: int, calls: int, repeat: int) -> dict[st
     per["script"] = (per["script"][0] - per["empty"][0], per["script"][1] - per["empty"][1])
     per["fresh"] = (per["script_fresh"][0] - per["empty_fresh"][0], per["script_fresh"][1] - per["empty_fresh"][1])
     per["shell"] = (per["shell_output"][0] - per["shell_empty"][0], per["shell_output"][1] - per["shell_empty"][1])
+    per["sync"] = (per["script_sync"][0] - per["empty_sync"][0], per["script_sync"][1] - per["empty_sync"][1])
     return per
 
 
@@ -206,6 +230,9 @@ def main() -> None:
                   f" {fresh_base[1]:7.1f} us; in a script {fresh[0]:7.1f} / {fresh[1]:7.1f} us;"
                   f" ratio {fresh[0] / fresh_base[0]:.1f}x / {fresh[1] / fresh_base[1]:.1f}x;"
                   f" CPU ratio {fresh_cpu / fresh_base_cpu:.1f}x")
+            sync = per["sync"]
+            print(f"         without the relay (execute_sync, a printed result peaking at ~8x its size):"
+                  f" {sync[0]:7.1f} / {sync[1]:7.1f} us; ratio {sync[0] / base[0]:.1f}x / {sync[1] / base[1]:.1f}x")
         load = os.getloadavg()[0]
         print(f"  load average {load:.1f} on {os.cpu_count()} CPUs")
     finally:
