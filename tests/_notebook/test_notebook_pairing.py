@@ -265,7 +265,11 @@ def test_server_code_sent_to_a_kernel_that_just_died_runs_once_in_the_new_kernel
     # Saying the kernel died under it invited a retry, and the code ran twice.
     result = until_available(lambda: call(run_tool, ctx, notebook_path="queued.ipynb",
                                           code=f"open({str(marker)!r}, 'a').write('x')\n'ran'"))
-    assert result.texts[0].splitlines()[0] == "'ran'" and not result.is_error
+    text = result.texts[0]
+    assert not result.is_error and "timed out" not in text
+    # The new kernel may run it before the server listens to its output channel again: then
+    # only the reply comes (it waited for an idle that never came, until its 120 s timeout).
+    assert text.splitlines()[0] == "'ran'" or "outputs never came back" in text
     assert marker.read_text() == "x"
 
 

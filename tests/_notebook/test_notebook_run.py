@@ -166,6 +166,27 @@ def test_kernel_dying_mid_run_is_unavailable(tmp_path):
         run(unpair(context.state), timeout=60)
 
 
+# Run in the kernel: from here on it sends its replies and nothing else, as a kernel whose output
+# channel the client (a server reconnecting to a new kernel) is not yet listening to.
+DROP_IOPUB = ("k = get_ipython().kernel\n_send = k.session.send\n"
+              "k.session.send = lambda stream, msg, *a, **kw: (_send(stream, msg, *a, **kw)"
+              " if isinstance(msg, str) and msg.endswith('_reply') else None)\n'never seen'")
+
+
+def test_a_reply_whose_outputs_never_come_ends_the_run_saying_so_not_at_its_timeout(tmp_path):
+    context = ToolContext(tmp_path, state={})
+    run(pair(context.state, tmp_path, "x.ipynb", kernel="python3"), timeout=120)
+    try:
+        started = time.monotonic()
+        result = call(run_tool, context, notebook_path="x.ipynb", code=DROP_IOPUB, timeout_seconds=60)
+        # It waited for an idle that never came: "timed out after 60 s ... still busy afterwards".
+        assert time.monotonic() - started < 50
+        text = result.texts[0]
+        assert "outputs never came back" in text and "timed out" not in text and not result.is_error
+    finally:
+        run(unpair(context.state), timeout=60)
+
+
 def test_pairing_a_notebook_again_replaces_and_shuts_down_its_owned_kernel(tmp_path):
     state: dict = {}
     first = run(pair(state, tmp_path, "a.ipynb", kernel="python3"), timeout=120)

@@ -28,6 +28,12 @@ INTERRUPT_GRACE_SECONDS = 10.0
 REPLY_WAIT_SECONDS = 10.0
 # How often a silent kernel is checked for being alive while code runs.
 LIVENESS_POLL_SECONDS = 1.0
+# How long the kernel's IOPub may stay silent after its execute_reply came before its outputs
+# count as lost (nbclient waits as long): a server that reconnects its channels to a kernel
+# that replaced a dead one can miss what the new kernel published first.
+IOPUB_AFTER_REPLY_SECONDS = 4.0
+# How long one look for the execute_reply waits, while IOPub is silent.
+REPLY_PEEK_SECONDS = 0.01
 
 OUTPUT_TYPES = {"stream", "display_data", "execute_result", "error"}
 # Messages after which a live view of the outputs (or the execution count) changes.
@@ -43,6 +49,7 @@ class Execution:
     status: str = "ok"  # ok | error | aborted | timeout
     settled: bool = True  # False: the kernel was still busy after the interrupt
     restarted: bool = False  # the kernel was replaced after the request left; the new one ran it
+    outputs_lost: bool = False  # the kernel replied, but its IOPub messages (outputs, idle) never came
 
     @property
     def timed_out(self) -> bool:
@@ -55,6 +62,8 @@ class OutputCollector:
     def __init__(self, execution: Execution, on_output: OnOutput | None = None) -> None:
         self.execution = execution
         self._on_output = on_output
+        self.reply: Message | None = None  # the execute_reply, when it came before the kernel's idle
+        self.replied_at = 0.0
         self._clear_pending = False
         self._display_index: dict[str, list[int]] = {}
 
@@ -133,7 +142,7 @@ class KernelConnection(ABC):
                 await self._interrupt_quietly()
                 raise
             if finished:
-                reply = await self._reply(msg_id, REPLY_WAIT_SECONDS)
+                reply = collector.reply or await self._reply(msg_id, REPLY_WAIT_SECONDS)
                 self._apply_reply(execution, reply)
                 return execution
             self._check_not_replaced(execution)
@@ -153,6 +162,8 @@ class KernelConnection(ABC):
         while (remaining := deadline - time.monotonic()) > 0:
             msg = await self._next_iopub(min(remaining, LIVENESS_POLL_SECONDS))
             if msg is None:
+                if await self._replied_without_outputs(msg_id, collector):
+                    return True
                 if not await self._alive():
                     raise self._died_while_running(collector.execution)
                 continue
@@ -162,6 +173,18 @@ class KernelConnection(ABC):
             if await collector.feed(msg):
                 return True
         return False
+
+    async def _replied_without_outputs(self, msg_id: str, collector: OutputCollector) -> bool:
+        """True once the kernel's execute_reply came and IOPub then stayed silent for
+        IOPUB_AFTER_REPLY_SECONDS: the code ran, and what it published was lost on the way."""
+        if collector.reply is None:
+            collector.reply = await self._reply(msg_id, REPLY_PEEK_SECONDS)
+            collector.replied_at = time.monotonic()  # counts only once a reply came
+            return False
+        if time.monotonic() - collector.replied_at < IOPUB_AFTER_REPLY_SECONDS:
+            return False
+        collector.execution.outputs_lost = True
+        return True
 
     @staticmethod
     def _apply_reply(execution: Execution, reply: Message | None) -> None:

@@ -288,6 +288,9 @@ def _execution_result(execution: Execution, timeout: float, *, where: str) -> To
         parts.insert(0, status + (". Output so far:" if parts else ". There was no output."))
     elif execution.status == "aborted":
         parts.append("the kernel aborted the request without running it")
+    if execution.outputs_lost:
+        parts.append("(the kernel ran the code and replied, but its outputs never came back: the server was not "
+                     "yet listening to the kernel's output channel; show what you need in another run)")
     if execution.restarted:
         parts.append("(the kernel was restarted before this code reached it; a new kernel ran it, without the old "
                      "one's variables)")
