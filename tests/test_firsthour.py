@@ -3,6 +3,9 @@ way it was found, through a real kernel where it is about a kernel."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -434,3 +437,33 @@ def test_a_server_whose_config_entry_is_wrong_is_the_only_one_unavailable(kernel
     assert error["code"] == "unavailable" and error["retryable"] is False and "mcp_servers.bad.command" in error["message"]
     lint = kernel.execute("%tools lint")
     assert "mcp_servers.bad.command: expected a string" in lint.stdout + lint.stderr + str(lint.error)
+
+
+# -- kernels toolkernel starts ---------------------------------------------------------------
+
+
+def test_the_demo_prints_its_cells_and_no_kernel_warning(tmp_path):
+    # The README's first command. Its kernel said "running over TCP without encryption ...
+    # susceptible to eavesdropping" first: the demo's channels went unencrypted.
+    env = {**os.environ, **isolated_env(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "toolkernel", "demo"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr
+    assert '{"number":103,"title":"Fix pagination off-by-one","mergeable":false}' in done.stdout
+    assert "WARNING" not in done.stderr and "encryption" not in done.stderr + done.stdout
+
+
+def test_a_kernel_paired_from_a_cell_is_reached_encrypted_and_warns_nothing(kernel, config):
+    config('[policy]\nallow = ["notebook-run"]\n')
+    kernel.execute_ok("import toolkernel")
+    paired = kernel.execute_ok("%tools pair encrypted.ipynb --kernel python3", timeout=180)
+    try:
+        assert "encryption" not in paired.stdout + paired.stderr  # ipykernel's TCP warning, in the cell
+        assert paired.stdout.startswith("paired: encrypted.ipynb")
+        assert kernel.value("toolkernel.call('notebook-run', notebook_path='encrypted.ipynb', code='6*7')") == 42
+        # Its channels carry CurveZMQ keys, which the client it is reached through holds.
+        keys = kernel.value("[bool(p.connection.client.curve_publickey) for p in"
+                            " toolkernel.get_session().state['notebook_pairings']]")
+        assert keys == [True]
+    finally:
+        kernel.execute("%tools unpair encrypted.ipynb")

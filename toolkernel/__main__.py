@@ -39,13 +39,15 @@ def run_demo(notebook: Path, timeout: int = 300) -> int:
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
+    from ._providers._notebook._zmq import SafeKernelManager
+
     nb = nbformat.read(notebook, as_version=4)
     # The demo's kernel trusts the config the demo writes itself (see _trust.py),
     # without leaving a record for a temporary folder in the person's trust file.
     os.environ[TRUST_ALL_VARIABLE] = "1"
     with tempfile.TemporaryDirectory(prefix="toolkernel-demo-") as workdir:
         (Path(workdir) / "toolkernel.toml").write_text(DEMO_CONFIG.format(python=sys.executable))
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", kernel_manager_class=SafeKernelManager,
                                 resources={"metadata": {"path": workdir}})
         try:
             client.execute()

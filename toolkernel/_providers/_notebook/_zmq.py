@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from queue import Empty
 
+import zmq
 from jupyter_client import AsyncKernelClient, AsyncKernelManager, find_connection_file
 from jupyter_client.kernelspec import NoSuchKernel
 
@@ -121,12 +122,24 @@ class ZmqConnection(KernelConnection):
         return f"existing kernel {self.connection_file}"
 
 
-class _SafePathKernelManager(AsyncKernelManager):
-    """A kernel whose `python -m ipykernel_launcher` does not look for the launcher in its
-    working directory first: the notebook's folder, where scripts write (an
-    `ipykernel_launcher.py` there ran at the next start, `notebook-run restart=true`
-    included). Once started, IPython puts that folder on sys.path as usual, after the
-    standard library, for the notebook's own imports."""
+class SafeKernelManager(AsyncKernelManager):
+    """A kernel this session starts.
+
+    Its `python -m ipykernel_launcher` does not look for the launcher in its working directory
+    first: the notebook's folder, where scripts write (an `ipykernel_launcher.py` there ran at
+    the next start, `notebook-run restart=true` included). Once started, IPython puts that
+    folder on sys.path as usual, after the standard library, for the notebook's own imports.
+
+    Its channels are encrypted (CurveZMQ) where the kernel's spec says it can be: over plain
+    TCP whoever reads loopback traffic reads the code and its outputs, and ipykernel says so
+    in a warning the pairing cell showed. A jupyter_client before 8.10, or a libzmq without
+    Curve, starts it unencrypted, as Jupyter itself does.
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if self.has_trait("transport_encryption") and zmq.has("curve"):
+            self.transport_encryption = "auto"
 
     def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
         return module_launch_command(super().format_kernel_cmd(extra_arguments))
@@ -149,7 +162,7 @@ def module_launch_command(cmd: list[str]) -> list[str]:
 
 
 async def start_kernel(kernel_name: str, cwd: Path) -> ZmqConnection:
-    manager = _SafePathKernelManager(kernel_name=kernel_name)
+    manager = SafeKernelManager(kernel_name=kernel_name)
     try:
         await manager.start_kernel(cwd=str(cwd))
     except NoSuchKernel as exc:
