@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from approval_helpers import (REPORT_MIME, WAIT, Kernel, demo_server_section, kernel_env, policy_section,
                               write_project)
+from ipykernel.kernelspec import get_kernel_dict
 from jupyter_client import KernelManager
 
 from toolkernel._approval._approvals import lasting_rule_covers
@@ -61,6 +62,8 @@ def test_install_kernel_makes_a_kernel_that_runs_tools_cells_without_load_ext(tm
                             capture_output=True, text=True, env=env, timeout=WAIT)
     spec = json.loads(listed.stdout)["kernelspecs"]["toolkernel"]
     assert spec["spec"]["display_name"] == "Python 3 (toolkernel)"
+    # ipykernel's own word on it: with `supported_encryption`, a manager may encrypt its channels.
+    assert spec["spec"]["metadata"] == get_kernel_dict()["metadata"]
 
     workdir = write_project(tmp_path / "project", demo_server_section()).parent
     # What a script of an earlier run may have left in the kernel's folder under the names the

@@ -29,8 +29,18 @@ def kernel_json(python: str = sys.executable) -> dict:
         "argv": [python, "-c", _launch(), "-f", "{connection_file}", "--IPKernelApp.extensions=toolkernel"],
         "display_name": DISPLAY_NAME,
         "language": "python",
-        "metadata": {"debugger": True},
+        "metadata": _ipykernel_metadata(),
     }
+
+
+def _ipykernel_metadata() -> dict:
+    """What ipykernel's own kernelspec says of the kernel: the debugger, and from ipykernel 7 on
+    `supported_encryption`, which lets a kernel manager encrypt its channels (CurveZMQ)."""
+    try:
+        from ipykernel.kernelspec import get_kernel_dict
+    except ImportError:
+        return {"debugger": True}
+    return dict(get_kernel_dict().get("metadata") or {"debugger": True})
 
 
 def install_kernel(*, user: bool = False, prefix: str | None = None) -> str:
