@@ -90,3 +90,15 @@ def test_stdin_is_never_read_when_arguments_are_given():
 def test_bad_input_is_invalid_input(args, stdin, words):
     with pytest.raises(InvalidInput, match=words):
         parse_input(args, SCHEMA, stdin)
+
+
+@pytest.mark.parametrize("args, hint", [
+    (["notes.txt"], "(did you mean repo=notes.txt?)"),
+    (["repo=a/b", "7"], None),  # nothing required is missing: no guess
+    (["my notes.txt"], "(did you mean 'repo=my notes.txt'?)"),  # as it would be typed in the shell
+])
+def test_a_bare_word_suggests_the_first_required_key_not_given(args, hint):
+    with pytest.raises(InvalidInput) as caught:
+        parse_input(args, {**SCHEMA, "required": ["repo"]}, None)
+    message = caught.value.message
+    assert (hint in message) if hint else "did you mean" not in message

@@ -7,6 +7,7 @@ schema, and gets back what to do.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from collections.abc import Mapping  # isinstance with typing.Mapping costs several us per check
 from typing import Any, Callable
@@ -98,6 +99,7 @@ def parse_input(args: tuple[str, ...] | list[str], schema: Mapping[str, Any], st
 
 class _Pairs:
     def __init__(self, schema: Mapping[str, Any]) -> None:
+        self.schema = schema
         properties = schema.get("properties")
         self.properties = properties if isinstance(properties, Mapping) else {}  # a broken schema is the validator's to report
         self.values: dict[str, Any] = {}
@@ -121,7 +123,15 @@ class _Pairs:
             return i + 1
         raise InvalidInput(
             f"unexpected argument {word!r}: give input as '{{...}}' JSON, key=value or --key value"
+            + self._guess(word, base)
         )
+
+    def _guess(self, word: str, base: dict[str, Any]) -> str:
+        """The required key a bare word most likely meant (`read-file notes.txt`): the first not given yet."""
+        required = self.schema.get("required")
+        given = {**base, **self.values}
+        missing = [key for key in required if isinstance(key, str) and key not in given] if isinstance(required, list) else []
+        return f" (did you mean {shlex.quote(f'{missing[0]}={word}')}?)" if missing else ""
 
     def _option(self, args: list[str], i: int) -> int:
         key, eq, value = args[i][2:].partition("=")
