@@ -136,6 +136,16 @@ FRESH_CALL = f"tools read-file path=data$((i % {FRESH_FILES})).txt"
 FRESH_EMPTY = f": data$((i % {FRESH_FILES})).txt"
 
 
+CALL = "tools read-file path=data.txt"
+
+
+def after_a_call(body: str, calls: int) -> str:
+    """The loop behind one call of its own, in both the script and its empty twin: what a run
+    pays once (the relay's function defined, its first call made by the live command, a
+    `tools` script's checks) falls on both, so their difference is the loop's calls alone."""
+    return f"{CALL} >/dev/null; {loop_script(body, calls)}"
+
+
 def bashkit_output_loop(text: str, calls: int, body: str = "emit") -> float:
     """Bashkit alone: a builtin that hands back `text`, called like `tools` in the script."""
     from bashkit import Bash, BuiltinResult
@@ -180,14 +190,15 @@ def bench_size(session: Session, lines: int, calls: int, repeat: int) -> dict[st
         "shell_empty": lambda: bashkit_output_loop(text, calls, ":"),
         "baseline": lambda: read_text_loop(path, calls),
         "tool": lambda: tool_loop(session, calls),
-        "script": lambda: timed_script(session, loop_script("tools read-file path=data.txt", calls)),
-        "empty": lambda: timed_script(session, loop_script(":", calls)),
+        "script": lambda: timed_script(session, after_a_call(CALL, calls)),
+        "empty": lambda: timed_script(session, after_a_call(":", calls)),
+        "once": lambda: timed_script(session, CALL),
         "baseline_fresh": lambda: read_text_loop(path, calls, FRESH_FILES),
-        "script_fresh": lambda: timed_script(session, loop_script(FRESH_CALL, calls)),
-        "empty_fresh": lambda: timed_script(session, loop_script(FRESH_EMPTY, calls)),
-        "script_sync": lambda: timed_script(session, loop_script("tools read-file path=data.txt", calls),
+        "script_fresh": lambda: timed_script(session, after_a_call(FRESH_CALL, calls)),
+        "empty_fresh": lambda: timed_script(session, after_a_call(FRESH_EMPTY, calls)),
+        "script_sync": lambda: timed_script(session, after_a_call(CALL, calls),
                                             _Variant(True, _Builtin)),
-        "empty_sync": lambda: timed_script(session, loop_script(":", calls), _Variant(True, _Builtin)),
+        "empty_sync": lambda: timed_script(session, after_a_call(":", calls), _Variant(True, _Builtin)),
     }), cpu)
     per = {name: (median / calls * 1e6, best / calls * 1e6) for name, (median, best) in t.items()}
     # CPU seconds of this process (all its threads): a loaded machine stretches wall time, not these.
@@ -233,6 +244,9 @@ def main() -> None:
             sync = per["sync"]
             print(f"         without the relay (execute_sync, a printed result peaking at ~8x its size):"
                   f" {sync[0]:7.1f} / {sync[1]:7.1f} us; ratio {sync[0] / base[0]:.1f}x / {sync[1] / base[1]:.1f}x")
+            once = per["once"][0] * args.calls / 1000
+            print(f"         once a run (not in the ratios: the loops above each start with it): a script of"
+                  f" that one call {once:.2f} ms")
         load = os.getloadavg()[0]
         print(f"  load average {load:.1f} on {os.cpu_count()} CPUs")
     finally:

@@ -273,3 +273,14 @@ def test_the_c_numbering_refuses_what_is_not_a_window(numbered_text):
 def test_the_c_numbering_of_a_large_file_lets_other_threads_run_and_is_alike(numbered_text):
     data = b"".join(b"%d " % i + b"y" * (i % 90) + b"\n" for i in range(60_000))  # past the GIL's threshold
     assert numbered_text(data, "f.txt", 5, 50_000) == _numbered_window(io.BytesIO(data), "f.txt", 5, 50_000)
+
+
+@pytest.mark.parametrize("size", [15, 16, 17, 4079, 4080, 4081, 8160, 8177, 3 * 4080 + 7])
+def test_the_c_count_of_lines_holds_across_its_steps_and_their_sums(numbered_text, size):
+    # The count goes 16 bytes a step and sums its byte lanes every 255 steps (4,080 bytes):
+    # all newlines fills every lane to its top; a line of text after them is counted once.
+    if numbered_text is files._numbered_text_in_python:
+        return
+    assert files._number_in_c(b"\n" * size, 0, 1, 10)[2] == size
+    assert files._number_in_c(b"\n" * size + b"z", 0, 1, 10)[2] == size + 1
+    assert files._number_in_c(b"x" * size, 0, 1, 10**9)[2] == 1

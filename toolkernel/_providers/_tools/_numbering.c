@@ -33,31 +33,62 @@ typedef struct {
     int too_long;
 } Scan;
 
-static Py_ssize_t prefix_size(Py_ssize_t number) {
-    Py_ssize_t digits = 1;
-    while (number >= 10) {
-        number /= 10;
-        digits++;
-    }
-    return (digits < NUMBER_PLACES ? NUMBER_PLACES : digits) + 1;
-}
+/* The prefix of the line being written, counted up in place: a division per digit for each
+ * line cost a window of 2,000 lines a third of its time. The digits end at text[DIGITS_END - 1],
+ * the tab is at text[DIGITS_END], and spaces lie before the digits. */
+#define DIGITS_END (MAX_PREFIX + NUMBER_PLACES)
+typedef struct {
+    char text[DIGITS_END + 1];
+    Py_ssize_t digits;
+} Prefix;
 
-static char *write_prefix(char *out, Py_ssize_t number) {
-    char digits[MAX_PREFIX];
-    int count = 0;
+static void prefix_start(Prefix *x, Py_ssize_t number) {
+    memset(x->text, ' ', DIGITS_END);
+    x->text[DIGITS_END] = '\t';
+    x->digits = 0;
+    char *at = x->text + DIGITS_END;
     do {
-        digits[count++] = (char)('0' + number % 10);
+        *--at = (char)('0' + number % 10);
         number /= 10;
+        x->digits++;
     } while (number);
-    for (int pad = NUMBER_PLACES - count; pad > 0; pad--)
-        *out++ = ' ';
-    while (count)
-        *out++ = digits[--count];
-    *out++ = '\t';
-    return out;
 }
 
-/* The newlines in [p, p + n): a loop the compiler makes vector code of, many bytes a step. */
+static void prefix_next(Prefix *x) {
+    char *at = x->text + DIGITS_END - 1;
+    while (*at == '9')
+        *at-- = '0';
+    if (*at == ' ')
+        x->digits++; /* one digit more: the space before the number becomes its first digit */
+    *at = *at == ' ' ? '1' : (char)(*at + 1);
+}
+
+static Py_ssize_t prefix_width(const Prefix *x) {
+    return (x->digits < NUMBER_PLACES ? NUMBER_PLACES : x->digits) + 1;
+}
+
+/* The newlines in [p, p + n). With SSE2 (every x86-64): 16 bytes a step, counted in byte lanes
+ * for up to 255 steps, then summed; the plain loop's compiled code widened each byte to an int
+ * and took three times as long. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+static Py_ssize_t count_newlines(const char *p, Py_ssize_t n) {
+    const __m128i newline = _mm_set1_epi8('\n');
+    Py_ssize_t count = 0;
+    while (n >= 16) {
+        Py_ssize_t steps = n / 16 < 255 ? n / 16 : 255;
+        __m128i lanes = _mm_setzero_si128();
+        for (Py_ssize_t i = 0; i < steps; i++, p += 16) /* a match is -1: subtracting it adds one */
+            lanes = _mm_sub_epi8(lanes, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)p), newline));
+        __m128i sums = _mm_sad_epu8(lanes, _mm_setzero_si128()); /* two sums, in 64-bit halves */
+        count += _mm_cvtsi128_si32(sums) + _mm_extract_epi16(sums, 4);
+        n -= steps * 16;
+    }
+    for (; n > 0; n--)
+        count += *p++ == '\n';
+    return count;
+}
+#else
 static Py_ssize_t count_newlines(const char *p, Py_ssize_t n) {
     Py_ssize_t count = 0;
     while (n > 0) {
@@ -71,6 +102,7 @@ static Py_ssize_t count_newlines(const char *p, Py_ssize_t n) {
     }
     return count;
 }
+#endif
 
 /* The last newline in [p, p + n), or NULL. */
 static const char *last_newline(const char *p, Py_ssize_t n) {
@@ -188,11 +220,15 @@ static void scan(Scan *s) {
 static int write_window(const Scan *s, char *out) {
     char *w = out, *room_end = out + s->size;
     const char *p = s->first;
-    Py_ssize_t number = s->offset + 1;
+    Prefix prefix;
+    prefix_start(&prefix, s->offset + 1);
     for (;;) {
-        if (room_end - w < prefix_size(number))
+        Py_ssize_t width = prefix_width(&prefix);
+        if (room_end - w < width)
             return -1;
-        w = write_prefix(w, number++);
+        memcpy(w, prefix.text + DIGITS_END + 1 - width, (size_t)width);
+        w += width;
+        prefix_next(&prefix);
         const char *newline = memchr(p, '\n', (size_t)(s->last - p));
         const char *next = newline ? newline + 1 : s->last;
         if (room_end - w < next - p)
