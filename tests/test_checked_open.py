@@ -101,3 +101,52 @@ def test_a_pipe_is_refused_at_once_not_waited_on(tree):
     os.mkfifo(work / "pipe")  # no writer: a plain open would wait for one for ever
     with pytest.raises(_checked_open.NotAFile):
         read_checked(str(work / "pipe"))
+
+
+# -- a path resolved with the identity of its file (`_paths.real_name`) -------------------------
+
+
+def resolved(path) -> _checked_open.Resolved:
+    from toolkernel._providers._tools._paths import real_name
+
+    name = real_name(str(path), "/")
+    assert isinstance(name, _checked_open.Resolved) and name.identity is not None
+    return name
+
+
+def read_regular(path) -> bytes:
+    fd, _ = _checked_open.regular_checked(path)
+    try:
+        return os.read(fd, 1 << 16)
+    finally:
+        os.close(fd)
+
+
+def test_the_file_the_resolution_found_is_read_without_asking_its_name_again(tree, monkeypatch):
+    work, _ = tree
+    checked = resolved(work / "sub" / "note.txt")
+    monkeypatch.setattr(_checked_open, "opened_name", lambda fd: pytest.fail("the name was asked again"))
+    assert read_regular(checked) == b"inside\n"
+
+
+def test_a_folder_swapped_for_a_link_after_the_resolution_is_refused(tree):
+    work, outside = tree
+    checked = resolved(work / "sub" / "note.txt")
+    swap_for_link(work / "sub", outside)  # the same name now leads to another file: judged by its name
+    with pytest.raises(PathChanged):
+        read_regular(checked)
+
+
+def test_a_file_replaced_under_its_name_after_the_resolution_is_judged_by_its_name(tree):
+    work, _ = tree
+    checked = resolved(work / "sub" / "note.txt")
+    (work / "sub" / "new.txt").write_text("saved again\n")
+    os.replace(work / "sub" / "new.txt", work / "sub" / "note.txt")  # an editor's atomic save
+    assert read_regular(checked) == b"saved again\n"  # as a path without an identity is
+
+
+def test_the_very_file_judged_is_read_though_its_folder_moved_within_reach(tree):
+    work, _ = tree
+    checked = resolved(work / "sub" / "note.txt")
+    swap_for_link(work / "sub", work / "sub.moved")  # the checked file itself, reached another way
+    assert read_regular(checked) == b"inside\n"

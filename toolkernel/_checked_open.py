@@ -40,18 +40,23 @@ def open_checked(path: str, flags: int = os.O_RDONLY, mode: int = 0o666, *,
     It must be `path` itself or, with `inside`, anything in that (real) folder. A link in
     the last name raises `PathChanged` as well: a real path has none there.
     """
-    try:
-        fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC, mode)
-    except OSError as exc:
-        if _is_link(path):
-            raise PathChanged(path) from exc
-        raise
+    fd = _opened(path, flags, mode)
     try:
         _confirm(fd, path, inside)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _opened(path: str, flags: int, mode: int) -> int:
+    """`path` opened without following a link in its last name (a link there is `PathChanged`)."""
+    try:
+        return os.open(path, flags | _NOFOLLOW | _CLOEXEC, mode)
+    except OSError as exc:
+        if _is_link(path):
+            raise PathChanged(path) from exc
+        raise
 
 
 class NotAFile(OSError):
@@ -72,12 +77,26 @@ def file_checked(path: str, *, inside: str | None = None) -> tuple[io.FileIO, in
         raise
 
 
+class Resolved(str):
+    """A real path and the identity (device, inode) of the file it led to when it was resolved
+    (`_paths.real_name`): a descriptor found to be that very file is the file the checks judged,
+    whatever its name is now, so `regular_checked` need not ask the kernel for the name."""
+
+    identity: tuple[int, int] | None = None
+
+
 def regular_checked(path: str, *, inside: str | None = None) -> tuple[int, int]:
     """`file_checked` as a bare descriptor (the caller closes it) and the file's size, for a
     reader that reads it in one call: a FileIO made over it asks fstat once more."""
-    fd = open_checked(path, os.O_RDONLY | os.O_NONBLOCK, inside=inside)
+    identity = getattr(path, "identity", None) if inside is None else None
+    if identity is None:
+        fd = open_checked(path, os.O_RDONLY | os.O_NONBLOCK, inside=inside)
+    else:
+        fd = _opened(path, os.O_RDONLY | os.O_NONBLOCK, 0o666)
     try:
         status = os.fstat(fd)
+        if identity is not None and (status.st_dev, status.st_ino) != identity:
+            _confirm(fd, path, None)  # another file now: as good as a first open only by its name
         kind = stat.S_IFMT(status.st_mode)
         if kind == stat.S_IFDIR:
             raise IsADirectoryError(errno.EISDIR, "Is a directory", path)

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..._checked_open import Resolved
 from ..._tool import Tool
 
 
@@ -85,12 +86,17 @@ def _kernel_real(path: str) -> str | None:
         return None
     try:
         real = os.readlink(f"/proc/self/fd/{fd}")
+        status = os.fstat(fd)
     except OSError:
         return None
     finally:
         os.close(fd)
     # Anything but a plain absolute path (a file unlinked meanwhile is named "... (deleted)").
-    return real if real.startswith("/") and not real.endswith(" (deleted)") else None
+    if not real.startswith("/") or real.endswith(" (deleted)"):
+        return None
+    resolved = Resolved(real)
+    resolved.identity = (status.st_dev, status.st_ino)  # the file the checks judge (see Resolved)
+    return resolved
 
 
 def real_path(path: Path) -> Path:
