@@ -13,6 +13,7 @@ must be byte for byte what they were.
 from __future__ import annotations
 
 import json
+import os
 import stat
 import sys
 
@@ -357,3 +358,64 @@ def test_a_link_to_a_folder_still_reads(project):
     result, err = run(session(), "cat current/a.csv; echo x > current/b.csv || echo refused; echo x > data/c.csv")
     assert result.stdout == "1,2\nrefused\n", err
     assert not (work / "data" / "b.csv").exists() and (work / "data" / "c.csv").exists()
+
+
+# A bare program is found on a PATH: the one in its config's `env`, or the kernel's. A folder of
+# that PATH inside the workspace (`bin`, a relative `tools`, an empty entry: the program's own
+# folder) is where the next start looks, whether the program is there yet or further on.
+PLANTED_PROGRAM = "#!/bin/sh\\n: > {pwned}\\necho planted\\n"  # no PATH needed
+
+
+def program_config(kind: str, program: str, path: str | None) -> str:
+    env = "" if path is None else f"env = {{ PATH = {json.dumps(path)} }}\n"
+    if kind == "command tool":
+        return f'[tools.lint]\ncommand = ["{program}"]\nread_only = true\n{env}'
+    if kind == "server":
+        return f'[mcp_servers.lint]\ncommand = "{program}"\nload = "on-demand"\n{env}'
+    return f'[[hooks]]\nevent = "pre_call"\nmatch = "*"\ncommand = ["{program}"]\n'
+
+
+CALLS = {"command tool": "tools lint", "server": "tools lint --help", "hook": "tools read-file path=secret.txt"}
+
+
+def plant_then_start(project, kind: str, plant_at: str, path: str | None):
+    work, _, session = project
+    (work / "toolkernel.toml").write_text(program_config(kind, "lint-all", path))
+    TrustStore().trust(work)
+    pwned = work / "pwned"
+    script = (f"mkdir -p {plant_at}; printf '{PLANTED_PROGRAM.format(pwned=pwned)}' > {plant_at}/lint-all;"
+              f" chmod +x {plant_at}/lint-all")
+    kernel = session()
+    run(kernel, script)  # refused, or not: what matters is what the next start runs
+    result, err = run(kernel, CALLS[kind])
+    assert not pwned.exists(), f"{kind}: a program a script planted at {plant_at}/ ran on the host: {err}"
+    return work
+
+
+@pytest.mark.parametrize("kind", ["command tool", "server"])
+def test_a_program_on_the_path_its_env_sets_cannot_be_rewritten(project, kind):
+    work, _, _ = project
+    (work / "bin").mkdir()
+    (work / "bin" / "lint-all").write_text("#!/bin/sh\necho the person's own\n")
+    (work / "bin" / "lint-all").chmod(0o755)
+    plant_then_start(project, kind, "bin", f"{work / 'bin'}:/usr/bin:/bin")
+    assert "the person's own" in (work / "bin" / "lint-all").read_text()
+
+
+@pytest.mark.parametrize("kind", ["command tool", "server", "hook"])
+def test_a_program_not_installed_cannot_be_planted_where_the_kernels_path_looks(project, monkeypatch, kind):
+    work, _, _ = project
+    monkeypatch.chdir(work)  # a kernel runs in its workspace, and so do the servers it starts
+    # A trailing colon (`PATH=$PATH:$UNSET`) is the working directory; `tools` a relative folder.
+    monkeypatch.setenv("PATH", f"tools:{os.environ['PATH']}:")
+    for plant_at in ("tools", "."):
+        plant_then_start(project, kind, plant_at, None)
+
+
+def test_a_program_earlier_on_the_path_than_the_one_installed_cannot_be_planted(project):
+    work, _, _ = project
+    installed = work.parent / "installed"
+    installed.mkdir()
+    (installed / "lint-all").write_text("#!/bin/sh\necho installed\n")
+    (installed / "lint-all").chmod(0o755)
+    plant_then_start(project, "command tool", "bin", f"{work / 'bin'}:{installed}")

@@ -25,7 +25,8 @@ calls; in the sandbox, at the top of the workspace),
 does) and the folder its `core.hooksPath` names, the user config folder, the admin
 file and the trust records when they lie in the workspace, in a workspace that is the home folder every dot entry at its
 top (shell, IPython, ssh and git config), and every workspace file a configured
-server or hook executes (named in its `command` or `args`; for Node and its package
+server, hook or command tool executes (named in its `command` or `args`, or a place its PATH
+lookup tries before it finds the program, even an empty one; for Node and its package
 runners also `node_modules`, `package.json` and `.npmrc` where they look, for uv its
 `.venv` and settings). Config files a script
 creates deeper in the tree cannot be refused this way; they are caught by
@@ -46,7 +47,6 @@ import concurrent.futures
 import os
 import re
 import shlex
-import shutil
 import site
 import sys
 from dataclasses import dataclass
@@ -104,7 +104,7 @@ def protection(workdir: Path, config: Any = None, environ: Mapping[str, str] | N
     paths += _own_code(root)
     paths += _git_hooks_path(root, looked_at)
     if config is not None:
-        paths += executed_files(_commands(config), environ, default_cwd=root, looked_at=looked_at)
+        paths += executed_files(_commands(config, environ, root), looked_at=looked_at)
     reals = {_real(p, looked_at) for p in paths}
     inside = sorted(p for p in reals if p != root and is_inside(p, root))
     return Protection(root, tuple(inside), ())
@@ -201,32 +201,49 @@ def _admin_file(environ: Mapping[str, str]) -> Path:
     return Path(environ.get("TOOLKERNEL_ADMIN_CONFIG") or "/etc/toolkernel/toolkernel.toml")
 
 
-def _commands(config: Any) -> Iterable[tuple[Sequence[str], str | None]]:
-    """(argv, cwd) of every configured server, hook and command tool: what the host will execute."""
+def _commands(config: Any, environ: Mapping[str, str],
+              root: Path) -> Iterable[tuple[Sequence[str], Path, str | None]]:
+    """(argv, working folder, PATH) of every configured server, hook and command tool: what the
+    host will execute, where, and the PATH its program is looked up on (None: none is given)."""
+    kernel_path = environ.get("PATH")
     for server in config.servers.values():
-        if server.command:
-            yield (server.command, *server.args), server.cwd
+        if not server.command:
+            continue
+        # The SDK's environment (the kernel's PATH) with the config's env over it. Without a
+        # `cwd` it starts where the kernel is now, which need not be the workspace (`%cd`).
+        path = server.env.get("PATH", kernel_path)
+        for cwd in dict.fromkeys([Path(server.cwd)] if server.cwd else [root, _here()]):
+            yield (server.command, *server.args), cwd, path
     for hook in config.hooks:
-        yield hook.command, hook.cwd
+        yield hook.command, Path(hook.cwd), kernel_path  # hooks get the kernel's PATH alone
     for tool in getattr(config, "commands", {}).values():
         # A word filled from the input names no file now; the fixed words may (`./run.sh`).
-        yield tuple(word for word in tool.command if "{{" not in word), tool.cwd
+        # Started in the workspace, or in its `cwd` there; an `env` allow-list is all it sees.
+        cwd = root / Path(tool.cwd).expanduser() if tool.cwd else root
+        path = kernel_path if tool.env is None else tool.env.get("PATH")
+        yield tuple(word for word in tool.command if "{{" not in word), cwd, path
 
 
-def executed_files(commands: Iterable[tuple[Sequence[str], str | None]],
-                   environ: Mapping[str, str], default_cwd: Path,
+def _here() -> Path:
+    try:
+        return Path(os.getcwd())
+    except OSError:  # the kernel's folder is gone: nothing can start there
+        return Path("/")
+
+
+def executed_files(commands: Iterable[tuple[Sequence[str], Path, str | None]],
                    looked_at: list[str] | None = None) -> list[Path]:
-    """Files that running `commands` would execute or read as code: the program
-    (looked up on PATH) and every argument that names a file, or a path that
-    does not exist yet (a script must not be the one to create it)."""
+    """Files that running `commands` would execute or read as code: each place the lookup of
+    the program on its PATH tries before it finds one, and every argument that names a file,
+    or a path that does not exist yet (a script must not be the one to create it)."""
     looked_at = [] if looked_at is None else looked_at
     found: list[Path] = []
-    for argv, cwd in commands:
-        base = Path(cwd) if cwd else default_cwd
-        program = _which(argv[0], environ, looked_at) if "/" not in argv[0] else None
-        for word in (program, *argv):
-            if not word:
-                continue
+    for argv, base, path in commands:
+        if not argv:
+            continue
+        programs = _lookup(argv[0], path, base, looked_at) if "/" not in argv[0] else []
+        found += [_real(program, looked_at) for program in programs]
+        for word in argv:
             looked_at.append(str(base / word))
             if "/" in word or os.path.lexists(base / word):
                 found.append(_real(base / word, looked_at))
@@ -247,19 +264,19 @@ _LOOKED_UP = {**dict.fromkeys(("node", "nodejs", "npx", "npm", "pnpm", "pnpx", "
               **dict.fromkeys(("uv", "uvx"), _UV_FILES)}
 
 
-def _which(program: str, environ: Mapping[str, str], looked_at: list[str]) -> str | None:
-    path = environ.get("PATH")
-    # Every place the lookup may try: a program appearing earlier on PATH changes the answer.
-    searched = path if path is not None else os.environ.get("PATH", _system_path())
-    looked_at += [os.path.join(folder, program) for folder in searched.split(os.pathsep)]
-    return shutil.which(program, path=path)
-
-
-def _system_path() -> str:
-    try:
-        return os.confstr("CS_PATH") or os.defpath
-    except (AttributeError, ValueError):
-        return os.defpath
+def _lookup(program: str, path: str | None, base: Path, looked_at: list[str]) -> list[Path]:
+    """Every place the start of a bare `program` tries, in order, up to the first that holds
+    an executable file (all of them when none does): a script that made one of them first
+    would be the program. A relative folder of the PATH, and an empty one (the program's own
+    folder), lead from `base`, where the child looks them up (it starts there)."""
+    tried = []
+    for folder in (path if path is not None else os.defpath).split(os.pathsep):
+        place = base / (folder or ".") / program
+        looked_at.append(str(place))
+        tried.append(place)
+        if place.is_file() and os.access(place, os.X_OK):
+            break
+    return tried
 
 
 def touches_protected(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
