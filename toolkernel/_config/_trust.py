@@ -103,6 +103,10 @@ class TrustStore:
         self._save(records)
         return current
 
+    def folders(self) -> list[str]:
+        """The folders a person trusted (as they were then), by real path."""
+        return list(self._records())
+
     def revoke(self, folder: Path) -> bool:
         records = self._records()
         removed = records.pop(_key(folder), None) is not None

@@ -28,7 +28,8 @@ top (shell, IPython, ssh and git config), and every workspace file a configured
 server, hook or command tool executes (named in its `command` or `args`, or a place its PATH
 lookup tries before it finds the program, even an empty one; for Node and its package
 runners also `node_modules`, `package.json` and `.npmrc` where they look, for uv its
-`.venv` and settings). Config files a script
+`.venv` and settings), and the same for each project inside the workspace whose config the
+person trusted (its config files, its `.toolkernel/`, what it executes). Config files a script
 creates deeper in the tree cannot be refused this way; they are caught by
 workspace trust instead (a new file is never trusted, see `_trust`). Nor can the
 hundreds of names under which a Python module at the top would shadow an installed
@@ -105,6 +106,7 @@ def protection(workdir: Path, config: Any = None, environ: Mapping[str, str] | N
     paths += _git_hooks_path(root, looked_at)
     if config is not None:
         paths += executed_files(_commands(config, environ, root), looked_at=looked_at)
+    paths += _inner_projects(root, environ, looked_at)
     reals = {_real(p, looked_at) for p in paths}
     inside = sorted(p for p in reals if p != root and is_inside(p, root))
     return Protection(root, tuple(inside), ())
@@ -137,6 +139,35 @@ def _git_hooks_path(root: Path, looked_at: list[str]) -> list[Path]:
     except OSError:
         return []
     return [root / Path(value.strip('"')).expanduser() for value in _HOOKS_PATH.findall(text)]
+
+
+def _inner_projects(root: Path, environ: Mapping[str, str], looked_at: list[str]) -> list[Path]:
+    """What decides the policy of a project inside the workspace whose config the person
+    trusted, or runs on the host for it: its config files, its `.toolkernel/` (lasting
+    approvals, the answers a `serve` there waits for) and what its config executes. A notebook
+    in that folder runs its kernel there, under that config; a script of this workspace that
+    rewrote its hook, or answered its waiting call, acted for it. (`TOOLKERNEL_TRUST_ALL` trusts
+    folders no record names: nothing can be found for it here.)"""
+    from .._config._config import load_config
+    from .._config._trust import TrustStore
+
+    store = TrustStore(environ=environ)
+    looked_at.append(str(store.path))
+    try:
+        folders = store.folders()
+    except ConfigError:
+        return []  # a broken store trusts nothing, so no inner config counts
+    found: list[Path] = []
+    for inner in map(Path, folders):
+        if inner == root or not is_inside(inner, root):
+            continue
+        found += [inner / STATE_DIR, *(inner / name for name in CONFIG_FILES)]
+        try:
+            config = load_config(inner, environ=environ)
+        except ConfigError:
+            continue  # a config with a problem starts nothing
+        found += executed_files(_commands(config, environ, inner), looked_at=looked_at)
+    return found
 
 
 def _own_code(root: Path) -> list[Path]:
