@@ -12,12 +12,27 @@ export function el(
     node.className = className;
   }
   if (text) {
-    node.textContent = text;
+    node.textContent = shown(text);
   }
   for (const child of children) {
     node.appendChild(child);
   }
   return node;
+}
+
+// Not printable, as Python's str.isprintable has it, but line breaks and tabs (a <pre> keeps them).
+const NOT_PRINTABLE = /(?![\n\t])[\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Cs}\p{Zl}\p{Zp}]|(?! )\p{Zs}/gu;
+
+/**
+ * `text` with each character that is not printable written as its escape (`\u202e`), as the
+ * kernel's `printable` does. A server names its tools and a script chooses its inputs: a bidi
+ * override there makes the call a person approves here read as another one.
+ */
+export function shown(text: string): string {
+  return text.replace(NOT_PRINTABLE, ch => {
+    const code = ch.codePointAt(0)!;
+    return code > 0xffff ? `\\u{${code.toString(16)}}` : `\\u${code.toString(16).padStart(4, '0')}`;
+  });
 }
 
 export function button(label: string, onClick: () => void, className = ''): HTMLButtonElement {

@@ -155,7 +155,7 @@ class Run:
 
 def described_call(call: Mapping[str, Any]) -> str:
     """`tools x {...}`, and for a command tool the argv that would run: it may differ."""
-    text = f"{call['tool']} {json.dumps(call['input'])}"
+    text = f"{printable(call['tool'])} {json.dumps(call['input'])}"  # a server names its tools
     if "argv" in call:
         # Letters stay readable; a bidi override or a zero-width character from the input is
         # shown escaped, so the argv the person approves reads as it runs.
