@@ -24,7 +24,7 @@ from .._config._limits import ShellLimits
 from .._config._tools import own_settings
 from ._policy import CallInfo, Decision, Policy, canonical_call_key, decide
 from ._run import NO_EVENTS, Run, RunEvents
-from .._tool import Tool, ToolContext, ToolResult, never_cancelled
+from .._tool import Tool, ToolContext, ToolResult, as_result, never_cancelled
 from .._runners._guard import Protection, touches_protected
 from .._providers._tools._paths import outside_workspace, real_path, real_paths, rule_forms
 
@@ -181,6 +181,8 @@ class Dispatcher:
         result = await self._invoke(tool, info, payload or {}, run, events)
         if self.env.hooks.any("after_call"):
             result = await self.env.hooks.run_after(info, result)
+            if tool.cut is not None:  # the tool left it whole (`_call_args`): the saved whole is what the hooks left
+                result = as_result(tool.cut(result, self._context(tool)))
         self._record(tool, info, result, run)
         return result
 
@@ -277,6 +279,8 @@ class Dispatcher:
             progress=lambda p, total=None, msg=None: events.progress(tool.command, p, total, msg),
             paths=paths or {},
             cancelled=never_cancelled if run is None else run.is_cancelled,
+            # A post-call hook sees the whole result, and the whole saved is what it let through.
+            cut_later=tool.cut is not None and self.env.hooks.any("after_call"),
         )
 
     def _validator(self, tool: Tool) -> "_Checked":
