@@ -143,7 +143,7 @@ class TrustStore:
             folders = data["folders"]
             if not isinstance(folders, dict):
                 raise TypeError
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise ConfigError(str(self.path), None, "is not a toolkernel trust file;"
                               " remove it and trust your folders again") from None
         return {k: dict(v) for k, v in folders.items() if isinstance(v, dict)}
