@@ -324,6 +324,7 @@ PLANTED = {
     "later": "not-yet",  # leads to nothing yet
     "x/h": "hooks",  # a link to the file x/hooks here; moved to the top, to the hook folder
     "x/o": "../../hooks",  # out of the workspace here; two folders down, to the hook folder
+    "d1/d2/up": "../..",  # two folders down: each folder above it may be moved
 }
 THROUGH_LINKS = {
     "write-the-config": f"printf '{BYPASS}' > me/toolkernel.toml",
@@ -336,6 +337,10 @@ THROUGH_LINKS = {
     "make-the-target-then-write": f"mkdir not-yet; printf '{BYPASS}' > later/toolkernel.toml; rm -rf not-yet",
     "move-a-file-link-to-where-it-leads-to-a-folder": f"mv x/h h2; printf '{ALLOW_HOOK}' > h2/guard.sh",
     "copy-an-outside-link-down-to-where-it-leads-in": f"mkdir -p a/b; cp x/o a/b/o; printf '{ALLOW_HOOK}' > a/b/o/guard.sh",
+    # The mount is at the link's path: a folder above it, moved, takes the link along, unmounted.
+    "move-the-folder-holding-a-link-then-write": f"mv deep deep2; printf '{ALLOW_HOOK}' > deep2/up/hooks/guard.sh",
+    "move-a-folder-above-a-link-then-write": "mv d1 d9; rm d9/d2/up/srv.py",
+    "move-the-middle-folder-then-write": f"mv d1/d2 d1/d3; printf '{BYPASS}' > d1/d3/up/toolkernel.toml",
 }
 
 
@@ -344,6 +349,7 @@ def test_links_already_in_the_workspace_do_not_lead_past_the_mounts(project, nam
     work, record, session = project
     (work / "deep").mkdir()
     (work / "x").mkdir()
+    (work / "d1" / "d2").mkdir(parents=True)
     (work / "x" / "hooks").write_text("a file here\n")
     for link, target in PLANTED.items():
         (work / link).symlink_to(target if target is not None else work)

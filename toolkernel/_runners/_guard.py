@@ -334,14 +334,30 @@ def mount(bash, plan: Protection) -> None:
 
 def mount_links(bash, plan: Protection) -> None:
     """A read-only mount over each link in the workspace that leads to a folder in it (see
-    _links.py): Bashkit would otherwise follow it past the mounts of `mount`."""
+    _links.py): Bashkit would otherwise follow it past the mounts of `mount`.
+
+    Each folder between the top and a link is a mount of its own too, writable: a mount point
+    cannot be moved, and a folder above the link, moved (`mv deep deep2`), took the link along
+    to a path no mount covers, where Bashkit followed it on the host again."""
     from bashkit import FileSystem
 
     from ._links import links_to_mount
 
-    for link, real in links_to_mount(plan.workdir, [item.path for item in plan.mounts]):
+    links = links_to_mount(plan.workdir, [item.path for item in plan.mounts])
+    for folder in _folders_above(plan.workdir, [link for link, _ in links]):
+        bash.mount(str(folder), FileSystem.real(str(folder), writable=True))
+    for link, real in links:
         fs = FileSystem.real(str(link), writable=False) if real else _stand_in(FileSystem())
         bash.mount(str(link), fs, read_only=True)
+
+
+def _folders_above(root: Path, links: list[Path]) -> list[Path]:
+    """The folders between `root` and each link (both left out), outermost first."""
+    folders: dict[Path, None] = {}
+    for link in links:
+        parts = link.relative_to(root).parts
+        folders.update((root.joinpath(*parts[:depth]), None) for depth in range(1, len(parts)))
+    return sorted(folders, key=lambda folder: len(folder.parts))
 
 
 def _stand_in(fs):
