@@ -469,3 +469,40 @@ def test_a_trusted_inner_projects_waiting_call_cannot_be_answered_from_the_outer
     run(session(), answer)
     result, err = run(agent, "tools github create-issue title=x")
     assert recorded_calls(record) == [], f"an outer script answered the inner project's request: {err}"
+
+
+# A workspace that holds other repositories (a folder of clones, a monorepo's vendored repo, a
+# submodule): git runs what each one's .git says the next time the person uses git there.
+NESTED_GIT = {
+    "write-a-hook": "printf '#!/bin/sh\\ntouch pwned\\n' > repos/app/.git/hooks/pre-commit",
+    "set-fsmonitor": "printf '[core]\\n\\tfsmonitor = \"touch pwned\"\\n' >> repos/app/.git/config",
+    "point-a-submodule-elsewhere": "mkdir -p evil; printf 'gitdir: ../../evil\\n' > repos/lib/.git",
+    "move-the-repository-then-write": "mv repos r2; printf '#!/bin/sh\\ntouch pwned\\n' > r2/app/.git/hooks/pre-commit",
+    "move-the-repository-folder-then-write": "mv repos/app repos/app2; echo x >> repos/app2/.git/config",
+    "write-the-hooks-folder-its-config-names": "printf '#!/bin/sh\\ntouch pwned\\n' > repos/app/.husky/pre-commit",
+}
+
+
+@pytest.mark.parametrize("name", list(NESTED_GIT))
+def test_an_inner_repositorys_git_folder_cannot_be_written(project, name):
+    work, _, session = project
+    app = work / "repos" / "app"
+    (app / ".git" / "hooks").mkdir(parents=True)
+    (app / ".husky").mkdir()
+    (app / ".git" / "config").write_text('[core]\n\thooksPath = .husky\n')
+    (work / "repos" / "lib").mkdir()
+    (work / "repos" / "lib" / ".git").write_text("gitdir: ../../.git/modules/lib\n")
+    result, err = run(session(), NESTED_GIT[name] + "; echo notes > repos/app/notes.txt")
+    assert (app / ".git" / "config").read_text() == '[core]\n\thooksPath = .husky\n', f"{name}: {err}"
+    assert not (app / ".git" / "hooks" / "pre-commit").exists() and not (app / ".husky" / "pre-commit").exists()
+    assert (work / "repos" / "lib" / ".git").read_text() == "gitdir: ../../.git/modules/lib\n"
+    assert (app / "notes.txt").read_text() == "notes\n", err  # the repository's own files stay writable
+
+
+def test_tool_calls_ask_before_writing_an_inner_repositorys_git_folder(project):
+    work, record, session = project
+    retrust(work, record, mode="bypass-permissions")
+    (work / "repos" / "app" / ".git").mkdir(parents=True)
+    result, err = run(session(), "tools write-file path=repos/app/.git/config content=x")
+    assert result.report["tools"]["stopped"]["reason"] == "needs_approval", err
+    assert run(session(), "tools write-file path=repos/app/notes.txt content=x")[0].exit_code == 0

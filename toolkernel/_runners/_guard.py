@@ -61,6 +61,7 @@ from .._config._trust import store_path
 
 STATE_DIR = ".toolkernel"
 CONFIG_FILES = ("toolkernel.toml", ".mcp.json")
+_GIT = ".git"
 
 
 class Unprotectable(ConfigError):
@@ -86,8 +87,9 @@ class Protection:
     mounts: tuple[Mount, ...]
 
     def covers(self, path: str | Path) -> bool:
-        """Whether writing `path` (a real path) would change something protected."""
-        if os.path.basename(path) in CONFIG_FILES:
+        """Whether writing `path` (a real path) would change something protected: a `.git`
+        anywhere too (an inner repository's: git runs what it says there)."""
+        if os.path.basename(path) in CONFIG_FILES or _GIT in os.fspath(path).split(os.sep):
             return True
         return any(is_inside(path, p) for p in self.protected)
 
@@ -341,14 +343,29 @@ def mount_links(bash, plan: Protection) -> None:
     to a path no mount covers, where Bashkit followed it on the host again."""
     from bashkit import FileSystem
 
-    from ._links import links_to_mount
+    from ._links import found_in
 
-    links = links_to_mount(plan.workdir, [item.path for item in plan.mounts])
-    for folder in _folders_above(plan.workdir, [link for link, _ in links]):
+    links, repositories = found_in(plan.workdir, [item.path for item in plan.mounts])
+    git = _inner_git(plan.workdir, repositories)
+    for folder in _folders_above(plan.workdir, [link for link, _ in links] + git):
         bash.mount(str(folder), FileSystem.real(str(folder), writable=True))
     for link, real in links:
         fs = FileSystem.real(str(link), writable=False) if real else _stand_in(FileSystem())
         bash.mount(str(link), fs, read_only=True)
+    for path in git:  # an inner repository's .git and hooks folder: git runs what they say
+        fs = FileSystem.real(str(path), writable=False) if path.is_dir() else _stand_in(FileSystem())
+        bash.mount(str(path), fs, read_only=True)
+
+
+def _inner_git(root: Path, repositories: list[Path]) -> list[Path]:
+    """Each inner repository's `.git` (a folder, or a file naming the gitdir), and the folder
+    its `core.hooksPath` names, as the top's are protected (`_git_hooks_path`)."""
+    found = []
+    for git in repositories:
+        found.append(git)
+        hooks = [real_path(folder) for folder in _git_hooks_path(git.parent, [])]
+        found += [folder for folder in hooks if folder != root and is_inside(folder, root) and folder != git]
+    return found
 
 
 def _folders_above(root: Path, links: list[Path]) -> list[Path]:
