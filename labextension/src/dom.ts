@@ -51,6 +51,21 @@ export function callLine(call: { tool: string; input: unknown }): string {
   return `${call.tool} ${JSON.stringify(call.input)}`;
 }
 
+/**
+ * What the call runs, beside its input, for a <pre> each: a command tool's argv (its template
+ * may wrap the input in more), a notebook cell's code (the id alone names no code).
+ */
+export function runs(call: { argv?: unknown; code?: unknown }): HTMLElement[] {
+  const shown: HTMLElement[] = [];
+  if (call.argv !== undefined) {
+    shown.push(el('div', '', 'argv'), el('pre', 'toolkernel-argv', JSON.stringify(call.argv)));
+  }
+  if (typeof call.code === 'string') {
+    shown.push(el('div', '', 'code'), el('pre', 'toolkernel-code', call.code));
+  }
+  return shown;
+}
+
 export function plural(count: number, noun: string): string {
   if (count === 0) {
     return `no ${noun}s`;

@@ -66,7 +66,9 @@ def lab(browser_ready, tmp_path):
     (workdir / "toolkernel.toml").write_text(
         f'[mcp_servers.github]\ncommand = {json.dumps(sys.executable)}\nargs = ["-m", "toolkernel.demo_server"]\n'
         f'[mcp_servers.dis]\ncommand = {json.dumps(sys.executable)}\n'
-        f'args = [{json.dumps(str(REPO / "tests" / "servers" / "disguised.py"))}]\n')
+        f'args = [{json.dumps(str(REPO / "tests" / "servers" / "disguised.py"))}]\n'
+        '[tools.greet]\ncommand = ["echo", "--", "hello {{ input.name }}"]\n'
+        'parameters = { type = "object", properties = { name = { type = "string" } } }\n')
     # A bidi override in a literal call's input (the question), and in a server's tool name and a
     # script's input (the report of a stop mid-run).
     name = r"push\033]52;c;cm0gLXJmIH4=\007\033[2K\342\200\256hsup\302\2332J"
@@ -74,6 +76,8 @@ def lab(browser_ready, tmp_path):
         "%load_ext toolkernel",
         "%%tools\ntools github delete-branch 'branch=fix\u202egnp.exe'",
         f"""%%tools\nfor n in "$(printf '{name}')"; do tools dis "$n" "branch=$(printf 'x\\342\\200\\256y')"; done""",
+        "%%tools\ntools greet name=ann",  # a command tool: the person sees the argv that would run
+        '%%tools\nfor n in bo; do tools greet "name=$n"; done',
     )))
     notebook = _cells(
         "%load_ext toolkernel",
@@ -239,6 +243,14 @@ def test_the_question_and_the_report_show_a_bidi_override_escaped(lab):
             expect(stopped).to_contain_text("push\\u001b]52;c;cm0gLXJmIH4=\\u0007\\u001b[2K\\u202ehsup")
             assert "\u202e" not in stopped.inner_text() and "\x1b" not in stopped.inner_text()
             steps.shot("bidi-escaped")
+            steps.run(3)  # before the start: the question shows the argv as well as the input
+            question = steps.outputs(3).locator(".toolkernel-question")
+            expect(question.locator(".toolkernel-argv")).to_have_text('["echo","--","hello ann"]')
+            question.get_by_role("button", name="Deny", exact=True).click()
+            steps.run(4)  # mid-run: so does the report
+            report = steps.outputs(4).locator(".toolkernel-report")
+            expect(report.locator(".toolkernel-argv")).to_have_text('["echo","--","hello bo"]')
+            steps.shot("argv-shown")
         except Exception:
             steps.shot("failure")
             raise

@@ -131,8 +131,8 @@ def _server_paths(tool: Tool, arguments: Mapping[str, Any],
     return local, named, ", ".join(sorted({place.server for place in on_server.values()}))
 
 
-def _shown(tool: Tool, arguments: Mapping[str, Any], server: str | None) -> dict[str, Any]:
-    return {**tool.describe_call(arguments), **({"server": server} if server else {})}
+def _shown(tool: Tool, arguments: Mapping[str, Any], server: str | None, ctx: Callable[[], ToolContext]) -> dict[str, Any]:
+    return {**tool.describe_call(arguments, ctx()), **({"server": server} if server else {})}
 
 
 class WouldAsk(Exception):
@@ -152,7 +152,8 @@ class Dispatcher:
         paths = real_paths(local, arguments, workdir) if local.path_keys else {}
         if not paths:  # most calls name no path: none of the path checks below
             return CallInfo(tool.qualified_name, tool.command, arguments, tool.kind,
-                            schema_keys=_schema_keys(tool), shown=functools.partial(_shown, tool, arguments, server))
+                            schema_keys=_schema_keys(tool),
+                            shown=functools.partial(_shown, tool, arguments, server, functools.partial(self._context, tool)))
         guarded = self.env.protection()
         root = guarded.workdir if guarded else real_path(workdir)
         return CallInfo(
@@ -163,7 +164,7 @@ class Dispatcher:
             outside_workspace=outside_workspace(local, arguments, workdir, paths, root=root),
             protected=touches_protected(local, arguments, workdir, guarded, paths),
             schema_keys=_schema_keys(tool),
-            shown=functools.partial(_shown, tool, arguments, server),
+            shown=functools.partial(_shown, tool, arguments, server, functools.partial(self._context, tool)),
             paths=paths,
             path_forms=rule_forms(paths, str(root)),
         )

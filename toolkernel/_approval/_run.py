@@ -160,4 +160,6 @@ def described_call(call: Mapping[str, Any]) -> str:
         # Letters stay readable; a bidi override or a zero-width character from the input is
         # shown escaped, so the argv the person approves reads as it runs.
         text += f" (runs {printable(json.dumps(call['argv'], ensure_ascii=False))})"
+    if "code" in call:  # a notebook cell run by its id: the code it holds
+        text += f" (runs the code {printable(json.dumps(call['code'], ensure_ascii=False))})"
     return text

@@ -70,9 +70,9 @@ def _advice(report: dict[str, Any]) -> str:
 
 
 def _argv_html(call: dict[str, Any]) -> str:
-    if "argv" not in call:
-        return ""
-    return f", which runs <code>{html.escape(printable_json(json.dumps(call['argv'], ensure_ascii=False)))}</code>"
+    """What the call runs, beside its input: a command tool's argv, a notebook cell's code."""
+    shown = [json.dumps(call[key], ensure_ascii=False) for key in ("argv", "code") if key in call]
+    return "".join(f", which runs <code>{html.escape(printable_json(text))}</code>" for text in shown)
 
 
 def report_html(report: dict[str, Any]) -> str:
