@@ -506,3 +506,12 @@ def test_tool_calls_ask_before_writing_an_inner_repositorys_git_folder(project):
     result, err = run(session(), "tools write-file path=repos/app/.git/config content=x")
     assert result.report["tools"]["stopped"]["reason"] == "needs_approval", err
     assert run(session(), "tools write-file path=repos/app/notes.txt content=x")[0].exit_code == 0
+
+
+def test_a_link_inside_an_inner_repositorys_git_folder_opens_no_part_of_it(project):
+    work, _, session = project
+    hooks = work / "repos" / "app" / ".git" / "hooks"
+    hooks.mkdir(parents=True)
+    (hooks / "up").symlink_to("../../../..")  # a link inside: the folders above it are mounts of their own
+    run(session(), "printf '#!/bin/sh\\ntouch pwned\\n' > repos/app/.git/hooks/pre-commit")
+    assert not (hooks / "pre-commit").exists()

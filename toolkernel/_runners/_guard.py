@@ -347,6 +347,9 @@ def mount_links(bash, plan: Protection) -> None:
 
     links, repositories = found_in(plan.workdir, [item.path for item in plan.mounts])
     git = _inner_git(plan.workdir, repositories)
+    # A link inside what is mounted read-only below leads nowhere writable (as under the plan's
+    # mounts); the writable mounts of the folders above it would reopen that part.
+    links = [(link, real) for link, real in links if not any(is_inside(link, path) for path in git)]
     for folder in _folders_above(plan.workdir, [link for link, _ in links] + git):
         bash.mount(str(folder), FileSystem.real(str(folder), writable=True))
     for link, real in links:
