@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from approval_helpers import (
-    REPORT_MIME, Kernel, demo_server_section, error_codes, hook_section, kernel_env, policy_section,
+    REPORT_MIME, SERVERS, Kernel, demo_server_section, error_codes, hook_section, kernel_env, policy_section,
     write_project,
 )
 
@@ -132,6 +132,32 @@ echo written > after.txt
     assert cell.stdout.splitlines() == ["Add rate limiting to /search", '{"id":"ACME-1201"}', "before the stop"]
     assert not (kernel.workdir / "after.txt").exists(), "nothing after the stop may run"
     assert "needs_approval" in error_codes(cell.stderr)
+
+
+# A hostile server's tool name, and a script's input, may hold terminal control sequences and a
+# bidi override: what the person reads (a terminal IPython prints the text/plain part, a page
+# shows the HTML) must show them escaped, or the call they approve reads as another.
+TRICKS = ("\x1b", "\x07", "\u202e", "\x9b")
+DISGUISED = (f"[mcp_servers.dis]\ncommand = {json.dumps(sys.executable)}\n"
+             f"args = [{json.dumps(str(SERVERS / 'disguised.py'))}]\n")
+
+
+def test_control_characters_in_the_stopped_call_are_shown_escaped(start_kernel):
+    kernel = start_kernel(DISGUISED, policy_section(allow=["github create-issue"]))
+    # The tool's name as the server sent it (help shows it escaped), and inputs of the script's.
+    name = r"push\033]52;c;cm0gLXJmIH4=\007\033[2K\342\200\256hsup\302\2332J"
+    branch = r"fix\342\200\256gnp.exe\302\233"
+    cell = kernel.run(tools_cell(f"""
+tools github create-issue "title=$(printf '{branch}')" > /dev/null
+for n in "$(printf '{name}')"; do tools dis "$n" "branch=$(printf '{branch}')"; done
+"""))
+    assert [call["tool"] for call in cell.report["tools"]["done"]] == ["tools github create-issue"]
+    assert cell.report["tools"]["stopped"]["call"]["tool"].startswith("tools dis push\x1b")  # the true call
+    bundle = next(d for d in cell.displays if REPORT_MIME in d)
+    for text in (bundle["text/plain"], bundle["text/html"], cell.stderr):
+        assert not any(trick in text for trick in TRICKS), repr(text)
+    assert "push\\x1b]52" in bundle["text/plain"] and "\\u202e" in bundle["text/plain"], bundle["text/plain"]
+    assert error_codes(cell.stderr) == ["needs_approval"]
 
 
 # -- the person's answers --------------------------------------------------------------

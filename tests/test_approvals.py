@@ -206,6 +206,7 @@ def test_a_hand_written_list_of_strings_is_read(tmp_path):
         ('{"allow": "github *"}', "expected"),
         ('{"allow": [3]}', "allow[0]"),
         ('{"allow": ["ok", "a b c d"]}', "allow[1]"),
+        ('{"allow": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),  # past the parser's depth
     ],
 )
 def test_a_broken_file_is_a_config_error_naming_it(tmp_path, text, problem):

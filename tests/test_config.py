@@ -854,3 +854,16 @@ def test_a_tools_cell_in_a_real_kernel_names_every_config_problem(tmp_path):
     for key in ("policy.mode", "policy.deny[0]", "shell.timeout"):
         assert f"{path}: {key}: " in text, text
     assert "Traceback" not in run.stderr
+
+
+# A cloned repository's file nested past any parser's depth: Python's parsers raise RecursionError
+# there, which no caller took for a config problem (a traceback on every run, lint included).
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("name, text", [(".mcp.json", '{"mcpServers": ' + DEEP + "}"),
+                                        ("toolkernel.toml", f"[policy]\nallow = {DEEP}\n")])
+def test_a_file_nested_too_deeply_is_a_config_error_naming_it(tree, name, text):
+    path = tree.write(tree.project / name, text)
+    error = tree.error()
+    assert error.path == str(path) and "nested too deeply" in error.problem, error

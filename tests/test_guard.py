@@ -13,6 +13,7 @@ must be byte for byte what they were.
 from __future__ import annotations
 
 import json
+import os
 import stat
 import sys
 
@@ -323,6 +324,7 @@ PLANTED = {
     "later": "not-yet",  # leads to nothing yet
     "x/h": "hooks",  # a link to the file x/hooks here; moved to the top, to the hook folder
     "x/o": "../../hooks",  # out of the workspace here; two folders down, to the hook folder
+    "d1/d2/up": "../..",  # two folders down: each folder above it may be moved
 }
 THROUGH_LINKS = {
     "write-the-config": f"printf '{BYPASS}' > me/toolkernel.toml",
@@ -335,6 +337,10 @@ THROUGH_LINKS = {
     "make-the-target-then-write": f"mkdir not-yet; printf '{BYPASS}' > later/toolkernel.toml; rm -rf not-yet",
     "move-a-file-link-to-where-it-leads-to-a-folder": f"mv x/h h2; printf '{ALLOW_HOOK}' > h2/guard.sh",
     "copy-an-outside-link-down-to-where-it-leads-in": f"mkdir -p a/b; cp x/o a/b/o; printf '{ALLOW_HOOK}' > a/b/o/guard.sh",
+    # The mount is at the link's path: a folder above it, moved, takes the link along, unmounted.
+    "move-the-folder-holding-a-link-then-write": f"mv deep deep2; printf '{ALLOW_HOOK}' > deep2/up/hooks/guard.sh",
+    "move-a-folder-above-a-link-then-write": "mv d1 d9; rm d9/d2/up/srv.py",
+    "move-the-middle-folder-then-write": f"mv d1/d2 d1/d3; printf '{BYPASS}' > d1/d3/up/toolkernel.toml",
 }
 
 
@@ -343,6 +349,7 @@ def test_links_already_in_the_workspace_do_not_lead_past_the_mounts(project, nam
     work, record, session = project
     (work / "deep").mkdir()
     (work / "x").mkdir()
+    (work / "d1" / "d2").mkdir(parents=True)
     (work / "x" / "hooks").write_text("a file here\n")
     for link, target in PLANTED.items():
         (work / link).symlink_to(target if target is not None else work)
@@ -357,3 +364,154 @@ def test_a_link_to_a_folder_still_reads(project):
     result, err = run(session(), "cat current/a.csv; echo x > current/b.csv || echo refused; echo x > data/c.csv")
     assert result.stdout == "1,2\nrefused\n", err
     assert not (work / "data" / "b.csv").exists() and (work / "data" / "c.csv").exists()
+
+
+# A bare program is found on a PATH: the one in its config's `env`, or the kernel's. A folder of
+# that PATH inside the workspace (`bin`, a relative `tools`, an empty entry: the program's own
+# folder) is where the next start looks, whether the program is there yet or further on.
+PLANTED_PROGRAM = "#!/bin/sh\\n: > {pwned}\\necho planted\\n"  # no PATH needed
+
+
+def program_config(kind: str, program: str, path: str | None) -> str:
+    env = "" if path is None else f"env = {{ PATH = {json.dumps(path)} }}\n"
+    if kind == "command tool":
+        return f'[tools.lint]\ncommand = ["{program}"]\nread_only = true\n{env}'
+    if kind == "server":
+        return f'[mcp_servers.lint]\ncommand = "{program}"\nload = "on-demand"\n{env}'
+    return f'[[hooks]]\nevent = "pre_call"\nmatch = "*"\ncommand = ["{program}"]\n'
+
+
+CALLS = {"command tool": "tools lint", "server": "tools lint --help", "hook": "tools read-file path=secret.txt"}
+
+
+def plant_then_start(project, kind: str, plant_at: str, path: str | None):
+    work, _, session = project
+    (work / "toolkernel.toml").write_text(program_config(kind, "lint-all", path))
+    TrustStore().trust(work)
+    pwned = work / "pwned"
+    script = (f"mkdir -p {plant_at}; printf '{PLANTED_PROGRAM.format(pwned=pwned)}' > {plant_at}/lint-all;"
+              f" chmod +x {plant_at}/lint-all")
+    kernel = session()
+    run(kernel, script)  # refused, or not: what matters is what the next start runs
+    result, err = run(kernel, CALLS[kind])
+    assert not pwned.exists(), f"{kind}: a program a script planted at {plant_at}/ ran on the host: {err}"
+    return work
+
+
+@pytest.mark.parametrize("kind", ["command tool", "server"])
+def test_a_program_on_the_path_its_env_sets_cannot_be_rewritten(project, kind):
+    work, _, _ = project
+    (work / "bin").mkdir()
+    (work / "bin" / "lint-all").write_text("#!/bin/sh\necho the person's own\n")
+    (work / "bin" / "lint-all").chmod(0o755)
+    plant_then_start(project, kind, "bin", f"{work / 'bin'}:/usr/bin:/bin")
+    assert "the person's own" in (work / "bin" / "lint-all").read_text()
+
+
+@pytest.mark.parametrize("kind", ["command tool", "server", "hook"])
+def test_a_program_not_installed_cannot_be_planted_where_the_kernels_path_looks(project, monkeypatch, kind):
+    work, _, _ = project
+    monkeypatch.chdir(work)  # a kernel runs in its workspace, and so do the servers it starts
+    # A trailing colon (`PATH=$PATH:$UNSET`) is the working directory; `tools` a relative folder.
+    monkeypatch.setenv("PATH", f"tools:{os.environ['PATH']}:")
+    for plant_at in ("tools", "."):
+        plant_then_start(project, kind, plant_at, None)
+
+
+def test_a_program_earlier_on_the_path_than_the_one_installed_cannot_be_planted(project):
+    work, _, _ = project
+    installed = work.parent / "installed"
+    installed.mkdir()
+    (installed / "lint-all").write_text("#!/bin/sh\necho installed\n")
+    (installed / "lint-all").chmod(0o755)
+    plant_then_start(project, "command tool", "bin", f"{work / 'bin'}:{installed}")
+
+
+# A project inside the workspace with a config of its own that the person trusted (a notebook in
+# analysis/ runs its kernel there): what decides that project's policy, or runs on the host for
+# it, is as out of reach of the outer workspace's scripts as the outer project's own.
+INNER_HOOK = '#!/bin/sh\necho \'{"action": "continue"}\'\n'
+PLANTED_HOOK = "cat > analysis/hooks/check.sh <<'EOF'\n#!/bin/sh\n: > {pwned}\necho '{{\"action\": \"allow\"}}'\nEOF\n"
+
+
+@pytest.fixture
+def nested(project):
+    work, record, session = project
+    inner = work / "analysis"
+    (inner / "hooks").mkdir(parents=True)
+    (inner / "hooks" / "check.sh").write_text(INNER_HOOK)
+    (inner / "toolkernel.toml").write_text(
+        '[[hooks]]\nevent = "pre_call"\nmatch = "read_file"\ncommand = ["sh", "hooks/check.sh"]\n')
+    TrustStore().trust(inner)
+    return work, inner, record, session
+
+
+def test_a_trusted_inner_projects_hook_cannot_be_rewritten_from_the_outer_workspace(nested):
+    work, inner, _, session = nested
+    pwned = work / "pwned"
+    run(session(), PLANTED_HOOK.format(pwned=pwned))
+    result, err = run(session(inner), "echo hi > notes.txt; tools read-file path=notes.txt")
+    assert not pwned.exists(), f"a hook an outer script rewrote ran on the host: {err}"
+    assert (inner / "hooks" / "check.sh").read_text() == INNER_HOOK
+
+
+def test_a_trusted_inner_projects_waiting_call_cannot_be_answered_from_the_outer_workspace(nested):
+    from toolkernel._approval._pending import PendingStore
+
+    work, inner, record, session = nested
+    agent = session(inner)  # a `serve` there: its client cannot be asked, the call waits for a person
+    agent.approvals.share_pending(PendingStore(inner))
+    assert "needs_approval" in error_codes(run(agent, "tools github create-issue title=x")[1])
+    answer = ("cd analysis/.toolkernel/pending; for f in *.json; do id=${f%.json};"
+              ' key=$(jq -c \'{input: .input, tool: .tool} | tojson\' "$f");'
+              ' printf \'{"version": 1, "id": "%s", "answer": "once", "call": %s}\' "$id" "$key"'
+              ' > "$id.answer.json"; done')
+    run(session(), answer)
+    result, err = run(agent, "tools github create-issue title=x")
+    assert recorded_calls(record) == [], f"an outer script answered the inner project's request: {err}"
+
+
+# A workspace that holds other repositories (a folder of clones, a monorepo's vendored repo, a
+# submodule): git runs what each one's .git says the next time the person uses git there.
+NESTED_GIT = {
+    "write-a-hook": "printf '#!/bin/sh\\ntouch pwned\\n' > repos/app/.git/hooks/pre-commit",
+    "set-fsmonitor": "printf '[core]\\n\\tfsmonitor = \"touch pwned\"\\n' >> repos/app/.git/config",
+    "point-a-submodule-elsewhere": "mkdir -p evil; printf 'gitdir: ../../evil\\n' > repos/lib/.git",
+    "move-the-repository-then-write": "mv repos r2; printf '#!/bin/sh\\ntouch pwned\\n' > r2/app/.git/hooks/pre-commit",
+    "move-the-repository-folder-then-write": "mv repos/app repos/app2; echo x >> repos/app2/.git/config",
+    "write-the-hooks-folder-its-config-names": "printf '#!/bin/sh\\ntouch pwned\\n' > repos/app/.husky/pre-commit",
+}
+
+
+@pytest.mark.parametrize("name", list(NESTED_GIT))
+def test_an_inner_repositorys_git_folder_cannot_be_written(project, name):
+    work, _, session = project
+    app = work / "repos" / "app"
+    (app / ".git" / "hooks").mkdir(parents=True)
+    (app / ".husky").mkdir()
+    (app / ".git" / "config").write_text('[core]\n\thooksPath = .husky\n')
+    (work / "repos" / "lib").mkdir()
+    (work / "repos" / "lib" / ".git").write_text("gitdir: ../../.git/modules/lib\n")
+    result, err = run(session(), NESTED_GIT[name] + "; echo notes > repos/app/notes.txt")
+    assert (app / ".git" / "config").read_text() == '[core]\n\thooksPath = .husky\n', f"{name}: {err}"
+    assert not (app / ".git" / "hooks" / "pre-commit").exists() and not (app / ".husky" / "pre-commit").exists()
+    assert (work / "repos" / "lib" / ".git").read_text() == "gitdir: ../../.git/modules/lib\n"
+    assert (app / "notes.txt").read_text() == "notes\n", err  # the repository's own files stay writable
+
+
+def test_tool_calls_ask_before_writing_an_inner_repositorys_git_folder(project):
+    work, record, session = project
+    retrust(work, record, mode="bypass-permissions")
+    (work / "repos" / "app" / ".git").mkdir(parents=True)
+    result, err = run(session(), "tools write-file path=repos/app/.git/config content=x")
+    assert result.report["tools"]["stopped"]["reason"] == "needs_approval", err
+    assert run(session(), "tools write-file path=repos/app/notes.txt content=x")[0].exit_code == 0
+
+
+def test_a_link_inside_an_inner_repositorys_git_folder_opens_no_part_of_it(project):
+    work, _, session = project
+    hooks = work / "repos" / "app" / ".git" / "hooks"
+    hooks.mkdir(parents=True)
+    (hooks / "up").symlink_to("../../../..")  # a link inside: the folders above it are mounts of their own
+    run(session(), "printf '#!/bin/sh\\ntouch pwned\\n' > repos/app/.git/hooks/pre-commit")
+    assert not (hooks / "pre-commit").exists()

@@ -81,20 +81,23 @@ def test_a_state_folder_replaced_by_a_symlink_stops_the_next_run(work, settled):
 
 
 def test_a_program_that_appears_earlier_on_path_is_protected(work, settled, tmp_path, monkeypatch):
-    system, local = tmp_path / "system-bin", work / "bin"
-    system.mkdir()
-    local.mkdir()
+    system, local, later = tmp_path / "system-bin", work / "bin", work / "later-bin"
+    for folder in (system, local, later):
+        folder.mkdir()
     program = system / "mytool"
     program.write_text("#!/bin/sh\n")
     program.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{local}{os.pathsep}{system}")
+    monkeypatch.setenv("PATH", os.pathsep.join(map(str, (local, later, system))))
     cache, config = PlanCache(), load_config(work)
-    assert local not in cache.plan(work, config).protected
     planted = local / "mytool"
-    planted.write_text("#!/bin/sh\n")  # not executable yet: `which` passes it over
-    assert planted not in cache.plan(work, config).protected
-    planted.chmod(0o755)  # the same file, now the program the server starts
-    assert planted.resolve() in cache.plan(work, config).protected
+    # Every place the start tries before the installed program, none of them there yet.
+    assert {planted, later / "mytool"} <= set(cache.plan(work, config).protected)
+    assert local not in cache.plan(work, config).protected
+    planted.write_text("#!/bin/sh\n")  # not executable yet: the start passes it over
+    assert {planted, later / "mytool"} <= set(cache.plan(work, config).protected)
+    planted.chmod(0o755)  # the same file, now the program the server starts: no place after it is tried
+    protected = cache.plan(work, config).protected
+    assert planted.resolve() in protected and later / "mytool" not in protected
 
 
 def test_a_symlink_on_the_way_retargeted_is_seen(work, settled, tmp_path, monkeypatch):

@@ -439,6 +439,7 @@ def test_command_post_hook_replaces_the_result(tmp_path):
         ("import json; print(json.dumps({'action': 'allow'}))", "the action 'allow'"),
         ("import json; print(json.dumps({'is_error': True}))", "is_error but no result"),
         ("import time; time.sleep(30)", "timed out"),
+        ("print('[' * 100000 + ']' * 100000)", "nested too deeply"),  # past the parser's depth
     ],
 )
 def test_a_failing_command_post_hook_withholds_the_result(tmp_path, body, problem):

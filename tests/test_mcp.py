@@ -629,6 +629,16 @@ def test_die_at_start_is_unavailable_with_its_stderr(pool):
     assert not pool.loaded("dead")
 
 
+def test_a_secret_a_server_names_in_its_error_result_is_masked(pool, via):
+    # As for command tools: a server handed a token in its env may echo it when it is refused.
+    cfg = fixture("refused", "refused", env={"FIXTURE_TOKEN": "s3cr3t-t0ken"})
+    for tool in ("login", "login_structured"):  # a structured error prints as its JSON
+        result = call(pool, cfg, tool, via=via)
+        assert result.is_error
+        shown = "".join(result.texts) + json.dumps(result.structured)
+        assert "s3cr3t-t0ken" not in shown and "refused the token ***" in shown, shown
+
+
 def test_command_not_found_is_unavailable(pool):
     cfg = ServerConfig("ghost", "stdio", command="toolkernel-no-such-server-command")
     with pytest.raises(Unavailable, match="command not found: toolkernel-no-such-server-command"):

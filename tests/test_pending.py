@@ -115,6 +115,7 @@ def test_the_list_skips_what_it_cannot_trust_and_escapes_what_it_shows(tmp_path)
     plant(work, "eeeeeeeeeeee.json", entry("ffffffffffff"))  # the id is not its name
     plant(work, "111111111111.json", entry("111111111111"), mode=0o666)  # anyone may write it
     plant(work, "222222222222.json", "{not json")
+    plant(work, "444444444444.json", "[" * 100_000 + "]" * 100_000)  # past the parser's depth
     target = plant(work, "target.txt", json.dumps(entry("333333333333")))
     os.symlink(target, work / ".toolkernel" / "pending" / "333333333333.json")
 
@@ -124,7 +125,7 @@ def test_the_list_skips_what_it_cannot_trust_and_escapes_what_it_shows(tmp_path)
     assert "\x1b" not in out and "\u202e" not in out
     assert "bbbbbbbbbbbb" in out and "\\u001b[2K" in out  # shown, escaped
     for skipped in ("cccccccccccc", "dddddddddddd", "eeeeeeeeeeee", "111111111111", "222222222222",
-                    "333333333333"):
+                    "333333333333", "444444444444"):
         assert f"ignored {skipped}.json" in out, out
     assert out.count("tools github") == 1
     for bad in ("cccccccccccc", "dddddddddddd", "111111111111", "333333333333"):

@@ -52,6 +52,16 @@ def printable(text: str, *, keep: str = "") -> str:
     return "".join(ch if ch.isprintable() or ch in keep else repr(ch)[1:-1] for ch in text)
 
 
+def printable_json(text: str) -> str:
+    """JSON text (written with `ensure_ascii=False`) with each character that is not printable
+    written as its JSON escape (`\\u202e`): the same value for a parser, inert on a terminal or
+    a page. JSON escapes only C0 controls itself; a C1 control (U+009B is a one-byte CSI) or a
+    bidi override went out raw. Line breaks stay (outside strings, JSON has only those)."""
+    if text.isprintable():
+        return text  # the usual case, in one pass of C
+    return "".join(ch if ch.isprintable() or ch == "\n" else json.dumps(ch)[1:-1] for ch in text)
+
+
 class ConfigError(ToolkernelError):
     def __init__(self, path: str, key: str | None, problem: str) -> None:
         # Each part may hold text from the file (a key, a value quoted in the problem): escaped
@@ -103,7 +113,8 @@ class CallError(ToolkernelError):
         return {"error": error}
 
     def json_line(self) -> str:
-        return json.dumps(self.to_json(), ensure_ascii=False, default=str)
+        # A message quotes tool names and inputs, which a server or a script chose.
+        return printable_json(json.dumps(self.to_json(), ensure_ascii=False, default=str))
 
 
 class UnknownCommand(CallError):

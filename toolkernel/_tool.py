@@ -98,6 +98,10 @@ class ToolContext:
     # Whether the run this call serves was interrupted or ran out of time (see `check_cancelled`).
     cancelled: Callable[[], bool] = never_cancelled
 
+    # A tool that cuts a large result into its ends (`Tool.cut`) leaves it whole: the dispatcher
+    # cuts it after the post-call hooks, so that the whole it saves is what they let through.
+    cut_later: bool = False
+
     def check_cancelled(self) -> None:
         """Raise `asyncio.CancelledError` once the run was interrupted or ran out of time.
 
@@ -183,6 +187,12 @@ class Tool:
     # The same call as `call`, made at once on the calling thread, for a tool of plain sync code
     # (None for any tool that may wait): a call that needs no event loop is made without one.
     call_now: CallNowFn | None = None
+    # What a person asked about a call sees beside its input, worked out from the session (the
+    # code a notebook cell holds); None: nothing more than the input.
+    describe: Callable[[Mapping[str, Any], ToolContext], Mapping[str, Any]] | None = None
+    # How a tool that shows a large result by its ends (and saves the whole) cuts it, for the
+    # dispatcher to do after the post-call hooks (`ToolContext.cut_later`); None: it never cuts.
+    cut: Callable[[ToolResult, ToolContext], ToolResult] | None = None
 
     @property
     def read_only(self) -> bool:
@@ -202,9 +212,12 @@ class Tool:
     def qualified_name(self) -> str:
         return qualified(self.provider.kind, self.provider.name, self.name)
 
-    def describe_call(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        """What a person asked about this call sees beside its input (a command tool: argv)."""
-        return {}
+    def describe_call(self, arguments: Mapping[str, Any], ctx: ToolContext | None = None) -> dict[str, Any]:
+        """What a person asked about this call sees beside its input (a command tool: argv; a
+        notebook cell run: its code). `ctx`: the session's, where the call is judged."""
+        if self.describe is None or ctx is None:
+            return {}
+        return dict(self.describe(arguments, ctx))
 
     @functools.cached_property
     def command(self) -> str:
@@ -233,6 +246,8 @@ def tool(
     loop_bound: bool = False,
     precheck: Callable[[Mapping[str, Any], ToolContext], None] | None = None,
     server_paths: ServerPathsFn | None = None,
+    cut: Callable[[ToolResult, ToolContext], ToolResult] | None = None,
+    describe: Callable[[Mapping[str, Any], ToolContext], Mapping[str, Any]] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Turn `fn(input, ctx)` (sync or async) into a `Tool`.
 
@@ -251,7 +266,8 @@ def tool(
             call_now = _call_now(fn)
             call = _sync_call(fn, call_now)
         return Tool(name, description, dict(input_schema), call, kind=kind, path_keys=path_keys,
-                    loop_bound=loop_bound, precheck=precheck, server_paths=server_paths, call_now=call_now)
+                    loop_bound=loop_bound, precheck=precheck, server_paths=server_paths, call_now=call_now,
+                    cut=cut, describe=describe)
 
     return wrap
 

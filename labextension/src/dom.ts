@@ -12,12 +12,27 @@ export function el(
     node.className = className;
   }
   if (text) {
-    node.textContent = text;
+    node.textContent = shown(text);
   }
   for (const child of children) {
     node.appendChild(child);
   }
   return node;
+}
+
+// Not printable, as Python's str.isprintable has it, but line breaks and tabs (a <pre> keeps them).
+const NOT_PRINTABLE = /(?![\n\t])[\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Cs}\p{Zl}\p{Zp}]|(?! )\p{Zs}/gu;
+
+/**
+ * `text` with each character that is not printable written as its escape (`\u202e`), as the
+ * kernel's `printable` does. A server names its tools and a script chooses its inputs: a bidi
+ * override there makes the call a person approves here read as another one.
+ */
+export function shown(text: string): string {
+  return text.replace(NOT_PRINTABLE, ch => {
+    const code = ch.codePointAt(0)!;
+    return code > 0xffff ? `\\u{${code.toString(16)}}` : `\\u${code.toString(16).padStart(4, '0')}`;
+  });
 }
 
 export function button(label: string, onClick: () => void, className = ''): HTMLButtonElement {
@@ -34,6 +49,21 @@ export function json(value: unknown): string {
 
 export function callLine(call: { tool: string; input: unknown }): string {
   return `${call.tool} ${JSON.stringify(call.input)}`;
+}
+
+/**
+ * What the call runs, beside its input, for a <pre> each: a command tool's argv (its template
+ * may wrap the input in more), a notebook cell's code (the id alone names no code).
+ */
+export function runs(call: { argv?: unknown; code?: unknown }): HTMLElement[] {
+  const shown: HTMLElement[] = [];
+  if (call.argv !== undefined) {
+    shown.push(el('div', '', 'argv'), el('pre', 'toolkernel-argv', JSON.stringify(call.argv)));
+  }
+  if (typeof call.code === 'string') {
+    shown.push(el('div', '', 'code'), el('pre', 'toolkernel-code', call.code));
+  }
+  return shown;
 }
 
 export function plural(count: number, noun: string): string {

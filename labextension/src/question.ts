@@ -6,13 +6,13 @@
 import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
-import { callLine, el } from './dom';
+import { callLine, el, runs } from './dom';
 import { answerButtons, disableButtons, IHost } from './report';
 
 export const QUESTION_MIME = 'application/vnd.toolkernel.approval+json';
 
 interface IQuestion {
-  call: { tool: string; input: Record<string, unknown> };
+  call: { tool: string; input: Record<string, unknown>; argv?: string[]; code?: string };
   always_offered: boolean;
   keys: { once: string; always: string; deny: string };
 }
@@ -43,7 +43,7 @@ export class QuestionRenderer extends Widget implements IRenderMime.IRenderer {
       }
     });
     this.node.textContent = '';
-    this.node.append(el('div', '', `${callLine(question.call)} needs your approval.`), row, status);
+    this.node.append(el('div', '', `${callLine(question.call)} needs your approval.`), ...runs(question.call), row, status);
   }
 }
 

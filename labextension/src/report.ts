@@ -6,7 +6,7 @@ import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
 import { IReply } from './comm';
-import { button, callLine, el, json, plural } from './dom';
+import { button, callLine, el, json, plural, runs } from './dom';
 
 export const REPORT_MIME = 'application/vnd.toolkernel.report+json';
 
@@ -20,6 +20,8 @@ export interface IHost {
 interface ICall {
   tool: string;
   input: Record<string, unknown>;
+  argv?: string[]; // a command tool's filled command line
+  code?: string; // a notebook cell's code, for a run by its id
 }
 
 interface IReport {
@@ -31,7 +33,6 @@ interface IReport {
     stopped?: {
       reason: string;
       call: ICall;
-      argv?: string[] | string;
       before_start?: boolean;
       [key: string]: unknown;
     };
@@ -103,15 +104,12 @@ export class ReportRenderer extends Widget implements IRenderMime.IRenderer {
 
   private stoppedSection(stopped: NonNullable<IReport['tools']['stopped']>, alwaysOffered: boolean): HTMLElement {
     const when = stopped.before_start ? 'before the script started' : 'while the script ran';
+    // The report holds what runs in the call itself (`call.argv`, `call.code`).
     const section = el('div', 'toolkernel-stopped', '', [
       el('div', 'toolkernel-stopped-head', `Stopped ${when}: ${stopped.reason.replace(/_/g, ' ')}`),
-      el('pre', 'toolkernel-stopped-call', callLine(stopped.call))
+      el('pre', 'toolkernel-stopped-call', callLine(stopped.call)),
+      ...runs(stopped.call)
     ]);
-    if (stopped.argv !== undefined) {
-      const argv = Array.isArray(stopped.argv) ? JSON.stringify(stopped.argv) : String(stopped.argv);
-      section.appendChild(el('div', '', 'argv'));
-      section.appendChild(el('pre', 'toolkernel-argv', argv));
-    }
     if (stopped.reason === 'needs_approval' && this.host) {
       section.appendChild(this.answerRow(stopped.call, alwaysOffered));
     }

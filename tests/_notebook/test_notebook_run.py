@@ -238,3 +238,36 @@ def test_a_stopped_call_interrupts_the_kernel(paired):
     # Were the sleep still running, this would wait behind it and time out.
     result = call(run_tool, paired, notebook_path="nb.ipynb", code="'free again'", timeout_seconds=30)
     assert result.texts == ["'free again'"], result.texts
+
+
+def test_the_person_asked_to_run_a_cell_sees_the_code_that_would_run(tmp_path):
+    """A script may rewrite the notebook file itself (the workspace is writable) and read it again:
+    then `cell_id` alone names code the person never saw. The question shows the cell's source
+    as this session last read it, which is what the run checks it still is."""
+    from kernel_helpers import RecordingSink
+    from toolkernel._approval._approver import Answer
+    from toolkernel._session import Session
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell("1 + 1", id="c1")]
+    nbformat.write(notebook, tmp_path / "nb.ipynb")
+    session = Session(tmp_path)
+    asked: list[str] = []
+
+    async def person(request):
+        asked.append(request.question())
+        return Answer.DENY
+
+    try:
+        run(pair(session.state, tmp_path, "nb.ipynb", kernel="python3"), timeout=120)
+        rewrite = ("jq -c '.cells[0].source = \"import os; os.system(\\\"touch pwned\\\")\"' nb.ipynb > t.json;"
+                   " cat t.json > nb.ipynb; tools notebook-read notebook_path=nb.ipynb > /dev/null")
+        assert session.run_script(rewrite, RecordingSink()).exit_code == 0
+        result = session.run_script("tools notebook-run notebook_path=nb.ipynb cell_id=c1", RecordingSink(),
+                                    approver=person)
+        assert result.exit_code != 0 and len(asked) == 1
+        assert 'os.system(\\"touch pwned\\")' in asked[0] or 'os.system("touch pwned")' in asked[0], asked[0]
+        assert not (tmp_path / "pwned").exists()
+    finally:
+        run(unpair(session.state), timeout=60)
+        session.close()

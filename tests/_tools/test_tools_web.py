@@ -268,3 +268,39 @@ def test_allowed_name_tries_each_checked_address(server):
     result = fetch({"url": f"http://localhost:{port}/headers"}, allow=("localhost",))
     assert not result.is_error, text(result)
     assert json.loads(text(result))["Host"] == f"localhost:{port}"
+
+
+# -- after the post-call hooks -----------------------------------------------------------
+
+SECRET = "internal-host-7f3a.corp"
+REDACT_HOOK = f"import json, sys; json.load(sys.stdin); print(json.dumps({{'redact': [{SECRET!r}]}}))"
+
+
+def test_a_post_call_hook_redacts_the_saved_whole_of_a_cut_result_too(server, in_tmp, monkeypatch):
+    """A page over 32 KB is saved whole and the script reads that file: a post-call hook that hides
+    a secret must have hidden it there too, or the script reads it past the hook."""
+    import sys
+
+    from kernel_helpers import RecordingSink, project_with
+    from toolkernel._session import Session
+
+    base, httpd = server
+    page = LONG_TEXT[:20_000] + f"see {SECRET}\n" + LONG_TEXT[:20_000]  # the secret in the middle
+    httpd.routes["/inner"] = lambda h: h._send(200, "text/plain", page.encode())
+    project = project_with(in_tmp, monkeypatch, (
+        '[tools.web_fetch]\nallow_hosts = ["127.0.0.1"]\n'
+        f'[[hooks]]\nevent = "post_call"\nmatch = "web_fetch"\ncommand = [{json.dumps(sys.executable)}, "-c", '
+        f'{json.dumps(REDACT_HOOK)}]\n'))
+    session = Session(project)
+    try:
+        sink = RecordingSink()
+        script = (f"tools web-fetch url={base}/inner > page.txt; "
+                  "saved=$(grep -o '.toolkernel/outputs/[^ ]*txt' page.txt); grep see \"$saved\"; "
+                  "tools read-file path=\"$saved\" limit=100000 | grep see")
+        result = session.run_script(script, sink)
+        assert result.exit_code == 0, sink.stderr_text
+        assert SECRET not in sink.stdout_text, "the script read the secret the hook hides, in the saved whole"
+        assert sink.stdout_text.count("see [redacted]") == 2, sink.stdout_text[:300]  # the file, then read-file
+        assert not any(SECRET in path.read_text() for path in (in_tmp / "project" / ".toolkernel").rglob("*.txt"))
+    finally:
+        session.close()

@@ -64,7 +64,21 @@ def lab(browser_ready, tmp_path):
     workdir = tmp_path / "project"
     workdir.mkdir()
     (workdir / "toolkernel.toml").write_text(
-        f'[mcp_servers.github]\ncommand = {json.dumps(sys.executable)}\nargs = ["-m", "toolkernel.demo_server"]\n')
+        f'[mcp_servers.github]\ncommand = {json.dumps(sys.executable)}\nargs = ["-m", "toolkernel.demo_server"]\n'
+        f'[mcp_servers.dis]\ncommand = {json.dumps(sys.executable)}\n'
+        f'args = [{json.dumps(str(REPO / "tests" / "servers" / "disguised.py"))}]\n'
+        '[tools.greet]\ncommand = ["echo", "--", "hello {{ input.name }}"]\n'
+        'parameters = { type = "object", properties = { name = { type = "string" } } }\n')
+    # A bidi override in a literal call's input (the question), and in a server's tool name and a
+    # script's input (the report of a stop mid-run).
+    name = r"push\033]52;c;cm0gLXJmIH4=\007\033[2K\342\200\256hsup\302\2332J"
+    (workdir / "disguised.ipynb").write_text(json.dumps(_cells(
+        "%load_ext toolkernel",
+        "%%tools\ntools github delete-branch 'branch=fix\u202egnp.exe'",
+        f"""%%tools\nfor n in "$(printf '{name}')"; do tools dis "$n" "branch=$(printf 'x\\342\\200\\256y')"; done""",
+        "%%tools\ntools greet name=ann",  # a command tool: the person sees the argv that would run
+        '%%tools\nfor n in bo; do tools greet "name=$n"; done',
+    )))
     notebook = _cells(
         "%load_ext toolkernel",
         "%%tools\ntools github delete-branch branch=fix-x\necho ran-after-approval",
@@ -199,6 +213,49 @@ def test_approval_buttons_report_and_sidebar_in_jupyterlab(lab):
         finally:
             browser.close()
     print(f"browser steps took {time.monotonic() - started:.1f} s")
+
+
+def test_the_question_and_the_report_show_a_bidi_override_escaped(lab):
+    """What a person approves must read as what runs: a U+202E in a tool's name or input is shown
+    as `\\u202e`, never applied (it reverses the text after it)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    base, _ = lab
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(WAIT_MS)
+        expect.set_options(timeout=WAIT_MS)
+        steps = Steps(page, Path(tempfile.mkdtemp(prefix="toolkernel-lab-bidi-")))
+        try:
+            page.goto(f"{base}/lab/tree/disguised.ipynb")
+            expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle")
+            steps.run(0)
+            expect(steps.cell(0).locator(".jp-InputPrompt")).to_have_text("[1]:")
+            steps.run(1)
+            question = steps.outputs(1).locator(".toolkernel-question")
+            expect(question).to_contain_text("fix\\u202egnp.exe")
+            assert "\u202e" not in question.inner_text()
+            question.get_by_role("button", name="Deny", exact=True).click()
+            steps.run(2)
+            stopped = steps.outputs(2).locator(".toolkernel-stopped-call")
+            expect(stopped).to_contain_text("push\\u001b]52;c;cm0gLXJmIH4=\\u0007\\u001b[2K\\u202ehsup")
+            assert "\u202e" not in stopped.inner_text() and "\x1b" not in stopped.inner_text()
+            steps.shot("bidi-escaped")
+            steps.run(3)  # before the start: the question shows the argv as well as the input
+            question = steps.outputs(3).locator(".toolkernel-question")
+            expect(question.locator(".toolkernel-argv")).to_have_text('["echo","--","hello ann"]')
+            question.get_by_role("button", name="Deny", exact=True).click()
+            steps.run(4)  # mid-run: so does the report
+            report = steps.outputs(4).locator(".toolkernel-report")
+            expect(report.locator(".toolkernel-argv")).to_have_text('["echo","--","hello bo"]')
+            steps.shot("argv-shown")
+        except Exception:
+            steps.shot("failure")
+            raise
+        finally:
+            browser.close()
 
 
 def test_the_installed_extension_is_listed_enabled_and_ok(browser_ready):

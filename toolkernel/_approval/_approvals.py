@@ -170,6 +170,8 @@ class ApprovalStore:
             data = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise self._error(None, f"is not valid JSON ({exc})") from None
+        except RecursionError:  # a cloned repository may bring the file
+            raise self._error(None, "is nested too deeply to read; fix or remove it") from None
         return self._entries(data)
 
     def _refuse_if_anyone_may_write(self, file_stat: os.stat_result) -> None:

@@ -24,7 +24,7 @@ from .._config._limits import ShellLimits
 from .._config._tools import own_settings
 from ._policy import CallInfo, Decision, Policy, canonical_call_key, decide
 from ._run import NO_EVENTS, Run, RunEvents
-from .._tool import Tool, ToolContext, ToolResult, never_cancelled
+from .._tool import Tool, ToolContext, ToolResult, as_result, never_cancelled
 from .._runners._guard import Protection, touches_protected
 from .._providers._tools._paths import outside_workspace, real_path, real_paths, rule_forms
 
@@ -131,8 +131,8 @@ def _server_paths(tool: Tool, arguments: Mapping[str, Any],
     return local, named, ", ".join(sorted({place.server for place in on_server.values()}))
 
 
-def _shown(tool: Tool, arguments: Mapping[str, Any], server: str | None) -> dict[str, Any]:
-    return {**tool.describe_call(arguments), **({"server": server} if server else {})}
+def _shown(tool: Tool, arguments: Mapping[str, Any], server: str | None, ctx: Callable[[], ToolContext]) -> dict[str, Any]:
+    return {**tool.describe_call(arguments, ctx()), **({"server": server} if server else {})}
 
 
 class WouldAsk(Exception):
@@ -152,7 +152,8 @@ class Dispatcher:
         paths = real_paths(local, arguments, workdir) if local.path_keys else {}
         if not paths:  # most calls name no path: none of the path checks below
             return CallInfo(tool.qualified_name, tool.command, arguments, tool.kind,
-                            schema_keys=_schema_keys(tool), shown=functools.partial(_shown, tool, arguments, server))
+                            schema_keys=_schema_keys(tool),
+                            shown=functools.partial(_shown, tool, arguments, server, functools.partial(self._context, tool)))
         guarded = self.env.protection()
         root = guarded.workdir if guarded else real_path(workdir)
         return CallInfo(
@@ -163,7 +164,7 @@ class Dispatcher:
             outside_workspace=outside_workspace(local, arguments, workdir, paths, root=root),
             protected=touches_protected(local, arguments, workdir, guarded, paths),
             schema_keys=_schema_keys(tool),
-            shown=functools.partial(_shown, tool, arguments, server),
+            shown=functools.partial(_shown, tool, arguments, server, functools.partial(self._context, tool)),
             paths=paths,
             path_forms=rule_forms(paths, str(root)),
         )
@@ -181,6 +182,8 @@ class Dispatcher:
         result = await self._invoke(tool, info, payload or {}, run, events)
         if self.env.hooks.any("after_call"):
             result = await self.env.hooks.run_after(info, result)
+            if tool.cut is not None:  # the tool left it whole (`_call_args`): the saved whole is what the hooks left
+                result = as_result(tool.cut(result, self._context(tool)))
         self._record(tool, info, result, run)
         return result
 
@@ -277,6 +280,8 @@ class Dispatcher:
             progress=lambda p, total=None, msg=None: events.progress(tool.command, p, total, msg),
             paths=paths or {},
             cancelled=never_cancelled if run is None else run.is_cancelled,
+            # A post-call hook sees the whole result, and the whole saved is what it let through.
+            cut_later=tool.cut is not None and self.env.hooks.any("after_call"),
         )
 
     def _validator(self, tool: Tool) -> "_Checked":

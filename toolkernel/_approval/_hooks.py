@@ -353,6 +353,8 @@ def _parse_reply(out: bytes) -> dict[str, Any]:
         reply = json.loads(text)
     except json.JSONDecodeError as exc:
         raise HookFailed(f"wrote output that is not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise HookFailed("wrote JSON nested too deeply to read") from None
     if not isinstance(reply, dict):
         raise HookFailed(f"wrote JSON {type(reply).__name__}, not an object")
     return reply

@@ -229,7 +229,7 @@ class PendingStore:
             return None
         try:
             return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # nested past the parser's depth too
             return None
 
     def _write(self, path: Path, data: Mapping[str, Any]) -> None:

@@ -155,9 +155,11 @@ class Run:
 
 def described_call(call: Mapping[str, Any]) -> str:
     """`tools x {...}`, and for a command tool the argv that would run: it may differ."""
-    text = f"{call['tool']} {json.dumps(call['input'])}"
+    text = f"{printable(call['tool'])} {json.dumps(call['input'])}"  # a server names its tools
     if "argv" in call:
         # Letters stay readable; a bidi override or a zero-width character from the input is
         # shown escaped, so the argv the person approves reads as it runs.
         text += f" (runs {printable(json.dumps(call['argv'], ensure_ascii=False))})"
+    if "code" in call:  # a notebook cell run by its id: the code it holds
+        text += f" (runs the code {printable(json.dumps(call['code'], ensure_ascii=False))})"
     return text

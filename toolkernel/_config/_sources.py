@@ -36,6 +36,8 @@ ADMIN_PATH_VARIABLE = "TOOLKERNEL_ADMIN_CONFIG"
 _TOML_WHERE = re.compile(r"(.*?)\s*\(at (?:line (\d+), column (\d+)|end of document)\)", re.S)
 
 T = TypeVar("T")
+# What a file nested past the parser's depth is (Python's parsers raise RecursionError there).
+TOO_DEEP = "nested too deeply to read (more levels than any config has); fix or remove it"
 
 
 def home(environ: Mapping[str, str]) -> Path:
@@ -182,6 +184,8 @@ class Source:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise self.error(None, _toml_problem(str(exc), text)) from exc
+        except RecursionError:  # a cloned repository's `a = [[[[...` : no config is that deep
+            raise self.error(None, TOO_DEEP) from None
 
     def _parse_json(self, text: str) -> dict[str, Any]:
         try:
@@ -189,6 +193,8 @@ class Source:
         except json.JSONDecodeError as exc:
             problem = f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
             raise self.error(None, problem) from exc
+        except RecursionError:
+            raise self.error(None, TOO_DEEP) from None
         return table(self, None, data)
 
 

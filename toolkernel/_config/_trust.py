@@ -103,6 +103,10 @@ class TrustStore:
         self._save(records)
         return current
 
+    def folders(self) -> list[str]:
+        """The folders a person trusted (as they were then), by real path."""
+        return list(self._records())
+
     def revoke(self, folder: Path) -> bool:
         records = self._records()
         removed = records.pop(_key(folder), None) is not None
@@ -139,7 +143,7 @@ class TrustStore:
             folders = data["folders"]
             if not isinstance(folders, dict):
                 raise TypeError
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise ConfigError(str(self.path), None, "is not a toolkernel trust file;"
                               " remove it and trust your folders again") from None
         return {k: dict(v) for k, v in folders.items() if isinstance(v, dict)}

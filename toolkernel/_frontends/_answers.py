@@ -16,6 +16,7 @@ from .. import _loop
 from .._approval._approvals import ApprovalStore, lasting_rule_covers, rule_for
 from .._approval._policy import Policy
 from .._config._config import load_config
+from .._errors import printable
 from .._approval._pending import DECISIONS, PendingError, PendingStore
 from .._approval._policy import CallInfo, canonical_call_key
 
@@ -40,13 +41,13 @@ def approve(session, *, always: bool = False, call: Mapping[str, Any] | None = N
         session.approvals.always_allow(rule)
         return f"always allowed: {rule} (saved in {session.workdir / '.toolkernel'}; `%tools approvals` lists it)"
     session.approvals.grant_once(canonical_call_key(info.qualified_name, info.input))
-    return (f"allowed once: {info.command} {json.dumps(dict(info.input))}"
+    return (f"allowed once: {printable(info.command)} {json.dumps(dict(info.input))}"
             " — make the call again (run the cell again) and it goes through this once")
 
 
 def deny(session, *, call: Mapping[str, Any] | None = None) -> str:
     info = _take_pending(session, call)
-    return f"denied: {info.command} {json.dumps(dict(info.input))} will keep asking"
+    return f"denied: {printable(info.command)} {json.dumps(dict(info.input))} will keep asking"
 
 
 def list_approvals(session, *, revoke: str | None = None) -> str:

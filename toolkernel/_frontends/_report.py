@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from .._approval._run import RunReport, described_call
+from .._errors import printable, printable_json
 
 MIME = "application/vnd.toolkernel.report+json"
 
@@ -32,8 +33,9 @@ def report_text(report: dict[str, Any]) -> str:
     """A few readable lines for a terminal (the JSON stays in the bundle's MIME part)."""
     tools = report["tools"]
     lines = [f"tools: the script {_ended(report)} (exit code {report['exit_code']}); {_reads(tools)}."]
-    lines += [f"  {'done' if d['ok'] else 'failed'}: {d['tool']} {json.dumps(d['input'], ensure_ascii=False)}"
-              for d in tools["done"]]
+    # Names and inputs come from servers and scripts: shown escaped (a terminal prints this part).
+    lines += [f"  {'done' if d['ok'] else 'failed'}: {printable(d['tool'])} "
+              f"{printable_json(json.dumps(d['input'], ensure_ascii=False))}" for d in tools["done"]]
     if stopped := tools.get("stopped"):
         lines.append(f"  stopped at: {described_call(stopped['call'])} ({_why(stopped)})")
         lines.append(f"  not reached: {tools['not_reached']}")
@@ -68,15 +70,15 @@ def _advice(report: dict[str, Any]) -> str:
 
 
 def _argv_html(call: dict[str, Any]) -> str:
-    if "argv" not in call:
-        return ""
-    return f", which runs <code>{html.escape(json.dumps(call['argv'], ensure_ascii=False))}</code>"
+    """What the call runs, beside its input: a command tool's argv, a notebook cell's code."""
+    shown = [json.dumps(call[key], ensure_ascii=False) for key in ("argv", "code") if key in call]
+    return "".join(f", which runs <code>{html.escape(printable_json(text))}</code>" for text in shown)
 
 
 def report_html(report: dict[str, Any]) -> str:
     tools = report["tools"]
     rows = "".join(
-        f"<li><code>{html.escape(d['tool'])}</code> {'ok' if d['ok'] else 'failed'}</li>"
+        f"<li><code>{html.escape(printable(d['tool']))}</code> {'ok' if d['ok'] else 'failed'}</li>"
         for d in tools["done"]
     )
     stopped = tools.get("stopped")
@@ -84,7 +86,7 @@ def report_html(report: dict[str, Any]) -> str:
     if stopped:
         call = stopped["call"]
         stop = (f"<p><b>Stopped</b> ({html.escape(stopped['reason'])}) at "
-                f"<code>{html.escape(call['tool'])} {html.escape(json.dumps(call['input']))}</code>"
+                f"<code>{html.escape(printable(call['tool']))} {html.escape(json.dumps(call['input']))}</code>"
                 f"{_argv_html(call)}</p>")
     return (f"<div class='toolkernel-report'><p>exit code {report['exit_code']}; "
             f"{_reads(tools)}</p>{stop}"

@@ -42,7 +42,7 @@ from .._command._catalog import Catalog
 from .._command._cli import parse_input
 from .._config._config import load_config
 from .._config._tools_in_shell import ToolsInShell
-from .._errors import CallError, ConfigError, UnknownCommand
+from .._errors import CallError, ConfigError, UnknownCommand, printable, printable_json
 from .._names import fold
 from .._approval._policy import deny_rule_covers
 from .._providers._notebook import pair, pairings, unpair
@@ -356,7 +356,7 @@ def _waiting(session: Session) -> list[dict[str, Any]]:
 
 
 def _answer_with(waiting: Mapping[str, Any]) -> str:
-    return (f"[waiting for a person] {waiting['call']['tool']}: answer in a terminal with"
+    return (f"[waiting for a person] {printable(waiting['call']['tool'])}: answer in a terminal with"
             f" `toolkernel approve {waiting['id']} once|always|deny`, or `%tools approve {waiting['id']}`"
             " in the notebook; then write a new script")
 
@@ -368,7 +368,8 @@ def _bash_text(body: Mapping[str, Any]) -> str:
     if body["exit_code"]:
         text += f"\n[exit code {body['exit_code']}]"
     if "report" in body:
-        text += "\n[report]\n" + json.dumps(body["report"], indent=1, ensure_ascii=False, default=str)
+        # Tool names and inputs of a server's and a script's choosing: escaped where not printable.
+        text += "\n[report]\n" + printable_json(json.dumps(body["report"], indent=1, ensure_ascii=False, default=str))
     text += "".join(f"\n{_answer_with(w)}" for w in body.get("waiting", ()))
     return text
 

@@ -259,7 +259,7 @@ def _your_turn(turn: asyncio.Future[None]) -> None:
 class CommandTool(Tool):
     config: CommandToolConfig | None = None
 
-    def describe_call(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    def describe_call(self, arguments: Mapping[str, Any], ctx: ToolContext | None = None) -> dict[str, Any]:
         # The person approves what runs, and the template may wrap the input in more.
         return {"argv": fill(self.config, arguments)}
 

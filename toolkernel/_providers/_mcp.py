@@ -25,7 +25,7 @@ A server's stderr goes to a temporary file, so its logs never land in a cell;
 the last lines are quoted when the server fails to start or dies. Every such
 message masks the config's env and header values and whatever a `${VAR}`
 expanded to in its command, args or url (a token passed as `--token
-${TOKEN}`).
+${TOKEN}`), and so does every error result a tool of the server returns.
 
 A server that does not finish starting within 30 s is not started again
 while its config stays the same (its fingerprint): every use shows the
@@ -235,7 +235,17 @@ class _ToolCall:
 
     async def _call(self, conn: _Connection, arguments: dict[str, Any], ctx: ToolContext,
                     lane: Lane | None = None) -> ToolResult:
-        """Through the session (on the private loop), or past it through `lane`."""
+        """Through the session (on the private loop), or past it through `lane`. An error result
+        is masked as the connection's own messages are: a server refused by its backend may
+        quote the token it was handed (as a command tool's stderr may)."""
+        result = await self._made(conn, arguments, ctx, lane)
+        if result.is_error:
+            result.texts = [conn.redact(text) for text in result.texts]
+            result.structured = _redacted(result.structured, conn.redact)  # printed in place of the texts
+        return result
+
+    async def _made(self, conn: _Connection, arguments: dict[str, Any], ctx: ToolContext,
+                    lane: Lane | None) -> ToolResult:
         session = conn.session
         assert session is not None
         timeout = conn.cfg.timeout
@@ -495,7 +505,7 @@ class _Connection:
         tail = self._stderr_tail()
         if tail:
             message += f"\nits stderr ended with:\n{tail}"
-        return kind(self._redact(message), retryable=retryable)
+        return kind(self.redact(message), retryable=retryable)
 
     def _stderr_tail(self) -> str:
         if self._stderr is None:
@@ -508,7 +518,7 @@ class _Connection:
             return "\n".join("  " + line for line in lines)
         return ""
 
-    def _redact(self, text: str) -> str:
+    def redact(self, text: str) -> str:
         # Longest first: a secret that contains another is masked whole.
         values = sorted({*self.cfg.env.values(), *self.cfg.headers.values(), *self.cfg.secrets}, key=len, reverse=True)
         for value in values:
@@ -704,6 +714,17 @@ def _where(cfg: ServerConfig) -> str:
         parts = urlsplit(cfg.url or "")
         return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
     return os.path.basename(cfg.command or "")
+
+
+def _redacted(value: Any, redact: Callable[[str], str]) -> Any:
+    """`value` (JSON data) with `redact` applied to every string in it, keys too."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(str(k)): _redacted(v, redact) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v, redact) for v in value]
+    return value
 
 
 def _leaf(exc: BaseException) -> BaseException:

@@ -25,9 +25,11 @@ calls; in the sandbox, at the top of the workspace),
 does) and the folder its `core.hooksPath` names, the user config folder, the admin
 file and the trust records when they lie in the workspace, in a workspace that is the home folder every dot entry at its
 top (shell, IPython, ssh and git config), and every workspace file a configured
-server or hook executes (named in its `command` or `args`; for Node and its package
+server, hook or command tool executes (named in its `command` or `args`, or a place its PATH
+lookup tries before it finds the program, even an empty one; for Node and its package
 runners also `node_modules`, `package.json` and `.npmrc` where they look, for uv its
-`.venv` and settings). Config files a script
+`.venv` and settings), and the same for each project inside the workspace whose config the
+person trusted (its config files, its `.toolkernel/`, what it executes). Config files a script
 creates deeper in the tree cannot be refused this way; they are caught by
 workspace trust instead (a new file is never trusted, see `_trust`). Nor can the
 hundreds of names under which a Python module at the top would shadow an installed
@@ -46,7 +48,6 @@ import concurrent.futures
 import os
 import re
 import shlex
-import shutil
 import site
 import sys
 from dataclasses import dataclass
@@ -60,6 +61,7 @@ from .._config._trust import store_path
 
 STATE_DIR = ".toolkernel"
 CONFIG_FILES = ("toolkernel.toml", ".mcp.json")
+_GIT = ".git"
 
 
 class Unprotectable(ConfigError):
@@ -85,8 +87,9 @@ class Protection:
     mounts: tuple[Mount, ...]
 
     def covers(self, path: str | Path) -> bool:
-        """Whether writing `path` (a real path) would change something protected."""
-        if os.path.basename(path) in CONFIG_FILES:
+        """Whether writing `path` (a real path) would change something protected: a `.git`
+        anywhere too (an inner repository's: git runs what it says there)."""
+        if os.path.basename(path) in CONFIG_FILES or _GIT in os.fspath(path).split(os.sep):
             return True
         return any(is_inside(path, p) for p in self.protected)
 
@@ -104,7 +107,8 @@ def protection(workdir: Path, config: Any = None, environ: Mapping[str, str] | N
     paths += _own_code(root)
     paths += _git_hooks_path(root, looked_at)
     if config is not None:
-        paths += executed_files(_commands(config), environ, default_cwd=root, looked_at=looked_at)
+        paths += executed_files(_commands(config, environ, root), looked_at=looked_at)
+    paths += _inner_projects(root, environ, looked_at)
     reals = {_real(p, looked_at) for p in paths}
     inside = sorted(p for p in reals if p != root and is_inside(p, root))
     return Protection(root, tuple(inside), ())
@@ -137,6 +141,35 @@ def _git_hooks_path(root: Path, looked_at: list[str]) -> list[Path]:
     except OSError:
         return []
     return [root / Path(value.strip('"')).expanduser() for value in _HOOKS_PATH.findall(text)]
+
+
+def _inner_projects(root: Path, environ: Mapping[str, str], looked_at: list[str]) -> list[Path]:
+    """What decides the policy of a project inside the workspace whose config the person
+    trusted, or runs on the host for it: its config files, its `.toolkernel/` (lasting
+    approvals, the answers a `serve` there waits for) and what its config executes. A notebook
+    in that folder runs its kernel there, under that config; a script of this workspace that
+    rewrote its hook, or answered its waiting call, acted for it. (`TOOLKERNEL_TRUST_ALL` trusts
+    folders no record names: nothing can be found for it here.)"""
+    from .._config._config import load_config
+    from .._config._trust import TrustStore
+
+    store = TrustStore(environ=environ)
+    looked_at.append(str(store.path))
+    try:
+        folders = store.folders()
+    except ConfigError:
+        return []  # a broken store trusts nothing, so no inner config counts
+    found: list[Path] = []
+    for inner in map(Path, folders):
+        if inner == root or not is_inside(inner, root):
+            continue
+        found += [inner / STATE_DIR, *(inner / name for name in CONFIG_FILES)]
+        try:
+            config = load_config(inner, environ=environ)
+        except ConfigError:
+            continue  # a config with a problem starts nothing
+        found += executed_files(_commands(config, environ, inner), looked_at=looked_at)
+    return found
 
 
 def _own_code(root: Path) -> list[Path]:
@@ -201,32 +234,49 @@ def _admin_file(environ: Mapping[str, str]) -> Path:
     return Path(environ.get("TOOLKERNEL_ADMIN_CONFIG") or "/etc/toolkernel/toolkernel.toml")
 
 
-def _commands(config: Any) -> Iterable[tuple[Sequence[str], str | None]]:
-    """(argv, cwd) of every configured server, hook and command tool: what the host will execute."""
+def _commands(config: Any, environ: Mapping[str, str],
+              root: Path) -> Iterable[tuple[Sequence[str], Path, str | None]]:
+    """(argv, working folder, PATH) of every configured server, hook and command tool: what the
+    host will execute, where, and the PATH its program is looked up on (None: none is given)."""
+    kernel_path = environ.get("PATH")
     for server in config.servers.values():
-        if server.command:
-            yield (server.command, *server.args), server.cwd
+        if not server.command:
+            continue
+        # The SDK's environment (the kernel's PATH) with the config's env over it. Without a
+        # `cwd` it starts where the kernel is now, which need not be the workspace (`%cd`).
+        path = server.env.get("PATH", kernel_path)
+        for cwd in dict.fromkeys([Path(server.cwd)] if server.cwd else [root, _here()]):
+            yield (server.command, *server.args), cwd, path
     for hook in config.hooks:
-        yield hook.command, hook.cwd
+        yield hook.command, Path(hook.cwd), kernel_path  # hooks get the kernel's PATH alone
     for tool in getattr(config, "commands", {}).values():
         # A word filled from the input names no file now; the fixed words may (`./run.sh`).
-        yield tuple(word for word in tool.command if "{{" not in word), tool.cwd
+        # Started in the workspace, or in its `cwd` there; an `env` allow-list is all it sees.
+        cwd = root / Path(tool.cwd).expanduser() if tool.cwd else root
+        path = kernel_path if tool.env is None else tool.env.get("PATH")
+        yield tuple(word for word in tool.command if "{{" not in word), cwd, path
 
 
-def executed_files(commands: Iterable[tuple[Sequence[str], str | None]],
-                   environ: Mapping[str, str], default_cwd: Path,
+def _here() -> Path:
+    try:
+        return Path(os.getcwd())
+    except OSError:  # the kernel's folder is gone: nothing can start there
+        return Path("/")
+
+
+def executed_files(commands: Iterable[tuple[Sequence[str], Path, str | None]],
                    looked_at: list[str] | None = None) -> list[Path]:
-    """Files that running `commands` would execute or read as code: the program
-    (looked up on PATH) and every argument that names a file, or a path that
-    does not exist yet (a script must not be the one to create it)."""
+    """Files that running `commands` would execute or read as code: each place the lookup of
+    the program on its PATH tries before it finds one, and every argument that names a file,
+    or a path that does not exist yet (a script must not be the one to create it)."""
     looked_at = [] if looked_at is None else looked_at
     found: list[Path] = []
-    for argv, cwd in commands:
-        base = Path(cwd) if cwd else default_cwd
-        program = _which(argv[0], environ, looked_at) if "/" not in argv[0] else None
-        for word in (program, *argv):
-            if not word:
-                continue
+    for argv, base, path in commands:
+        if not argv:
+            continue
+        programs = _lookup(argv[0], path, base, looked_at) if "/" not in argv[0] else []
+        found += [_real(program, looked_at) for program in programs]
+        for word in argv:
             looked_at.append(str(base / word))
             if "/" in word or os.path.lexists(base / word):
                 found.append(_real(base / word, looked_at))
@@ -247,19 +297,19 @@ _LOOKED_UP = {**dict.fromkeys(("node", "nodejs", "npx", "npm", "pnpm", "pnpx", "
               **dict.fromkeys(("uv", "uvx"), _UV_FILES)}
 
 
-def _which(program: str, environ: Mapping[str, str], looked_at: list[str]) -> str | None:
-    path = environ.get("PATH")
-    # Every place the lookup may try: a program appearing earlier on PATH changes the answer.
-    searched = path if path is not None else os.environ.get("PATH", _system_path())
-    looked_at += [os.path.join(folder, program) for folder in searched.split(os.pathsep)]
-    return shutil.which(program, path=path)
-
-
-def _system_path() -> str:
-    try:
-        return os.confstr("CS_PATH") or os.defpath
-    except (AttributeError, ValueError):
-        return os.defpath
+def _lookup(program: str, path: str | None, base: Path, looked_at: list[str]) -> list[Path]:
+    """Every place the start of a bare `program` tries, in order, up to the first that holds
+    an executable file (all of them when none does): a script that made one of them first
+    would be the program. A relative folder of the PATH, and an empty one (the program's own
+    folder), lead from `base`, where the child looks them up (it starts there)."""
+    tried = []
+    for folder in (path if path is not None else os.defpath).split(os.pathsep):
+        place = base / (folder or ".") / program
+        looked_at.append(str(place))
+        tried.append(place)
+        if place.is_file() and os.access(place, os.X_OK):
+            break
+    return tried
 
 
 def touches_protected(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
@@ -286,14 +336,48 @@ def mount(bash, plan: Protection) -> None:
 
 def mount_links(bash, plan: Protection) -> None:
     """A read-only mount over each link in the workspace that leads to a folder in it (see
-    _links.py): Bashkit would otherwise follow it past the mounts of `mount`."""
+    _links.py): Bashkit would otherwise follow it past the mounts of `mount`.
+
+    Each folder between the top and a link is a mount of its own too, writable: a mount point
+    cannot be moved, and a folder above the link, moved (`mv deep deep2`), took the link along
+    to a path no mount covers, where Bashkit followed it on the host again."""
     from bashkit import FileSystem
 
-    from ._links import links_to_mount
+    from ._links import found_in
 
-    for link, real in links_to_mount(plan.workdir, [item.path for item in plan.mounts]):
+    links, repositories = found_in(plan.workdir, [item.path for item in plan.mounts])
+    git = _inner_git(plan.workdir, repositories)
+    # A link inside what is mounted read-only below leads nowhere writable (as under the plan's
+    # mounts); the writable mounts of the folders above it would reopen that part.
+    links = [(link, real) for link, real in links if not any(is_inside(link, path) for path in git)]
+    for folder in _folders_above(plan.workdir, [link for link, _ in links] + git):
+        bash.mount(str(folder), FileSystem.real(str(folder), writable=True))
+    for link, real in links:
         fs = FileSystem.real(str(link), writable=False) if real else _stand_in(FileSystem())
         bash.mount(str(link), fs, read_only=True)
+    for path in git:  # an inner repository's .git and hooks folder: git runs what they say
+        fs = FileSystem.real(str(path), writable=False) if path.is_dir() else _stand_in(FileSystem())
+        bash.mount(str(path), fs, read_only=True)
+
+
+def _inner_git(root: Path, repositories: list[Path]) -> list[Path]:
+    """Each inner repository's `.git` (a folder, or a file naming the gitdir), and the folder
+    its `core.hooksPath` names, as the top's are protected (`_git_hooks_path`)."""
+    found = []
+    for git in repositories:
+        found.append(git)
+        hooks = [real_path(folder) for folder in _git_hooks_path(git.parent, [])]
+        found += [folder for folder in hooks if folder != root and is_inside(folder, root) and folder != git]
+    return found
+
+
+def _folders_above(root: Path, links: list[Path]) -> list[Path]:
+    """The folders between `root` and each link (both left out), outermost first."""
+    folders: dict[Path, None] = {}
+    for link in links:
+        parts = link.relative_to(root).parts
+        folders.update((root.joinpath(*parts[:depth]), None) for depth in range(1, len(parts)))
+    return sorted(folders, key=lambda folder: len(folder.parts))
 
 
 def _stand_in(fs):

@@ -36,6 +36,7 @@ class _Listed:
     status: tuple[Any, ...]
     links: tuple[str, ...]
     folders: tuple[str, ...]
+    git: bool = False  # it holds a `.git` (a folder, or a file naming one): a repository's top
 
 
 class LinkScan:
@@ -47,8 +48,14 @@ class LinkScan:
 
     def links(self, root: str, skip: Collection[str] = ()) -> list[str]:
         """Every link below `root` (not below the folders in `skip`), as paths."""
+        return self.walk(root, skip)[0]
+
+    def walk(self, root: str, skip: Collection[str] = ()) -> tuple[list[str], list[str]]:
+        """Every link below `root` (not below the folders in `skip`), and every `.git` below it
+        (the top's own left out), as paths."""
         with self._lock:
             found: list[str] = []
+            repositories: list[str] = []
             listed: dict[str, _Listed] = {}
             stack = [root]
             while stack:
@@ -58,9 +65,11 @@ class LinkScan:
                     continue
                 listed[folder] = entry
                 found.extend(os.path.join(folder, name) for name in entry.links)
+                if entry.git and folder != root:
+                    repositories.append(os.path.join(folder, ".git"))
                 stack.extend(path for name in entry.folders if (path := os.path.join(folder, name)) not in skip)
             self._listed = listed  # folders no longer reached are forgotten
-            return found
+            return found, repositories
 
     def _look(self, folder: str, found: list[str]) -> _Listed | None:
         try:
@@ -78,20 +87,22 @@ class LinkScan:
 
 
 def _list(folder: str, status: tuple[Any, ...]) -> _Listed | None:
-    links, folders = [], []
+    links, folders, git = [], [], False
     try:
         with os.scandir(folder) as entries:
             for entry in entries:
                 try:
                     if entry.is_symlink():
                         links.append(entry.name)
-                    elif entry.is_dir(follow_symlinks=False):
+                        continue
+                    git = git or entry.name == ".git"
+                    if entry.is_dir(follow_symlinks=False):
                         folders.append(entry.name)
                 except OSError:
                     continue
     except OSError:  # unreadable: a script cannot list or write it either
         return None
-    return _Listed(status, tuple(links), tuple(folders))
+    return _Listed(status, tuple(links), tuple(folders), git)
 
 
 _scans: dict[str, LinkScan] = {}
@@ -103,11 +114,18 @@ def links_to_mount(workdir: Path, skip: Collection[Path]) -> list[tuple[Path, bo
     below `skip` (folders mounted read-only already). Every link gets a mount, whatever it leads
     to: one copied or moved elsewhere leads elsewhere (`x/h -> hooks`, where `x/hooks` is a
     file, leads to the protected `hooks/` once moved to the top), and a mount cannot be."""
+    return found_in(workdir, skip)[0]
+
+
+def found_in(workdir: Path, skip: Collection[Path]) -> tuple[list[tuple[Path, bool]], list[Path]]:
+    """`links_to_mount`, and the `.git` of every repository inside the workspace (below its top),
+    from one walk."""
     root = str(workdir)
     with _scans_lock:
         scan = _scans.setdefault(root, LinkScan())
+    links, repositories = scan.walk(root, {str(path) for path in skip})
     mounts = []
-    for link in scan.links(root, {str(path) for path in skip}):
+    for link in links:
         target = os.path.realpath(link)
         mounts.append((Path(link), is_inside(target, root) and os.path.isdir(target)))
-    return mounts
+    return mounts, [Path(git) for git in repositories]

@@ -37,7 +37,8 @@ from ..._errors import Unavailable
 from ..._tool import ToolInputError
 from ._connection import Execution
 from ._editors import CellEditors, Editor
-from ._stores import CellEdit, Loaded, NotebookStore, Read, cell_digest, find_cell, notebook_digest, validated
+from ._stores import (CellEdit, Loaded, NotebookStore, Read, cell_digest, cell_source, find_cell, notebook_digest,
+                      validated)
 
 SYNC_TIMEOUT_SECONDS = 30.0
 ACK_TIMEOUT_SECONDS = 30.0  # an unanswered ping means the connection is gone, even if it looks open
@@ -286,9 +287,13 @@ class SharedStore(NotebookStore):
         """The cells this session wrote count as read; cells others changed do not."""
         if edit.mode == "delete":
             seen.cells.pop(edit.cell_id, None)
+            seen.sources.pop(edit.cell_id, None)
         else:
             assert edit.cell is not None
             seen.cells[str(edit.cell.id)] = cell_digest(edit.cell)
+            seen.sources.pop(str(edit.cell.id), None)
+            if edit.cell.cell_type == "code":
+                seen.sources[str(edit.cell.id)] = cell_source(edit.cell)
 
     # -- running: outputs appear live ---------------------------------------------
 

@@ -43,10 +43,17 @@ class CellEdit:
 
 @dataclass(frozen=True)
 class Read:
-    """What the session saw: the whole document's digest and each cell's."""
+    """What the session saw: the whole document's digest and each cell's, and each code cell's
+    source (a person asked to run a cell by its id is shown what the run checks it still is)."""
 
     digest: str
     cells: dict[str, str]
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def cell_source(cell: Any) -> str:
+    source = cell.get("source", "")
+    return source if isinstance(source, str) else "".join(source)
 
 
 @dataclass
@@ -141,7 +148,9 @@ class NotebookStore(ABC):
     def record_read(self, state: dict[str, Any], loaded: Loaded) -> None:
         if loaded.digest is not None:
             cells = {str(cell.get("id")): cell_digest(cell) for cell in loaded.nb.cells}
-            state.setdefault(READS_KEY, {})[self.key] = Read(loaded.digest, cells)
+            sources = {str(cell.get("id")): cell_source(cell) for cell in loaded.nb.cells
+                       if cell.get("cell_type") == "code"}
+            state.setdefault(READS_KEY, {})[self.key] = Read(loaded.digest, cells, sources)
 
     def last_read(self, state: dict[str, Any]) -> Read:
         seen = state.get(READS_KEY, {}).get(self.key)

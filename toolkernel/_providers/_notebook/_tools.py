@@ -225,8 +225,24 @@ def _paired(arguments: Mapping[str, Any], ctx: ToolContext) -> None:
         _pairings(ctx.state).require(ctx.workdir, path)
 
 
+def _code_to_run(arguments: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    """For a cell run: the cell's code as this session last read it, which the run checks the cell
+    still holds. A script can rewrite the notebook's file and read it again; the id alone would
+    name code the person asked never saw."""
+    cell_id, path = arguments.get("cell_id"), arguments.get("notebook_path")
+    if not cell_id or not isinstance(path, str) or not path:
+        return {}
+    from ._stores import READS_KEY
+
+    pairing = _pairings(ctx.state).find(ctx.workdir, path)
+    store = pairing.store if pairing is not None else None
+    seen = ctx.state.get(READS_KEY, {}).get(store.key) if store is not None else None
+    code = seen.sources.get(cell_id) if seen is not None else None
+    return {"code": code if code is not None else "(not read in this session: the run will be refused)"}
+
+
 @tool("notebook_run", kind="execute", loop_bound=True, server_paths=_server_notebook_paths,
-      input_schema=RUN_SCHEMA, precheck=_paired, description=(
+      input_schema=RUN_SCHEMA, precheck=_paired, describe=_code_to_run, description=(
     "Run code in the paired notebook's kernel, sharing its variables and imports; or run one code cell of the "
     "paired notebook by cell_id and write its outputs into the notebook. Returns stream text, the result, errors "
     "and images. Default timeout 120 s, at most 600; on timeout the kernel is interrupted."))

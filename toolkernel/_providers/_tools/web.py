@@ -84,6 +84,7 @@ class Hop:
         "additionalProperties": False,
     },
     kind="read",
+    cut=lambda result, ctx: _cut(result, ctx),  # after the post-call hooks, when there are any
 )
 async def web_fetch(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult | Image | str:
     import httpx
@@ -98,7 +99,7 @@ async def web_fetch(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult |
         raise ToolInputError(f"web_fetch: {url} did not answer within {TIMEOUT_SECONDS:g} s") from exc
     except httpx.HTTPError as exc:
         raise ToolInputError(f"web_fetch: fetching {url} failed: {type(exc).__name__}: {exc}") from exc
-    return _cut(result, ctx)
+    return result if ctx.cut_later else _cut(result, ctx)
 
 
 def _cut(result: ToolResult | Image | str, ctx: ToolContext) -> ToolResult | Image | str:

@@ -1,0 +1,29 @@
+"""Fixture: a server whose backend refuses the token it was handed, and says so, naming it."""
+
+import os
+
+import mcp_types as types
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("refused")
+
+
+def _refused() -> str:
+    return f"the backend refused the token {os.environ.get('FIXTURE_TOKEN', '')}"
+
+
+@server.tool()
+def login() -> types.CallToolResult:
+    """An error result naming the token."""
+    return types.CallToolResult(content=[types.TextContent(type="text", text=_refused())], is_error=True)
+
+
+@server.tool()
+def login_structured() -> types.CallToolResult:
+    """The same refusal, as an error result whose structured content says it."""
+    return types.CallToolResult(content=[types.TextContent(type="text", text=_refused())],
+                                structured_content={"error": _refused()}, is_error=True)
+
+
+if __name__ == "__main__":
+    server.run()
