@@ -144,3 +144,23 @@ def test_a_broken_trust_store_trusts_nothing_and_says_so(tmp_path):
     store.write_text("{not json")
     with pytest.raises(Exception, match="not a toolkernel trust file"):
         load_config(work)
+
+
+def test_trust_judges_the_bytes_that_were_parsed_not_a_second_read(tmp_path, monkeypatch):
+    # The config was parsed from one read and fingerprinted from another: whoever may write the
+    # file swapped it back to the trusted bytes in between, and an allow rule nobody had trusted
+    # counted. The second read is made to see the trusted bytes, as after that swap back.
+    from toolkernel._config import _trust
+
+    work = tmp_path / "project"
+    work.mkdir()
+    trusted = b'[policy]\ndeny = ["web_fetch"]\n'
+    (work / "toolkernel.toml").write_bytes(trusted)
+    TrustStore().trust(work)
+    (work / "toolkernel.toml").write_text('[policy]\nallow = ["write_file"]\n')
+    second_read = _trust.read_config_file
+    monkeypatch.setattr(_trust, "read_config_file",
+                        lambda path: trusted if path.name == "toolkernel.toml" else second_read(path))
+    config = load_config(work)
+    assert "write_file" not in config.policy.allow
+    assert any("not trusted" in note for note in config.untrusted)

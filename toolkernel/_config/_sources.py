@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 from .._checked_open import NotAFile, TooLarge
 from .._errors import ConfigError
 from ._check import table
-from ._trust import MAX_CONFIG_BYTES, TrustStore, how_to_trust, read_config_file
+from ._trust import MAX_CONFIG_BYTES, TrustStore, digest, how_to_trust, read_config_file
 
 CONFIG_NAME = "toolkernel.toml"
 MCP_JSON_NAME = ".mcp.json"
@@ -93,11 +93,12 @@ class Doubts:
     def __init__(self, store: TrustStore) -> None:
         self.store = store
         self.found: dict[Path, str] = {}
+        self.parsed: dict[Path, dict[str, str]] = {}  # the digests of the files read for use, by folder
 
     def of(self, folder: Path) -> str | None:
         if world_writable(folder):
             return "anyone may write to the folder, so its config is not trusted; remove write access for others (chmod o-w)"
-        if not self.store.is_trusted(folder):
+        if not self.store.is_trusted(folder, self.parsed.get(folder)):
             return f"its config is not trusted yet (or changed since); trust it with {how_to_trust(folder)}"
         return None
 
@@ -105,6 +106,8 @@ class Doubts:
         if not source.project:
             return None
         folder = source.path.parent
+        if source.digest is not None:
+            self.parsed.setdefault(folder, {})[source.path.name] = source.digest
         doubt = self.of(folder) or _writable_file(source.path)
         if doubt:
             self.found.setdefault(folder, doubt)
@@ -131,6 +134,12 @@ class Source:
     admin: bool = False
     project: bool = False
     problems: list[ConfigError] = field(default_factory=list, compare=False, repr=False)
+    # SHA-256 of the bytes `read` parsed (what trust must have seen), once read.
+    read_digests: list[str] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def digest(self) -> str | None:
+        return self.read_digests[-1] if self.read_digests else None
 
     @property
     def is_json(self) -> bool:
@@ -170,6 +179,7 @@ class Source:
                                    "file is that big") from None
         except OSError as exc:
             raise self.error(None, f"cannot read the file ({exc.strerror or exc})") from exc
+        self.read_digests.append(digest(raw))
         text = self._decode(raw)
         return self._parse_json(text) if self.is_json else self._parse_toml(text)
 

@@ -68,7 +68,7 @@ def fingerprints(folder: Path) -> dict[str, str]:
         if not os.path.lexists(path):
             continue
         try:
-            found[name] = hashlib.sha256(read_config_file(path)).hexdigest()
+            found[name] = digest(read_config_file(path))
         except OSError:
             found[name] = "unreadable"
     return found
@@ -81,10 +81,14 @@ class TrustStore:
         self.environ = os.environ if environ is None else environ
         self.path = path or store_path(self.environ)
 
-    def is_trusted(self, folder: Path) -> bool:
+    def is_trusted(self, folder: Path, parsed: Mapping[str, str] | None = None) -> bool:
+        """`parsed`: the digest of each file by name as it was read for use. Those count, not a
+        second read: a file swapped back to its trusted bytes between the two reads was used
+        as what it was when read for use, which nobody trusted."""
         if trust_all(self.environ):
             return True
         current = fingerprints(folder)
+        current.update((name, value) for name, value in (parsed or {}).items() if name in current)
         if not current:
             return True  # nothing there to trust
         if "unreadable" in current.values():
@@ -123,11 +127,11 @@ class TrustStore:
         before = fingerprints(folder)
         before.pop(name, None)
         if old is not None:
-            before[name] = _digest(old)
+            before[name] = digest(old)
         records = self._records()
         if before and records.get(_key(folder)) != before:
             return  # not trusted before the change: the change does not make it so
-        records[_key(folder)] = {**before, name: _digest(new)}
+        records[_key(folder)] = {**before, name: digest(new)}
         self._save(records)
 
     def _records(self) -> dict[str, dict[str, str]]:
@@ -157,7 +161,7 @@ def _key(folder: Path) -> str:
     return str(Path(folder).resolve())
 
 
-def _digest(data: bytes) -> str:
+def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
