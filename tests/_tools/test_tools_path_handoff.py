@@ -289,3 +289,19 @@ def test_an_allow_rule_on_a_path_does_not_allow_a_path_that_leads_elsewhere(rule
     result, err = run(session, "tools write-file path=./notes/new.md content=fine")  # the control
     assert result.exit_code == 0 and (work / "notes" / "new.md").read_text() == "fine", err
 
+
+
+# Quoted, the `~` reaches read-file (which takes it for the home folder); the shell would give it the sandbox's.
+@pytest.mark.parametrize("spelled", ["{home}/.ssh/id", "'~/.ssh/id'", "{home}/keys/id"])
+def test_a_deny_rule_on_a_path_under_the_home_folder_is_written_with_a_tilde(ruled, tmp_path, monkeypatch, spelled):
+    # `~` in the rule named nothing: the call outside the workspace asked instead of being denied,
+    # and a person could allow it (bypass-permissions would not even ask about the rule's path).
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id").write_text("the private key\n")
+    (home / "keys").symlink_to(home / ".ssh")  # where it leads counts, as for every path rule
+    monkeypatch.setenv("HOME", str(home))
+    session = ruled(deny=["read-file(path=~/.ssh/*)"])
+    result, err = run(session, f"tools read-file 'path='{spelled.format(home=home)}")
+    assert result.exit_code != 0 and "the private key" not in result.stdout + err
+    assert "denied by the rule 'read-file(path=~/.ssh/*)'" in err, err

@@ -33,8 +33,9 @@ Rule syntax (one string per rule; hyphens and underscores are interchangeable,
                                  `.` and `..` folded, is matched against where the
                                  path leads (links and `..` resolved, as the
                                  dispatcher hands it in `CallInfo.path_forms`):
-                                 relative to the workspace when inside it, and
-                                 absolute (`/etc/*`); an allow rule matches only
+                                 relative to the workspace when inside it,
+                                 absolute (`/etc/*`), and under the home folder
+                                 `~/...` (`~/.ssh/*`); an allow rule matches only
                                  that, a deny or ask rule the text as written too,
                                  so `./secrets/x`, `notes/../secrets/x`, its
                                  absolute path and a link into `secrets/` are all

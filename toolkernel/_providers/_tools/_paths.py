@@ -44,12 +44,28 @@ def outside_workspace(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
 def rule_forms(paths: Mapping[str, str], root: str) -> dict[str, tuple[str, ...]]:
     """What a rule's pattern on each path argument is matched against: where the path leads
     (`paths`: its `real_paths`), relative to the workspace when it lies inside it (`root`: the
-    workspace's real path), as `display_path` writes it, and its real path."""
+    workspace's real path), as `display_path` writes it, its real path, and under the home
+    folder `~/...` too (so `read-file(path=~/.ssh/*)` names what it says)."""
     forms = {}
+    home = _real_home()
     for key, path in paths.items():
         inside = _relative(path, root)
-        forms[key] = (path,) if inside is None else (inside, path)
+        at_home = _relative(path, home) if home else None
+        found = (path,) if inside is None else (inside, path)
+        forms[key] = found if at_home is None else (*found, "~" if at_home == "." else f"~/{at_home}")
     return forms
+
+
+_homes: dict[str, str] = {}
+
+
+def _real_home() -> str:
+    """The real path of the home folder `~` names now (worked out once per value of HOME)."""
+    named = os.path.expanduser("~")
+    real = _homes.get(named)
+    if real is None:
+        real = _homes[named] = os.path.realpath(named) if named.startswith("/") else ""
+    return real
 
 
 def resolve_real(value: str, workdir: Path) -> Path:
