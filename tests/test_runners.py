@@ -610,3 +610,21 @@ def test_the_runs_timeout_ends_the_run_when_a_sync_tool_never_returns(project):
     assert took < 60  # generous; it waited the tool's two minutes before
     assert result.exit_code != 0 and "timeout" in sink.stderr_text.strip().splitlines()[-1]
     assert not later_calls
+
+
+def test_the_runs_timeout_counts_from_the_start_not_from_the_question_before_it(project):
+    # The clock started with the cell: a person who took longer than [shell] timeout to answer
+    # the question before the start got a script that never ran, ended by a limit it never reached.
+    async def slow_person(request):
+        await asyncio.sleep(4)  # twice the run's timeout
+        return Answer.ONCE
+
+    write_config(project, "[shell]\ntimeout = 2\n")
+    session = Session(project)
+    sink = RecordingSink()
+    try:
+        result = session.run_script("tools write-file path=a.txt content=x; echo after", sink, approver=slow_person)
+    finally:
+        session.close()
+    assert result.exit_code == 0, sink.stderr_text
+    assert sink.stdout_text.strip().endswith("after") and (project / "a.txt").read_text() == "x"

@@ -137,13 +137,14 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
     def body() -> ShellResult | None:
         if not before_start() or command.interrupted:
             return None
+        overdue.start()  # a person answering the question before the start is not the run's time
         return shadows.around(lambda: runner.run(script, command, events))
 
     try:
         # Started inside the `try`: an interrupt can land while this thread still waits in
         # `Thread.start`, when the script may be running already.
         _start(body, future)
-        pump.until_done(events.queue, future, time.monotonic() + overdue.seconds, overdue)
+        pump.until_done(events.queue, future, overdue)
     except KeyboardInterrupt:
         interrupted = True
         command.interrupt()
@@ -168,6 +169,15 @@ class _Overdue:
         limit = getattr(runner, "run_timeout", None)
         self.seconds = math.inf if limit is None else limit(command)
         self.fired = False
+        self._started: float | None = None  # when the runner started (the pump's thread reads it)
+
+    def start(self) -> None:
+        self._started = time.monotonic()
+
+    def deadline(self) -> float:
+        """When the run's time is up: never before its runner started."""
+        started = self._started
+        return math.inf if started is None else started + self.seconds
 
     def __call__(self) -> None:
         self.fired = True
@@ -288,19 +298,19 @@ class _Pump:
         self.stderr: list[str] = []
         self.images: list[Path] = []
 
-    def until_done(self, events: queue.SimpleQueue, future, deadline: float = math.inf,
-                   overdue: Callable[[], None] | None = None) -> None:
-        """Pump until the run ends; `overdue()` once if it is still running at `deadline`, and
+    def until_done(self, events: queue.SimpleQueue, future, overdue: "_Overdue") -> None:
+        """Pump until the run ends; `overdue()` once if it is still running at its deadline, and
         then for `_OVERDUE_GRACE` at most: a tool of plain sync code that does not look at the
         cancel keeps the script's thread, and the run is left to end there, as after an interrupt."""
+        grace_ends = math.inf
         while not (future.done() and events.empty()):
             self._next(events, timeout=0.05)
-            if time.monotonic() < deadline:
-                continue
-            if overdue is None:
+            now = time.monotonic()
+            if now >= grace_ends:
                 return
-            overdue()
-            overdue, deadline = None, time.monotonic() + _OVERDUE_GRACE
+            if grace_ends == math.inf and now >= overdue.deadline():
+                overdue()
+                grace_ends = now + _OVERDUE_GRACE
 
     def drain(self, events: queue.SimpleQueue, deadline: float, future) -> None:
         while time.monotonic() < deadline and not (future.done() and events.empty()):
