@@ -97,6 +97,21 @@ bench_builtin_paths.py), and without the function a loop's printed lines wait fo
 a large result is copied whole. So under bashkit 0.20.1 item 6 of the issue (at most 5x) and
 item 3 (a printed result at most 2x its size; bench_memory.py) cannot both hold for loops:
 the way that meets 5x keeps the script's whole stdout and peaks at ~8x.
+
+2026-12-03 (`read_text` 11-14 us at 200 lines, 17-27 at 2,000; load 0.4-0.6 unless said):
+- the script and its empty loop now both begin with one call (`after_a_call`): the empty loop
+  was a script with no `tools` in it, which runs without the relay, so each round charged the
+  relay's one-off costs (its function defined, its first call made by the live command: a
+  script of one call takes 4.5-9.7 ms in all) to the loop's 200 calls. That one-off cost is
+  printed on a line of its own;
+- C numbering: newlines counted in SSE2 byte lanes, prefixes counted up in place (2,000 lines
+  27 -> 17 us); a path resolved once carries its file's identity, so read-file's checked open
+  of that very file skips the readlink in /proc (`handle_sync` 31.6 -> 27 us at 200 lines).
+  Figures, median (CPU ratio): 200 calls a round: 200 lines 4.2x (5.3x) at load 0.5, 5.8x
+  (6.0x) at 0.5, 6.2x and 6.5x at load 1.7; 2,000 lines 5.1x (5.2x), 5.3x, 5.4x, 6.5x.
+  2,000 calls a round: 200 lines 4.9x (5.0x), 2,000 lines 5.9x (5.8x). Without the relay in the
+  same rounds: 2.9-4.2x and 4.0-4.7x. At the edge at 200 lines, and still over it at 2,000:
+  missed, as a target that holds in every run.
 """
 
 from __future__ import annotations
