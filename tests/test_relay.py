@@ -263,3 +263,34 @@ def test_an_interrupt_cancels_an_async_call_made_in_place(session, python_sigint
     assert result.interrupted and result.exit_code == 130
     assert time.monotonic() - began < 50 and cancelled.is_set()
     assert "after" not in sink.stdout_text
+
+
+def test_an_interrupt_ends_the_script_before_the_call_it_cancels_lets_it_go_on(session, python_sigint, monkeypatch):
+    # The call in flight was cancelled first and the script second: the script's thread ran on
+    # past the call (here a whole turn of the loop) until the cancel landed. A slow cancel (the
+    # interrupted thread losing the CPU between the two) shows it every time.
+    import _thread
+
+    from toolkernel._runners._bashkit import BashkitRunner
+
+    monkeypatch.setattr(_Relay, "FLUSH_EVERY", 600.0)
+    real_cancel = BashkitRunner.cancel
+
+    def slow_cancel(self):
+        time.sleep(0.5)
+        real_cancel(self)
+
+    monkeypatch.setattr(BashkitRunner, "cancel", slow_cancel)
+    started = threading.Event()
+
+    @tool("hang", description="Waits a minute.", kind="read", input_schema={"type": "object"})
+    async def hang(arguments, ctx):
+        started.set()
+        await asyncio.sleep(60)
+        return "woke\n"
+
+    session.register_tools([hang])
+    threading.Thread(target=lambda: started.wait(60) and _thread.interrupt_main(), daemon=True).start()
+    result, sink = run(session, "for i in 1 2; do tools sized size=1; tools hang; echo after; done")
+    assert result.interrupted and result.exit_code == 130
+    assert "after" not in sink.stdout_text

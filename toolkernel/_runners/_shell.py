@@ -147,8 +147,7 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
         pump.until_done(events.queue, future, overdue)
     except KeyboardInterrupt:
         interrupted = True
-        command.interrupt()
-        runner.cancel()
+        stop_run(command, runner)
         # A builtin such as `sleep` only sees the cancel when it ends: past the grace
         # the run is left to finish on its own thread, and the cell returns now.
         pump.drain(events.queue, deadline=time.monotonic() + _STOP_GRACE, future=future)
@@ -156,6 +155,16 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
     if pump.limiter.size >= _GIVE_BACK_ABOVE and future.done():
         give_back_memory()
     return result
+
+
+def stop_run(command: ToolsCommand, runner: ScriptRunner, reason: str = "interrupted") -> None:
+    """End the run from another thread: the script is cancelled before the call in flight is let
+    go, or the script's thread ran on past it (an `echo after`, a whole turn of a loop) until the
+    cancel landed; and again after, for a runner that made its shell in between (it cancels a
+    shell made after `command.interrupt` itself)."""
+    runner.cancel()
+    command.interrupt(reason)
+    runner.cancel()
 
 
 class _Overdue:
@@ -181,8 +190,7 @@ class _Overdue:
 
     def __call__(self) -> None:
         self.fired = True
-        self.command.interrupt(f"ended by the run's [shell] timeout ({self.seconds} s)")
-        self.runner.cancel()
+        stop_run(self.command, self.runner, f"ended by the run's [shell] timeout ({self.seconds} s)")
 
     def said(self, result: ShellResult, sink: Sink) -> ShellResult:
         if not self.fired or "timeout" in result.stderr:
