@@ -164,3 +164,21 @@ def test_trust_judges_the_bytes_that_were_parsed_not_a_second_read(tmp_path, mon
     config = load_config(work)
     assert "write_file" not in config.policy.allow
     assert any("not trusted" in note for note in config.untrusted)
+
+
+def test_trust_judges_a_file_that_was_parsed_and_then_removed(tmp_path, monkeypatch):
+    # The same race with the file gone by the second read: a folder trusted with its
+    # toolkernel.toml alone took the servers of an .mcp.json parsed, then removed.
+    from toolkernel._config import _trust
+
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "toolkernel.toml").write_text('[policy]\ndeny = ["web_fetch"]\n')
+    TrustStore().trust(work)
+    (work / ".mcp.json").write_text(json.dumps({"mcpServers": {"planted": {"command": "sh"}}}))
+    first_read = _trust.fingerprints
+    monkeypatch.setattr(_trust, "fingerprints",
+                        lambda folder: {k: v for k, v in first_read(folder).items() if k != ".mcp.json"})
+    config = load_config(work)
+    assert "planted" not in config.servers
+    assert any("not trusted" in note for note in config.untrusted)

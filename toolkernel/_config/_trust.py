@@ -83,12 +83,11 @@ class TrustStore:
 
     def is_trusted(self, folder: Path, parsed: Mapping[str, str] | None = None) -> bool:
         """`parsed`: the digest of each file by name as it was read for use. Those count, not a
-        second read: a file swapped back to its trusted bytes between the two reads was used
-        as what it was when read for use, which nobody trusted."""
+        second read: a file swapped back to its trusted bytes, or removed, between the two reads
+        was used as what it was when read for use, which nobody trusted."""
         if trust_all(self.environ):
             return True
-        current = fingerprints(folder)
-        current.update((name, value) for name, value in (parsed or {}).items() if name in current)
+        current = {**fingerprints(folder), **(parsed or {})}
         if not current:
             return True  # nothing there to trust
         if "unreadable" in current.values():
