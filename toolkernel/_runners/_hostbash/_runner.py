@@ -88,11 +88,12 @@ class HostBashRunner:
         return agent_refusal(command, script) if self.agent else None
 
     def cancel(self) -> None:
-        """End the whole process group (any thread; the ladder runs on a thread of its own)."""
+        """End the whole process group (any thread; the ladder runs on a thread of its own).
+        Once: a second cancel (`_shell.stop_run` makes two) would send each signal twice."""
         with self._lock:
-            self._cancelled = True
+            already, self._cancelled = self._cancelled, True
             host = self._host
-        if host is not None:
+        if host is not None and not already:
             host.end_group_soon(_LADDER)
 
     def _open(self, script: str, command: ToolsCommand, events: RunEvents, stdout, stderr=None) -> HostRun:
