@@ -56,15 +56,17 @@ def rule_forms(paths: Mapping[str, str], root: str) -> dict[str, tuple[str, ...]
     return forms
 
 
-_homes: dict[str, str] = {}
+_homes: dict[str | None, str] = {}
 
 
 def _real_home() -> str:
-    """The real path of the home folder `~` names now (worked out once per value of HOME)."""
-    named = os.path.expanduser("~")
-    real = _homes.get(named)
+    """The real path of the home folder `~` names now, worked out once per value of HOME (it
+    runs on every call with a path: one lookup, not `expanduser`'s steps)."""
+    key = os.environ.get("HOME")
+    real = _homes.get(key)
     if real is None:
-        real = _homes[named] = os.path.realpath(named) if named.startswith("/") else ""
+        named = os.path.expanduser("~")
+        real = _homes[key] = os.path.realpath(named) if named.startswith("/") else ""
     return real
 
 
