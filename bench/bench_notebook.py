@@ -106,7 +106,8 @@ def bench_server(workdir: Path, rounds: int):
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root", f"--ServerApp.port={port}",
          "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0", f"--IdentityProvider.token={TOKEN}",
-         f"--ServerApp.root_dir={workdir}"], env=env, stdout=log, stderr=subprocess.STDOUT)
+         f"--ServerApp.root_dir={workdir}"], env=env, stdout=log, stderr=subprocess.STDOUT,
+        cwd=workdir)  # the collaboration store writes its database where the server runs
     url = f"http://127.0.0.1:{port}/"
     try:
         _wait_for(url)

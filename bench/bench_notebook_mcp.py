@@ -108,7 +108,8 @@ def main() -> None:
         lab = subprocess.Popen(
             [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--ServerApp.port={port}",
              "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0", f"--IdentityProvider.token={TOKEN}",
-             f"--ServerApp.root_dir={root}"], env=env, stdout=(root / "lab.log").open("wb"), stderr=subprocess.STDOUT)
+             f"--ServerApp.root_dir={root}"], env=env, stdout=(root / "lab.log").open("wb"), stderr=subprocess.STDOUT,
+            cwd=root)  # the collaboration store writes its database where the server runs
         try:
             _wait_for(url)
             ours, theirs = [], []
