@@ -253,7 +253,33 @@ def test_the_c_numbering_gives_what_the_python_pieces_give_for_any_bytes(numbere
     if numbered_text is files._numbered_text_in_python:
         return  # the Python numbering is those pieces
     data = b"".join(pieces)
-    assert files._number_in_c(data, offset, limit, max_line) == _reference(data, offset, limit, max_line)
+    assert _as_bytes(files._number_in_c(data, offset, limit, max_line), data) == _reference(data, offset, limit, max_line)
+
+
+def _as_bytes(made, data: bytes):
+    """The C numbering's answer with its window as bytes: a window of ASCII comes as a str, unless
+    a byte past ASCII lies in the file near it (read with it in one step); any other as bytes."""
+    if made is None:
+        return None
+    numbered, count, total = made
+    if isinstance(numbered, str):
+        return numbered.encode("ascii"), count, total  # a str holds ASCII only
+    assert not numbered.isascii() or not data.isascii(), numbered
+    return made
+
+
+@settings(max_examples=500, deadline=None)
+@given(lengths=st.lists(st.integers(0, 80), max_size=40), high=st.sampled_from([b"", b"\xc3\xa9", b"\xff"]),
+       at=st.integers(0, 4000), offset=st.integers(0, 3), limit=st.sampled_from([1, 5, 40, 2000]),
+       max_line=st.sampled_from([0, 15, 16, 17, 31, 32, 33, 64, 80]))
+def test_the_c_numbering_of_lines_longer_than_its_steps_is_exact(numbered_text, lengths, high, at, offset, limit, max_line):
+    """Lines of many lengths around the 16 bytes the copy takes a step (and the 64 the count
+    takes), a byte past ASCII anywhere or nowhere: what the Python pieces give."""
+    if numbered_text is files._numbered_text_in_python:
+        return
+    data = b"".join(b"%d" % i + b"y" * n + b"\n" for i, n in enumerate(lengths))
+    data = data[:at] + high + data[at:]
+    assert _as_bytes(files._number_in_c(data, offset, limit, max_line), data) == _reference(data, offset, limit, max_line)
 
 
 def test_the_c_numbering_refuses_what_is_not_a_window(numbered_text):
@@ -266,13 +292,17 @@ def test_the_c_numbering_refuses_what_is_not_a_window(numbered_text):
         with pytest.raises(TypeError):
             files._number_in_c(data, 0, 1, 10)
     big = 2**62
-    assert files._number_in_c(b"a\nb\n", 1, big, 10) == (b"     2\tb", 1, 2)  # offset + limit past any size
-    assert files._number_in_c(b"a\nb", big, 1, 10) == (b"", 0, 2)
+    assert files._number_in_c(b"a\nb\n", 1, big, 10) == ("     2\tb", 1, 2)  # offset + limit past any size
+    assert files._number_in_c(b"a\nb", big, 1, 10) == ("", 0, 2)
+    assert files._number_in_c("é\nb".encode(), 0, 5, 10) == ("     1\té\n     2\tb".encode(), 2, 2)  # bytes: decoded after
+    assert files._number_in_c(b"a\nb\n", 0, 5, 10) == ("     1\ta\n     2\tb", 2, 2)  # ASCII: a str as it is
+    assert files._number_in_c("\ufeffa\nb\nc\n".encode(), 0, 2, 10) == ("     1\ta\n     2\tb", 2, 3)  # the mark left out
 
 
 def test_the_c_numbering_of_a_large_file_lets_other_threads_run_and_is_alike(numbered_text):
     data = b"".join(b"%d " % i + b"y" * (i % 90) + b"\n" for i in range(60_000))  # past the GIL's threshold
-    assert numbered_text(data, "f.txt", 5, 50_000) == _numbered_window(io.BytesIO(data), "f.txt", 5, 50_000)
+    for offset, limit in ((5, 50_000), (0, 2000), (0, 60_000)):  # measured first; written into room for the whole file
+        assert numbered_text(data, "f.txt", offset, limit) == _numbered_window(io.BytesIO(data), "f.txt", offset, limit)
 
 
 @pytest.mark.parametrize("size", [15, 16, 17, 4079, 4080, 4081, 8160, 8177, 3 * 4080 + 7])

@@ -1,13 +1,18 @@
-/* read_file's numbering in one C pass: `cat -n` prefixes laid before each line of a window,
- * with no Python object made per line.
+/* read_file's numbering in C: `cat -n` prefixes laid before each line of a window, with no
+ * Python object made per line.
  *
- * number(data: bytes, offset: int, limit: int, max_line: int) -> (bytes, int, int) | None
+ * number(data: bytes, offset: int, limit: int, max_line: int) -> (str | bytes, int, int) | None
  *
  * The lines of `data` end at each "\n" (the last one may have none). Of lines[offset:offset+limit]
  * it gives each line after its prefix ("%6d\t" % its number, counted from 1), the window's last
  * newline left off and, when the window starts at the first line, a UTF-8 byte order mark too;
- * then the count of the window's lines and of all of them. None when a line of the window
+ * then the count of the window's lines and of all of them. The numbered window is a str when it
+ * is ASCII (no decode, and no second copy, follows), else bytes, which the caller decodes (a
+ * window next to a byte past ASCII may come as bytes too). None when a line of the window
  * (without its newline) is longer than `max_line` bytes: the line-by-line reader cuts those.
+ *
+ * A window from the first line (the common read: the whole of a file) is written in one pass
+ * as its lines are found, into room for the most it can take; any other is measured first.
  *
  * It is only faster than `_numbered_text_in_python` in files.py, which gives the same for every
  * input (tests/_tools/test_tools_read_numbering.py compares the two on generated files).
@@ -24,14 +29,17 @@
 /* Above this many bytes the scan lets other threads run: a 4 MB file takes a millisecond or two. */
 #define WITHOUT_THE_GIL_ABOVE 65536
 
-typedef struct {
-    const char *data, *end;
-    Py_ssize_t offset, stop, max_line;
-    /* what the scan found */
-    const char *first, *last;     /* the window's bytes: [first, last) */
-    Py_ssize_t count, total, size; /* lines in it, lines in all, bytes the numbered window takes */
-    int too_long;
-} Scan;
+/* Made part of the loop that calls it: called apart, the copy of a line spent a third of its time
+ * on the call (registers saved and loaded again). */
+#if defined(__GNUC__)
+#define IN_LOOP static inline __attribute__((always_inline))
+#else
+#define IN_LOOP static inline
+#endif
+
+#define WRITTEN 0
+#define MEASURED_WRONG -1
+#define TOO_LONG 1
 
 /* The prefix of the line being written, counted up in place: a division per digit for each
  * line cost a window of 2,000 lines a third of its time. The digits end at text[DIGITS_END - 1],
@@ -54,7 +62,7 @@ static void prefix_start(Prefix *x, Py_ssize_t number) {
     } while (number);
 }
 
-static void prefix_next(Prefix *x) {
+IN_LOOP void prefix_next(Prefix *x) {
     char *at = x->text + DIGITS_END - 1;
     while (*at == '9')
         *at-- = '0';
@@ -63,70 +71,20 @@ static void prefix_next(Prefix *x) {
     *at = *at == ' ' ? '1' : (char)(*at + 1);
 }
 
-static Py_ssize_t prefix_width(const Prefix *x) {
+IN_LOOP Py_ssize_t prefix_width(const Prefix *x) {
     return (x->digits < NUMBER_PLACES ? NUMBER_PLACES : x->digits) + 1;
 }
 
-/* The newlines in [p, p + n). With SSE2 (every x86-64): 16 bytes a step, counted in byte lanes
- * for up to 255 steps, then summed; the plain loop's compiled code widened each byte to an int
- * and took three times as long. */
-#if defined(__SSE2__)
-#include <emmintrin.h>
-static Py_ssize_t count_newlines(const char *p, Py_ssize_t n) {
-    const __m128i newline = _mm_set1_epi8('\n');
-    Py_ssize_t count = 0;
-    while (n >= 16) {
-        Py_ssize_t steps = n / 16 < 255 ? n / 16 : 255;
-        __m128i lanes = _mm_setzero_si128();
-        for (Py_ssize_t i = 0; i < steps; i++, p += 16) /* a match is -1: subtracting it adds one */
-            lanes = _mm_sub_epi8(lanes, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)p), newline));
-        __m128i sums = _mm_sad_epu8(lanes, _mm_setzero_si128()); /* two sums, in 64-bit halves */
-        count += _mm_cvtsi128_si32(sums) + _mm_extract_epi16(sums, 4);
-        n -= steps * 16;
-    }
-    for (; n > 0; n--)
-        count += *p++ == '\n';
-    return count;
-}
-#else
-static Py_ssize_t count_newlines(const char *p, Py_ssize_t n) {
-    Py_ssize_t count = 0;
-    while (n > 0) {
-        Py_ssize_t block = n < 4096 ? n : 4096;
-        unsigned int in_block = 0;
-        for (Py_ssize_t i = 0; i < block; i++)
-            in_block += p[i] == '\n';
-        count += in_block;
-        p += block;
-        n -= block;
-    }
-    return count;
-}
-#endif
-
-/* The last newline in [p, p + n), or NULL. */
-static const char *last_newline(const char *p, Py_ssize_t n) {
-#if defined(__GLIBC__)
-    return memrchr(p, '\n', (size_t)n);
-#else
-    for (const char *q = p + n; q > p;)
-        if (*--q == '\n')
-            return q;
-    return NULL;
-#endif
-}
-
-/* Whether a line in [p, end) holds more than `max_line` bytes before its newline, found with a
- * step per `max_line` bytes: from a line's start, the next `max_line` + 1 bytes hold a newline
- * unless that line is longer; the last newline among them is where the next look starts. */
-static int has_long_line(const char *p, const char *end, Py_ssize_t max_line) {
-    while (end - p > max_line) {
-        const char *newline = last_newline(p, max_line + 1);
-        if (newline == NULL)
-            return 1;
-        p = newline + 1;
-    }
-    return 0;
+/* The prefix written at *w, which moves past it, if `room` bytes hold it and the `rest` of the
+ * window's bytes after it (what a copy needs: see copy_line); the next line's prefix made. */
+IN_LOOP int prefix_write(Prefix *x, char **w, Py_ssize_t room, Py_ssize_t rest) {
+    Py_ssize_t width = prefix_width(x);
+    if (room < width + rest)
+        return MEASURED_WRONG;
+    memcpy(*w, x->text + DIGITS_END + 1 - width, (size_t)width);
+    *w += width;
+    prefix_next(x);
+    return WRITTEN;
 }
 
 /* The bytes the prefixes of lines `first` to `last` take: the numbers of each count of digits
@@ -147,32 +105,183 @@ static Py_ssize_t prefixes_size(Py_ssize_t first, Py_ssize_t last) {
     return size;
 }
 
-/* The lines after the window are only counted. */
-static Py_ssize_t lines_in(const char *p, const char *end) {
-    return count_newlines(p, end - p) + (p < end && end[-1] != '\n');
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define BLOCK 16
+#define STEP (4 * BLOCK)
+
+static Py_ssize_t lanes_sum(__m128i lanes) {
+    __m128i sums = _mm_sad_epu8(lanes, _mm_setzero_si128()); /* two sums, in 64-bit halves */
+    return _mm_cvtsi128_si32(sums) + _mm_extract_epi16(sums, 4);
 }
 
-/* A window from the first line that takes the whole file: a count of the newlines, and the
- * look for a long line, with no step per line. 0 when the window is not the whole file. */
-static int scan_whole(Scan *s) {
-    Py_ssize_t length = s->end - s->data;
-    Py_ssize_t total = lines_in(s->data, s->end);
-    if (s->offset != 0 || total > s->stop)
-        return 0;
-    s->total = total;
-    if (has_long_line(s->data, s->end, s->max_line)) {
-        s->too_long = 1;
-        return 1;
+/* The newlines in [p, p + n), and in *high whether a byte of it is not ASCII (every x86-64 has
+ * SSE2): 64 bytes a step in four blocks, each counted in its own byte lanes for up to 255 steps,
+ * then summed; the plain loop's compiled code widened each byte to an int and took ten times as
+ * long, one block a step two and a half. */
+static Py_ssize_t count_newlines(const char *p, Py_ssize_t n, int *high) {
+    const __m128i newline = _mm_set1_epi8('\n');
+    __m128i seen = _mm_setzero_si128(); /* every block OR-ed: a top bit set is a byte past ASCII */
+    Py_ssize_t count = 0;
+    while (n >= STEP) {
+        Py_ssize_t steps = n / STEP < 255 ? n / STEP : 255;
+        __m128i a = _mm_setzero_si128(), b = a, c = a, d = a;
+        for (Py_ssize_t i = 0; i < steps; i++, p += STEP) { /* a match is -1: subtracting it adds one */
+            __m128i w = _mm_loadu_si128((const __m128i *)p), x = _mm_loadu_si128((const __m128i *)(p + 16));
+            __m128i y = _mm_loadu_si128((const __m128i *)(p + 32)), z = _mm_loadu_si128((const __m128i *)(p + 48));
+            seen = _mm_or_si128(seen, _mm_or_si128(_mm_or_si128(w, x), _mm_or_si128(y, z)));
+            a = _mm_sub_epi8(a, _mm_cmpeq_epi8(w, newline));
+            b = _mm_sub_epi8(b, _mm_cmpeq_epi8(x, newline));
+            c = _mm_sub_epi8(c, _mm_cmpeq_epi8(y, newline));
+            d = _mm_sub_epi8(d, _mm_cmpeq_epi8(z, newline));
+        }
+        count += lanes_sum(a) + lanes_sum(b) + lanes_sum(c) + lanes_sum(d);
+        n -= steps * STEP;
     }
-    s->count = total;
-    s->first = s->data;
-    s->last = s->end;
-    s->size = length + prefixes_size(1, total);
-    return 1;
+    int top = _mm_movemask_epi8(seen);
+    for (; n > 0; n--, p++) {
+        count += *p == '\n';
+        top |= *p & 0x80;
+    }
+    *high = top != 0;
+    return count;
 }
 
-/* Any other window: a step per line up to its end, then a count of the rest. */
-static void scan_lines(Scan *s) {
+/* A line from `p` up to and including its newline copied to *w (which moves past it), 16 bytes
+ * a step where at least 16 are left before `last`: each step stores all 16 (the room after *w is
+ * never less than what is left before `last`), and what lies past the newline is written over
+ * next. Gives the byte after the line; *newline is its newline, or NULL for a line `last` ends.
+ * *high gets a top bit for a byte past ASCII among those read (some past the line, maybe). */
+IN_LOOP const char *copy_line(const char *p, const char *last, char **w, const char **newline, int *high) {
+    const __m128i newlines = _mm_set1_epi8('\n');
+    char *out = *w;
+    __m128i seen = _mm_setzero_si128();
+    while (last - p >= BLOCK) {
+        __m128i block = _mm_loadu_si128((const __m128i *)p);
+        _mm_storeu_si128((__m128i *)out, block);
+        seen = _mm_or_si128(seen, block);
+        int found = _mm_movemask_epi8(_mm_cmpeq_epi8(block, newlines));
+        if (found) {
+            int past = __builtin_ctz((unsigned int)found) + 1;
+            *high |= _mm_movemask_epi8(seen);
+            *newline = p + past - 1;
+            *w = out + past;
+            return p + past;
+        }
+        p += BLOCK;
+        out += BLOCK;
+    }
+    const char *at = memchr(p, '\n', (size_t)(last - p));
+    const char *next = at ? at + 1 : last;
+    int top = _mm_movemask_epi8(seen);
+    for (const char *q = p; q < next; q++)
+        top |= *q & 0x80;
+    *high |= top;
+    memcpy(out, p, (size_t)(next - p));
+    *w = out + (next - p);
+    *newline = at;
+    return next;
+}
+#else
+static Py_ssize_t count_newlines(const char *p, Py_ssize_t n, int *high) {
+    Py_ssize_t count = 0;
+    int top = 0;
+    while (n > 0) {
+        Py_ssize_t block = n < 4096 ? n : 4096;
+        unsigned int in_block = 0;
+        for (Py_ssize_t i = 0; i < block; i++) {
+            in_block += p[i] == '\n';
+            top |= p[i] & 0x80;
+        }
+        count += in_block;
+        p += block;
+        n -= block;
+    }
+    *high = top != 0;
+    return count;
+}
+
+IN_LOOP const char *copy_line(const char *p, const char *last, char **w, const char **newline, int *high) {
+    const char *at = memchr(p, '\n', (size_t)(last - p));
+    const char *next = at ? at + 1 : last;
+    for (const char *q = p; q < next; q++)
+        *high |= *q & 0x80;
+    memcpy(*w, p, (size_t)(next - p));
+    *w += next - p;
+    *newline = at;
+    return next;
+}
+#endif
+
+/* The lines in [p, end), only counted. */
+static Py_ssize_t lines_in(const char *p, const char *end) {
+    int high;
+    return count_newlines(p, end - p, &high) + (p < end && end[-1] != '\n');
+}
+
+static int starts_with_bom(const char *data, const char *end) {
+    return end - data >= BOM_SIZE && memcmp(data, BOM, BOM_SIZE) == 0;
+}
+
+/* A window of the lines in [data, end) and where it is written. */
+typedef struct {
+    const char *data, *end;
+    Py_ssize_t offset, stop, max_line;
+    Py_ssize_t count, total, size; /* lines in the window, lines in all, bytes written */
+    int high;                      /* a byte past ASCII was met: the window is decoded as UTF-8 */
+} Window;
+
+/* -- a window from the first line: written as its lines are found ---------------------------- */
+
+/* The most bytes the numbered window from the first line can take: a file of n bytes has at
+ * most n lines. */
+static Py_ssize_t room_from_start(const Window *s) {
+    Py_ssize_t length = s->end - s->data;
+    return length + prefixes_size(1, s->stop < length ? s->stop : length);
+}
+
+/* The window written at `out` (room for `room` bytes), its lines measured as they are copied:
+ * WRITTEN, TOO_LONG, or MEASURED_WRONG (a fault of the room: never written past). */
+static int write_from_start(Window *s, char *out, Py_ssize_t room) {
+    /* Locals, not the fields of `s`: a store of a char may change any of those, so the compiled
+     * loop would load them again after every store (and took twice as long). */
+    const char *end = s->end, *line = s->data;
+    const char *p = line + (starts_with_bom(line, end) ? BOM_SIZE : 0), *newline = NULL;
+    const Py_ssize_t stop = s->stop, max_line = s->max_line;
+    Py_ssize_t count = 0;
+    int high = 0;
+    char *w = out, *room_end = out + room;
+    Prefix prefix;
+    prefix_start(&prefix, 1);
+    while (line < end && count < stop) {
+        if (prefix_write(&prefix, &w, room_end - w, end - p) != WRITTEN)
+            return MEASURED_WRONG;
+        count++;
+        p = copy_line(p, end, &w, &newline, &high);
+        if ((newline ? newline : p) - line > max_line) /* a line of a mark holds it: as the reader measures */
+            return TOO_LONG;
+        line = p;
+        if (newline == NULL)
+            break;
+    }
+    if (newline != NULL)
+        w--; /* the window's last newline */
+    s->count = count;
+    s->total = count + lines_in(line, end);
+    s->size = w - out;
+    s->high = high;
+    return WRITTEN;
+}
+
+/* -- any other window: measured first, then written ------------------------------------------- */
+
+typedef struct {
+    const char *first, *last; /* the window's bytes: [first, last) */
+    int too_long;
+} Span;
+
+/* A step per line up to the window's end, then a count of the rest. */
+static void measure(Window *s, Span *span) {
     const char *p = s->data;
     Py_ssize_t index = 0;
     while (p < s->end) {
@@ -184,12 +293,12 @@ static void scan_lines(Scan *s) {
         const char *next = newline ? newline + 1 : s->end;
         if (index >= s->offset) {
             if ((newline ? newline : s->end) - p > s->max_line) {
-                s->too_long = 1;
+                span->too_long = 1;
                 return;
             }
-            if (s->first == NULL)
-                s->first = p;
-            s->last = next;
+            if (span->first == NULL)
+                span->first = p;
+            span->last = next;
             s->count++;
             /* at most a line's bytes and a prefix: no overflow before memory runs out */
             s->size += (next - p) + prefixes_size(index + 1, index + 1);
@@ -198,48 +307,58 @@ static void scan_lines(Scan *s) {
         p = next;
     }
     s->total = index;
-}
-
-static void scan(Scan *s) {
-    if (!scan_whole(s))
-        scan_lines(s);
-    if (s->too_long || s->count == 0)
+    if (s->count == 0)
         return;
-    if (s->offset == 0 && s->end - s->data >= BOM_SIZE && memcmp(s->data, BOM, BOM_SIZE) == 0) {
-        s->first += BOM_SIZE;
-        s->size -= BOM_SIZE;
-    }
-    if (s->last > s->first && s->last[-1] == '\n') {
-        s->last--;
+    if (span->last[-1] == '\n') {
+        span->last--;
         s->size--;
     }
+    count_newlines(span->first, span->last - span->first, &s->high);
 }
 
-/* The window numbered into `out`, which has room for `size` bytes; -1 if it would not fit
- * (a fault of the scan: never written past). */
-static int write_window(const Scan *s, char *out) {
+/* The measured window written at `out`, which has room for its `size` bytes. */
+static int write_span(const Window *s, const Span *span, char *out) {
     char *w = out, *room_end = out + s->size;
-    const char *p = s->first;
+    const char *p = span->first, *newline;
+    int high = 0;
     Prefix prefix;
     prefix_start(&prefix, s->offset + 1);
     for (;;) {
-        Py_ssize_t width = prefix_width(&prefix);
-        if (room_end - w < width)
-            return -1;
-        memcpy(w, prefix.text + DIGITS_END + 1 - width, (size_t)width);
-        w += width;
-        prefix_next(&prefix);
-        const char *newline = memchr(p, '\n', (size_t)(s->last - p));
-        const char *next = newline ? newline + 1 : s->last;
-        if (room_end - w < next - p)
-            return -1;
-        memcpy(w, p, (size_t)(next - p));
-        w += next - p;
-        p = next;
+        if (prefix_write(&prefix, &w, room_end - w, span->last - p) != WRITTEN)
+            return MEASURED_WRONG;
+        p = copy_line(p, span->last, &w, &newline, &high);
         if (newline == NULL)
             break;
     }
-    return w == room_end ? 0 : -1;
+    return w == room_end ? WRITTEN : MEASURED_WRONG;
+}
+
+/* -- the module ------------------------------------------------------------------------------- */
+
+/* A str of `size` bytes to write into (its bytes must be ASCII by the time anyone sees it). */
+static PyObject *room_for(Py_ssize_t size, char **out) {
+    PyObject *text = PyUnicode_New(size, 127);
+    if (text != NULL)
+        *out = (char *)PyUnicode_1BYTE_DATA(text);
+    return text;
+}
+
+/* What was written into `text` (of `room` bytes), as the window's object: the str cut to its
+ * size, or bytes of a window with a byte past ASCII. */
+static PyObject *as_made(PyObject *text, const char *out, const Window *s, Py_ssize_t room) {
+    if (s->high) {
+        PyObject *bytes = PyBytes_FromStringAndSize(out, s->size);
+        Py_DECREF(text);
+        return bytes;
+    }
+    if (s->size != room && PyUnicode_Resize(&text, s->size) < 0)
+        return NULL; /* PyUnicode_Resize let it go */
+    return text;
+}
+
+/* The window written at `out`: from the first line, or the measured `span`. */
+static int write_window(Window *s, const Span *span, char *out, Py_ssize_t room) {
+    return span == NULL ? write_from_start(s, out, room) : write_span(s, span, out);
 }
 
 static PyObject *number(PyObject *module, PyObject *args) {
@@ -251,7 +370,7 @@ static PyObject *number(PyObject *module, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "offset must be >= 0, limit >= 1 and max_line >= 0");
         return NULL;
     }
-    Scan s = {0};
+    Window s = {0};
     s.data = PyBytes_AS_STRING(bytes); /* bytes do not change: safe to read without the GIL */
     s.end = s.data + PyBytes_GET_SIZE(bytes);
     s.offset = offset;
@@ -259,34 +378,47 @@ static PyObject *number(PyObject *module, PyObject *args) {
     s.max_line = max_line;
     int quiet = PyBytes_GET_SIZE(bytes) > WITHOUT_THE_GIL_ABOVE;
 
-    if (quiet) {
-        Py_BEGIN_ALLOW_THREADS
-        scan(&s);
-        Py_END_ALLOW_THREADS
+    Span span = {0};
+    Py_ssize_t room;
+    if (offset == 0) {
+        room = room_from_start(&s);
     } else {
-        scan(&s);
-    }
-    if (s.too_long)
-        Py_RETURN_NONE;
-    PyObject *numbered = PyBytes_FromStringAndSize(NULL, s.count ? s.size : 0);
-    if (numbered == NULL)
-        return NULL;
-    int written = 0;
-    if (s.count) {
-        char *out = PyBytes_AS_STRING(numbered); /* nobody else holds it yet */
         if (quiet) {
             Py_BEGIN_ALLOW_THREADS
-            written = write_window(&s, out);
+            measure(&s, &span);
             Py_END_ALLOW_THREADS
         } else {
-            written = write_window(&s, out);
+            measure(&s, &span);
+        }
+        if (span.too_long)
+            Py_RETURN_NONE;
+        room = s.count ? s.size : 0;
+    }
+    char *out = NULL;
+    PyObject *text = room_for(room, &out); /* nobody else holds it yet */
+    if (text == NULL)
+        return NULL;
+    int written = WRITTEN;
+    if (offset == 0 || s.count) {
+        const Span *measured = offset == 0 ? NULL : &span;
+        if (quiet) {
+            Py_BEGIN_ALLOW_THREADS
+            written = write_window(&s, measured, out, room);
+            Py_END_ALLOW_THREADS
+        } else {
+            written = write_window(&s, measured, out, room);
         }
     }
-    if (written != 0) {
-        Py_DECREF(numbered);
+    if (written != WRITTEN) {
+        Py_DECREF(text);
+        if (written == TOO_LONG)
+            Py_RETURN_NONE;
         PyErr_SetString(PyExc_SystemError, "read_file's numbering measured the window wrong");
         return NULL;
     }
+    PyObject *numbered = as_made(text, out, &s, room);
+    if (numbered == NULL)
+        return NULL;
     return Py_BuildValue("(Nnn)", numbered, s.count, s.total);
 }
 

@@ -187,11 +187,13 @@ def _numbered_text_in_c(data: bytes, shown: str, offset: int, limit: int) -> str
     if made is None:
         return None
     numbered, count, total = made
-    try:
-        # One decode of the window, not of the file: a line outside it is not read, as there.
-        return _with_note(numbered.decode("utf-8"), count, shown, offset, total)
-    except UnicodeDecodeError:
-        return None
+    if not isinstance(numbered, str):  # a window of ASCII comes as a str already
+        try:
+            # One decode of the window, not of the file: a line outside it is not read, as there.
+            numbered = numbered.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return _with_note(numbered, count, shown, offset, total)
 
 
 def _numbered_text_in_python(data: bytes, shown: str, offset: int, limit: int) -> str | None:
