@@ -8,6 +8,7 @@ files that do not exist yet.
 
 from __future__ import annotations
 
+import collections.abc
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -41,19 +42,44 @@ def outside_workspace(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
     return False
 
 
-def rule_forms(paths: Mapping[str, str], root: str) -> dict[str, tuple[str, ...]]:
+def rule_forms(paths: Mapping[str, str], root: str) -> Mapping[str, tuple[str, ...]]:
     """What a rule's pattern on each path argument is matched against: where the path leads
     (`paths`: its `real_paths`), relative to the workspace when it lies inside it (`root`: the
     workspace's real path), as `display_path` writes it, its real path, and under the home
-    folder `~/...` too (so `read-file(path=~/.ssh/*)` names what it says)."""
-    forms = {}
+    folder `~/...` too (so `read-file(path=~/.ssh/*)` names what it says). Worked out for a key
+    when a rule first asks for it: most calls meet no rule on their paths."""
+    return _RuleForms(paths, root)
+
+
+class _RuleForms(collections.abc.Mapping):
+    def __init__(self, paths: Mapping[str, str], root: str) -> None:
+        self._paths, self._root, self._made = paths, root, {}
+
+    def __getitem__(self, key: str) -> tuple[str, ...]:
+        made = self._made.get(key)
+        if made is None:
+            made = self._made[key] = _forms(self._paths[key], self._root)
+        return made
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._paths
+
+    def __iter__(self):
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+def _forms(path: str, root: str) -> tuple[str, ...]:
+    inside = _relative(path, root)
     home = _real_home()
-    for key, path in paths.items():
-        inside = _relative(path, root)
-        at_home = _relative(path, home) if home else None
-        found = (path,) if inside is None else (inside, path)
-        forms[key] = found if at_home is None else (*found, "~" if at_home == "." else f"~/{at_home}")
-    return forms
+    at_home = _relative(path, home) if home else None
+    found = (path,) if inside is None else (inside, path)
+    return found if at_home is None else (*found, "~" if at_home == "." else f"~/{at_home}")
 
 
 _homes: dict[str | None, str] = {}
