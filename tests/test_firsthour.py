@@ -77,6 +77,20 @@ def test_a_limit_that_ends_a_script_is_the_last_marked_line_and_fails_the_cell(k
     assert "never" not in run.stdout
 
 
+@pytest.mark.parametrize("script, where", [('tools --help; echo "unclosed', "line 1"),
+                                           ("if then fi", "column 4")])
+def test_a_script_with_a_syntax_error_says_so_and_runs_none_of_it(session, script, where):
+    """Not "ended by a sandbox limit ... raise it in the [shell] table": nothing to raise."""
+    s, _ = session
+    sink = RecordingSink()
+    result = s.run_script(script, sink)
+    said = sink.stderr_text + result.stderr
+    assert result.exit_code != 0
+    assert said.splitlines()[-1].startswith("toolkernel: the script has a syntax error, so none of it ran:")
+    assert where in said and "sandbox limit" not in said and "[shell]" not in said
+    assert sink.stdout_text + result.stdout == ""
+
+
 def test_the_call_limit_comes_from_the_shell_table(session):
     s, project = session
     write_config(project, "[shell]\ncall_limit = 3\n")

@@ -424,10 +424,17 @@ class _CapWatch:
             await asyncio.sleep(wait)
 
 
+def syntax_notice(error: str) -> str:
+    """The last line of a script Bashkit could not parse: where, and that none of it ran."""
+    return f"toolkernel: the script has a syntax error, so none of it ran: {error}\n"
+
+
 def _ended(result, watch: _CapWatch) -> ShellResult:
     """The run's result; a limit or a hard cap met on the way makes it fail, and its last
     line says which (Bashkit reports its own limits in `error`, not through on_output)."""
     error = str(result.error or "")
+    if error.startswith("parse error"):  # Bashkit parses the whole script before it runs any of it
+        return ShellResult(result.exit_code or 2, "", syntax_notice(error))
     # A limit the [shell] table sets says where to raise it; Bashkit's other budgets are hard caps.
     raisable = any(word in error for word in _RAISABLE)
     cap = cap_line(builtin=watch.cut_builtin, stdout_cut=bool(result.stdout_truncated),
