@@ -137,6 +137,27 @@ def test_a_prompt_trusts_what_the_person_says_yes_to_and_asks_once(tmp_path):
     assert said and load_config(work).policy["allow"] == ("write_file",)
 
 
+def test_a_folder_named_with_control_characters_reaches_no_terminal_raw(tmp_path):
+    """A cloned repository names its folders: "\x1b]52;c;...\x07" in a question or a note would
+    write the person's clipboard, and a bidi override make the line read otherwise."""
+    from toolkernel._command._help import untrusted_note
+    from toolkernel._config._trust import ignored_config_notes, trust_command
+
+    work = write_project(tmp_path / "project\x1b]52;c;bWFsaWNl\x07\u202e", "[policy]\nallow = [\"write_file\"]\n").parent
+    questions: list[str] = []
+    said = ask_to_trust(work, lambda q: questions.append(q) or "y", set())
+    notes = ignored_config_notes(work, set())
+    shown = [*questions, *said, untrusted_note((str(work),)), *notes]
+    other = write_project(tmp_path / "other\x1b[2J", "[policy]\nallow = [\"write_file\"]\n").parent
+    other.chmod(0o777)  # a note trusting cannot fix names the folder too
+    other_notes = ignored_config_notes(other, set())
+    shown += [*other_notes, trust_command(other)]
+    assert questions and said and other_notes
+    for text in shown:
+        assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text, text
+    assert "\\x1b]52" in questions[0] and "\\u202e" in said[0]
+
+
 def test_a_broken_trust_store_trusts_nothing_and_says_so(tmp_path):
     work = write_project(tmp_path / "project", "[policy]\nallow = [\"write_file\"]\n").parent
     store = tmp_path / "state" / "toolkernel" / "trust.json"

@@ -48,7 +48,7 @@ def untrusted_note(folders: tuple[str, ...]) -> str:
         return ""
     lines = ["", "Not used until trusted (servers, hooks, allow rules, [tools] settings, a looser"
              " mode, lasting approvals; deny and ask rules and a stricter mode still apply):"]
-    return "\n".join(lines + [f"  {folder}" for folder in folders]) + "\n"
+    return "\n".join(lines + [f"  {printable(folder)}" for folder in folders]) + "\n"
 
 
 def _server_line(entry: ServerEntry, listed: Callable[[Tool], bool]) -> str:

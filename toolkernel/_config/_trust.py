@@ -29,7 +29,7 @@ from typing import Callable, Mapping
 
 from .._atomic import write_atomic
 from .._checked_open import read_regular
-from .._errors import ConfigError
+from .._errors import ConfigError, printable
 
 TRUST_ALL_VARIABLE = "TOOLKERNEL_TRUST_ALL"
 # What a folder's trust covers, relative to the folder.
@@ -171,12 +171,15 @@ def trust_command(folder: Path, store: TrustStore | None = None) -> str:
         raise ConfigError(str(folder), None, "is not a folder")
     recorded = (store or TrustStore()).trust(folder)
     if not recorded:
-        return f"{folder} has no toolkernel config to trust"
-    return f"trusted the config of {folder} as it is now: {', '.join(sorted(recorded))}"
+        return f"{printable(str(folder))} has no toolkernel config to trust"
+    return f"trusted the config of {printable(str(folder))} as it is now: {printable(', '.join(sorted(recorded)))}"
 
 
 def how_to_trust(folder: Path | str) -> str:
-    return f"`toolkernel trust {folder}` or `%tools trust {folder}` after reading it"
+    # A folder's name is a cloned repository's choosing: written out, a terminal would act on
+    # its control characters (see `printable`).
+    shown = printable(str(folder))
+    return f"`toolkernel trust {shown}` or `%tools trust {shown}` after reading it"
 
 
 def trust_line(workdir: Path, args: list[str]) -> str:
@@ -195,7 +198,7 @@ def ignored_config_notes(workdir: Path, noted: set[str]) -> list[str]:
     notes = [note for note in config.untrusted if note not in noted
              and not any(note.startswith(f"{folder}: ") for folder in config.to_trust)]
     noted.update(notes)
-    return [f"toolkernel: config not used: {note}" for note in notes]
+    return [f"toolkernel: config not used: {printable(note)}" for note in notes]
 
 
 def ask_to_trust(workdir: Path, ask: Callable[[str], str], declined: set[str],
@@ -210,8 +213,8 @@ def ask_to_trust(workdir: Path, ask: Callable[[str], str], declined: set[str],
         if folder in declined:
             continue
         declined.add(folder)
-        names = ", ".join(sorted(fingerprints(Path(folder))))
-        question = (f"toolkernel: {folder} has config that is not trusted ({names}); its servers, hooks,"
+        names = printable(", ".join(sorted(fingerprints(Path(folder)))))
+        question = (f"toolkernel: {printable(folder)} has config that is not trusted ({names}); its servers, hooks,"
                     " allow rules and lasting approvals are not used. Trust it as it is now? [y/N] ")
         if ask(question).strip().lower() in ("y", "yes"):
             said.append(trust_command(Path(folder), store))
