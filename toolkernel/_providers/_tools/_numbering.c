@@ -258,7 +258,7 @@ static int write_from_start(Window *s, char *out, Py_ssize_t room) {
             return MEASURED_WRONG;
         count++;
         p = copy_line(p, end, &w, &newline, &high);
-        if ((newline ? newline : p) - line > max_line) /* a line of a mark holds it: as the reader measures */
+        if ((newline ? newline : p) - line > max_line) /* the first line counts a byte order mark, as the reader does */
             return TOO_LONG;
         line = p;
         if (newline == NULL)
