@@ -73,12 +73,16 @@ def test_one_call_resolves_its_path_once(session, monkeypatch):
     resolved = []
 
     def counting(resolve):
-        def counted(path, *args, **kwargs):
-            resolved.append(os.fspath(path))
-            return resolve(path, *args, **kwargs)
+        def counted(*args, **kwargs):
+            found = resolve(*args, **kwargs)
+            if found is not None:  # a look that did not answer hands the path on to the next way
+                resolved.append(os.path.join(*map(os.fspath, args)))
+            return found
         return counted
 
-    # Both ways a path is resolved: the kernel's (one open in /proc) and realpath.
+    # The three ways a path is resolved: a plain name's one look (a link is not taken there),
+    # the kernel's (one open in /proc) and realpath.
+    monkeypatch.setattr(_paths, "_plain_name", counting(_paths._plain_name))
     monkeypatch.setattr(_paths, "_kernel_real", counting(_paths._kernel_real))
     monkeypatch.setattr(os.path, "realpath", counting(os.path.realpath))
     # Built at run time: the advisory check before the start (which resolves literal calls
@@ -89,6 +93,15 @@ def test_one_call_resolves_its_path_once(session, monkeypatch):
     # Before the script, the walk for links to mount read-only (_runners/_links.py) looks
     # where link.txt leads; then each call resolves its path once.
     assert called == [str(session.workdir / name) for name in ("link.txt", "inside.txt", "link.txt")]
+
+
+def test_a_plain_name_that_is_a_link_out_is_judged_where_it_leads(session, tmp_path):
+    """A plain name takes one look in the workspace (`_paths._plain_name`); a link there is
+    resolved by the kernel, so a link to a file outside is a call outside the workspace."""
+    (session.workdir / "out.txt").symlink_to(tmp_path / "secret.txt")
+    result, err = run(session, "p=out.txt; tools read-file path=$p")  # built at run time: no check before the start
+    assert result.exit_code != 0
+    assert "secret" not in result.stdout and "outside the workspace" in err
 
 
 def test_the_searches_look_where_the_checks_looked(session, tmp_path):

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from toolkernel._providers._tools import outside_workspace
-from toolkernel._providers._tools._paths import display_path, resolve_real
+from toolkernel._providers._tools._paths import display_path, real_name, resolve_real
 from toolkernel._providers._tools.files import read_file
 from toolkernel._providers._tools.search import grep_search
 from toolkernel._providers._tools.web import web_fetch
@@ -73,7 +73,25 @@ def test_a_path_resolves_as_realpath_resolves_it(tmp_path, value):
     (work / "dangling").symlink_to(tmp_path / "nowhere")
     (work / "loop").symlink_to(work / "loop")
     (work / "missing_link_dir").symlink_to(other / "gone")
-    assert resolve_real(value, work) == Path(os.path.realpath(os.path.join(work, os.path.expanduser(value))))
+    expected = Path(os.path.realpath(os.path.join(work, os.path.expanduser(value))))
+    assert resolve_real(value, work) == expected
+    # With the workspace's real path at hand (as the dispatcher has it), a plain name takes one
+    # look (`_plain_name`), a link among them not: the same answer either way.
+    found = real_name(value, work, os.path.realpath(work))
+    assert Path(found) == expected
+    if "/" not in value and expected.exists():  # the file judged, for the checked open (`Resolved.identity`)
+        status = os.stat(expected)
+        assert found.identity == (status.st_dev, status.st_ino)
+
+
+def test_a_plain_name_is_joined_to_the_real_root_not_to_the_workdir_as_written(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "a.txt").write_text("x\n")
+    (tmp_path / "alias").symlink_to(real)
+    assert real_name("a.txt", tmp_path / "alias", str(real)) == str(real / "a.txt")
+    assert real_name("a b\u202e.txt", tmp_path / "alias", str(real)) == str(real / "a b\u202e.txt")  # not there yet
+    assert real_name("a.txt", Path("/"), "/") == "/a.txt"
 
 
 def test_a_swapped_symlink_is_seen_on_the_next_resolution(tmp_path):

@@ -149,12 +149,12 @@ class Dispatcher:
         if tool.server_paths is not None:
             local, arguments, server = _server_paths(tool, arguments, self.env.state)
         workdir = self.env.workdir
-        paths = real_paths(local, arguments, workdir) if local.path_keys else {}
+        guarded = self.env.protection() if local.path_keys else None
+        paths = real_paths(local, arguments, workdir, guarded and str(guarded.workdir)) if local.path_keys else {}
         if not paths:  # most calls name no path: none of the path checks below
             return CallInfo(tool.qualified_name, tool.command, arguments, tool.kind,
                             schema_keys=_schema_keys(tool),
                             shown=functools.partial(_shown, tool, arguments, server, functools.partial(self._context, tool)))
-        guarded = self.env.protection()
         root = guarded.workdir if guarded else real_path(workdir)
         return CallInfo(
             qualified_name=tool.qualified_name,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections.abc
 import os
+import stat
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -17,14 +18,16 @@ from ..._checked_open import Resolved
 from ..._tool import Tool
 
 
-def real_paths(tool: Tool, arguments: Mapping[str, Any], workdir: Path) -> dict[str, str]:
+def real_paths(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
+               root: str | None = None) -> dict[str, str]:
     """Where each path argument of `tool` leads, by key, as real path strings. Resolved once per
-    call: the checks judge these paths, and the tool is handed the same ones (`ToolContext.real`)."""
+    call: the checks judge these paths, and the tool is handed the same ones (`ToolContext.real`).
+    `root`: the real path of `workdir`, when the caller has it (see `real_name`)."""
     paths = {}
     for key in tool.path_keys:  # a loop, not a comprehension: one frame less on every call
         value = arguments.get(key)
         if isinstance(value, str) and value:
-            paths[key] = real_name(value, workdir)
+            paths[key] = real_name(value, workdir, root)
     return paths
 
 
@@ -101,9 +104,14 @@ def resolve_real(value: str, workdir: Path) -> Path:
     return Path(real_name(value, workdir))
 
 
-def real_name(value: str, workdir: Path | str) -> str:
+def real_name(value: str, workdir: Path | str, root: str | None = None) -> str:
     """`resolve_real` as a string. On strings: this runs for every path of every call, and a
-    Path made (and named again) costs more than the system calls do."""
+    Path made (and named again) costs more than the system calls do. With `root`, the real
+    path of `workdir`, a plain name in it (`data.csv`) is looked up with one system call."""
+    if root is not None and "/" not in value and value not in (".", "..") and not value.startswith("~"):
+        found = _plain_name(root, value)
+        if found is not None:
+            return found
     if value.startswith("~"):
         value = os.path.expanduser(value)  # `~nobody` (no such user) stays relative, as it was
     if value.startswith("/"):  # an absolute `value` replaces `workdir`
@@ -112,6 +120,29 @@ def real_name(value: str, workdir: Path | str) -> str:
         root = os.fspath(workdir)
         joined = f"{root}{value}" if root.endswith("/") else f"{root}/{value}"
     return _kernel_real(joined) or os.path.realpath(joined)
+
+
+def _plain_name(root: str, name: str) -> str | None:
+    """`name`, one name and no link, in the real folder `root`: the real path is the two joined,
+    with the identity of what it names (`Resolved`); None for a link or a name not there,
+    which `_kernel_real` and realpath decide as for any other path.
+
+    One lstat, where the kernel's answer costs four system calls (its readlink in /proc the
+    dearest). Sound because nothing lies between `root` and `name` that could be a link: the
+    folders above `root` lie outside every workspace a script can write, and a link put in
+    place of `name` after this look is never followed (`_checked_open` opens without
+    following one, and a file other than the one seen here is checked by name again).
+    """
+    path = f"{root}{name}" if root.endswith("/") else f"{root}/{name}"
+    try:
+        status = os.lstat(path)
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISLNK(status.st_mode):
+        return None
+    resolved = Resolved(path)
+    resolved.identity = (status.st_dev, status.st_ino)
+    return resolved
 
 
 _O_PATH = getattr(os, "O_PATH", None)  # Linux
