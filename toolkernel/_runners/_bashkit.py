@@ -188,8 +188,12 @@ class _Relay:
     LARGE = 1 << 18
     FLUSH_EVERY = 0.05  # seconds: the longest the cell waits for a loop's printed lines
     # What a tool itself exits with is kept: `_tools_rest` with nothing left exits LATER too.
-    FUNCTION = ("tools() { _tools_now \"$@\" || { local _tools_status=$?; if [ \"$_tools_status\" = %d ];"
-                " then _tools_rest; else return \"$_tools_status\"; fi; }; }" % LATER)
+    # The rare branch is a function of its own (`$?` in it is `_tools_now`'s status): Bashkit
+    # pays for a function's whole body on each call, taken or not, and `tools` in a loop is
+    # called thousands of times (5-7 us a call less, bashkit 0.20.1).
+    FUNCTION = ("tools() { _tools_now \"$@\" || _tools_after; };"
+                " _tools_after() { local _tools_status=$?; if [ \"$_tools_status\" = %d ];"
+                " then _tools_rest; else return \"$_tools_status\"; fi; }" % LATER)
 
     def __init__(self, builtin: _Builtin, live: _LiveTools) -> None:
         self.builtin, self.live = builtin, live
