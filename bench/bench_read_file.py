@@ -126,6 +126,24 @@ the way that meets 5x keeps the script's whole stdout and peaks at ~8x.
   4.3x, 4.2x, 4.3x, 4.6x (script 40-46 us); 2,000 lines 4.2x, 4.5x, 4.6x, 5.0x, 4.2x, 4.4x, 3.7x,
   3.5x (script 70-77 us); with one of the two CPUs kept busy: 5.0x, 3.1x, 3.7x and 4.4x, 3.6x,
   4.7x. Met at the median in every run; 2,000 lines keeps the least room.
+
+2026-12-03/04 (an AMD EPYC Firecracker VM, about 3x slower in Python than the machine above):
+- a plain name in the workspace (`data.txt`) is resolved with one lstat against the real root
+  the protection plan holds (`_paths._plain_name`; a link falls back to the kernel's answer):
+  lstat, open, fstat, read, close where there were eight system calls;
+- the relay's rare branch is a function of its own (`_tools_after`): Bashkit costs a function
+  more the longer its body, taken or not (`tools` in a loop 19.2 -> 16.4 us over an empty loop,
+  bare Bashkit).
+  Where a call goes at 200 lines, the machine quiet (`read_text` 20 us): the call's Python
+  (`handle_sync`) 47 us on a thread of Python's own and 79 us on Bashkit's, Bashkit with a cached
+  result 23 us. The gap is not the thread (pure Python runs as fast there), nor malloc's arenas
+  (MALLOC_ARENA_MAX=1 changed nothing), nor waiting (thread CPU time equals wall time): it grows
+  with the code and data the call touches between the interpreter's work (4 MB of data touched
+  between calls on the Python thread: +15 us). No single part stands out; a frozen `CallInfo`
+  is the dearest at 2.2 us (1.3 of it the freezing).
+  Figures, median of 5 interleaved rounds, four runs at load 0.1-0.2: 200 lines 5.3x, 5.1x,
+  5.1x, 5.0x (script 105-108 us); 2,000 lines 4.9x, 4.8x, 4.8x, 5.0x (166-175 us). At a busier
+  hour the same code gave 4.0-6.9x at 200 lines. At the edge at 200 lines: missed.
 """
 
 from __future__ import annotations
