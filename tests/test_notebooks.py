@@ -57,22 +57,28 @@ def comparable(nb: nbformat.NotebookNode) -> list:
 
 
 def _joined_streams(outputs: list) -> list:
-    """Adjacent stream outputs of one name as one, as a notebook shows them: where the
-    kernel's stdout buffer happens to flush differs between runs."""
+    """Adjacent stream outputs as one entry per stream name, as a notebook shows them: where
+    the kernel's stdout buffer happens to flush differs between runs, and so does the order of
+    stdout against stderr. A script's two streams reach the cell through two pipes read apart
+    (Bashkit's, as a real program's), so each keeps its own order and only that is compared."""
     joined: list = []
     for out in map(copy.deepcopy, outputs):
         last = joined[-1] if joined else None
-        if last and out.output_type == last.output_type == "stream" and out.name == last.name:
-            last.text += out.text
-        else:
+        if out.output_type != "stream":
             joined.append(out)
+        elif last is not None and last.get("output_type") == "streams":
+            last["text"][out.name] = last["text"].get(out.name, "") + out.text
+        else:
+            joined.append({"output_type": "streams", "text": {out.name: out.text}})
     return joined
 
 
 def _output(out: dict) -> dict:
     out.pop("metadata", None)
     out.pop("execution_count", None)
-    if "text" in out:
+    if out.get("output_type") == "streams":
+        out["text"] = {name: _stable(text) for name, text in out["text"].items()}
+    elif "text" in out:
         out["text"] = _stable(out["text"])
     for mime, value in out.get("data", {}).items():
         out["data"][mime] = "<volatile>" if mime in VOLATILE_MIME else _stable(value) if isinstance(value, str) else value
