@@ -480,6 +480,8 @@ NESTED_GIT = {
     "move-the-repository-then-write": "mv repos r2; printf '#!/bin/sh\\ntouch pwned\\n' > r2/app/.git/hooks/pre-commit",
     "move-the-repository-folder-then-write": "mv repos/app repos/app2; echo x >> repos/app2/.git/config",
     "write-the-hooks-folder-its-config-names": "printf '#!/bin/sh\\ntouch pwned\\n' > repos/app/.husky/pre-commit",
+    "write-the-hooks-folder-a-submodules-config-names":
+        "mkdir -p repos/lib/githooks; printf '#!/bin/sh\\ntouch pwned\\n' > repos/lib/githooks/pre-commit",
 }
 
 
@@ -492,9 +494,12 @@ def test_an_inner_repositorys_git_folder_cannot_be_written(project, name):
     (app / ".git" / "config").write_text('[core]\n\thooksPath = .husky\n')
     (work / "repos" / "lib").mkdir()
     (work / "repos" / "lib" / ".git").write_text("gitdir: ../../.git/modules/lib\n")
+    (work / ".git" / "modules" / "lib").mkdir(parents=True)
+    (work / ".git" / "modules" / "lib" / "config").write_text("[core]\n\thooksPath = githooks\n")
     result, err = run(session(), NESTED_GIT[name] + "; echo notes > repos/app/notes.txt")
     assert (app / ".git" / "config").read_text() == '[core]\n\thooksPath = .husky\n', f"{name}: {err}"
     assert not (app / ".git" / "hooks" / "pre-commit").exists() and not (app / ".husky" / "pre-commit").exists()
+    assert not (work / "repos" / "lib" / "githooks" / "pre-commit").exists(), f"{name}: {err}"
     assert (work / "repos" / "lib" / ".git").read_text() == "gitdir: ../../.git/modules/lib\n"
     assert (app / "notes.txt").read_text() == "notes\n", err  # the repository's own files stay writable
 
@@ -506,6 +511,27 @@ def test_tool_calls_ask_before_writing_an_inner_repositorys_git_folder(project):
     result, err = run(session(), "tools write-file path=repos/app/.git/config content=x")
     assert result.report["tools"]["stopped"]["reason"] == "needs_approval", err
     assert run(session(), "tools write-file path=repos/app/notes.txt content=x")[0].exit_code == 0
+
+
+def test_tool_calls_ask_before_writing_the_hooks_folder_an_inner_repository_names(project):
+    # husky's `.husky` of a cloned repository, and a submodule's (its config lies in the gitdir
+    # its `.git` file names): git runs those hooks on the next commit there, on the host.
+    work, record, session = project
+    retrust(work, record, mode="bypass-permissions")
+    app = work / "repos" / "app"
+    (app / ".git").mkdir(parents=True)
+    (app / ".git" / "config").write_text('[core]\n\thooksPath = .husky\n')
+    lib = work / "repos" / "lib"
+    lib.mkdir()
+    (lib / ".git").write_text("gitdir: ../../modules/lib\n")
+    (work / "modules" / "lib").mkdir(parents=True)
+    (work / "modules" / "lib" / "config").write_text("[core]\n\thooksPath = githooks\n")
+    for path in ("repos/app/.husky/pre-commit", "repos/lib/githooks/pre-commit"):
+        result, err = run(session(), f"tools write-file path={path} content=x")
+        assert result.report["tools"]["stopped"]["reason"] == "needs_approval", (path, err)
+        assert not (work / path).exists()
+    assert run(session(), "tools write-file path=repos/app/notes.txt content=x")[0].exit_code == 0
+    assert run(session(), "tools write-file path=repos/lib/notes.txt content=x")[0].exit_code == 0
 
 
 def test_a_link_inside_an_inner_repositorys_git_folder_opens_no_part_of_it(project):

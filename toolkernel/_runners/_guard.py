@@ -91,7 +91,7 @@ class Protection:
         anywhere too (an inner repository's: git runs what it says there)."""
         if os.path.basename(path) in CONFIG_FILES or _GIT in os.fspath(path).split(os.sep):
             return True
-        return any(is_inside(path, p) for p in self.protected)
+        return any(is_inside(path, p) for p in self.protected) or _in_inner_hooks(os.fspath(path), self.workdir)
 
 
 def protection(workdir: Path, config: Any = None, environ: Mapping[str, str] | None = None,
@@ -131,16 +131,55 @@ _HOOKS_PATH = re.compile(r"^\s*hookspath\s*=\s*(.+?)\s*$", re.IGNORECASE | re.MU
 
 
 def _git_hooks_path(root: Path, looked_at: list[str]) -> list[Path]:
-    """The folder `core.hooksPath` in `.git/config` names (husky's `.husky`): git runs the hooks
-    there on the next commit, so in the working tree it is as protected as `.git/hooks`.
+    """The folder `core.hooksPath` in the repository's config names (husky's `.husky`): git runs
+    the hooks there on the next commit, so in the working tree it is as protected as `.git/hooks`.
     Read leniently (any `hooksPath =` line): naming one folder too many costs nothing."""
-    config = root / ".git" / "config"
+    config = _git_config(root, looked_at)
     looked_at.append(str(config))
     try:
         text = config.read_text(errors="replace")[:1_000_000]
     except OSError:
         return []
     return [root / Path(value.strip('"')).expanduser() for value in _HOOKS_PATH.findall(text)]
+
+
+_GITDIR = re.compile(r"^gitdir:\s*(.+?)\s*$", re.MULTILINE)
+
+
+def _git_config(worktree: Path, looked_at: list[str]) -> Path:
+    """The config file of the repository whose work tree is `worktree`: in its `.git` folder, or
+    where a `.git` file points (a submodule's `gitdir: ../.git/modules/x`; a linked worktree's
+    gitdir, whose `commondir` holds the config)."""
+    git = worktree / ".git"
+    looked_at.append(str(git))
+    if not git.is_file():
+        return git / "config"
+    try:
+        found = _GITDIR.search(git.read_text(errors="replace")[:4096])
+    except OSError:
+        return git / "config"
+    gitdir = worktree / Path(found.group(1)).expanduser() if found else git
+    looked_at.append(str(gitdir / "commondir"))
+    try:
+        common = (gitdir / "commondir").read_text(errors="replace")[:4096].strip()
+    except OSError:
+        common = ""
+    return (gitdir / common if common else gitdir) / "config"
+
+
+def _in_inner_hooks(path: str, root: Path) -> bool:
+    """Whether `path` (a real path) lies in the hooks folder that the config of a repository
+    holding it names, below the workspace's top (whose own is protected already). Looked up
+    for each call that may write: the repositories a clone brings change between calls."""
+    top = str(root)
+    folder = os.path.dirname(path)
+    while folder != top and is_inside(folder, top):
+        if os.path.lexists(os.path.join(folder, _GIT)):
+            hooks = _git_hooks_path(Path(folder), [])
+            if any(is_inside(path, real_path(found)) for found in hooks):
+                return True
+        folder = os.path.dirname(folder)
+    return False
 
 
 def _inner_projects(root: Path, environ: Mapping[str, str], looked_at: list[str]) -> list[Path]:
