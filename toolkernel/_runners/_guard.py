@@ -22,7 +22,7 @@ built to refuse those writes up front (prevention, not undo):
 Protected are: `toolkernel.toml` and `.mcp.json` (by name, anywhere, for tool
 calls; in the sandbox, at the top of the workspace),
 `.toolkernel/`, `.git/` (its config and hooks run on the host the next time git
-does) and the folder its `core.hooksPath` names, the user config folder, the admin
+does) and what its hooks run in the work tree (`_git.py`), the user config folder, the admin
 file and the trust records when they lie in the workspace, in a workspace that is the home folder every dot entry at its
 top (shell, IPython, ssh and git config), and every workspace file a configured
 server, hook or command tool executes (named in its `command` or `args`, or a place its PATH
@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import re
 import shlex
 import site
 import sys
@@ -58,10 +57,10 @@ from .._errors import ConfigError
 from .._tool import Tool
 from .._providers._tools._paths import is_inside, real_path, real_paths
 from .._config._trust import store_path
+from ._git import GIT, hook_places, in_inner_hooks
 
 STATE_DIR = ".toolkernel"
 CONFIG_FILES = ("toolkernel.toml", ".mcp.json")
-_GIT = ".git"
 
 
 class Unprotectable(ConfigError):
@@ -89,9 +88,9 @@ class Protection:
     def covers(self, path: str | Path) -> bool:
         """Whether writing `path` (a real path) would change something protected: a `.git`
         anywhere too (an inner repository's: git runs what it says there)."""
-        if os.path.basename(path) in CONFIG_FILES or _GIT in os.fspath(path).split(os.sep):
+        if os.path.basename(path) in CONFIG_FILES or GIT in os.fspath(path).split(os.sep):
             return True
-        return any(is_inside(path, p) for p in self.protected) or _in_inner_hooks(os.fspath(path), self.workdir)
+        return any(is_inside(path, p) for p in self.protected) or in_inner_hooks(os.fspath(path), self.workdir)
 
 
 def protection(workdir: Path, config: Any = None, environ: Mapping[str, str] | None = None,
@@ -105,7 +104,7 @@ def protection(workdir: Path, config: Any = None, environ: Mapping[str, str] | N
     paths += [_user_config_dir(environ), store_path(environ).parent, _admin_file(environ)]
     paths += _home_dotfiles(root, environ, looked_at)
     paths += _own_code(root)
-    paths += _git_hooks_path(root, looked_at)
+    paths += hook_places(root, looked_at)
     if config is not None:
         paths += executed_files(_commands(config, environ, root), looked_at=looked_at)
     paths += _inner_projects(root, environ, looked_at)
@@ -125,61 +124,6 @@ def _home_dotfiles(root: Path, environ: Mapping[str, str], looked_at: list[str])
         present = []
     # The usual ones even before they exist (a plan is kept while no path it names moves).
     return [root / name for name in sorted({*present, *_HOME_CONFIG})]
-
-
-_HOOKS_PATH = re.compile(r"^\s*hookspath\s*=\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
-
-
-def _git_hooks_path(root: Path, looked_at: list[str]) -> list[Path]:
-    """The folder `core.hooksPath` in the repository's config names (husky's `.husky`): git runs
-    the hooks there on the next commit, so in the working tree it is as protected as `.git/hooks`.
-    Read leniently (any `hooksPath =` line): naming one folder too many costs nothing."""
-    config = _git_config(root, looked_at)
-    looked_at.append(str(config))
-    try:
-        text = config.read_text(errors="replace")[:1_000_000]
-    except OSError:
-        return []
-    return [root / Path(value.strip('"')).expanduser() for value in _HOOKS_PATH.findall(text)]
-
-
-_GITDIR = re.compile(r"^gitdir:\s*(.+?)\s*$", re.MULTILINE)
-
-
-def _git_config(worktree: Path, looked_at: list[str]) -> Path:
-    """The config file of the repository whose work tree is `worktree`: in its `.git` folder, or
-    where a `.git` file points (a submodule's `gitdir: ../.git/modules/x`; a linked worktree's
-    gitdir, whose `commondir` holds the config)."""
-    git = worktree / ".git"
-    looked_at.append(str(git))
-    if not git.is_file():
-        return git / "config"
-    try:
-        found = _GITDIR.search(git.read_text(errors="replace")[:4096])
-    except OSError:
-        return git / "config"
-    gitdir = worktree / Path(found.group(1)).expanduser() if found else git
-    looked_at.append(str(gitdir / "commondir"))
-    try:
-        common = (gitdir / "commondir").read_text(errors="replace")[:4096].strip()
-    except OSError:
-        common = ""
-    return (gitdir / common if common else gitdir) / "config"
-
-
-def _in_inner_hooks(path: str, root: Path) -> bool:
-    """Whether `path` (a real path) lies in the hooks folder that the config of a repository
-    holding it names, below the workspace's top (whose own is protected already). Looked up
-    for each call that may write: the repositories a clone brings change between calls."""
-    top = str(root)
-    folder = os.path.dirname(path)
-    while folder != top and is_inside(folder, top):
-        if os.path.lexists(os.path.join(folder, _GIT)):
-            hooks = _git_hooks_path(Path(folder), [])
-            if any(is_inside(path, real_path(found)) for found in hooks):
-                return True
-        folder = os.path.dirname(folder)
-    return False
 
 
 def _inner_projects(root: Path, environ: Mapping[str, str], looked_at: list[str]) -> list[Path]:
@@ -401,11 +345,11 @@ def mount_links(bash, plan: Protection) -> None:
 
 def _inner_git(root: Path, repositories: list[Path]) -> list[Path]:
     """Each inner repository's `.git` (a folder, or a file naming the gitdir), and the folder
-    its `core.hooksPath` names, as the top's are protected (`_git_hooks_path`)."""
+    what its hooks run in its work tree, as the top's are protected (`_git.hook_places`)."""
     found = []
     for git in repositories:
         found.append(git)
-        hooks = [real_path(folder) for folder in _git_hooks_path(git.parent, [])]
+        hooks = [real_path(folder) for folder in hook_places(git.parent, [])]
         found += [folder for folder in hooks if folder != root and is_inside(folder, root) and folder != git]
     return found
 
