@@ -319,6 +319,56 @@ def test_tool_calls_ask_before_writing_what_a_hook_managers_shim_runs(managed_ho
     assert (work / "src" / "a.py").exists() and (work / "src" / "b.py").exists() and (work / "notes" / "x.sh").exists()
 
 
+# `python -m pkg.server` names no file: the package is found where the interpreter imports it
+# from, which is the workspace for a project installed in editable mode (its .pth puts `src`
+# on the path; here the test's own path, as this kernel's) or for a PYTHONPATH the env names.
+PYTHON_CODE = {
+    "an-editable-package-run-with-m": "src/teampkg/server.py",
+    "a-module-on-the-pythonpath-its-env-names": "lib/helper_mod.py",
+    "a-new-module-in-the-pythonpath-folder": "lib/json.py",
+}
+
+
+@pytest.fixture
+def python_servers(project, monkeypatch):
+    work, record, session = project
+    (work / "src" / "teampkg").mkdir(parents=True)
+    (work / "src" / "teampkg" / "__init__.py").write_text("")
+    (work / "src" / "teampkg" / "server.py").write_text("print('the team server')\n")
+    (work / "lib").mkdir()
+    (work / "lib" / "helper_mod.py").write_text("print('the helper')\n")
+    monkeypatch.syspath_prepend(str(work / "src"))
+    python_servers_toml(work, record)
+    return work, record, session
+
+
+def python_servers_toml(work, record, **policy) -> None:
+    python = json.dumps(sys.executable)
+    (work / "toolkernel.toml").write_text(
+        f'[mcp_servers.team]\ncommand = {python}\nargs = ["-m", "teampkg.server"]\nload = "on-demand"\n\n'
+        f'[mcp_servers.helper]\ncommand = {python}\nargs = ["-X", "dev", "-m", "helper_mod"]\n'
+        'env = { PYTHONPATH = "lib" }\nload = "on-demand"\n\n' + project_toml(record, **policy))
+    TrustStore().trust(work)
+
+
+@pytest.mark.parametrize("name", list(PYTHON_CODE))
+def test_the_python_code_a_server_imports_from_the_workspace_cannot_be_written(python_servers, name):
+    work, _, session = python_servers
+    path = work / PYTHON_CODE[name]
+    before = path.read_bytes() if path.exists() else None
+    run(session(), f"printf '{PLANT}' > {PYTHON_CODE[name]}")
+    assert (path.read_bytes() if path.exists() else None) == before, f"{name}: a script rewrote {path}"
+
+
+def test_tool_calls_ask_before_writing_the_python_code_a_server_imports(python_servers):
+    work, record, session = python_servers
+    python_servers_toml(work, record, mode="bypass-permissions")
+    for path in PYTHON_CODE.values():
+        result, err = run(session(), f"tools write-file path={path} content=x")
+        assert result.report["tools"]["stopped"]["reason"] == "needs_approval", (path, err)
+    assert run(session(), "tools write-file path=notes.txt content=x")[0].exit_code == 0
+
+
 def test_in_a_home_workspace_dotfiles_cannot_be_written(project, monkeypatch):
     work, _, session = project
     monkeypatch.setenv("HOME", str(work))

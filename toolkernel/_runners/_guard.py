@@ -58,6 +58,7 @@ from .._tool import Tool
 from .._providers._tools._paths import is_inside, real_path, real_paths
 from .._config._trust import store_path
 from ._git import GIT, hook_places, in_inner_hooks
+from ._pycode import imported_places
 
 STATE_DIR = ".toolkernel"
 CONFIG_FILES = ("toolkernel.toml", ".mcp.json")
@@ -218,9 +219,10 @@ def _admin_file(environ: Mapping[str, str]) -> Path:
 
 
 def _commands(config: Any, environ: Mapping[str, str],
-              root: Path) -> Iterable[tuple[Sequence[str], Path, str | None]]:
-    """(argv, working folder, PATH) of every configured server, hook and command tool: what the
-    host will execute, where, and the PATH its program is looked up on (None: none is given)."""
+              root: Path) -> Iterable[tuple[Sequence[str], Path, str | None, str | None]]:
+    """(argv, working folder, PATH, PYTHONPATH) of every configured server, hook and command
+    tool: what the host will execute, where, the PATH its program is looked up on (None: none
+    is given) and the PYTHONPATH a Python program imports from first."""
     kernel_path = environ.get("PATH")
     for server in config.servers.values():
         if not server.command:
@@ -229,15 +231,16 @@ def _commands(config: Any, environ: Mapping[str, str],
         # `cwd` it starts where the kernel is now, which need not be the workspace (`%cd`).
         path = server.env.get("PATH", kernel_path)
         for cwd in dict.fromkeys([Path(server.cwd)] if server.cwd else [root, _here()]):
-            yield (server.command, *server.args), cwd, path
+            yield (server.command, *server.args), cwd, path, server.env.get("PYTHONPATH")
     for hook in config.hooks:
-        yield hook.command, Path(hook.cwd), kernel_path  # hooks get the kernel's PATH alone
+        yield hook.command, Path(hook.cwd), kernel_path, None  # hooks get the kernel's PATH alone
     for tool in getattr(config, "commands", {}).values():
         # A word filled from the input names no file now; the fixed words may (`./run.sh`).
         # Started in the workspace, or in its `cwd` there; an `env` allow-list is all it sees.
         cwd = root / Path(tool.cwd).expanduser() if tool.cwd else root
-        path = kernel_path if tool.env is None else tool.env.get("PATH")
-        yield tuple(word for word in tool.command if "{{" not in word), cwd, path
+        env = environ if tool.env is None else tool.env
+        yield (tuple(word for word in tool.command if "{{" not in word), cwd,
+               kernel_path if tool.env is None else tool.env.get("PATH"), env.get("PYTHONPATH"))
 
 
 def _here() -> Path:
@@ -247,16 +250,18 @@ def _here() -> Path:
         return Path("/")
 
 
-def executed_files(commands: Iterable[tuple[Sequence[str], Path, str | None]],
+def executed_files(commands: Iterable[tuple[Sequence[str], Path, str | None, str | None]],
                    looked_at: list[str] | None = None) -> list[Path]:
     """Files that running `commands` would execute or read as code: each place the lookup of
-    the program on its PATH tries before it finds one, and every argument that names a file,
-    or a path that does not exist yet (a script must not be the one to create it)."""
+    the program on its PATH tries before it finds one, every argument that names a file,
+    or a path that does not exist yet (a script must not be the one to create it), and what a
+    Python program imports from its PYTHONPATH or runs with `-m` (_pycode.py)."""
     looked_at = [] if looked_at is None else looked_at
     found: list[Path] = []
-    for argv, base, path in commands:
+    for argv, base, path, pythonpath in commands:
         if not argv:
             continue
+        found += [_real(place, looked_at) for place in imported_places(argv, base, pythonpath, looked_at)]
         programs = _lookup(argv[0], path, base, looked_at) if "/" not in argv[0] else []
         found += [_real(program, looked_at) for program in programs]
         for word in argv:
