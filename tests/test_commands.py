@@ -86,12 +86,50 @@ def test_a_value_is_one_argv_element_whatever_it_holds(project, value):
     value = value.format(m=marker)
     config = command_tool("argv", [PY, "-c", ARGV_PRINTER, "x{{ input.a }}y", "{{input.a}}",
                                    "{{ input.nested.c }}", "fixed"],
-                          parameters=STRINGS, read_only=True)
+                          parameters=STRINGS, read_only=True, input_options=True)
     tool_input = json.dumps({"a": value, "b": "B", "nested": {"c": value}})
     result, sink = run_script(project, config, f"tools argv {_shell_quote(tool_input)}\n")
     assert result.exit_code == 0, sink.stderr_text
     assert json.loads(sink.stdout_text) == [f"x{value}y", value, value, "fixed"]
     assert not marker.exists()
+
+
+# rg runs the program `--pre=CMD` names on each file it searches: a value that begins an
+# argument with `-` is an option to the program, whatever argv it is one element of.
+OPTION_LIKE = {"--pre=touch {m}": True, "-rf": True, "--": True, "x--pre": False, "-": False}
+
+
+@pytest.mark.parametrize("value", list(OPTION_LIKE))
+def test_a_value_that_would_be_an_option_is_refused_before_anything_runs(project, value):
+    marker = project / "ran"
+    refused = OPTION_LIKE[value]
+    value = value.format(m=marker)
+    config = (command_tool("grep_like", [PY, "-c", f"open({str(marker)!r}, 'w')", "--json", "{{ input.a }}"],
+                           parameters=STRINGS, read_only=True)
+              + command_tool("fenced", [PY, "-c", ARGV_PRINTER, "--json", "--", "{{ input.a }}"],
+                             parameters=STRINGS, read_only=True)
+              + command_tool("attached", [PY, "-c", ARGV_PRINTER, "--regexp={{ input.a }}", "{{ input.n }}"],
+                             parameters={"type": "object", "properties": {"a": {"type": "string"},
+                                                                          "n": {"type": "integer"}}},
+                             read_only=True))
+    quoted = _shell_quote(json.dumps({"a": value}))
+    result, sink = run_script(project, config, f"tools grep-like {quoted}\necho \"status $?\"\n"
+                              f"tools fenced {quoted}\ntools attached {_shell_quote(json.dumps({'a': value, 'n': -5}))}\n")
+    assert marker.exists() is not refused, sink.stderr_text
+    if refused:
+        assert error_lines(sink.stderr_text)[0]["code"] == "invalid_input"
+        assert "as an option" in sink.stderr_text and "input_options = true" in sink.stderr_text
+    assert "status 1" in sink.stdout_text if refused else "status 0" in sink.stdout_text
+    # After a literal `--` the value is data; attached to an option the command writes, or as a number, too.
+    assert json.loads(sink.stdout_text.splitlines()[1]) == ["--json", "--", value]
+    assert json.loads(sink.stdout_text.splitlines()[2]) == [f"--regexp={value}", "-5"]
+
+
+def test_a_value_that_would_be_an_option_is_refused_before_a_person_is_asked(project):
+    config = command_tool("fetch_like", ["true", "{{ input.a }}"], parameters=STRINGS)  # may change: asks
+    result, sink = run_script(project, config, "x=--upload-pack=touch; tools fetch-like a=$x\n")
+    assert error_lines(sink.stderr_text)[0]["code"] == "invalid_input", sink.stderr_text
+    assert result.report is None or result.report["tools"]["stopped"] is None
 
 
 def _shell_quote(text: str) -> str:

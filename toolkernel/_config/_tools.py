@@ -19,7 +19,8 @@ from ._check import boolean, known_keys, positive_number, string, string_list, s
 from ._expand import EMPTY, Expander
 from ._sources import Source
 
-_COMMAND_TOOL_KEYS = ("command", "description", "parameters", "timeout", "env", "cwd", "read_only")
+_COMMAND_TOOL_KEYS = ("command", "description", "parameters", "timeout", "env", "cwd", "read_only",
+                      "input_options")
 
 
 def settings_key(tool_name: str) -> str:
@@ -63,6 +64,7 @@ def command_tool(source: Source, name: str, raw: dict[str, Any],
         description=string(source, f"{key}.description", raw.get("description", "")),
         timeout=positive_number(source, f"{key}.timeout", raw.get("timeout", _commands.DEFAULT_TIMEOUT)),
         read_only=boolean(source, f"{key}.read_only", raw.get("read_only", False)),
+        input_options=boolean(source, f"{key}.input_options", raw.get("input_options", False)),
         missing_vars=tuple(expand.missing), source=str(source.path), secrets=tuple(expand.values))
 
 

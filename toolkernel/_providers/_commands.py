@@ -11,6 +11,7 @@ qualified `tool__NAME` in policy rules, hooks and reports:
     env = { PATH = "${PATH}" }   # an allow-list; absent = the kernel's environment
     cwd = "src"             # relative to the working directory
     read_only = true        # the person's word that it changes nothing
+    input_options = false   # true: a value may begin an argument with `-` (an option)
 
 Each argv element is a Handlebars template filled from `{"input": <the call's input>}`
 on its own, and the argv is exec'd without a shell: a value can never add, split or
@@ -32,6 +33,7 @@ import asyncio
 import collections
 import functools
 import json
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +41,7 @@ from typing import Any, Iterable, Mapping
 
 from dotpromptz_handlebars import Handlebars
 
-from .._errors import ConfigError
+from .._errors import ConfigError, InvalidInput
 from .._process import ProcessResult, run_capped
 from .._tool import Tool, ToolContext, ToolResult
 
@@ -66,6 +68,9 @@ class CommandToolConfig:
     env: Mapping[str, str] | None = None  # None: the kernel's environment is inherited
     cwd: str | None = None
     read_only: bool = False
+    # The person's word that options may come from the input (else a value that would reach
+    # the program as an option, before any `--` of the command, is refused: `option_problem`).
+    input_options: bool = False
     missing_vars: tuple[str, ...] = ()  # ${VAR}s of env/cwd that were unset
     source: str = field(default="", compare=False)
     # What env/cwd `${VAR}`s expanded to: masked in the errors a script reads, as for servers.
@@ -205,6 +210,46 @@ def fill(config: CommandToolConfig, arguments: Mapping[str, Any]) -> list[str]:
             for template in config.command]
 
 
+def option_problem(config: CommandToolConfig, arguments: Mapping[str, Any], argv: list[str]) -> str | None:
+    """Why `argv` may not run: an input value that begins an argument with `-` before any `--`
+    of the command, where the program reads it as an option and not as data (`rg` runs the
+    program `--pre=CMD` names for each file it searches; `git` runs `--upload-pack=CMD`).
+
+    A value goes in as one argument whatever it holds, so no shell can be injected; an option
+    can. A value of a number type (`-5`) is data, and so is `-` (standard input)."""
+    if config.input_options:
+        return None
+    dashed = [value for value in _strings(arguments) if value.startswith("-") and value != "-"]
+    if not dashed:  # most calls: no value starts with a dash
+        return None
+    for template, word in zip(config.command[1:], argv[1:]):
+        if template == "--":
+            return None
+        begun = next((value for value in dashed if "{{" in template and word.startswith(value)), None)
+        if begun is not None and not template.startswith("-"):
+            return (f"the value {begun!r} would reach `{os.path.basename(argv[0])}` as an option, not as data; "
+                    f"nothing ran (the command of [tools.{config.name}] has no \"--\" before it; where options "
+                    "are meant to come from the input, its table says input_options = true)")
+    return None
+
+
+def _refuse_options(config: CommandToolConfig, arguments: Mapping[str, Any], argv: list[str]) -> None:
+    if problem := option_problem(config, arguments, argv):
+        raise InvalidInput(f"tool__{config.name}: {problem}")
+
+
+def _strings(value: Any):
+    """The strings in the input (keys and numbers are not filled in as text that begins a word)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
 class ProcessSlots:
     """At most `MAX_PARALLEL` command-tool processes per kernel; the rest wait their turn.
 
@@ -268,11 +313,16 @@ def command_tool(config: CommandToolConfig, slots: ProcessSlots) -> CommandTool:
     async def call(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
         return await run_command(config, arguments, ctx.workdir, slots)
 
+    def precheck(arguments: Mapping[str, Any], ctx: ToolContext) -> None:
+        # Before a person is asked: the argv shown would not run whatever the answer.
+        _refuse_options(config, arguments, fill(config, arguments))
+
     return CommandTool(
         name=config.name,
         description=config.description or f"runs `{config.command[0]}` (a command tool)",
         input_schema=config.parameters,
         call=call,
+        precheck=precheck,
         kind="read" if config.read_only else "execute",
         config=config,
     )
@@ -285,6 +335,7 @@ async def run_command(config: CommandToolConfig, arguments: Mapping[str, Any], w
         return ToolResult.error(f"tool__{config.name}: not run, the environment variable(s) "
                                 f"{', '.join(config.missing_vars)} named in env/cwd are not set")
     argv = fill(config, arguments)
+    _refuse_options(config, arguments, argv)  # checked where it runs, whatever came before
     cwd = workdir / Path(config.cwd).expanduser() if config.cwd else workdir
     if not _findable(config, argv[0]):
         return ToolResult.error(f"tool__{config.name}: could not start {argv[0]!r}: not found on "
