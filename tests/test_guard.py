@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 
 import pytest
@@ -367,6 +368,53 @@ def test_tool_calls_ask_before_writing_the_python_code_a_server_imports(python_s
         result, err = run(session(), f"tools write-file path={path} content=x")
         assert result.report["tools"]["stopped"]["reason"] == "needs_approval", (path, err)
     assert run(session(), "tools write-file path=notes.txt content=x")[0].exit_code == 0
+
+
+# A server started with the workspace's own environment runs whatever that environment holds:
+# `.venv/bin/python` is a link to the base interpreter (its real path lies outside the workspace)
+# and imports the venv's site-packages, where a `.pth` runs at start; a program under
+# `node_modules` requires its neighbours there.
+ENVIRONMENTS = {
+    "a-pth-file-in-the-servers-venv": ".venv/lib/evil.pth",
+    "a-package-beside-the-servers-node-program": "node_modules/dep/index.js",
+}
+
+
+@pytest.fixture
+def environment_servers(project):
+    work, record, session = project
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / ".venv")], check=True)
+    (work / "node_modules" / "server" / "bin").mkdir(parents=True)
+    (work / "node_modules" / "server" / "bin" / "main.js").write_text("require('dep')\n")
+    (work / "node_modules" / "dep").mkdir()
+    (work / "node_modules" / "dep" / "index.js").write_text("module.exports = 1\n")
+
+    def config(**policy) -> None:
+        (work / "toolkernel.toml").write_text(
+            '[mcp_servers.venv]\ncommand = ".venv/bin/python"\nargs = ["-c", "pass"]\nload = "on-demand"\n\n'
+            '[mcp_servers.nodeprog]\ncommand = "node_modules/server/bin/main.js"\nload = "on-demand"\n\n'
+            + project_toml(record, **policy))
+        TrustStore().trust(work)
+
+    config()
+    return work, config, session
+
+
+@pytest.mark.parametrize("name", list(ENVIRONMENTS))
+def test_the_environment_a_server_runs_from_in_the_workspace_cannot_be_written(environment_servers, name):
+    work, _, session = environment_servers
+    path = work / ENVIRONMENTS[name]
+    before = path.read_bytes() if path.exists() else None
+    run(session(), f"printf '{PLANT}' > {ENVIRONMENTS[name]}")
+    assert (path.read_bytes() if path.exists() else None) == before, f"{name}: a script wrote {path}"
+
+
+def test_tool_calls_ask_before_writing_the_environment_a_server_runs_from(environment_servers):
+    work, config, session = environment_servers
+    config(mode="bypass-permissions")
+    for path in ENVIRONMENTS.values():
+        result, err = run(session(), f"tools write-file path={path} content=x")
+        assert result.report["tools"]["stopped"]["reason"] == "needs_approval", (path, err)
 
 
 def test_in_a_home_workspace_dotfiles_cannot_be_written(project, monkeypatch):

@@ -28,7 +28,7 @@ top (shell, IPython, ssh and git config), and every workspace file a configured
 server, hook or command tool executes (named in its `command` or `args`, or a place its PATH
 lookup tries before it finds the program, even an empty one; for Node and its package
 runners also `node_modules`, `package.json` and `.npmrc` where they look, for uv its
-`.venv` and settings), and the same for each project inside the workspace whose config the
+`.venv` and settings; the venv or `node_modules` a program lies in), and the same for each project inside the workspace whose config the
 person trusted (its config files, its `.toolkernel/`, what it executes). Config files a script
 creates deeper in the tree cannot be refused this way; they are caught by
 workspace trust instead (a new file is never trusted, see `_trust`). Nor can the
@@ -264,12 +264,26 @@ def executed_files(commands: Iterable[tuple[Sequence[str], Path, str | None, str
         found += [_real(place, looked_at) for place in imported_places(argv, base, pythonpath, looked_at)]
         programs = _lookup(argv[0], path, base, looked_at) if "/" not in argv[0] else []
         found += [_real(program, looked_at) for program in programs]
+        found += _environment(programs[-1] if programs else base / argv[0], looked_at)
         for word in argv:
             looked_at.append(str(base / word))
             if "/" in word or os.path.lexists(base / word):
                 found.append(_real(base / word, looked_at))
         looked_up = _LOOKED_UP.get(os.path.basename(argv[0]), ())
         found += [_real(folder / name, looked_at) for folder in (base, *base.parents) for name in looked_up]
+    return found
+
+
+def _environment(program: Path, looked_at: list[str]) -> list[Path]:
+    """The environment a program runs from, by where it lies (links not followed: a venv's
+    `bin/python` is a link to the base interpreter): the venv above it (`pyvenv.cfg`), whose
+    site-packages it imports and whose `.pth` files run at its start, and the `node_modules`
+    folder it lies in, whose packages it requires."""
+    found = []
+    for folder in Path(os.path.abspath(program)).parents:
+        looked_at.append(str(folder / "pyvenv.cfg"))
+        if folder.name == "node_modules" or os.path.isfile(folder / "pyvenv.cfg"):
+            found.append(_real(folder, looked_at))
     return found
 
 
