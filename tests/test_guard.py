@@ -701,6 +701,65 @@ def test_tool_calls_ask_before_writing_the_hooks_folder_an_inner_repository_name
     assert run(session(), "tools write-file path=repos/lib/notes.txt content=x")[0].exit_code == 0
 
 
+@pytest.fixture
+def hooks_outside_the_repository(project):
+    """An inner repository whose hooks live in the workspace outside it: its `hooksPath` names
+    a shared folder, and its own hook runs a script of the workspace by a path going up."""
+    work, record, session = project
+    app = work / "repos" / "app"
+    (app / ".git" / "hooks").mkdir(parents=True)
+    (app / ".git" / "config").write_text("[core]\n\thooksPath = ../../shared-hooks\n")
+    (work / "shared-hooks").mkdir()
+    (work / "shared-hooks" / "pre-commit").write_text("#!/bin/sh\nexec ../../tools/lint.sh\n")
+    (work / "tools").mkdir()
+    (work / "tools" / "lint.sh").write_text("#!/bin/sh\nexit 0\n")
+    # A hook naming a program two folders deep that is not there yet (a mount needs a parent).
+    (app / ".git" / "hooks" / "post-merge").write_text("#!/bin/sh\n./scripts/ci/check.sh\n")
+    return work, record, session
+
+
+OUTSIDE_HOOKS = ("shared-hooks/pre-commit", "shared-hooks/pre-push", "tools/lint.sh", "repos/app/scripts/ci/check.sh")
+
+
+@pytest.mark.parametrize("path", OUTSIDE_HOOKS)
+def test_the_hooks_an_inner_repository_runs_from_outside_it_cannot_be_written(hooks_outside_the_repository, path):
+    work, _, session = hooks_outside_the_repository
+    before = (work / path).read_bytes() if (work / path).exists() else None
+    result, err = run(session(), f"mkdir -p {os.path.dirname(path)}; printf '#!/bin/sh\\ntouch pwned\\n' > {path};"
+                      " echo notes > repos/app/notes.txt; echo notes > tools/notes.txt")
+    assert ((work / path).read_bytes() if (work / path).exists() else None) == before
+    # The run itself went on: the rest of the repository and the folder stay the script's.
+    assert (work / "repos" / "app" / "notes.txt").read_text() == "notes\n", err
+    assert (work / "tools" / "notes.txt").read_text() == "notes\n", err
+
+
+def test_tool_calls_ask_before_writing_the_hooks_an_inner_repository_runs_from_outside_it(
+        hooks_outside_the_repository):
+    # The written path lies in no repository: the walk up from it finds none, the walk of the
+    # workspace (the run's, or a direct call's own) does.
+    work, record, session = hooks_outside_the_repository
+    retrust(work, record, mode="bypass-permissions")
+    for path in OUTSIDE_HOOKS:
+        result, err = run(session(), f"tools write-file path={path} content=x")
+        assert result.report["tools"]["stopped"]["reason"] == "needs_approval", (path, err)
+    result, err = run(session(), "tools write-file path=tools/notes.txt content=x")
+    assert result.exit_code == 0, err
+
+
+def test_direct_calls_ask_before_writing_the_hooks_an_inner_repository_runs_from_outside_it(
+        hooks_outside_the_repository):
+    from toolkernel._errors import CallError
+    from toolkernel._frontends._direct import call_argv
+
+    work, record, session = hooks_outside_the_repository
+    retrust(work, record, mode="bypass-permissions")
+    for path in OUTSIDE_HOOKS:  # a fresh process has walked no workspace yet: the call walks it
+        with pytest.raises(CallError) as raised:
+            call_argv(session(), ["write-file", f"path={path}", "content=x"])
+        assert raised.value.code == "needs_approval", path
+    assert (work / "tools" / "lint.sh").read_text() == "#!/bin/sh\nexit 0\n"
+
+
 def test_a_link_inside_an_inner_repositorys_git_folder_opens_no_part_of_it(project):
     work, _, session = project
     hooks = work / "repos" / "app" / ".git" / "hooks"

@@ -22,6 +22,7 @@ import os
 import re
 import stat
 from pathlib import Path
+from typing import Iterable
 
 from .._providers._tools._paths import is_inside, real_path
 
@@ -86,10 +87,11 @@ def named_files(text: str, worktree: Path, looked_at: list[str]) -> list[Path]:
     """The files and folders the words of `text` name, relative to `worktree` or absolute: a
     word with a `/` (there or not: a script must not be the one to create it), or with a dot
     in its name that is there (`lint.py`, `.pre-commit-config.yaml`); never the work tree or
-    a folder above it."""
+    a folder above it, nor a comment's (`#!/bin/sh`). Places outside the work tree count (an inner repository's hook may run
+    `../../tools/lint.sh` of the workspace); callers keep those in the workspace."""
     found = []
     for word in dict.fromkeys(_WORDS.findall(text)):
-        if word.startswith(("-", "$", "~")) or "$" in word or "://" in word or not word.strip("./"):
+        if word.startswith(("-", "$", "~", "#")) or "$" in word or "://" in word or not word.strip("./"):
             continue
         if "/" not in word and "." not in word:
             continue
@@ -97,24 +99,28 @@ def named_files(text: str, worktree: Path, looked_at: list[str]) -> list[Path]:
         looked_at.append(str(place))
         if "/" not in word and not os.path.lexists(place):
             continue
-        if not is_inside(real_path(place), real_path(worktree)) or real_path(place) == real_path(worktree):
+        if is_inside(real_path(worktree), real_path(place)):
             continue
         found.append(place)
     return found
 
 
-def in_inner_hooks(path: str, root: Path) -> bool:
-    """Whether `path` (a real path) is a hook place (`hook_places`) of a repository that holds
-    it below the workspace's top `root` (whose own are protected already). Looked up for each
-    call that may write: a clone brings a repository between two calls."""
+def in_inner_hooks(path: str, root: Path, known: Iterable[Path] = ()) -> bool:
+    """Whether `path` (a real path) is a hook place (`hook_places`) of a repository below the
+    workspace's top `root` (whose own are protected already): of one that holds it, looked up
+    for each call that may write (a clone brings a repository between two calls), or of one
+    of the work trees `known` (found by the last walk of the workspace: a repository's
+    `hooksPath` or its hooks may name a folder of the workspace outside its own)."""
     top = str(root)
+    holders = []
     folder = os.path.dirname(path)
     while folder != top and is_inside(folder, top):
         if os.path.lexists(os.path.join(folder, GIT)):
-            places = hook_places(Path(folder), [])
-            if any(is_inside(path, real_path(place)) for place in places):
-                return True
+            holders.append(Path(folder))
         folder = os.path.dirname(folder)
+    for worktree in dict.fromkeys([*holders, *known]):
+        if any(is_inside(path, real_path(place)) for place in hook_places(worktree, [])):
+            return True
     return False
 
 

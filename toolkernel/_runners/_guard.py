@@ -58,6 +58,7 @@ from .._tool import Tool
 from .._providers._tools._paths import is_inside, real_path, real_paths
 from .._config._trust import store_path
 from ._git import GIT, hook_places, in_inner_hooks
+from ._links import repositories_known
 from ._pycode import imported_places
 
 STATE_DIR = ".toolkernel"
@@ -91,7 +92,9 @@ class Protection:
         anywhere too (an inner repository's: git runs what it says there)."""
         if os.path.basename(path) in CONFIG_FILES or GIT in os.fspath(path).split(os.sep):
             return True
-        return any(is_inside(path, p) for p in self.protected) or in_inner_hooks(os.fspath(path), self.workdir)
+        if any(is_inside(path, p) for p in self.protected):
+            return True
+        return in_inner_hooks(os.fspath(path), self.workdir, repositories_known(self.workdir, self.protected))
 
 
 def protection(workdir: Path, config: Any = None, environ: Mapping[str, str] | None = None,
@@ -369,8 +372,16 @@ def _inner_git(root: Path, repositories: list[Path]) -> list[Path]:
     for git in repositories:
         found.append(git)
         hooks = [real_path(folder) for folder in hook_places(git.parent, [])]
-        found += [folder for folder in hooks if folder != root and is_inside(folder, root) and folder != git]
+        found += [_mountable(folder) for folder in hooks if folder != root and is_inside(folder, root) and folder != git]
     return found
+
+
+def _mountable(path: Path) -> Path:
+    """`path`, or where it does not exist yet, its first folder missing: a mount needs its parent
+    to be there (Bashkit's run failed to start), and what the stand-in hides cannot be made."""
+    while not os.path.lexists(path.parent):
+        path = path.parent
+    return path
 
 
 def _folders_above(root: Path, links: list[Path]) -> list[Path]:
