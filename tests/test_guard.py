@@ -760,6 +760,30 @@ def test_direct_calls_ask_before_writing_the_hooks_an_inner_repository_runs_from
     assert (work / "tools" / "lint.sh").read_text() == "#!/bin/sh\nexit 0\n"
 
 
+def test_scripts_run_beside_an_inner_repository_with_hooks_installed(project):
+    # Every hook starts with a shebang: `#!/bin/sh` was once a path to protect, two folders
+    # deep in the repository, and Bashkit could not mount it: no script started at all.
+    work, _, session = project
+    hooks = work / "repos" / "app" / ".git" / "hooks"
+    hooks.mkdir(parents=True)
+    (hooks / "pre-commit").write_text("#!/bin/sh\n# run ./ci/lint.sh first\npre-commit run\n")
+    result, err = run(session(), "echo notes > repos/app/notes.txt; mkdir -p '#!/bin'; echo x > '#!/bin/sh'")
+    assert result.exit_code == 0, err
+    assert (work / "#!" / "bin" / "sh").read_text() == "x\n"
+
+
+def test_a_place_that_cannot_be_mounted_stops_the_run_naming_it(tmp_path):
+    from bashkit import Bash
+
+    from toolkernel._runners._guard import _mount
+
+    bash = Bash()
+    _mount(bash, tmp_path, real=True, writable=True)  # the workspace, as a run mounts it
+    for writable in (True, False):  # a folder above a protected place, or one protected itself
+        with pytest.raises(Unprotectable, match=str(tmp_path / "gone")):
+            _mount(bash, tmp_path / "gone", real=True, writable=writable)
+
+
 def test_a_link_inside_an_inner_repositorys_git_folder_opens_no_part_of_it(project):
     work, _, session = project
     hooks = work / "repos" / "app" / ".git" / "hooks"

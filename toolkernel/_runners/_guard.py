@@ -332,11 +332,8 @@ def touches_protected(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
 
 def mount(bash, plan: Protection) -> None:
     """Lay the read-only mounts of `plan` over the writable workspace."""
-    from bashkit import FileSystem
-
     for item in plan.mounts:
-        fs = FileSystem.real(str(item.path), writable=False) if item.real else _stand_in(FileSystem())
-        bash.mount(str(item.path), fs, read_only=True)
+        _mount(bash, item.path, real=item.real)
 
 
 def mount_links(bash, plan: Protection) -> None:
@@ -346,8 +343,6 @@ def mount_links(bash, plan: Protection) -> None:
     Each folder between the top and a link is a mount of its own too, writable: a mount point
     cannot be moved, and a folder above the link, moved (`mv deep deep2`), took the link along
     to a path no mount covers, where Bashkit followed it on the host again."""
-    from bashkit import FileSystem
-
     from ._links import found_in
 
     links, repositories = found_in(plan.workdir, [item.path for item in plan.mounts])
@@ -356,13 +351,24 @@ def mount_links(bash, plan: Protection) -> None:
     # mounts); the writable mounts of the folders above it would reopen that part.
     links = [(link, real) for link, real in links if not any(is_inside(link, path) for path in git)]
     for folder in _folders_above(plan.workdir, [link for link, _ in links] + git):
-        bash.mount(str(folder), FileSystem.real(str(folder), writable=True))
+        _mount(bash, folder, real=True, writable=True)
     for link, real in links:
-        fs = FileSystem.real(str(link), writable=False) if real else _stand_in(FileSystem())
-        bash.mount(str(link), fs, read_only=True)
+        _mount(bash, link, real=real)
     for path in git:  # an inner repository's .git and hooks folder: git runs what they say
-        fs = FileSystem.real(str(path), writable=False) if path.is_dir() else _stand_in(FileSystem())
-        bash.mount(str(path), fs, read_only=True)
+        _mount(bash, path, real=path.is_dir())
+
+
+def _mount(bash, path: Path, *, real: bool, writable: bool = False) -> None:
+    """One mount: the host folder at `path` (`real`), or an empty stand-in hiding it. A place
+    that cannot be mounted (gone since it was looked at) stops the run, naming it: Bashkit's
+    error names no path, and the run must not start unprotected."""
+    from bashkit import FileSystem
+
+    try:
+        fs = FileSystem.real(str(path), writable=writable) if real else _stand_in(FileSystem())
+        bash.mount(str(path), fs, read_only=not writable)
+    except RuntimeError as exc:
+        raise Unprotectable(path, f"cannot be mounted over ({exc})") from exc
 
 
 def _inner_git(root: Path, repositories: list[Path]) -> list[Path]:
@@ -377,8 +383,9 @@ def _inner_git(root: Path, repositories: list[Path]) -> list[Path]:
 
 
 def _mountable(path: Path) -> Path:
-    """`path`, or where it does not exist yet, its first folder missing: a mount needs its parent
-    to be there (Bashkit's run failed to start), and what the stand-in hides cannot be made."""
+    """`path`, or where it does not exist yet, its first folder missing: each folder above a
+    mount is mounted itself (`mount_links`), which needs it there (Bashkit's run failed to
+    start), and what the stand-in hides cannot be made."""
     while not os.path.lexists(path.parent):
         path = path.parent
     return path
