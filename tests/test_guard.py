@@ -377,6 +377,7 @@ def test_tool_calls_ask_before_writing_the_python_code_a_server_imports(python_s
 ENVIRONMENTS = {
     "a-pth-file-in-the-servers-venv": ".venv/lib/evil.pth",
     "a-package-beside-the-servers-node-program": "node_modules/dep/index.js",
+    "a-pth-file-in-the-servers-conda-environment": "env/lib/python3.11/site-packages/evil.pth",
 }
 
 
@@ -388,11 +389,15 @@ def environment_servers(project):
     (work / "node_modules" / "server" / "bin" / "main.js").write_text("require('dep')\n")
     (work / "node_modules" / "dep").mkdir()
     (work / "node_modules" / "dep" / "index.js").write_text("module.exports = 1\n")
+    (work / "env" / "conda-meta").mkdir(parents=True)  # `conda create -p ./env`: no pyvenv.cfg
+    (work / "env" / "bin").mkdir()
+    (work / "env" / "bin" / "python").symlink_to(sys.executable)
 
     def config(**policy) -> None:
         (work / "toolkernel.toml").write_text(
             '[mcp_servers.venv]\ncommand = ".venv/bin/python"\nargs = ["-c", "pass"]\nload = "on-demand"\n\n'
             '[mcp_servers.nodeprog]\ncommand = "node_modules/server/bin/main.js"\nload = "on-demand"\n\n'
+            '[mcp_servers.conda]\ncommand = "env/bin/python"\nargs = ["-c", "pass"]\nload = "on-demand"\n\n'
             + project_toml(record, **policy))
         TrustStore().trust(work)
 

@@ -279,13 +279,13 @@ def executed_files(commands: Iterable[tuple[Sequence[str], Path, str | None, str
 
 def _environment(program: Path, looked_at: list[str]) -> list[Path]:
     """The environment a program runs from, by where it lies (links not followed: a venv's
-    `bin/python` is a link to the base interpreter): the venv above it (`pyvenv.cfg`), whose
-    site-packages it imports and whose `.pth` files run at its start, and the `node_modules`
-    folder it lies in, whose packages it requires."""
+    `bin/python` is a link to the base interpreter): the venv or conda environment above it
+    (`pyvenv.cfg`, `conda-meta/`), whose site-packages it imports and whose `.pth` files run at
+    its start, and the `node_modules` folder it lies in, whose packages it requires."""
     found = []
     for folder in Path(os.path.abspath(program)).parents:
-        looked_at.append(str(folder / "pyvenv.cfg"))
-        if folder.name == "node_modules" or os.path.isfile(folder / "pyvenv.cfg"):
+        looked_at += [str(folder / "pyvenv.cfg"), str(folder / "conda-meta")]
+        if folder.name == "node_modules" or os.path.isfile(folder / "pyvenv.cfg") or os.path.isdir(folder / "conda-meta"):
             found.append(_real(folder, looked_at))
     return found
 
