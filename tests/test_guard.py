@@ -474,7 +474,7 @@ def test_own_tools_ask_before_writing_protected_paths_even_in_bypass_mode(projec
                  ".toolkernel/approvals.json", "hooks/guard.sh", "srv.py"):
         result, err = run(session(), f"tools write-file path={path} content=x")
         assert result.report["tools"]["stopped"]["reason"] == "needs_approval", path
-        assert "own configuration" in err
+        assert "decides policy or runs on the host" in err
     assert run(session(), "tools write-file path=notes.txt content=x")[0].exit_code == 0
     assert run(session(), "tools read-file path=toolkernel.toml")[0].exit_code == 0
 
@@ -775,6 +775,35 @@ def test_scripts_run_beside_an_inner_repository_with_hooks_installed(project):
     result, err = run(session(), "echo notes > repos/app/notes.txt; mkdir -p '#!/bin'; echo x > '#!/bin/sh'")
     assert result.exit_code == 0, err
     assert (work / "#!" / "bin" / "sh").read_text() == "x\n"
+
+
+def test_scripts_run_beside_repositories_of_odd_content(project):
+    # What a cloned repository may hold is read as untrusted: a binary hook (NUL bytes once
+    # stopped every script: "embedded null byte"), a `.git` file of garbage, a hook that is a
+    # pipe, hooksPath naming / or ~, entries that are neither files nor folders.
+    import socket
+
+    work, _, session = project
+    repos = work / "repos"
+    for name in "abcde":
+        (repos / name / ".git" / "hooks").mkdir(parents=True)
+    (repos / "a" / ".git" / "hooks" / "pre-commit").write_bytes(b"\x7fELF\x02./lint\x00.sh\x00\xff/x" + bytes(range(256)))
+    (repos / "f").mkdir()
+    (repos / "f" / ".git").write_bytes(b"garbage\x00\xff")
+    (repos / "b" / ".git" / "config").write_text("[core]\n\thooksPath = /\n")
+    (repos / "c" / ".git" / "config").write_text("[core]\n\thooksPath = ~\n")
+    os.mkfifo(repos / "d" / ".git" / "hooks" / "pre-commit")
+    (repos / "e" / ".git" / "hooks" / "pre-push").write_text("#!/bin/sh\nexec ../a/x/y.sh ../../../../etc/x /etc\n")
+    os.mkfifo(work / "fifo")
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(work / "sock"))
+    (work / "odd\nname.txt").write_text("x")
+    try:
+        result, err = run(session(), "echo ok > notes.txt; echo ok > repos/e/notes.txt; cat notes.txt")
+    finally:
+        listening.close()
+    assert (result.exit_code, result.held_stdout) == (0, "ok\n"), err
+    assert (repos / "e" / "notes.txt").read_text() == "ok\n"
 
 
 def test_a_place_that_cannot_be_mounted_stops_the_run_naming_it(tmp_path):

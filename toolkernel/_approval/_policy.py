@@ -517,7 +517,8 @@ def decide(call: CallInfo, policy: Policy, hook: "HookOutcome | None" = None) ->
     if call.outside_workspace:
         return Decision("ask", "the call touches a path outside the workspace")
     if call.protected:
-        return Decision("ask", "the call would change toolkernel's own configuration or approvals")
+        return Decision("ask", "the call would change a file that decides policy or runs on the host"
+                               " (toolkernel's config or approvals, a git hook, code a configured program runs)")
     rule = _first_match(policy.allow, call, grants=True)
     if rule:
         return Decision("allow", f"allowed by the rule {rule!r}", rule)

@@ -143,7 +143,8 @@ def _head(path: Path, looked_at: list[str]) -> str:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return ""
-        return os.read(fd, _HEAD).decode("utf-8", "replace")
+        # A NUL separates words: no path holds one (os calls refuse it), and a binary hook has many.
+        return os.read(fd, _HEAD).decode("utf-8", "replace").replace("\0", "\n")
     except OSError:
         return ""
     finally:
