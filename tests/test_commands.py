@@ -132,6 +132,17 @@ def test_a_value_that_would_be_an_option_is_refused_before_a_person_is_asked(pro
     assert result.report is None or result.report["tools"]["stopped"] is None
 
 
+def test_a_value_holding_a_nul_is_invalid_input_and_the_script_goes_on(project):
+    # No argv can carry one: the start failed inside toolkernel ("a bug, please report it").
+    marker = project / "ran"
+    config = command_tool("writer", [PY, "-c", f"open({str(marker)!r}, 'w')", "{{ input.a }}"],
+                          parameters=STRINGS, read_only=True)
+    result, sink = run_script(project, config, "tools writer '{\"a\": \"x\\u0000y\"}'\necho \"status $?\"\n")
+    assert error_lines(sink.stderr_text)[0]["code"] == "invalid_input", sink.stderr_text
+    assert "NUL" in sink.stderr_text and "status 1" in sink.stdout_text
+    assert not marker.exists()
+
+
 def _shell_quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 

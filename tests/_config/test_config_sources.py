@@ -92,6 +92,20 @@ def test_a_config_file_larger_than_a_mib_is_an_error_naming_it(tmp_path):
         Source(tmp_path / "toolkernel.toml").read()
 
 
+@pytest.mark.parametrize("name, text, key", [
+    ("toolkernel.toml", '[mcp_servers.x]\ncommand = "sh"\nargs = ["ok", "a\\u0000b"]\n', "mcp_servers.x.args[1]"),
+    ("toolkernel.toml", '[mcp_servers.x]\ncommand = "sh"\nenv = { "K\\u0000" = "v" }\n', "mcp_servers.x.env.K\\u0000"),
+    (".mcp.json", '{"mcpServers": {"x": {"command": "sh", "env": {"K": "a\\u0000"}}}}', "mcpServers.x.env.K"),
+])
+def test_a_config_value_holding_a_nul_is_an_error_naming_its_key(tmp_path, name, text, key):
+    # No command, path or variable can carry one: the run's first look at the file on disk
+    # failed inside toolkernel ("embedded null byte") instead.
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError, match="NUL") as raised:
+        Source(tmp_path / name).read()
+    assert raised.value.key == key
+
+
 def test_a_link_to_a_config_file_is_still_read(tmp_path):
     (tmp_path / "shared.toml").write_text('[shell]\nmode = "ask"\n')
     os.symlink(tmp_path / "shared.toml", tmp_path / "toolkernel.toml")

@@ -4,6 +4,7 @@ scripts in Bashkit through a Session."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import nbformat
@@ -318,3 +319,18 @@ def test_a_deny_rule_on_a_path_under_the_home_folder_is_written_with_a_tilde(rul
     result, err = run(session, f"tools read-file 'path='{spelled.format(home=home)}")
     assert result.exit_code != 0 and "the private key" not in result.stdout + err
     assert "denied by the rule 'read-file(path=~/.ssh/*)'" in err, err
+
+
+@pytest.mark.parametrize("call", [
+    """tools read-file '{"path": "in\\u0000side.txt"}'""",  # literal: looked at before the start too
+    """echo '{"path": "in\\u0000side.txt"}' | tools read-file""",
+    """tools write-file '{"path": "new\\u0000.txt", "content": "x"}'""",
+    """tools notebook-read '{"notebook_path": "a\\u0000.ipynb"}'""",
+])
+def test_a_path_holding_a_nul_is_invalid_input_and_the_script_goes_on(session, call):
+    # No file name holds one: the system calls refuse it, and a literal call's look before
+    # the start once ended the whole script ("the shell failed: ValueError").
+    result, err = run(session, f"{call}; echo \"status $?\"")
+    assert result.exit_code == 0, err
+    assert json.loads(err)["error"]["code"] == "invalid_input" and "NUL" in err
+    assert result.held_stdout == "status 1\n"

@@ -181,7 +181,12 @@ class Source:
             raise self.error(None, f"cannot read the file ({exc.strerror or exc})") from exc
         self.read_digests.append(digest(raw))
         text = self._decode(raw)
-        return self._parse_json(text) if self.is_json else self._parse_toml(text)
+        data = self._parse_json(text) if self.is_json else self._parse_toml(text)
+        where = _nul_at(data)
+        if where is not None:
+            raise self.error(where or None, "holds a NUL character (\\u0000), which no command, argument,"
+                                            " path or environment variable can carry")
+        return data
 
     def _decode(self, raw: bytes) -> str:
         try:
@@ -206,6 +211,22 @@ class Source:
         except RecursionError:
             raise self.error(None, TOO_DEEP) from None
         return table(self, None, data)
+
+
+def _nul_at(value: Any, key: str = "") -> str | None:
+    """The dotted key of the first string holding a NUL (a key's own name too), else None."""
+    if isinstance(value, str):
+        return key if "\0" in value else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for name, item in items:
+        shown = name if isinstance(name, int) else str(name).replace("\0", "\\u0000")  # said, not sent
+        inner = f"{key}[{shown}]" if isinstance(name, int) else f"{key}.{shown}" if key else shown
+        if isinstance(name, str) and "\0" in name:
+            return inner
+        found = _nul_at(item, inner)
+        if found is not None:
+            return found
+    return None
 
 
 def _toml_problem(message: str, text: str) -> str:

@@ -233,7 +233,12 @@ def option_problem(config: CommandToolConfig, arguments: Mapping[str, Any], argv
     return None
 
 
-def _refuse_options(config: CommandToolConfig, arguments: Mapping[str, Any], argv: list[str]) -> None:
+def _refuse_unrunnable(config: CommandToolConfig, arguments: Mapping[str, Any], argv: list[str]) -> None:
+    """An argv the program must not get: a value as an option (`option_problem`), or one holding
+    a NUL, which no argument can carry (the system call refuses the whole argv)."""
+    if any("\0" in word for word in argv):
+        raise InvalidInput(f"tool__{config.name}: an input value holds a NUL character (\\u0000), which no"
+                           " program argument can carry; nothing ran")
     if problem := option_problem(config, arguments, argv):
         raise InvalidInput(f"tool__{config.name}: {problem}")
 
@@ -315,7 +320,7 @@ def command_tool(config: CommandToolConfig, slots: ProcessSlots) -> CommandTool:
 
     def precheck(arguments: Mapping[str, Any], ctx: ToolContext) -> None:
         # Before a person is asked: the argv shown would not run whatever the answer.
-        _refuse_options(config, arguments, fill(config, arguments))
+        _refuse_unrunnable(config, arguments, fill(config, arguments))
 
     return CommandTool(
         name=config.name,
@@ -335,7 +340,7 @@ async def run_command(config: CommandToolConfig, arguments: Mapping[str, Any], w
         return ToolResult.error(f"tool__{config.name}: not run, the environment variable(s) "
                                 f"{', '.join(config.missing_vars)} named in env/cwd are not set")
     argv = fill(config, arguments)
-    _refuse_options(config, arguments, argv)  # checked where it runs, whatever came before
+    _refuse_unrunnable(config, arguments, argv)  # checked where it runs, whatever came before
     cwd = workdir / Path(config.cwd).expanduser() if config.cwd else workdir
     if not _findable(config, argv[0]):
         return ToolResult.error(f"tool__{config.name}: could not start {argv[0]!r}: not found on "

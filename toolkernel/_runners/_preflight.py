@@ -69,9 +69,9 @@ async def _resolve(argv: list[str], command: ToolsCommand) -> CallInfo | None:
         arguments = parse_input(parsed.args, tool.input_schema, None)
         command.dispatcher.validate(tool, arguments)
         command.dispatcher.precheck(tool, arguments)  # nothing paired: said as it runs, never asked
+        return command.dispatcher.call_info(tool, arguments)  # resolves its paths: may be invalid too
     except CallError:
         return None  # the run reports it where the script makes the call
-    return command.dispatcher.call_info(tool, arguments)
 
 
 def _not_started(command: ToolsCommand, info: CallInfo, reason: str, approval: str) -> str:

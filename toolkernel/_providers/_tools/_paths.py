@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..._checked_open import Resolved
+from ..._errors import InvalidInput
 from ..._tool import Tool
 
 
@@ -27,6 +28,8 @@ def real_paths(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
     for key in tool.path_keys:  # a loop, not a comprehension: one frame less on every call
         value = arguments.get(key)
         if isinstance(value, str) and value:
+            if "\0" in value:  # no file has one in its name: the system calls refuse it
+                raise InvalidInput(f"input: '{key}' holds a NUL character (\\u0000), which no path can hold")
             paths[key] = real_name(value, workdir, root)
     return paths
 
