@@ -332,5 +332,5 @@ def test_a_path_holding_a_nul_is_invalid_input_and_the_script_goes_on(session, c
     # the start once ended the whole script ("the shell failed: ValueError").
     result, err = run(session, f"{call}; echo \"status $?\"")
     assert result.exit_code == 0, err
-    assert json.loads(err)["error"]["code"] == "invalid_input" and "NUL" in err
+    assert json.loads(err)["error"]["code"] == "invalid_input" and "NUL" in err, err
     assert result.held_stdout == "status 1\n"

@@ -121,3 +121,18 @@ def test_a_path_resolves_against_the_root_folder_and_the_home_folder(tmp_path, m
     (tmp_path / "notes.txt").write_text("x\n")
     assert resolve_real("etc", Path("/")) == Path(os.path.realpath("/etc"))
     assert resolve_real("~/notes.txt", Path("/")) == Path(os.path.realpath(tmp_path / "notes.txt"))
+
+
+def test_a_path_no_file_name_can_hold_is_invalid_input(tmp_path):
+    # Input that did not come through the command line (a `serve` client's JSON) reaches the
+    # path resolution as it is: a NUL or half a surrogate pair is refused there, by key.
+    from toolkernel._errors import InvalidInput
+    from toolkernel._providers._tools._paths import real_paths
+
+    for bad in ("a\0b", "a\ud800b"):
+        with pytest.raises(InvalidInput, match="'path' holds a NUL character or half a surrogate pair"):
+            real_paths(read_file, {"path": bad}, tmp_path)
+    # A name's own undecodable byte, as Python lists it (surrogateescape), still names the file.
+    name = os.fsdecode(b"data-\xff.txt")
+    (tmp_path / name).write_text("x")
+    assert real_paths(read_file, {"path": name}, tmp_path) == {"path": str(tmp_path / name)}

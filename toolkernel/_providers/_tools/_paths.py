@@ -28,10 +28,21 @@ def real_paths(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
     for key in tool.path_keys:  # a loop, not a comprehension: one frame less on every call
         value = arguments.get(key)
         if isinstance(value, str) and value:
-            if "\0" in value:  # no file has one in its name: the system calls refuse it
-                raise InvalidInput(f"input: '{key}' holds a NUL character (\\u0000), which no path can hold")
+            if "\0" in value or not value.isascii() and _unencodable(value):
+                raise InvalidInput(f"input: '{key}' holds a NUL character or half a surrogate pair, which no"
+                                   " file name can hold")
             paths[key] = real_name(value, workdir, root)
     return paths
+
+
+def _unencodable(value: str) -> bool:
+    """What the system calls refuse to name (half a surrogate pair; a file name's own
+    undecodable bytes, which Python gives as \\udc80-\\udcff, encode back)."""
+    try:
+        os.fsencode(value)
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def outside_workspace(tool: Tool, arguments: Mapping[str, Any], workdir: Path,
