@@ -157,6 +157,10 @@ def test_read_file_empty_and_past_the_end(tmp_path):
     assert "empty" in text_of(call(read_file, {"path": "e.txt"}, tmp_path))
     (tmp_path / "s.txt").write_text("one\n")
     assert "past the end" in text_of(call(read_file, {"path": "s.txt", "offset": 5}, tmp_path))
+    # Numbers past any file's length (an agent's "all of it"): past the end, or the whole file;
+    # once an error result saying "OverflowError: Python int too large to convert to C ssize_t".
+    assert "past the end" in text_of(call(read_file, {"path": "s.txt", "offset": 10**30}, tmp_path))
+    assert text_of(call(read_file, {"path": "s.txt", "limit": 10**30}, tmp_path)).endswith("one")
 
 
 # ---- write_file

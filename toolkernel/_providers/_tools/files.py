@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -13,6 +14,7 @@ from ..._tool import Image, ToolContext, ToolInputError, tool
 from ._paths import display_path
 
 DEFAULT_LIMIT = 2000
+_MOST_LINES = sys.maxsize // 4
 MAX_LINE_BYTES = 2000
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 SNIFF_BYTES = 8192
@@ -84,8 +86,9 @@ def read_file(arguments: dict[str, Any], ctx: ToolContext) -> Any:
             raise ToolInputError(f"{shown} is UTF-16 text, which read_file does not decode; convert it to UTF-8 first")
         if data.find(b"\0", 0, SNIFF_BYTES) >= 0:
             raise ToolInputError(f"{shown} is a binary file (it contains NUL bytes); read_file shows text files and images only")
-        offset = int(arguments.get("offset", 0))
-        limit = int(arguments.get("limit", DEFAULT_LIMIT))
+        # No file has this many lines; past it the numbering's C sizes overflow.
+        offset = min(int(arguments.get("offset", 0)), _MOST_LINES)
+        limit = min(int(arguments.get("limit", DEFAULT_LIMIT)), _MOST_LINES)
         numbered = _numbered_text(data, shown, offset, limit) if whole and _plain(data) else None
         if numbered is not None:
             return numbered
