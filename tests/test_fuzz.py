@@ -66,9 +66,12 @@ SPECIAL = ["-", "--help", "-h", "--", "--=", "=", "{", "[", "{}", "[]", "null", 
 
 printable = st.characters(exclude_categories=("Cs",), exclude_characters="\x00")
 text = st.text(printable, max_size=24)
+# Inside JSON any code point can be written as an escape, NUL and half a surrogate pair too
+# (json.dumps writes them as \u0000 and \ud800): input no file name or argv can carry.
+json_string = st.text(st.characters() | st.sampled_from(["\x00", "\ud800", "\udfff", "/", "."]), max_size=24)
 json_value = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | text,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(KEYS) | text, inner, max_size=3),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | json_string,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(KEYS) | json_string, inner, max_size=3),
     max_leaves=8,
 )
 json_text = json_value.map(json.dumps)
@@ -82,7 +85,13 @@ word = st.one_of(
     json_text,
     deep_json,
 )
-argv = st.lists(word, max_size=6)
+# A path tool given a path of any code points: what reaches the system calls.
+PATH_CALLS = {"read-file": {}, "write-file": {"content": ""}, "notebook-read": {},
+              "glob-search": {"pattern": "*"}, "grep-search": {"pattern": "x"}}
+path_call = st.tuples(st.sampled_from(sorted(PATH_CALLS)), json_string).map(
+    lambda call: [call[0], json.dumps({"notebook_path" if call[0] == "notebook-read" else "path": call[1],
+                                       **PATH_CALLS[call[0]]})])
+argv = st.lists(word, max_size=6) | path_call
 stdin = st.none() | text | json_text | deep_json
 
 
