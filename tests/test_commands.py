@@ -141,6 +141,18 @@ def test_a_value_holding_a_nul_is_invalid_input_and_the_script_goes_on(project):
     assert error_lines(sink.stderr_text)[0]["code"] == "invalid_input", sink.stderr_text
     assert "NUL" in sink.stderr_text and "status 1" in sink.stdout_text
     assert not marker.exists()
+    # Input that no command line parsed (`toolkernel.call`, a `serve` client) is checked where it runs.
+    from toolkernel._errors import InvalidInput
+    from toolkernel._frontends._direct import call_argv
+
+    session = Session(project)
+    try:
+        for value in ("x\0y", "x\ud800y"):
+            with pytest.raises(InvalidInput, match="NUL character or half a surrogate pair"):
+                call_argv(session, ["writer"], base={"a": value})
+    finally:
+        session.close()
+    assert not marker.exists()
 
 
 def _shell_quote(text: str) -> str:
