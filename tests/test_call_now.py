@@ -101,6 +101,25 @@ def test_an_invalid_input_is_refused_after_a_valid_one_like_it(session, bad, whe
     assert "(schema path: " in errors[0]["message"] and "`tools read-file --help`" in errors[0]["message"]
 
 
+@pytest.mark.parametrize("script, where", [
+    ("""tools read-file '{"path": "a\\ud800.txt"}'""", "input['path']"),
+    ("""echo '{"path": "a.txt", "x": ["\\udfff"]}' | tools read-file""", "input['x'][0]"),
+    ("""tools todo-write '{"todos": [], "\\udc00": 1}'""", "input (a key)"),
+])
+def test_half_a_surrogate_pair_is_invalid_input(session, script, where):
+    # JSON can write one alone; it is no character: no file name or program argument holds it,
+    # and the MCP SDK's encoder failed on it, which dropped a server's connection.
+    result, out, errors = run(session, f"{script}; echo after")
+    assert out == "after\n" and [e["code"] for e in errors] == ["invalid_input"], errors
+    assert errors[0]["message"].startswith(f"{where}: holds half a surrogate pair")
+
+
+def test_a_whole_surrogate_pair_is_a_character(session):
+    result, out, errors = run(session, """tools write-file '{"path": "b.txt", "content": "\\ud83d\\ude00"}'""",
+                              approver=Answering(Answer.ONCE))
+    assert errors == [] and (session.workdir / "b.txt").read_text() == "\U0001f600"
+
+
 def test_the_call_limit_counts_calls_made_at_once(project):
     session = with_policy(project, "")
     try:

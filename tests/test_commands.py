@@ -147,8 +147,8 @@ def test_a_value_holding_a_nul_is_invalid_input_and_the_script_goes_on(project):
 
     session = Session(project)
     try:
-        for value in ("x\0y", "x\ud800y"):
-            with pytest.raises(InvalidInput, match="NUL character or half a surrogate pair"):
+        for value, says in (("x\0y", "NUL character"), ("x\ud800y", "half a surrogate pair")):
+            with pytest.raises(InvalidInput, match=says):
                 call_argv(session, ["writer"], base={"a": value})
     finally:
         session.close()

@@ -365,3 +365,12 @@ def needs_approval(session, path: str) -> bool:
         assert raised.code == "needs_approval", (path, raised.code)
         return True
     return False
+
+
+def test_half_a_surrogate_pair_never_reaches_a_server(session):
+    # Python input can hold one; the MCP SDK failed to encode it and the server's connection
+    # was dropped ("stopped answering ... will be restarted").
+    with pytest.raises(CallError) as raised:
+        call_argv(session, ["github", "get-pull"], base={"repo": "acme/api\ud800", "number": 101})
+    assert raised.value.code == "invalid_input" and "half a surrogate pair" in str(raised.value)
+    assert call_argv(session, ["github", "get-pull"], base={"repo": "acme/api", "number": 101})["number"] == 101

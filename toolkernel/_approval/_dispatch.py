@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping  # isinstance with typing.Mapping costs several us per check
@@ -117,6 +118,28 @@ def _repeatable(arguments: Mapping[str, Any]) -> tuple[Any, ...] | None:
             return None
         key.append((name, kind, value))
     return tuple(key)
+
+
+def _refuse_half_pairs(arguments: Mapping[str, Any]) -> None:
+    """Half a surrogate pair in a string or key of the input (JSON can write one alone, as
+    `"\\ud800"`, and Python input can hold one): it is no character, and no file name,
+    program argument or message to a server can carry it (the MCP SDK's encoder failed and the
+    server's connection was dropped). Walked without recursion: direct input can be deep."""
+    stack: list[tuple[Any, str]] = [(arguments, "input")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii() and _HALF_PAIR.search(value):
+                raise InvalidInput(f"{where}: holds half a surrogate pair (a \\ud800-\\udfff escape alone),"
+                                   " which is no character; write the character itself, or both halves of its pair")
+        elif isinstance(value, Mapping):
+            stack += [(key, f"{where} (a key)") for key in value]
+            stack += [(item, f"{where}[{key!r}]") for key, item in value.items()]
+        elif isinstance(value, (list, tuple)):
+            stack += [(item, f"{where}[{index}]") for index, item in enumerate(value)]
+
+
+_HALF_PAIR = re.compile("[\ud800-\udfff]")
 
 
 def _server_paths(tool: Tool, arguments: Mapping[str, Any],
@@ -249,6 +272,7 @@ class Dispatcher:
         import jsonschema
         import referencing.exceptions
 
+        _refuse_half_pairs(arguments)  # not in what was found valid before: it was looked at then
         validator = checked.validator
         try:
             if validator.is_valid(arguments):  # the common case, without best_match's bookkeeping

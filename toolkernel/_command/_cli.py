@@ -7,7 +7,6 @@ schema, and gets back what to do.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from dataclasses import dataclass, field
 from collections.abc import Mapping  # isinstance with typing.Mapping costs several us per check
@@ -155,7 +154,7 @@ class _Pairs:
             return text
         except RecursionError:
             value = _TOO_DEEP
-        _check_json(value, f"the value of {key!r}")
+        _check_depth(value, f"the value of {key!r}")
         return value
 
 
@@ -190,7 +189,7 @@ def _json_object(text: str, where: str) -> dict[str, Any]:
         raise InvalidInput(f"{where} is not valid JSON: {exc}") from exc
     except RecursionError:
         value = _TOO_DEEP
-    _check_json(value, where)
+    _check_depth(value, where)
     if value is None:
         return {}  # seed 003: empty or null input is no input
     if not isinstance(value, dict):
@@ -201,29 +200,14 @@ def _json_object(text: str, where: str) -> dict[str, Any]:
 _TOO_DEEP = object()  # what json.loads gave up on
 
 
-def _check_json(value: Any, where: str) -> None:
-    """Refuse JSON nested deeper than MAX_INPUT_DEPTH (walked without recursion), and a string
-    or key holding half a surrogate pair (`"\\ud800"`): JSON lets one be written, but it is no
-    character, and no file name, program argument or server message can carry it."""
+def _check_depth(value: Any, where: str) -> None:
+    """Refuse JSON nested deeper than MAX_INPUT_DEPTH (walked without recursion)."""
     level: list[Any] = [value]
     for _ in range(MAX_INPUT_DEPTH):
         if any(item is _TOO_DEEP for item in level):
             break
-        if any(_half_pair(item) for item in level):
-            raise InvalidInput(f"{where} holds half a surrogate pair (a \\ud800-\\udfff escape alone), which is"
-                               " no character; write the character itself, or both halves of its pair")
         level = [child for item in level if isinstance(item, (dict, list))
                  for child in (item.values() if isinstance(item, dict) else item)]
         if not level:
             return
     raise InvalidInput(f"{where} is nested more than {MAX_INPUT_DEPTH} levels deep")
-
-
-_HALF_PAIR = re.compile("[\ud800-\udfff]")
-
-
-def _half_pair(item: Any) -> bool:
-    """Whether a string, or a key of an object, holds half a surrogate pair."""
-    if isinstance(item, dict):
-        return any(_half_pair(key) for key in item)
-    return isinstance(item, str) and not item.isascii() and _HALF_PAIR.search(item) is not None

@@ -236,19 +236,11 @@ def option_problem(config: CommandToolConfig, arguments: Mapping[str, Any], argv
 def _refuse_unrunnable(config: CommandToolConfig, arguments: Mapping[str, Any], argv: list[str]) -> None:
     """An argv the program must not get: a value as an option (`option_problem`), or one holding
     a NUL, which no argument can carry (the system call refuses the whole argv)."""
-    if any("\0" in word or not word.isascii() and not _encodable(word) for word in argv):
-        raise InvalidInput(f"tool__{config.name}: an input value holds a NUL character or half a surrogate"
-                           " pair, which no program argument can carry; nothing ran")
+    if any("\0" in word for word in argv):  # (half a surrogate pair never gets past the dispatcher)
+        raise InvalidInput(f"tool__{config.name}: an input value holds a NUL character (\\u0000), which no"
+                           " program argument can carry; nothing ran")
     if problem := option_problem(config, arguments, argv):
         raise InvalidInput(f"tool__{config.name}: {problem}")
-
-
-def _encodable(word: str) -> bool:
-    try:
-        os.fsencode(word)
-    except UnicodeEncodeError:  # half a surrogate pair: no character (input that came by `serve`)
-        return False
-    return True
 
 
 def _strings(value: Any):
