@@ -263,6 +263,16 @@ def test_image_result(shared_pool, via):
     assert (width, height) == (3, 3)
 
 
+def test_an_image_that_is_not_base64_is_said_and_the_rest_kept(shared_pool, via):
+    # A server's broken block is its own fault: once "Incorrect padding; a bug in toolkernel".
+    result = call(shared_pool, IMAGES, "broken_image", via=via)
+    assert not result.is_error
+    assert result.texts == ["[image (image/png): the server sent data that is not base64; not shown]",
+                            "a blue square, after a broken image"]
+    [image] = result.images
+    assert image.data.startswith(PNG_SIGNATURE)
+
+
 # --- progress and cancellation ---------------------------------------------------------
 
 def test_progress_notifications_reach_the_context(shared_pool, via):

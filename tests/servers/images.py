@@ -27,5 +27,14 @@ def red_square(size: int = 4) -> list:
     return [Image(data=png(size, size, (255, 0, 0)), format="png"), f"a red square, {size}x{size} pixels"]
 
 
+@server.tool(structured_output=False)
+def broken_image() -> list:
+    """An image whose data is not base64 (cut short), then a good one and a caption."""
+    from mcp import types
+
+    return [types.ImageContent(type="image", data="iVBORw0", mime_type="image/png"),
+            Image(data=png(2, 2, (0, 0, 255)), format="png"), "a blue square, after a broken image"]
+
+
 if __name__ == "__main__":
     server.run()

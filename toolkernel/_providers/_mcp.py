@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import contextlib
 import os
 import tempfile
@@ -652,7 +653,10 @@ def _add_block(block: Any, texts: list[str], images: list[Image]) -> None:
     if isinstance(block, types.TextContent):
         texts.append(block.text)
     elif isinstance(block, types.ImageContent):
-        images.append(Image(base64.b64decode(block.data), block.mime_type))
+        try:
+            images.append(Image(base64.b64decode(block.data), block.mime_type))
+        except binascii.Error:  # the server's fault, not the call's: the rest of the result stands
+            texts.append(f"[image ({block.mime_type}): the server sent data that is not base64; not shown]")
     elif isinstance(block, types.EmbeddedResource):
         resource = block.resource
         if isinstance(resource, types.TextResourceContents):
