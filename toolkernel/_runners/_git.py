@@ -22,7 +22,6 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Iterable
 
 from .._providers._tools._paths import is_inside, real_path
 
@@ -105,22 +104,19 @@ def named_files(text: str, worktree: Path, looked_at: list[str]) -> list[Path]:
     return found
 
 
-def in_inner_hooks(path: str, root: Path, known: Iterable[Path] = ()) -> bool:
-    """Whether `path` (a real path) is a hook place (`hook_places`) of a repository below the
-    workspace's top `root` (whose own are protected already): of one that holds it, looked up
-    for each call that may write (a clone brings a repository between two calls), or of one
-    of the work trees `known` (found by the last walk of the workspace: a repository's
-    `hooksPath` or its hooks may name a folder of the workspace outside its own)."""
+def in_inner_hooks(path: str, root: Path) -> bool:
+    """Whether `path` (a real path) is a hook place (`hook_places`) of a repository that holds
+    it below the workspace's top `root` (whose own are protected already). Looked up for each
+    call that may write: a clone brings a repository between two calls. (What a repository's
+    hooks run from elsewhere in the workspace is found by the walk of it: `_guard`.)"""
     top = str(root)
-    holders = []
     folder = os.path.dirname(path)
     while folder != top and is_inside(folder, top):
         if os.path.lexists(os.path.join(folder, GIT)):
-            holders.append(Path(folder))
+            places = hook_places(Path(folder), [])
+            if any(is_inside(path, real_path(place)) for place in places):
+                return True
         folder = os.path.dirname(folder)
-    for worktree in dict.fromkeys([*holders, *known]):
-        if any(is_inside(path, real_path(place)) for place in hook_places(worktree, [])):
-            return True
     return False
 
 

@@ -58,7 +58,6 @@ from .._tool import Tool
 from .._providers._tools._paths import is_inside, real_path, real_paths
 from .._config._trust import store_path
 from ._git import GIT, hook_places, in_inner_hooks
-from ._links import repositories_known
 from ._pycode import imported_places
 
 STATE_DIR = ".toolkernel"
@@ -92,9 +91,9 @@ class Protection:
         anywhere too (an inner repository's: git runs what it says there)."""
         if os.path.basename(path) in CONFIG_FILES or GIT in os.fspath(path).split(os.sep):
             return True
-        if any(is_inside(path, p) for p in self.protected):
+        if any(is_inside(path, p) for p in (*self.protected, *_inner_hook_places(self.workdir, self.protected))):
             return True
-        return in_inner_hooks(os.fspath(path), self.workdir, repositories_known(self.workdir, self.protected))
+        return in_inner_hooks(os.fspath(path), self.workdir)
 
 
 def protection(workdir: Path, config: Any = None, environ: Mapping[str, str] | None = None,
@@ -347,6 +346,7 @@ def mount_links(bash, plan: Protection) -> None:
 
     links, repositories = found_in(plan.workdir, [item.path for item in plan.mounts])
     git = _inner_git(plan.workdir, repositories)
+    _inner_hooks[str(plan.workdir)] = tuple(git)
     # A link inside what is mounted read-only below leads nowhere writable (as under the plan's
     # mounts); the writable mounts of the folders above it would reopen that part.
     links = [(link, real) for link, real in links if not any(is_inside(link, path) for path in git)]
@@ -369,6 +369,24 @@ def _mount(bash, path: Path, *, real: bool, writable: bool = False) -> None:
         bash.mount(str(path), fs, read_only=not writable)
     except RuntimeError as exc:
         raise Unprotectable(path, f"cannot be mounted over ({exc})") from exc
+
+
+# What the inner repositories' hooks run, by workspace (its real path), as the last run found
+# it laying its mounts: a write's check looks here, where reading every repository's config and
+# hooks again made a write-file call 4x dearer beside 30 repositories. A repository's hooks may
+# run a folder of the workspace outside it (`hooksPath = ../../shared-hooks`), which the walk
+# up from the written path (`in_inner_hooks`, for a repository cloned since) cannot find.
+_inner_hooks: dict[str, tuple[Path, ...]] = {}
+
+
+def _inner_hook_places(root: Path, skip: Iterable[Path]) -> tuple[Path, ...]:
+    """`_inner_hooks` of `root`; where no run has walked it yet (a direct call, `serve`), walked now."""
+    kept = _inner_hooks.get(str(root))
+    if kept is None:
+        from ._links import found_in
+
+        kept = _inner_hooks[str(root)] = tuple(_inner_git(root, found_in(root, skip)[1]))
+    return kept
 
 
 def _inner_git(root: Path, repositories: list[Path]) -> list[Path]:

@@ -44,7 +44,6 @@ class LinkScan:
 
     def __init__(self) -> None:
         self._listed: dict[str, _Listed] = {}
-        self.repositories: list[str] = []  # the last walk's
         self._lock = threading.Lock()  # two runs in one workspace (serve) walk in turn
 
     def links(self, root: str, skip: Collection[str] = ()) -> list[str]:
@@ -70,7 +69,6 @@ class LinkScan:
                     repositories.append(os.path.join(folder, ".git"))
                 stack.extend(path for name in entry.folders if (path := os.path.join(folder, name)) not in skip)
             self._listed = listed  # folders no longer reached are forgotten
-            self.repositories = repositories
             return found, repositories
 
     def _look(self, folder: str, found: list[str]) -> _Listed | None:
@@ -109,17 +107,6 @@ def _list(folder: str, status: tuple[Any, ...]) -> _Listed | None:
 
 _scans: dict[str, LinkScan] = {}
 _scans_lock = threading.Lock()
-
-
-def repositories_known(workdir: Path, skip: Collection[Path]) -> list[Path]:
-    """The work tree of every repository below the top of `workdir` (a real path) that the last
-    walk of it found: at the start of the run, for a call in a script. Where no run has walked
-    it yet (a direct call, `serve`), walked now, not below `skip`."""
-    root = str(workdir)
-    with _scans_lock:
-        scan = _scans.get(root)
-    repositories = found_in(workdir, skip)[1] if scan is None else map(Path, scan.repositories)
-    return [git.parent for git in repositories]
 
 
 def links_to_mount(workdir: Path, skip: Collection[Path]) -> list[tuple[Path, bool]]:
