@@ -79,6 +79,25 @@ def run(session: Session, script: str):
     return result, "".join(sink.err)
 
 
+def content(path):
+    return path.read_bytes() if path.exists() else None
+
+
+def script_cannot_write(session: Session, work, relative: str, script: str) -> str:
+    """Run `script`, which tries to write `relative`; the file must be as it was."""
+    before = content(work / relative)
+    result, err = run(session, script)
+    assert content(work / relative) == before, f"a script wrote {relative}: {err}"
+    return err
+
+
+def tool_writes_ask(session_factory, paths) -> None:
+    """A write-file call of each of `paths` stops for a person (the project is in bypass mode)."""
+    for path in paths:
+        result, err = run(session_factory(), f"tools write-file path={path} content=x")
+        assert result.report["tools"]["stopped"]["reason"] == "needs_approval", (path, err)
+
+
 def snapshot(work):
     files = ("toolkernel.toml", "hooks/guard.sh", "srv.py", "tool.py")
     return {name: (work / name).read_bytes() for name in files}, stat.S_IMODE((work).stat().st_mode)
@@ -302,18 +321,13 @@ def managed_hooks(project):
 def test_what_a_hook_managers_shim_runs_from_the_work_tree_cannot_be_written(managed_hooks, name):
     work, _, session = managed_hooks
     path = HOOK_MANAGERS[name]
-    before = (work / path).read_bytes() if (work / path).exists() else None
-    run(session(), f"printf '#!/bin/sh\\ntouch pwned\\n' > {path}")
-    after = (work / path).read_bytes() if (work / path).exists() else None
-    assert after == before, f"{name}: a script rewrote {path}"
+    script_cannot_write(session(), work, path, f"printf '#!/bin/sh\\ntouch pwned\\n' > {path}")
 
 
 def test_tool_calls_ask_before_writing_what_a_hook_managers_shim_runs(managed_hooks):
     work, record, session = managed_hooks
     retrust(work, record, mode="bypass-permissions")
-    for path in HOOK_MANAGERS.values():
-        result, err = run(session(), f"tools write-file path={path} content=x")
-        assert result.report["tools"]["stopped"]["reason"] == "needs_approval", (path, err)
+    tool_writes_ask(session, HOOK_MANAGERS.values())
     # What the config only matches (`files: ^src/`) and what a sample names stay the person's.
     result, err = run(session(), "echo a > src/a.py; echo b > notes/x.sh; tools write-file path=src/b.py content=x")
     assert result.exit_code == 0, err
@@ -355,18 +369,13 @@ def python_servers_toml(work, record, **policy) -> None:
 @pytest.mark.parametrize("name", list(PYTHON_CODE))
 def test_the_python_code_a_server_imports_from_the_workspace_cannot_be_written(python_servers, name):
     work, _, session = python_servers
-    path = work / PYTHON_CODE[name]
-    before = path.read_bytes() if path.exists() else None
-    run(session(), f"printf '{PLANT}' > {PYTHON_CODE[name]}")
-    assert (path.read_bytes() if path.exists() else None) == before, f"{name}: a script rewrote {path}"
+    script_cannot_write(session(), work, PYTHON_CODE[name], f"printf '{PLANT}' > {PYTHON_CODE[name]}")
 
 
 def test_tool_calls_ask_before_writing_the_python_code_a_server_imports(python_servers):
     work, record, session = python_servers
     python_servers_toml(work, record, mode="bypass-permissions")
-    for path in PYTHON_CODE.values():
-        result, err = run(session(), f"tools write-file path={path} content=x")
-        assert result.report["tools"]["stopped"]["reason"] == "needs_approval", (path, err)
+    tool_writes_ask(session, PYTHON_CODE.values())
     assert run(session(), "tools write-file path=notes.txt content=x")[0].exit_code == 0
 
 
@@ -408,18 +417,13 @@ def environment_servers(project):
 @pytest.mark.parametrize("name", list(ENVIRONMENTS))
 def test_the_environment_a_server_runs_from_in_the_workspace_cannot_be_written(environment_servers, name):
     work, _, session = environment_servers
-    path = work / ENVIRONMENTS[name]
-    before = path.read_bytes() if path.exists() else None
-    run(session(), f"printf '{PLANT}' > {ENVIRONMENTS[name]}")
-    assert (path.read_bytes() if path.exists() else None) == before, f"{name}: a script wrote {path}"
+    script_cannot_write(session(), work, ENVIRONMENTS[name], f"printf '{PLANT}' > {ENVIRONMENTS[name]}")
 
 
 def test_tool_calls_ask_before_writing_the_environment_a_server_runs_from(environment_servers):
     work, config, session = environment_servers
     config(mode="bypass-permissions")
-    for path in ENVIRONMENTS.values():
-        result, err = run(session(), f"tools write-file path={path} content=x")
-        assert result.report["tools"]["stopped"]["reason"] == "needs_approval", (path, err)
+    tool_writes_ask(session, ENVIRONMENTS.values())
 
 
 def test_in_a_home_workspace_dotfiles_cannot_be_written(project, monkeypatch):
@@ -729,10 +733,8 @@ OUTSIDE_HOOKS = ("shared-hooks/pre-commit", "shared-hooks/pre-push", "tools/lint
 @pytest.mark.parametrize("path", OUTSIDE_HOOKS)
 def test_the_hooks_an_inner_repository_runs_from_outside_it_cannot_be_written(hooks_outside_the_repository, path):
     work, _, session = hooks_outside_the_repository
-    before = (work / path).read_bytes() if (work / path).exists() else None
-    result, err = run(session(), f"mkdir -p {os.path.dirname(path)}; printf '#!/bin/sh\\ntouch pwned\\n' > {path};"
-                      " echo notes > repos/app/notes.txt; echo notes > tools/notes.txt")
-    assert ((work / path).read_bytes() if (work / path).exists() else None) == before
+    err = script_cannot_write(session(), work, path, f"mkdir -p {os.path.dirname(path)}; printf '#!/bin/sh\\ntouch"
+                              " pwned\\n' > {path}; echo notes > repos/app/notes.txt; echo notes > tools/notes.txt")
     # The run itself went on: the rest of the repository and the folder stay the script's.
     assert (work / "repos" / "app" / "notes.txt").read_text() == "notes\n", err
     assert (work / "tools" / "notes.txt").read_text() == "notes\n", err
@@ -744,9 +746,7 @@ def test_tool_calls_ask_before_writing_the_hooks_an_inner_repository_runs_from_o
     # workspace (the run's, or a direct call's own) does.
     work, record, session = hooks_outside_the_repository
     retrust(work, record, mode="bypass-permissions")
-    for path in OUTSIDE_HOOKS:
-        result, err = run(session(), f"tools write-file path={path} content=x")
-        assert result.report["tools"]["stopped"]["reason"] == "needs_approval", (path, err)
+    tool_writes_ask(session, OUTSIDE_HOOKS)
     result, err = run(session(), "tools write-file path=tools/notes.txt content=x")
     assert result.exit_code == 0, err
 
@@ -758,7 +758,7 @@ def test_direct_calls_ask_before_writing_the_hooks_an_inner_repository_runs_from
 
     work, record, session = hooks_outside_the_repository
     retrust(work, record, mode="bypass-permissions")
-    for path in OUTSIDE_HOOKS:  # a fresh process has walked no workspace yet: the call walks it
+    for path in OUTSIDE_HOOKS:  # no script has run in this workspace: the call walks it
         with pytest.raises(CallError) as raised:
             call_argv(session(), ["write-file", f"path={path}", "content=x"])
         assert raised.value.code == "needs_approval", path
