@@ -144,6 +144,12 @@ the way that meets 5x keeps the script's whole stdout and peaks at ~8x.
   Figures, median of 5 interleaved rounds, four runs at load 0.1-0.2: 200 lines 5.3x, 5.1x,
   5.1x, 5.0x (script 105-108 us); 2,000 lines 4.9x, 4.8x, 4.8x, 5.0x (166-175 us). At a busier
   hour the same code gave 4.0-6.9x at 200 lines. At the edge at 200 lines: missed.
+
+2026-12-05 (a Firecracker VM again, `read_text` 13-14 us at 200 lines, 23-32 at 2,000; no code
+change on this path), three runs at load 0.2-0.8, ratio at the median: 200 lines 4.5x, 7.0x,
+7.5x (script 63, 93, 101 us; the CPU ratio moved with it, 4.3x to 7.6x); 2,000 lines 4.5x, 4.6x,
+5.4x. Without the relay the same minutes gave 2.7-5.1x and 3.3-3.9x: the relay's function and
+byte sinks are some 25 us a call. Met in one run of three: missed.
 """
 
 from __future__ import annotations
