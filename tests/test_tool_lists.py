@@ -141,6 +141,16 @@ def test_a_kept_lists_control_characters_are_shown_escaped(workdir, sessions):
         assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out, script
 
 
+def test_a_server_descriptions_control_characters_are_shown_escaped(workdir, sessions):
+    """The description in a (trusted, perhaps cloned) config is text, in every help that shows it."""
+    write_config(workdir, docs_config("Docs.\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2K\u202e"))
+    session = sessions(workdir)
+    for script in ("tools --help", "tools docs --help"):
+        code, out, err = run(session, script)
+        assert "Docs.\\x1b]52" in out, (script, out)
+        assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out, script
+
+
 def test_scripts_cannot_write_the_kept_lists(workdir, sessions):
     session = sessions(workdir)
     run(session, "tools docs --help")

@@ -76,7 +76,7 @@ def _tool_lines(tools: list[Tool], prefix: str = "") -> list[str]:
 
 def server_help(entry: ServerEntry, tools: list[Tool]) -> str:
     name = display(entry.name)
-    head = f"{name}: {entry.provider.description or 'MCP server'}"
+    head = f"{name}: {printable(entry.provider.description or '') or 'MCP server'}"
     lines = [head, f"Usage: tools {name} <tool> [input]   (tools {name} <tool> --help for its input)", ""]
     lines += _tool_lines(sorted(tools, key=lambda t: t.name))
     return "\n".join(lines) + "\n"
