@@ -213,19 +213,23 @@ class Source:
         return table(self, None, data)
 
 
-def _nul_at(value: Any, key: str = "") -> str | None:
-    """The dotted key of the first string holding a NUL (a key's own name too), else None."""
-    if isinstance(value, str):
-        return key if "\0" in value else None
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for name, item in items:
-        shown = name if isinstance(name, int) else str(name).replace("\0", "\\u0000")  # said, not sent
-        inner = f"{key}[{shown}]" if isinstance(name, int) else f"{key}.{shown}" if key else shown
-        if isinstance(name, str) and "\0" in name:
-            return inner
-        found = _nul_at(item, inner)
-        if found is not None:
-            return found
+def _nul_at(data: Any) -> str | None:
+    """The dotted key of the first string holding a NUL (a key's own name too), else None.
+    Walked without recursion: a file's nesting is bounded only by the parser's."""
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        value, key = stack.pop()
+        if isinstance(value, str):
+            if "\0" in value:
+                return key
+            continue
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for name, item in reversed(list(items)):  # file order: the first one is said
+            shown = name if isinstance(name, int) else name.replace("\0", "\\u0000")  # said, not sent
+            inner = f"{key}[{shown}]" if isinstance(name, int) else f"{key}.{shown}" if key else shown
+            stack.append((item, inner))
+            if isinstance(name, str) and "\0" in name:
+                stack.append((name, inner))
     return None
 
 

@@ -244,15 +244,17 @@ def _refuse_unrunnable(config: CommandToolConfig, arguments: Mapping[str, Any], 
 
 
 def _strings(value: Any):
-    """The strings in the input (keys and numbers are not filled in as text that begins a word)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _strings(item)
+    """The strings in the input (keys and numbers are not filled in as text that begins a word).
+    Walked without recursion: input from `toolkernel.call` can be nested deep."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, Mapping):
+            stack += reversed(list(item.values()))  # in the input's order
+        elif isinstance(item, (list, tuple)):
+            stack += reversed(item)
 
 
 class ProcessSlots:

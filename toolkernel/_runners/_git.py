@@ -56,9 +56,8 @@ def git_config(worktree: Path, looked_at: list[str]) -> Path:
     return (gitdir / common if common else gitdir) / "config"
 
 
-def hooks_paths(worktree: Path, looked_at: list[str]) -> list[Path]:
-    """The folders `core.hooksPath` names (any `hooksPath =` line of the config)."""
-    config = git_config(worktree, looked_at)
+def hooks_paths(config: Path, worktree: Path, looked_at: list[str]) -> list[Path]:
+    """The folders `core.hooksPath` names in `config` (any `hooksPath =` line)."""
     return [worktree / Path(value.strip('"')).expanduser() for value in _HOOKS_PATH.findall(_head(config, looked_at))]
 
 
@@ -66,8 +65,9 @@ def hook_places(worktree: Path, looked_at: list[str]) -> list[Path]:
     """Every place in or beside the work tree that git's hooks for this repository run or read
     as code: the hooks folders, and what the hooks in them (or in the default `hooks` folder of
     the gitdir) name, with what a hook manager's config names in turn."""
-    folders = hooks_paths(worktree, looked_at)
-    default = git_config(worktree, looked_at).parent / "hooks"
+    config = git_config(worktree, looked_at)
+    folders = hooks_paths(config, worktree, looked_at)
+    default = config.parent / "hooks"
     places = list(folders)
     for folder in [*folders, default]:
         if folder.name == "_":  # husky 9: git's hooks in `.husky/_` run the person's in `.husky`
@@ -86,9 +86,11 @@ def named_files(text: str, worktree: Path, looked_at: list[str]) -> list[Path]:
     """The files and folders the words of `text` name, relative to `worktree` or absolute: a
     word with a `/` (there or not: a script must not be the one to create it), or with a dot
     in its name that is there (`lint.py`, `.pre-commit-config.yaml`); never the work tree or
-    a folder above it, nor a comment's (`#!/bin/sh`). Places outside the work tree count (an inner repository's hook may run
-    `../../tools/lint.sh` of the workspace); callers keep those in the workspace."""
+    a folder above it, nor a comment's (`#!/bin/sh`). Places outside the work tree count (an
+    inner repository's hook may run `../../tools/lint.sh` of the workspace); callers keep those
+    in the workspace."""
     found = []
+    real_worktree = real_path(worktree)
     for word in dict.fromkeys(_WORDS.findall(text)):
         if word.startswith(("-", "$", "~", "#")) or "$" in word or "://" in word or not word.strip("./"):
             continue
@@ -98,7 +100,7 @@ def named_files(text: str, worktree: Path, looked_at: list[str]) -> list[Path]:
         looked_at.append(str(place))
         if "/" not in word and not os.path.lexists(place):
             continue
-        if is_inside(real_path(worktree), real_path(place)):
+        if is_inside(real_worktree, real_path(place)):
             continue
         found.append(place)
     return found

@@ -241,8 +241,7 @@ def _commands(config: Any, environ: Mapping[str, str],
         # Started in the workspace, or in its `cwd` there; an `env` allow-list is all it sees.
         cwd = root / Path(tool.cwd).expanduser() if tool.cwd else root
         env = environ if tool.env is None else tool.env
-        yield (tuple(word for word in tool.command if "{{" not in word), cwd,
-               kernel_path if tool.env is None else tool.env.get("PATH"), env.get("PYTHONPATH"))
+        yield tuple(word for word in tool.command if "{{" not in word), cwd, env.get("PATH"), env.get("PYTHONPATH")
 
 
 def _here() -> Path:
@@ -284,7 +283,8 @@ def _environment(program: Path, looked_at: list[str]) -> list[Path]:
     found = []
     for folder in Path(os.path.abspath(program)).parents:
         looked_at += [str(folder / "pyvenv.cfg"), str(folder / "conda-meta")]
-        if folder.name == "node_modules" or os.path.isfile(folder / "pyvenv.cfg") or os.path.isdir(folder / "conda-meta"):
+        if (folder.name == "node_modules" or os.path.isfile(folder / "pyvenv.cfg")
+                or os.path.isdir(folder / "conda-meta")):
             found.append(_real(folder, looked_at))
     return found
 

@@ -30,7 +30,7 @@ def imported_places(argv: Sequence[str], cwd: Path, pythonpath: str | None, look
     places = [cwd / entry for entry in (pythonpath or "").split(os.pathsep) if entry]
     module = _module(argv[1:])
     if module:
-        places += _found(module.split(".")[0], places, looked_at)
+        places += _found(module.split(".")[0], places)
     looked_at.extend(map(str, places))
     return places
 
@@ -50,7 +50,7 @@ def _module(options: Sequence[str]) -> str | None:
     return None
 
 
-def _found(top: str, pythonpath: list[Path], looked_at: list[str]) -> list[Path]:
+def _found(top: str, pythonpath: list[Path]) -> list[Path]:
     """Where `top` lies: on `pythonpath` first, then where this interpreter would import it."""
     from importlib.machinery import PathFinder
 
@@ -62,7 +62,6 @@ def _found(top: str, pythonpath: list[Path], looked_at: list[str]) -> list[Path]
             places += [Path(location) for location in spec.submodule_search_locations]
         elif spec.origin and os.path.isabs(spec.origin):
             places.append(Path(spec.origin))
-    looked_at.extend(map(str, places))
     return places
 
 
