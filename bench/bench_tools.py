@@ -41,6 +41,16 @@
    a script costs about 100-200 us). Under load every wake-up waits for a CPU and the
    script's extra CPU is stretched, so its ratio rises with the load.
 
+   2026-12-05 (a Firecracker VM, load 0.6-0.8): main gave 1.107x at the median of the
+   rounds' own ratios (rounds 0.89-1.17x): at the edge. A call's CPU on the script's thread
+   was 280 us against 180 for the same call past the session without the command: a line
+   of an MCP tool was split, parsed and looked up again on every turn of a loop, and went
+   through the command's async path. Now a server's tool that this run has listed, while
+   the server is up over a lane, is called as own tools are (`ToolsCommand._tool_now`:
+   the line kept as parsed, the dispatcher's `call_now`, the same checks), and an MCP
+   structured result is written by pydantic's encoder (`_render.to_json`): 225 us. Two
+   runs right after: 1.038x and 1.032x (rounds 0.88-1.12x), CPU script / bare 0.95x, 0.81x.
+
 Each figure is the median (and the best) of --repeat interleaved runs; both parts run in
 the same process.
 The call limit (50) is lifted for the benchmark's runs only.

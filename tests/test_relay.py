@@ -294,3 +294,59 @@ def test_an_interrupt_ends_the_script_before_the_call_it_cancels_lets_it_go_on(s
     result, sink = run(session, "for i in 1 2; do tools sized size=1; tools hang; echo after; done")
     assert result.interrupted and result.exit_code == 130
     assert "after" not in sink.stdout_text
+
+
+@pytest.fixture
+def github_session(tmp_path, monkeypatch):
+    for key, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(_Relay, "FLUSH_EVERY", 600.0)  # every call after the first is tried in place
+    work = tmp_path / "work"
+    work.mkdir()
+
+    def open_with(config: str) -> Session:
+        write_config(work, github_toml() + config)
+        opened = Session(work)
+        sessions.append(opened)
+        return opened
+
+    sessions: list[Session] = []
+    yield open_with
+    for opened in sessions:
+        opened.close()
+
+
+def test_an_mcp_line_repeated_in_a_loop_is_parsed_once_and_its_result_is_the_same(github_session, monkeypatch):
+    from toolkernel._command._catalog import Catalog
+
+    looked_up = []
+    find_tool = Catalog.find_tool
+
+    async def counted(self, server, name):
+        looked_up.append((server, name))
+        return await find_tool(self, server, name)
+
+    monkeypatch.setattr(Catalog, "find_tool", counted)
+    session = github_session("")
+    result, sink = run(session, "for i in 1 2 3 4 5; do tools github get-pull repo=acme/api number=101; done")
+    assert result.exit_code == 0, sink.stderr_text
+    # Looked up by the check before the start and by the first call (the live command's); the
+    # first call made in place takes the tool the run has listed, and the rest the line as parsed.
+    assert looked_up == [("github", "get-pull")] * 2
+    outside = RecordingSink()
+    session.run_script("tools github get-pull repo=acme/api number=101", outside)
+    assert sink.stdout_text == outside.stdout_text * 5
+    assert json.loads(outside.stdout_text)["title"] == "Add rate limiting to /search"
+
+
+def test_an_mcp_line_parsed_before_is_judged_and_counted_each_time(github_session):
+    session = github_session('[policy]\ndeny = ["github delete-branch"]\n\n[shell]\ncall_limit = 4\n')
+    script = ("for i in 1 2 3; do tools github delete-branch branch=x; echo \"exit $?\"; done;"
+              " for i in 1 2 3; do tools github get-pull repo=acme/api number=101 | jq -r .number; done")
+    result, sink = run(session, script)
+    codes = [e["code"] for e in error_lines(sink.stderr_text)]
+    assert sink.stdout_text.startswith("exit 1\nexit 1\nexit 1\n101\n")
+    assert codes[:3] == ["denied"] * 3
+    # Denied calls count too: the fourth call is the last one allowed, the fifth stops the script.
+    assert codes[3:] == ["call_limit"] and result.exit_code != 0
+    assert sink.stdout_text.count("101") == 1

@@ -42,6 +42,9 @@ class ToolResult:
     images: list[Image] = field(default_factory=list)
     structured: Any = None
     is_error: bool = False
+    # `structured` holds only what parsing JSON makes (str keys; str, int, float, bool, None,
+    # lists, dicts), as an MCP server's does: it is printed by a faster encoder (`to_json`).
+    plain_json: bool = False
 
     @classmethod
     def text(cls, text: str) -> "ToolResult":

@@ -99,6 +99,16 @@ class Catalog:
         found = self.own.get(fold(tool or ""))
         return found is None or found.runs_on_private_loop
 
+    def listed_here(self, server: str, name: str) -> Tool | None:
+        """A tool of `server` that a call from this thread can reach now: listed already in this
+        run, its server up over a lane (not bound to the private loop). None otherwise, and for a
+        name it does not have: `find_tool` then lists, starts or says what is wrong."""
+        entry = self.servers.get(fold(server))
+        if entry is None or entry.tools is None or entry.provider.ref.loop_bound:
+            return None
+        wanted = fold(name)
+        return next((t for t in entry.tools if fold(t.name) == wanted), None)
+
     async def find_tool(self, server: str | None, name: str) -> Tool:
         if server is None:
             if fold(name) not in self.own:

@@ -52,7 +52,7 @@ class Called:
 
 
 class _Known(NamedTuple):
-    """A line calling an own tool, parsed: what `handle_sync` needs to make the call again."""
+    """A line calling a tool, parsed: what `handle_sync` needs to make the call again."""
 
     command: Command
     tool: Tool
@@ -163,11 +163,12 @@ class ToolsCommand:
         return not self.catalog.runs_on_private_loop(command.server, command.tool)
 
     def _call_now(self, command: Command, stdin: str | None, argv: list[str], now_only: bool = False) -> Outcome | None:
-        """A call of an own tool bound to nothing on the private loop, made from this sync code
-        (the dispatcher's `call_now`: the same checks); a plain sync tool runs with no event loop
-        at all. None for any other command, which `handle` runs."""
-        tool = self.catalog.own.get(fold(command.tool)) if command.action == "call" and command.server is None else None
-        if tool is None or tool.runs_on_private_loop or not self.dispatcher.can_call_now():
+        """A call made from this sync code (the dispatcher's `call_now`: the same checks) of an own
+        tool bound to nothing on the private loop (a plain sync tool runs with no event loop at
+        all), or of a server's tool listed in this run while the server is up over a lane (see
+        `Catalog.listed_here`). None for any other command, which `handle` runs."""
+        tool = self._tool_now(command)
+        if tool is None:
             return None
         try:
             save_to, args = take_save(command.args, tool.input_schema)
@@ -178,6 +179,14 @@ class ToolsCommand:
             return _failure(exc)
         self._keep(argv, stdin, _Known(command, tool, arguments))
         return self._made_now(tool, arguments, now_only)
+
+    def _tool_now(self, command: Command) -> Tool | None:
+        if command.action != "call" or not self.dispatcher.can_call_now():
+            return None
+        if command.server is not None:
+            return self.catalog.listed_here(command.server, command.tool)
+        tool = self.catalog.own.get(fold(command.tool))
+        return None if tool is None or tool.runs_on_private_loop else tool
 
     def _keep(self, argv: list[str], stdin: str | None, known: "_Known") -> None:
         """Keep a parsed line that a script may run again (a loop's body), when its input is

@@ -613,7 +613,7 @@ def _converted(texts: list[str], images: list[Image], structured: Any, is_error:
         structured = None
     elif wrapped and isinstance(structured, dict) and structured.keys() == {"result"}:
         structured = structured["result"]
-    return ToolResult(texts=texts, images=images, structured=structured, is_error=is_error)
+    return ToolResult(texts=texts, images=images, structured=structured, is_error=is_error, plain_json=True)
 
 
 _ANY_OBJECT_KEYS = frozenset({"type", "additionalProperties", "title", "description"})
