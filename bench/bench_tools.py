@@ -212,11 +212,13 @@ class BareClient:
 
 
 def interleaved(repeat: int, measures: dict[str, callable],
-                cpu: dict[str, float] | None = None) -> dict[str, tuple[float, float]]:
+                cpu: dict[str, float] | None = None,
+                rounds: dict[str, list[float]] | None = None) -> dict[str, tuple[float, float]]:
     """(median, min) seconds of each measure; rounds alternate so load from other processes
     on a shared machine falls on every measure alike. `cpu`, when given, gets the median
     CPU seconds this process spent in each measure (all its threads): on a loaded machine
-    that moves far less than the wall time does."""
+    that moves far less than the wall time does. `rounds`, when given, gets each measure's
+    seconds round by round (for ratios within a round)."""
     samples: dict[str, list[float]] = {name: [] for name in measures}
     spent: dict[str, list[float]] = {name: [] for name in measures}
     for _ in range(repeat):
@@ -226,6 +228,8 @@ def interleaved(repeat: int, measures: dict[str, callable],
             spent[name].append(cpu_seconds)
     if cpu is not None:
         cpu.update({name: statistics.median(values) for name, values in spent.items()})
+    if rounds is not None:
+        rounds.update(samples)
     return {name: (statistics.median(values), min(values)) for name, values in samples.items()}
 
 
