@@ -196,6 +196,11 @@ class TestFormats:
         assert grep({"pattern": "x", "path": "missing"}, tree, engine)[1]
         assert grep({"pattern": "nothing-here"}, tree, engine) == ("No matches found", False)
 
+    @pytest.mark.parametrize("args", [{"pattern": "fo\0o"}, {"pattern": "foo", "glob": "*.py\0"}])
+    def test_a_nul_in_the_pattern_or_glob_is_said_as_bad_input(self, tree, engine, args):
+        out, is_error = grep(args, tree, engine)
+        assert is_error and "NUL character" in out and "embedded null byte" not in out
+
 
 def test_builtin_engine_runs_when_rg_is_not_on_path(tree, monkeypatch):
     monkeypatch.setenv("PATH", str(tree / "no-such-bin"))

@@ -290,6 +290,11 @@ def build_query(arguments: dict[str, Any], ctx: ToolContext) -> GrepQuery:
     if not multiline and _NEWLINE_IN_PATTERN.search(arguments["pattern"]):
         # rg refuses this too (line by line a newline never matches); one message for both engines
         raise ToolInputError("grep_search: the pattern contains a newline (\\n); set multiline=true to match across lines")
+    for key in ("pattern", "glob"):
+        if "\0" in (arguments.get(key) or ""):
+            # A program's argument cannot hold one (rg is handed both); one message for both engines
+            raise ToolInputError(f"grep_search: the {key} contains a NUL character (\\0), which"
+                                 " cannot be handed to ripgrep as an argument")
     if mode not in ("files_with_matches", "content", "count"):
         raise ToolInputError(f"output_mode must be files_with_matches, content or count, not {mode!r}")
     return GrepQuery(
