@@ -4,10 +4,14 @@ in a kernel, and a real Bashkit run."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from kernel_helpers import isolated_env
 
@@ -57,3 +61,39 @@ def test_a_package_a_script_plants_in_the_working_directory_is_not_what_toolkern
     # It was there for the whole run (and moved aside at its end: it shadows the installed one).
     assert list(work.glob(".toolkernel/quarantine/*/nbformat/__init__.py")) and code != 0, err
     assert "a.ipynb: 0 cells" in out and "the helper beside the notebook" in out, err
+
+
+GRAMMAR_PROBE = """
+import importlib, json, sys, time
+import toolkernel
+from toolkernel import _imports
+import jsonschema
+seen = {"built": "rfc3987_syntax.syntax_helpers" in sys.modules}
+if sys.argv[1] == "submodule":  # a person's code asking for the grammar's module itself, before any check
+    from rfc3987_syntax.syntax_helpers import is_valid_syntax
+    seen["submodule"] = is_valid_syntax("iri", "http://example.com/ä")
+checker = jsonschema.FormatChecker()
+seen["checks"] = [checker.conforms("http://example.com/ä", "iri"), checker.conforms("not an iri ::", "iri")]
+import rfc3987_syntax
+seen["real"] = rfc3987_syntax.__file__.endswith("__init__.py") and hasattr(rfc3987_syntax, "syntax_helpers")
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("rfc3987_syntax") is None, reason="rfc3987_syntax is not installed")
+@pytest.mark.parametrize("way", ["check", "submodule"])
+def test_jsonschema_imported_after_toolkernel_builds_no_grammar_until_a_format_check_needs_it(tmp_path, way):
+    done = subprocess.run([sys.executable, "-c", GRAMMAR_PROBE, way], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, env=_env_with_repo())
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["built"] is False  # jsonschema's import left the grammar alone
+    assert seen["checks"] == [True, False]  # and its "iri" check still works, the grammar built for it
+    assert seen["real"] is True
+    if way == "submodule":
+        assert seen["submodule"] is True
+
+
+def _env_with_repo() -> dict[str, str]:
+    repo = str(Path(__file__).resolve().parent.parent)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}

@@ -271,7 +271,7 @@ def load(ipython) -> "concurrent.futures.Future":
     once the shell is idle, import what the first tool call will need.
 
     The session itself is light (a first `tools --help` waits only for it); jsonschema
-    (seconds: its format grammars) and the MCP SDK are imported after it, so a first call
+    and the MCP SDK are imported after it, so a first call
     made after a pause finds them loaded.
     """
     session: concurrent.futures.Future = concurrent.futures.Future()

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from ._pairing import Pairing
     from ._stores import CellEdit, Loaded, NotebookStore
 
-# nbformat (through jsonschema's format grammars), the kernel clients and the server stores take
-# seconds to import: the tools' definitions are read by every `tools --help`, the rest is
+# nbformat (and jsonschema with it), the kernel clients and the server stores take
+# a second or more to import: the tools' definitions are read by every `tools --help`, the rest is
 # imported when a notebook tool runs.
 
 DEFAULT_TIMEOUT_SECONDS = 120
