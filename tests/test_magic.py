@@ -155,7 +155,7 @@ def test_bad_config_gives_one_clear_error_and_the_kernel_lives(kernel, config, w
 def test_a_server_added_between_cells_shows_up(kernel, config):
     assert "structured" not in kernel.execute_ok(cell("tools --help")).stdout
     config(base_config() + fixture_toml("structured"))
-    assert "structured (5 tools)" in kernel.execute_ok(cell("tools --help")).stdout
+    assert "structured (6 tools)" in kernel.execute_ok(cell("tools --help")).stdout
 
 
 def test_a_crashed_server_is_unavailable_and_comes_back(kernel):

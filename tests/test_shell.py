@@ -128,7 +128,7 @@ def test_top_help_counts_tools_and_marks_on_demand_servers(workdir):
     assert result.exit_code == 0, sink.stderr_text
     text = sink.stdout_text
     assert "github (3 tools)" in text  # create-issue is denied: left out and not counted
-    assert "structured (5 tools)" in text
+    assert "structured (6 tools)" in text
     assert "docs (not loaded)" in text
     assert "missing (unavailable" in text
     other = text.split("Other tools:")[1]
@@ -270,6 +270,17 @@ def test_text_result_is_printed_as_is(session):
 def test_structured_content_that_only_wraps_the_text_prints_as_the_text(session):
     result, sink = run(session, "tools structured listing path=/data")
     assert sink.stdout_text == "[FILE] /data/a.txt\n[DIR] /data/sub\n", sink.stderr_text
+
+
+def test_a_13000_line_file_from_a_server_reads_as_its_lines(session):
+    # server-filesystem's shape at size: `wc -l` counted 3 when the text arrived as escaped JSON.
+    script = ("tools structured read-text-file lines=13000 | wc -l;"
+              " tools structured read-text-file lines=13000 | tail -n 1;"
+              " for i in 1 2; do tools structured read-text-file lines=13000 | grep -c 'of the file'; done")
+    result, sink = run(session, script)
+    assert result.exit_code == 0, sink.stderr_text
+    assert sink.stdout_text.split()[:1] == ["13000"]
+    assert sink.stdout_text.splitlines()[1:] == ["line 13000 of the file", "13000", "13000"]
 
 
 def test_structured_result_is_json(session):

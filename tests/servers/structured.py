@@ -43,6 +43,15 @@ def listing(path: str) -> types.CallToolResult:
                                 structured_content={"content": text})
 
 
+@server.tool()
+def read_text_file(lines: int) -> types.CallToolResult:
+    """A text file of `lines` lines as server-filesystem's read_text_file sends it: text, and the
+    same text as {"content": ...}."""
+    text = "\n".join(f"line {n} of the file" for n in range(1, lines + 1))
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                structured_content={"content": text})
+
+
 @server.tool(structured_output=False)
 def resources() -> list:
     """An embedded text resource and a resource link."""
