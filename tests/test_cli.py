@@ -102,3 +102,21 @@ def test_a_bare_word_suggests_the_first_required_key_not_given(args, hint):
         parse_input(args, {**SCHEMA, "required": ["repo"]}, None)
     message = caught.value.message
     assert (hint in message) if hint else "did you mean" not in message
+
+
+@pytest.mark.parametrize("word, key", [
+    ("101", "number"),  # `get-pull 101`: the integer key, not the first one
+    ("true", "draft"),
+    ("acme/api", "repo"),
+    ("1.5", "repo"),  # no key takes a fraction: the first
+])
+def test_a_bare_word_suggests_the_required_key_of_its_own_type(word, key):
+    schema = {**SCHEMA, "required": ["repo", "number", "draft"]}
+    with pytest.raises(InvalidInput, match=f"did you mean {key}={word}"):
+        parse_input([word], schema, None)
+
+
+@pytest.mark.parametrize("properties", [{"repo": {"type": {"odd": 1}}}, {"repo": "nonsense"}, "nonsense"])
+def test_a_guess_over_an_odd_schema_is_still_a_plain_hint(properties):
+    with pytest.raises(InvalidInput, match="did you mean repo=101"):
+        parse_input(["101"], {"type": "object", "properties": properties, "required": ["repo"]}, None)

@@ -127,11 +127,16 @@ class _Pairs:
         )
 
     def _guess(self, word: str, base: dict[str, Any]) -> str:
-        """The required key a bare word most likely meant (`read-file notes.txt`): the first not given yet."""
+        """The required key a bare word most likely meant (`read-file notes.txt`): the first not
+        given yet, or the first whose type is the word's own (`get-pull 101`: the integer key)."""
         required = self.schema.get("required")
         given = {**base, **self.values}
         missing = [key for key in required if isinstance(key, str) and key not in given] if isinstance(required, list) else []
-        return f" (did you mean {shlex.quote(f'{missing[0]}={word}')}?)" if missing else ""
+        if not missing:
+            return ""
+        kind = _json_kind(word)
+        typed = [key for key in missing if kind is not None and kind in _declared_types(self.schema, key)]
+        return f" (did you mean {shlex.quote(f'{(typed or missing)[0]}={word}')}?)"
 
     def _option(self, args: list[str], i: int) -> int:
         key, eq, value = args[i][2:].partition("=")
@@ -211,3 +216,23 @@ def _check_depth(value: Any, where: str) -> None:
         if not level:
             return
     raise InvalidInput(f"{where} is nested more than {MAX_INPUT_DEPTH} levels deep")
+
+
+def _json_kind(word: str) -> str | None:
+    """The JSON type a bare word reads as, when it is not text: "integer", "number" or "boolean"."""
+    if word in ("true", "false"):
+        return "boolean"
+    try:
+        value = json.loads(word)
+    except ValueError:
+        return None
+    return "integer" if type(value) is int else "number" if type(value) is float else None
+
+
+def _declared_types(schema: Mapping[str, Any], key: str) -> set[str]:
+    """The JSON types the schema declares for `key` (none when it says nothing a word could meet)."""
+    properties = schema.get("properties")
+    declared = properties.get(key) if isinstance(properties, Mapping) else None
+    named = declared.get("type") if isinstance(declared, Mapping) else None
+    types = {t for t in (named if isinstance(named, list) else [named]) if isinstance(t, str)}
+    return types | {"integer"} if "number" in types else types  # a number key takes an integer too
