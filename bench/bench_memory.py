@@ -14,7 +14,8 @@ tool builds its result in one piece: a second copy made inside the tool would be
 the tool's cost, not the shell's.
 Past 10 MiB Bashkit cuts the script's output (the run fails, loudly): the
 ratio is then against what arrived; the rise against the output's own size is
-the figure to read. Target: at most 2x the output's size.
+the figure to read. Target: at most 2x the output's size. Two more rows call an MCP server's
+tool (its server started, and the SDK imported, before the measured run).
 
 History (8 MB output, peak rise over its size):
 - Until 2026-11-30 evening, scripts that call `tools` ran under execute_sync with a sync
@@ -36,6 +37,18 @@ History (8 MB output, peak rise over its size):
   in a loop 2 MB 1.4x (8.4x), 8 MB 1.1x (7.8x), 32 MB a rise of 31 MB (172 MB, 16x what
   arrived); a loop that reads, 8 MB 1.0x. Left at about 8x: a script that reads its input
   and defines a function (execute_sync, a Bashkit trap: see `_bashkit._way`).
+- 2026-12-05: two rows more, an MCP server's results (tests/servers/big.py), which no row
+  measured before. Missed, far: 8 MB of text 10.7x (92 MB), 8 MB of structured rows 7.2x
+  (63 MB; 12.4x before `_render.to_json` wrote MCP structured content with pydantic's encoder
+  the same day), 2 MB 9.0x and 7.3x; the bare SDK client peaked at 33x on the same rows.
+  Where it goes (8 MB text with multi-byte characters): the server sends the text twice (as
+  text and as {"result": text}), so the reply line is 18 MB; its pieces and the joined line,
+  36 MB; `json.loads` decodes the line to a str first (36 MB: UCS-2 for non-ASCII) beside it,
+  then makes both strings (32 MB). Tried: pydantic_core.from_json for long lines (no str copy):
+  the text reply 49 -> 33 MB at the call, but structured rows 57 -> 69 MB in a script (its
+  parser holds its own tree too), so not kept. Under 2x needs a reply read as a stream
+  (the duplicate never held, a result over max_result_mb written to disk as it comes):
+  not built.
 """
 
 from __future__ import annotations
@@ -74,7 +87,7 @@ def reset_peak():  # Linux: VmHWM starts again from VmRSS (the session's start p
 work = Path({work!r})
 s = Session(work)
 s.register_tools([big_result])
-s.run_script("tools big-result size=10", Quiet())  # the first call imports what calls need
+s.run_script({warm!r}, Quiet())  # the first call imports what calls need (the MCP SDK, a server started)
 gc.collect()
 reset_peak()
 base = before = status_kb("VmRSS")
@@ -90,7 +103,19 @@ print(json.dumps({{"base_kb": base, "peak_kb": peak, "before_kb": before, "after
 SCRIPTS = {"no tools": "cat data.txt", "with tools": "cat data.txt\ntools --help > /dev/null",
            "tool result": "tools big-result size={size}",
            "in a loop": "for i in 1; do tools big-result size={size}; done",  # the relay
-           "read loop": "echo 1 | while read i; do tools big-result size={size}; done"}  # live
+           "read loop": "echo 1 | while read i; do tools big-result size={size}; done",  # live
+           # An MCP server's results (tests/servers/big.py), read whole from its pipe: a text result
+           # (an MCPServer sends it twice, as text and as {"result": text}), and structured content.
+           "MCP text": "tools big blob megabytes={mb}",
+           "MCP rows": "tools big rows megabytes={mb}"}
+MCP_CONFIG = """[mcp_servers.big]
+command = {python}
+args = [{server}]
+env = {{ PYTHONPATH = {repo} }}
+
+[policy]
+allow = ["big blob", "big rows", "big ping"]
+"""
 
 
 def measure(mb: int, script: str) -> dict:
@@ -98,8 +123,16 @@ def measure(mb: int, script: str) -> dict:
         work = Path(tmp) / "work"
         work.mkdir()
         (work / "data.txt").write_text(("x" * 99 + "\n") * (mb * 10_000))
-        env = {**os.environ, "XDG_CONFIG_HOME": str(Path(tmp) / "xdg")}
-        child = CHILD.format(repo=str(REPO), work=str(work), script=script.format(size=mb * 1_000_000))
+        env = {**os.environ, "XDG_CONFIG_HOME": str(Path(tmp) / "xdg"), "TOOLKERNEL_TRUST_ALL": "1",
+               "TOOLKERNEL_ADMIN_CONFIG": str(Path(tmp) / "no-admin.toml")}
+        warm = "tools big-result size=10"
+        if "tools big " in script:
+            (work / "toolkernel.toml").write_text(MCP_CONFIG.format(
+                python=json.dumps(sys.executable), server=json.dumps(str(REPO / "tests" / "servers" / "big.py")),
+                repo=json.dumps(str(REPO))))
+            warm = "tools big ping; tools big rows megabytes=0.01 > /dev/null"
+        child = CHILD.format(repo=str(REPO), work=str(work), warm=warm,
+                             script=script.format(size=mb * 1_000_000, mb=mb))
         out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True,
                              check=True).stdout
         return json.loads(out.strip().splitlines()[-1])

@@ -4,6 +4,8 @@ import hashlib
 import sys
 import time
 
+from typing import Any
+
 import anyio
 
 from mcp.server.mcpserver import MCPServer
@@ -22,6 +24,13 @@ def blob_text(megabytes: float) -> str:
 def blob(megabytes: float) -> str:
     """A text result of about `megabytes` MB."""
     return blob_text(megabytes)
+
+
+@server.tool()
+def rows(megabytes: float) -> dict[str, Any]:
+    """Structured content of about `megabytes` MB when printed as indented JSON: rows of a table."""
+    count = int(megabytes * 1_000_000) // 120
+    return {"rows": [{"id": n, "name": f"row {n}", "tags": ["a", "b"], "score": n / 2} for n in range(count)]}
 
 
 @server.tool()
