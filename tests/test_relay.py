@@ -303,6 +303,7 @@ def github_session(tmp_path, monkeypatch):
     monkeypatch.setattr(_Relay, "FLUSH_EVERY", 600.0)  # every call after the first is tried in place
     work = tmp_path / "work"
     work.mkdir()
+    sessions: list[Session] = []
 
     def open_with(config: str) -> Session:
         write_config(work, github_toml() + config)
@@ -310,7 +311,6 @@ def github_session(tmp_path, monkeypatch):
         sessions.append(opened)
         return opened
 
-    sessions: list[Session] = []
     yield open_with
     for opened in sessions:
         opened.close()

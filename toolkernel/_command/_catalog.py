@@ -106,8 +106,7 @@ class Catalog:
         entry = self.servers.get(fold(server))
         if entry is None or entry.tools is None or entry.provider.ref.loop_bound:
             return None
-        wanted = fold(name)
-        return next((t for t in entry.tools if fold(t.name) == wanted), None)
+        return _named(entry.tools, name)
 
     async def find_tool(self, server: str | None, name: str) -> Tool:
         if server is None:
@@ -115,9 +114,9 @@ class Catalog:
                 await self._not_top_level(name)
             return self._own_tool(name)
         tools = await self.server_tools(server)
-        for t in tools:
-            if fold(t.name) == fold(name):
-                return t
+        found = _named(tools, name)
+        if found is not None:
+            return found
         close = suggest(name, [t.name for t in tools])
         raise UnknownCommand(
             f"server {display(server)!r} has no tool {display(name)!r}{_hint(close)}"
@@ -284,3 +283,9 @@ def suggest(name: str, candidates: Iterable[str]) -> list[str]:
 
 def _hint(close: list[str]) -> str:
     return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+def _named(tools: list[Tool], name: str) -> Tool | None:
+    """The tool of `tools` called `name` (as names fold), or None."""
+    wanted = fold(name)
+    return next((t for t in tools if fold(t.name) == wanted), None)
