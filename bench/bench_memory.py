@@ -49,6 +49,12 @@ History (8 MB output, peak rise over its size):
   parser holds its own tree too), so not kept. Under 2x needs a reply read as a stream
   (the duplicate never held, a result over max_result_mb written to disk as it comes):
   not built.
+- 2026-12-05 evening: a long reply line's long strings go to a file as the line arrives, kept
+  once when sent twice (`_providers._spool`), and the text reaches the script from there in
+  pieces (`_longtext.LongText`). Same run, load ~1: 8 MB of text 0.4x (3.3 MB; it was 10.7x),
+  2 MB 1.3x; 32 MB (over max_result_mb, saved whole) a rise of 2.8 MB (315 MB). Structured
+  rows are unchanged, 7.6-9.3x: they are parsed into Python objects (about 6x the JSON) to be
+  printed as indented JSON.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from toolkernel import _loop
 from toolkernel._config._config import load_config
 from toolkernel._config._servers import ServerConfig
 from toolkernel._errors import ConnectionRequired, Unavailable
+from toolkernel._longtext import LongText, pieces
 from toolkernel._providers._mcp import ServerPool, convert_result
 from toolkernel._tool import Tool, ToolContext
 
@@ -692,9 +693,16 @@ def test_progress_restarts_the_call_clock(pool, via):
 def test_a_40_mb_result_arrives_whole(pool, via):
     # The SDK's own stdio reader took 44 s here (quadratic); WAIT bounds this call.
     cfg = fixture("big", "big")
-    text = call(pool, cfg, "blob", via=via, megabytes=40).texts[0]
+    result = call(pool, cfg, "blob", via=via, megabytes=40)
+    assert result.structured is None  # sent twice (as text and as {"result": text}): the text is the result
+    (text,) = result.texts
     assert len(text) == 40_000_000
-    assert hashlib.sha256(text.encode()).hexdigest() == call(pool, cfg, "digest", megabytes=40).texts[0]
+    # Past the session, a text this long stays in a file and is read in pieces (_spool, _longtext).
+    assert type(text) is (LongText if via == "lane" else str)
+    digest = hashlib.sha256()
+    for piece in pieces(text, 1 << 20):
+        digest.update(piece.encode())
+    assert digest.hexdigest() == call(pool, cfg, "digest", megabytes=40).texts[0]
 
 
 def test_secrets_from_variables_in_command_and_args_are_masked(pool, tmp_path):

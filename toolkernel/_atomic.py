@@ -28,16 +28,17 @@ import secrets
 import stat
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from ._checked_open import open_checked
+from ._longtext import LongText
 
 STALE_TEMP_SECONDS = 15 * 60
 _TEMP_SUFFIX = ".toolkernel.tmp"  # marks the temporary files as ours
 _TEMP_NAME = re.compile(r"\..+\.[a-z0-9_]{8}" + re.escape(_TEMP_SUFFIX))  # mkstemp's names with our affixes
 
 
-def write_atomic(path: Path | str, data: bytes | str, *, check: Callable[[], None] | None = None,
+def write_atomic(path: Path | str, data: bytes | str | LongText, *, check: Callable[[], None] | None = None,
                  replaces: Callable[[Path], bool] | None = None, resolved: bool = False) -> None:
     """Replace `path` with `data` (str is written as UTF-8) in one step.
 
@@ -57,12 +58,12 @@ def write_atomic(path: Path | str, data: bytes | str, *, check: Callable[[], Non
     target.parent.mkdir(parents=True, exist_ok=True)
     folder = open_checked(str(target.parent), os.O_RDONLY | os.O_DIRECTORY)
     try:
-        _write_in(folder, target, _as_bytes(data), check, replaces)
+        _write_in(folder, target, data, check, replaces)
     finally:
         os.close(folder)
 
 
-def _write_in(folder: int, target: Path, payload: bytes, check: Callable[[], None] | None,
+def _write_in(folder: int, target: Path, payload: bytes | str | LongText, check: Callable[[], None] | None,
               replaces: Callable[[Path], bool] | None) -> None:
     """`write_atomic` in the open folder `folder`, which holds `target`."""
     _remove_stale_temps(folder)
@@ -70,7 +71,8 @@ def _write_in(folder: int, target: Path, payload: bytes, check: Callable[[], Non
     fd, tmp_name = _make_temp(folder, target.name)
     try:
         with os.fdopen(fd, "wb") as tmp:
-            _write_all(tmp.fileno(), payload)
+            for part in _as_bytes(payload):
+                _write_all(tmp.fileno(), part)
             _copy_metadata(tmp.fileno(), existing)
             tmp.flush()
             os.fsync(tmp.fileno())
@@ -114,12 +116,17 @@ def _make_temp(folder: int, name: str) -> tuple[int, str]:
     raise FileExistsError(f"no free temporary name for {name}")
 
 
-def _as_bytes(data: bytes | str) -> bytes:
+def _as_bytes(data: bytes | str | LongText) -> Iterator[bytes]:
+    """The bytes to write, in parts: a `LongText` a piece at a time, never whole."""
     if isinstance(data, str):
-        return data.encode("utf-8")
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        return bytes(data)
-    raise TypeError(f"write_atomic takes bytes or str, not {type(data).__name__}")
+        yield data.encode("utf-8")
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        yield bytes(data)
+    elif isinstance(data, LongText):
+        for piece in data.pieces():
+            yield piece.encode("utf-8")
+    else:
+        raise TypeError(f"write_atomic takes bytes or str, not {type(data).__name__}")
 
 
 def _stat_or_none(name: str, folder: int) -> os.stat_result | None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal, Mapping
 
 from ._errors import CallError, ToolInputError
+from ._longtext import LongText, whole
 from ._loop import may_block
 from ._names import ProviderKind, display, qualified
 
@@ -38,7 +39,9 @@ class Image:
 class ToolResult:
     """What a tool gave back. A tool that ran and failed sets `is_error`."""
 
-    texts: list[str] = field(default_factory=list)
+    # A text may be a `LongText` (kept in a file) where an MCP server's reply was long; code
+    # that needs it as a str says so (`whole`).
+    texts: list[str | LongText] = field(default_factory=list)
     images: list[Image] = field(default_factory=list)
     structured: Any = None
     is_error: bool = False
@@ -62,7 +65,7 @@ class ToolResult:
         """The result as a Python value: JSON data, or text."""
         if self.structured is not None:
             return self.structured
-        text = "\n".join(self.texts)
+        text = "\n".join(map(whole, self.texts))
         if text.lstrip(" \t\r\n")[:1] not in _JSON_STARTS:
             return text  # not JSON: spared json's raising, a tenth of a direct call of a small tool
         try:

@@ -25,6 +25,7 @@ from .._config._limits import ShellLimits
 from .._config._tools import own_settings
 from ._policy import CallInfo, Decision, Policy, canonical_call_key, decide
 from ._run import NO_EVENTS, Run, RunEvents
+from .._longtext import whole
 from .._tool import Tool, ToolContext, ToolResult, as_result, never_cancelled
 from .._runners._guard import Protection, touches_protected
 from .._providers._tools._paths import outside_workspace, real_path, real_paths, rule_forms
@@ -204,6 +205,7 @@ class Dispatcher:
         info = await self._before(info, tool, run)
         result = await self._invoke(tool, info, payload or {}, run, events)
         if self.env.hooks.any("after_call"):
+            result.texts = [whole(text) for text in result.texts]  # a hook reads, and may change, all of it
             result = await self.env.hooks.run_after(info, result)
             if tool.cut is not None:  # the tool left it whole (`_call_args`): the saved whole is what the hooks left
                 result = as_result(tool.cut(result, self._context(tool)))

@@ -22,6 +22,7 @@ from ._cli import Command, parse_input, split_command, take_save
 from .._approval._dispatch import Dispatcher, WouldAsk
 from .._approval._policy import deny_rule_covers
 from .._errors import CallError, Denied, InvalidInput, Stopped, ToolFailed, Unavailable
+from .._longtext import LongText, pieces, whole
 from .._names import fold
 from .._saved import SavingStream
 from ._render import Rendered, render, result_text
@@ -34,7 +35,7 @@ SAVE_TOOL = "write-file"
 
 @dataclass
 class Outcome:
-    stdout: str = ""
+    stdout: str | LongText = ""  # a `LongText`: a long MCP text, read from its file by who prints it
     stderr: str = ""
     exit_code: int = 0
     images: list[Path] = field(default_factory=list)
@@ -46,7 +47,7 @@ class Called:
     """A tool's result as the caller sees it: rendered text, saved images, or the failure."""
 
     result: ToolResult
-    stdout: str
+    stdout: str | LongText
     images: list[Path]
     failure: ToolFailed | None
 
@@ -337,7 +338,7 @@ class ToolsCommand:
     def _called(tool: Tool, result: ToolResult, rendered: Rendered) -> Called:
         failure = None
         if result.is_error:
-            failure = ToolFailed(rendered.stdout.strip() or f"{tool.command} reported an error")
+            failure = ToolFailed(whole(rendered.stdout).strip() or f"{tool.command} reported an error")
         elif rendered.unsaved is not None:
             failure = ToolFailed(rendered.unsaved)
         return Called(result, rendered.stdout, rendered.images, failure)
@@ -353,7 +354,7 @@ class ToolsCommand:
         result = await self.dispatcher.call(writer, {"path": path, "content": stand_in}, self.run, self.events,
                                             payload={"content": called.stdout})
         rendered = render(result, self.workdir, writer)
-        failure = ToolFailed(rendered.stdout.strip()) if result.is_error else None
+        failure = ToolFailed(whole(rendered.stdout).strip()) if result.is_error else None
         return Called(result, rendered.stdout, called.images, failure)
 
 
@@ -364,9 +365,10 @@ def internal_failure(exc: Exception) -> Unavailable:
                        " in toolkernel, please report it", retryable=False)
 
 
-def _save_whole(workdir: Path, text: str) -> Path:
+def _save_whole(workdir: Path, text: str | LongText) -> Path:
     saving = SavingStream(workdir, "result")
-    saving.write(text)
+    for piece in pieces(text, SavingStream.SLICE):
+        saving.write(piece)
     return saving.finish()
 
 

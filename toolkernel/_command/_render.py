@@ -11,15 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from .._checked_open import open_folder_below
+from .._longtext import LongText, whole
 from .._tool import Image, Tool, ToolResult
 
 IMAGE_DIR = "tool-images"
+KEEP_IN_FILE = 1 << 20  # characters of a long text below which it is read whole (quick calls take str)
 _EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp", "image/svg+xml": "svg"}
 
 
 @dataclass
 class Rendered:
-    stdout: str
+    stdout: str | LongText
     images: list[Path] = field(default_factory=list)
     unsaved: str | None = None  # why an image could not be saved (the call then fails)
 
@@ -41,12 +43,17 @@ def to_json(value: Any, plain: bool = False) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
-def result_text(result: ToolResult) -> str:
-    """A text result as is, anything else as JSON."""
+def result_text(result: ToolResult) -> str | LongText:
+    """A text result as is, anything else as JSON. A long text stays in its file when it is
+    the result's one text and long enough to be worth it (a `tools` line reads it in pieces)."""
+    texts = result.texts
     if result.structured is not None:
         text = to_json(result.structured, result.plain_json)
+    elif len(texts) == 1 and type(texts[0]) is LongText and len(texts[0]) >= KEEP_IN_FILE:
+        long = texts[0]
+        return long if not long or long.endswith("\n") else long.with_suffix("\n")
     else:
-        text = "\n".join(result.texts)
+        text = "\n".join(map(whole, texts))
     return text if not text or text.endswith("\n") else text + "\n"
 
 

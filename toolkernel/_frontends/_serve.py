@@ -43,6 +43,7 @@ from .._command._cli import parse_input
 from .._config._config import load_config
 from .._config._tools_in_shell import ToolsInShell
 from .._errors import CallError, ConfigError, UnknownCommand, printable, printable_json
+from .._longtext import whole
 from .._names import fold
 from .._approval._policy import deny_rule_covers
 from .._providers._notebook import pair, pairings, unpair
@@ -277,7 +278,7 @@ class ToolServer:
         called = await command.call(tool, parse_input([], tool.input_schema, json.dumps(arguments)))
         if called.failure is not None:
             raise called.failure
-        content: list[Any] = [types.TextContent(type="text", text=called.stdout)]
+        content: list[Any] = [types.TextContent(type="text", text=whole(called.stdout))]
         content += [_image(self.workdir / p) for p in called.images]
         return types.CallToolResult(content=content)
 

@@ -61,6 +61,7 @@ from mcp.shared.exceptions import MCPError
 from .. import _tool
 from .. import _loop
 from .._errors import CallError, ConnectionRequired, Unavailable
+from .._longtext import LongText, whole
 from ._stdio import Lane, stdio_transport
 from .._tool import Image, Kind, ProviderRef, Tool, ToolContext, ToolResult
 
@@ -241,7 +242,7 @@ class _ToolCall:
         quote the token it was handed (as a command tool's stderr may)."""
         result = await self._made(conn, arguments, ctx, lane)
         if result.is_error:
-            result.texts = [conn.redact(text) for text in result.texts]
+            result.texts = [conn.redact(whole(text)) for text in result.texts]
             result.structured = _redacted(result.structured, conn.redact)  # printed in place of the texts
         return result
 
@@ -278,14 +279,28 @@ class _ToolCall:
         raw = await lane.request("tools/call", {"name": self.name, "arguments": arguments}, progress.now)
         texts = _plain_texts(raw)
         if texts is None:  # any other shape: the SDK's model checks it, as the session would
-            result = types.CallToolResult.model_validate(raw, by_name=False)
+            plain = raw if type(raw) is dict else _whole_values(dict(raw))
+            result = types.CallToolResult.model_validate(plain, by_name=False)
             if not result.is_error and self.output_schema is not None:
                 self._check_output(result.structured_content, "structured_content" in result.model_fields_set)
             return convert_result(result, self.wrapped)
         is_error, structured = raw.get("isError", False), raw.get("structuredContent")
+        checked = None
+        if type(raw) is not dict:  # a long line's reply, its long texts put in (`_spool.LongReply`)
+            texts, structured, checked = _long_text_kept(texts, structured)
         if not is_error and self.output_schema is not None:
-            self._check_output(structured, "structuredContent" in raw)
+            self._check_output(structured if checked is None else self._stand_in(checked), "structuredContent" in raw)
         return _converted(texts, [], structured, is_error, self.wrapped)
+
+    def _stand_in(self, wrapper: dict[str, LongText]) -> dict[str, Any]:
+        """What the output schema checks for a wrapper around a long text: "" in its place where
+        the schema asks that key for any string (as the SDK's {"result": str} does); else the text."""
+        ((key, text),) = wrapper.items()
+        properties = (self.output_schema or {}).get("properties")
+        wanted = properties.get(key) if isinstance(properties, Mapping) else None
+        if isinstance(wanted, Mapping) and wanted.get("type") == "string" and wanted.keys() <= _ANY_STRING_KEYS:
+            return {key: ""}
+        return {key: str(text)}
 
     def _check_output(self, structured: Any, sent: bool) -> None:
         """`structured` against the output schema (`sent`: the result had the field, maybe null)."""
@@ -629,9 +644,43 @@ def _takes_any_object(schema: Mapping[str, Any]) -> bool:
 
 _PLAIN_KEYS = frozenset({"content", "structuredContent", "isError"})
 _TEXT_BLOCK_KEYS = frozenset({"type", "text"})
+_TEXT_TYPES = (str, LongText)  # a long text of a lane's reply stays in its file (_stdio, _spool)
+_ANY_STRING_KEYS = frozenset({"type", "title", "description"})
 
 
-def _plain_texts(raw: Mapping[str, Any]) -> list[str] | None:
+def _long_text_kept(texts: list[str | LongText], structured: Any) -> tuple[list[Any], Any, dict[str, LongText] | None]:
+    """A long reply's texts and structured content: texts stay as they are (a `LongText` is read
+    in pieces, or made whole by who needs it so); in structured content, a `LongText` stays only
+    as the whole of a wrapper around the one text (dropped by `_converted`; returned apart too,
+    for the output schema's check), and every other one is made a str."""
+    if (len(texts) == 1 and type(texts[0]) is LongText and type(structured) is dict and len(structured) == 1
+            and next(iter(structured.values())) is texts[0]):
+        return texts, structured, structured
+    return texts, _whole_values(structured), None
+
+
+def _holds_long(value: Any) -> bool:
+    if type(value) is LongText:
+        return True
+    if type(value) is dict:
+        return any(_holds_long(item) for item in value.values())
+    if type(value) is list:
+        return any(_holds_long(item) for item in value)
+    return False
+
+
+def _whole_values(value: Any) -> Any:
+    """`value` with each `LongText` in it made a str (for readers that take only str)."""
+    if type(value) is LongText:
+        return str(value)
+    if type(value) is dict:
+        return {key: _whole_values(item) for key, item in value.items()} if _holds_long(value) else value
+    if type(value) is list:
+        return [_whole_values(item) for item in value] if _holds_long(value) else value
+    return value
+
+
+def _plain_texts(raw: Mapping[str, Any]) -> list[str | LongText] | None:
     """The texts of a `tools/call` result (JSON as sent) made of text blocks alone, in a shape
     the SDK's model takes as it is; None for anything else. Most results are such, and
     building the model cost a lane call as much as reading its reply."""
@@ -643,7 +692,7 @@ def _plain_texts(raw: Mapping[str, Any]) -> list[str] | None:
     texts = []
     for block in content:
         if (type(block) is not dict or block.keys() != _TEXT_BLOCK_KEYS or block["type"] != "text"
-                or type(block["text"]) is not str):
+                or type(block["text"]) not in _TEXT_TYPES):
             return None
         texts.append(block["text"])
     return texts
@@ -675,6 +724,8 @@ def _is_text_wrapper(structured: Any, texts: list[str]) -> bool:
     if not (isinstance(structured, dict) and len(structured) == 1):
         return False
     (value,) = structured.values()
+    if any(type(text) is LongText for text in texts):  # a str is never as long (`_long_text_kept`)
+        return len(texts) == 1 and value is texts[0]
     return isinstance(value, str) and value in ("\n".join(texts), "".join(texts))
 
 

@@ -36,6 +36,7 @@ import contextlib
 import itertools
 import json
 import os
+import secrets
 import select
 import threading
 from typing import IO, Any, AsyncIterator, Callable, Mapping, Sequence
@@ -48,7 +49,9 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
+from .._longtext import LongText, whole
 from .._process import program_env
+from ._spool import LongLine, LongReply
 
 _READ_SIZE = 1 << 20
 _EXIT_GRACE = 2.0  # for the server to exit on its own once its stdin closes
@@ -57,6 +60,7 @@ _FLUSH_GRACE = 0.5  # for messages already accepted to reach the server
 _POLL = 0.01
 _HIGH_WATER = 1 << 16  # unsent bytes above which the session's writer waits, as asyncio's pipes do
 _BACKLOG = 64  # session messages waiting to be passed on, above which a lane request gives the reading back
+_SPOOL_AT = 1 << 20  # bytes of a line past which, while a lane request waits, its long strings go to disk
 
 ProgressFn = Callable[[float, "float | None", "str | None"], None]
 
@@ -178,6 +182,9 @@ class Lane:
         self._sets: dict[asyncio.AbstractEventLoop, Any] = {}  # other loops' epoll sets, watched by them
         self._reader: asyncio.AbstractEventLoop | None = None  # the loop that reads now
         self._partial: list[bytes] = []  # the pieces of a line not yet ended
+        self._partial_size = 0
+        self._long: LongLine | None = None  # a line not yet ended, taken in by a LongLine since it grew long
+        self._nonce = secrets.token_hex(8)  # in a LongLine's markers: no server can send one
         self._for_session: collections.deque[SessionMessage | Exception] = collections.deque()
         self._woken: asyncio.Future[None] | None = None  # the transport's loop waits for messages
         self._close_out = False  # stdout is to be closed once its reader lets go
@@ -296,7 +303,7 @@ class Lane:
             del self._calls[request_id]
             waiter.finished = True
             self._give_back_reading(loop)
-        if type(outcome) is dict:
+        if type(outcome) is dict or type(outcome) is LongReply:
             return outcome
         if isinstance(outcome, types.JSONRPCResponse):
             return outcome.result
@@ -376,33 +383,66 @@ class Lane:
             except OSError:
                 chunk = b""
             for line in self._lines(chunk):
-                if line.strip() and not self._answer(line, loop):
+                if type(line) is LongLine:
+                    self._take_long(line, loop)
+                elif line.strip() and not self._answer(line, loop):
                     self._deliver(_parse(line), loop)
             if not chunk:
                 self._end(loop)
             elif len(self._for_session) >= _BACKLOG:
                 self._let_go(loop)  # the session's pace again: the transport's loop reads as it passes them on
 
-    def _lines(self, chunk: bytes) -> list[bytes]:
-        """The lines `chunk` ends (at the end of stdout, an unended last one too), each joined once."""
-        ended = []
+    def _lines(self, chunk: bytes) -> list[bytes | LongLine]:
+        """The lines `chunk` ends (at the end of stdout, an unended last one too), each joined once;
+        a long line that a lane request may be waiting for, taken in by a `LongLine` instead."""
+        ended: list[bytes | LongLine] = []
         start = 0
         while (end := chunk.find(b"\n", start)) >= 0:
-            self._partial.append(chunk[start:end])
-            ended.append(b"".join(self._partial))
-            self._partial.clear()
+            self._take(chunk[start:end])
+            ended.append(self._ended_line())
             start = end + 1
         if start < len(chunk):
-            self._partial.append(chunk[start:])
-        elif not chunk and self._partial:
-            ended.append(b"".join(self._partial))
-            self._partial.clear()
+            self._take(chunk[start:])
+        elif not chunk and (self._partial or self._long is not None):
+            ended.append(self._ended_line())
         return ended
 
-    def _answer(self, line: bytes, loop: asyncio.AbstractEventLoop) -> bool:
+    def _take(self, part: bytes) -> None:
+        if self._long is not None:
+            return self._long.feed(part)
+        self._partial.append(part)
+        self._partial_size += len(part)
+        if self._partial_size > _SPOOL_AT and self._calls:
+            self._long = LongLine(self._nonce)
+            self._long.feed(b"".join(self._partial))
+            self._partial.clear()
+
+    def _ended_line(self) -> bytes | LongLine:
+        if self._long is not None:
+            line, self._long = self._long, None
+        else:
+            line = b"".join(self._partial)
+            self._partial.clear()
+        self._partial_size = 0
+        return line
+
+    def _take_long(self, line: LongLine, loop: asyncio.AbstractEventLoop) -> None:
+        """A long line: the answer of a lane request, its long strings `LongText`s; else (a message
+        for the session, or a line that breaks off inside a string) the line as it came."""
+        try:
+            texts: dict[str, LongText] | None = line.finish()
+        except ValueError:
+            texts = None
+        if texts is not None and self._answer(line.skeleton, loop, texts):
+            return
+        self._deliver(_parse(line.whole() if texts is None or texts else line.skeleton), loop)
+
+    def _answer(self, line: bytes | bytearray, loop: asyncio.AbstractEventLoop,
+                texts: Mapping[str, LongText] | None = None) -> bool:
         """The result of a lane request, straight to its waiter: the common case, taken without
         the JSON-RPC union's validation (on a waking thread that cost about as much as the rest
-        of the read). Only what that validation would take for a result; False for the rest."""
+        of the read). Only what that validation would take for a result; False for the rest.
+        `texts`: the `LongText` of each marker in a long line, put in their places."""
         if not self._calls:
             return False
         try:
@@ -415,7 +455,7 @@ class Lane:
         if (waiter is None or message.get("jsonrpc") != "2.0" or type(result := message.get("result")) is not dict
                 or "error" in message or "method" in message):
             return False
-        waiter.answer(result, loop)
+        waiter.answer(LongReply(_placed(result, texts)) if texts else result, loop)
         return True
 
     def _deliver(self, message: SessionMessage | Exception, loop: asyncio.AbstractEventLoop) -> None:
@@ -563,6 +603,18 @@ def _settle_soon(future: asyncio.Future[Any], value: Any, here: asyncio.Abstract
     else:
         with contextlib.suppress(RuntimeError):  # its loop is closed
             loop.call_soon_threadsafe(settle)
+
+
+def _placed(value: Any, texts: Mapping[str, LongText]) -> Any:
+    """`value` with each marker string of a long line in `texts` made its `LongText` (a key: its str)."""
+    if type(value) is str:
+        return texts.get(value, value) if value[:1] == "\x00" else value
+    if type(value) is list:
+        return [_placed(item, texts) for item in value]
+    if type(value) is dict:
+        return {(whole(texts.get(key, key)) if key[:1] == "\x00" else key): _placed(item, texts)
+                for key, item in value.items()}
+    return value
 
 
 def _line(message: Mapping[str, Any]) -> bytes:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ._caps import builtin_cap, cap_line
 from .._command._command import ToolsCommand
+from .._longtext import LongText, pieces, whole
 from ._guard import GuardedChmod, Protection, mount, mount_links, refuse_links
 from .._config._limits import ShellLimits, limit_notice
 from .._approval._run import RunEvents
@@ -102,7 +103,7 @@ class _Builtin:
         outcome = self.command.handle_sync(ctx.argv, ctx.stdin, ctx.cwd)  # argv: a new list each time
         if outcome.stops_script:
             self.stop(outcome.stderr)
-        return self.result(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
+        return self.result(stdout=whole(outcome.stdout), stderr=outcome.stderr, exit_code=outcome.exit_code)
 
     def stop(self, error: str) -> None:
         """End the script at a call that stopped it. Bashkit drops a cancelled script's
@@ -210,7 +211,8 @@ class _Relay:
             outcome = builtin.command.handle_sync(argv, stdin, ctx.cwd, now_only=True)
         if outcome is None:
             return self._later(("call", argv, stdin))
-        if outcome.stops_script or len(outcome.stdout) + len(outcome.stderr) > self.LARGE:
+        if (outcome.stops_script or len(outcome.stdout) + len(outcome.stderr) > self.LARGE
+                or type(outcome.stdout) is not str):
             return self._later(("outcome", outcome))
         return builtin.result(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
 
@@ -246,10 +248,10 @@ async def _input(stdin) -> str | None:
     return b"".join(parts).decode("utf-8", "replace") if parts else None
 
 
-async def _write(stream, text: str, chunk: int) -> None:
+async def _write(stream, text: str | LongText, chunk: int) -> None:
     try:
-        for start in range(0, len(text), chunk):
-            await stream.write(text[start:start + chunk].encode("utf-8", "replace"))
+        for piece in pieces(text, chunk):  # a `LongText` comes from its file, a piece at a time
+            await stream.write(piece.encode("utf-8", "replace"))
     except BrokenPipeError:
         pass  # the reader left early (`tools x | head`): like a producer that SIGPIPE ends, quietly
 

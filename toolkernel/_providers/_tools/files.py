@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from ..._atomic import write_atomic
 from ..._checked_open import NotAFile, PathChanged, read_checked, regular_checked
+from ..._longtext import LongText, pieces, whole
 from ..._tool import Image, ToolContext, ToolInputError, tool
 from ._paths import display_path
 
@@ -379,14 +380,31 @@ def write_file(arguments: dict[str, Any], ctx: ToolContext) -> str:
     shown = display_path(path, ctx.workdir)
     if path.is_dir():
         raise ToolInputError(f"{shown} is a directory; give a file path")
-    content: str = arguments["content"]
+    content: str | LongText = arguments["content"]  # a LongText: a long MCP result `--save` writes
     existed = path.exists()
     _write_checked(path, content, shown)
     verb = "Overwrote" if existed else "Created"
-    return f"{verb} {shown} ({_line_count(content)} lines, {len(content.encode('utf-8'))} bytes)"
+    lines, size = _counts(content)
+    return f"{verb} {shown} ({lines} lines, {size} bytes)"
 
 
-def _write_checked(path: Path, content: str, shown: str) -> None:
+_PIECE = 1 << 20  # characters counted at once
+
+
+def _counts(content: str | LongText) -> tuple[int, int]:
+    """Lines and UTF-8 bytes, a piece at a time (a whole encoded copy of a 256 MB text is 256 MB more)."""
+    if len(content) < _PIECE:
+        return _line_count(whole(content)), len(whole(content).encode("utf-8"))
+    newlines = size = 0
+    last = ""
+    for piece in pieces(content, _PIECE):
+        newlines += piece.count("\n")
+        size += len(piece.encode("utf-8"))
+        last = piece[-1:] or last
+    return newlines + (last != "\n"), size
+
+
+def _write_checked(path: Path, content: str | LongText, shown: str) -> None:
     """The atomic write of a path the dispatcher checked, into the very folder it checked."""
     try:
         write_atomic(path, content, resolved=True)

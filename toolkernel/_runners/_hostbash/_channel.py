@@ -30,6 +30,7 @@ from ... import _loop
 from ..._command._command import Outcome, ToolsCommand, _failure, internal_failure
 from ..._command._cli import split_command
 from ..._errors import Denied, InvalidInput
+from ..._longtext import whole
 from ..._approval._run import RunEvents
 from .shim import _exact  # the shim's own framing, so both ends read alike
 
@@ -203,6 +204,6 @@ def _read_request(sock: socket.socket) -> list[bytes]:
 
 
 def _send_result(sock: socket.socket, outcome: Outcome) -> None:
-    out, err = outcome.stdout.encode(), outcome.stderr.encode()
+    out, err = whole(outcome.stdout).encode(), outcome.stderr.encode()
     sock.sendall(b"R" + (outcome.exit_code & 0xFF).to_bytes(4, "big")
                  + len(out).to_bytes(4, "big") + out + len(err).to_bytes(4, "big") + err)

@@ -1,0 +1,123 @@
+"""A long line of an MCP server's stdout, taken in as it arrives, its long strings kept on disk.
+
+`LongLine` is fed the line's bytes in the pieces they arrive in. The line's strings of
+more than `LONG` characters (a tool's text result) go to a `Spool` file; what is left,
+the skeleton, stays in memory with a marker string in place of each. A string that
+comes twice in a line (the Python SDK's text and its `{"result": text}`) is kept once.
+At the end of the line, `finish` parses nothing: it hands back the skeleton, to be
+parsed as the line would have been, and a `LongText` for each marker.
+
+The strings are found with two regular expressions, in C (a loop over each string in
+Python cost three times the parse of the line): `_SKIP` passes over everything up to
+the opening quote of a long string, `_BODY` over a string's body to its closing quote.
+A marker holds a nonce of the lane's, which the server never sees, so no string a server
+sends can pass for one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from .._longtext import LongText, Spool
+
+LONG = 4096  # characters (escapes count as one) of a string kept in the skeleton
+# Everything but strings, and strings of at most LONG characters (without escapes first: faster).
+_SKIP = re.compile(rb'(?:[^"]++|"[^"\\]{0,%d}+"|"(?:[^"\\]|\\.){0,%d}+")*+' % (LONG, LONG))
+_IS_LONG = re.compile(rb'"(?:[^"\\]|\\.){%d}' % (LONG + 1))  # LONG + 1 characters seen, no end yet
+_BODY = re.compile(rb'(?:[^"\\]++|\\.)*+')  # a string's body up to its closing quote (or what came so far)
+
+
+class LongReply(dict):
+    """A request's result read from a long line: its long strings may be `LongText`s."""
+
+
+class LongLine:
+    """One line, fed in pieces; see the module's docstring."""
+
+    def __init__(self, nonce: str) -> None:
+        self._marker = ("\\u0000" + nonce + ":").encode()  # as JSON writes it: "\x00<nonce>:<n>" parsed
+        self._nonce = nonce
+        self.skeleton = bytearray()
+        self._spool = Spool()
+        self._spans: list[tuple[int, int]] = []  # in the spool, per marker number
+        self._seen: dict[tuple[bytes, int], int] = {}  # (digest, length) of a string → its marker number
+        self._carry = b""  # a part that cannot be judged before more comes
+        self._in_long: hashlib._Hash | None = None  # the long string being written (its digest so far)
+        self._long_start = 0
+
+    def feed(self, data: bytes) -> None:
+        buf = self._carry + data if self._carry else data
+        self._carry = b""
+        pos = 0
+        while pos < len(buf):
+            if self._in_long is not None:
+                pos = self._body(buf, pos)
+                continue
+            end = _SKIP.match(buf, pos).end()
+            self.skeleton += memoryview(buf)[pos:end]
+            if end == len(buf):
+                return
+            if not _IS_LONG.match(buf, end):  # a short string cut by the piece's end: judge it with more
+                self._carry = bytes(buf[end:])
+                return
+            self._open_long()
+            pos = end + 1
+
+    def _body(self, buf: bytes, pos: int) -> int:
+        end = _BODY.match(buf, pos).end()
+        self._write(memoryview(buf)[pos:end])
+        if end == len(buf):
+            return end
+        if buf[end] == 0x5C:  # a backslash at the very end: its escape comes with the next piece
+            self._carry = bytes(buf[end:])
+            return len(buf)
+        self._close_long()
+        return end + 1
+
+    def _open_long(self) -> None:
+        self._in_long = hashlib.blake2b(digest_size=16)
+        self._long_start = self._spool.size
+
+    def _write(self, data: memoryview) -> None:
+        if data:
+            self._spool.write(data)
+            self._in_long.update(data)  # type: ignore[union-attr]
+
+    def _close_long(self) -> None:
+        start, end = self._long_start, self._spool.size
+        key = (self._in_long.digest(), end - start)  # type: ignore[union-attr]
+        self._in_long = None
+        number = self._seen.get(key)
+        if number is None:
+            number = self._seen[key] = len(self._spans)
+            self._spans.append((start, end))
+        else:
+            self._spool.truncate(start)  # the same string again: the first copy serves
+        self.skeleton += b'"' + self._marker + str(number).encode() + b'"'
+
+    def finish(self) -> dict[str, LongText]:
+        """At the line's end: each marker (as parsed: a str) and its text. ValueError when
+        the line broke off inside a long string, or a long string is not a valid one."""
+        if self._in_long is not None or self._carry:
+            self.skeleton += self._carry
+            self._carry = b""
+            if self._in_long is not None:
+                raise ValueError("the line ended inside a string")
+        prefix = "\x00" + self._nonce + ":"
+        return {prefix + str(n): LongText(self._spool, start, end) for n, (start, end) in enumerate(self._spans)}
+
+    def whole(self) -> bytes:
+        """The line as it came (each marker back to its string): for a message nobody waits
+        for here, which goes its usual way, or a line that did not parse."""
+        marker = re.compile(rb'"' + re.escape(self._marker) + rb'(\d+)"')
+
+        def restored(found: re.Match[bytes]) -> bytes:
+            start, end = self._spans[int(found[1])]
+            return b'"' + self._spool.read(start, end - start) + b'"'
+
+        return marker.sub(restored, bytes(self.skeleton)) + (b'"' + self._spool.read(
+            self._long_start, self._spool.size - self._long_start) if self._in_long is not None else b"")
+
+    def close(self) -> None:
+        self._spool.close()
