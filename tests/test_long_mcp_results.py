@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("big_fixture", REPO / "tests" / "servers" / "big.py")
 big = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(big)
-ALLOW = ["big blob", "big rows", "big ping", "write-file"]
+ALLOW = ["big blob", "big rows", "big record", "big fail-long", "big ping", "write-file"]
 
 
 def blob(megabytes: float) -> str:
@@ -98,6 +98,29 @@ def test_structured_rows_beside_a_long_text_print_as_json(session):
     assert json.loads((session.workdir / result.saved_output).read_text()) == big.rows(2)
 
 
+def test_a_long_text_inside_structured_content_prints_as_json(session):
+    result, sink = run(session, "tools big record megabytes=2")
+    assert result.exit_code == 0, sink.stderr_text
+    printed = json.loads((session.workdir / result.saved_output).read_text())
+    assert printed == {"body": big.blob_text(2), "lines": big.blob_text(2).count("\n")}
+
+
+def test_a_long_error_is_masked_and_shown(project, monkeypatch):
+    token = "tok-0123456789"
+    session = start(project, monkeypatch)
+    write_config(project, fixture_toml("big", extra=f'env = {{ TOKEN = "{token}" }}') + policy_toml(allow=ALLOW))
+    try:
+        result, sink = run(session, f"tools big fail-long megabytes=2 echo={token}")
+    finally:
+        session.close()
+    assert result.exit_code == 1
+    error = json.loads(sink.stderr_text.strip().splitlines()[-1])["error"]
+    assert error["code"] == "tool_error"
+    assert token not in sink.stderr_text
+    assert "***0123456789abcdefghij" in error["message"]
+    assert len(error["message"]) > 2_000_000
+
+
 def test_past_max_result_mb_the_long_text_is_saved_whole_and_the_script_stops(project, monkeypatch):
     session = start(project, monkeypatch, "[shell]\nmax_result_mb = 2\n")
     try:
@@ -149,3 +172,25 @@ def test_a_long_text_peaks_below_its_size_in_the_kernel(project, tmp_path):
     size = len(blob(8).encode()) / 2**20
     assert got["exit"] == 0
     assert got["rise"] < size, got  # the target is 2x; it is about 0.4x
+
+
+def test_a_reply_past_the_line_cap_fails_its_call_and_the_server_serves_on(session, monkeypatch):
+    import toolkernel._providers._spool as spool_module
+
+    monkeypatch.setattr(spool_module, "LINE_CAP", 3 << 20)
+    result, sink = run(session, "tools big blob megabytes=4; echo \"exit $?\"; tools big ping")
+    assert "the server's reply was not taken in: it is longer than 0 GiB" in sink.stderr_text
+    assert sink.stdout_text.split() == ["exit", "1", "pong"]
+
+
+def test_a_direct_call_gives_the_long_text_as_a_str(session, monkeypatch):
+    from toolkernel._frontends._direct import call_argv
+    from toolkernel._providers._spool import LongLine
+
+    finished = []
+    finish = LongLine.finish
+    monkeypatch.setattr(LongLine, "finish", lambda self: finished.append(1) or finish(self))
+    run(session, "tools big ping")  # the server started, so the call goes past the session
+    value = call_argv(session, ["big", "blob", "megabytes=2"])
+    assert finished  # the reply was taken in as a long line
+    assert type(value) is str and value == big.blob_text(2)

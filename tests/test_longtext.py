@@ -140,3 +140,34 @@ def test_a_string_shaped_like_a_marker_without_the_nonce_stays_a_string():
     value = placed(json.loads(long.skeleton), texts)
     assert value["result"]["other"] == "\x00elsewhere:0"
     assert value["result"]["content"][0]["text"] == "z" * (LONG + 1)
+
+
+def test_a_line_past_the_cap_is_dropped_and_names_its_request(monkeypatch):
+    import toolkernel._providers._spool as spool_module
+
+    monkeypatch.setattr(spool_module, "LINE_CAP", LONG * 8)
+    line = encoded(reply("w" * (LONG * 20)), True)
+    long = fed(line, [LONG] * 30)
+    assert long.failed == "it is longer than 0 GiB"
+    assert long.request_id() == "toolkernel-1"
+    assert len(long.skeleton) <= 256
+
+
+def test_the_id_is_found_at_the_end_of_a_line_too(monkeypatch):
+    import toolkernel._providers._spool as spool_module
+
+    monkeypatch.setattr(spool_module, "LINE_CAP", LONG * 8)
+    message = {"result": reply("v" * (LONG * 20))["result"], "jsonrpc": "2.0", "id": "toolkernel-7"}
+    long = fed(encoded(message, True), [LONG] * 30)
+    assert long.failed is not None
+    assert long.request_id() == "toolkernel-7"
+
+
+def test_a_disk_that_refuses_the_text_drops_the_line_saying_so(monkeypatch):
+    def full(self, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Spool, "write", full)
+    long = fed(encoded(reply("u" * (LONG * 3)), True), [LONG] * 10)
+    assert long.failed == "the disk did not take it (No space left on device)"
+    assert long.request_id() == "toolkernel-1"

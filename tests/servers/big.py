@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 
 from mcp.server.mcpserver import MCPServer
+from mcp_types import CallToolResult, TextContent
 
 server = MCPServer("big")
 
@@ -31,6 +32,18 @@ def rows(megabytes: float) -> dict[str, Any]:
     """Structured content of about `megabytes` MB when printed as indented JSON: rows of a table."""
     count = int(megabytes * 1_000_000) // 120
     return {"rows": [{"id": n, "name": f"row {n}", "tags": ["a", "b"], "score": n / 2} for n in range(count)]}
+
+
+@server.tool()
+def record(megabytes: float) -> dict[str, Any]:
+    """Structured content with a long text in it beside other keys."""
+    return {"body": blob_text(megabytes), "lines": blob_text(megabytes).count("\n")}
+
+
+@server.tool()
+def fail_long(megabytes: float, echo: str = "") -> CallToolResult:
+    """Fails with a message of about `megabytes` MB that starts with `echo`."""
+    return CallToolResult(content=[TextContent(type="text", text=echo + blob_text(megabytes))], is_error=True)
 
 
 @server.tool()

@@ -19,7 +19,8 @@ long message in quadratic time). A call made on another thread than the
 private loop's (a script's `tools` line) goes past the session, through the
 transport's `Lane`, and is awaited on that thread's own loop, without being
 handed to the private loop and back (see _stdio.py). Its result is checked as the SDK's
-`call_tool` checks one (the result's shape, the tool's output schema).
+`call_tool` checks one (the result's shape, the tool's output schema). A long text of its
+reply may be a `LongText`, kept in a file (`_long_text_kept` says where it stays one).
 
 A server's stderr goes to a temporary file, so its logs never land in a cell;
 the last lines are quoted when the server fails to start or dies. Every such

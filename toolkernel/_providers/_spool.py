@@ -12,6 +12,10 @@ Python cost three times the parse of the line): `_SKIP` passes over everything u
 the opening quote of a long string, `_BODY` over a string's body to its closing quote.
 A marker holds a nonce of the lane's, which the server never sees, so no string a server
 sends can pass for one.
+
+A line past `LINE_CAP`, or one the disk cannot take, is not kept (`failed` says why): its
+bytes are dropped up to its end, and the request it answers, found by the id at either end
+of the line, fails with that reason, instead of the kernel (or the disk) filling up.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ import re
 from .._longtext import LongText, Spool
 
 LONG = 4096  # characters (escapes count as one) of a string kept in the skeleton
+LINE_CAP = 2 << 30  # bytes of one line taken in, at most
+_ENDS = 256  # bytes kept of each end of a line not kept, to find its request's id
+_LANE_ID = re.compile(rb'"id"\s*:\s*"(toolkernel-\d+)"')
 # Everything but strings, and strings of at most LONG characters (without escapes first: faster).
 _SKIP = re.compile(rb'(?:[^"]++|"[^"\\]{0,%d}+"|"(?:[^"\\]|\\.){0,%d}+")*+' % (LONG, LONG))
 _IS_LONG = re.compile(rb'"(?:[^"\\]|\\.){%d}' % (LONG + 1))  # LONG + 1 characters seen, no end yet
@@ -45,8 +52,36 @@ class LongLine:
         self._carry = b""  # a part that cannot be judged before more comes
         self._in_long: hashlib._Hash | None = None  # the long string being written (its digest so far)
         self._long_start = 0
+        self.failed: str | None = None  # why the line is not kept
+        self._tail = b""  # of a line not kept
 
     def feed(self, data: bytes) -> None:
+        if self.failed is None:
+            try:
+                self._scan(data)
+            except OSError as exc:
+                self._drop(f"the disk did not take it ({exc.strerror or exc})")
+            else:
+                if len(self.skeleton) + self._spool.size > LINE_CAP:
+                    self._drop(f"it is longer than {LINE_CAP >> 30} GiB")
+        if self.failed is not None:
+            self._tail = (self._tail + data)[-_ENDS:]
+
+    def _drop(self, why: str) -> None:
+        self.failed = why
+        del self.skeleton[_ENDS:]
+        self._carry = b""
+        self._spool.close()
+
+    def request_id(self) -> str | None:
+        """The lane id at either end of a line not kept (an SDK may write the id last)."""
+        for end in (bytes(self.skeleton), self._tail):
+            found = _LANE_ID.search(end)
+            if found:
+                return found[1].decode()
+        return None
+
+    def _scan(self, data: bytes) -> None:
         buf = self._carry + data if self._carry else data
         self._carry = b""
         pos = 0

@@ -21,6 +21,11 @@ requests have ids of their own (`toolkernel-N`, strings) that the session's
 integer ids never take, and a server echoes ids as JSON-RPC requires. HTTP and
 SSE servers keep the session.
 
+A line that grows past 1 MiB while a lane request waits is taken in by a `LongLine`
+(`_spool.py`): its long strings go to a file as they arrive, and the reply reaches its
+waiter with each of them a `LongText` (a `LongReply`); a line that turns out to be
+the session's goes on as it came.
+
 Everything else follows the SDK's transport: the server runs in its own
 process group with the SDK's minimal environment (`get_default_environment`)
 plus the config's `env`; stderr goes where the caller says; shutdown is the
@@ -429,6 +434,8 @@ class Lane:
     def _take_long(self, line: LongLine, loop: asyncio.AbstractEventLoop) -> None:
         """A long line: the answer of a lane request, its long strings `LongText`s; else (a message
         for the session, or a line that breaks off inside a string) the line as it came."""
+        if line.failed is not None:
+            return self._refuse(line, loop)
         try:
             texts: dict[str, LongText] | None = line.finish()
         except ValueError:
@@ -436,6 +443,16 @@ class Lane:
         if texts is not None and self._answer(line.skeleton, loop, texts):
             return
         self._deliver(_parse(line.whole() if texts is None or texts else line.skeleton), loop)
+
+    def _refuse(self, line: LongLine, loop: asyncio.AbstractEventLoop) -> None:
+        """A line not kept (`LongLine.failed`): the request it answers fails, saying why."""
+        message = f"the server's reply was not taken in: {line.failed}"
+        request_id = line.request_id()
+        waiter = self._calls.get(request_id) if request_id is not None else None
+        if waiter is None:
+            return self._deliver(ValueError(message), loop)
+        waiter.answer(types.JSONRPCError(jsonrpc="2.0", id=request_id,
+                                         error=types.ErrorData(code=types.INTERNAL_ERROR, message=message)), loop)
 
     def _answer(self, line: bytes | bytearray, loop: asyncio.AbstractEventLoop,
                 texts: Mapping[str, LongText] | None = None) -> bool:
