@@ -171,3 +171,18 @@ def test_a_disk_that_refuses_the_text_drops_the_line_saying_so(monkeypatch):
     long = fed(encoded(reply("u" * (LONG * 3)), True), [LONG] * 10)
     assert long.failed == "the disk did not take it (No space left on device)"
     assert long.request_id() == "toolkernel-1"
+
+
+def test_a_text_sent_twice_escaped_two_ways_is_still_the_result():
+    from toolkernel._providers._mcp import _converted, _long_text_kept
+
+    text = odd_text(LONG * 2, seed=9)
+    raw, escaped = spooled(encoded(text, False)[1:-1], 1 << 18), spooled(encoded(text, True)[1:-1], 1 << 18)
+    texts, structured, checked = _long_text_kept([raw], {"result": escaped})
+    assert checked == {"result": raw} and structured["result"] is raw
+    result = _converted(texts, [], structured, False, True)
+    assert result.structured is None and result.texts == [raw]  # printed as the text it is
+
+    other = spooled(encoded(text[:-1] + "!", True)[1:-1], 1 << 18)
+    texts, structured, checked = _long_text_kept([raw], {"result": other})
+    assert checked is None and structured == {"result": text[:-1] + "!"}  # made a str: printed as JSON

@@ -407,8 +407,11 @@ class Dispatcher:
 
 
 def _recorded(result: ToolResult) -> Callable[[], object]:
-    """How the report makes the result it shows, when it is asked (images counted, not kept)."""
-    kept = dataclasses.replace(result, images=[])
+    """How the report makes the result it shows, when it is asked (images counted, not kept; a
+    long text named by its length: kept, each would hold its file open until the run ends)."""
+    kept = dataclasses.replace(result, images=[], texts=[
+        text if type(text) is str else f"[a text of {len(text):,} characters, not kept for the report]"
+        for text in result.texts])
     images = len(result.images)
     return kept.value if not images else lambda: {"images": images, "value": kept.value()}
 

@@ -45,6 +45,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import hashlib
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -654,10 +655,23 @@ def _long_text_kept(texts: list[str | LongText], structured: Any) -> tuple[list[
     in pieces, or made whole by who needs it so); in structured content, a `LongText` stays only
     as the whole of a wrapper around the one text (dropped by `_converted`; returned apart too,
     for the output schema's check), and every other one is made a str."""
-    if (len(texts) == 1 and type(texts[0]) is LongText and type(structured) is dict and len(structured) == 1
-            and next(iter(structured.values())) is texts[0]):
-        return texts, structured, structured
+    if len(texts) == 1 and type(texts[0]) is LongText and type(structured) is dict and len(structured) == 1:
+        ((key, value),) = structured.items()
+        if value is texts[0] or (type(value) is LongText and _same_text(value, texts[0])):
+            wrapper = {key: texts[0]}  # one text, whichever way each copy was escaped
+            return texts, wrapper, wrapper
     return texts, _whole_values(structured), None
+
+
+def _same_text(one: LongText, other: LongText) -> bool:
+    """Whether two long texts read the same (sent twice, escaped two ways: kept twice)."""
+    if len(one) != len(other):
+        return False
+    digests = [hashlib.blake2b(digest_size=16), hashlib.blake2b(digest_size=16)]
+    for digest, text in zip(digests, (one, other)):
+        for piece in text.pieces():
+            digest.update(piece.encode("utf-8", "surrogatepass"))
+    return digests[0].digest() == digests[1].digest()
 
 
 def _holds_long(value: Any) -> bool:
