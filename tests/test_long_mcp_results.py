@@ -217,3 +217,21 @@ def test_a_loop_of_long_texts_leaves_no_file_open_and_the_report_names_their_len
     calls = result.run_report.to_json()["tools"]["done"]
     assert len(calls) == 6
     assert calls[0]["result"] == f"[a text of {len(big.blob_text(1.5)):,} characters, not kept for the report]"
+
+
+def test_a_long_reply_to_a_request_nobody_waits_for_is_dropped(project, monkeypatch):
+    # A server answering a request the lane gave up on (a timeout; compliant servers send
+    # nothing after the cancel): the line is not made whole again for the session.
+    from toolkernel._providers._spool import LongLine
+
+    remade = []
+    whole_line = LongLine.whole
+    monkeypatch.setattr(LongLine, "whole", lambda self: remade.append(1) or whole_line(self))
+    session = start(project, monkeypatch)
+    write_config(project, fixture_toml("hostile") + policy_toml(allow=["hostile ping", "hostile late-reply"]))
+    try:
+        result, sink = run(session, "tools hostile ping; tools hostile late-reply megabytes=3; tools hostile ping")
+    finally:
+        session.close()
+    assert sink.stdout_text.split("\n")[:3] == ["pong", "the real answer", "pong"], sink.stderr_text
+    assert remade == []

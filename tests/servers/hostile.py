@@ -4,29 +4,45 @@ line, a flood of log messages."""
 
 import json
 import sys
+from pathlib import Path
 
 import anyio
 
 from mcp.server.mcpserver import Context, MCPServer
 
+sys.path.insert(0, str(Path(__file__).parent))  # run as a program, with PYTHONSAFEPATH set
+from _wire import write_raw  # noqa: E402
+
 server = MCPServer("hostile")
 
 
 def _raw(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    write_raw(text)
 
 
 @server.tool()
 async def forged_replies(ctx: Context) -> str:
     """Before the real answer: replies to ids never asked for, and a malformed one to this call's own."""
     own = ctx.request_id
-    # Near misses of a string id (the lane's); the SDK's session takes "7" for 7, so an int id gets none.
-    near = [own.upper(), own + " ", f"{own}0"] if isinstance(own, str) else []
+    # Near misses of a lane id ("toolkernel-N"). The server's context gives a session's int id
+    # as a str ("7"), and the SDK's session takes "7" for 7 on purpose: that id gets none.
+    near = [own.upper(), own + " ", f"{own}0"] if str(own).startswith("toolkernel-") else []
     for forged in ("toolkernel-999999", 999999, None, *near):
         _raw(json.dumps({"jsonrpc": "2.0", "id": forged, "result": {"content": []}}) + "\n")
     _raw(json.dumps({"jsonrpc": "2.0", "id": own, "result": "not an object"}) + "\n")
     _raw(json.dumps({"jsonrpc": "1.0", "id": own, "result": {"content": []}}) + "\n")
+    return "the real answer"
+
+
+@server.tool()
+async def late_reply(megabytes: float, ctx: Context) -> str:
+    """Before the real answer: a long reply to the lane's request before this one (long over)."""
+    own = ctx.request_id
+    if isinstance(own, str) and own.startswith("toolkernel-"):
+        earlier = f"toolkernel-{int(own.split('-')[1]) - 1}"
+        text = "late " * int(megabytes * 200_000)
+        result = {"content": [{"type": "text", "text": text}], "structuredContent": {"result": text}}
+        _raw(json.dumps({"jsonrpc": "2.0", "id": earlier, "result": result}) + "\n")
     return "the real answer"
 
 

@@ -2,9 +2,13 @@
 and one that prints a line that is not JSON-RPC to stdout before it answers."""
 
 import sys
+from pathlib import Path
 
 import mcp_types as types
 from mcp.server import Server
+
+sys.path.insert(0, str(Path(__file__).parent))  # run as a program, with PYTHONSAFEPATH set
+from _wire import write_raw  # noqa: E402
 
 OUTPUT = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 INPUT = {"type": "object", "properties": {}}
@@ -25,8 +29,7 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     if params.name == "no_structure":
         return types.CallToolResult(content=text)
     if params.name == "noisy":
-        sys.stdout.write("<html>not json</html>\n")
-        sys.stdout.flush()
+        write_raw("<html>not json</html>\n")
     return types.CallToolResult(content=text, structured_content={"n": 7})
 
 

@@ -65,6 +65,7 @@ _FLUSH_GRACE = 0.5  # for messages already accepted to reach the server
 _POLL = 0.01
 _HIGH_WATER = 1 << 16  # unsent bytes above which the session's writer waits, as asyncio's pipes do
 _BACKLOG = 64  # session messages waiting to be passed on, above which a lane request gives the reading back
+_ID_PREFIX = "toolkernel-"  # of the lane's request ids
 _SPOOL_AT = 1 << 20  # bytes of a line past which, while a lane request waits, its long strings go to disk
 
 ProgressFn = Callable[[float, "float | None", "str | None"], None]
@@ -285,7 +286,7 @@ class Lane:
         interrupt), it tells the server with `notifications/cancelled`, as the SDK does.
         """
         loop = asyncio.get_running_loop()
-        request_id = f"toolkernel-{next(self._ids)}"
+        request_id = f"{_ID_PREFIX}{next(self._ids)}"
         waiter = _Waiter(loop, on_progress)
         self._calls[request_id] = waiter
         try:
@@ -459,8 +460,10 @@ class Lane:
         """The result of a lane request, straight to its waiter: the common case, taken without
         the JSON-RPC union's validation (on a waking thread that cost about as much as the rest
         of the read). Only what that validation would take for a result; False for the rest.
-        `texts`: the `LongText` of each marker in a long line, put in their places."""
-        if not self._calls:
+        `texts`: the `LongText` of each marker in a long line, put in their places; such a line
+        that answers a lane request nobody waits for any more (it timed out) is dropped here, not
+        made whole again for the session, which never knew the request."""
+        if not self._calls and texts is None:
             return False
         try:
             message = json.loads(line)
@@ -469,6 +472,8 @@ class Lane:
         if type(message) is not dict or type(request_id := message.get("id")) is not str:
             return False
         waiter = self._calls.get(request_id)
+        if waiter is None and texts is not None:
+            return request_id.startswith(_ID_PREFIX) and "method" not in message
         if (waiter is None or message.get("jsonrpc") != "2.0" or type(result := message.get("result")) is not dict
                 or "error" in message or "method" in message):
             return False
