@@ -186,3 +186,13 @@ def test_a_text_sent_twice_escaped_two_ways_is_still_the_result():
     other = spooled(encoded(text[:-1] + "!", True)[1:-1], 1 << 18)
     texts, structured, checked = _long_text_kept([raw], {"result": other})
     assert checked is None and structured == {"result": text[:-1] + "!"}  # made a str: printed as JSON
+
+
+def test_a_line_that_holds_too_much_outside_strings_is_dropped(monkeypatch):
+    import toolkernel._providers._spool as spool_module
+
+    monkeypatch.setattr(spool_module, "HELD_CAP", 10_000)
+    long = fed(encoded({"jsonrpc": "2.0", "id": "toolkernel-3", "result": {"n": list(range(5000))}}, True),
+               [1000] * 40)
+    assert long.failed == "it holds more than 0 MiB outside its long strings"
+    assert long.request_id() == "toolkernel-3"

@@ -13,7 +13,7 @@ the opening quote of a long string, `_BODY` over a string's body to its closing 
 A marker holds a nonce of the lane's, which the server never sees, so no string a server
 sends can pass for one.
 
-A line past `LINE_CAP`, or one the disk cannot take, is not kept (`failed` says why): its
+A line past `LINE_CAP` (or `HELD_CAP` in memory), or one the disk cannot take, is not kept (`failed` says why): its
 bytes are dropped up to its end, and the request it answers, found by the id at either end
 of the line, fails with that reason, instead of the kernel (or the disk) filling up.
 """
@@ -27,6 +27,7 @@ from .._longtext import LongText, Spool
 
 LONG = 4096  # characters (escapes count as one) of a string kept in the skeleton
 LINE_CAP = 2 << 30  # bytes of one line taken in, at most
+HELD_CAP = 512 << 20  # bytes of it held in memory (all but its long strings), at most
 _ENDS = 256  # bytes kept of each end of a line not kept, to find its request's id
 _LANE_ID = re.compile(rb'"id"\s*:\s*"(toolkernel-\d+)"')
 # Everything but strings, and strings of at most LONG characters (without escapes first: faster).
@@ -64,6 +65,8 @@ class LongLine:
             else:
                 if len(self.skeleton) + self._spool.size > LINE_CAP:
                     self._drop(f"it is longer than {LINE_CAP >> 30} GiB")
+                elif len(self.skeleton) > HELD_CAP:
+                    self._drop(f"it holds more than {HELD_CAP >> 20} MiB outside its long strings")
         if self.failed is not None:
             self._tail = (self._tail + data)[-_ENDS:]
 
