@@ -507,3 +507,41 @@ def test_always_for_an_agents_cell_no_single_rule_names_says_so_and_it_does_not_
     errors = error_lines("".join(sink.err))
     assert result.exit_code == 1 and [e["code"] for e in errors] == ["invalid_input"]
     assert "no single rule names it" in errors[0]["message"] and not (session.workdir / "a.txt").exists()
+
+
+def test_a_long_text_goes_to_the_shim_in_pieces_whole(monkeypatch):
+    import socket
+    import threading
+
+    from toolkernel._command._command import Outcome
+    from toolkernel._longtext import LongText, Spool
+    from toolkernel._runners._hostbash._channel import _send_result
+
+    text = "é中 long text\n" * 40_000
+    spool = Spool()
+    spool.write(json.dumps(text, ensure_ascii=False).encode()[1:-1])
+    outcome = Outcome(LongText(spool, 0, spool.size), "a note\n", 0)
+    monkeypatch.setattr(LongText, "__str__", lambda self: pytest.fail("the text was made whole"))  # pieces only
+    mine, theirs = socket.socketpair()
+    failed = []
+
+    def send() -> None:
+        try:
+            _send_result(mine, outcome)
+        except BaseException as exc:  # noqa: BLE001 - reported below, after the reader's end
+            failed.append(exc)
+        finally:
+            mine.shutdown(socket.SHUT_WR)
+
+    with mine, theirs:
+        sender = threading.Thread(target=send)
+        sender.start()
+        received = bytearray()
+        while chunk := theirs.recv(1 << 16):
+            received += chunk
+        sender.join()
+    assert not failed, failed
+    size = int.from_bytes(received[5:9], "big")
+    assert received[:1] == b"R" and size == len(text.encode())
+    assert received[9:9 + size].decode() == text
+    assert received[9 + size + 4:] == b"a note\n"

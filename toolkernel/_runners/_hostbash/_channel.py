@@ -30,7 +30,6 @@ from ... import _loop
 from ..._command._command import Outcome, ToolsCommand, _failure, internal_failure
 from ..._command._cli import split_command
 from ..._errors import Denied, InvalidInput
-from ..._longtext import whole
 from ..._approval._run import RunEvents
 from .shim import _exact  # the shim's own framing, so both ends read alike
 
@@ -204,6 +203,15 @@ def _read_request(sock: socket.socket) -> list[bytes]:
 
 
 def _send_result(sock: socket.socket, outcome: Outcome) -> None:
-    out, err = whole(outcome.stdout).encode(), outcome.stderr.encode()
-    sock.sendall(b"R" + (outcome.exit_code & 0xFF).to_bytes(4, "big")
-                 + len(out).to_bytes(4, "big") + out + len(err).to_bytes(4, "big") + err)
+    out, err = outcome.stdout, outcome.stderr.encode()
+    head = b"R" + (outcome.exit_code & 0xFF).to_bytes(4, "big")
+    if type(out) is str:
+        data = out.encode()
+        sock.sendall(head + len(data).to_bytes(4, "big") + data + len(err).to_bytes(4, "big") + err)
+        return
+    # A long text (`LongText`) goes from its file in pieces: read once to count its bytes, again to send.
+    size = sum(len(piece.encode()) for piece in out.pieces())
+    sock.sendall(head + size.to_bytes(4, "big"))
+    for piece in out.pieces():
+        sock.sendall(piece.encode())
+    sock.sendall(len(err).to_bytes(4, "big") + err)
