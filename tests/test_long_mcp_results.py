@@ -235,3 +235,17 @@ def test_a_long_reply_to_a_request_nobody_waits_for_is_dropped(project, monkeypa
         session.close()
     assert sink.stdout_text.split("\n")[:3] == ["pong", "the real answer", "pong"], sink.stderr_text
     assert remade == []
+
+
+def test_in_a_real_kernel_a_long_text_reaches_the_cell_and_a_pipe_whole(tmp_path):
+    from kernel_helpers import loaded_kernel
+
+    work = tmp_path / "work"
+    work.mkdir()
+    write_config(work, fixture_toml("big") + policy_toml(allow=ALLOW))
+    with loaded_kernel(work) as kernel:
+        counted = kernel.execute_ok("%%tools\ntools big blob megabytes=3 | wc -c")
+        shown = kernel.execute_ok("%%tools\ntools big blob megabytes=0.5; tools big blob megabytes=3 | tail -c 30")
+    assert counted.stdout.split()[-1] == str(len(blob(3).encode()))
+    assert shown.stdout.startswith(blob(0.5)[:1000])  # (the cell shows the head of a long output)
+    assert shown.stdout.rstrip().endswith(blob(3).encode()[-30:].decode().rstrip())
