@@ -196,3 +196,21 @@ def test_a_line_that_holds_too_much_outside_strings_is_dropped(monkeypatch):
                [1000] * 40)
     assert long.failed == "it holds more than 0 MiB outside its long strings"
     assert long.request_id() == "toolkernel-3"
+
+
+def test_the_reply_gets_each_long_text_in_its_places_and_says_if_structured_content_has_one():
+    from toolkernel._providers._spool import placed
+
+    text, key = odd_text(LONG * 2, seed=3), "k" * (LONG + 1)
+    rows = [{"id": n} for n in range(3)]
+    for structured, inside in (({"result": text}, True), ({"rows": rows}, False), ({key: 1}, True)):
+        message = {"jsonrpc": "2.0", "id": "toolkernel-1",
+                   "result": {"content": [{"type": "text", "text": text}], "structuredContent": structured}}
+        long = fed(encoded(message, True), [5000] * 40)
+        texts = long.finish()
+        reply = placed(json.loads(long.skeleton)["result"], texts, long.markers())
+        (only,) = [t for t in texts.values() if len(t) == len(text)]
+        assert reply["content"][0]["text"] is only
+        assert reply.structured_long is inside
+        expected = {"result": only} if "result" in structured else structured
+        assert reply["structuredContent"] == expected

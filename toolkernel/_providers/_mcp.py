@@ -288,7 +288,7 @@ class _ToolCall:
             return convert_result(result, self.wrapped)
         is_error, structured = raw.get("isError", False), raw.get("structuredContent")
         checked = None
-        if type(raw) is not dict:  # a long line's reply, its long texts put in (`_spool.LongReply`)
+        if type(raw) is not dict and raw.structured_long:  # a long line's reply (`_spool.LongReply`)
             texts, structured, checked = _long_text_kept(texts, structured)
         if not is_error and self.output_schema is not None:
             self._check_output(structured if checked is None else self._stand_in(checked), "structuredContent" in raw)

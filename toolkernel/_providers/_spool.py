@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any, Mapping
 
-from .._longtext import LongText, Spool
+from .._longtext import LongText, Spool, whole
 
 LONG = 4096  # characters (escapes count as one) of a string kept in the skeleton
 LINE_CAP = 2 << 30  # bytes of one line taken in, at most
@@ -37,7 +38,51 @@ _BODY = re.compile(rb'(?:[^"\\]++|\\.)*+')  # a string's body up to its closing 
 
 
 class LongReply(dict):
-    """A request's result read from a long line: its long strings may be `LongText`s."""
+    """A request's result read from a long line, each long string of it a `LongText`;
+    `structured_long`: whether one is inside its structured content."""
+
+    structured_long = False
+
+
+def placed(result: dict[str, Any], texts: Mapping[str, LongText], markers: int) -> LongReply:
+    """`result` with each marker in it made its `LongText` (a key: its str), in place. The walk
+    ends once the line's `markers` are all found: a server's text comes before its structured
+    content, and a walk of the rows after it (copying them, as it did) cost as much as the parse."""
+    left = [markers]
+    reply = LongReply(result)
+    for key, value in reply.items():
+        if left[0] <= 0:
+            break
+        before = left[0]
+        reply[key] = _place(value, texts, left)
+        if key == "structuredContent" and left[0] != before:
+            reply.structured_long = True
+    return reply
+
+
+def _place(value: Any, texts: Mapping[str, LongText], left: list[int]) -> Any:
+    kind = type(value)
+    if kind is str:
+        if value[:1] == "\x00" and value in texts:
+            left[0] -= 1
+            return texts[value]
+    elif kind is list:
+        for index, item in enumerate(value):
+            if left[0] <= 0:
+                break
+            value[index] = _place(item, texts, left)
+    elif kind is dict:
+        renamed = []
+        for key, item in value.items():
+            if left[0] <= 0:
+                break
+            if key[:1] == "\x00" and key in texts:  # a long key: a str again
+                renamed.append(key)
+                left[0] -= 1
+            value[key] = _place(item, texts, left)
+        for key in renamed:
+            value[whole(texts[key])] = value.pop(key)
+    return value
 
 
 class LongLine:
@@ -144,6 +189,10 @@ class LongLine:
                 raise ValueError("the line ended inside a string")
         prefix = "\x00" + self._nonce + ":"
         return {prefix + str(n): LongText(self._spool, start, end) for n, (start, end) in enumerate(self._spans)}
+
+    def markers(self) -> int:
+        """How many markers the skeleton holds (a string sent twice: twice)."""
+        return self.skeleton.count(b'"' + self._marker)
 
     def whole(self) -> bytes:
         """The line as it came (each marker back to its string): for a message nobody waits

@@ -54,9 +54,9 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
-from .._longtext import LongText, whole
+from .._longtext import LongText
 from .._process import program_env
-from ._spool import LongLine, LongReply
+from ._spool import LongLine, LongReply, placed
 
 _READ_SIZE = 1 << 20
 _EXIT_GRACE = 2.0  # for the server to exit on its own once its stdin closes
@@ -441,7 +441,7 @@ class Lane:
             texts: dict[str, LongText] | None = line.finish()
         except ValueError:
             texts = None
-        if texts is not None and self._answer(line.skeleton, loop, texts):
+        if texts is not None and self._answer(line.skeleton, loop, texts, line.markers()):
             return
         self._deliver(_parse(line.whole() if texts is None or texts else line.skeleton), loop)
 
@@ -456,11 +456,11 @@ class Lane:
                                          error=types.ErrorData(code=types.INTERNAL_ERROR, message=message)), loop)
 
     def _answer(self, line: bytes | bytearray, loop: asyncio.AbstractEventLoop,
-                texts: Mapping[str, LongText] | None = None) -> bool:
+                texts: Mapping[str, LongText] | None = None, markers: int = 0) -> bool:
         """The result of a lane request, straight to its waiter: the common case, taken without
         the JSON-RPC union's validation (on a waking thread that cost about as much as the rest
         of the read). Only what that validation would take for a result; False for the rest.
-        `texts`: the `LongText` of each marker in a long line, put in their places; such a line
+        `texts`: the `LongText` of each of a long line's `markers`, put in their places; such a line
         that answers a lane request nobody waits for any more (it timed out) is dropped here, not
         made whole again for the session, which never knew the request."""
         if not self._calls and texts is None:
@@ -477,7 +477,7 @@ class Lane:
         if (waiter is None or message.get("jsonrpc") != "2.0" or type(result := message.get("result")) is not dict
                 or "error" in message or "method" in message):
             return False
-        waiter.answer(LongReply(_placed(result, texts)) if texts else result, loop)
+        waiter.answer(placed(result, texts, markers) if texts else result, loop)
         return True
 
     def _deliver(self, message: SessionMessage | Exception, loop: asyncio.AbstractEventLoop) -> None:
@@ -625,18 +625,6 @@ def _settle_soon(future: asyncio.Future[Any], value: Any, here: asyncio.Abstract
     else:
         with contextlib.suppress(RuntimeError):  # its loop is closed
             loop.call_soon_threadsafe(settle)
-
-
-def _placed(value: Any, texts: Mapping[str, LongText]) -> Any:
-    """`value` with each marker string of a long line in `texts` made its `LongText` (a key: its str)."""
-    if type(value) is str:
-        return texts.get(value, value) if value[:1] == "\x00" else value
-    if type(value) is list:
-        return [_placed(item, texts) for item in value]
-    if type(value) is dict:
-        return {(whole(texts.get(key, key)) if key[:1] == "\x00" else key): _placed(item, texts)
-                for key, item in value.items()}
-    return value
 
 
 def _line(message: Mapping[str, Any]) -> bytes:
