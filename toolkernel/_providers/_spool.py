@@ -13,9 +13,11 @@ the opening quote of a long string, `_BODY` over a string's body to its closing 
 A marker holds a nonce of the lane's, which the server never sees, so no string a server
 sends can pass for one.
 
-A line past `LINE_CAP` (or `HELD_CAP` in memory), or one the disk cannot take, is not kept (`failed` says why): its
-bytes are dropped up to its end, and the request it answers, found by the id at either end
-of the line, fails with that reason, instead of the kernel (or the disk) filling up.
+A line past `LINE_CAP` (or `HELD_CAP` in memory), or one the disk cannot take, is not
+kept (`failed` says why): its bytes are dropped up to its end, and the request it answers,
+found by the id at either end of the line, fails with that reason, instead of the kernel
+(or the disk) filling up. `placed` puts each `LongText` where its marker is in the parsed
+reply.
 """
 
 from __future__ import annotations
