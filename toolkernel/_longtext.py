@@ -12,9 +12,9 @@ code that forgets fails loudly instead of holding the copy it was meant to avoid
 
 from __future__ import annotations
 
+import copy
 import json
 import os
-import tempfile
 from typing import Iterator
 
 _HIGH_SURROGATES = ("\ud800", "\udbff")
@@ -24,6 +24,8 @@ class Spool:
     """An unnamed temporary file (gone with its last reader), written once, then read by offset."""
 
     def __init__(self) -> None:
+        import tempfile  # here, not at toolkernel's import: only a long reply needs it (5 ms)
+
         self._file = tempfile.TemporaryFile(buffering=0)  # O_TMPFILE where there is one; mode 0600
         self.size = 0
 
@@ -77,8 +79,8 @@ class LongText:
 
     def with_suffix(self, suffix: str) -> LongText:
         """The same text with `suffix` after it (nothing is read again)."""
-        twin = object.__new__(LongText)
-        twin.__dict__.update(self.__dict__, suffix=self.suffix + suffix)
+        twin = copy.copy(self)
+        twin.suffix = self.suffix + suffix
         return twin
 
     def pieces(self) -> Iterator[str]:

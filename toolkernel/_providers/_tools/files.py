@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from ..._atomic import write_atomic
 from ..._checked_open import NotAFile, PathChanged, read_checked, regular_checked
-from ..._longtext import LongText, pieces, whole
+from ..._longtext import LongText, pieces
 from ..._tool import Image, ToolContext, ToolInputError, tool
 from ._paths import display_path
 
@@ -392,16 +392,15 @@ _PIECE = 1 << 20  # characters counted at once
 
 
 def _counts(content: str | LongText) -> tuple[int, int]:
-    """Lines and UTF-8 bytes, a piece at a time (a whole encoded copy of a 256 MB text is 256 MB more)."""
-    if len(content) < _PIECE:
-        return _line_count(whole(content)), len(whole(content).encode("utf-8"))
+    """Lines and UTF-8 bytes, a piece at a time (a whole encoded copy of a 256 MB text is 256 MB
+    more); a last line without its newline counts too."""
     newlines = size = 0
     last = ""
     for piece in pieces(content, _PIECE):
         newlines += piece.count("\n")
         size += len(piece.encode("utf-8"))
-        last = piece[-1:] or last
-    return newlines + (last != "\n"), size
+        last = piece[-1]
+    return newlines + (last not in ("", "\n")), size
 
 
 def _write_checked(path: Path, content: str | LongText, shown: str) -> None:
@@ -411,10 +410,6 @@ def _write_checked(path: Path, content: str | LongText, shown: str) -> None:
     except PathChanged:
         raise ToolInputError(f"{shown} changed while it was being written (a folder on the way was "
                              "replaced); nothing was written") from None
-
-
-def _line_count(text: str) -> int:
-    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
 
 
 @tool(
