@@ -116,14 +116,14 @@ SCRIPTS = {"no tools": "cat data.txt", "with tools": "cat data.txt\ntools --help
            # An MCP server's results (tests/servers/big.py), read whole from its pipe: a text result
            # (an MCPServer sends it twice, as text and as {"result": text}), and structured content.
            "MCP text": "tools big blob megabytes={mb}",
-           "MCP rows": "tools big rows megabytes={mb}"}
+           "MCP rows": "tools big rows megabytes={mb}", "MCP list": "tools big listing megabytes={mb}"}
 MCP_CONFIG = """[mcp_servers.big]
 command = {python}
 args = [{server}]
 env = {{ PYTHONPATH = {repo} }}
 
 [policy]
-allow = ["big blob", "big rows", "big ping"]
+allow = ["big blob", "big rows", "big listing", "big ping"]
 """
 
 
@@ -150,11 +150,15 @@ def measure(mb: int, script: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", type=int, nargs="*", default=[2, 8, 32])
+    parser.add_argument("--only", nargs="*", choices=list(SCRIPTS), metavar="SCRIPT",
+                        help=f"these rows alone (of: {', '.join(SCRIPTS)})")
     options = parser.parse_args()
     print(f"{'output':>8} {'script':<11}{'arrived':>9}{'rise':>9}{'ratio':>7}{'after':>8}"
           "  (peak RSS above RSS before the run; RSS after the cell above before it)")
     for mb in options.mb:
         for name, script in SCRIPTS.items():
+            if options.only and name not in options.only:
+                continue
             got = measure(mb, script)
             arrived = got["arrived"] / 1e6  # nothing when a Bashkit budget ended the run first
             rise = (got["peak_kb"] - got["base_kb"]) / 1024

@@ -6,6 +6,7 @@ and the kernel's peak memory stays below its size."""
 from __future__ import annotations
 
 import gc
+import hashlib
 import importlib.util
 import json
 import os
@@ -24,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("big_fixture", REPO / "tests" / "servers" / "big.py")
 big = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(big)
-ALLOW = ["big blob", "big rows", "big record", "big fail-long", "big ping", "write-file"]
+ALLOW = ["big blob", "big rows", "big listing", "big record", "big fail-long", "big ping", "write-file"]
 
 
 def blob(megabytes: float) -> str:
@@ -99,6 +100,63 @@ def test_structured_rows_beside_a_long_text_print_as_json(session):
     assert json.loads((session.workdir / result.saved_output).read_text()) == big.rows(2)
 
 
+def printed(value) -> str:
+    """What `tools` prints for structured content: the whole parsed, then written indented."""
+    from toolkernel._command._render import to_json
+
+    return to_json(value, plain=True) + "\n"
+
+
+@pytest.fixture
+def walked(monkeypatch):
+    """The structured contents written to a file as their reply was parsed."""
+    from toolkernel._providers import _long_json
+
+    made = []
+    indented = _long_json.indented
+    monkeypatch.setattr(_long_json, "indented", lambda *a: made.append(indented(*a)) or made[-1])
+    return made
+
+
+def test_long_structured_rows_print_as_the_whole_parse_would(session, project, walked):
+    result, sink = run(session, "tools big rows megabytes=2 | wc -c\n"
+                                "tools big rows megabytes=2 --save saved/rows.json\n"
+                                "tools big rows megabytes=2 | tail -c 50")
+    assert result.exit_code == 0, sink.stderr_text
+    expected = printed(big.rows(2))
+    count, created, tail = sink.stdout_text.split("\n", 2)
+    assert count.strip() == str(len(expected.encode()))
+    assert created.startswith("Created saved/rows.json") and tail == expected[-50:]
+    assert (project / "saved" / "rows.json").read_text(encoding="utf-8") == expected
+    assert len(walked) == 3
+
+
+def test_a_long_list_is_shown_without_its_wrapper_and_checked_against_its_schema(session, walked):
+    result, sink = run(session, "tools big listing megabytes=2 | sha256sum")
+    assert result.exit_code == 0, sink.stderr_text
+    expected = printed(big.rows(2)["rows"])
+    assert sink.stdout_text.split()[0] == hashlib.sha256(expected.encode()).hexdigest()
+    assert walked and walked[0][0].wrapped
+
+
+def test_a_direct_call_and_a_hook_get_long_structured_content_as_values(session, walked):
+    from toolkernel._frontends._direct import call_argv
+
+    seen = []
+
+    @session.hooks.after_call("big rows")
+    def count(call, result):
+        seen.append(type(result.structured))
+        result.structured = {"count": len(result.structured["rows"])}
+        return result
+
+    result, sink = run(session, "tools big rows megabytes=2")
+    assert result.exit_code == 0, sink.stderr_text
+    assert seen == [dict] and json.loads(sink.stdout_text) == {"count": len(big.rows(2)["rows"])}
+    assert call_argv(session, ["big", "listing", "megabytes=2"]) == big.rows(2)["rows"]
+    assert len(walked) == 2
+
+
 def test_a_long_text_inside_structured_content_prints_as_json(session):
     result, sink = run(session, "tools big record megabytes=2")
     assert result.exit_code == 0, sink.stderr_text
@@ -120,6 +178,17 @@ def test_a_long_error_is_masked_and_shown(project, monkeypatch):
     assert token not in sink.stderr_text
     assert "***0123456789abcdefghij" in error["message"]
     assert len(error["message"]) > 2_000_000
+
+
+def test_past_max_result_mb_long_rows_are_saved_whole_and_the_script_stops(project, monkeypatch):
+    session = start(project, monkeypatch, "[shell]\nmax_result_mb = 2\n")
+    try:
+        result, sink = run(session, "tools big rows megabytes=3 | wc -c\necho after")
+    finally:
+        session.close()
+    assert result.exit_code != 0 and "after" not in sink.stdout_text
+    (saved,) = (project / ".toolkernel" / "outputs").glob("result-*")
+    assert saved.read_text(encoding="utf-8") == printed(big.rows(3))
 
 
 def test_past_max_result_mb_the_long_text_is_saved_whole_and_the_script_stops(project, monkeypatch):
@@ -161,6 +230,19 @@ before = status_mb("VmRSS")
 result = session.run_script("tools big blob megabytes=8", Quiet())  # to the cell (and its saved file)
 print(json.dumps({"rise": status_mb("VmHWM") - before, "exit": result.exit_code}))
 """
+
+
+def test_long_structured_rows_peak_below_twice_their_size_in_the_kernel(project, tmp_path):
+    # Parsed whole, 8 MB of rows peaked at 5.5x: Python values of 3.5x, then the JSON as bytes and a str.
+    write_config(project, fixture_toml("big") + policy_toml(allow=ALLOW))
+    env = {**os.environ, "PYTHONPATH": str(REPO), **isolated_env(tmp_path)}
+    child = CHILD.replace("big blob megabytes=8", "big rows megabytes=8").replace("big blob", "big rows")
+    out = subprocess.run([sys.executable, "-c", child, str(project)], env=env, capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    size = len(printed(big.rows(8)).encode()) / 2**20
+    assert got["exit"] == 0
+    assert got["rise"] < 2 * size, got  # the target; it is about 0.7x
 
 
 def test_a_long_text_peaks_below_its_size_in_the_kernel(project, tmp_path):
@@ -207,6 +289,16 @@ def spool_files() -> list[str]:
         except OSError:
             continue
     return [name for name in names if name.endswith("(deleted)")]
+
+
+def test_a_loop_of_long_rows_leaves_no_file_open_and_the_report_names_their_length(session):
+    before = spool_files()
+    result, sink = run(session, "for i in 1 2 3 4; do tools big rows megabytes=1.5 > /dev/null; done; exit 3")
+    assert result.exit_code == 3, sink.stderr_text
+    assert len(spool_files()) <= len(before) + 1
+    calls = result.run_report.to_json()["tools"]["done"]
+    assert len(calls) == 4
+    assert calls[0]["result"] == f"[JSON of {len(printed(big.rows(1.5))) - 1:,} characters, not kept for the report]"
 
 
 def test_a_loop_of_long_texts_leaves_no_file_open_and_the_report_names_their_length(session):

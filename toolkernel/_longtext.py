@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from typing import Iterator
+from typing import Any, Iterator
 
 _HIGH_SURROGATES = ("\ud800", "\udbff")
 
@@ -44,6 +44,12 @@ class Spool:
     def read(self, start: int, count: int) -> bytes:
         return os.pread(self._file.fileno(), count, start)
 
+    def mapped(self) -> Any:
+        """The file mapped read-only (an `mmap`: it holds its own descriptor; not empty)."""
+        import mmap
+
+        return mmap.mmap(self._file.fileno(), self.size, access=mmap.ACCESS_READ)
+
     def close(self) -> None:
         self._file.close()
 
@@ -54,6 +60,10 @@ class LongText:
     JSON string raises ValueError then, not later in a reader's hands."""
 
     PIECE = 1 << 18  # bytes of the file decoded at once
+    prefix = ""  # before the text: its wrapper's start (`nested`)
+    _indent = ""  # after each newline of a written text nested in a wrapper
+    _newlines = 0  # of a written text
+    _written = False  # plain UTF-8 the kernel wrote itself (`written`), not a body as sent
 
     def __init__(self, spool: Spool, start: int, end: int, suffix: str = "") -> None:
         self._spool, self._start, self._end, self.suffix = spool, start, end, suffix
@@ -63,8 +73,25 @@ class LongText:
             last = piece[-1]
         self._chars, self._last = chars, last
 
+    @classmethod
+    def written(cls, spool: Spool, start: int, end: int, chars: int, newlines: int, last: str) -> LongText:
+        """Plain UTF-8 that the kernel wrote to `spool` itself (indented JSON, `_providers._long_json`):
+        `chars` characters, `newlines` of them newlines, ending in `last`. Not checked again."""
+        text = cls.__new__(cls)
+        text._spool, text._start, text._end, text.suffix = spool, start, end, ""
+        text._chars, text._newlines, text._last, text._written = chars, newlines, last, True
+        return text
+
+    def nested(self, prefix: str, indent: str, suffix: str) -> LongText:
+        """A written text inside a wrapper: `prefix` before it, `indent` after each of its
+        newlines, `suffix` after it (a JSON value, as the value of an object's one key)."""
+        assert self._written and not self.prefix and not self._indent and not self.suffix
+        twin = copy.copy(self)
+        twin.prefix, twin._indent, twin.suffix = prefix, indent, suffix
+        return twin
+
     def __len__(self) -> int:
-        return self._chars + len(self.suffix)
+        return len(self.prefix) + self._chars + self._newlines * len(self._indent) + len(self.suffix)
 
     def __str__(self) -> str:
         return "".join(self.pieces())
@@ -85,7 +112,14 @@ class LongText:
 
     def pieces(self) -> Iterator[str]:
         """The text in order, in pieces of at most about `PIECE` characters."""
-        yield from self._decoded()
+        if self.prefix:
+            yield self.prefix
+        if self._indent:
+            indented = "\n" + self._indent
+            for piece in self._decoded():
+                yield piece.replace("\n", indented)
+        else:
+            yield from self._decoded()
         if self.suffix:
             yield self.suffix
 
@@ -97,12 +131,15 @@ class LongText:
             raw = self._spool.read(at, min(size, end - at))
             if not raw:
                 raise ValueError("the spooled text ended early")
-            cut = len(raw) if at + len(raw) >= end else _safe_cut(raw)
+            cut = len(raw) if at + len(raw) >= end else _utf8_cut(raw) if self._written else _safe_cut(raw)
             if cut:
                 return raw, cut
             size *= 2
 
     def _decoded(self) -> Iterator[str]:
+        if self._written:
+            yield from self._utf8()
+            return
         at, end = self._start, self._end
         held = ""  # a high surrogate whose low half comes with the next piece
         while at < end:
@@ -119,6 +156,54 @@ class LongText:
         if held:
             yield held
 
+
+    def _utf8(self) -> Iterator[str]:
+        at, end = self._start, self._end
+        while at < end:
+            raw, cut = self._next_piece(at, end)
+            at += cut
+            yield raw[:cut].decode()
+
+class LongJSON:
+    """Structured content (a JSON object) too long to hold as Python values: its indented JSON,
+    as `_command._render.to_json` writes it, in a file (`_providers._long_json` writes it as the
+    reply is parsed), made Python values only when asked (`parsed`). `wrapped`: the object is
+    `{"result": X}` and the file holds X, ready to be shown alone (an SDK's wrapper)."""
+
+    def __init__(self, text: LongText, wrapped: bool = False) -> None:
+        assert text._written
+        self._text, self.wrapped = text, wrapped
+
+    def text(self) -> LongText:
+        """The object's indented JSON."""
+        return self._text.nested('{\n  "result": ', "  ", "\n}") if self.wrapped else self._text
+
+    def unwrapped(self) -> LongJSON:
+        """X of a wrapper `{"result": X}`."""
+        assert self.wrapped
+        return LongJSON(self._text)
+
+    def parsed(self) -> Any:
+        """As Python values: the whole file read and parsed, for who needs them."""
+        value = json.loads(self.utf8())
+        return {"result": value} if self.wrapped else value
+
+    def utf8(self) -> bytes:
+        """The file read whole (X's JSON of a wrapper)."""
+        text = self._text
+        return text._spool.read(text._start, text._end - text._start)
+
+    def mapped(self) -> Any:
+        """The file mapped (an `mmap`), to be walked, not held (`_providers._long_json.meets`)."""
+        text = self._text
+        assert text._start == 0 and text._end == text._spool.size
+        return text._spool.mapped()
+
+    def __len__(self) -> int:
+        return len(self.text())
+
+    def __repr__(self) -> str:
+        return f"<LongJSON of {len(self):,} characters>"
 
 def whole(text: str | LongText) -> str:
     """The text as one str: for a reader that cannot take pieces."""
@@ -142,6 +227,12 @@ def _safe_cut(raw: bytes) -> int:
     if slash >= 0:
         run = len(raw[:slash + 1].rstrip(b"\\"))  # where the run of backslashes ending there starts
         cut = run + (slash - run) // 2 * 2  # escapes pair up from the run's start: cut before the last
+    return _utf8_cut(raw, cut)
+
+
+def _utf8_cut(raw: bytes, cut: int | None = None) -> int:
+    """Where `raw[:cut]` may be cut, not inside a UTF-8 character."""
+    cut = len(raw) if cut is None else cut
     lead = cut
     while lead > 0 and 0x80 <= raw[lead - 1] < 0xC0:
         lead -= 1

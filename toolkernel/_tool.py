@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal, Mapping
 
 from ._errors import CallError, ToolInputError
-from ._longtext import LongText, whole
+from ._longtext import LongJSON, LongText, whole
 from ._loop import may_block
 from ._names import ProviderKind, display, qualified
 
@@ -40,7 +40,8 @@ class ToolResult:
     """What a tool gave back. A tool that ran and failed sets `is_error`."""
 
     # A text may be a `LongText` (kept in a file) where an MCP server's reply was long; code
-    # that needs it as a str says so (`whole`).
+    # that needs it as a str says so (`whole`). So may `structured` be a `LongJSON`: code that
+    # needs its values asks for them (`value`, `LongJSON.parsed`).
     texts: list[str | LongText] = field(default_factory=list)
     images: list[Image] = field(default_factory=list)
     structured: Any = None
@@ -64,7 +65,7 @@ class ToolResult:
     def value(self) -> Any:
         """The result as a Python value: JSON data, or text."""
         if self.structured is not None:
-            return self.structured
+            return self.structured.parsed() if type(self.structured) is LongJSON else self.structured
         text = "\n".join(map(whole, self.texts))
         if text.lstrip(" \t\r\n")[:1] not in _JSON_STARTS:
             return text  # not JSON: spared json's raising, a tenth of a direct call of a small tool

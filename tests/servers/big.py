@@ -35,6 +35,12 @@ def rows(megabytes: float) -> dict[str, Any]:
 
 
 @server.tool()
+def listing(megabytes: float) -> list[dict[str, Any]]:
+    """The rows of `rows` as a list: the SDK sends it as {"result": [...]}, with an output schema."""
+    return rows(megabytes)["rows"]
+
+
+@server.tool()
 def record(megabytes: float) -> dict[str, Any]:
     """Structured content with a long text in it beside other keys."""
     return {"body": blob_text(megabytes), "lines": blob_text(megabytes).count("\n")}

@@ -25,7 +25,7 @@ from .._config._limits import ShellLimits
 from .._config._tools import own_settings
 from ._policy import CallInfo, Decision, Policy, canonical_call_key, decide
 from ._run import NO_EVENTS, Run, RunEvents
-from .._longtext import whole
+from .._longtext import LongJSON, whole
 from .._tool import Tool, ToolContext, ToolResult, as_result, never_cancelled
 from .._runners._guard import Protection, touches_protected
 from .._providers._tools._paths import outside_workspace, real_path, real_paths, rule_forms
@@ -206,6 +206,8 @@ class Dispatcher:
         result = await self._invoke(tool, info, payload or {}, run, events)
         if self.env.hooks.any("after_call"):
             result.texts = [whole(text) for text in result.texts]  # a hook reads, and may change, all of it
+            if type(result.structured) is LongJSON:
+                result.structured = result.structured.parsed()
             result = await self.env.hooks.run_after(info, result)
             if tool.cut is not None:  # the tool left it whole (`_call_args`): the saved whole is what the hooks left
                 result = as_result(tool.cut(result, self._context(tool)))
@@ -412,6 +414,8 @@ def _recorded(result: ToolResult) -> Callable[[], object]:
     kept = dataclasses.replace(result, images=[], texts=[
         text if type(text) is str else f"[a text of {len(text):,} characters, not kept for the report]"
         for text in result.texts])
+    if type(result.structured) is LongJSON:
+        kept.structured = f"[JSON of {len(result.structured):,} characters, not kept for the report]"
     images = len(result.images)
     return kept.value if not images else lambda: {"images": images, "value": kept.value()}
 

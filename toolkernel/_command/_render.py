@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .._checked_open import open_folder_below
-from .._longtext import LongText, whole
+from .._longtext import LongJSON, LongText, whole
 from .._tool import Image, Tool, ToolResult
 
 IMAGE_DIR = "tool-images"
@@ -47,6 +47,9 @@ def result_text(result: ToolResult) -> str | LongText:
     """A text result as is, anything else as JSON. A long text stays in its file when it is
     the result's one text and long enough to be worth it (a `tools` line reads it in pieces)."""
     texts = result.texts
+    if type(result.structured) is LongJSON:  # written indented when the reply came, as `to_json` writes
+        long = result.structured.text()
+        return long.with_suffix("\n") if len(long) >= KEEP_IN_FILE else whole(long) + "\n"
     if result.structured is not None:
         text = to_json(result.structured, result.plain_json)
     elif len(texts) == 1 and type(texts[0]) is LongText and len(texts[0]) >= KEEP_IN_FILE:

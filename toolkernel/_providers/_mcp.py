@@ -63,7 +63,7 @@ from mcp.shared.exceptions import MCPError
 from .. import _tool
 from .. import _loop
 from .._errors import CallError, ConnectionRequired, Unavailable
-from .._longtext import LongText, whole
+from .._longtext import LongJSON, LongText, whole
 from ._stdio import Lane, stdio_transport
 from .._tool import Image, Kind, ProviderRef, Tool, ToolContext, ToolResult
 
@@ -308,10 +308,14 @@ class _ToolCall:
         """`structured` against the output schema (`sent`: the result had the field, maybe null)."""
         if structured is None and not sent:
             raise RuntimeError(f"Tool {self.name} has an output schema but did not return structured content")
-        if self._any_object and type(structured) is dict:
+        if self._any_object and type(structured) in (dict, LongJSON):  # a `LongJSON` is an object
             return
         check = self._output_check or self._make_output_check()
         try:
+            if type(structured) is LongJSON:
+                if _long_json().meets(structured, check):  # a run of values at a time, where it can
+                    return
+                structured = structured.parsed()  # to say why, or to find it valid after all
             if check.is_valid(structured):  # without best_match's bookkeeping
                 return
             from jsonschema.exceptions import best_match  # imported off the path of a valid result
@@ -630,6 +634,8 @@ def _converted(texts: list[str], images: list[Image], structured: Any, is_error:
         structured = None
     elif wrapped and isinstance(structured, dict) and structured.keys() == {"result"}:
         structured = structured["result"]
+    elif wrapped and type(structured) is LongJSON and structured.wrapped:
+        structured = structured.unwrapped()
     return ToolResult(texts=texts, images=images, structured=structured, is_error=is_error, plain_json=True)
 
 
@@ -702,7 +708,7 @@ def _plain_texts(raw: Mapping[str, Any]) -> list[str | LongText] | None:
     content = raw.get("content")
     structured = raw.get("structuredContent")
     if (type(content) is not list or not raw.keys() <= _PLAIN_KEYS or type(raw.get("isError", False)) is not bool
-            or (structured is not None and type(structured) is not dict)):
+            or (structured is not None and type(structured) not in (dict, LongJSON))):
         return None
     texts = []
     for block in content:
@@ -742,6 +748,12 @@ def _is_text_wrapper(structured: Any, texts: list[str]) -> bool:
     if any(type(text) is LongText for text in texts):  # a str is never as long (`_long_text_kept`)
         return len(texts) == 1 and value is texts[0]
     return isinstance(value, str) and value in ("\n".join(texts), "".join(texts))
+
+
+def _long_json() -> Any:
+    from . import _long_json  # with the first long reply's check (its patterns take 6 ms to make)
+
+    return _long_json
 
 
 def _is_wrapped_schema(schema: Mapping[str, Any] | None) -> bool:
@@ -788,6 +800,8 @@ def _where(cfg: ServerConfig) -> str:
 
 def _redacted(value: Any, redact: Callable[[str], str]) -> Any:
     """`value` (JSON data) with `redact` applied to every string in it, keys too."""
+    if type(value) is LongJSON:
+        value = value.parsed()
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):

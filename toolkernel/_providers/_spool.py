@@ -2,7 +2,8 @@
 
 `LongLine` is fed the line's bytes in the pieces they arrive in. The line's strings of
 more than `LONG` characters (a tool's text result) go to a `Spool` file; what is left,
-the skeleton, stays in memory with a marker string in place of each. A string that
+the skeleton, has a marker string in place of each (held in memory up to `SPILL` bytes,
+then in a file of its own: structured content is walked through it, not parsed whole). A string that
 comes twice in a line (the Python SDK's text and its `{"result": text}`) is kept once.
 At the end of the line, `finish` parses nothing: it hands back the skeleton, to be
 parsed as the line would have been, and a `LongText` for each marker.
@@ -30,7 +31,8 @@ from .._longtext import LongText, Spool, whole
 
 LONG = 4096  # characters (escapes count as one) of a string kept in the skeleton
 LINE_CAP = 2 << 30  # bytes of one line taken in, at most
-HELD_CAP = 512 << 20  # bytes of it held in memory (all but its long strings), at most
+HELD_CAP = 512 << 20  # bytes of its skeleton (all but its long strings), at most: it may be parsed whole
+SPILL = 1 << 18  # bytes of skeleton past which it goes to a file of its own, read back mapped
 _ENDS = 256  # bytes kept of each end of a line not kept, to find its request's id
 _LANE_ID = re.compile(rb'"id"\s*:\s*"(toolkernel-\d+)"')
 # Everything but strings, and strings of at most LONG characters (without escapes first: faster).
@@ -93,7 +95,11 @@ class LongLine:
     def __init__(self, nonce: str) -> None:
         self._marker = ("\\u0000" + nonce + ":").encode()  # as JSON writes it: "\x00<nonce>:<n>" parsed
         self._nonce = nonce
-        self.skeleton = bytearray()
+        self._kept = bytearray()  # the skeleton, or its part not yet in its file
+        self._kept_file: Spool | None = None  # the skeleton's first part, once it grew past SPILL
+        self._mapped: Any = None  # that file mapped, once the line ended
+        self._head = b""  # the skeleton's first bytes, to find its request's id
+        self._markers = 0
         self._spool = Spool()
         self._spans: list[tuple[int, int]] = []  # in the spool, per marker number
         self._seen: dict[tuple[bytes, int], int] = {}  # (digest, length) of a string → its marker number
@@ -110,22 +116,53 @@ class LongLine:
             except OSError as exc:
                 self._drop(f"the disk did not take it ({exc.strerror or exc})")
             else:
-                if len(self.skeleton) + self._spool.size > LINE_CAP:
+                if self._size() + self._spool.size > LINE_CAP:
                     self._drop(f"it is longer than {LINE_CAP >> 30} GiB")
-                elif len(self.skeleton) > HELD_CAP:
+                elif self._size() > HELD_CAP:
                     self._drop(f"it holds more than {HELD_CAP >> 20} MiB outside its long strings")
         if self.failed is not None:
             self._tail = (self._tail + data)[-_ENDS:]
 
     def _drop(self, why: str) -> None:
         self.failed = why
-        del self.skeleton[_ENDS:]
+        self._kept = bytearray()
         self._carry = b""
         self._spool.close()
+        if self._kept_file is not None:
+            self._kept_file.close()
+            self._kept_file = None
+
+    def _keep(self, data: bytes | memoryview) -> None:
+        """More of the skeleton: in memory up to SPILL bytes, then in its file."""
+        if len(self._head) < _ENDS:
+            self._head += bytes(data[:_ENDS - len(self._head)])
+        self._kept += data
+        if len(self._kept) >= SPILL:
+            if self._kept_file is None:
+                self._kept_file = Spool()
+            self._kept_file.write(self._kept)
+            self._kept = bytearray()
+
+    def _size(self) -> int:
+        return len(self._kept) + (self._kept_file.size if self._kept_file is not None else 0)
+
+    @property
+    def skeleton(self) -> bytes | bytearray | Any:
+        """The line, a marker in place of each long string: a buffer (`bytes` when sliced), in
+        memory, or its file mapped (`mmap`) where it grew past SPILL. A walk through it can let
+        go of the pages it passed (`_long_json`): the skeleton of 8 MB of rows sent as a text
+        block per row (the Python SDK's list) is 13 MB, and it was held whole."""
+        if self._kept_file is None:
+            return self._kept
+        if self._mapped is None:
+            self._kept_file.write(self._kept)
+            self._kept = bytearray()
+            self._mapped = self._kept_file.mapped()
+        return self._mapped
 
     def request_id(self) -> str | None:
         """The lane id at either end of a line not kept (an SDK may write the id last)."""
-        for end in (bytes(self.skeleton), self._tail):
+        for end in (self._head, self._tail):
             found = _LANE_ID.search(end)
             if found:
                 return found[1].decode()
@@ -140,7 +177,7 @@ class LongLine:
                 pos = self._body(buf, pos)
                 continue
             end = _SKIP.match(buf, pos).end()
-            self.skeleton += memoryview(buf)[pos:end]
+            self._keep(memoryview(buf)[pos:end])
             if end == len(buf):
                 return
             if not _IS_LONG.match(buf, end):  # a short string cut by the piece's end: judge it with more
@@ -179,22 +216,28 @@ class LongLine:
             self._spans.append((start, end))
         else:
             self._spool.truncate(start)  # the same string again: the first copy serves
-        self.skeleton += b'"' + self._marker + str(number).encode() + b'"'
+        self._keep(b'"' + self._marker + str(number).encode() + b'"')
+        self._markers += 1
 
     def finish(self) -> dict[str, LongText]:
         """At the line's end: each marker (as parsed: a str) and its text. ValueError when
         the line broke off inside a long string, or a long string is not a valid one."""
         if self._in_long is not None or self._carry:
-            self.skeleton += self._carry
+            self._keep(self._carry)
             self._carry = b""
             if self._in_long is not None:
                 raise ValueError("the line ended inside a string")
         prefix = "\x00" + self._nonce + ":"
         return {prefix + str(n): LongText(self._spool, start, end) for n, (start, end) in enumerate(self._spans)}
 
+    @property
+    def marker(self) -> bytes:
+        """How each marker starts in the skeleton (as JSON writes it)."""
+        return self._marker
+
     def markers(self) -> int:
         """How many markers the skeleton holds (a string sent twice: twice)."""
-        return self.skeleton.count(b'"' + self._marker)
+        return self._markers
 
     def whole(self) -> bytes:
         """The line as it came (each marker back to its string): for a message nobody waits
@@ -210,3 +253,5 @@ class LongLine:
 
     def close(self) -> None:
         self._spool.close()
+        if self._kept_file is not None:
+            self._kept_file.close()

@@ -23,8 +23,9 @@ SSE servers keep the session.
 
 A line that grows past 1 MiB while a lane request waits is taken in by a `LongLine`
 (`_spool.py`): its long strings go to a file as they arrive, and the reply reaches its
-waiter with each of them a `LongText` (a `LongReply`); a line that turns out to be
-the session's goes on as it came.
+waiter with each of them a `LongText` (a `LongReply`), and its long structured content
+written indented to a file as it is parsed, a `LongJSON` (`_long_json.py`); a line that
+turns out to be the session's goes on as it came.
 
 Everything else follows the SDK's transport: the server runs in its own
 process group with the SDK's minimal environment (`get_default_environment`)
@@ -404,23 +405,24 @@ class Lane:
         ended: list[bytes | LongLine] = []
         start = 0
         while (end := chunk.find(b"\n", start)) >= 0:
-            self._take(chunk[start:end])
+            self._take(_part(chunk, start, end))
             ended.append(self._ended_line())
             start = end + 1
         if start < len(chunk):
-            self._take(chunk[start:])
+            self._take(_part(chunk, start, len(chunk)))
         elif not chunk and (self._partial or self._long is not None):
             ended.append(self._ended_line())
         return ended
 
-    def _take(self, part: bytes) -> None:
+    def _take(self, part: bytes | memoryview) -> None:
         if self._long is not None:
             return self._long.feed(part)
         self._partial.append(part)
         self._partial_size += len(part)
         if self._partial_size > _SPOOL_AT and self._calls:
             self._long = LongLine(self._nonce)
-            self._long.feed(b"".join(self._partial))
+            for taken in self._partial:  # not joined first: a copy of the 1 MiB
+                self._long.feed(taken)
             self._partial.clear()
 
     def _ended_line(self) -> bytes | LongLine:
@@ -441,9 +443,9 @@ class Lane:
             texts: dict[str, LongText] | None = line.finish()
         except ValueError:
             texts = None
-        if texts is not None and self._answer(line.skeleton, loop, texts, line.markers()):
+        if texts is not None and self._answer(line.skeleton, loop, texts, line.markers(), line.marker):
             return
-        self._deliver(_parse(line.whole() if texts is None or texts else line.skeleton), loop)
+        self._deliver(_parse(line.whole() if texts is None or texts else bytes(line.skeleton)), loop)
 
     def _refuse(self, line: LongLine, loop: asyncio.AbstractEventLoop) -> None:
         """A line not kept (`LongLine.failed`): the request it answers fails, saying why."""
@@ -456,17 +458,19 @@ class Lane:
                                          error=types.ErrorData(code=types.INTERNAL_ERROR, message=message)), loop)
 
     def _answer(self, line: bytes | bytearray, loop: asyncio.AbstractEventLoop,
-                texts: Mapping[str, LongText] | None = None, markers: int = 0) -> bool:
+                texts: Mapping[str, LongText] | None = None, markers: int = 0, marker: bytes = b"") -> bool:
         """The result of a lane request, straight to its waiter: the common case, taken without
         the JSON-RPC union's validation (on a waking thread that cost about as much as the rest
         of the read). Only what that validation would take for a result; False for the rest.
         `texts`: the `LongText` of each of a long line's `markers`, put in their places; such a line
         that answers a lane request nobody waits for any more (it timed out) is dropped here, not
-        made whole again for the session, which never knew the request."""
+        made whole again for the session, which never knew the request. Its long structured
+        content is written indented to a file as it is parsed (`_long_json`, its `marker` bytes
+        in none of it)."""
         if not self._calls and texts is None:
             return False
         try:
-            message = json.loads(line)
+            message = json.loads(line) if texts is None else _long_reply(line, marker)
         except ValueError:
             return False
         if type(message) is not dict or type(request_id := message.get("id")) is not str:
@@ -625,6 +629,17 @@ def _settle_soon(future: asyncio.Future[Any], value: Any, here: asyncio.Abstract
     else:
         with contextlib.suppress(RuntimeError):  # its loop is closed
             loop.call_soon_threadsafe(settle)
+
+
+def _part(chunk: bytes, start: int, end: int) -> bytes | memoryview:
+    """A part of a chunk read: a large one not copied (it holds the chunk, most of which it is)."""
+    return memoryview(chunk)[start:end] if end - start > _READ_SIZE // 4 else chunk[start:end]
+
+
+def _long_reply(line: bytes | bytearray, marker: bytes) -> Any:
+    from . import _long_json  # imported by the first long reply: its patterns take 6 ms to make
+
+    return _long_json.reply(line, marker)
 
 
 def _line(message: Mapping[str, Any]) -> bytes:
