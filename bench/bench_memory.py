@@ -14,8 +14,10 @@ tool builds its result in one piece: a second copy made inside the tool would be
 the tool's cost, not the shell's.
 Past 10 MiB Bashkit cuts the script's output (the run fails, loudly): the
 ratio is then against what arrived; the rise against the output's own size is
-the figure to read. Target: at most 2x the output's size. Two more rows call an MCP server's
-tool (its server started, and the SDK imported, before the measured run).
+the figure to read. Target: at most 2x the output's size. Three more rows call an MCP server's
+tool (its server started, and the SDK imported, before the measured run): a text, rows as
+structured content, and a list of rows (the Python SDK sends it as `{"result": [...]}` with
+an output schema, and as a text block per row beside it). `--only` picks rows.
 
 History (8 MB output, peak rise over its size):
 - Until 2026-11-30 evening, scripts that call `tools` ran under execute_sync with a sync
@@ -58,6 +60,14 @@ History (8 MB output, peak rise over its size):
   cap rose by 193 MB (256 MB this morning), load 0.4. They are parsed into Python objects
   (about 3.5x the printed JSON) to be printed: under 2x needs a streaming parse of the
   structured content, not built.
+- 2026-12-05, later: long structured content is written indented to a file as its reply is
+  parsed, a run of rows at a time (`_providers._long_json`); the line's skeleton past 256 KiB
+  goes to a file of its own, walked mapped, its pages let go behind the walk; text blocks
+  beside long structured content are dropped unread; an output schema made of per-member and
+  per-item parts is checked a run at a time. Same run, load ~1: rows 8 MB 0.4x (5.5x), 2 MB
+  1.2-1.4x (5.2x), 32 MB over the cap a rise of 4.3 MB (193 MB); the list (a new row; the code
+  before: 9.3x at 8 MB, its schema's check parsing it whole, its 66,000 text blocks parsed
+  too) 8 MB 0.5x, 2 MB 1.3x, 32 MB a rise of 4.7 MB. Text: 8 MB 0.4x, 2 MB 1.5x.
 """
 
 from __future__ import annotations

@@ -329,6 +329,22 @@ def test_a_long_reply_to_a_request_nobody_waits_for_is_dropped(project, monkeypa
     assert remade == []
 
 
+@pytest.mark.parametrize("depth, megabytes", [(5_000, 0), (100_000, 3)], ids=["short-line", "long-line"])
+def test_a_reply_nested_past_the_recursion_limit_fails_its_call_and_the_server_serves_on(
+        project, monkeypatch, depth, megabytes):
+    # It raised RecursionError in the reader, which lost the line (the call waited for the
+    # server's next answer) and whatever else was read with it.
+    session = start(project, monkeypatch)
+    write_config(project, fixture_toml("hostile") + policy_toml(allow=["hostile ping", "hostile deep-reply"]))
+    try:
+        result, sink = run(session, f"tools hostile ping; tools hostile deep-reply depth={depth} megabytes={megabytes};"
+                                    " echo \"exit $?\"; tools hostile ping")
+    finally:
+        session.close()
+    assert sink.stdout_text.split("\n")[:3] == ["pong", "exit 1", "pong"], sink.stderr_text
+    assert "the server's reply is nested too deep to read" in sink.stderr_text
+
+
 def test_in_a_real_kernel_a_long_text_reaches_the_cell_and_a_pipe_whole(tmp_path):
     from kernel_helpers import loaded_kernel
 

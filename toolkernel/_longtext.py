@@ -8,6 +8,10 @@ line arrives (`_providers._spool`), each one a `LongText`, and the text reaches 
 script from that file a piece at a time (`LongText.pieces`). `LongText` is not a str
 on purpose: code that needs the whole text says so (`str(text)`, `whole(text)`), and
 code that forgets fails loudly instead of holding the copy it was meant to avoid.
+
+Long structured content is kept the same way, as the indented JSON `tools` prints
+(`LongJSON`, written by `_providers._long_json`): the script reads its text in pieces,
+and who needs Python values asks for them (`LongJSON.parsed`).
 """
 
 from __future__ import annotations

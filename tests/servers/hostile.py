@@ -64,6 +64,18 @@ async def flood(count: int, ctx: Context) -> str:
 
 
 @server.tool()
+async def deep_reply(depth: int, megabytes: float, ctx: Context) -> str:
+    """Answers this call with a reply nested `depth` deep in its content, `megabytes` long
+    (structured content of rows beside it), instead of the real answer."""
+    rows = [{"n": n} for n in range(int(megabytes * 100_000))]
+    content = "[" * depth + "]" * depth
+    _raw('{"jsonrpc": "2.0", "id": %s, "result": {"content": %s, "structuredContent": %s}}\n'
+         % (json.dumps(ctx.request_id), content, json.dumps({"rows": rows})))
+    await anyio.sleep(30)  # the real answer, too late to count
+    return "unreachable"
+
+
+@server.tool()
 def ping() -> str:
     """Answer at once."""
     return "pong"

@@ -33,12 +33,22 @@ LONG = 4096  # characters (escapes count as one) of a string kept in the skeleto
 LINE_CAP = 2 << 30  # bytes of one line taken in, at most
 HELD_CAP = 512 << 20  # bytes of its skeleton (all but its long strings), at most: it may be parsed whole
 SPILL = 1 << 18  # bytes of skeleton past which it goes to a file of its own, read back mapped
-_ENDS = 256  # bytes kept of each end of a line not kept, to find its request's id
+ENDS = 256  # bytes kept of each end of a line not kept, to find its request's id
 _LANE_ID = re.compile(rb'"id"\s*:\s*"(toolkernel-\d+)"')
 # Everything but strings, and strings of at most LONG characters (without escapes first: faster).
 _SKIP = re.compile(rb'(?:[^"]++|"[^"\\]{0,%d}+"|"(?:[^"\\]|\\.){0,%d}+")*+' % (LONG, LONG))
 _IS_LONG = re.compile(rb'"(?:[^"\\]|\\.){%d}' % (LONG + 1))  # LONG + 1 characters seen, no end yet
 _BODY = re.compile(rb'(?:[^"\\]++|\\.)*+')  # a string's body up to its closing quote (or what came so far)
+
+
+def lane_id(*ends: bytes) -> str | None:
+    """The lane id found in one of a line's `ends` (its first and last bytes: an SDK may write
+    the id last), for a line that cannot be parsed."""
+    for end in ends:
+        found = _LANE_ID.search(end)
+        if found:
+            return found[1].decode()
+    return None
 
 
 class LongReply(dict):
@@ -121,7 +131,7 @@ class LongLine:
                 elif self._size() > HELD_CAP:
                     self._drop(f"it holds more than {HELD_CAP >> 20} MiB outside its long strings")
         if self.failed is not None:
-            self._tail = (self._tail + data)[-_ENDS:]
+            self._tail = (self._tail + data)[-ENDS:]
 
     def _drop(self, why: str) -> None:
         self.failed = why
@@ -134,8 +144,8 @@ class LongLine:
 
     def _keep(self, data: bytes | memoryview) -> None:
         """More of the skeleton: in memory up to SPILL bytes, then in its file."""
-        if len(self._head) < _ENDS:
-            self._head += bytes(data[:_ENDS - len(self._head)])
+        if len(self._head) < ENDS:
+            self._head += bytes(data[:ENDS - len(self._head)])
         self._kept += data
         if len(self._kept) >= SPILL:
             if self._kept_file is None:
@@ -162,11 +172,7 @@ class LongLine:
 
     def request_id(self) -> str | None:
         """The lane id at either end of a line not kept (an SDK may write the id last)."""
-        for end in (self._head, self._tail):
-            found = _LANE_ID.search(end)
-            if found:
-                return found[1].decode()
-        return None
+        return lane_id(self._head, self._tail)
 
     def _scan(self, data: bytes) -> None:
         buf = self._carry + data if self._carry else data

@@ -57,7 +57,7 @@ from mcp.shared.message import SessionMessage
 
 from .._longtext import LongText
 from .._process import program_env
-from ._spool import LongLine, LongReply, placed
+from ._spool import ENDS, LongLine, LongReply, lane_id, placed
 
 _READ_SIZE = 1 << 20
 _EXIT_GRACE = 2.0  # for the server to exit on its own once its stdin closes
@@ -450,12 +450,17 @@ class Lane:
     def _refuse(self, line: LongLine, loop: asyncio.AbstractEventLoop) -> None:
         """A line not kept (`LongLine.failed`): the request it answers fails, saying why."""
         message = f"the server's reply was not taken in: {line.failed}"
-        request_id = line.request_id()
+        if not self._fail(line.request_id(), message, loop):
+            self._deliver(ValueError(message), loop)
+
+    def _fail(self, request_id: str | None, message: str, loop: asyncio.AbstractEventLoop) -> bool:
+        """The lane request `request_id` fails with `message`; False when nobody waits for it."""
         waiter = self._calls.get(request_id) if request_id is not None else None
         if waiter is None:
-            return self._deliver(ValueError(message), loop)
+            return False
         waiter.answer(types.JSONRPCError(jsonrpc="2.0", id=request_id,
                                          error=types.ErrorData(code=types.INTERNAL_ERROR, message=message)), loop)
+        return True
 
     def _answer(self, line: bytes | bytearray, loop: asyncio.AbstractEventLoop,
                 texts: Mapping[str, LongText] | None = None, markers: int = 0, marker: bytes = b"") -> bool:
@@ -473,6 +478,8 @@ class Lane:
             message = json.loads(line) if texts is None else _long_reply(line, marker)
         except ValueError:
             return False
+        except RecursionError:  # raised here, it lost the rest of what was read with it
+            return self._fail(lane_id(line[:ENDS], line[-ENDS:]), "the server's reply is nested too deep to read", loop)
         if type(message) is not dict or type(request_id := message.get("id")) is not str:
             return False
         waiter = self._calls.get(request_id)
