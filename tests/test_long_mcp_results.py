@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("big_fixture", REPO / "tests" / "servers" / "big.py")
 big = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(big)
-ALLOW = ["big blob", "big rows", "big listing", "big record", "big fail-long", "big ping", "write-file"]
+ALLOW = ["big blob", "big rows", "big listing", "big pictured-rows", "big record", "big fail-long", "big ping",
+         "write-file"]
 
 
 def blob(megabytes: float) -> str:
@@ -137,6 +138,14 @@ def test_a_long_list_is_shown_without_its_wrapper_and_checked_against_its_schema
     expected = printed(big.rows(2)["rows"])
     assert sink.stdout_text.split()[0] == hashlib.sha256(expected.encode()).hexdigest()
     assert walked and walked[0][0].wrapped
+
+
+def test_long_rows_with_a_picture_beside_them_print_and_save_it(session, project, walked):
+    result, sink = run(session, "tools big pictured-rows megabytes=2 | sha256sum")
+    assert result.exit_code == 0, sink.stderr_text
+    assert sink.stdout_text.split()[0] == hashlib.sha256(printed(big.rows(2)).encode()).hexdigest()
+    (picture,) = (project / "tool-images").iterdir()
+    assert picture.suffix == ".png" and len(walked) == 1
 
 
 def test_a_direct_call_and_a_hook_get_long_structured_content_as_values(session, walked):

@@ -1,6 +1,7 @@
 """Fixture: results of any size, a call that never answers, a server that never starts."""
 
 import hashlib
+import json
 import sys
 import time
 
@@ -9,9 +10,10 @@ from typing import Any
 import anyio
 
 from mcp.server.mcpserver import MCPServer
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult, ImageContent, TextContent
 
 server = MCPServer("big")
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
 
 def blob_text(megabytes: float) -> str:
@@ -38,6 +40,15 @@ def rows(megabytes: float) -> dict[str, Any]:
 def listing(megabytes: float) -> list[dict[str, Any]]:
     """The rows of `rows` as a list: the SDK sends it as {"result": [...]}, with an output schema."""
     return rows(megabytes)["rows"]
+
+
+@server.tool()
+def pictured_rows(megabytes: float) -> CallToolResult:
+    """The rows of `rows` with a picture beside them (a one-pixel PNG)."""
+    table = rows(megabytes)
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(table)),
+                                   ImageContent(type="image", data=PIXEL, mime_type="image/png")],
+                          structured_content=table)
 
 
 @server.tool()

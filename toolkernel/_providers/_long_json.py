@@ -405,6 +405,7 @@ class _Check:
     def __init__(self, buf: Any, validator: Any) -> None:
         self.buf, self._root = buf, validator
         self._made: dict[int, Any] = {}  # a validator per part's schema (the root's: `$ref`s resolve)
+        self.end = 0  # where the value `value` went through ends
 
     def fits(self, value: Any, schema: Any) -> None:
         if schema is None or schema is True:
@@ -412,12 +413,14 @@ class _Check:
         made = self._made.get(id(schema))
         if made is None:
             made = self._made[id(schema)] = self._root.evolve(schema=schema)
-        if schema is False or not made.is_valid(value):
+        if not made.is_valid(value):
             raise _Fails
 
     def value(self, at: int, schema: Any) -> bool:
         """Whether the value at `at` meets `schema` (else `_Fails`); `self.end`: where it ends."""
         buf = self.buf
+        if schema is False:
+            raise _Fails
         if schema is True or (type(schema) is dict and schema.keys() <= _NOTHING):
             schema = None
         opened = _OPEN.match(buf, at)

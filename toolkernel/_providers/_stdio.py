@@ -188,7 +188,7 @@ class Lane:
         self._gate: Any = None  # select.epoll the transport's loop watches stdout through; None without epoll
         self._sets: dict[asyncio.AbstractEventLoop, Any] = {}  # other loops' epoll sets, watched by them
         self._reader: asyncio.AbstractEventLoop | None = None  # the loop that reads now
-        self._partial: list[bytes] = []  # the pieces of a line not yet ended
+        self._partial: list[bytes | memoryview] = []  # the pieces of a line not yet ended
         self._partial_size = 0
         self._long: LongLine | None = None  # a line not yet ended, taken in by a LongLine since it grew long
         self._nonce = secrets.token_hex(8)  # in a LongLine's markers: no server can send one
