@@ -18,7 +18,8 @@ from toolkernel._providers._long_json import NotStreamed, indented, reply
 
 MARKER = b"\\u0000nonce:"
 KEYS = ["id", "name", "é", "中", "a\"b", "\\", "", "k\n", "\U0001f600"]
-SCALARS = [0, -1, 2.5, 1e-7, 3e300, -0.0, 10**30, True, False, None, "", "text", "é中\U0001f600", "\"\\/\b\f\n\r\t\u0001"]
+SCALARS = [0, -1, 2.5, 1e-7, 3e300, -0.0, 10**30, True, False, None, "", "text", "é中\U0001f600",
+           "\"\\/\b\f\n\r\t\u0001"]
 
 
 def value_of(rng: random.Random, depth: int = 0):
@@ -136,8 +137,11 @@ def rows(count: int) -> dict:
 
 
 def message(structured, *, id_last: bool = False) -> dict:
-    result = {"content": [{"type": "text", "text": "\u0000nonce:0"}], "structuredContent": structured, "isError": False}
-    return {"result": result, "jsonrpc": "2.0", "id": "t-1"} if id_last else {"jsonrpc": "2.0", "id": "t-1", "result": result}
+    result = {"content": [{"type": "text", "text": "\u0000nonce:0"}], "structuredContent": structured,
+              "isError": False}
+    if id_last:
+        return {"result": result, "jsonrpc": "2.0", "id": "t-1"}
+    return {"jsonrpc": "2.0", "id": "t-1", "result": result}
 
 
 @pytest.mark.parametrize("id_last", [False, True])
@@ -193,7 +197,8 @@ def test_rows_are_written_a_run_at_a_time_not_one_by_one(monkeypatch):
     assert len(parsed) < 100  # runs of about BATCH bytes (1.4 MB here), not a parse per row
 
 
-TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null", list: "array", dict: "object"}
+TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null", list: "array",
+         dict: "object"}
 
 
 def schema_for(value, rng: random.Random):
@@ -232,9 +237,11 @@ def test_a_schema_check_a_run_at_a_time_agrees_with_the_whole(sizes):
         wrap = rng.random() < 0.25
         structured = {"result": value} if wrap else value
         schema = schema_for(structured, rng)
-        if rng.random() < 0.2 and isinstance(schema, dict):
-            schema = {"$defs": {"Inner": schema}, "$ref": "#/$defs/Inner"} if rng.random() < 0.5 else \
-                {"type": "object", "$defs": {"Inner": schema_for(value, rng)}, "properties": {"result": {"$ref": "#/$defs/Inner"}}}
+        if rng.random() < 0.1 and isinstance(schema, dict):
+            schema = {"$defs": {"Inner": schema}, "$ref": "#/$defs/Inner"}  # not split: checked whole
+        elif rng.random() < 0.1:
+            schema = {"type": "object", "$defs": {"Inner": schema_for(value, rng)},
+                      "properties": {"result": {"$ref": "#/$defs/Inner"}}}
         validator = Draft202012Validator(schema)
         long, _ = indented(json.dumps(structured).encode(), 0, MARKER)
         assert long.wrapped == wrap

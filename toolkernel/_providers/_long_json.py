@@ -424,7 +424,8 @@ class _Check:
         if schema is True or (type(schema) is dict and schema.keys() <= _NOTHING):
             schema = None
         opened = _OPEN.match(buf, at)
-        small = _VALUE.match(buf, at) if opened is None else _CONTAINER.match(buf, opened.start(1), opened.start(1) + BIG)
+        start = at if opened is None else opened.start(1)
+        small = _VALUE.match(buf, at) if opened is None else _CONTAINER.match(buf, start, start + BIG)
         if small is not None:
             self.fits(json.loads(buf[at:small.end()]) if schema is not None else None, schema)
             self.end = small.end()

@@ -3,8 +3,9 @@
 `LongLine` is fed the line's bytes in the pieces they arrive in. The line's strings of
 more than `LONG` characters (a tool's text result) go to a `Spool` file; what is left,
 the skeleton, has a marker string in place of each (held in memory up to `SPILL` bytes,
-then in a file of its own: structured content is walked through it, not parsed whole). A string that
-comes twice in a line (the Python SDK's text and its `{"result": text}`) is kept once.
+then in a file of its own: structured content is walked through it, not parsed whole).
+A string that comes twice in a line (the Python SDK's text and its `{"result": text}`)
+is kept once.
 At the end of the line, `finish` parses nothing: it hands back the skeleton, to be
 parsed as the line would have been, and a `LongText` for each marker.
 
