@@ -1,7 +1,9 @@
 """A long text result of an MCP server, called from a script, stays in a file and reaches the
 script in pieces (toolkernel/_providers/_spool.py, _longtext.py): whole to a pipe, a file,
 `--save` and the saved output past max_result_mb; whole as a str to a hook, and in a loop;
-and the kernel's peak memory stays below its size."""
+and the kernel's peak memory stays below its size. Long structured content is written to a
+file as the indented JSON `tools` prints (_long_json.py): the same text as the whole parse
+gives, values to a hook and a direct call, and a peak below twice its size."""
 
 from __future__ import annotations
 
@@ -354,7 +356,7 @@ def test_a_reply_nested_past_the_recursion_limit_fails_its_call_and_the_server_s
     assert "the server's reply is nested too deep to read" in sink.stderr_text
 
 
-def test_in_a_real_kernel_a_long_text_reaches_the_cell_and_a_pipe_whole(tmp_path):
+def test_in_a_real_kernel_a_long_text_and_long_rows_reach_the_cell_and_a_pipe_whole(tmp_path):
     from kernel_helpers import loaded_kernel
 
     work = tmp_path / "work"
@@ -363,6 +365,8 @@ def test_in_a_real_kernel_a_long_text_reaches_the_cell_and_a_pipe_whole(tmp_path
     with loaded_kernel(work) as kernel:
         counted = kernel.execute_ok("%%tools\ntools big blob megabytes=3 | wc -c")
         shown = kernel.execute_ok("%%tools\ntools big blob megabytes=0.5; tools big blob megabytes=3 | tail -c 30")
+        rows = kernel.execute_ok("%%tools\ntools big rows megabytes=3 | sha256sum")
+    assert rows.stdout.split()[0] == hashlib.sha256(printed(big.rows(3)).encode()).hexdigest()
     assert counted.stdout.split()[-1] == str(len(blob(3).encode()))
     assert shown.stdout.startswith(blob(0.5)[:1000])  # (the cell shows the head of a long output)
     assert shown.stdout.rstrip().endswith(blob(3).encode()[-30:].decode().rstrip())
