@@ -742,9 +742,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_http_server(port: int, transport: str = "--http") -> subprocess.Popen:
+def start_http_server(port: int, transport: str = "--http", script: str = "pulls.py") -> subprocess.Popen:
     process = subprocess.Popen(
-        [sys.executable, str(SERVERS / "pulls.py"), transport, str(port)],
+        [sys.executable, str(SERVERS / script), transport, str(port)],
         env={**os.environ, **ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
 
@@ -789,6 +789,45 @@ def test_http_server_restart_is_unavailable_then_recovers(pool, http_server):
 
     processes.append(start_http_server(port))
     assert run(tools["get_pull"].call({"repo": "acme/web", "number": 12}, ctx())).structured["number"] == 12
+
+
+@pytest.fixture
+def big_http_server():
+    port = free_port()
+    process = start_http_server(port, script="big.py")
+    yield ServerConfig("big", "http", url=f"http://127.0.0.1:{port}/mcp")
+    process.kill()
+    process.wait()
+
+
+def test_a_long_result_over_streamable_http_arrives_whole(pool, big_http_server):
+    # The SDK's own cap on one SSE event, 1 MiB, failed a text of 0.5 MB (sent twice) as a
+    # server that "stopped answering".
+    text = call(pool, big_http_server, "blob", megabytes=3).texts
+    expected = hashlib.sha256(big_fixture().blob_text(3).encode()).hexdigest()
+    assert [hashlib.sha256(str(t).encode()).hexdigest() for t in text] == [expected]
+
+
+def test_a_reply_over_the_http_cap_fails_its_call_saying_so_and_the_session_serves_on(pool, big_http_server,
+                                                                                         monkeypatch):
+    from toolkernel._providers import _mcp
+
+    monkeypatch.setattr(_mcp, "HTTP_EVENT_CAP", 1 << 20)
+    with pytest.raises(Unavailable) as raised:
+        call(pool, big_http_server, "blob", megabytes=2)
+    assert not raised.value.retryable
+    assert "sent a reply to blob longer than 1 MiB, the most toolkernel takes in one message over HTTP" \
+        in raised.value.message
+    assert call(pool, big_http_server, "ping").texts == ["pong"]
+
+
+def big_fixture():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("big_fixture", SERVERS / "big.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_sse_transport(pool):

@@ -86,4 +86,7 @@ if __name__ == "__main__":
     if "--hang-at-start" in sys.argv:
         print("big: waiting for a database that never comes (on purpose)", file=sys.stderr, flush=True)
         time.sleep(3600)
+    for flag, transport in (("--http", "streamable-http"), ("--sse", "sse")):  # FLAG PORT: 127.0.0.1:PORT
+        if flag in sys.argv:
+            server.run(transport, host="127.0.0.1", port=int(sys.argv[sys.argv.index(flag) + 1]))
     server.run()

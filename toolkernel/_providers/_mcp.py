@@ -267,6 +267,8 @@ class _ToolCall:
                 raise conn.timed_out(self.name, timeout) from None
             raise
         except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED and _OVER_EVENT_CAP in exc.message:
+                raise conn.too_long(self.name) from exc
             if exc.code == types.CONNECTION_CLOSED:
                 raise conn.lost(f"while running {self.name}") from exc
             return ToolResult.error(exc.message)  # the server refused the request
@@ -498,6 +500,12 @@ class _Connection:
         self.broken = self.broken or "the connection broke"
         return self._unavailable(f"stopped answering {when} (it will be restarted on the next call)")
 
+    def too_long(self, tool: str) -> Unavailable:
+        """The error for a reply over streamable HTTP longer than `HTTP_EVENT_CAP`: the SDK drops
+        it, and the session stays open for the next call."""
+        return self._unavailable(f"sent a reply to {tool} longer than {HTTP_EVENT_CAP >> 20} MiB, the most toolkernel"
+                                 " takes in one message over HTTP; ask the tool for less", retryable=False)
+
     def timed_out(self, tool: str, timeout: float) -> Unavailable:
         """The error for a call past its timeout; the SDK has told the server it is cancelled,
         and the session stays open for the next call."""
@@ -555,7 +563,8 @@ async def _http_transport(cfg: ServerConfig) -> AsyncIterator[Any]:
     # stream); we build it only to send the config's headers.
     timeout = httpx2.Timeout(30.0, read=300.0)
     async with httpx2.AsyncClient(headers=dict(cfg.headers), timeout=timeout) as client:
-        async with streamable_http_client(cfg.url or "", http_client=client) as streams:
+        async with streamable_http_client(cfg.url or "", http_client=client,
+                                          max_sse_event_size=HTTP_EVENT_CAP) as streams:
             yield streams
 
 
@@ -638,6 +647,12 @@ def _converted(texts: list[str], images: list[Image], structured: Any, is_error:
         structured = structured.unwrapped()
     return ToolResult(texts=texts, images=images, structured=structured, is_error=is_error, plain_json=True)
 
+
+# The most of one message over streamable HTTP (an SSE event) taken in. The SDK's default,
+# 1 MiB, failed a text result of 0.5 MB (sent twice: as text and as {"result": text}) as if
+# the server had stopped answering. The SDK holds the event whole and parses it whole.
+HTTP_EVENT_CAP = 256 << 20
+_OVER_EVENT_CAP = "Server-sent event exceeded the"  # httpx2's SSEError, in the SDK's message
 
 _ANY_OBJECT_KEYS = frozenset({"type", "additionalProperties", "title", "description"})
 
