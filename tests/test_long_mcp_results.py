@@ -243,17 +243,21 @@ print(json.dumps({"rise": status_mb("VmHWM") - before, "exit": result.exit_code}
 """
 
 
-def test_long_structured_rows_peak_below_twice_their_size_in_the_kernel(project, tmp_path):
-    # Parsed whole, 8 MB of rows peaked at 5.5x: Python values of 3.5x, then the JSON as bytes and a str.
+@pytest.mark.parametrize("tool", ["rows", "listing"])
+def test_long_structured_rows_peak_below_their_size_in_the_kernel(project, tmp_path, tool):
+    # Parsed whole, 8 MB of rows peaked at 5.5x: Python values of 3.5x, then the JSON as bytes and
+    # a str. The list (a text block per row beside it, an output schema to check) at 9.3x; with its
+    # skeleton held in memory, not walked mapped, at about 2x.
     write_config(project, fixture_toml("big") + policy_toml(allow=ALLOW))
     env = {**os.environ, "PYTHONPATH": str(REPO), **isolated_env(tmp_path)}
-    child = CHILD.replace("big blob megabytes=8", "big rows megabytes=8").replace("big blob", "big rows")
+    child = CHILD.replace("big blob megabytes=8", f"big {tool} megabytes=8").replace("big blob", f"big {tool}")
     out = subprocess.run([sys.executable, "-c", child, str(project)], env=env, capture_output=True, text=True,
                          timeout=300, check=True).stdout
     got = json.loads(out.strip().splitlines()[-1])
-    size = len(printed(big.rows(8)).encode()) / 2**20
+    value = big.rows(8) if tool == "rows" else big.rows(8)["rows"]
+    size = len(printed(value).encode()) / 2**20
     assert got["exit"] == 0
-    assert got["rise"] < 2 * size, got  # the target; it is about 0.7x
+    assert got["rise"] < size, got  # the target is 2x; it is about 0.3-0.5x
 
 
 def test_a_long_text_peaks_below_its_size_in_the_kernel(project, tmp_path):

@@ -40,6 +40,7 @@ STREAM_AT = 1 << 18  # bytes of a reply's structured content past which it is wr
 _FLUSH = 1 << 18  # bytes written to the spool at once
 _RELEASE = 1 << 18  # bytes of a mapped file walked between letting go of its pages
 _DEPTH = 6  # containers nested in a value that its regular expression still takes whole
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)  # where there is `madvise` (not on Windows)
 
 _WS = rb"[ \t\n\r]*+"
 _STRING = rb'"(?:[^"\\]++|\\.)*+"'
@@ -532,8 +533,8 @@ def _parts(buf: bytes | bytearray, at: int) -> Generator[tuple[int, int | None],
 def _release(buf: Any) -> None:
     """Let go of the pages of a mapped file read so far: they are read again from the file if
     touched again, and the walk's memory stays its runs'."""
-    if type(buf) is mmap.mmap:
-        buf.madvise(mmap.MADV_DONTNEED)
+    if type(buf) is mmap.mmap and _DONTNEED is not None:
+        buf.madvise(_DONTNEED)
 
 
 def _indent(data: bytes, depth: int, first: bool = False) -> bytes:
