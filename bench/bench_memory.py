@@ -17,7 +17,8 @@ ratio is then against what arrived; the rise against the output's own size is
 the figure to read. Target: at most 2x the output's size. Three more rows call an MCP server's
 tool (its server started, and the SDK imported, before the measured run): a text, rows as
 structured content, and a list of rows (the Python SDK sends it as `{"result": [...]}` with
-an output schema, and as a text block per row beside it). `--only` picks rows.
+an output schema, and as a text block per row beside it). Two more call the same server
+over streamable HTTP (started by this bench on a loopback port). `--only` picks rows.
 
 History (8 MB output, peak rise over its size):
 - Until 2026-11-30 evening, scripts that call `tools` ran under execute_sync with a sync
@@ -68,17 +69,27 @@ History (8 MB output, peak rise over its size):
   1.2-1.4x (5.2x), 32 MB over the cap a rise of 4.3 MB (193 MB); the list (a new row; the code
   before: 9.3x at 8 MB, its schema's check parsing it whole, its 66,000 text blocks parsed
   too) 8 MB 0.5x, 2 MB 1.3x, 32 MB a rise of 4.7 MB. Text: 8 MB 0.4x, 2 MB 1.5x.
+- 2026-12-05, later still: two HTTP rows. Missed, far: text 2 MB 25.7x, 8 MB 24.9x; rows 2 MB
+  33.2x, 8 MB 30.6x, and 15-53 MB left after the cell. The MCP SDK reads and parses each SSE
+  event whole (a bare SDK client alone peaks at 173 MB, traced, for 8 MB of text: pydantic's
+  parse 47 MB, the SSE parser's buffers 63 MB). Under 2x needs toolkernel's own reading of a
+  `tools/call` reply over HTTP, as `_stdio.Lane` reads stdio: not built. Until today a reply
+  over 1 MiB failed over HTTP (the SDK's cap on one event).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD = """
@@ -126,7 +137,15 @@ SCRIPTS = {"no tools": "cat data.txt", "with tools": "cat data.txt\ntools --help
            # An MCP server's results (tests/servers/big.py), read whole from its pipe: a text result
            # (an MCPServer sends it twice, as text and as {"result": text}), and structured content.
            "MCP text": "tools big blob megabytes={mb}",
-           "MCP rows": "tools big rows megabytes={mb}", "MCP list": "tools big listing megabytes={mb}"}
+           "MCP rows": "tools big rows megabytes={mb}", "MCP list": "tools big listing megabytes={mb}",
+           # The same server over streamable HTTP: the SDK reads and parses each reply whole.
+           "HTTP text": "tools big blob megabytes={mb}", "HTTP rows": "tools big rows megabytes={mb}"}
+HTTP_CONFIG = """[mcp_servers.big]
+url = "http://127.0.0.1:{port}/mcp"
+
+[policy]
+allow = ["big blob", "big rows", "big ping"]
+"""
 MCP_CONFIG = """[mcp_servers.big]
 command = {python}
 args = [{server}]
@@ -137,7 +156,7 @@ allow = ["big blob", "big rows", "big listing", "big ping"]
 """
 
 
-def measure(mb: int, script: str) -> dict:
+def measure(mb: int, script: str, http_port: int | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "work"
         work.mkdir()
@@ -150,6 +169,8 @@ def measure(mb: int, script: str) -> dict:
                 python=json.dumps(sys.executable), server=json.dumps(str(REPO / "tests" / "servers" / "big.py")),
                 repo=json.dumps(str(REPO))))
             warm = "tools big ping; tools big rows megabytes=0.01 > /dev/null"
+        if http_port is not None:
+            (work / "toolkernel.toml").write_text(HTTP_CONFIG.format(port=http_port))
         child = CHILD.format(repo=str(REPO), work=str(work), warm=warm,
                              script=script.format(size=mb * 1_000_000, mb=mb))
         out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True,
@@ -165,17 +186,46 @@ def main() -> None:
     options = parser.parse_args()
     print(f"{'output':>8} {'script':<11}{'arrived':>9}{'rise':>9}{'ratio':>7}{'after':>8}"
           "  (peak RSS above RSS before the run; RSS after the cell above before it)")
-    for mb in options.mb:
-        for name, script in SCRIPTS.items():
-            if options.only and name not in options.only:
-                continue
-            got = measure(mb, script)
-            arrived = got["arrived"] / 1e6  # nothing when a Bashkit budget ended the run first
-            rise = (got["peak_kb"] - got["base_kb"]) / 1024
-            after = (got["after_kb"] - got["before_kb"]) / 1024
-            ratio = f"{rise / arrived:>6.1f}x" if arrived else f"{'-':>7}"
-            print(f"{mb:>6}MB {name:<11}{arrived:>7.1f}MB{rise:>7.1f}MB{ratio}{after:>6.1f}MB"
-                  f"  exit {got['exit']} (target <= 2x)")
+    names = [name for name in SCRIPTS if not options.only or name in options.only]
+    with http_server() if any(name.startswith("HTTP") for name in names) else contextlib.nullcontext() as port:
+        for mb in options.mb:
+            for name in names:
+                show(mb, name, measure(mb, SCRIPTS[name], port if name.startswith("HTTP") else None))
+
+
+@contextlib.contextmanager
+def http_server() -> Iterator[int]:
+    """tests/servers/big.py serving streamable HTTP on a free loopback port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([sys.executable, str(REPO / "tests" / "servers" / "big.py"), "--http", str(port)],
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not listening(port):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the HTTP fixture server did not start")
+            time.sleep(0.1)
+        yield port
+    finally:
+        server.kill()
+        server.wait()
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def show(mb: int, name: str, got: dict) -> None:
+    arrived = got["arrived"] / 1e6  # nothing when a Bashkit budget ended the run first
+    rise = (got["peak_kb"] - got["base_kb"]) / 1024
+    after = (got["after_kb"] - got["before_kb"]) / 1024
+    ratio = f"{rise / arrived:>6.1f}x" if arrived else f"{'-':>7}"
+    print(f"{mb:>6}MB {name:<11}{arrived:>7.1f}MB{rise:>7.1f}MB{ratio}{after:>6.1f}MB"
+          f"  exit {got['exit']} (target <= 2x)")
 
 
 if __name__ == "__main__":
