@@ -91,7 +91,7 @@ def reply(line: bytes | bytearray, forbidden: bytes) -> Any:
 
 def _result(buf: bytes | bytearray, at: int, forbidden: bytes) -> tuple[Any, int]:
     def member(key: str, at: int) -> tuple[Any, int]:
-        if key not in ("structuredContent", "content") or _short(buf, at, STREAM_AT):
+        if key not in ("structuredContent", "content") or _small_value(buf, at, STREAM_AT)[1] is not None:
             return _small(buf, at)
         if key == "content":  # parsed once it is known whether the structured content is long
             start = _OPEN.match(buf, at).start(1)  # type: ignore[union-attr]
@@ -111,10 +111,17 @@ class _Later:
         self.start = start
 
 
-def _short(buf: bytes | bytearray, at: int, bound: int) -> bool:
-    """Whether the value at `at` is not a container, or one that ends within `bound` bytes."""
+def _small_value(buf: Any, at: int, bound: int | None = None) -> tuple[int, re.Match[bytes] | None]:
+    """Where the value at `at` starts, and its match when it is small: a scalar, a string, or a
+    container that ends within `bound` bytes (`BIG`); None for a larger (or deeper) container."""
     opened = _OPEN.match(buf, at)
-    return opened is None or _CONTAINER.match(buf, opened.start(1), opened.start(1) + bound) is not None
+    if opened is None:
+        small = _VALUE.match(buf, at)
+        if small is None:
+            raise ValueError("not a JSON value")
+        return at, small
+    start = opened.start(1)
+    return start, _CONTAINER.match(buf, start, start + (bound or BIG))
 
 
 def _blocks(buf: bytes | bytearray, at: int, beside_long: bool) -> Any:
@@ -243,17 +250,10 @@ class _Walk:
 
     def value(self, at: int, depth: int) -> int:
         """The value at `at` written at `depth`; where it ends."""
-        opened = _OPEN.match(self.buf, at)
-        if opened is not None:
-            at = opened.start(1)
-            small = _CONTAINER.match(self.buf, at, at + BIG)
-            if small is None:
-                return self.container(at, depth)
-        else:
-            small = _VALUE.match(self.buf, at)
-            if small is None:
-                raise ValueError("not a JSON value")
-        self._write(_indent(self._dumps(self._loads(self.buf[at:small.end()])), depth))
+        start, small = _small_value(self.buf, at)
+        if small is None:
+            return self.container(start, depth)
+        self._write(_indent(self._dumps(self._loads(self.buf[start:small.end()])), depth))
         return small.end()
 
     def container(self, at: int, depth: int) -> int:
@@ -357,15 +357,20 @@ def meets(long: LongJSON, validator: Any) -> bool:
     is not is checked whole. True only where the whole is valid; a caller that gets False checks
     the whole to say why (a key sent twice: its earlier value fails here, not there)."""
     check = _Check(long.mapped(), validator)
-    try:
-        if not long.wrapped:
-            return check.value(0, validator.schema)
+    if not long.wrapped:
+        schema = validator.schema
+    else:
         split = _Split.of(validator.schema)
         if split is None or not split.is_object:
             return bool(validator.is_valid(long.parsed()))
-        return set(split.required) <= {"result"} and check.value(0, split.member("result"))
+        if not set(split.required) <= {"result"}:
+            return False
+        schema = split.member("result")
+    try:
+        check.value(0, schema)
     except _Fails:
         return False
+    return True
 
 
 class _Fails(Exception):
@@ -417,32 +422,27 @@ class _Check:
         if not made.is_valid(value):
             raise _Fails
 
-    def value(self, at: int, schema: Any) -> bool:
-        """Whether the value at `at` meets `schema` (else `_Fails`); `self.end`: where it ends."""
+    def value(self, at: int, schema: Any) -> None:
+        """`_Fails` unless the value at `at` meets `schema`; `self.end`: where it ends."""
         buf = self.buf
         if schema is False:
             raise _Fails
         if schema is True or (type(schema) is dict and schema.keys() <= _NOTHING):
             schema = None
-        opened = _OPEN.match(buf, at)
-        start = at if opened is None else opened.start(1)
-        small = _VALUE.match(buf, at) if opened is None else _CONTAINER.match(buf, start, start + BIG)
+        start, small = _small_value(buf, at)
         if small is not None:
-            self.fits(json.loads(buf[at:small.end()]) if schema is not None else None, schema)
+            if schema is not None:
+                self.fits(json.loads(buf[start:small.end()]), schema)
             self.end = small.end()
-            return True
-        if opened is None:
-            raise ValueError("not a JSON value")
-        at = opened.start(1)
+            return
         split = _Split.of(schema)
         if schema is not None and split is None:  # checked whole, its values made for the check alone
-            self._walk(at, None)
-            self.fits(json.loads(buf[at:self.end]), schema)
-            return True
-        if split is not None and split.is_object != (buf[at] == 0x7B):
+            self._walk(start, None)
+            self.fits(json.loads(buf[start:self.end]), schema)
+        elif split is not None and split.is_object != (buf[start] == 0x7B):
             raise _Fails
-        self._walk(at, split)
-        return True
+        else:
+            self._walk(start, split)
 
     def _walk(self, at: int, split: _Split | None) -> None:
         seen: set[str] = set()

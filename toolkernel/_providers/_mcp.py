@@ -650,8 +650,9 @@ def _converted(texts: list[str], images: list[Image], structured: Any, is_error:
 
 # The most of one message over streamable HTTP (an SSE event) taken in. The SDK's default,
 # 1 MiB, failed a text result of 0.5 MB (sent twice: as text and as {"result": text}) as if
-# the server had stopped answering. The SDK holds the event whole and parses it whole.
-HTTP_EVENT_CAP = 256 << 20
+# the server had stopped answering. The SDK holds the event whole and parses it whole, at
+# 25-30x its size in the kernel: a hostile server's 256 MiB message would take gigabytes.
+HTTP_EVENT_CAP = 32 << 20
 _OVER_EVENT_CAP = "Server-sent event exceeded the"  # httpx2's SSEError, in the SDK's message
 
 _ANY_OBJECT_KEYS = frozenset({"type", "additionalProperties", "title", "description"})
