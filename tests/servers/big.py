@@ -7,6 +7,8 @@ import time
 
 from typing import Any
 
+from pathlib import Path
+
 import anyio
 
 from mcp.server.mcpserver import MCPServer
@@ -83,10 +85,10 @@ def ping() -> str:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))  # run as a program, with PYTHONSAFEPATH set
+    from _serve import serve  # here: tests import this module too
+
     if "--hang-at-start" in sys.argv:
         print("big: waiting for a database that never comes (on purpose)", file=sys.stderr, flush=True)
         time.sleep(3600)
-    for flag, transport in (("--http", "streamable-http"), ("--sse", "sse")):  # FLAG PORT: 127.0.0.1:PORT
-        if flag in sys.argv:
-            server.run(transport, host="127.0.0.1", port=int(sys.argv[sys.argv.index(flag) + 1]))
-    server.run()
+    serve(server)

@@ -1,5 +1,8 @@
 """Fixture: a slow tool that reports progress after every step."""
 
+import sys
+from pathlib import Path
+
 import anyio
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -44,4 +47,7 @@ def ping() -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    sys.path.insert(0, str(Path(__file__).parent))  # run as a program, with PYTHONSAFEPATH set
+    from _serve import serve  # here: tests import this module too
+
+    serve(server)

@@ -64,6 +64,7 @@ from .. import _tool
 from .. import _loop
 from .._errors import CallError, ConnectionRequired, Unavailable
 from .._longtext import LongJSON, LongText, whole
+from ._http_lane import HttpLane
 from ._stdio import Lane, stdio_transport
 from .._tool import Image, Kind, ProviderRef, Tool, ToolContext, ToolResult
 
@@ -231,14 +232,16 @@ class _ToolCall:
 
     async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
         if _loop.on_private_loop():
-            return await self._call(await self.pool._for_call(self.cfg), arguments, ctx)
+            conn = await self.pool._for_call(self.cfg)
+            return await self._call(conn, arguments, ctx, conn.http_lane if conn.http_lane and conn.http_lane.usable
+                                    else None)
         conn = self.pool._lane_connection(self.cfg)
         if conn is None:  # to be (re)connected, or not over a lane: that is the private loop's work
             return await _loop.on_private(self(arguments, ctx))
         return await self._call(conn, arguments, ctx, conn.lane)
 
     async def _call(self, conn: _Connection, arguments: dict[str, Any], ctx: ToolContext,
-                    lane: Lane | None = None) -> ToolResult:
+                    lane: Lane | HttpLane | None = None) -> ToolResult:
         """Through the session (on the private loop), or past it through `lane`. An error result
         is masked as the connection's own messages are: a server refused by its backend may
         quote the token it was handed (as a command tool's stderr may)."""
@@ -249,7 +252,7 @@ class _ToolCall:
         return result
 
     async def _made(self, conn: _Connection, arguments: dict[str, Any], ctx: ToolContext,
-                    lane: Lane | None) -> ToolResult:
+                    lane: Lane | HttpLane | None) -> ToolResult:
         session = conn.session
         assert session is not None
         timeout = conn.cfg.timeout
@@ -267,8 +270,6 @@ class _ToolCall:
                 raise conn.timed_out(self.name, timeout) from None
             raise
         except MCPError as exc:
-            if exc.code == types.CONNECTION_CLOSED and _OVER_EVENT_CAP in exc.message:
-                raise conn.too_long(self.name) from exc
             if exc.code == types.CONNECTION_CLOSED:
                 raise conn.lost(f"while running {self.name}") from exc
             return ToolResult.error(exc.message)  # the server refused the request
@@ -277,7 +278,8 @@ class _ToolCall:
         except RuntimeError as exc:  # the SDK found the output does not match the tool's outputSchema
             return ToolResult.error(str(exc))
 
-    async def _call_past_session(self, lane: Lane, arguments: dict[str, Any], progress: _Progress) -> ToolResult:
+    async def _call_past_session(self, lane: Lane | HttpLane, arguments: dict[str, Any],
+                                 progress: _Progress) -> ToolResult:
         """`tools/call` through the lane, on this thread's loop; checked as `ClientSession.call_tool`
         checks its result (a RuntimeError for structured content that breaks the output schema)."""
         raw = await lane.request("tools/call", {"name": self.name, "arguments": arguments}, progress.now)
@@ -376,6 +378,7 @@ class _Connection:
     broken: str | None = None  # why this connection can no longer be used
     stale: bool = False  # the server said its tool list changed
     lane: Lane | None = None  # calls from other threads, past the session (stdio only)
+    http_lane: HttpLane | None = None  # calls past the session, read as they stream (streamable HTTP only)
     _stderr: Any = None
     _task: asyncio.Task[None] | None = None
     _ready: asyncio.Future[None] | None = None
@@ -447,7 +450,8 @@ class _Connection:
     def _transport(self) -> contextlib.AbstractAsyncContextManager[Any]:
         cfg = self.cfg
         if cfg.transport == "http":
-            return _http_transport(cfg)
+            self.http_lane = HttpLane(cfg.url or "")
+            return _http_transport(cfg, self.http_lane)
         if cfg.transport == "sse":
             return sse_client(cfg.url or "", headers=dict(cfg.headers))
         self._stderr = tempfile.TemporaryFile()
@@ -499,12 +503,6 @@ class _Connection:
         """The error for a connection that broke mid-call; marks it for restart."""
         self.broken = self.broken or "the connection broke"
         return self._unavailable(f"stopped answering {when} (it will be restarted on the next call)")
-
-    def too_long(self, tool: str) -> Unavailable:
-        """The error for a reply over streamable HTTP longer than `HTTP_EVENT_CAP`: the SDK drops
-        it, and the session stays open for the next call."""
-        return self._unavailable(f"sent a reply to {tool} longer than {HTTP_EVENT_CAP >> 20} MiB, the most toolkernel"
-                                 " takes in one message over HTTP; ask the tool for less", retryable=False)
 
     def timed_out(self, tool: str, timeout: float) -> Unavailable:
         """The error for a call past its timeout; the SDK has told the server it is cancelled,
@@ -558,14 +556,31 @@ class _Connection:
 
 
 @contextlib.asynccontextmanager
-async def _http_transport(cfg: ServerConfig) -> AsyncIterator[Any]:
-    # Same timeouts as the SDK's own default client (30 s, 300 s for a held
-    # stream); we build it only to send the config's headers.
+async def _http_transport(cfg: ServerConfig, lane: HttpLane) -> AsyncIterator[Any]:
+    """The SDK's streamable-HTTP transport, on a client that sends the config's headers, with
+    `lane` open on it. The session reads the transport's messages, and those `lane` hands it."""
+    # Same timeouts as the SDK's own default client (30 s, 300 s for a held stream).
     timeout = httpx2.Timeout(30.0, read=300.0)
-    async with httpx2.AsyncClient(headers=dict(cfg.headers), timeout=timeout) as client:
+    async with httpx2.AsyncClient(headers=dict(cfg.headers), timeout=timeout,
+                                  event_hooks={"request": [lane.watch]}) as client:
         async with streamable_http_client(cfg.url or "", http_client=client,
-                                          max_sse_event_size=HTTP_EVENT_CAP) as streams:
-            yield streams
+                                          max_sse_event_size=HTTP_EVENT_CAP) as (read, write):
+            to_session, merged = anyio.create_memory_object_stream[Any](0)
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(_pass_on, read, to_session)
+                lane.open(client, to_session)
+                try:
+                    yield merged, write
+                finally:
+                    lane.close()
+                    tasks.cancel_scope.cancel()
+
+
+async def _pass_on(read: Any, to_session: Any) -> None:
+    """The transport's messages to the session, until the transport's read side ends."""
+    async with to_session:
+        async for message in read:
+            await to_session.send(message)
 
 
 class _WatchedStream:
@@ -648,12 +663,11 @@ def _converted(texts: list[str], images: list[Image], structured: Any, is_error:
     return ToolResult(texts=texts, images=images, structured=structured, is_error=is_error, plain_json=True)
 
 
-# The most of one message over streamable HTTP (an SSE event) taken in. The SDK's default,
-# 1 MiB, failed a text result of 0.5 MB (sent twice: as text and as {"result": text}) as if
-# the server had stopped answering. The SDK holds the event whole and parses it whole, at
-# 25-30x its size in the kernel: a hostile server's 256 MiB message would take gigabytes.
+# The most of one message over streamable HTTP (an SSE event) that the SDK's session takes in:
+# its handshake, its tool lists (a tool call's reply is read by `HttpLane`, as it arrives). The
+# SDK's default, 1 MiB, is small for a long list; it holds the event whole and parses it whole,
+# at 25-30x its size in the kernel, so a hostile server's 256 MiB would take gigabytes.
 HTTP_EVENT_CAP = 32 << 20
-_OVER_EVENT_CAP = "Server-sent event exceeded the"  # httpx2's SSEError, in the SDK's message
 
 _ANY_OBJECT_KEYS = frozenset({"type", "additionalProperties", "title", "description"})
 

@@ -600,10 +600,16 @@ class _Waiter:
                 self.loop.call_soon_threadsafe(fn, arg)
 
     def progress(self, params: Mapping[str, Any]) -> None:
-        value, total, message = params.get("progress"), params.get("total"), params.get("message")
-        if isinstance(value, (int, float)) and not self.finished:
-            self.on_progress(value, total if isinstance(total, (int, float)) else None,
-                             message if isinstance(message, str) else None)
+        if not self.finished:
+            report_progress(params, self.on_progress)
+
+
+def report_progress(params: Mapping[str, Any], on_progress: ProgressFn) -> None:
+    """A `notifications/progress`'s params to `on_progress`, if they hold a number of progress."""
+    value, total, message = params.get("progress"), params.get("total"), params.get("message")
+    if isinstance(value, (int, float)):
+        on_progress(value, total if isinstance(total, (int, float)) else None,
+                    message if isinstance(message, str) else None)
 
 
 def _unwatch(loop: asyncio.AbstractEventLoop, watched: Any) -> None:

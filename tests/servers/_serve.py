@@ -1,0 +1,17 @@
+"""How a fixture server runs: over stdio, or on 127.0.0.1:PORT given `--http PORT` (streamable
+HTTP; with `--json` too, it answers each request with one JSON body instead of an SSE stream)
+or `--sse PORT` (the older SSE transport)."""
+
+import sys
+
+from mcp.server.mcpserver import MCPServer
+
+
+def serve(server: MCPServer) -> None:
+    if "--http" in sys.argv:
+        port = int(sys.argv[sys.argv.index("--http") + 1])
+        server.run("streamable-http", host="127.0.0.1", port=port, json_response="--json" in sys.argv)
+    elif "--sse" in sys.argv:
+        server.run("sse", host="127.0.0.1", port=int(sys.argv[sys.argv.index("--sse") + 1]))
+    else:
+        server.run()
