@@ -6,6 +6,8 @@ from pathlib import Path
 import anyio
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.message import ServerMessageMetadata
+from mcp_types import EmptyResult, PingRequest
 
 server = MCPServer("slow")
 # What happened to each `wait` call, so a test can see a cancellation arrive here.
@@ -38,6 +40,14 @@ async def chatty(ctx: Context) -> str:
     await ctx.info("working")
     await ctx.session.send_ping()
     return "answered"
+
+
+@server.tool()
+async def asks(ctx: Context) -> str:
+    """Ping the client on the call's own stream (a request it must answer) before answering."""
+    await ctx.session.send_request(PingRequest(), EmptyResult, metadata=ServerMessageMetadata(
+        related_request_id=ctx.request_id))
+    return "answered on the call's stream"
 
 
 @server.tool()

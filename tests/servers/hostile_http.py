@@ -1,0 +1,151 @@
+"""Fixture: a streamable-HTTP server, written on raw sockets, that answers tool calls as no
+well-behaved server would: text that is not JSON, a reply that is not JSON-RPC, the wrong
+content type, HTTP errors, a stream that ends without the result, a forgotten session, a
+redirect, a message nested too deep, and one good result written a few bytes at a time
+with every line ending SSE allows.
+
+`python hostile_http.py PORT` serves http://127.0.0.1:PORT/mcp. The handshake and the tool
+list are answered properly (as JSON bodies), so a client gets as far as calling a tool.
+"""
+
+import asyncio
+import json
+import sys
+
+TOOLS = ["garbage", "not_rpc", "wrong_type", "http_500", "rpc_error", "ends_early", "huge_skeleton", "progress",
+         "gone", "redirect", "elsewhere", "deep", "odd_lines", "json_body"]
+SESSION = "hostile-session"
+
+
+def tool(name: str) -> dict:
+    return {"name": name, "description": f"the {name} case", "inputSchema": {"type": "object"}}
+
+
+def result(request_id, text: str) -> dict:
+    return {"jsonrpc": "2.0", "id": request_id, "result": {"content": [{"type": "text", "text": text}]}}
+
+
+def event(message, kind: str = "") -> bytes:
+    data = message if isinstance(message, bytes) else json.dumps(message).encode()
+    return (b"event: " + kind.encode() + b"\n" if kind else b"") + b"data: " + data + b"\n\n"
+
+
+async def respond(writer, status: int, body: bytes = b"", kind: str = "application/json", **headers: str) -> None:
+    head = [f"HTTP/1.1 {status} X", f"content-type: {kind}", f"content-length: {len(body)}",
+            f"mcp-session-id: {SESSION}", *(f"{k.replace('_', '-')}: {v}" for k, v in headers.items())]
+    writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+    await writer.drain()
+
+
+async def stream(writer, pieces, step: int = 0) -> None:
+    """An SSE response, closed at its end (no length): in `step`-byte writes when `step`."""
+    writer.write(f"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nmcp-session-id: {SESSION}\r\n"
+                 "connection: close\r\n\r\n".encode())
+    for piece in pieces:
+        for start in range(0, len(piece), step or len(piece) or 1):
+            writer.write(piece[start:start + step] if step else piece)
+            await writer.drain()
+            if step:
+                await asyncio.sleep(0.001)
+
+
+async def call(writer, request_id, name: str, path: str) -> bool:
+    """Answer a tools/call; True when the connection is to close."""
+    good = result(request_id, f"{name} answered")
+    if name == "garbage":
+        await stream(writer, [event(b"this is not JSON {")])
+    elif name == "not_rpc":
+        await stream(writer, [event({"jsonrpc": "2.0", "id": request_id, "result": 5})])
+    elif name == "wrong_type":
+        await respond(writer, 200, b"<html>hello</html>", kind="text/html")
+        return False
+    elif name == "http_500":
+        await respond(writer, 500, b"Internal Server Error", kind="text/plain")
+        return False
+    elif name == "rpc_error":
+        body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32602, "message": "no such repository"}}
+        await respond(writer, 400, json.dumps(body).encode())
+        return False
+    elif name == "ends_early":
+        await stream(writer, [event({"jsonrpc": "2.0", "method": "notifications/message",
+                                     "params": {"level": "info", "data": "starting"}})])
+    elif name == "huge_skeleton":  # 3 MB of small numbers: all skeleton, no long string
+        numbers = b"[" + b",".join(b"%d" % n for n in range(450_000)) + b"]"
+        message = b'{"jsonrpc":"2.0","id":"%s","result":{"content":[],"structuredContent":{"n":%s}}}' % (
+            request_id.encode(), numbers)
+        await stream(writer, [event(message)])
+    elif name == "progress":
+        forged = {"jsonrpc": "2.0", "method": "notifications/progress",
+                  "params": {"progressToken": "someone-else", "progress": 99}}
+        mine = {"jsonrpc": "2.0", "method": "notifications/progress",
+                "params": {"progressToken": request_id, "progress": 1, "total": 2, "message": "half"}}
+        await stream(writer, [event(forged), event(mine), event(good)])
+    elif name == "gone":
+        await respond(writer, 404, b"")
+        return False
+    elif name == "redirect" and path == "/mcp":
+        await respond(writer, 307, b"", location="/mcp/again")
+        return False
+    elif name == "elsewhere":
+        await respond(writer, 307, b"", location="http://example.invalid/mcp")
+        return False
+    elif name == "deep":
+        await stream(writer, [event(b'{"jsonrpc":"2.0","id":"%s","result":{"content":%s}}' % (
+            request_id.encode(), b"[" * 200_000 + b"]" * 200_000))])
+    elif name == "odd_lines":  # a priming event, a comment, an unknown event, split data lines, CR, CRLF
+        text = json.dumps(good).encode()
+        half = text.index(b', "id"') + 1  # between two members: the newline joining data lines is whitespace
+        await stream(writer, [b"id: 1\r\ndata:\r\n\r\n", b": a comment\r", b"event: other\ndata: {}\n\n",
+                              b"event: message\rdata:" + text[:half] + b"\r\ndata:" + text[half:] + b"\r\n\r\n"], step=3)
+    elif name == "json_body":
+        await respond(writer, 200, json.dumps(good).encode())
+        return False
+    else:
+        await stream(writer, [event(good)])
+    return True
+
+
+async def handle(reader, writer) -> None:
+    try:
+        while True:
+            line = await reader.readline()
+            if not line:
+                return
+            method, path, _ = line.decode().split(" ", 2)
+            headers = {}
+            while (header := await reader.readline()) not in (b"\r\n", b"\n", b""):
+                key, _, value = header.decode().partition(":")
+                headers[key.strip().lower()] = value.strip()
+            body = await reader.readexactly(int(headers.get("content-length", 0)))
+            if method != "POST":
+                await respond(writer, 405 if method == "GET" else 200)
+                continue
+            message = json.loads(body)
+            if "id" not in message:
+                await respond(writer, 202)
+            elif message["method"] == "initialize":
+                await respond(writer, 200, json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {
+                    "protocolVersion": message["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "hostile-http", "version": "1"}}}).encode())
+            elif message["method"] == "tools/list":
+                await respond(writer, 200, json.dumps({"jsonrpc": "2.0", "id": message["id"],
+                                                       "result": {"tools": [tool(n) for n in TOOLS]}}).encode())
+            elif message["method"] == "tools/call":
+                if await call(writer, message["id"], message["params"]["name"], path):
+                    return
+            else:
+                await respond(writer, 200, json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {}}).encode())
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+
+
+async def main(port: int) -> None:
+    server = await asyncio.start_server(handle, "127.0.0.1", port)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1])))
