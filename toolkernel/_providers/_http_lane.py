@@ -153,7 +153,7 @@ class HttpLane:
         client, headers = self._client, self._request_headers()
 
         async def post() -> None:
-            with contextlib.suppress(httpx2.HTTPError):
+            with contextlib.suppress(httpx2.HTTPError, RuntimeError):  # RuntimeError: the client closed
                 await client.post(self.url, content=_line(message), headers=headers)
 
         task = asyncio.get_running_loop().create_task(post())

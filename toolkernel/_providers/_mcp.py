@@ -21,6 +21,8 @@ transport's `Lane`, and is awaited on that thread's own loop, without being
 handed to the private loop and back (see _stdio.py). Its result is checked as the SDK's
 `call_tool` checks one (the result's shape, the tool's output schema). A long text of its
 reply may be a `LongText`, kept in a file (`_long_text_kept` says where it stays one).
+A call to a streamable-HTTP server goes past the session as well, on the private loop,
+through the connection's `HttpLane`, which reads its reply as it streams (`_http_lane.py`).
 
 A server's stderr goes to a temporary file, so its logs never land in a cell;
 the last lines are quoted when the server fails to start or dies. Every such
@@ -580,7 +582,8 @@ async def _pass_on(read: Any, to_session: Any) -> None:
     """The transport's messages to the session, until the transport's read side ends."""
     async with to_session:
         async for message in read:
-            await to_session.send(message)
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # the session is gone
+                await to_session.send(message)
 
 
 class _WatchedStream:
