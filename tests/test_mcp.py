@@ -55,8 +55,9 @@ def by_name(tools: list[Tool]) -> dict[str, Tool]:
 
 
 def call(pool: ServerPool, cfg: ServerConfig, tool: str, context: ToolContext | None = None, *,
-         via: str = "session", **arguments):
-    """One call; `via="lane"` makes it as a script's thread does (past the session, see _stdio.py)."""
+         via: str = "private", **arguments):
+    """One call, on the private loop (as `serve` and a direct call make it), or with `via="lane"`,
+    as a script's thread does (on its own loop, see _stdio.py)."""
     tools = by_name(run(pool.tools(cfg)))
     if via == "lane":
         assert pool.callable_here(cfg)
@@ -69,18 +70,18 @@ def here(coro):
     return _loop.run_here(_loop.local_task(asyncio.wait_for(coro, WAIT)))
 
 
-@pytest.fixture(params=["session", "lane"])
+@pytest.fixture(params=["private", "lane"])
 def via(request, monkeypatch):
-    """Both ways a call reaches a stdio server: through the session on the private loop, and
-    past it from another thread (where the session's `call_tool` must not be used at all)."""
-    if request.param == "lane":
-        no_session_calls(monkeypatch)
+    """Both ways a call reaches a stdio server past its session (whose `call_tool` must not be
+    used at all): on the private loop, which reads the server for the session too, and from
+    another thread, whose own loop reads the reply."""
+    no_session_calls(monkeypatch)
     return request.param
 
 
 def no_session_calls(monkeypatch) -> None:
     async def not_here(*args, **kwargs):
-        raise AssertionError("a call from a script's thread went through the session")
+        raise AssertionError("a tool call went through the session")
     monkeypatch.setattr(ClientSession, "call_tool", not_here)
 
 
@@ -351,11 +352,15 @@ def test_calls_from_many_threads_and_the_session_at_once_each_get_their_own_resu
     threads = [threading.Thread(target=caller, args=(f"t{n}" * (n + 1),)) for n in range(4)]
     for thread in threads:
         thread.start()
-    session = [run(tools["stats"].call({"numbers": [i, 100]}, ctx())).structured["total"] for i in range(15)]
+    # The private loop's calls go past the session too (its reading is the transport's); the
+    # session's own requests share the pipes all the same.
+    private = [run(tools["stats"].call({"numbers": [i, 100]}, ctx())).structured["total"] for i in range(15)]
+    session = pool._connections["structured"].session
+    own = [run(session.call_tool("stats", {"numbers": [i, 200]})).structured_content["total"] for i in range(15)]
     for thread in threads:
         thread.join(WAIT)
-    assert session == [i + 100 for i in range(15)]
-    assert next(lane._ids) == 4 * 15 + 1  # every thread's call went past the session
+    assert private == [i + 100 for i in range(15)] and own == [i + 200 for i in range(15)]
+    assert next(lane._ids) == 5 * 15 + 1  # every call but the session's own went past it
     assert results == {(name, i): i + len(name) for name in (f"t{n}" * (n + 1) for n in range(4)) for i in range(15)}
 
 
@@ -397,10 +402,10 @@ def test_what_the_server_sends_after_a_threads_call_still_reaches_the_session(po
     wait_until(lambda: "later" in by_name(run(pool.tools(cfg))), "the announced tool to be listed")
 
 
-@pytest.mark.parametrize("next_caller", ["session", "lane"])
+@pytest.mark.parametrize("next_caller", ["private", "lane"])
 def test_a_loop_left_with_its_call_waiting_does_not_keep_the_server_from_anyone_else(pool, next_caller):
     """A thread's loop that stops running while its call still waits (its run ended by an
-    exception) reads nothing more; the next call, through the session or from a thread, takes
+    exception) reads nothing more; the next call, on the private loop or from a thread, takes
     the reading back instead of waiting for it forever."""
     tools = by_name(run(pool.tools(SLOW)))
     started = threading.Event()
@@ -598,7 +603,7 @@ def test_a_flood_of_messages_for_the_session_mid_call_reaches_it_and_the_call_en
 
 # --- failures --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("via", ["session", "lane"])  # the session also serves the other calls
+@pytest.mark.parametrize("via", ["private", "lane"])  # the session also serves the other calls
 def test_crash_mid_call_is_unavailable_then_recovers(pool, via):
     cfg = fixture("crashy", "crash")
     first = server_pid(pool, cfg)
@@ -689,7 +694,7 @@ def test_progress_restarts_the_call_clock(pool, via):
     assert call(pool, cfg, "wait", via=via, steps=12, step_seconds=0.4).texts == ["waited 12 steps"]
 
 
-@pytest.mark.parametrize("via", ["session", "lane"])  # the session also serves the other calls
+@pytest.mark.parametrize("via", ["private", "lane"])  # the session also serves the other calls
 def test_a_40_mb_result_arrives_whole(pool, via):
     # The SDK's own stdio reader took 44 s here (quadratic); WAIT bounds this call.
     cfg = fixture("big", "big")
@@ -698,7 +703,7 @@ def test_a_40_mb_result_arrives_whole(pool, via):
     (text,) = result.texts
     assert len(text) == 40_000_000
     # Past the session, a text this long stays in a file and is read in pieces (_spool, _longtext).
-    assert type(text) is (LongText if via == "lane" else str)
+    assert type(text) is LongText
     digest = hashlib.sha256()
     for piece in pieces(text, 1 << 20):
         digest.update(piece.encode())

@@ -15,10 +15,12 @@ therefore reach a server only when its config names them (`env = {TOKEN =
 "${TOKEN}"}`).
 
 Stdio servers run through `_stdio.stdio_transport` (the SDK's own reads a
-long message in quadratic time). A call made on another thread than the
-private loop's (a script's `tools` line) goes past the session, through the
-transport's `Lane`, and is awaited on that thread's own loop, without being
-handed to the private loop and back (see _stdio.py). Its result is checked as the SDK's
+long message in quadratic time). A tool call goes past the session,
+through the transport's `Lane`: made on another thread than the private loop's
+(a script's `tools` line), it is awaited on that thread's own loop, without being
+handed to the private loop and back (see _stdio.py); made on the private loop
+(`serve`, a direct call that connected its server first), the transport's own
+reading hands it its reply. Its result is checked as the SDK's
 `call_tool` checks one (the result's shape, the tool's output schema). A long text of its
 reply may be a `LongText`, kept in a file (`_long_text_kept` says where it stays one).
 A call to a streamable-HTTP server goes past the session as well, on the private loop,
@@ -213,6 +215,13 @@ class ServerPool:
         )
 
 
+def _lane_of(conn: _Connection) -> Lane | HttpLane | None:
+    """How a call on the private loop goes past the session, reading its reply as it arrives;
+    None for the session's own path (the older SSE transport)."""
+    lane = conn.lane or conn.http_lane
+    return lane if lane is not None and lane.usable else None
+
+
 class _HungAtStart(Unavailable):
     """A server that did not finish starting in time: its error is kept and shown again,
     without a new start, until its config changes (callers see an `Unavailable`)."""
@@ -235,8 +244,7 @@ class _ToolCall:
     async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
         if _loop.on_private_loop():
             conn = await self.pool._for_call(self.cfg)
-            return await self._call(conn, arguments, ctx, conn.http_lane if conn.http_lane and conn.http_lane.usable
-                                    else None)
+            return await self._call(conn, arguments, ctx, _lane_of(conn))
         conn = self.pool._lane_connection(self.cfg)
         if conn is None:  # to be (re)connected, or not over a lane: that is the private loop's work
             return await _loop.on_private(self(arguments, ctx))

@@ -6,7 +6,8 @@ one long message costs time quadratic in its size: a 40 MB tool result took
 44 s, 100 MB more than 150 s. This transport keeps the pieces of a partial line
 in a list and joins them once, when the newline arrives.
 
-Calls from other threads go past the session (`Lane`): a script's `tools`
+Tool calls go past the session (`Lane`); one made on the transport's own loop
+gets its reply from that loop's reading. A script's `tools`
 call runs on the script's own thread, writes its `tools/call` to the server's
 stdin itself, and, while it waits, reads the server's stdout on its own loop.
 Through the session, the call was handed to the private loop (a wake-up of
@@ -324,9 +325,9 @@ class Lane:
         reader, or the transport's loop once it has it back, hands this loop its messages)."""
         with self._read_lock:
             self._reclaim_stale()
-            if (self._gate is None or self._reader is not self._loop or self._ended or self._out is None
-                    or len(self._for_session) >= _BACKLOG):
-                return
+            if (loop is self._loop or self._gate is None or self._reader is not self._loop or self._ended
+                    or self._out is None or len(self._for_session) >= _BACKLOG):
+                return  # (the transport's own loop reads already: its request's reply reaches it there)
             watched = self._sets.get(loop) or self._watch_from(loop)
             self._gate.unregister(self._out)
             watched.register(self._out, select.EPOLLIN)
