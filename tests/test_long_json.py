@@ -270,3 +270,53 @@ def test_a_schema_check_of_long_rows_reads_them_a_run_at_a_time(monkeypatch):
     listed[7000]["id"] = "seven thousand"
     long, _ = indented(json.dumps({"result": listed}).encode(), 0, MARKER)
     assert not meets(long, Draft202012Validator(schema))
+
+
+# --- structured content that holds long texts (`with_texts`) ---------------------------------
+
+def long_text(text: str) -> LongText:
+    """`text` as a long line's string comes: its JSON body, escaped, in a spool."""
+    spool = Spool()
+    body = json.dumps(text, ensure_ascii=False)[1:-1].encode("utf-8", "surrogatepass")
+    spool.write(body)
+    return LongText(spool, 0, len(body))
+
+
+def with_long_texts(rng: random.Random, value):
+    """`value` with some of its strings made `LongText`s (and longer), and the same made whole."""
+    if isinstance(value, str) and rng.random() < 0.5:
+        text = value * rng.randint(1, 3000)
+        return long_text(text), text
+    if isinstance(value, list):
+        pairs = [with_long_texts(rng, item) for item in value]
+        return [p[0] for p in pairs], [p[1] for p in pairs]
+    if isinstance(value, dict):
+        pairs = {key: with_long_texts(rng, item) for key, item in value.items()}
+        return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
+    return value, value
+
+
+def test_long_texts_inside_structured_content_are_written_as_the_whole_would_be(monkeypatch):
+    monkeypatch.setattr(LongText, "PIECE", 97)  # pieces cut inside escapes and characters
+    rng = random.Random(5)
+    seen = 0
+    for _ in range(200):
+        value, expected = with_long_texts(rng, {"top": value_of(rng), "text": rng.choice(SCALARS[-2:]),
+                                                "more": value_of(rng)})
+        long = _long_json.with_texts(value)
+        assert whole(long.text()) == rendered(expected, plain=True) and len(long) == len(whole(long.text()))
+        assert long.parsed() == expected and not long.wrapped
+        seen += type(value["text"]) is LongText
+    assert seen > 50
+
+
+def test_a_wrapper_around_structured_content_with_long_texts_keeps_its_value_to_be_shown_alone():
+    text = "row é\n" * 10000
+    long = _long_json.with_texts({"result": [{"body": long_text(text)}, 1]})
+    assert long.wrapped and long.unwrapped().parsed() == [{"body": text}, 1]
+    assert whole(long.text()) == rendered({"result": [{"body": text}, 1]}, plain=True)
+
+
+def test_a_long_text_pydantic_cannot_write_is_left_to_the_whole():
+    with pytest.raises(NotStreamed):
+        _long_json.with_texts({"body": long_text("lone \ud800 surrogate " * 500)})

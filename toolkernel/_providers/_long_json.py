@@ -10,6 +10,10 @@ containers too large or too deep for that are walked, member by member. What it
 returns is a `LongJSON`, read by the script from its file in pieces and parsed
 whole only for who asks for Python values.
 
+Structured content that is small but for a long string in it (a `LongText`, `_spool`)
+is written by `with_texts`: its encoding with a placeholder for each text, and each text
+escaped into its place a piece at a time.
+
 Regular expressions (in C) find where small values end: a run of members (or items),
 each at most `_DEPTH` containers deep, that fits in `BATCH` bytes, is one match (the
 match may not look past its bound, so a container of 8 MB is not read to its end to
@@ -28,6 +32,7 @@ from __future__ import annotations
 import json
 import mmap
 import re
+import secrets
 from typing import Any, Callable, Generator
 
 from pydantic_core import to_json
@@ -223,9 +228,42 @@ def indented(buf: bytes | bytearray, start: int, forbidden: bytes) -> tuple[Long
         raise
 
 
-class _Walk:
-    def __init__(self, buf: bytes | bytearray, forbidden: bytes) -> None:
-        self.buf, self.forbidden = buf, forbidden
+def with_texts(value: dict[str, Any]) -> LongJSON:
+    """Structured content that holds `LongText`s (the rest of it small: a reply's skeleton
+    parsed), written indented as `_command._render.to_json` writes it made whole, each text
+    escaped a piece at a time, so none is held whole. A wrapper `{"result": X}` is kept as X;
+    NotStreamed where pydantic cannot write it (a lone surrogate)."""
+    token = "\x00" + secrets.token_hex(8) + ":"  # in no string of a server's: it is made here
+    texts: list[LongText] = []
+
+    def stand_in(item: Any) -> Any:
+        if type(item) is LongText:
+            texts.append(item)
+            return f"{token}{len(texts) - 1}"
+        if type(item) is dict:
+            return {key: stand_in(each) for key, each in item.items()}
+        if type(item) is list:
+            return [stand_in(each) for each in item]
+        return item
+
+    wrapped = value.keys() == {"result"}
+    skeleton = _Writer.dumps(stand_in(value["result"] if wrapped else value))
+    placeholder = re.compile(rb'"\\u0000' + token[1:].encode() + rb'(\d+)"')
+    writer, at = _Writer(), 0
+    for found in placeholder.finditer(skeleton):
+        writer.write(skeleton[at:found.start()] + b'"')
+        for piece in texts[int(found[1])].pieces():
+            writer.write(_Writer.dumps(piece)[1:-1])
+        writer.write(b'"')
+        at = found.end()
+    writer.write(skeleton[at:])
+    return LongJSON(writer.text(), wrapped=wrapped)
+
+
+class _Writer:
+    """Indented JSON written to a new spool as it comes, a `LongText` of it at the end."""
+
+    def __init__(self) -> None:
         self.spool = Spool()
         self._parts: list[bytes] = []
         self._held = self._chars = self._newlines = 0
@@ -236,72 +274,14 @@ class _Walk:
         last = self._last[-1:].decode()
         return LongText.written(self.spool, 0, self.spool.size, self._chars, self._newlines, last)
 
-    def wrapped(self, at: int) -> int | None:
-        """Where the object ends when it is `{"result": X}`, X written alone; else None, nothing
-        written. A first key "result" is taken for a wrapper until a second key comes."""
-        key = _KEY.match(self.buf, at)
-        if key is None or self._loads(key[1]) != "result":
-            return None
-        end = _NEXT.match(self.buf, self.value(key.end(), 0))
-        if end is not None and end[1] == b"}":
-            return end.end()
-        self._restart()
-        return None
-
-    def value(self, at: int, depth: int) -> int:
-        """The value at `at` written at `depth`; where it ends."""
-        start, small = _small_value(self.buf, at)
-        if small is None:
-            return self.container(start, depth)
-        self._write(_indent(self._dumps(self._loads(self.buf[start:small.end()])), depth))
-        return small.end()
-
-    def container(self, at: int, depth: int) -> int:
-        """The array or object opening at `at` written at `depth`, its small members (or items)
-        a run at a time, a large one walked in turn; where it ends."""
-        members = _Members(self.buf[at] == 0x7B, depth + 1)
-        end, count = _each(self.buf, at, lambda start, end: self._write_run(members, start, end),
-                           lambda start: self._alone(start, members))
-        if count == 0:
-            self._write(b"{}" if members.is_object else b"[]")
-        else:
-            self._write(b"\n" + b"  " * depth + (b"}" if members.is_object else b"]"))
-        return end
-
-    def _alone(self, at: int, members: _Members) -> int:
-        """One member (or item) too large or deep for a run, walked; where its value ends."""
-        self._write(members.separator() + b"  " * members.depth)
-        if members.is_object:
-            key = _KEY.match(self.buf, at)
-            if key is None:
-                raise ValueError("expected a key")
-            name = self._loads(key[1])
-            members.check_keys([name])
-            self._write(self._dumps(name) + b": ")
-            at = key.end()
-        return self.value(at, members.depth)
-
-    def _write_run(self, members: _Members, start: int, end: int) -> None:
-        body = self.buf[start:end]
-        value = self._loads(b"{" + body + b"}" if members.is_object else b"[" + body + b"]")
-        if members.is_object:
-            members.check_keys(value)
-        inner = self._dumps(value)[2:-2]  # its members, without the brackets and their newlines
-        self._write(members.separator() + _indent(inner, members.depth - 1, first=True))
-
-    def _loads(self, data: bytes | bytearray) -> Any:
-        if self.forbidden in data:
-            raise NotStreamed("a long string's marker")
-        return json.loads(data)
-
     @staticmethod
-    def _dumps(value: Any) -> bytes:
+    def dumps(value: Any) -> bytes:
         try:
             return to_json(value, indent=2)
         except (ValueError, RecursionError) as exc:  # as `to_json` of the whole would fail
             raise NotStreamed("pydantic cannot write it") from exc
 
-    def _write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         self._parts.append(data)
         self._held += len(data)
         if self._held >= _FLUSH:
@@ -318,10 +298,75 @@ class _Walk:
         self._newlines += data.count(b"\n")
         self._last = data[-4:]
 
-    def _restart(self) -> None:
+    def restart(self) -> None:
         self._parts.clear()
         self._held = self._chars = self._newlines = 0
         self.spool.truncate(0)
+
+
+class _Walk(_Writer):
+    def __init__(self, buf: bytes | bytearray, forbidden: bytes) -> None:
+        super().__init__()
+        self.buf, self.forbidden = buf, forbidden
+
+    def wrapped(self, at: int) -> int | None:
+        """Where the object ends when it is `{"result": X}`, X written alone; else None, nothing
+        written. A first key "result" is taken for a wrapper until a second key comes."""
+        key = _KEY.match(self.buf, at)
+        if key is None or self._loads(key[1]) != "result":
+            return None
+        end = _NEXT.match(self.buf, self.value(key.end(), 0))
+        if end is not None and end[1] == b"}":
+            return end.end()
+        self.restart()
+        return None
+
+    def value(self, at: int, depth: int) -> int:
+        """The value at `at` written at `depth`; where it ends."""
+        start, small = _small_value(self.buf, at)
+        if small is None:
+            return self.container(start, depth)
+        self.write(_indent(self.dumps(self._loads(self.buf[start:small.end()])), depth))
+        return small.end()
+
+    def container(self, at: int, depth: int) -> int:
+        """The array or object opening at `at` written at `depth`, its small members (or items)
+        a run at a time, a large one walked in turn; where it ends."""
+        members = _Members(self.buf[at] == 0x7B, depth + 1)
+        end, count = _each(self.buf, at, lambda start, end: self._write_run(members, start, end),
+                           lambda start: self._alone(start, members))
+        if count == 0:
+            self.write(b"{}" if members.is_object else b"[]")
+        else:
+            self.write(b"\n" + b"  " * depth + (b"}" if members.is_object else b"]"))
+        return end
+
+    def _alone(self, at: int, members: _Members) -> int:
+        """One member (or item) too large or deep for a run, walked; where its value ends."""
+        self.write(members.separator() + b"  " * members.depth)
+        if members.is_object:
+            key = _KEY.match(self.buf, at)
+            if key is None:
+                raise ValueError("expected a key")
+            name = self._loads(key[1])
+            members.check_keys([name])
+            self.write(self.dumps(name) + b": ")
+            at = key.end()
+        return self.value(at, members.depth)
+
+    def _write_run(self, members: _Members, start: int, end: int) -> None:
+        body = self.buf[start:end]
+        value = self._loads(b"{" + body + b"}" if members.is_object else b"[" + body + b"]")
+        if members.is_object:
+            members.check_keys(value)
+        inner = self.dumps(value)[2:-2]  # its members, without the brackets and their newlines
+        self.write(members.separator() + _indent(inner, members.depth - 1, first=True))
+
+    def _loads(self, data: bytes | bytearray) -> Any:
+        if self.forbidden in data:
+            raise NotStreamed("a long string's marker")
+        return json.loads(data)
+
 
 
 class _Members:

@@ -699,14 +699,18 @@ _ANY_STRING_KEYS = frozenset({"type", "title", "description"})
 
 def _long_text_kept(texts: list[str | LongText], structured: Any) -> tuple[list[Any], Any, dict[str, LongText] | None]:
     """A long reply's texts and structured content: texts stay as they are (a `LongText` is read
-    in pieces, or made whole by who needs it so); in structured content, a `LongText` stays only
-    as the whole of a wrapper around the one text (dropped by `_converted`; returned apart too,
-    for the output schema's check), and every other one is made a str."""
+    in pieces, or made whole by who needs it so). Structured content that holds a `LongText` is
+    either a wrapper around the one text (dropped by `_converted`; returned apart too, for the
+    output schema's check), or written indented to a file, its texts a piece at a time (a
+    `LongJSON`); made whole only where that cannot be done as it would be whole."""
     if len(texts) == 1 and type(texts[0]) is LongText and type(structured) is dict and len(structured) == 1:
         ((key, value),) = structured.items()
         if value is texts[0] or (type(value) is LongText and _same_text(value, texts[0])):
             wrapper = {key: texts[0]}  # one text, whichever way each copy was escaped
             return texts, wrapper, wrapper
+    if type(structured) is dict and _holds_long(structured) and type(structured.get("result")) is not LongText:
+        with contextlib.suppress(ValueError):  # `NotStreamed`: a value pydantic cannot write
+            return texts, _long_json().with_texts(structured), None
     return texts, _whole_values(structured), None
 
 
