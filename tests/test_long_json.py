@@ -201,8 +201,29 @@ TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", type(N
          dict: "object"}
 
 
-def schema_for(value, rng: random.Random):
-    """A schema for `value`, most often one it meets, and now and then one it breaks in one place."""
+def schema_for(value, rng: random.Random, defs: dict | None = None):
+    """A schema for `value`, most often one it meets, and now and then one it breaks in one place;
+    a container's now and then a union with branches of other types (narrowed to its one branch
+    by `meets`) or not, or a `$ref` to `defs`, the root's `$defs`."""
+    schema = _schema_for(value, rng, defs)
+    if not isinstance(value, (dict, list)) or not isinstance(schema, dict):
+        return schema
+    roll = rng.random()
+    if roll < 0.08:
+        other = rng.choice([{"type": "null"}, {"type": ["string", "integer"]}, False,
+                            {"type": "object" if isinstance(value, list) else "array"}])
+        branches = [schema, other] if rng.random() < 0.5 else [other, schema]
+        return {rng.choice(["anyOf", "oneOf"]): branches, "default": None, "title": "T"}
+    if roll < 0.11:  # a branch of the same type: not narrowed, checked whole
+        return {"anyOf": [schema, {"type": "object" if isinstance(value, dict) else "array"}]}
+    if roll < 0.16 and defs is not None:
+        name = f"D{len(defs)}"
+        defs[name] = schema
+        return {"$ref": f"#/$defs/{name}", "description": "a reference"}
+    return schema
+
+
+def _schema_for(value, rng: random.Random, defs: dict | None):
     roll = rng.random()
     if roll < 0.04:
         return {"type": "string"} if not isinstance(value, str) else {"type": "integer"}  # broken here
@@ -210,7 +231,8 @@ def schema_for(value, rng: random.Random):
         return rng.choice([True, {}, {"title": "any"}, {"minLength": 0}])
     if isinstance(value, dict):
         keys = list(value)
-        schema = {"type": "object", "properties": {k: schema_for(value[k], rng) for k in keys if rng.random() < 0.7},
+        schema = {"type": "object", "properties": {k: schema_for(value[k], rng, defs) for k in keys
+                                                   if rng.random() < 0.7},
                   "required": [k for k in keys if rng.random() < 0.5] + (["missing"] if rng.random() < 0.05 else [])}
         schema["additionalProperties"] = rng.choice([True, {"title": "any"}, False if rng.random() < 0.1 else True])
         if rng.random() < 0.1:
@@ -219,8 +241,8 @@ def schema_for(value, rng: random.Random):
     if isinstance(value, list):
         schema = {"type": "array"}
         if value and rng.random() < 0.8:
-            schema["items"] = {"anyOf": [schema_for(item, rng) for item in value[:3]]} if rng.random() < 0.2 \
-                else schema_for(value[0], rng) if all(type(v) is type(value[0]) for v in value) else True
+            schema["items"] = {"anyOf": [schema_for(item, rng, defs) for item in value[:3]]} if rng.random() < 0.2 \
+                else schema_for(value[0], rng, defs) if all(type(v) is type(value[0]) for v in value) else True
         return schema
     return {"type": "number"} if type(value) in (int, float) and rng.random() < 0.5 else {"type": TYPES[type(value)]}
 
@@ -236,9 +258,12 @@ def test_a_schema_check_a_run_at_a_time_agrees_with_the_whole(sizes):
         value = {"top": value_of(rng), "rows": [value_of(rng) for _ in range(rng.randint(0, 8))]}
         wrap = rng.random() < 0.25
         structured = {"result": value} if wrap else value
-        schema = schema_for(structured, rng)
+        defs: dict = {}
+        schema = schema_for(structured, rng, defs)
         if rng.random() < 0.1 and isinstance(schema, dict):
-            schema = {"$defs": {"Inner": schema}, "$ref": "#/$defs/Inner"}  # not split: checked whole
+            schema = {"$defs": {"Inner": schema, **defs}, "$ref": "#/$defs/Inner"}  # a root reference
+        elif defs and isinstance(schema, dict):
+            schema = {**schema, "$defs": defs}
         elif rng.random() < 0.1:
             schema = {"type": "object", "$defs": {"Inner": schema_for(value, rng)},
                       "properties": {"result": {"$ref": "#/$defs/Inner"}}}
@@ -270,6 +295,29 @@ def test_a_schema_check_of_long_rows_reads_them_a_run_at_a_time(monkeypatch):
     listed[7000]["id"] = "seven thousand"
     long, _ = indented(json.dumps({"result": listed}).encode(), 0, MARKER)
     assert not meets(long, Draft202012Validator(schema))
+
+
+def test_optional_rows_and_a_root_reference_are_checked_a_run_at_a_time(monkeypatch):
+    # pydantic's schemas: `rows: Optional[list[Row]] = None`, and a model at the root as a `$ref`.
+    from jsonschema import Draft202012Validator
+
+    from toolkernel._providers._long_json import meets
+
+    parsed = []
+    loads = json.loads
+    monkeypatch.setattr(_long_json.json, "loads", lambda data: parsed.append(len(data)) or loads(data))
+    value = rows(20000)
+    long, _ = indented(json.dumps(value).encode(), 0, MARKER)
+    row = {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"], "title": "Row"}
+    table = {"type": "object", "title": "Table", "required": ["rows"], "properties": {"rows": {
+        "anyOf": [{"type": "array", "items": {"$ref": "#/$defs/Row"}}, {"type": "null"}], "default": None}}}
+    for schema in ({**table, "$defs": {"Row": row}}, {"$ref": "#/$defs/Table", "$defs": {"Row": row, "Table": table}}):
+        parsed.clear()
+        assert meets(long, Draft202012Validator(schema))
+        assert parsed and max(parsed) < 100_000  # never the whole
+    value["rows"][9000]["id"] = None
+    long, _ = indented(json.dumps(value).encode(), 0, MARKER)
+    assert not meets(long, Draft202012Validator({**table, "$defs": {"Row": row}}))
 
 
 # --- structured content that holds long texts (`with_texts`) ---------------------------------

@@ -389,17 +389,21 @@ class _Members:
         self._keys |= hashes
 
 
-_OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties", "title", "description",
-                          "$defs", "definitions", "$schema", "$comment"})
-_ARRAY_KEYS = frozenset({"type", "items", "title", "description", "$defs", "definitions", "$schema", "$comment"})
-_NOTHING = frozenset({"title", "description", "$comment"})  # a schema of these alone takes any value
+# Words that check nothing (annotations): a schema of these alone takes any value.
+_NOTHING = frozenset({"title", "description", "$comment", "default", "examples", "deprecated", "readOnly",
+                      "writeOnly"})
+_HOLDERS = frozenset({"$defs", "definitions", "$schema"})  # what a root holds beside what it checks
+_OBJECT_KEYS = _NOTHING | _HOLDERS | {"type", "properties", "required", "additionalProperties"}
+_ARRAY_KEYS = _NOTHING | _HOLDERS | {"type", "items"}
+_UNIONS = frozenset({"anyOf", "oneOf"})
 
 
 def meets(long: LongJSON, validator: Any) -> bool:
     """Whether the structured content `long` holds meets `validator`'s schema, walked through its
     file mapped and checked a run of values at a time where the schema is made of parts that check
-    each value alone (`_Split`: an object's properties, an array's items); a value whose schema
-    is not is checked whole. True only where the whole is valid; a caller that gets False checks
+    each value alone (`_Split`: an object's properties, an array's items), or comes to such a
+    schema (`_Check._narrowed`: a local `$ref`, a union with one branch of the value's type); a
+    value whose schema is not is checked whole. True only where the whole is valid; a caller that gets False checks
     the whole to say why (a key sent twice: its earlier value fails here, not there)."""
     check = _Check(long.mapped(), validator)
     if not long.wrapped:
@@ -456,6 +460,8 @@ class _Check:
     def __init__(self, buf: Any, validator: Any) -> None:
         self.buf, self._root = buf, validator
         self._made: dict[int, Any] = {}  # a validator per part's schema (the root's: `$ref`s resolve)
+        # A local `$ref` points into the root document, unless an `$id` somewhere makes another base.
+        self._plain_refs = '"$id"' not in json.dumps(validator.schema, default=repr)
         self.end = 0  # where the value `value` went through ends
 
     def fits(self, value: Any, schema: Any) -> None:
@@ -480,6 +486,7 @@ class _Check:
                 self.fits(json.loads(buf[start:small.end()]), schema)
             self.end = small.end()
             return
+        schema = self._narrowed(schema, "object" if buf[start] == 0x7B else "array")
         split = _Split.of(schema)
         if schema is not None and split is None:  # checked whole, its values made for the check alone
             self._walk(start, None)
@@ -488,6 +495,28 @@ class _Check:
             raise _Fails
         else:
             self._walk(start, split)
+
+    def _narrowed(self, schema: Any, kind: str) -> Any:
+        """For a container of JSON type `kind`: `schema`, or what it comes to. A local `$ref` alone
+        is its target; a union (`anyOf`, `oneOf`) whose other branches all refuse `kind` by their
+        `type` is its one branch left (pydantic's `Optional[list[Row]]`, its `Optional[Row]`)."""
+        for _ in range(8):  # a `$ref` may lead to another, or to itself
+            if type(schema) is not dict:
+                return schema
+            words = schema.keys() - _NOTHING - _HOLDERS
+            if words == {"$ref"}:
+                target = _local(self._root.schema, schema["$ref"]) if self._plain_refs else None
+                if target is None:
+                    return schema
+                schema = target
+            elif len(words) == 1 and words <= _UNIONS and type(branches := schema[next(iter(words))]) is list:
+                left = [branch for branch in branches if not _refuses(branch, kind)]
+                if len(left) != 1:
+                    return schema
+                schema = left[0]
+            else:
+                return schema
+        return schema
 
     def _walk(self, at: int, split: _Split | None) -> None:
         seen: set[str] = set()
@@ -516,6 +545,30 @@ class _Check:
         self.end, _ = _each(self.buf, at, run, one)
         if split is not None and is_object and not set(split.required) <= seen:
             raise _Fails
+
+
+def _refuses(branch: Any, kind: str) -> bool:
+    """Whether a schema refuses every value of JSON type `kind` by its `type` (or by being false)."""
+    if branch is False:
+        return True
+    kinds = branch.get("type") if type(branch) is dict else None
+    return kind not in ([kinds] if type(kinds) is str else kinds if type(kinds) is list else [kind])
+
+
+def _local(root: Any, ref: Any) -> Any:
+    """The part of the schema `root` that a local `$ref` ("#/$defs/Row") points at; None for any other."""
+    if type(ref) is not str or not ref.startswith("#/"):
+        return None
+    part = root
+    for step in ref[2:].split("/"):
+        step = step.replace("~1", "/").replace("~0", "~")
+        if type(part) is dict and step in part:
+            part = part[step]
+        elif type(part) is list and step.isdigit() and int(step) < len(part):
+            part = part[int(step)]
+        else:
+            return None
+    return part
 
 
 def _each(buf: bytes | bytearray, at: int, run: Callable[[int, int], None],
