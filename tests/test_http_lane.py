@@ -1,6 +1,7 @@
-"""Tool calls over streamable HTTP, past the SDK's session (toolkernel/_providers/_http_lane.py):
-the SSE parser against the standard's rules, long replies kept in files, progress, timeouts,
-the call's other messages reaching the session, and a server that answers as no server should."""
+"""Tool calls over streamable HTTP and the older SSE transport, past the SDK's session
+(toolkernel/_providers/_http_lane.py, _sse.py): the SSE parser against the standard's rules,
+long replies kept in files, progress, timeouts, the call's other messages reaching the session,
+and servers that answer as no server should."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from toolkernel._config._servers import ServerConfig
 from toolkernel._errors import Unavailable
 from toolkernel._longtext import LongJSON, LongText
 from toolkernel._providers import _http_lane
-from toolkernel._providers._http_lane import _Events, _message
+from toolkernel._providers._http_lane import Events, message_of
 from toolkernel._providers._mcp import ServerPool
 
 pytestmark = pytest.mark.timeout(300)
@@ -67,7 +68,7 @@ def test_events_are_the_standard_s_whatever_the_pieces_they_arrive_in(seed):
     rng = random.Random(seed)
     stream = random_stream(rng)
     cuts = sorted(rng.sample(range(len(stream) + 1), min(len(stream) + 1, rng.randint(0, 12))))
-    parser, got = _Events("nonce"), []
+    parser, got = Events("nonce"), []
     for start, end in zip([0, *cuts], [*cuts, len(stream)]):
         got += [(kind, data.joined()) for kind, data in parser.feed(stream[start:end])]
     assert got == reference_events(stream)
@@ -77,13 +78,13 @@ def test_a_long_event_s_long_strings_stay_in_a_file():
     text = "é中 line\n" * 300_000
     message = json.dumps({"jsonrpc": "2.0", "id": "toolkernel-1", "result": {
         "content": [{"type": "text", "text": text}], "structuredContent": {"result": text}}}).encode()
-    parser, events = _Events("nonce"), []
+    parser, events = Events("nonce"), []
     stream = b"data: " + message + b"\r\n\r\n"
     for start in range(0, len(stream), 65536):
         events += parser.feed(stream[start:start + 65536])
     ((kind, data),) = events
     assert data.long is not None and data.size == len(message)
-    result = _message(data)["result"]
+    result = message_of(data)["result"]
     (block,) = result["content"]
     assert type(block["text"]) is LongText and str(block["text"]) == text
     assert result["structuredContent"]["result"] is block["text"]  # kept once
@@ -91,16 +92,25 @@ def test_a_long_event_s_long_strings_stay_in_a_file():
 
 # --- a real server over streamable HTTP ------------------------------------------------------
 
-@pytest.fixture(scope="module", params=["sse", "json"])
+SERVES = {"sse": ["--http"], "json": ["--json", "--http"], "older-sse": ["--sse"]}  # the port comes last
+
+
+def served(params: str, port: int, name: str) -> ServerConfig:
+    if params == "older-sse":
+        return ServerConfig(name, "sse", url=f"http://127.0.0.1:{port}/sse")
+    return ServerConfig(name, "http", url=f"http://127.0.0.1:{port}/mcp")
+
+
+@pytest.fixture(scope="module", params=list(SERVES))
 def big_http(request):
-    """big.py over streamable HTTP, answering each call with an SSE stream or a JSON body."""
+    """big.py over streamable HTTP, answering each call with an SSE stream or a JSON body, or
+    over the older SSE transport (`_sse.py`)."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, str(SERVERS / "big.py"), "--http", str(port),
-                                *(["--json"] if request.param == "json" else [])],
+    process = subprocess.Popen([sys.executable, str(SERVERS / "big.py"), *SERVES[request.param], str(port)],
                                env={**os.environ, **ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_until(lambda: _listening(port, process), "the HTTP server to listen")
     pool = ServerPool()
-    yield pool, ServerConfig("big", "http", url=f"http://127.0.0.1:{port}/mcp")
+    yield pool, served(request.param, port, "big")
     run(pool.close())
     process.kill()
     process.wait()
@@ -146,12 +156,12 @@ def test_short_results_errors_and_refusals_are_as_through_the_session(big_http):
     assert call(pool, cfg, "ping").texts == ["pong"]
 
 
-@pytest.fixture(scope="module")
-def slow_http():
+@pytest.fixture(scope="module", params=["--http", "--sse"])
+def slow_http(request):
     port = free_port()
-    process = start_http_server(port, script="slow.py")
+    process = start_http_server(port, request.param, script="slow.py")
     pool = ServerPool()
-    yield pool, ServerConfig("slow", "http", url=f"http://127.0.0.1:{port}/mcp")
+    yield pool, served("older-sse" if request.param == "--sse" else "sse", port, "slow")
     run(pool.close())
     process.kill()
     process.wait()
@@ -169,14 +179,14 @@ def test_a_log_and_a_server_s_request_in_the_call_s_stream_reach_the_session(slo
     # `asks` pings the client in the call's stream, and waits for the answer: only the session answers
     # it. `chatty` logs, and pings on the session's own stream.
     pool, base = slow_http
-    cfg = ServerConfig(base.name, "http", url=base.url, timeout=20)  # unanswered, the ping would wait it out
+    cfg = ServerConfig(base.name, base.transport, url=base.url, timeout=20)  # unanswered, the ping would wait it out
     assert call(pool, cfg, "asks").texts == ["answered on the call's stream"]
     assert call(pool, cfg, "chatty").texts == ["answered"]
 
 
 def test_a_call_past_its_timeout_is_cancelled_on_the_server_and_the_session_serves_on(slow_http):
     pool, base = slow_http
-    cfg = ServerConfig(base.name, "http", url=base.url, timeout=0.5)
+    cfg = ServerConfig(base.name, base.transport, url=base.url, timeout=0.5)
     with pytest.raises(Unavailable, match="within 0.5 s"):
         call(pool, cfg, "wait", steps=1, step_seconds=30)
     assert call(pool, cfg, "ping").texts == ["pong"]
@@ -260,3 +270,26 @@ def _request(headers):
     import httpx2
 
     return httpx2.Request("POST", "http://127.0.0.1:1/mcp", headers=headers)
+
+
+@pytest.mark.parametrize("path, error", [
+    ("/sse-elsewhere", "the server named an endpoint on another origin: example.invalid"),
+    ("/sse-silent", "the server's stream ended before it named its endpoint"),
+])
+def test_an_older_sse_server_that_names_no_endpoint_of_its_own_is_not_used(hostile_http, path, error):
+    pool, cfg = hostile_http
+    with pytest.raises(Unavailable, match=error):
+        run(pool.tools(ServerConfig("older", "sse", url=cfg.url.replace("/mcp", path))))
+
+
+def test_an_older_sse_reply_that_is_not_one_fails_its_call(hostile_http, monkeypatch):
+    from toolkernel._providers import _spool
+
+    monkeypatch.setattr(_spool, "HELD_CAP", 1 << 20)
+    pool, base = hostile_http
+    cfg = ServerConfig("older", "sse", url=base.url.replace("/mcp", "/sse"))
+    for tool, error in [("huge_skeleton", "holds more than 1 MiB outside its long strings"),
+                        ("rpc_error", "no such repository")]:
+        result = call(pool, cfg, tool)
+        assert result.is_error and error in result.texts[0], result.texts
+    assert call(pool, cfg, "progress").texts == ["progress answered"]

@@ -236,18 +236,24 @@ print(json.dumps({"rise": status_mb("VmHWM") - before, "exit": result.exit_code}
 """
 
 
-@pytest.fixture(params=["stdio", "http"])
-def big_toml(request):
-    """The config of the big fixture, over stdio or over streamable HTTP (`_http_lane`): a long
-    reply is taken in as it arrives either way."""
+@pytest.fixture(params=["stdio", "http", "sse"])
+def big_toml(request, project):
+    """The config of the big fixture, over stdio, over streamable HTTP (`_http_lane`) or over the
+    older SSE transport (`_sse`, in a .mcp.json: toolkernel.toml has no key for it): a long reply
+    is taken in as it arrives every way."""
     if request.param == "stdio":
         yield fixture_toml("big")
         return
     from test_mcp import free_port, start_http_server
 
     port = free_port()
-    process = start_http_server(port, script="big.py")
-    yield f'[mcp_servers.big]\nurl = "http://127.0.0.1:{port}/mcp"\n\n'
+    process = start_http_server(port, f"--{request.param}", script="big.py")
+    if request.param == "sse":
+        servers = {"mcpServers": {"big": {"type": "sse", "url": f"http://127.0.0.1:{port}/sse"}}}
+        (project / ".mcp.json").write_text(json.dumps(servers))
+        yield ""
+    else:
+        yield f'[mcp_servers.big]\nurl = "http://127.0.0.1:{port}/mcp"\n\n'
     process.kill()
     process.wait()
 

@@ -5,7 +5,9 @@ redirect, a message nested too deep, and one good result written a few bytes at 
 with every line ending SSE allows.
 
 `python hostile_http.py PORT` serves http://127.0.0.1:PORT/mcp. The handshake and the tool
-list are answered properly (as JSON bodies), so a client gets as far as calling a tool.
+list are answered properly (as JSON bodies), so a client gets as far as calling a tool. The
+older SSE transport is served at /sse (messages POSTed to /messages, answered on the stream);
+/sse-elsewhere names an endpoint on another origin, and /sse-silent names none.
 """
 
 import asyncio
@@ -105,6 +107,59 @@ async def call(writer, request_id, name: str, path: str) -> bool:
     return True
 
 
+STREAMS = []  # the open /sse streams' writers: the older transport answers there
+
+
+def handshake(message: dict) -> dict | None:
+    """The answer to a message that is not a tool call (None for a notification)."""
+    if "id" not in message:
+        return None
+    if message["method"] == "initialize":
+        return {"jsonrpc": "2.0", "id": message["id"], "result": {
+            "protocolVersion": message["params"]["protocolVersion"], "capabilities": {"tools": {}},
+            "serverInfo": {"name": "hostile-http", "version": "1"}}}
+    if message["method"] == "tools/list":
+        return {"jsonrpc": "2.0", "id": message["id"], "result": {"tools": [tool(n) for n in TOOLS]}}
+    return {"jsonrpc": "2.0", "id": message["id"], "result": {}}
+
+
+def older_call(request_id, name: str) -> list[bytes]:
+    """The events that answer a tool call over the older SSE transport."""
+    if name == "huge_skeleton":
+        numbers = b"[" + b",".join(b"%d" % n for n in range(450_000)) + b"]"
+        return [event(b'{"jsonrpc":"2.0","id":"%s","result":{"content":[],"structuredContent":{"n":%s}}}' % (
+            request_id.encode(), numbers))]
+    if name == "rpc_error":
+        return [event({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": "no such repository"}})]
+    forged = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "x", "progress": 9}}
+    return [event(forged), event(result(request_id, f"{name} answered"))]
+
+
+async def older_stream(writer, path: str) -> None:
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+    if path == "/sse-silent":
+        return
+    where = "http://example.invalid/messages" if path == "/sse-elsewhere" else "/messages?session=1"
+    writer.write(event(where.encode(), "endpoint"))
+    await writer.drain()
+    STREAMS.append(writer)
+    while not writer.is_closing():
+        await asyncio.sleep(0.5)
+
+
+async def older_message(writer, message: dict) -> None:
+    await respond(writer, 202)
+    if message.get("method") == "tools/call":
+        events = older_call(message["id"], message["params"]["name"])
+    else:
+        answer = handshake(message)
+        events = [event(answer)] if answer is not None else []
+    for stream_writer in STREAMS[-1:]:
+        for each in events:
+            stream_writer.write(each)
+        await stream_writer.drain()
+
+
 async def handle(reader, writer) -> None:
     try:
         while True:
@@ -117,24 +172,20 @@ async def handle(reader, writer) -> None:
                 key, _, value = header.decode().partition(":")
                 headers[key.strip().lower()] = value.strip()
             body = await reader.readexactly(int(headers.get("content-length", 0)))
+            if method == "GET" and path.startswith("/sse"):
+                return await older_stream(writer, path)
             if method != "POST":
                 await respond(writer, 405 if method == "GET" else 200)
                 continue
             message = json.loads(body)
-            if "id" not in message:
-                await respond(writer, 202)
-            elif message["method"] == "initialize":
-                await respond(writer, 200, json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {
-                    "protocolVersion": message["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                    "serverInfo": {"name": "hostile-http", "version": "1"}}}).encode())
-            elif message["method"] == "tools/list":
-                await respond(writer, 200, json.dumps({"jsonrpc": "2.0", "id": message["id"],
-                                                       "result": {"tools": [tool(n) for n in TOOLS]}}).encode())
-            elif message["method"] == "tools/call":
+            if path.startswith("/messages"):
+                await older_message(writer, message)
+            elif message.get("method") == "tools/call":
                 if await call(writer, message["id"], message["params"]["name"], path):
                     return
             else:
-                await respond(writer, 200, json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {}}).encode())
+                answer = handshake(message)
+                await respond(writer, 202) if answer is None else await respond(writer, 200, json.dumps(answer).encode())
     except (ConnectionError, asyncio.IncompleteReadError):
         pass
     finally:

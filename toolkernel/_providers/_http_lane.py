@@ -26,7 +26,7 @@ import itertools
 import json
 import re
 import secrets
-from typing import Any
+from typing import Any, AsyncIterator
 from urllib.parse import urljoin, urlsplit
 
 import httpx2
@@ -81,7 +81,7 @@ class HttpLane:
         is not one, or CONNECTION_CLOSED; httpx2.TransportError when the connection fails.
         Cancelled (a timeout, an interrupt), it tells the server with `notifications/cancelled`."""
         request_id = f"toolkernel-{next(self._ids)}"
-        body = _line({"jsonrpc": "2.0", "id": request_id, "method": method,
+        body = line_of({"jsonrpc": "2.0", "id": request_id, "method": method,
                       "params": {**params, "_meta": {"progressToken": request_id}}})
         try:
             return await self._post(body, request_id, on_progress)
@@ -107,7 +107,7 @@ class HttpLane:
     async def _reply(self, response: httpx2.Response, request_id: str, on_progress: ProgressFn) -> dict[str, Any]:
         status, kind = response.status_code, response.headers.get("content-type", "").lower()
         if status == 404 and _SESSION in self._headers:
-            raise _closed("the server no longer knows the session (HTTP 404)")
+            raise closed("the server no longer knows the session (HTTP 404)")
         if status >= 400:
             raise await _http_error(response, kind)
         if status == 202:
@@ -116,23 +116,21 @@ class HttpLane:
             data = _Data(self._nonce)
             async for chunk in response.aiter_bytes():
                 data.feed(chunk)
-            return _result_of(_message(data))
+            return result_of(message_of(data))
         if kind.startswith("text/event-stream"):
             return await self._events(response, request_id, on_progress)
         raise MCPError(code=types.INVALID_REQUEST, message=f"the server answered with content of type {kind!r}")
 
     async def _events(self, response: httpx2.Response, request_id: str, on_progress: ProgressFn) -> dict[str, Any]:
-        events = _Events(self._nonce)
-        async for chunk in response.aiter_bytes():
-            for kind, data in events.feed(chunk):
-                if kind != "message" or not data.size:
-                    continue  # a priming event (an id alone), or one that is not a message
-                message = _message(data)
-                if type(message) is dict and "method" in message:
-                    await self._aside(message, request_id, on_progress)
-                else:
-                    return _result_of(message)
-        raise _closed("the server's stream ended without the call's result")
+        async for kind, data in Events(self._nonce).stream(response):
+            if kind != "message" or not data.size:
+                continue  # a priming event (an id alone), or one that is not a message
+            message = message_of(data)
+            if type(message) is dict and "method" in message:
+                await self._aside(message, request_id, on_progress)
+            else:
+                return result_of(message)
+        raise closed("the server's stream ended without the call's result")
 
     async def _aside(self, message: dict[str, Any], request_id: str, on_progress: ProgressFn) -> None:
         """A message in the call's stream that is not its answer: its progress to the caller,
@@ -154,7 +152,7 @@ class HttpLane:
 
         async def post() -> None:
             with contextlib.suppress(httpx2.HTTPError, RuntimeError):  # RuntimeError: the client closed
-                await client.post(self.url, content=_line(message), headers=headers)
+                await client.post(self.url, content=line_of(message), headers=headers)
 
         task = asyncio.get_running_loop().create_task(post())
         self._notices.add(task)
@@ -189,7 +187,7 @@ class _Data:
         return b"".join(self._parts)
 
 
-def _message(data: _Data) -> Any:
+def message_of(data: _Data) -> Any:
     """The JSON of a message: its long strings `LongText`s and its long structured content a
     `LongJSON` when it is long. MCPError when it is not JSON, or could not be taken in."""
     line = data.long
@@ -213,7 +211,7 @@ def _message(data: _Data) -> Any:
     return message
 
 
-def _result_of(message: Any) -> dict[str, Any]:
+def result_of(message: Any) -> dict[str, Any]:
     """The result of a JSON-RPC response; MCPError for an error response, or anything else."""
     if type(message) is dict and "error" in message:
         try:
@@ -249,7 +247,7 @@ def _same_origin(url: str, location: str) -> str:
     return target
 
 
-class _Events:
+class Events:
     """Server-sent events, parsed as the bytes arrive; each event's data fed to a `_Data`."""
 
     def __init__(self, nonce: str) -> None:
@@ -261,6 +259,12 @@ class _Events:
         self._after_cr = False  # a CR ended the last piece: an LF first in the next is its pair
         self._type = b""
         self._data: _Data | None = None
+
+    async def stream(self, response: httpx2.Response) -> AsyncIterator[tuple[str, _Data]]:
+        """The events of `response`'s body, as they arrive."""
+        async for chunk in response.aiter_bytes():
+            for event in self.feed(chunk):
+                yield event
 
     def feed(self, chunk: bytes) -> list[tuple[str, _Data]]:
         events: list[tuple[str, _Data]] = []
@@ -332,9 +336,9 @@ class _Events:
         return None if data is None else (kind, data)
 
 
-def _line(message: dict[str, Any]) -> bytes:
+def line_of(message: dict[str, Any]) -> bytes:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _closed(why: str) -> MCPError:
+def closed(why: str) -> MCPError:
     return MCPError(code=types.CONNECTION_CLOSED, message=why)

@@ -60,7 +60,6 @@ import anyio
 import httpx2
 import mcp_types as types
 from mcp import ClientSession
-from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -69,6 +68,7 @@ from .. import _loop
 from .._errors import CallError, ConnectionRequired, Unavailable
 from .._longtext import LongJSON, LongText, whole
 from ._http_lane import HttpLane
+from ._sse import SseLane, sse_transport
 from ._stdio import Lane, stdio_transport
 from .._tool import Image, Kind, ProviderRef, Tool, ToolContext, ToolResult
 
@@ -215,9 +215,9 @@ class ServerPool:
         )
 
 
-def _lane_of(conn: _Connection) -> Lane | HttpLane | None:
+def _lane_of(conn: _Connection) -> Lane | HttpLane | SseLane | None:
     """How a call on the private loop goes past the session, reading its reply as it arrives;
-    None for the session's own path (the older SSE transport)."""
+    None where the session's own path is kept (HTTP on a protocol newer than the lane speaks)."""
     lane = conn.lane or conn.http_lane
     return lane if lane is not None and lane.usable else None
 
@@ -251,7 +251,7 @@ class _ToolCall:
         return await self._call(conn, arguments, ctx, conn.lane)
 
     async def _call(self, conn: _Connection, arguments: dict[str, Any], ctx: ToolContext,
-                    lane: Lane | HttpLane | None = None) -> ToolResult:
+                    lane: Lane | HttpLane | SseLane | None = None) -> ToolResult:
         """Through the session (on the private loop), or past it through `lane`. An error result
         is masked as the connection's own messages are: a server refused by its backend may
         quote the token it was handed (as a command tool's stderr may)."""
@@ -262,7 +262,7 @@ class _ToolCall:
         return result
 
     async def _made(self, conn: _Connection, arguments: dict[str, Any], ctx: ToolContext,
-                    lane: Lane | HttpLane | None) -> ToolResult:
+                    lane: Lane | HttpLane | SseLane | None) -> ToolResult:
         session = conn.session
         assert session is not None
         timeout = conn.cfg.timeout
@@ -288,7 +288,7 @@ class _ToolCall:
         except RuntimeError as exc:  # the SDK found the output does not match the tool's outputSchema
             return ToolResult.error(str(exc))
 
-    async def _call_past_session(self, lane: Lane | HttpLane, arguments: dict[str, Any],
+    async def _call_past_session(self, lane: Lane | HttpLane | SseLane, arguments: dict[str, Any],
                                  progress: _Progress) -> ToolResult:
         """`tools/call` through the lane, on this thread's loop; checked as `ClientSession.call_tool`
         checks its result (a RuntimeError for structured content that breaks the output schema)."""
@@ -388,7 +388,7 @@ class _Connection:
     broken: str | None = None  # why this connection can no longer be used
     stale: bool = False  # the server said its tool list changed
     lane: Lane | None = None  # calls from other threads, past the session (stdio only)
-    http_lane: HttpLane | None = None  # calls past the session, read as they stream (streamable HTTP only)
+    http_lane: HttpLane | SseLane | None = None  # calls past the session, read as they stream (HTTP, SSE)
     _stderr: Any = None
     _task: asyncio.Task[None] | None = None
     _ready: asyncio.Future[None] | None = None
@@ -463,7 +463,8 @@ class _Connection:
             self.http_lane = HttpLane(cfg.url or "")
             return _http_transport(cfg, self.http_lane)
         if cfg.transport == "sse":
-            return sse_client(cfg.url or "", headers=dict(cfg.headers))
+            self.http_lane = SseLane()
+            return sse_transport(cfg.url or "", dict(cfg.headers), self.http_lane)
         self._stderr = tempfile.TemporaryFile()
         self.lane = Lane()
         return stdio_transport(cfg.command or "", cfg.args, cfg.env, cfg.cwd, self._stderr, self.lane)
