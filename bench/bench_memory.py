@@ -18,7 +18,8 @@ the figure to read. Target: at most 2x the output's size. Three more rows call a
 tool (its server started, and the SDK imported, before the measured run): a text, rows as
 structured content, and a list of rows (the Python SDK sends it as `{"result": [...]}` with
 an output schema, and as a text block per row beside it). Two more call the same server
-over streamable HTTP (started by this bench on a loopback port). `--only` picks rows.
+over streamable HTTP, and two over the older SSE transport (started by this bench on loopback
+ports). `--only` picks rows.
 
 History (8 MB output, peak rise over its size):
 - Until 2026-11-30 evening, scripts that call `tools` ran under execute_sync with a sync
@@ -78,7 +79,11 @@ History (8 MB output, peak rise over its size):
 - 2026-12-05, evening: a `tools/call` over streamable HTTP is sent and read past the SDK's
   session (`_providers._http_lane`): an SSE event or JSON body past 1 MiB goes to a `LongLine`
   as it arrives, as over stdio. HTTP text 2 MB 1.7x, 8 MB 0.4x; rows 2 MB 1.2x, 8 MB 0.3x;
-  0.2-0.7 MB left after the cell; 32 MB over the cap a rise of 2.3-2.9 MB.
+  0.2-0.7 MB left after the cell; 32 MB over the cap a rise of 2.3-2.9 MB. Then the older SSE
+  transport, made toolkernel's own (`_providers._sse`; the SDK's took no message over 1 MiB):
+  two SSE rows. In later runs (load ~1): text 2 MB 2.1-2.5x over HTTP and SSE (1.7x over
+  stdio), 8 MB 0.6x; rows 2 MB 1.7x, 8 MB 0.4x. At 2 MB the rise is mostly fixed: 1.6-1.8 MB
+  per long reply over HTTP (1.1-1.3 MB over stdio), about 1 MB more for the first one.
 """
 
 from __future__ import annotations
@@ -142,14 +147,18 @@ SCRIPTS = {"no tools": "cat data.txt", "with tools": "cat data.txt\ntools --help
            # (an MCPServer sends it twice, as text and as {"result": text}), and structured content.
            "MCP text": "tools big blob megabytes={mb}",
            "MCP rows": "tools big rows megabytes={mb}", "MCP list": "tools big listing megabytes={mb}",
-           # The same server over streamable HTTP: each reply read as it streams (`_http_lane`).
-           "HTTP text": "tools big blob megabytes={mb}", "HTTP rows": "tools big rows megabytes={mb}"}
+           # The same server over streamable HTTP, and over the older SSE transport: each reply read
+           # as it streams (`_http_lane`, `_sse`).
+           "HTTP text": "tools big blob megabytes={mb}", "HTTP rows": "tools big rows megabytes={mb}",
+           "SSE text": "tools big blob megabytes={mb}", "SSE rows": "tools big rows megabytes={mb}"}
+REMOTE_POLICY = """[policy]
+allow = ["big blob", "big rows", "big ping"]
+"""
 HTTP_CONFIG = """[mcp_servers.big]
 url = "http://127.0.0.1:{port}/mcp"
 
-[policy]
-allow = ["big blob", "big rows", "big ping"]
-"""
+""" + REMOTE_POLICY
+SSE_CONFIG = {"mcpServers": {"big": {"type": "sse", "url": "http://127.0.0.1:{port}/sse"}}}
 MCP_CONFIG = """[mcp_servers.big]
 command = {python}
 args = [{server}]
@@ -160,7 +169,8 @@ allow = ["big blob", "big rows", "big listing", "big ping"]
 """
 
 
-def measure(mb: int, script: str, http_port: int | None = None) -> dict:
+def measure(mb: int, script: str, remote: tuple[str, int] | None = None) -> dict:
+    """One row's figures; `remote`: the big fixture over ("HTTP" or "SSE", on this port)."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "work"
         work.mkdir()
@@ -173,8 +183,11 @@ def measure(mb: int, script: str, http_port: int | None = None) -> dict:
                 python=json.dumps(sys.executable), server=json.dumps(str(REPO / "tests" / "servers" / "big.py")),
                 repo=json.dumps(str(REPO))))
             warm = "tools big ping; tools big rows megabytes=0.01 > /dev/null"
-        if http_port is not None:
-            (work / "toolkernel.toml").write_text(HTTP_CONFIG.format(port=http_port))
+        if remote is not None and remote[0] == "HTTP":
+            (work / "toolkernel.toml").write_text(HTTP_CONFIG.format(port=remote[1]))
+        elif remote is not None:
+            (work / "toolkernel.toml").write_text(REMOTE_POLICY)
+            (work / ".mcp.json").write_text(json.dumps(SSE_CONFIG).replace("{port}", str(remote[1])))
         child = CHILD.format(repo=str(REPO), work=str(work), warm=warm,
                              script=script.format(size=mb * 1_000_000, mb=mb))
         out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True,
@@ -191,19 +204,24 @@ def main() -> None:
     print(f"{'output':>8} {'script':<11}{'arrived':>9}{'rise':>9}{'ratio':>7}{'after':>8}"
           "  (peak RSS above RSS before the run; RSS after the cell above before it)")
     names = [name for name in SCRIPTS if not options.only or name in options.only]
-    with http_server() if any(name.startswith("HTTP") for name in names) else contextlib.nullcontext() as port:
+    kinds = {name.split()[0] for name in names} & {"HTTP", "SSE"}
+    with contextlib.ExitStack() as servers:
+        ports = {kind: servers.enter_context(http_server(kind)) for kind in kinds}
         for mb in options.mb:
             for name in names:
-                show(mb, name, measure(mb, SCRIPTS[name], port if name.startswith("HTTP") else None))
+                kind = name.split()[0]
+                show(mb, name, measure(mb, SCRIPTS[name], (kind, ports[kind]) if kind in ports else None))
 
 
 @contextlib.contextmanager
-def http_server() -> Iterator[int]:
-    """tests/servers/big.py serving streamable HTTP on a free loopback port."""
+def http_server(kind: str) -> Iterator[int]:
+    """tests/servers/big.py serving streamable HTTP ("HTTP") or the older SSE transport ("SSE")
+    on a free loopback port."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = subprocess.Popen([sys.executable, str(REPO / "tests" / "servers" / "big.py"), "--http", str(port)],
+    server = subprocess.Popen([sys.executable, str(REPO / "tests" / "servers" / "big.py"), f"--{kind.lower()}",
+                               str(port)],
                               env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:

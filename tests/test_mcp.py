@@ -781,9 +781,20 @@ def test_streamable_http_with_headers(pool, http_server):
     assert [p["number"] for p in call(pool, cfg, "list_pulls", repo="acme/web").structured] == [12, 11]
 
 
-def test_http_server_restart_is_unavailable_then_recovers(pool, http_server):
-    port, processes = http_server
-    cfg = ServerConfig("remote", "http", url=f"http://127.0.0.1:{port}/mcp")
+@pytest.mark.parametrize("transport", ["http", "sse"])
+def test_http_server_restart_is_unavailable_then_recovers(pool, transport):
+    port = free_port()
+    processes = [start_http_server(port, f"--{transport}")]
+    cfg = ServerConfig("remote", transport, url=f"http://127.0.0.1:{port}/{'mcp' if transport == 'http' else 'sse'}")
+    try:
+        restarted(pool, cfg, port, processes, transport)
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+def restarted(pool: ServerPool, cfg: ServerConfig, port: int, processes: list, transport: str) -> None:
     tools = by_name(run(pool.tools(cfg)))
     processes[0].kill()
     processes[0].wait()
@@ -792,7 +803,7 @@ def test_http_server_restart_is_unavailable_then_recovers(pool, http_server):
         run(tools["get_pull"].call({"repo": "acme/web", "number": 12}, ctx()))
     assert raised.value.retryable and f"http://127.0.0.1:{port}" in raised.value.message
 
-    processes.append(start_http_server(port))
+    processes.append(start_http_server(port, f"--{transport}"))
     assert run(tools["get_pull"].call({"repo": "acme/web", "number": 12}, ctx())).structured["number"] == 12
 
 

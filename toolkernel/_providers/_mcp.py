@@ -24,7 +24,8 @@ reading hands it its reply. Its result is checked as the SDK's
 `call_tool` checks one (the result's shape, the tool's output schema). A long text of its
 reply may be a `LongText`, kept in a file (`_long_text_kept` says where it stays one).
 A call to a streamable-HTTP server goes past the session as well, on the private loop,
-through the connection's `HttpLane`, which reads its reply as it streams (`_http_lane.py`).
+through the connection's `HttpLane`, which reads its reply as it streams (`_http_lane.py`);
+the older SSE transport is toolkernel's own, and its `SseLane` does the same (`_sse.py`).
 
 A server's stderr goes to a temporary file, so its logs never land in a cell;
 the last lines are quoted when the server fails to start or dies. Every such

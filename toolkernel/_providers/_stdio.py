@@ -21,7 +21,7 @@ whoever reads at the time and passed to the session in order; the lane's
 requests have ids of their own (`toolkernel-N`, strings) that the session's
 integer ids never take, and a server echoes ids as JSON-RPC requires. A call to
 a streamable-HTTP server goes past the session too, on the private loop
-(`_http_lane.py`); SSE servers keep the session.
+(`_http_lane.py`), and so does one to an older-SSE server (`_sse.py`).
 
 A line that grows past 1 MiB while a lane request waits is taken in by a `LongLine`
 (`_spool.py`): its long strings go to a file as they arrive, and the reply reaches its
