@@ -293,3 +293,4 @@ def test_an_older_sse_reply_that_is_not_one_fails_its_call(hostile_http, monkeyp
         result = call(pool, cfg, tool)
         assert result.is_error and error in result.texts[0], result.texts
     assert call(pool, cfg, "progress").texts == ["progress answered"]
+    assert call(pool, cfg, "odd_token").texts == ["odd_token answered"]

@@ -15,7 +15,7 @@ import json
 import sys
 
 TOOLS = ["garbage", "not_rpc", "wrong_type", "http_500", "rpc_error", "ends_early", "huge_skeleton", "progress",
-         "gone", "redirect", "elsewhere", "deep", "odd_lines", "json_body"]
+         "gone", "redirect", "elsewhere", "deep", "odd_lines", "json_body", "odd_token"]
 SESSION = "hostile-session"
 
 
@@ -132,6 +132,8 @@ def older_call(request_id, name: str) -> list[bytes]:
     if name == "rpc_error":
         return [event({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": "no such repository"}})]
     forged = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "x", "progress": 9}}
+    if name == "odd_token":  # a token no dict can be keyed by
+        forged["params"]["progressToken"] = ["x"]
     return [event(forged), event(result(request_id, f"{name} answered"))]
 
 

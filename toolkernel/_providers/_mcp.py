@@ -284,8 +284,8 @@ class _ToolCall:
             if exc.code == types.CONNECTION_CLOSED:
                 raise conn.lost(f"while running {self.name}") from exc
             return ToolResult.error(exc.message)  # the server refused the request
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, httpx2.TransportError) as exc:
-            raise conn.lost(f"while running {self.name}") from exc
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, httpx2.HTTPError) as exc:
+            raise conn.lost(f"while running {self.name}") from exc  # (an HTTP body that does not decode too)
         except RuntimeError as exc:  # the SDK found the output does not match the tool's outputSchema
             return ToolResult.error(str(exc))
 

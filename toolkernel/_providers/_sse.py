@@ -85,7 +85,10 @@ class SseLane:
             raise closed("the connection is closed")
         response = await self._client.post(self._endpoint, content=line_of(message),
                                            headers={"content-type": "application/json"})
-        response.raise_for_status()
+        if response.status_code == 404:
+            raise closed("the server no longer knows the session (HTTP 404)")
+        if response.status_code >= 300:
+            raise MCPError(code=types.INTERNAL_ERROR, message=f"the server answered HTTP {response.status_code}")
 
     @staticmethod
     async def _quietly(notice: Any) -> None:
@@ -112,7 +115,7 @@ class SseLane:
         except MCPError as exc:  # not taken in, or not JSON: the call it answers fails with it
             return None if self._settle(line.request_id(), exc) else ValueError(exc.message)
         request_id = message.get("id") if type(message) is dict else None
-        if type(request_id) is str and "method" not in message and self._settle(request_id, message):
+        if type(request_id) is str and "method" not in message and self._settled(request_id, message):
             return None
         return _for_session(json.loads(line.whole()))
 
@@ -121,13 +124,20 @@ class SseLane:
         if "method" in message:
             params = message.get("params")
             if message["method"] == "notifications/progress" and type(params) is dict:
-                waiting = self._calls.get(params.get("progressToken"))  # type: ignore[arg-type]
+                token = params.get("progressToken")
+                waiting = self._calls.get(token) if type(token) is str else None
                 if waiting is not None:
                     report_progress(params, waiting[1])
                     return True
             return False
         request_id = message.get("id")
-        return type(request_id) is str and self._settle(request_id, message)
+        return type(request_id) is str and self._settled(request_id, message)
+
+    def _settled(self, request_id: str, message: Any) -> bool:
+        """Whether a reply with `request_id` is done with here: handed to its call, or a late reply
+        to a call of the lane's that nobody waits for any more (it timed out), dropped, not made
+        whole for the session, which never knew the request."""
+        return self._settle(request_id, message) or request_id.startswith("toolkernel-")
 
     def _settle(self, request_id: str | None, outcome: Any) -> bool:
         waiting = self._calls.get(request_id) if request_id is not None else None  # type: ignore[arg-type]
@@ -203,7 +213,8 @@ async def _write(from_session: Any, lane: SseLane, to_session: Any) -> None:
                 await lane.post(body)
             except (httpx2.HTTPError, MCPError) as exc:
                 if "id" in body and "method" in body:
+                    why = exc.message if isinstance(exc, MCPError) else type(exc).__name__
                     error = types.JSONRPCError(jsonrpc="2.0", id=body["id"], error=types.ErrorData(
-                        code=types.INTERNAL_ERROR, message=f"could not send the request: {type(exc).__name__}"))
+                        code=types.INTERNAL_ERROR, message=f"could not send the request: {why}"))
                     with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                         await to_session.send(SessionMessage(error))
