@@ -81,9 +81,12 @@ History (8 MB output, peak rise over its size):
   as it arrives, as over stdio. HTTP text 2 MB 1.7x, 8 MB 0.4x; rows 2 MB 1.2x, 8 MB 0.3x;
   0.2-0.7 MB left after the cell; 32 MB over the cap a rise of 2.3-2.9 MB. Then the older SSE
   transport, made toolkernel's own (`_providers._sse`; the SDK's took no message over 1 MiB):
-  two SSE rows. In later runs (load ~1): text 2 MB 2.1-2.5x over HTTP and SSE (1.7x over
-  stdio), 8 MB 0.6x; rows 2 MB 1.7x, 8 MB 0.4x. At 2 MB the rise is mostly fixed: 1.6-1.8 MB
-  per long reply over HTTP (1.1-1.3 MB over stdio), about 1 MB more for the first one.
+  two SSE rows. In later runs (load ~1): text 2 MB 2.2-2.4x over HTTP and SSE (1.7x over
+  stdio), 8 MB 0.6x; rows 2 MB 1.7-1.8x, 8 MB 0.4-0.5x. The 1.3 MB more than over stdio was
+  glibc's: the reply is read on the private loop's thread, whose malloc arena kept what the
+  read freed while the script's thread printed (MALLOC_ARENA_MAX=1: 1.5-1.6x). With the free
+  heap handed back after a long reply (`malloc_trim`, `_spool.give_back_heap`): text 2 MB
+  1.9-2.0x, 8 MB 0.5x; rows 2 MB 1.2-1.3x, 8 MB 0.3x, both transports.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ._spool import LongLine, placed
+from ._spool import LongLine, give_back_heap, placed
 from ._stdio import ProgressFn, report_progress
 
 _SESSION = "mcp-session-id"
@@ -200,6 +200,7 @@ def message_of(data: _Data) -> Any:
         from . import _long_json  # imported by the first long reply: its patterns take 6 ms to make
 
         message = _long_json.reply(line.skeleton, line.marker)
+        give_back_heap()
     except RecursionError:
         raise MCPError(code=types.INTERNAL_ERROR, message="the server's reply is nested too deep to read") from None
     except ValueError as exc:
