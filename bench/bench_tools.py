@@ -17,8 +17,9 @@
    each round's ratio, and the CPU of this process (the servers' own CPU is not in it).
    A script's call goes past the session (`_stdio.Lane`) and its thread reads the reply
    itself; the row "on this thread, past the session" is that call without the shell, the
-   `tools` command and the dispatcher; the row "through the session" is the older path,
-   which serve and calls made on the private loop still take.
+   `tools` command and the dispatcher; the row "on the private loop" is the path of serve and
+   of calls made on that loop (through the session until 2026-12-05; past it since, the
+   transport's own reading handing it the reply).
 
    Figures of 2026-12-01 (00:00-00:20 UTC), machine shared (load 3.0-3.5 on 2 CPUs), this
    bench: script / bare 0.794x, 0.969x, 0.998x, 0.999x, 1.006x at the median (each round
@@ -143,7 +144,7 @@ def direct_in_process(session: Session, calls: int) -> float:
 
 def direct_mcp(session: Session, calls: int) -> float:
     """The same MCP tool through toolkernel's pool, without the shell and the dispatcher, handed to
-    the private loop and through the session there (the path of serve and of calls made on that loop)."""
+    the private loop and called there (the path of serve and of calls made on that loop)."""
     command = _loop.run(session.prepare())
     pull = _loop.run(command.catalog.find_tool("github", "get_pull"))
     ctx = ToolContext(workdir=session.workdir, settings={}, state={}, progress=lambda *a: None)
@@ -326,7 +327,7 @@ def print_table(inproc, mcp, args) -> None:
     rows += [
         ("MCP: tools github get-pull in a script", *us(mcp["script_us"]), ""),
         ("MCP: of which the shell loop itself", *us(mcp["loop_us"]), ""),
-        ("MCP: tool.call through the session on the private loop", *us(mcp["direct_us"]), ""),
+        ("MCP: tool.call handed to the private loop", *us(mcp["direct_us"]), ""),
         ("MCP: tool.call on this thread, past the session", *us(mcp["here_us"]), ""),
         ("MCP: bare ClientSession.call_tool", *us(mcp["bare_us"]), ""),
         ("MCP: script / bare, the rounds' own ratios", f"{mcp['ratio'][0]:.3f}x", f"{mcp['ratio'][1]:.3f}x",
