@@ -51,46 +51,49 @@ async def stream(writer, pieces, step: int = 0) -> None:
                 await asyncio.sleep(0.001)
 
 
+REFUSED = {"code": -32602, "message": "no such repository"}
+# Calls answered with one plain response: (status, body, content type, more headers).
+PLAIN = {
+    "wrong_type": (200, b"<html>hello</html>", "text/html", {}),
+    "http_500": (500, b"Internal Server Error", "text/plain", {}),
+    "rpc_error": (400, json.dumps({"jsonrpc": "2.0", "id": None, "error": REFUSED}).encode(), "application/json", {}),
+    "gone": (404, b"", "application/json", {}),
+    "elsewhere": (307, b"", "application/json", {"location": "http://example.invalid/mcp"}),
+}
+
+
+def huge_skeleton(request_id: str) -> bytes:
+    """3 MB of small numbers as structured content: all skeleton, no long string."""
+    numbers = b"[" + b",".join(b"%d" % n for n in range(450_000)) + b"]"
+    return b'{"jsonrpc":"2.0","id":"%s","result":{"content":[],"structuredContent":{"n":%s}}}' % (
+        request_id.encode(), numbers)
+
+
 async def call(writer, request_id, name: str, path: str) -> bool:
     """Answer a tools/call; True when the connection is to close."""
     good = result(request_id, f"{name} answered")
+    if name in PLAIN:
+        status, body, kind, headers = PLAIN[name]
+        await respond(writer, status, body, kind=kind, **headers)
+        return False
+    if name == "redirect" and path == "/mcp":
+        await respond(writer, 307, b"", location="/mcp/again")
+        return False
     if name == "garbage":
         await stream(writer, [event(b"this is not JSON {")])
     elif name == "not_rpc":
         await stream(writer, [event({"jsonrpc": "2.0", "id": request_id, "result": 5})])
-    elif name == "wrong_type":
-        await respond(writer, 200, b"<html>hello</html>", kind="text/html")
-        return False
-    elif name == "http_500":
-        await respond(writer, 500, b"Internal Server Error", kind="text/plain")
-        return False
-    elif name == "rpc_error":
-        body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32602, "message": "no such repository"}}
-        await respond(writer, 400, json.dumps(body).encode())
-        return False
     elif name == "ends_early":
         await stream(writer, [event({"jsonrpc": "2.0", "method": "notifications/message",
                                      "params": {"level": "info", "data": "starting"}})])
-    elif name == "huge_skeleton":  # 3 MB of small numbers: all skeleton, no long string
-        numbers = b"[" + b",".join(b"%d" % n for n in range(450_000)) + b"]"
-        message = b'{"jsonrpc":"2.0","id":"%s","result":{"content":[],"structuredContent":{"n":%s}}}' % (
-            request_id.encode(), numbers)
-        await stream(writer, [event(message)])
+    elif name == "huge_skeleton":
+        await stream(writer, [event(huge_skeleton(request_id))])
     elif name == "progress":
         forged = {"jsonrpc": "2.0", "method": "notifications/progress",
                   "params": {"progressToken": "someone-else", "progress": 99}}
         mine = {"jsonrpc": "2.0", "method": "notifications/progress",
                 "params": {"progressToken": request_id, "progress": 1, "total": 2, "message": "half"}}
         await stream(writer, [event(forged), event(mine), event(good)])
-    elif name == "gone":
-        await respond(writer, 404, b"")
-        return False
-    elif name == "redirect" and path == "/mcp":
-        await respond(writer, 307, b"", location="/mcp/again")
-        return False
-    elif name == "elsewhere":
-        await respond(writer, 307, b"", location="http://example.invalid/mcp")
-        return False
     elif name == "deep":
         await stream(writer, [event(b'{"jsonrpc":"2.0","id":"%s","result":{"content":%s}}' % (
             request_id.encode(), b"[" * 200_000 + b"]" * 200_000))])
@@ -126,11 +129,9 @@ def handshake(message: dict) -> dict | None:
 def older_call(request_id, name: str) -> list[bytes]:
     """The events that answer a tool call over the older SSE transport."""
     if name == "huge_skeleton":
-        numbers = b"[" + b",".join(b"%d" % n for n in range(450_000)) + b"]"
-        return [event(b'{"jsonrpc":"2.0","id":"%s","result":{"content":[],"structuredContent":{"n":%s}}}' % (
-            request_id.encode(), numbers))]
+        return [event(huge_skeleton(request_id))]
     if name == "rpc_error":
-        return [event({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": "no such repository"}})]
+        return [event({"jsonrpc": "2.0", "id": request_id, "error": REFUSED})]
     forged = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "x", "progress": 9}}
     if name == "odd_token":  # a token no dict can be keyed by
         forged["params"]["progressToken"] = ["x"]
