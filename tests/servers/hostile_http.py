@@ -101,7 +101,8 @@ async def call(writer, request_id, name: str, path: str) -> bool:
         text = json.dumps(good).encode()
         half = text.index(b', "id"') + 1  # between two members: the newline joining data lines is whitespace
         await stream(writer, [b"id: 1\r\ndata:\r\n\r\n", b": a comment\r", b"event: other\ndata: {}\n\n",
-                              b"event: message\rdata:" + text[:half] + b"\r\ndata:" + text[half:] + b"\r\n\r\n"], step=3)
+                              b"event: message\rdata:" + text[:half] + b"\r\ndata:" + text[half:] + b"\r\n\r\n"],
+                     step=3)
     elif name == "json_body":
         await respond(writer, 200, json.dumps(good).encode())
         return False
