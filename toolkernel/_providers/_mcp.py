@@ -216,7 +216,10 @@ class ServerPool:
         )
 
 
-def _lane_of(conn: _Connection) -> Lane | HttpLane | SseLane | None:
+_AnyLane = Lane | HttpLane | SseLane  # a call past the session, by transport: stdio, streamable HTTP, SSE
+
+
+def _lane_of(conn: _Connection) -> _AnyLane | None:
     """How a call on the private loop goes past the session, reading its reply as it arrives;
     None where the session's own path is kept (HTTP on a protocol newer than the lane speaks)."""
     lane = conn.lane or conn.http_lane
@@ -252,7 +255,7 @@ class _ToolCall:
         return await self._call(conn, arguments, ctx, conn.lane)
 
     async def _call(self, conn: _Connection, arguments: dict[str, Any], ctx: ToolContext,
-                    lane: Lane | HttpLane | SseLane | None = None) -> ToolResult:
+                    lane: _AnyLane | None = None) -> ToolResult:
         """Through the session (on the private loop), or past it through `lane`. An error result
         is masked as the connection's own messages are: a server refused by its backend may
         quote the token it was handed (as a command tool's stderr may)."""
@@ -263,7 +266,7 @@ class _ToolCall:
         return result
 
     async def _made(self, conn: _Connection, arguments: dict[str, Any], ctx: ToolContext,
-                    lane: Lane | HttpLane | SseLane | None) -> ToolResult:
+                    lane: _AnyLane | None) -> ToolResult:
         session = conn.session
         assert session is not None
         timeout = conn.cfg.timeout
@@ -289,7 +292,7 @@ class _ToolCall:
         except RuntimeError as exc:  # the SDK found the output does not match the tool's outputSchema
             return ToolResult.error(str(exc))
 
-    async def _call_past_session(self, lane: Lane | HttpLane | SseLane, arguments: dict[str, Any],
+    async def _call_past_session(self, lane: _AnyLane, arguments: dict[str, Any],
                                  progress: _Progress) -> ToolResult:
         """`tools/call` through the lane, on this thread's loop; checked as `ClientSession.call_tool`
         checks its result (a RuntimeError for structured content that breaks the output schema)."""
@@ -388,7 +391,7 @@ class _Connection:
     tools: list[Tool] = field(default_factory=list)
     broken: str | None = None  # why this connection can no longer be used
     stale: bool = False  # the server said its tool list changed
-    lane: Lane | None = None  # calls from other threads, past the session (stdio only)
+    lane: Lane | None = None  # stdio calls past the session, from any thread
     http_lane: HttpLane | SseLane | None = None  # calls past the session, read as they stream (HTTP, SSE)
     _stderr: Any = None
     _task: asyncio.Task[None] | None = None
