@@ -184,6 +184,8 @@ class _Data:
         return self._long
 
     def joined(self) -> bytes:
+        """A short message's bytes (a long one's are in its `LongLine`)."""
+        assert self._long is None
         return b"".join(self._parts)
 
 

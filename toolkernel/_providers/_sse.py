@@ -181,6 +181,8 @@ async def _endpoint(url: str, events: Any) -> str:
     async for kind, data in events:
         if kind != "endpoint":
             continue
+        if data.long is not None:
+            raise ValueError("the server named an endpoint more than 1 MiB long")
         endpoint = urljoin(url, data.joined().decode("utf-8", "replace"))
         if urlsplit(endpoint)[:2] != urlsplit(url)[:2]:
             raise ValueError(f"the server named an endpoint on another origin: {urlsplit(endpoint).netloc}")
