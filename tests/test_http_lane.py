@@ -294,3 +294,22 @@ def test_an_older_sse_reply_that_is_not_one_fails_its_call(hostile_http, monkeyp
         assert result.is_error and error in result.texts[0], result.texts
     assert call(pool, cfg, "progress").texts == ["progress answered"]
     assert call(pool, cfg, "odd_token").texts == ["odd_token answered"]
+
+
+@pytest.mark.parametrize("transport", ["http", "sse"])
+def test_a_message_past_the_session_s_cap_that_answers_no_call_is_dropped_unread(hostile_http, monkeypatch,
+                                                                                 transport):
+    from toolkernel._providers import _sse
+
+    monkeypatch.setattr(_http_lane, "SESSION_CAP", 1 << 20)
+    read = []
+    for module in (_http_lane, _sse):
+        def spy(data, parse=module.message_of):
+            read.append(data.size)
+            return parse(data)
+        monkeypatch.setattr(module, "message_of", spy)
+    pool, base = hostile_http
+    cfg = base if transport == "http" else ServerConfig("older", "sse", url=base.url.replace("/mcp", "/sse"))
+    assert call(pool, cfg, "big_log").texts == ["big_log answered"]
+    assert all(size < 1 << 20 for size in read)  # the 3 MB log was never parsed (a short reply: not by this)
+    assert call(pool, cfg, "json_body" if transport == "http" else "progress").texts[0].endswith("answered")

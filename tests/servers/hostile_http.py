@@ -15,7 +15,7 @@ import json
 import sys
 
 TOOLS = ["garbage", "not_rpc", "wrong_type", "http_500", "rpc_error", "ends_early", "huge_skeleton", "progress",
-         "gone", "redirect", "elsewhere", "deep", "odd_lines", "json_body", "odd_token"]
+         "gone", "redirect", "elsewhere", "deep", "odd_lines", "json_body", "odd_token", "big_log"]
 SESSION = "hostile-session"
 
 
@@ -62,6 +62,11 @@ PLAIN = {
 }
 
 
+def big_log() -> dict:
+    """A log notification of 3 MB, before a call's result."""
+    return {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x" * 3_000_000}}
+
+
 def huge_skeleton(request_id: str) -> bytes:
     """3 MB of small numbers as structured content: all skeleton, no long string."""
     numbers = b"[" + b",".join(b"%d" % n for n in range(450_000)) + b"]"
@@ -88,6 +93,8 @@ async def call(writer, request_id, name: str, path: str) -> bool:
                                      "params": {"level": "info", "data": "starting"}})])
     elif name == "huge_skeleton":
         await stream(writer, [event(huge_skeleton(request_id))])
+    elif name == "big_log":
+        await stream(writer, [event(big_log()), event(good)])
     elif name == "progress":
         forged = {"jsonrpc": "2.0", "method": "notifications/progress",
                   "params": {"progressToken": "someone-else", "progress": 99}}
@@ -133,6 +140,8 @@ def older_call(request_id, name: str) -> list[bytes]:
         return [event(huge_skeleton(request_id))]
     if name == "rpc_error":
         return [event({"jsonrpc": "2.0", "id": request_id, "error": REFUSED})]
+    if name == "big_log":
+        return [event(big_log()), event(result(request_id, f"{name} answered"))]
     forged = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "x", "progress": 9}}
     if name == "odd_token":  # a token no dict can be keyed by
         forged["params"]["progressToken"] = ["x"]

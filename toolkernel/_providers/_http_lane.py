@@ -41,6 +41,9 @@ from ._stdio import ProgressFn, report_progress
 _SESSION = "mcp-session-id"
 _VERSION = "mcp-protocol-version"
 _SPOOL_AT = 1 << 20  # bytes of one message past which its long strings go to disk (as over stdio)
+# Bytes of one message, past which it is not read whole unless it is a call's reply (found by its id
+# at either end): what the session reads is parsed whole, at 25-30x its size in the SDK's hands.
+SESSION_CAP = 32 << 20
 _FIELD_CAP = 1024  # bytes kept of an SSE field's name, and of an event's type
 _REDIRECTS = 3  # same-origin 307/308 redirects followed, as the SDK follows them
 # No read timeout of the client's: the call's own clock (`timeout`, restarted by progress) governs.
@@ -125,6 +128,8 @@ class HttpLane:
         async for kind, data in Events(self._nonce).stream(response):
             if kind != "message" or not data.size:
                 continue  # a priming event (an id alone), or one that is not a message
+            if data.size > SESSION_CAP and data.long.request_id() != request_id:  # type: ignore[union-attr]
+                continue  # too long to be anything but the reply, and not the reply: dropped unread
             message = message_of(data)
             if type(message) is dict and "method" in message:
                 await self._aside(message, request_id, on_progress)

@@ -68,7 +68,7 @@ from .. import _tool
 from .. import _loop
 from .._errors import CallError, ConnectionRequired, Unavailable
 from .._longtext import LongJSON, LongText, whole
-from ._http_lane import HttpLane
+from ._http_lane import SESSION_CAP, HttpLane
 from ._sse import SseLane, sse_transport
 from ._stdio import Lane, stdio_transport
 from .._tool import Image, Kind, ProviderRef, Tool, ToolContext, ToolResult
@@ -683,7 +683,7 @@ def _converted(texts: list[str], images: list[Image], structured: Any, is_error:
 # its handshake, its tool lists (a tool call's reply is read by `HttpLane`, as it arrives). The
 # SDK's default, 1 MiB, is small for a long list; it holds the event whole and parses it whole,
 # at 25-30x its size in the kernel, so a hostile server's 256 MiB would take gigabytes.
-HTTP_EVENT_CAP = 32 << 20
+HTTP_EVENT_CAP = SESSION_CAP
 
 _ANY_OBJECT_KEYS = frozenset({"type", "additionalProperties", "title", "description"})
 

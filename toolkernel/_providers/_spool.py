@@ -138,7 +138,7 @@ class LongLine:
         self._in_long: hashlib._Hash | None = None  # the long string being written (its digest so far)
         self._long_start = 0
         self.failed: str | None = None  # why the line is not kept
-        self._tail = b""  # of a line not kept
+        self._tail = b""  # the line's last bytes, to find its request's id
 
     def feed(self, data: bytes) -> None:
         if self.failed is None:
@@ -151,8 +151,7 @@ class LongLine:
                     self._drop(f"it is longer than {LINE_CAP >> 30} GiB")
                 elif self._size() > HELD_CAP:
                     self._drop(f"it holds more than {HELD_CAP >> 20} MiB outside its long strings")
-        if self.failed is not None:
-            self._tail = (self._tail + data)[-ENDS:]
+        self._tail = (self._tail + bytes(data[-ENDS:]))[-ENDS:]
 
     def _drop(self, why: str) -> None:
         self.failed = why
@@ -192,7 +191,8 @@ class LongLine:
         return self._mapped
 
     def request_id(self) -> str | None:
-        """The lane id at either end of a line not kept (an SDK may write the id last)."""
+        """The lane id at either end of the line, found without parsing it (an SDK may write the
+        id last): for a line not kept, or one too long to read whole unless it is a reply."""
         return lane_id(self._head, self._tail)
 
     def _scan(self, data: bytes) -> None:

@@ -26,6 +26,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
+from . import _http_lane
 from ._http_lane import Events, closed, line_of, message_of, result_of
 from ._stdio import ProgressFn, report_progress
 
@@ -109,7 +110,13 @@ class SseLane:
 
     def _long(self, data: Any, line: Any) -> Any:
         """A long message: a waiting call's reply read as it came, its long strings `LongText`s;
-        anything else made whole for the session."""
+        anything else made whole for the session, up to `SESSION_CAP` bytes."""
+        mine = line.request_id()
+        if data.size > _http_lane.SESSION_CAP and mine not in self._calls:
+            if mine is not None and mine.startswith("toolkernel-"):
+                return None  # a late reply: nobody waits for it
+            return ValueError(f"the server sent a message of {data.size >> 20} MiB that answers no call; more than "
+                              f"{_http_lane.SESSION_CAP >> 20} MiB is not read whole")
         try:
             message = message_of(data)
         except MCPError as exc:  # not taken in, or not JSON: the call it answers fails with it
