@@ -670,6 +670,24 @@ def test_garbage_on_stdout_fails_fast(pool):
     assert "Starting awesome server" in raised.value.message
 
 
+def test_a_program_that_prints_a_line_and_exits_is_named_for_its_line_not_a_crash(pool, monkeypatch):
+    # The session hands the line on in a task of its own, and the end of stdout may beat it (it
+    # did once in CI, on a loaded machine): here it always does.
+    from toolkernel._providers._mcp import _Connection
+
+    on_message = _Connection._on_message
+
+    async def slow(self, message):
+        await asyncio.sleep(0.5)
+        await on_message(self, message)
+
+    monkeypatch.setattr(_Connection, "_on_message", slow)
+    with pytest.raises(Unavailable, match="not MCP") as raised:
+        run(pool.tools(fixture("garbage", "garbage", "--exit")))
+    assert "Starting awesome server" in raised.value.message
+
+
+
 def test_silent_server_times_out(pool):
     pool.connect_timeout = 1.5
     cfg = ServerConfig("silent", "stdio", command="sleep", args=("3600",))

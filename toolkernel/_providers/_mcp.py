@@ -535,6 +535,11 @@ class _Connection:
             return self._unavailable(f"could not start: permission denied running {self.cfg.command}",
                                      retryable=False)
         if (isinstance(leaf, MCPError) and leaf.code == types.CONNECTION_CLOSED) or isinstance(leaf, ConnectionError):
+            if self.lane is not None and self.lane.stray is not None:
+                # Read before the end, but the session hands it on in a task of its own, which the
+                # end may beat: a program that prints a line and exits is named for its line.
+                return self._unavailable(f"wrote something that is not MCP (JSON-RPC) to stdout: "
+                                         f"{_first_line(self.lane.stray)}")
             return self._unavailable("exited before it finished starting")
         if isinstance(leaf, httpx2.HTTPStatusError):
             return self._unavailable(f"answered HTTP {leaf.response.status_code} while starting")

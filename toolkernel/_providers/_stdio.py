@@ -198,6 +198,7 @@ class Lane:
         self._woken: asyncio.Future[None] | None = None  # the transport's loop waits for messages
         self._close_out = False  # stdout is to be closed once its reader lets go
         self._ended = False  # the server's stdout ended: no reply will come
+        self.stray: Exception | None = None  # what the first line that is not JSON-RPC raised
 
     @property
     def usable(self) -> bool:
@@ -495,6 +496,8 @@ class Lane:
 
     def _deliver(self, message: SessionMessage | Exception, loop: asyncio.AbstractEventLoop) -> None:
         """A reply or progress of a lane request to its waiter; any other message to the session."""
+        if isinstance(message, Exception) and self.stray is None:
+            self.stray = message
         if self._calls and isinstance(message, SessionMessage):
             body = message.message
             if isinstance(body, (types.JSONRPCResponse, types.JSONRPCError)):
