@@ -35,7 +35,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ._spool import LongLine, give_back_heap, placed
+from ._spool import LongLine, give_back_heap, long_reply, not_taken, placed
 from ._stdio import ProgressFn, report_progress
 
 _SESSION = "mcp-session-id"
@@ -154,14 +154,19 @@ class HttpLane:
         if self._client is None or self._headers.get(_VERSION) in MODERN_PROTOCOL_VERSIONS:
             return  # a 2026 server takes the closed stream as the cancel
         client, headers = self._client, self._request_headers()
+        send_soon(self._notices, client.post(self.url, content=line_of(message), headers=headers))
 
-        async def post() -> None:
-            with contextlib.suppress(httpx2.HTTPError, RuntimeError):  # RuntimeError: the client closed
-                await client.post(self.url, content=line_of(message), headers=headers)
 
-        task = asyncio.get_running_loop().create_task(post())
-        self._notices.add(task)
-        task.add_done_callback(self._notices.discard)
+def send_soon(notices: set[asyncio.Task[Any]], sending: Any) -> None:
+    """Send a courtesy notice (a cancelled call's) without waiting for it; kept in `notices` until
+    done, and quiet when it fails: the call is over either way (a closed client raises RuntimeError)."""
+    async def quietly() -> None:
+        with contextlib.suppress(Exception):
+            await sending
+
+    task = asyncio.get_running_loop().create_task(quietly())
+    notices.add(task)
+    task.add_done_callback(notices.discard)
 
 
 class _Data:
@@ -202,11 +207,9 @@ def message_of(data: _Data) -> Any:
         if line is None:
             return json.loads(data.joined())
         if line.failed is not None:
-            raise MCPError(code=types.INTERNAL_ERROR, message=f"the server's reply was not taken in: {line.failed}")
+            raise MCPError(code=types.INTERNAL_ERROR, message=not_taken(line))
         texts = line.finish()
-        from . import _long_json  # imported by the first long reply: its patterns take 6 ms to make
-
-        message = _long_json.reply(line.skeleton, line.marker)
+        message = long_reply(line.skeleton, line.marker)
         give_back_heap()
     except RecursionError:
         raise MCPError(code=types.INTERNAL_ERROR, message="the server's reply is nested too deep to read") from None

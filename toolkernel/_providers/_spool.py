@@ -42,6 +42,18 @@ _IS_LONG = re.compile(rb'"(?:[^"\\]|\\.){%d}' % (LONG + 1))  # LONG + 1 characte
 _BODY = re.compile(rb'(?:[^"\\]++|\\.)*+')  # a string's body up to its closing quote (or what came so far)
 
 
+def long_reply(skeleton: Any, marker: bytes) -> Any:
+    """The JSON-RPC message of a long line's skeleton, its long structured content a `LongJSON`."""
+    from . import _long_json  # imported by the first long reply: its patterns take 6 ms to make
+
+    return _long_json.reply(skeleton, marker)
+
+
+def not_taken(line: LongLine) -> str:
+    """Why the request a line not kept answers fails (`LongLine.failed`)."""
+    return f"the server's reply was not taken in: {line.failed}"
+
+
 def give_back_heap() -> None:
     """Hand the C heap's free memory back to the system (glibc's `malloc_trim`), after a long
     reply read on the private loop's thread: what that read freed stays in the thread's own

@@ -27,7 +27,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from . import _http_lane
-from ._http_lane import Events, closed, line_of, message_of, result_of
+from ._http_lane import Events, closed, line_of, message_of, result_of, send_soon
 from ._stdio import ProgressFn, report_progress
 
 _TIMEOUT = httpx2.Timeout(30.0, read=300.0)
@@ -69,11 +69,8 @@ class SseLane:
                              "params": {**params, "_meta": {"progressToken": request_id}}})
             message = await answer
         except asyncio.CancelledError:
-            task = asyncio.get_running_loop().create_task(self._quietly(self.post({
-                "jsonrpc": "2.0", "method": "notifications/cancelled",
-                "params": {"requestId": request_id, "reason": "caller cancelled"}})))
-            self._notices.add(task)
-            task.add_done_callback(self._notices.discard)
+            send_soon(self._notices, self.post({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                                "params": {"requestId": request_id, "reason": "caller cancelled"}}))
             raise
         finally:
             del self._calls[request_id]
@@ -90,11 +87,6 @@ class SseLane:
             raise closed("the server no longer knows the session (HTTP 404)")
         if response.status_code >= 300:
             raise MCPError(code=types.INTERNAL_ERROR, message=f"the server answered HTTP {response.status_code}")
-
-    @staticmethod
-    async def _quietly(notice: Any) -> None:
-        with contextlib.suppress(Exception):  # a courtesy: the call is over either way
-            await notice
 
     def take(self, data: Any) -> Any:
         """A message event's data: handed to its waiting call (None then), or the message for the

@@ -59,7 +59,7 @@ from mcp.shared.message import SessionMessage
 
 from .._longtext import LongText
 from .._process import program_env
-from ._spool import ENDS, LongLine, LongReply, lane_id, placed
+from ._spool import ENDS, LongLine, LongReply, lane_id, long_reply, not_taken, placed
 
 _READ_SIZE = 1 << 20
 _EXIT_GRACE = 2.0  # for the server to exit on its own once its stdin closes
@@ -452,7 +452,7 @@ class Lane:
 
     def _refuse(self, line: LongLine, loop: asyncio.AbstractEventLoop) -> None:
         """A line not kept (`LongLine.failed`): the request it answers fails, saying why."""
-        message = f"the server's reply was not taken in: {line.failed}"
+        message = not_taken(line)
         if not self._fail(line.request_id(), message, loop):
             self._deliver(ValueError(message), loop)
 
@@ -478,7 +478,7 @@ class Lane:
         if not self._calls and texts is None:
             return False
         try:
-            message = json.loads(line) if texts is None else _long_reply(line, marker)
+            message = json.loads(line) if texts is None else long_reply(line, marker)
         except ValueError:
             return False
         except RecursionError:  # raised here, it lost the rest of what was read with it
@@ -652,12 +652,6 @@ def _settle_soon(future: asyncio.Future[Any], value: Any, here: asyncio.Abstract
 def _part(chunk: bytes, start: int, end: int) -> bytes | memoryview:
     """A part of a chunk read: a large one not copied (it holds the chunk, most of which it is)."""
     return memoryview(chunk)[start:end] if end - start > _READ_SIZE // 4 else chunk[start:end]
-
-
-def _long_reply(line: bytes | bytearray, marker: bytes) -> Any:
-    from . import _long_json  # imported by the first long reply: its patterns take 6 ms to make
-
-    return _long_json.reply(line, marker)
 
 
 def _line(message: Mapping[str, Any]) -> bytes:
