@@ -70,8 +70,9 @@ def _arg(value: _Any) -> str:
 def run(script: str):
     """Run a `tools` script from Python, printing its output; returns a `ShellResult`."""
     from ._frontends._cli_sink import PrintSink
+    from ._runners._hostbash._cell import in_agent_cell
 
-    return get_session().run_script(script, PrintSink())
+    return get_session().run_script(script, PrintSink(), agent=in_agent_cell())
 
 
 def register_tools(*tools: Tool) -> None:

@@ -3,6 +3,7 @@
 `toolkernel lint [DIR]`: check the config that applies to DIR without starting anything.
 `toolkernel serve [--http HOST:PORT] [--token T]`: Tools in Shell for any MCP client (see `_serve`).
 `toolkernel approve [ID once|always|deny]`: list or answer the calls a `serve` client waits on.
+`toolkernel doctor`: which OS sandbox holds an agent's host code here (`_sandbox`).
 
 With no notebook, runs the quickstart that ships with the package, in a
 fresh temporary folder whose toolkernel.toml points at
@@ -115,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     paired.add_argument("--server-token", metavar="T", default=None,
                         help="the Jupyter Server's token (or ?token= in URL, or $JUPYTER_TOKEN);"
                              " --token is serve's own bearer token")
+    doctor = sub.add_parser("doctor", help="say which OS sandbox holds an agent's host code here, and why")
+    doctor.add_argument("--workdir", type=Path, default=Path.cwd(), help="the project folder (default: here)")
     approve = sub.add_parser("approve", help="list the calls that wait for a person (from `toolkernel serve`),"
                              " or answer one: toolkernel approve ID once|always|deny")
     approve.add_argument("request", nargs="?", metavar="ID", help="a request id, as the list shows it")
@@ -133,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         return run_lint(args.directory)
     if args.command == "install-kernel":
         return _install_kernel(args)
+    if args.command == "doctor":
+        from ._runners._sandbox_plan import doctor
+
+        print(doctor(args.workdir))
+        return 0
     return 2
 
 

@@ -36,7 +36,9 @@ from ._runners._shell import ScriptEvents, ScriptRunner, ShellResult, Sink, exec
 from ._tool import Tool
 from ._providers._tools import own_tools
 from ._providers._tool_lists import ToolLists
-from ._runners._guard import STATE_DIR, make_state_dir
+from ._runners._guard import STATE_DIR, make_state_dir, mount_plan
+from ._runners._sandbox_plan import sandbox_plan
+from ._sandbox import Plan, mechanism as sandbox_mechanism
 
 if TYPE_CHECKING:
     from ._providers._mcp import ServerPool
@@ -90,24 +92,25 @@ class Session:
     # -- per run --------------------------------------------------------------
 
     async def prepare(self, events: RunEvents = NO_EVENTS, approver: Approver = stop_and_report,
-                      *, read_only: bool = False, one_call: bool = False) -> ToolsCommand:
+                      *, read_only: bool = False, one_call: bool = False, agent: bool = False) -> ToolsCommand:
         """Read the config and wire a fresh `tools` command. Raises ConfigError
         (`_guard.Unprotectable` too: what scripts must not write cannot be protected).
         `one_call` (a direct call): no script runs, so the mount plan is worked out only
-        if the call names paths (the plan's check is a fifth of a direct call's cost)."""
-        config, env = self._config_and_env(approver, read_only, one_call)
+        if the call names paths (the plan's check is a fifth of a direct call's cost).
+        `agent`: an agent's run, whose host programs run in the OS sandbox (`_sandbox.py`)."""
+        config, env = self._config_and_env(approver, read_only, one_call, agent)
         if self._retiring(config):
             await _loop.on_private(self.pool.retire(set(config.servers)))  # its sessions live there
         providers = self._run_providers(config)
         catalog = self.catalogs.kept(providers) or await self.catalogs.open(providers)
         return ToolsCommand(catalog, Dispatcher(env), Run(limit=config.shell.call_limit), self.workdir, events)
 
-    def prepare_now(self, approver: Approver = stop_and_report) -> ToolsCommand:
+    def prepare_now(self, approver: Approver = stop_and_report, *, agent: bool = False) -> ToolsCommand:
         """`prepare(one_call=True)` from sync code on a thread where `_loop.run_in_place` may run
         (a direct call): the same reads and checks, and no event loop unless something must wait
         (MCP servers to retire, a catalog whose names are to be checked again). Running a loop
         for work that never waits cost a direct call a fifth of its time."""
-        config, env = self._config_and_env(approver, False, True)
+        config, env = self._config_and_env(approver, False, True, agent)
         if self._retiring(config):
             _loop.run(self.pool.retire(set(config.servers)))
         providers = self._run_providers(config)
@@ -122,7 +125,8 @@ class Session:
             return False
         return self.pool.holds_other_than(set(config.servers))
 
-    def _config_and_env(self, approver: Approver, read_only: bool, one_call: bool) -> tuple[Config, CallEnv]:
+    def _config_and_env(self, approver: Approver, read_only: bool, one_call: bool,
+                        agent: bool = False) -> tuple[Config, CallEnv]:
         """The config as it is now, and what the run's dispatcher is to know of it."""
         # A script run's config check and mount plan share their lstats. A direct call's plan is
         # worked out only if the call names paths, so its check looks on its own: sharing cost
@@ -132,7 +136,7 @@ class Session:
         plan = functools.partial(self.plans.plan, self.workdir, config, lstat=looked_at)
         if one_call and not checked.is_folder(self._state_dir):
             make_state_dir(Path(self._state_dir))  # what the plan does first: private, and never a link
-        return config, CallEnv(
+        env = CallEnv(
             workdir=self.workdir,
             policy=self._policy(config, read_only, checked.missing(self._approvals_file)),
             approvals=self.approvals,
@@ -144,7 +148,11 @@ class Session:
             plan_guarded=plan if one_call else None,
             untrusted=config.untrusted,
             shell=config.shell,
+            agent=agent,
         )
+        if agent:
+            env.sandbox = functools.partial(_agent_sandbox, env)
+        return config, env
 
     def _policy(self, config: Config, read_only: bool, no_approvals: bool) -> Policy:
         """The run's policy: the same (frozen) object while the config, the lasting approvals
@@ -186,7 +194,7 @@ class Session:
 
     def run_script(self, script: str, sink: Sink, *, read_only: bool = False,
                    runner: ScriptRunner | None = None, approver: Approver | None = None,
-                   ask: Callable[[str], str] | None = None) -> ShellResult:
+                   ask: Callable[[str], str] | None = None, agent: bool = False) -> ShellResult:
         """Run `script` in `runner` (Bashkit by default). Who answers a call that asks:
         `approver`, or else a person at `ask(prompt)` (such as `input`), or else nobody
         (the run stops and reports)."""
@@ -199,7 +207,7 @@ class Session:
             # report (seed 000), and the person answers on it (buttons, `%tools approve`).
             approver = StdinApprover(lambda prompt, request: events.on_pump_thread(asking, ask, prompt, request),
                                      lambda line: events.on_pump_thread(print, line), mid_run=False)
-        command = _loop.run(self.prepare(events, approver or stop_and_report, read_only=read_only))
+        command = _loop.run(self.prepare(events, approver or stop_and_report, read_only=read_only, agent=agent))
         result = execute(runner, command, script, events, sink,
                          before_start=lambda: self._may_start(script, command, runner, events))
         stopped = command.run.stopped
@@ -255,3 +263,9 @@ class Session:
         if self._pool is not None:
             await self._pool.close()
 
+
+def _agent_sandbox(env: CallEnv) -> Plan | None:
+    """The OS sandbox of the host programs an agent's run starts; None where there is none."""
+    if not sandbox_mechanism().available:
+        return None
+    return sandbox_plan(env.protection() or mount_plan(env.workdir))

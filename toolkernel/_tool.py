@@ -109,6 +109,10 @@ class ToolContext:
     # cuts it after the post-call hooks, so that the whole it saves is what they let through.
     cut_later: bool = False
 
+    # The OS sandbox (`_sandbox.Plan`) a host program this call starts must run in: set for a
+    # command tool an agent's run calls; None for a person's run.
+    sandbox: Any = None
+
     def check_cancelled(self) -> None:
         """Raise `asyncio.CancelledError` once the run was interrupted or ran out of time.
 

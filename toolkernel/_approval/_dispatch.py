@@ -28,6 +28,7 @@ from ._run import NO_EVENTS, Run, RunEvents
 from .._longtext import LongJSON, whole
 from .._tool import Tool, ToolContext, ToolResult, as_result, never_cancelled
 from .._runners._guard import Protection, touches_protected
+from .._sandbox import Plan, mechanism as sandbox_mechanism
 from .._providers._tools._paths import outside_workspace, real_path, real_paths, rule_forms
 
 T = TypeVar("T")
@@ -51,11 +52,32 @@ class CallEnv:
     shell: ShellLimits = ShellLimits()  # [shell]: what the runner may use
     # A direct call works `guarded` out only for a call that names paths (most name none).
     plan_guarded: Callable[[], Protection] | None = None
+    # An agent's run (`serve`, a cell an agent sent): the host programs its calls start run in
+    # the OS sandbox that `sandbox` works out (None where the machine has none: they ask).
+    agent: bool = False
+    sandbox: Callable[[], Plan | None] | None = None
+    _plan: Plan | None = None
 
     def protection(self) -> Protection | None:
         if self.plan_guarded is not None:
             self.guarded, self.plan_guarded = self.plan_guarded(), None
         return self.guarded
+
+    def starts_host_code(self, tool: Tool) -> bool:
+        """Whether calling `tool` in this run starts a program an agent chose to run."""
+        return self.agent and tool.provider.kind == "command"
+
+    def host_sandbox(self, tool: Tool) -> Plan | None:
+        """The sandbox `tool`'s program runs in; None for a person's run."""
+        if not self.starts_host_code(tool) or self.sandbox is None:
+            return None
+        if self._plan is None:
+            self._plan = self.sandbox()
+        return self._plan
+
+    def unsandboxed(self, tool: Tool) -> bool:
+        """An agent's call that would start a host program on a machine with no OS sandbox."""
+        return self.starts_host_code(tool) and not sandbox_mechanism().available
 
 
 def _schema_keys(tool: Tool) -> frozenset[str] | None:
@@ -177,7 +199,7 @@ class Dispatcher:
         paths = real_paths(local, arguments, workdir, guarded and str(guarded.workdir)) if local.path_keys else {}
         if not paths:  # most calls name no path: none of the path checks below
             return CallInfo(tool.qualified_name, tool.command, arguments, tool.kind,
-                            schema_keys=_schema_keys(tool),
+                            schema_keys=_schema_keys(tool), unsandboxed=self.env.unsandboxed(tool),
                             shown=functools.partial(_shown, tool, arguments, server, functools.partial(self._context, tool)))
         root = guarded.workdir if guarded else real_path(workdir)
         return CallInfo(
@@ -187,6 +209,7 @@ class Dispatcher:
             kind=tool.kind,
             outside_workspace=outside_workspace(local, arguments, workdir, paths, root=root),
             protected=touches_protected(local, arguments, workdir, guarded, paths),
+            unsandboxed=self.env.unsandboxed(tool),
             schema_keys=_schema_keys(tool),
             shown=functools.partial(_shown, tool, arguments, server, functools.partial(self._context, tool)),
             paths=paths,
@@ -310,6 +333,7 @@ class Dispatcher:
             cancelled=never_cancelled if run is None else run.is_cancelled,
             # A post-call hook sees the whole result, and the whole saved is what it let through.
             cut_later=tool.cut is not None and self.env.hooks.any("after_call"),
+            sandbox=self.env.host_sandbox(tool),
         )
 
     def _validator(self, tool: Tool) -> "_Checked":

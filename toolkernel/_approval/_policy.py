@@ -71,6 +71,8 @@ Action = Literal["allow", "ask", "deny"]
 
 # Loosest last: the admin ceiling keeps the effective mode at or left of it.
 MODES = ("plan", "default", "accept-edits", "bypass-permissions")
+UNSANDBOXED = ("an agent's run would start a program on the host, and this machine has no OS sandbox to hold"
+               " it (`toolkernel doctor` says why), so a person is asked every time")
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,8 @@ class CallInfo:
     outside_workspace: bool = False
     # The call would write toolkernel's own config or approvals (see _guard.py).
     protected: bool = False
+    # An agent's call that would start a host program where no OS sandbox can hold it.
+    unsandboxed: bool = False
     # The input keys the tool's schema names; None when unknown (any key may have a default).
     schema_keys: frozenset[str] | None = None
     # What a person asked about the call sees beside the input (a command tool's argv);
@@ -519,6 +523,8 @@ def decide(call: CallInfo, policy: Policy, hook: "HookOutcome | None" = None) ->
     if call.protected:
         return Decision("ask", "the call would change a file that decides policy or runs on the host"
                                " (toolkernel's config or approvals, a git hook, code a configured program runs)")
+    if call.unsandboxed:
+        return Decision("ask", UNSANDBOXED)
     rule = _first_match(policy.allow, call, grants=True)
     if rule:
         return Decision("allow", f"allowed by the rule {rule!r}", rule)

@@ -20,7 +20,7 @@ from ._expand import EMPTY, Expander
 from ._sources import Source
 
 _COMMAND_TOOL_KEYS = ("command", "description", "parameters", "timeout", "env", "cwd", "read_only",
-                      "input_options")
+                      "input_options", "network")
 
 
 def settings_key(tool_name: str) -> str:
@@ -65,6 +65,7 @@ def command_tool(source: Source, name: str, raw: dict[str, Any],
         timeout=positive_number(source, f"{key}.timeout", raw.get("timeout", _commands.DEFAULT_TIMEOUT)),
         read_only=boolean(source, f"{key}.read_only", raw.get("read_only", False)),
         input_options=boolean(source, f"{key}.input_options", raw.get("input_options", False)),
+        network=boolean(source, f"{key}.network", raw.get("network", False)),
         missing_vars=tuple(expand.missing), source=str(source.path), secrets=tuple(expand.values))
 
 

@@ -22,7 +22,7 @@ from .._approval._policy import CallInfo, canonical_call_key
 
 COMM_TARGET = "toolkernel.approval"
 # The `%tools` words that answer or pair rather than call a tool.
-SUBCOMMANDS = ("approve", "deny", "approvals", "pair", "unpair", "lint")
+SUBCOMMANDS = ("approve", "deny", "approvals", "pair", "unpair", "lint", "doctor")
 
 
 class AnswerError(Exception):
@@ -163,6 +163,7 @@ def _parser() -> argparse.ArgumentParser:
     add_pairing_arguments(sub.add_parser("pair", add_help=False))
     sub.add_parser("unpair", add_help=False).add_argument("notebook", nargs="?")
     sub.add_parser("lint", add_help=False)
+    sub.add_parser("doctor", add_help=False)
     return parser
 
 
@@ -198,6 +199,10 @@ def _apply(session, args: argparse.Namespace) -> str:
         from .._config._lint import lint, report
 
         return report(lint(session.workdir)).rstrip("\n")
+    if args.what == "doctor":
+        from .._runners._sandbox_plan import doctor
+
+        return doctor(session.workdir)
     from .._errors import CallError
     from .._providers._notebook import unpair
 
@@ -231,6 +236,7 @@ def usage() -> str:
              " `!toolkernel approve` lists them)",
              "%tools approvals [--revoke RULE_OR_NUMBER]      list or revoke lasting approvals",
              "%tools lint                                     check the config without starting anything",
+             "%tools doctor                                   which OS sandbox holds an agent's host code here",
              *pairing_args_usage().splitlines(),
              "%tools unpair [NOTEBOOK]                        forget one notebook's pairing (no NOTEBOOK: all)"]
     return "usage: " + "\n       ".join(lines)

@@ -34,11 +34,12 @@ from .._tool import Tool
 from .._approval._approver import Approver, StdinApprover, asking, stop_and_report
 from .._session import Session
 from .._runners._shell import ScriptEvents, answering
+from .._runners._hostbash._cell import in_agent_cell
 
 
 async def _call(session: Session, argv: list[str], base: dict[str, Any] | None,
                 on_image: Callable[[Any], None], approver: Approver = stop_and_report) -> Any:
-    command = await session.prepare(approver=approver, one_call=True)
+    command = await session.prepare(approver=approver, one_call=True, agent=in_agent_cell())
     catalog = command.catalog
     parsed = split_command(argv, catalog.is_server, catalog.split_qualified)
     return await _finishing(session, command, parsed, base, on_image)
@@ -105,7 +106,7 @@ def _call_here(session: Session, argv: list[str], base: dict[str, Any] | None,
     only what waits (a person asked, an async tool) runs on this thread's own loop
     (`_loop.run_in_place`); anything else runs there whole. A question asked on the private
     loop (an MCP tool's call) comes back to this thread, where `input()` works and interrupts land."""
-    command = session.prepare_now(stop_and_report if ask is None else _asking_here(ask))
+    command = session.prepare_now(stop_and_report if ask is None else _asking_here(ask), agent=in_agent_cell())
     catalog = command.catalog
     parsed = split_command(argv, catalog.is_server, catalog.split_qualified)
     tool = _callable_now(command, parsed)

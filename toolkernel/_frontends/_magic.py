@@ -117,6 +117,7 @@ class ToolsMagics(Magics):
     def _cell(self, script: str, args) -> None:
         from ._lab import asking_with_buttons, display_report
         from .._config._trust import ask_to_trust, ignored_config_notes
+        from .._runners._hostbash._cell import started_by_agent
 
         ask = asking_with_buttons(self.session, input) if _stdin_allowed(self.shell) else None
         try:
@@ -124,7 +125,8 @@ class ToolsMagics(Magics):
                 sys.stderr.write(note + "\n")
             for said in ask_to_trust(self.session.workdir, ask, self._declined) if ask else ():
                 print(said)
-            result = self.session.run_script(script, IPythonSink(), read_only=args.read_only, ask=ask)
+            result = self.session.run_script(script, IPythonSink(), read_only=args.read_only, ask=ask,
+                                             agent=started_by_agent(self.shell))
         except ConfigError as exc:
             raise ScriptFailed(f"configuration error: {exc}") from None
         if result.denied_by_person:

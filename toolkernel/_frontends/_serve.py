@@ -246,7 +246,7 @@ class ToolServer:
         sink = _Collected()
         try:
             with self.running(key) as session:
-                result = session.run_script(script, sink, approver=approver)
+                result = session.run_script(script, sink, approver=approver, agent=True)
         except ConfigError as exc:
             return _error("config_error", str(exc))
         body: dict[str, Any] = {"exit_code": result.exit_code, "stdout": "".join(sink.out),
@@ -273,7 +273,7 @@ class ToolServer:
     async def _call_direct(self, session: Session, name: str, arguments: dict[str, Any],
                            approver: Approver) -> types.CallToolResult:
         # One call, no script: the mount plan is worked out only if the call names paths.
-        command = await session.prepare(approver=approver, one_call=True)
+        command = await session.prepare(approver=approver, one_call=True, agent=True)
         tool = await _find_listed(self, command.catalog, name)
         called = await command.call(tool, parse_input([], tool.input_schema, json.dumps(arguments)))
         if called.failure is not None:

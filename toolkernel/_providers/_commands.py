@@ -43,6 +43,7 @@ from dotpromptz_handlebars import Handlebars
 
 from .._errors import ConfigError, InvalidInput
 from .._process import ProcessResult, run_capped
+from .._sandbox import Plan, wrap
 from .._tool import Tool, ToolContext, ToolResult
 
 QUALIFIED_PREFIX = "tool__"
@@ -71,6 +72,9 @@ class CommandToolConfig:
     # The person's word that options may come from the input (else a value that would reach
     # the program as an option, before any `--` of the command, is refused: `option_problem`).
     input_options: bool = False
+    # The person's word that the program needs the network when an agent's run calls it inside
+    # the OS sandbox (which has none otherwise; a person's own calls are not sandboxed).
+    network: bool = False
     missing_vars: tuple[str, ...] = ()  # ${VAR}s of env/cwd that were unset
     source: str = field(default="", compare=False)
     # What env/cwd `${VAR}`s expanded to: masked in the errors a script reads, as for servers.
@@ -318,7 +322,7 @@ class CommandTool(Tool):
 
 def command_tool(config: CommandToolConfig, slots: ProcessSlots) -> CommandTool:
     async def call(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        return await run_command(config, arguments, ctx.workdir, slots)
+        return await run_command(config, arguments, ctx.workdir, slots, sandbox=ctx.sandbox)
 
     def precheck(arguments: Mapping[str, Any], ctx: ToolContext) -> None:
         # Before a person is asked: the argv shown would not run whatever the answer.
@@ -336,8 +340,9 @@ def command_tool(config: CommandToolConfig, slots: ProcessSlots) -> CommandTool:
 
 
 async def run_command(config: CommandToolConfig, arguments: Mapping[str, Any], workdir: Path,
-                      slots: ProcessSlots) -> ToolResult:
-    """Run the filled argv; a failure of the program is an error result, not an exception."""
+                      slots: ProcessSlots, *, sandbox: Plan | None = None) -> ToolResult:
+    """Run the filled argv (inside `sandbox` when an agent's run calls it); a failure of the
+    program is an error result, not an exception."""
     if config.missing_vars:
         return ToolResult.error(f"tool__{config.name}: not run, the environment variable(s) "
                                 f"{', '.join(config.missing_vars)} named in env/cwd are not set")
@@ -349,7 +354,8 @@ async def run_command(config: CommandToolConfig, arguments: Mapping[str, Any], w
                                 "the PATH of its env allow-list (add PATH = \"${PATH}\" to env)")
     await slots.take()
     try:
-        done = await run_capped(argv, env=config.env, cwd=cwd, timeout=config.timeout,
+        run = argv if sandbox is None else wrap(argv, sandbox.with_network(config.network))
+        done = await run_capped(run, env=config.env, cwd=cwd, timeout=config.timeout,
                                 stdout_cap=OUTPUT_CAP, stderr_cap=OUTPUT_CAP)
     except OSError as exc:
         return ToolResult.error(f"tool__{config.name}: could not start {argv[0]!r}: "

@@ -17,11 +17,13 @@ parent message cannot be read.
 
 from __future__ import annotations
 
+import sys
+
 from ... import _loop
 from ..._approval._bash_rules import TOOL_NAME, decide_bash
 from ..._command._command import ToolsCommand
 from ..._errors import Denied, InvalidInput
-from ..._approval._policy import CallInfo, canonical_call_key
+from ..._approval._policy import UNSANDBOXED, CallInfo, Decision, canonical_call_key
 from .._preflight import ask_before_start
 
 AGENT_KEY = "toolkernel"
@@ -39,12 +41,23 @@ def started_by_agent(shell) -> bool:
     return AGENT_KEY in metadata
 
 
-def agent_refusal(command: ToolsCommand, script: str) -> str | None:
+def in_agent_cell() -> bool:
+    """Whether the code running now belongs to a cell an agent sent (False outside a kernel)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and started_by_agent(shell)
+
+
+def agent_refusal(command: ToolsCommand, script: str, *, sandboxed: bool) -> str | None:
     """None when an agent's cell may start; else the error line of a cell that did not
-    start (an ask that nobody answers now is recorded as the run's before-start stop)."""
+    start (an ask that nobody answers now is recorded as the run's before-start stop).
+    Unless it runs in the OS sandbox (`sandboxed`), it is put to a person whatever the rules
+    allow: they are checked against the cell's text, which is never the guarantee."""
     decision = decide_bash(script, command.dispatcher.env.policy)
-    if decision.action == "allow":
+    if decision.action == "allow" and sandboxed:
         return None
+    if decision.action == "allow":
+        decision = Decision("ask", UNSANDBOXED)
     info = CallInfo(qualified_name=TOOL_NAME, command=TOOL_NAME, input={"command": script}, kind="execute")
     if decision.action == "deny":
         return Denied(f"an agent's bash cell: {decision.reason}; it did not start").json_line() + "\n"

@@ -104,7 +104,7 @@ class HostBashMagics(Magics):
     def _foreground(self, cell: str, args, runner) -> None:
         sink = _CapturingSink(bool(args.out), bool(args.err))
         ask = input if _stdin_allowed(self.shell) else None
-        result = self._session.result().run_script(cell, sink, runner=runner, ask=ask)
+        result = self._session.result().run_script(cell, sink, runner=runner, ask=ask, agent=runner.agent)
         if result.denied_by_person:
             return  # the person was told "denied; nothing ran"; nothing else follows it
         if result.run_report is not None:

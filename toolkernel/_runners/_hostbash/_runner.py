@@ -24,6 +24,9 @@ from ..._command._command import ToolsCommand
 from ..._errors import Unavailable
 from ..._approval._run import NO_EVENTS, RunEvents
 from .._shell import ShellResult
+from ..._sandbox import Plan, mechanism, wrap
+from .._guard import mount_plan
+from .._sandbox_plan import sandbox_plan
 from ._cell import agent_refusal
 from ._channel import Channel, RunChannel
 
@@ -85,7 +88,7 @@ class HostBashRunner:
 
     def refusal(self, script: str, command: ToolsCommand) -> str | None:
         """None when the cell may start (a person's always may)."""
-        return agent_refusal(command, script) if self.agent else None
+        return agent_refusal(command, script, sandboxed=mechanism().available) if self.agent else None
 
     def cancel(self) -> None:
         """End the whole process group (any thread; the ladder runs on a thread of its own).
@@ -99,13 +102,21 @@ class HostBashRunner:
     def _open(self, script: str, command: ToolsCommand, events: RunEvents, stdout, stderr=None) -> HostRun:
         host = HostRun(self.channel, command, events, script, command.workdir, stdout=stdout,
                        stderr=stdout if stderr is None else stderr, timeout=self.timeout,
-                       on_timeout=self._timed_out)
+                       on_timeout=self._timed_out, sandbox=self._sandbox(command))
         with self._lock:
             self._host = host
             cancelled = self._cancelled
         if cancelled:  # the interrupt came before there was a group to end
             host.end_group_soon(_LADDER)
         return host
+
+    def _sandbox(self, command: ToolsCommand) -> Plan | None:
+        """An agent's cell runs in the OS sandbox; where there is none a person allowed it
+        (`refusal`), and it runs as theirs."""
+        if not self.agent or not mechanism().available:
+            return None
+        protection = command.dispatcher.env.protection() or mount_plan(command.workdir)
+        return sandbox_plan(protection, visible=(str(self.channel.folder),))
 
     def _timed_out(self, host: HostRun) -> None:
         self.timed_out = True
@@ -117,7 +128,7 @@ class HostRun:
     """One started `bash` process group, its channel and its timer."""
 
     def __init__(self, channel: Channel, command: ToolsCommand, events: RunEvents, script: str, workdir: Path, *,
-                 stdout, stderr, timeout: float | None = None, on_timeout=None) -> None:
+                 stdout, stderr, timeout: float | None = None, on_timeout=None, sandbox: Plan | None = None) -> None:
         self.channel = channel
         self.command = command
         # A call that stops the run (approval, call limit) ends the group from the channel's thread.
@@ -129,7 +140,8 @@ class HostRun:
         env = {**os.environ, **channel.env(self.run)}
         self._timer: threading.Timer | None = None
         try:
-            self.proc = subprocess.Popen(["bash", str(self.script_file)], cwd=workdir, env=env,
+            argv = ["bash", str(self.script_file)]
+            self.proc = subprocess.Popen(argv if sandbox is None else wrap(argv, sandbox), cwd=workdir, env=env,
                                          stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                                          start_new_session=True)
         except OSError as exc:
@@ -194,7 +206,7 @@ def start_background(session, runner: HostBashRunner, script: str, *, keep_stdou
                      keep_stderr: bool) -> subprocess.Popen | ShellResult:
     """`%%bash --bg`: the started process, or the result of a cell that did not start.
     Nobody watches a background cell, so a call in it that asks stops it ("later")."""
-    command = _loop.run(session.prepare())
+    command = _loop.run(session.prepare(agent=runner.agent))
     started = runner.start(script, command, NO_EVENTS, keep_stdout=keep_stdout, keep_stderr=keep_stderr)
     if not isinstance(started, str):
         return started

@@ -1,0 +1,260 @@
+"""The OS sandbox of an agent's host code (`_sandbox.py`, `_runners/_sandbox_plan.py`).
+
+In process: a real Session, a real `bash` behind a real channel, a real `bwrap`. The rules
+allow every command (`Bash(*)`): what an agent's cell cannot do here, only the sandbox stops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from kernel_helpers import RecordingSink, error_lines, isolated_env, policy_toml, write_config
+from toolkernel._sandbox import mechanism
+
+needs_sandbox = pytest.mark.skipif(not mechanism().available and not os.environ.get("CI"),
+                                   reason=f"no OS sandbox here: {mechanism().detail}")
+
+HOOK = "hooks/check.py"
+SERVER = "servers/tool_server.py"
+COMMAND = "bin/report.py"
+
+
+def config(allow: list[str], extra: str = "") -> str:
+    python = json.dumps(sys.executable)
+    return (policy_toml(allow=allow)
+            + f'[[hooks]]\nevent = "pre_call"\nmatch = "nothing-matches-this"\ncommand = [{python}, "{HOOK}"]\n\n'
+            + f'[mcp_servers.local]\ncommand = {python}\nargs = ["{SERVER}"]\nload = "on-demand"\n\n'
+            + f'[tools.report]\ncommand = [{python}, "{COMMAND}", "--", "{{{{ input.path }}}}"]\n'
+            + 'parameters = { type = "object", properties = { path = { type = "string" } } }\n'
+            + extra)
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    from toolkernel._runners._hostbash._channel import Channel
+    from toolkernel._session import Session
+
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY")
+    (home / ".bashrc").write_text("# the person's\n")
+    for key, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("HOME", str(home))
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    (state / "toolkernel").mkdir(parents=True)
+    (state / "toolkernel" / "trust.json").write_text("{}")
+    work = home / "work"
+    for name in (HOOK, SERVER, COMMAND):
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text("print('the person wrote this')\n")
+    (work / ".mcp.json").write_text('{"mcpServers": {}}')
+    (work / ".git" / "hooks").mkdir(parents=True)
+    (work / ".git" / "config").write_text("[core]\n")
+    (work / "json.py").write_text("# the person's own json.py\n")
+    write_config(work, config(["Bash(*)"]))
+    session, channel = Session(work), Channel()
+    yield session, channel
+    channel.close()
+    session.close()
+
+
+def run_agent(project, script: str, approver=None):
+    """The cell as an agent sends it. A person who approves its text (a redirection asks) lets it
+    start; it still runs in the sandbox."""
+    from test_runners import Answering
+    from toolkernel._approval._approver import Answer
+    from toolkernel._runners._hostbash._runner import HostBashRunner
+
+    session, channel = project
+    approver = approver or (Answering(Answer.ONCE) if mechanism().available else None)
+    sink = RecordingSink()
+    result = session.run_script(script, sink, runner=HostBashRunner(channel, agent=True), approver=approver)
+    return result, "".join(sink.out), "".join(sink.err)
+
+
+@needs_sandbox
+def test_an_agents_cell_writes_the_workspace_but_nothing_that_decides_or_runs_later(project):
+    session, _ = project
+    work = session.workdir
+    protected = ["toolkernel.toml", ".mcp.json", ".toolkernel/approvals.json", ".git/config",
+                 ".git/hooks/pre-commit", HOOK, SERVER, COMMAND, "json.py"]
+    before = {p: (work / p).read_bytes() if (work / p).exists() else None for p in protected}
+    lines = "\n".join(f'echo pwned > {p} 2>/dev/null && echo "WROTE {p}"' for p in protected)
+    home = os.environ["HOME"]
+    result, out, err = run_agent(project, f"""
+{lines}
+echo pwned > {home}/.bashrc 2>/dev/null  # under /tmp here: its own /tmp; checked on the host below
+echo pwned > {sys.prefix}/pwned.pth 2>/dev/null && echo WROTE-site
+mv hooks hooks2 2>/dev/null && echo MOVED-hooks
+echo data > results.csv && mkdir -p out && echo ok > out/a.txt && echo wrote-results
+echo scratch > /tmp/scratch && cat /tmp/scratch
+""")
+    assert "WROTE" not in out and "MOVED" not in out, (out, err)
+    assert result.exit_code == 0, err
+    assert "wrote-results" in out and "scratch" in out
+    assert (work / "results.csv").read_text() == "data\n" and (work / "out" / "a.txt").exists()
+    assert {p: (work / p).read_bytes() if (work / p).exists() else None for p in protected} == before
+    assert Path(home, ".bashrc").read_text() == "# the person's\n"
+    assert not Path(sys.prefix, "pwned.pth").exists()
+    assert not Path("/tmp/scratch").exists()  # its /tmp was its own
+
+
+@needs_sandbox
+def test_the_state_folder_and_credentials_are_not_visible_and_answers_cannot_be_planted(project):
+    session, _ = project
+    state = Path(os.environ["XDG_STATE_HOME"]) / "toolkernel"
+    result, out, _ = run_agent(project, f"""
+ls -A {state} | wc -l
+cat {state}/trust.json 2>/dev/null || echo no-trust-file
+cat ~/.ssh/id_ed25519 2>/dev/null || echo no-key
+mkdir -p {state}/pending && echo '{{"answer": "once"}}' > {state}/pending/x.answer.json && echo planted-inside
+""")
+    assert out.split() == ["0", "no-trust-file", "no-key", "planted-inside"]
+    assert not (state / "pending").exists()  # what it wrote there was its own empty folder's
+
+
+@needs_sandbox
+def test_the_network_is_closed_to_an_agents_cell(project):
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    accepted: list[object] = []
+    threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
+    try:
+        result, out, _ = run_agent(project, f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo connected"
+                                            " || echo refused")
+    finally:
+        server.close()
+    assert out.strip() == "refused" and not accepted
+
+
+@needs_sandbox
+def test_tools_still_reach_the_kernel_from_inside_the_sandbox(project):
+    result, out, err = run_agent(project, "tools read-file path=results.csv >/dev/null 2>&1; echo hi > r.txt;"
+                                          " tools read-file path=r.txt")
+    assert result.exit_code == 0, err
+    assert "hi" in out
+
+
+def test_without_a_sandbox_an_agents_cell_asks_whatever_the_rules_allow(project, monkeypatch):
+    from test_runners import Answering
+    from toolkernel._approval._approver import Answer
+
+    monkeypatch.setenv("TOOLKERNEL_SANDBOX", "0")
+    session, _ = project
+    result, out, err = run_agent(project, "touch made.txt")
+    assert [e["code"] for e in error_lines(err)] == ["needs_approval"]
+    assert "no OS sandbox" in error_lines(err)[0]["message"] and not (session.workdir / "made.txt").exists()
+    approver = Answering(Answer.ONCE)
+    result, out, err = run_agent(project, "touch made.txt", approver)
+    assert result.exit_code == 0 and (session.workdir / "made.txt").exists()  # a person said yes: theirs
+    assert [r.call.qualified_name for r in approver.requests] == ["Bash"]
+
+
+def test_a_rule_that_denies_still_denies_with_no_sandbox(project, monkeypatch):
+    monkeypatch.setenv("TOOLKERNEL_SANDBOX", "0")
+    session, _ = project
+    write_config(session.workdir, config(["Bash(*)"]).replace('ask = []', 'ask = []\ndeny = ["Bash(rm *)"]')
+                 .replace('deny = []\n', ''))
+    result, out, err = run_agent(project, "rm -f json.py")
+    assert [e["code"] for e in error_lines(err)] == ["denied"] and (session.workdir / "json.py").exists()
+
+
+# -- command tools an agent's run calls -----------------------------------------------------
+
+
+def command_project(project, program: str, network: bool = False):
+    session, _ = project
+    (session.workdir / COMMAND).write_text(program)
+    write_config(session.workdir, config(["Bash(*)", "tool__report"],
+                                         "network = true\n" if network else ""))
+    return session
+
+
+def agent_call(session, **arguments):
+    from toolkernel._frontends._direct import _call  # noqa: F401 - the direct route's module
+
+    import toolkernel._loop as loop
+
+    async def call():
+        command = await session.prepare(one_call=True, agent=True)
+        tool = await command.catalog.find_tool(None, "report")
+        return await command.call(tool, arguments)
+
+    return loop.run(call())
+
+
+WRITER = """import sys
+target = sys.argv[-1]
+try:
+    open(target, "w").write("pwned")
+    print("wrote", target)
+except OSError as exc:
+    print("refused", type(exc).__name__)
+"""
+
+
+@needs_sandbox
+def test_a_command_tool_an_agent_calls_runs_in_the_sandbox_and_a_persons_does_not(project):
+    session = command_project(project, WRITER)
+    called = agent_call(session, path=".toolkernel/planted.json")
+    assert called.failure is None and "refused" in called.result.value()
+    assert not (session.workdir / ".toolkernel" / "planted.json").exists()
+    called = agent_call(session, path="ordinary.txt")
+    assert "wrote" in called.result.value() and (session.workdir / "ordinary.txt").read_text() == "pwned"
+    import toolkernel
+
+    person = toolkernel._frontends._direct.call_argv(session, ["report", "path=.toolkernel/person.json"])
+    assert "wrote" in person and (session.workdir / ".toolkernel" / "person.json").exists()
+
+
+CONNECTOR = """import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[-1])), timeout=5).close()
+    print("connected")
+except OSError:
+    print("no network")
+"""
+
+
+@needs_sandbox
+@pytest.mark.parametrize("network", [False, True])
+def test_a_command_tool_has_the_network_only_when_its_config_says_so(project, network):
+    session = command_project(project, CONNECTOR, network=network)
+    server = socket.create_server(("127.0.0.1", 0))
+    threading.Thread(target=lambda: server.accept(), daemon=True).start()
+    try:
+        called = agent_call(session, path=str(server.getsockname()[1]))
+    finally:
+        server.close()
+    assert called.result.value().strip() == ("connected" if network else "no network")
+
+
+def test_without_a_sandbox_an_agents_command_tool_call_asks_even_when_allowed(project, monkeypatch):
+    monkeypatch.setenv("TOOLKERNEL_SANDBOX", "0")
+    session = command_project(project, WRITER)
+    from toolkernel._errors import NeedsApproval
+
+    with pytest.raises(NeedsApproval, match="no OS sandbox"):
+        agent_call(session, path="ordinary.txt")
+    assert not (session.workdir / "ordinary.txt").exists()
+
+
+def test_doctor_says_which_mechanism_and_why(project, monkeypatch):
+    from toolkernel._runners._sandbox_plan import doctor
+
+    session, _ = project
+    text = doctor(session.workdir)
+    if mechanism().available:
+        assert text.startswith("OS sandbox for an agent's host code: bubblewrap")
+        assert ".toolkernel" in text and "toolkernel.toml" in text and "network: off" in text
+    monkeypatch.setenv("TOOLKERNEL_SANDBOX", "0")
+    assert "none (turned off" in doctor(session.workdir) and "asks a person" in doctor(session.workdir)

@@ -1,0 +1,93 @@
+"""What the OS sandbox of an agent's host process protects in this workspace (`_sandbox.Plan`).
+
+The same list as the Bashkit mounts (`_guard.protection`: config, `.toolkernel/`, `.git/`,
+what hooks, servers and command tools execute, home dotfiles when the workspace is the home
+folder), each made read-only through its top-level folder, since a folder that holds a mount
+point can still be renamed with the protected file in it. Top-level entries that shadow an
+installed module are read-only too; new ones are moved aside when the run ends (`_shadows`).
+A protected name that does not exist yet cannot be mounted without making it on the host:
+a new config file is caught by trust (never trusted until a person says so), a new module by
+the run's end.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+from .._config._trust import store_path
+from .._sandbox import Plan
+from ._guard import STATE_DIR, Protection, make_state_dir
+from ._shadows import installed, module_of
+
+# Credentials an agent's process has no business reading, under the home folder.
+_SECRETS = (".ssh", ".gnupg", ".aws", ".azure", ".config/gcloud", ".config/gh", ".docker", ".kube",
+            ".netrc", ".git-credentials", ".pypirc")
+
+
+def sandbox_plan(protection: Protection, *, visible: tuple[str, ...] = (),
+                 environ: Mapping[str, str] | None = None) -> Plan:
+    environ = os.environ if environ is None else environ
+    root = protection.workdir
+    make_state_dir(root / STATE_DIR)  # it must exist to be mounted read-only
+    tops = {str(root / path.relative_to(root).parts[0]) for path in protection.protected}
+    tops |= set(_shadowing_tops(str(root)))
+    return Plan(writable=(str(root),), read_only=tuple(sorted(tops)), hidden=hidden_places(environ),
+                visible=visible)
+
+
+def hidden_places(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The state folder (approvals, pending requests, trust), the Jupyter runtime folder (a
+    kernel's connection file lets anyone run code in it, outside the sandbox), the session's
+    runtime folder (agent sockets), and the home folder's credentials."""
+    home = Path(environ.get("HOME") or Path.home())
+    places = [store_path(environ).parent, _jupyter_runtime(), *(home / name for name in _SECRETS)]
+    if environ.get("XDG_RUNTIME_DIR"):
+        places.append(Path(environ["XDG_RUNTIME_DIR"]))
+    return tuple(dict.fromkeys(os.path.realpath(p) for p in places))
+
+
+def _jupyter_runtime() -> Path:
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return Path(jupyter_runtime_dir())
+
+
+def _shadowing_tops(root: str) -> list[str]:
+    found = installed(root)
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return []
+    shadowing = []
+    for entry in entries:
+        if entry.name.partition(".")[0] not in found.heads:
+            continue
+        module = module_of(entry.name, entry.is_dir(follow_symlinks=False))
+        if found.may_shadow(module):
+            shadowing.append(entry.path)
+    return shadowing
+
+
+def doctor(workdir: Path) -> str:
+    """`toolkernel doctor`: which OS sandbox holds an agent's host code here, what it protects."""
+    from .._sandbox import mechanism
+    from ._guard import mount_plan
+
+    found = mechanism()
+    head = f"OS sandbox for an agent's host code: {found.name} ({found.detail})"
+    if not found.available:
+        return "\n".join([head, "  none here: every %%bash cell an agent sends and every command tool an agent's",
+                          "  run calls asks a person, whatever the Bash(...) and allow rules say"])
+    plan = sandbox_plan(mount_plan(Path(workdir)))
+    root = plan.writable[0]
+    inside = [os.path.relpath(p, root) for p in plan.read_only if os.path.lexists(p)]
+    return "\n".join([
+        head,
+        "  runs: %%bash cells an agent sends, and command tools an agent's run calls",
+        f"  writable: {root} (the workspace) and a private /tmp; everything else read-only",
+        f"  read-only in the workspace: {', '.join(inside) or '(nothing there yet)'}",
+        f"  hidden (shown empty): {', '.join(p for p in plan.hidden if os.path.lexists(p)) or '(none present)'}",
+        "  network: off (a command tool with `network = true` keeps it)",
+    ])

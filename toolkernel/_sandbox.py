@@ -1,0 +1,115 @@
+"""The operating system's sandbox for host code an agent starts.
+
+An agent's `%%bash` cell and the command tools an agent's run calls run real programs on the
+host. A checker of bash text cannot be the line between what the agent may do and what the
+person decides (bash always has one more way to run a command), so these processes run
+inside an OS sandbox that holds the line whatever the text says:
+
+- everything outside the workspace is read-only, `/tmp` is a private empty folder, and the
+  workspace is writable except `Plan.read_only` (what decides policy or runs later: config,
+  `.toolkernel/`, `.git/`, the programs hooks, servers and command tools run, existing
+  top-level modules that shadow installed ones);
+- `Plan.hidden` (the state folder that holds approvals, pending requests and trust; the
+  Jupyter runtime folder with the kernels' connection files; ssh and cloud credentials) is
+  an empty folder inside;
+- a process table of its own (no other process's `/proc`, environment or command line) and,
+  unless the plan allows it, no network: only a loopback device of its own.
+
+The mechanism is bubblewrap (`bwrap`, Debian's `bubblewrap`), as in Anthropic's sandbox
+runtime and Flatpak: it needs unprivileged user namespaces. Where it cannot run, there is
+no sandbox (`mechanism().available` is False), and the callers ask a person for every such
+process instead (they fail closed). `toolkernel doctor` says which holds and why.
+
+This module only builds and checks the command line: what to protect is worked out above it
+(`_runners/_sandbox_plan.py`), and no I/O happens here but the one probe of `bwrap`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Sequence
+
+BWRAP = "bwrap"
+# Set to "0" to refuse the sandbox (tests of the no-mechanism path; a machine whose bwrap
+# misbehaves): agent host code then asks a person every time, as where none exists.
+DISABLE_VARIABLE = "TOOLKERNEL_SANDBOX"
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    name: str        # "bubblewrap" or "none"
+    detail: str      # what was found, or why there is none
+    available: bool
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one sandboxed process may see and write. Paths are real (links resolved)."""
+
+    writable: tuple[str, ...]            # the workspace (bound writable over a read-only root)
+    read_only: tuple[str, ...] = ()      # inside `writable`: bound read-only over it
+    hidden: tuple[str, ...] = ()         # folders shown empty; files shown as /dev/null
+    visible: tuple[str, ...] = ()        # inside /tmp, bound read-only (the `tools` channel)
+    network: bool = False
+
+    def with_network(self, network: bool) -> "Plan":
+        return Plan(self.writable, self.read_only, self.hidden, self.visible, network)
+
+
+def mechanism() -> Mechanism:
+    """The sandbox this machine offers now (the probe's result is kept for the process)."""
+    if os.environ.get(DISABLE_VARIABLE, "").strip() == "0":
+        return Mechanism("none", f"turned off ({DISABLE_VARIABLE}=0)", False)
+    return _probe_bwrap(shutil.which(BWRAP))
+
+
+@functools.lru_cache(maxsize=4)
+def _probe_bwrap(path: str | None) -> Mechanism:
+    if path is None:
+        return Mechanism("none", "bubblewrap (`bwrap`) is not installed: apt-get install bubblewrap", False)
+    probe = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
+             "--unshare-net", "--die-with-parent", "--", "true"]
+    try:
+        done = subprocess.run(probe, capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Mechanism("none", f"{path} did not run: {exc}", False)
+    if done.returncode != 0:
+        why = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
+        return Mechanism("none", f"{path} cannot make a sandbox here (user namespaces off?): {why[0]}", False)
+    version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    return Mechanism("bubblewrap", f"{version or 'bwrap'} at {path}", True)
+
+
+def wrap(argv: Sequence[str], plan: Plan) -> list[str]:
+    """`argv` as it runs inside the sandbox `plan` describes (call only where `mechanism()` is
+    available). The order matters: later mounts go over earlier ones."""
+    path = shutil.which(BWRAP) or BWRAP
+    args = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for place in plan.visible:
+        args += ["--ro-bind", place, place]
+    for place in plan.writable:
+        args += ["--bind", place, place]
+    for place in plan.read_only:
+        if os.path.lexists(place):  # a mount point that does not exist would be made on the host
+            args += ["--ro-bind", place, place]
+    for place in plan.hidden:
+        args += _hide(place)
+    # No `--new-session`: the caller's process group holds bwrap and what it runs, so one
+    # `killpg` still ends them all (none has a terminal to abuse: they start in a session
+    # of their own).
+    args += ["--unshare-pid", "--die-with-parent"]
+    if not plan.network:
+        args += ["--unshare-net"]
+    return [*args, "--", *argv]
+
+
+def _hide(place: str) -> list[str]:
+    if os.path.isdir(place) and not os.path.islink(place):
+        return ["--tmpfs", place]
+    if os.path.isfile(place) and not os.path.islink(place):
+        return ["--ro-bind", "/dev/null", place]
+    return []  # nothing there to hide (a link: its target is hidden, or read-only, in its own place)
