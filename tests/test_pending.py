@@ -1,4 +1,4 @@
-"""The pending store under .toolkernel/pending/, read as untrusted input.
+"""The pending store under the state folder (`pending/<project>/`), read as untrusted input.
 
 Real processes: `toolkernel serve` (through the `mcp` SDK's client, with no
 elicitation) publishes the calls that wait; `toolkernel approve` in another
@@ -18,13 +18,14 @@ import anyio
 
 from approval_helpers import policy_section, recorder_server_section
 from test_serve import approve_cli, bash, connected, pending_ids, project, recorded, run
+from toolkernel._approval._pending import PendingStore
 from toolkernel._approval._policy import canonical_call_key
 
 SCRIPT = "b=main\ntools github delete_branch branch=$b && echo deleted"
 
 
 def plant(work: Path, name: str, body, mode: int = 0o600) -> Path:
-    folder = work / ".toolkernel" / "pending"
+    folder = PendingStore(work).folder
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
     path.write_text(body if isinstance(body, str) else json.dumps(body))
@@ -117,7 +118,7 @@ def test_the_list_skips_what_it_cannot_trust_and_escapes_what_it_shows(tmp_path)
     plant(work, "222222222222.json", "{not json")
     plant(work, "444444444444.json", "[" * 100_000 + "]" * 100_000)  # past the parser's depth
     target = plant(work, "target.txt", json.dumps(entry("333333333333")))
-    os.symlink(target, work / ".toolkernel" / "pending" / "333333333333.json")
+    os.symlink(target, PendingStore(work).folder / "333333333333.json")
 
     listed = approve_cli(work)
     assert listed.returncode == 0, listed.stderr

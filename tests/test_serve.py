@@ -608,7 +608,9 @@ def approve_cli(work: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def pending_ids(work: Path) -> list[str]:
-    folder = work / ".toolkernel" / "pending"
+    from toolkernel._approval._pending import PendingStore
+
+    folder = PendingStore(work).folder
     return sorted(p.name[:-5] for p in folder.glob("*.json") if not p.name.endswith(".answer.json"))
 
 

@@ -116,9 +116,9 @@ def test_approvals_are_neither_read_nor_written_through_a_linked_state_folder(wo
 
 
 def test_pending_requests_are_not_read_written_or_deleted_through_a_link(work, victim):
-    (work / ".toolkernel").mkdir()
-    (work / ".toolkernel" / "pending").symlink_to(victim)
     store = PendingStore(work)
+    store.folder.parent.mkdir(parents=True, exist_ok=True)
+    store.folder.symlink_to(victim)
     call = CallInfo(qualified_name="write_file", command="write-file", input={"path": "x"}, kind="edit")
     with pytest.raises(PendingError):
         store.publish(call, "asked")

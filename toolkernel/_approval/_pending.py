@@ -1,4 +1,9 @@
-"""Pending approvals other processes can read: `<project>/.toolkernel/pending/`.
+"""Pending approvals other processes can read: `$XDG_STATE_HOME/toolkernel/pending/<project>/`.
+
+They live outside the workspace, in the per-user state folder that an agent's OS sandbox
+hides (`_sandbox.py`): an answer is a person's, and no process an agent starts can write one
+there. `<project>` is a digest of the project folder's real path, so a terminal's
+`toolkernel approve` in that folder finds the requests of a `serve` there.
 
 A `toolkernel serve` whose client cannot be asked (no MCP elicitation) stops
 the run with `needs_approval` and publishes the call here, so that a person
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -41,10 +47,11 @@ from typing import Any, Mapping
 
 from .._atomic import write_atomic
 from .._checked_open import NotAFolder, named_in, open_folder_below
+from .._config._trust import store_path
 from .._names import display, parse_qualified
 from ._policy import CallInfo, canonical_call_key, normalize_qualified_name, parse_rule
 
-FOLDER = Path(".toolkernel") / "pending"
+FOLDER = "pending"
 DECISIONS = ("once", "always", "deny")
 _VERSION = 1
 _ID = re.compile(r"[0-9a-f]{12}")
@@ -107,10 +114,12 @@ class PendingStore:
     list and answer (`toolkernel approve`, `%tools approve ID`)."""
 
     def __init__(self, project_dir: Path | str) -> None:
-        # Every file is reached through the folder opened name by name from the real project
-        # folder, never through a link (a cloned repository may put one where it goes).
-        self.root = os.path.realpath(project_dir)
-        self.folder = Path(self.root) / FOLDER
+        # Every file is reached through the folder opened name by name from the state folder,
+        # never through a link.
+        self.project = os.path.realpath(project_dir)
+        self.root = str(store_path().parent)
+        self.below = os.path.join(FOLDER, hashlib.sha256(os.fsencode(self.project)).hexdigest()[:16])
+        self.folder = Path(self.root) / self.below
 
     # -- the asking process ------------------------------------------------------
 
@@ -190,7 +199,9 @@ class PendingStore:
     def _opened(self, create: bool = False):
         """The pending folder, open; None when it is not there (or is a link, which is refused)."""
         try:
-            folder = open_folder_below(self.root, FOLDER, create=create, mode=0o700)
+            if create:
+                os.makedirs(self.root, mode=0o700, exist_ok=True)
+            folder = open_folder_below(self.root, self.below, create=create, mode=0o700)
         except FileNotFoundError:
             folder = None
         except NotAFolder:

@@ -10,7 +10,7 @@ Every call goes through `Session`: the same dispatcher, policy and approvals
 as a notebook. A person is asked through MCP elicitation when the client
 offers it (`_approver.ElicitApprover`); otherwise the run stops, its
 report says `needs_approval`, and the call is published under
-.toolkernel/pending/ (`_pending`), where `toolkernel approve` or
+$XDG_STATE_HOME/toolkernel/pending/ (`_pending`), where `toolkernel approve` or
 `%tools approve ID` answers it. With `--notebook`, one pairing serves every
 client of this process, and no other notebook is reachable.
 
