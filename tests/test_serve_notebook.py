@@ -22,18 +22,18 @@ from mcp.client.stdio import stdio_client
 
 from approval_helpers import policy_section
 from jupyter_server_helpers import NO_COLLABORATION, SERVER_TOKEN, server_api, start_server, stop_server
-from test_serve import WAIT, project, run, server_env
+from test_serve import WAIT, answering, approve_cli, project, run, server_env
 
 POLICY = policy_section(allow=["notebook_run", "notebook_edit", "notebook_read", "Bash(echo *)"],
                         deny=["Bash(rm *)"])
 
 
 @asynccontextmanager
-async def serving(work: Path, *options: str):
+async def serving(work: Path, *options: str, elicit=None):
     params = StdioServerParameters(command=sys.executable, args=["-m", "toolkernel", "serve", *options],
                                    env=server_env(), cwd=str(work))
     async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write) as client:
+        async with ClientSession(read, write, elicitation_callback=elicit) as client:
             await client.initialize()
             yield client
 
@@ -103,6 +103,48 @@ def test_cells_run_through_serve_are_an_agents(tmp_path):
     assert "from-agent" in text(echoed)
     assert "denied" in text(removed) and (work / "keep.txt").exists()  # Bash(rm *) holds for an agent's cell
     assert "needs_approval" in text(touched) and not (work / "made.txt").exists()  # asked, not run
+
+
+def test_an_agents_bash_cell_that_needs_a_person_is_asked_through_the_clients_elicitation(tmp_path):
+    work = project(tmp_path, POLICY)
+    new_notebook(work / "nb.ipynb")
+    asked: list = []
+
+    async def body():
+        async with serving(work, "--notebook", "nb.ipynb", "--kernel", "python3",
+                           elicit=answering("once", asked)) as client:
+            await run_code(client, "nb.ipynb", "%load_ext toolkernel")
+            return await run_code(client, "nb.ipynb", "%%bash\ntouch made.txt && echo made")
+
+    ran = run(body)
+    assert not ran.is_error and "made" in text(ran), text(ran)
+    assert (work / "made.txt").exists()
+    assert len(asked) == 1 and "touch made.txt" in asked[0].message
+
+
+def test_an_agents_bash_cell_waits_for_toolkernel_approve_when_the_client_cannot_ask(tmp_path):
+    import json
+
+    work = project(tmp_path, POLICY)
+    new_notebook(work / "nb.ipynb")
+    seen: dict = {}
+
+    async def body():
+        async with serving(work, "--notebook", "nb.ipynb", "--kernel", "python3") as client:
+            await run_code(client, "nb.ipynb", "%load_ext toolkernel")
+            first = await run_code(client, "nb.ipynb", "%%bash\ntouch made.txt && echo made")
+            seen["listed"] = await anyio.to_thread.run_sync(approve_cli, work)
+            inner = json.loads(json.loads(text(first))["error"]["message"].splitlines()[0])["error"]
+            seen["first"], seen["request"] = inner, inner["request"]
+            seen["answered"] = await anyio.to_thread.run_sync(approve_cli, work, inner["request"], "once")
+            return await run_code(client, "nb.ipynb", "%%bash\ntouch made.txt && echo made")
+
+    again = run(body)
+    assert seen["first"]["code"] == "needs_approval" and "%tools approve" not in seen["first"]["message"]
+    assert f"toolkernel approve {seen['request']} once" in seen["first"]["message"]
+    assert seen["request"] in seen["listed"].stdout and "touch made.txt" in seen["listed"].stdout
+    assert seen["answered"].returncode == 0, seen["answered"].stderr
+    assert not again.is_error and "made" in text(again) and (work / "made.txt").exists(), text(again)
 
 
 def test_notebook_options_without_a_notebook_or_a_kernel_are_one_line_errors(tmp_path):

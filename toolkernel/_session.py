@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import _loop
 from ._approval._approvals import Approvals
+from ._approval._pending import PendingStore
 from ._approval._approver import Approver, StdinApprover, asking, stop_and_report
 from ._command._catalog import CatalogCache, same_items, check_names
 from ._command._command import ToolsCommand
@@ -152,6 +153,11 @@ class Session:
         )
         if agent:
             env.sandbox = functools.partial(_agent_sandbox, env)
+            if not self.approvals.shares_pending():
+                # An agent's call that nobody here can answer now waits where a person answers
+                # it from a terminal or another front end (`toolkernel approve`), outside the
+                # workspace, where the agent's processes cannot write.
+                self.approvals.share_pending(PendingStore(self.workdir))
         return config, env
 
     def _policy(self, config: Config, read_only: bool, no_approvals: bool) -> Policy:

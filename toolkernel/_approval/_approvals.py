@@ -227,6 +227,15 @@ class Approvals(ApprovalStore):
         """Publish the calls left pending to `store`, where `toolkernel approve` answers them."""
         self._shared = store
 
+    def shares_pending(self) -> bool:
+        return self._shared is not None
+
+    def published_id(self, call: CallInfo) -> str | None:
+        """The id under which this process published `call` for a person, if it did."""
+        key = canonical_call_key(call.qualified_name, call.input)
+        with self._guard:
+            return next((rid for rid, (request, _) in self._published.items() if request.key() == key), None)
+
     def published(self) -> list[PendingRequest]:
         """The requests this process published that wait for an answer, oldest first."""
         with self._guard:

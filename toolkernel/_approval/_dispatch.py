@@ -379,6 +379,11 @@ class Dispatcher:
         if answer is Answer.DENY:
             raise Denied(f"{info.command}: a person denied this call")
         run.stop("needs_approval", info.command, info.input, approval="requested", shown=info.shown())
+        request = self.env.approvals.published_id(info)
+        if request is not None:  # an agent's run: its person answers outside it
+            raise NeedsApproval(f"{info.command} needs a person's approval ({decision.reason}); the call was not"
+                                f" made. A person answers request {request} (`toolkernel approve {request} once`"
+                                " in a terminal); then make it again", request=request)
         raise NeedsApproval(
             f"{info.command} needs a person's approval ({decision.reason}); the call was not made."
             " Approve with `%tools approve` (or --always), or `toolkernel.approve()`, then make it again"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -36,8 +37,9 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 
 from .. import _loop
-from .._approval._approver import Approver, ElicitApprover, stop_and_report
-from .._approval._pending import PendingStore
+from .._approval._approver import Answer, ApprovalRequest, Approver, ElicitApprover, stop_and_report
+from .._approval._pending import PendingError, PendingStore
+from ._answers import answer_request
 from .._command._catalog import Catalog
 from .._command._cli import parse_input
 from .._config._config import load_config
@@ -275,12 +277,62 @@ class ToolServer:
         # One call, no script: the mount plan is worked out only if the call names paths.
         command = await session.prepare(approver=approver, one_call=True, agent=True)
         tool = await _find_listed(self, command.catalog, name)
-        called = await command.call(tool, parse_input([], tool.input_schema, json.dumps(arguments)))
+        arguments = parse_input([], tool.input_schema, json.dumps(arguments))
+        called = await command.call(tool, arguments)
+        request = _cell_request(called.failure)
+        if request is not None and await self._ask_for_cell(request, approver):
+            called = await command.call(tool, arguments)  # the kernel now holds the person's once-grant
         if called.failure is not None:
             raise called.failure
         content: list[Any] = [types.TextContent(type="text", text=whole(called.stdout))]
         content += [_image(self.workdir / p) for p in called.images]
         return types.CallToolResult(content=content)
+
+
+    async def _ask_for_cell(self, request: str, approver: Approver) -> bool:
+        """An agent's cell in the paired kernel waits for a person (request `request`, which that
+        kernel published): asked through the client when it can ask, and answered for the kernel
+        as `toolkernel approve` would. True when the person allowed it (run the cell again)."""
+        if not isinstance(approver, ElicitApprover):
+            return False  # the request waits for `toolkernel approve`, as its message says
+        for project in self._kernel_projects():
+            try:
+                waiting = PendingStore(project).find(request)
+            except PendingError:
+                continue
+            answer = await approver(ApprovalRequest(waiting.call_info(), waiting.reason, before_start=True,
+                                                    always_offered=False))
+            if answer in (Answer.ONCE, Answer.DENY):
+                answer_request(project, request, answer.value)
+            return answer is Answer.ONCE
+        return False
+
+    def _kernel_projects(self) -> list[Path]:
+        """Where the paired kernel's session may have published: its notebook's folder, or here."""
+        places = [self.workdir]
+        notebook = (self._pairing_args or {}).get("notebook")
+        if notebook:
+            places.insert(0, (self.workdir / notebook).resolve().parent)
+        return list(dict.fromkeys(places))
+
+
+def _cell_request(failure: CallError | None) -> str | None:
+    """The request id of an agent's cell that did not start for want of a person, as the kernel's
+    error line inside a notebook_run failure names it."""
+    if failure is None or '"needs_approval"' not in failure.message:
+        return None
+    for line in failure.message.splitlines():
+        try:
+            error = json.loads(line).get("error", {})
+        except (ValueError, AttributeError):
+            continue
+        request = error.get("request") if isinstance(error, dict) else None
+        if error.get("code") == "needs_approval" and isinstance(request, str) and _REQUEST_ID.fullmatch(request):
+            return request
+    return None
+
+
+_REQUEST_ID = re.compile(r"[0-9a-f]{12}")
 
 
 _INSTRUCTIONS = ("Use the bash tool: its scripts reach every configured tool through `tools`"

@@ -79,6 +79,12 @@ def _not_started(command: ToolsCommand, info: CallInfo, reason: str, approval: s
                      shown=info.shown())
     if approval == "denied":
         return Denied(f"{info.command}: a person denied this call; the script did not start").json_line() + "\n"
+    request = command.dispatcher.env.approvals.published_id(info)
+    if request is not None:  # an agent's: no cell of this kernel is the person's channel
+        return NeedsApproval(f"{info.command} needs a person's approval ({reason}); the script did not start."
+                             f" A person answers request {request} (`toolkernel approve {request} once` in a"
+                             " terminal, or the agent's client when it can ask); then run it again",
+                             request=request).json_line() + "\n"
     error = NeedsApproval(
         f"{info.command} needs a person's approval ({reason}); the script did not start."
         " Approve with `%tools approve` (or --always), then run it again"
