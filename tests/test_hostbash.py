@@ -200,7 +200,8 @@ def test_calls_from_parallel_processes_share_the_one_call_limit_and_the_group_en
 
 
 def test_a_call_that_needs_approval_stops_the_group_and_shows_the_report(kernel, workdir):
-    script = "sleep 300 & echo $! > ask.pid\necho first\ntools write-file path=asked.txt content=hi\necho never"
+    # The path is a variable: a call written out in full would be asked about before the start.
+    script = "sleep 300 & echo $! > ask.pid\necho first\nf=asked.txt; tools write-file path=$f content=hi\necho never"
     run = kernel.execute(bash(script))
     assert run.status == "error" and run.stdout == "first\n"
     assert [e["code"] for e in error_lines(run.stderr)] == ["needs_approval"]
@@ -211,6 +212,25 @@ def test_a_call_that_needs_approval_stops_the_group_and_shows_the_report(kernel,
     assert wait_gone(int((workdir / "ask.pid").read_text()))
     assert not (workdir / "asked.txt").exists()
     kernel.execute_ok("%tools deny")
+
+
+def test_a_call_written_out_in_full_that_needs_approval_is_asked_before_the_cell_starts(kernel, workdir):
+    script = "echo x > before.txt; echo first\ntools write-file path=asked.txt content=hi > /dev/null"
+    run = kernel.execute(bash(script))
+    assert run.status == "error" and run.stdout == "" and not (workdir / "before.txt").exists()
+    assert [e["code"] for e in error_lines(run.stderr)] == ["needs_approval"]
+    assert "did not start" in error_lines(run.stderr)[0]["message"]
+    report = next(d["data"] for d in run.displays() if "application/vnd.toolkernel.report+json" in d["data"])
+    stopped = report["application/vnd.toolkernel.report+json"]["tools"]["stopped"]
+    assert stopped["before_start"] and stopped["call"]["tool"] == "tools write-file"
+    background = kernel.execute(bash(script, "--bg"))  # nobody watches it: it does not start either
+    assert background.status == "error" and "needs_approval" in background.stderr
+    assert not (workdir / "before.txt").exists()
+    kernel.execute_ok("%tools approve")  # once: the cell runs again, and its call with it
+    assert kernel.execute_ok(bash(script)).stdout == "first\n"
+    assert (workdir / "before.txt").exists() and (workdir / "asked.txt").read_text() == "hi"
+    (workdir / "before.txt").unlink()
+    (workdir / "asked.txt").unlink()
 
 
 def test_the_channel_refuses_a_caller_without_the_runs_secret(kernel, workdir):
@@ -405,9 +425,9 @@ def test_a_config_a_host_cell_changes_stays_changed_and_is_untrusted_until_trust
         assert person.run("%tools trust").ok
         assert person.run(f"%%bash\ncat > toolkernel.toml <<'EOF'\n{loosened}EOF").ok
         assert (work / "toolkernel.toml").read_text() == loosened  # not undone: the cell is the person's
-        asked = person.run("%%bash --no-raise-error\ntools --help | grep -c 'its config is not trusted'\n"
-                           "tools write-file path=w.txt content=hi")
-        assert asked.stdout == "1\n", shown(asked)
+        helped = person.run("%%bash --no-raise-error\ntools --help | grep -c 'its config is not trusted'")
+        assert helped.stdout == "1\n", shown(helped)
+        asked = person.run("%%bash --no-raise-error\ntools write-file path=w.txt content=hi")
         assert "needs_approval" in shown(asked) and not (work / "w.txt").exists()  # its allow rule does not count
         assert person.run("%tools deny").ok
         assert person.run("%tools trust").ok
@@ -507,6 +527,95 @@ def test_always_for_an_agents_cell_no_single_rule_names_says_so_and_it_does_not_
     errors = error_lines("".join(sink.err))
     assert result.exit_code == 1 and [e["code"] for e in errors] == ["invalid_input"]
     assert "no single rule names it" in errors[0]["message"] and not (session.workdir / "a.txt").exists()
+
+
+# -- a person's cell: the calls it writes out in full are asked about before it starts ------------
+
+
+@pytest.fixture
+def person_session(tmp_path, monkeypatch):
+    from toolkernel._runners._hostbash._channel import Channel
+    from toolkernel._session import Session
+
+    for key, value in isolated_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    work = tmp_path / "work"
+    work.mkdir()
+    write_config(work, github_toml(load="on-demand") + policy_toml())  # write-file asks; github's reads do not
+    session, channel = Session(work), Channel()
+    yield session, channel
+    channel.close()
+    session.close()
+
+
+def run_person_cell(person_session, script: str, approver=None):
+    from kernel_helpers import RecordingSink
+    from toolkernel._runners._hostbash._runner import HostBashRunner
+
+    session, channel = person_session
+    sink = RecordingSink()
+    result = session.run_script(script, sink, runner=HostBashRunner(channel), approver=approver)
+    return result, sink
+
+
+@pytest.mark.parametrize("script, calls", [
+    ("echo x > m; tools github delete-branch branch=fix", [["github", "delete-branch", "branch=fix"]]),
+    ("A=1 tools a 'b c' \"d\" 7 > out 2>&1 && x=$(tools e f) | (tools g)", [["a", "b c", "d", "7"], ["e", "f"], ["g"]]),
+    ("cat <<EOF\n$(tools runs here)\nEOF\ncat <<'EOF'\n$(tools text only)\nEOF", [["runs", "here"]]),
+    ("tools a $x; tools a *.txt; tools a ~/f; tools a {b,c}; tools a \"$(id)\"; tools a $'b'", []),
+    ("f() { tools a b; }; tools; /bin/tools c; echo tools d", [[]]),
+    ("tools a b; if then", []),  # bash would not run it either
+])
+def test_the_calls_a_cell_writes_out_in_full(script, calls):
+    from toolkernel._runners._hostbash._runner import HostBashRunner
+
+    assert HostBashRunner(channel=None).literal_calls(script) == calls
+
+
+WRITES = "echo x > m.txt; echo first\ntools write-file path=w.txt content=hi >/dev/null\necho last"
+
+
+def test_a_persons_cell_is_asked_about_the_calls_it_writes_out_before_it_starts(person_session):
+    from test_runners import Answering
+    from toolkernel._approval._approver import Answer
+
+    session, _ = person_session
+    work = session.workdir
+    for answer, approval in ((None, "requested"), (Answer.DENY, "denied")):
+        approver = Answering(answer) if answer else None
+        result, sink = run_person_cell(person_session, WRITES, approver)
+        stopped = result.report["tools"]["stopped"]
+        assert stopped["before_start"] and stopped["approval"] == approval and result.exit_code == 1
+        assert "".join(sink.out) == "" and not (work / "m.txt").exists() and not (work / "w.txt").exists()
+        if approver:
+            assert [(r.call.command, r.before_start) for r in approver.requests] == [("tools write-file", True)]
+        session.approvals.take_pending()
+    approver = Answering(Answer.ONCE)
+    result, sink = run_person_cell(person_session, WRITES, approver)
+    assert result.exit_code == 0 and "".join(sink.out) == "first\nlast\n" and len(approver.requests) == 1
+    assert (work / "m.txt").exists() and (work / "w.txt").read_text() == "hi"
+    assert session.approvals.pending_once() == []  # the call that ran spent the grant
+
+
+@pytest.mark.parametrize("script", [
+    "f=w.txt; echo x > m.txt; tools write-file path=$f content=hi",  # built at run time
+    "echo x > m.txt; tools write-file path=w.txt content=\"$(echo hi)\"",
+    "w() { tools write-file path=w.txt content=hi; }\necho x > m.txt; w",  # a function may never be called
+    "echo x > m.txt; echo '{\"path\": \"w.txt\", \"content\": \"hi\"}' | tools write-file",  # input on stdin
+])
+def test_a_call_the_cell_does_not_write_out_in_full_is_checked_as_it_runs(person_session, script):
+    session, _ = person_session
+    result, _ = run_person_cell(person_session, script)
+    stopped = result.report["tools"]["stopped"]
+    assert stopped["reason"] == "needs_approval" and not stopped.get("before_start")
+    assert (session.workdir / "m.txt").exists() and not (session.workdir / "w.txt").exists()
+
+
+def test_a_cell_whose_calls_are_all_allowed_just_runs(person_session):
+    script = "echo x > m.txt; tools github get-pull repo=acme/api number=101 | jq .number"
+    result, sink = run_person_cell(person_session, script)
+    assert result.exit_code == 0 and result.report is None and "".join(sink.out) == "101\n"
+    assert (person_session[0].workdir / "m.txt").exists()
 
 
 def test_a_long_text_goes_to_the_shim_in_pieces_whole(monkeypatch):

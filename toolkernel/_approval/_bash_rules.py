@@ -572,3 +572,30 @@ def rule_for_script(text: str) -> str:
         raise ValueError("this cell is not one plain command, so no single rule names it; allow it once, or add"
                          " Bash(...) rules for its commands to [policy] allow in toolkernel.toml")
     return f"{TOOL_NAME}({shlex.join(words)})"
+
+
+# -- literal commands: host %%bash's before-start check ------------------------
+
+
+def literal_commands(text: str, name: str) -> list[tuple[str, ...]]:
+    """The arguments of each simple command `name` the script writes out in full (every word
+    literal), in its order; not those in a function's body, which may never be called. [] for a
+    script that does not parse. Advisory: what the script builds at run time is not among them."""
+    tree = _parser().parse(text.encode())
+    if tree.root_node.has_error:
+        return []
+    found = []
+    for node in _walk(tree.root_node):
+        name_node = node.child_by_field_name("name") if node.type == "command" else None
+        if name_node is None or _literal(name_node) != name or _in_function_body(node):
+            continue
+        words = tuple(_literal(a) for a in node.children_by_field_name("argument"))
+        if all(w is not None for w in words):
+            found.append(words)
+    return found
+
+
+def _in_function_body(node) -> bool:
+    while node is not None and node.type != "function_definition":
+        node = node.parent
+    return node is not None

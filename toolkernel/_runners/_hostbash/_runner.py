@@ -22,7 +22,9 @@ from pathlib import Path
 from ... import _loop
 from ..._command._command import ToolsCommand
 from ..._errors import Unavailable
+from ..._approval._bash_rules import literal_commands
 from ..._approval._run import NO_EVENTS, RunEvents
+from .._preflight import preflight
 from .._shell import ShellResult
 from ..._sandbox import Plan, mechanism, wrap
 from .._guard import mount_plan
@@ -47,8 +49,12 @@ class HostBashRunner:
         self._lock = threading.Lock()
 
     def literal_calls(self, script: str) -> list[list[str]]:
-        # Host bash is not parsed for `tools` lines: each call is checked as it runs.
-        return []
+        """The `tools` calls the cell writes out in full, from the parse the `Bash(...)` rules
+        use (advisory: see _preflight; every call is checked again as it runs)."""
+        try:
+            return [list(words) for words in literal_commands(script, "tools")]
+        except Exception:  # noqa: BLE001 - a cell the parser cannot take is checked call by call as it runs
+            return []
 
     def run(self, script: str, command: ToolsCommand, events: RunEvents) -> ShellResult:
         refused = self.refusal(script, command)
@@ -205,9 +211,12 @@ def _read(stream, events: RunEvents, is_stderr: int) -> None:
 def start_background(session, runner: HostBashRunner, script: str, *, keep_stdout: bool,
                      keep_stderr: bool) -> subprocess.Popen | ShellResult:
     """`%%bash --bg`: the started process, or the result of a cell that did not start.
-    Nobody watches a background cell, so a call in it that asks stops it ("later")."""
+    Nobody watches a background cell, so a call in it that asks stops it ("later"), and a call
+    it writes out in full that asks keeps it from starting."""
     command = _loop.run(session.prepare(agent=runner.agent))
-    started = runner.start(script, command, NO_EVENTS, keep_stdout=keep_stdout, keep_stderr=keep_stderr)
+    refused = _loop.run(preflight(runner.literal_calls(script), command))
+    started = refused if refused is not None else runner.start(script, command, NO_EVENTS, keep_stdout=keep_stdout,
+                                                               keep_stderr=keep_stderr)
     if not isinstance(started, str):
         return started
     report = command.run.report(1) if command.run.needs_report(1) else None

@@ -10,6 +10,10 @@ Wire format (integers are 4-byte big-endian):
               stdin-ready ("1"/"0"), argv...
     replies   b"S": send stdin as one field, then read the final reply;
               b"R" exit-code, stdout field, stderr field.
+The secret comes first: the kernel reads nothing after it for a secret that
+opens no run, and the rest only up to what a command line can hold (see
+_channel.py). It may answer and close before it has read the whole request,
+so a failed send is followed by a look for that answer.
 """
 
 import _socket
@@ -36,6 +40,19 @@ def _exact(sock, size):
 
 def _read_field(sock):
     return _exact(sock, int.from_bytes(_exact(sock, 4), "big"))
+
+
+def _send(sock, data):
+    """Send, then read the kernel's next reply byte; one that refused the request (a
+    finished run's secret, too large a command line) may have closed before reading it all."""
+    try:
+        sock.sendall(data)
+    except OSError as exc:
+        try:
+            return _exact(sock, 1)
+        except OSError:
+            raise exc from None
+    return _exact(sock, 1)
 
 
 def _stdin_ready():
@@ -81,11 +98,11 @@ def main():
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(path)
-        sock.sendall(len(fields).to_bytes(4, "big") + b"".join(_field(f) for f in fields))
-        reply = _exact(sock, 1)
+        reply = _send(sock, len(fields).to_bytes(4, "big") + b"".join(_field(f) for f in fields))
         if reply == b"S":
-            sock.sendall(_field(_read_stdin() if ready else b""))
-            reply = _exact(sock, 1)
+            reply = _send(sock, _field(_read_stdin() if ready else b""))
+        if reply != b"R":
+            raise ConnectionError("the kernel sent no answer")
         code = int.from_bytes(_exact(sock, 4), "big")
         out, err = _read_field(sock), _read_field(sock)
     except (OSError, ConnectionError) as exc:
