@@ -1,0 +1,113 @@
+"""The workspace files a folder's config runs, for its trust (`_trust`).
+
+Trusting a folder's config trusts what its hooks, MCP servers and command tools execute
+there: a `git pull` that rewrote only `hooks/check.py` (a hook's `command`) or `server.py`
+(a server's `args`) would otherwise run new code with no new question. So a folder's
+fingerprint holds each file of its own tree that an entry names in `command` or `args`,
+resolved as the program starts: a hook in the config file's folder, a server in its `cwd`
+(relative to the config file), a command tool in its `cwd`. A server or command tool with no
+`cwd` (or a command tool's relative one) starts in the kernel's folder, unknown when a person
+trusts: it is taken to be the config file's folder, where the kernel runs when that folder
+is the workspace. A word counts only when it names an existing regular file inside the
+folder (links followed): `python3` found on PATH, or `/usr/bin/env`, is not the workspace's.
+A command tool's words filled from the input (`{{ ... }}`) name no file before a call.
+
+The entries are read loosely from the parsed files (what is not a string is skipped): the
+config's own checks report what is wrong, and a wrong config never runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from ._expand import Expander, resolve_cwd
+
+_CHUNK = 1024 * 1024
+
+
+def named_files(folder: Path, data: Mapping[str, Any], environ: Mapping[str, str],
+                looked_at: list[str] | None = None) -> dict[str, str]:
+    """{path relative to `folder`: SHA-256} of each file inside `folder` (where links lead) that
+    the config files' parsed `data` (by file name) name to execute; "unreadable" for one that
+    cannot be read.
+    `looked_at` collects every path whose state the answer depends on (for `_cache`)."""
+    looked_at = [] if looked_at is None else looked_at
+    root, named = os.path.realpath(folder), os.path.abspath(folder)
+    found: dict[str, str] = {}
+    for name, parsed in data.items():
+        if not isinstance(parsed, Mapping):
+            continue
+        for base, words in _entries(folder, name, parsed, environ):
+            for word in words:
+                place = os.path.join(base, os.path.expanduser(word)) if word else ""
+                if not place or "\0" in place:
+                    continue
+                place = os.path.abspath(place)
+                real = os.path.realpath(place)
+                if _inside(place, named) or _inside(real, root):
+                    looked_at.append(place)  # a file made or changed there moves the fingerprint
+                if _inside(real, root) and os.path.isfile(real):
+                    # Named as the config names it: what runs is what that name holds, wherever a link leads.
+                    found.setdefault(os.path.relpath(place, named), _file_digest(real))
+    return found
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _entries(folder: Path, name: str, data: Mapping[str, Any],
+             environ: Mapping[str, str]) -> Iterator[tuple[str, list[str]]]:
+    """(folder the program starts in, its words) of each hook, stdio server and command tool."""
+    home = Path(environ.get("HOME") or Path.home())
+    servers = data.get("mcpServers" if name.endswith(".json") else "mcp_servers")
+    for server in _tables(servers.values() if isinstance(servers, Mapping) else ()):
+        expand = Expander(environ)
+        words = [expand(word) for word in _strings([server.get("command"), *_list(server.get("args"))])]
+        cwd = server.get("cwd")
+        yield (resolve_cwd(expand(cwd), folder, home) if isinstance(cwd, str) and cwd else str(folder)), words
+    if name.endswith(".json"):
+        return
+    for hook in _tables(_list(data.get("hooks"))):
+        yield str(folder), _strings(_list(hook.get("command")))
+    tools = data.get("tools")
+    for tool in _tables(tools.values() if isinstance(tools, Mapping) else ()):
+        cwd = tool.get("cwd")
+        base = folder / Path(Expander(environ)(cwd)).expanduser() if isinstance(cwd, str) and cwd else folder
+        yield str(base), [word for word in _strings(_list(tool.get("command"))) if "{{" not in word]
+
+
+def _tables(values: Any) -> Iterator[Mapping[str, Any]]:
+    return (value for value in values if isinstance(value, Mapping))
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value] if isinstance(value, str) else []
+
+
+def _strings(values: list[Any]) -> list[str]:
+    return [value for value in values if isinstance(value, str)]
+
+
+def _file_digest(path: str) -> str:
+    """SHA-256 of a regular file, read in pieces (a program may be a large binary). Opened without
+    blocking and checked to be regular after the open: a pipe swapped in would never end."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return "unreadable"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "unreadable"
+        hashed = hashlib.sha256()
+        while piece := os.read(fd, _CHUNK):
+            hashed.update(piece)
+        return hashed.hexdigest()
+    except OSError:
+        return "unreadable"
+    finally:
+        os.close(fd)
