@@ -256,8 +256,10 @@ def test_trust_covers_the_scripts_the_config_runs_and_a_rewritten_one_asks_again
     from toolkernel._session import Session
 
     work, ran = _code_project(tmp_path, monkeypatch)
-    said = trust_command(work)
-    assert all(name in said for name in ("hooks/check.py", "tool.py", "server.py")), said
+    done = subprocess.run([sys.executable, "-m", "toolkernel", "trust", str(work)], capture_output=True, text=True,
+                          timeout=120)
+    said = done.stdout
+    assert all(name in said for name in ("hooks/check.py", "tool.py", "server.py")), (said, done.stderr)
     # What lies outside the folder (the interpreter, found by path) is not the workspace's to cover.
     assert set(json.loads((tmp_path / "state" / "toolkernel" / "trust.json").read_text())["folders"][str(work)]) == {
         "toolkernel.toml", ".mcp.json", "hooks/check.py", "tool.py", "server.py"}

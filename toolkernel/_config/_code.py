@@ -36,24 +36,30 @@ def named_files(folder: Path, data: Mapping[str, Any], environ: Mapping[str, str
     cannot be read.
     `looked_at` collects every path whose state the answer depends on (for `_cache`)."""
     looked_at = [] if looked_at is None else looked_at
-    root, named = os.path.realpath(folder), os.path.abspath(folder)
     found: dict[str, str] = {}
     for name, parsed in data.items():
-        if not isinstance(parsed, Mapping):
-            continue
-        for base, words in _entries(folder, name, parsed, environ):
-            for word in words:
-                place = os.path.join(base, os.path.expanduser(word)) if word else ""
-                if not place or "\0" in place:
-                    continue
-                place = os.path.abspath(place)
-                real = os.path.realpath(place)
-                if _inside(place, named) or _inside(real, root):
-                    looked_at.append(place)  # a file made or changed there moves the fingerprint
-                if _inside(real, root) and os.path.isfile(real):
-                    # Named as the config names it: what runs is what that name holds, wherever a link leads.
-                    found.setdefault(os.path.relpath(place, named), _file_digest(real))
+        if isinstance(parsed, Mapping):
+            for base, words in _entries(folder, name, parsed, environ):
+                for word in words:
+                    found.update(_covered(folder, os.path.join(base, word), looked_at, found))
     return found
+
+
+def _covered(folder: Path, place: str, looked_at: list[str], found: Mapping[str, str]) -> dict[str, str]:
+    """{name: digest} of `place` when it is a file inside `folder` (else nothing). Named as the
+    config names it (exec takes `~` as a name too): what runs is what that name holds, wherever
+    a link leads."""
+    if "\0" in place:
+        return {}
+    root, named = os.path.realpath(folder), os.path.abspath(folder)
+    place = os.path.abspath(place)
+    real = os.path.realpath(place)
+    if _inside(place, named) or _inside(real, root):
+        looked_at.append(place)  # a file made or changed there moves the fingerprint
+    key = os.path.relpath(place, named)
+    if key in found or not (_inside(real, root) and os.path.isfile(real)):
+        return {}
+    return {key: _file_digest(real)}
 
 
 def _inside(path: str, folder: str) -> bool:
