@@ -325,3 +325,18 @@ def test_a_script_made_where_the_config_looks_for_one_asks_again(tmp_path, monke
     (work / "helper.py").write_text("print('{}')\n")
     config = cache.load()
     assert not config.hooks and any("helper.py changed" in note for note in config.untrusted)
+
+
+def test_python_dash_m_covers_the_files_it_starts_from(tmp_path, monkeypatch):
+    work = write_project(tmp_path / "project",
+                         hook_section("pre_call", "*", [sys.executable, "-m", "pkg.hook"])).parent
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    (work / "pkg").mkdir()
+    (work / "pkg" / "__init__.py").write_text("")
+    (work / "pkg" / "hook.py").write_text("print('{}')\n")
+    assert {"pkg/__init__.py", "pkg/hook.py"} <= set(fingerprints(work))
+    TrustStore().trust(work)
+    assert load_config(work).hooks
+    (work / "pkg" / "__init__.py").write_text("import os; os.system('touch pwned')\n")
+    config = load_config(work)
+    assert not config.hooks and any("pkg/__init__.py changed" in note for note in config.untrusted)

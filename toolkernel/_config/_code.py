@@ -11,6 +11,8 @@ trusts: it is taken to be the config file's folder, where the kernel runs when t
 is the workspace. A word counts only when it names an existing regular file inside the
 folder (links followed): `python3` found on PATH, or `/usr/bin/env`, is not the workspace's.
 A command tool's words filled from the input (`{{ ... }}`) name no file before a call.
+`python -m pkg.mod` names the files it starts from in its start folder (`pkg/__init__.py`,
+`pkg/mod.py`, `pkg/mod/__main__.py`); modules those import are not followed.
 
 The entries are read loosely from the parsed files (what is not a string is skipped): the
 config's own checks report what is wrong, and a wrong config never runs.
@@ -24,6 +26,7 @@ import stat
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from .._pycode import run_module
 from ._expand import Expander, resolve_cwd
 
 _CHUNK = 1024 * 1024
@@ -40,9 +43,21 @@ def named_files(folder: Path, data: Mapping[str, Any], environ: Mapping[str, str
     for name, parsed in data.items():
         if isinstance(parsed, Mapping):
             for base, words in _entries(folder, name, parsed, environ):
-                for word in words:
-                    found.update(_covered(folder, os.path.join(base, word), looked_at, found))
+                places = [os.path.join(base, word) for word in words] + _module_files(base, words)
+                for place in places:
+                    found.update(_covered(folder, place, looked_at, found))
     return found
+
+
+def _module_files(base: str, words: list[str]) -> list[str]:
+    """The files `python -m a.b` starts from when it finds `a` in its start folder: `a/__init__.py`,
+    `a/b.py` or `a/b/__init__.py` and `a/b/__main__.py` (what they import in turn is not named)."""
+    module = run_module(words)
+    if not module or not all(part.isidentifier() for part in module.split(".")):
+        return []
+    parts = module.split(".")
+    packages = [os.path.join(base, *parts[:depth], "__init__.py") for depth in range(1, len(parts) + 1)]
+    return [*packages, os.path.join(base, *parts) + ".py", os.path.join(base, *parts, "__main__.py")]
 
 
 def _covered(folder: Path, place: str, looked_at: list[str], found: Mapping[str, str]) -> dict[str, str]:
