@@ -125,6 +125,39 @@ def test_a_value_that_would_be_an_option_is_refused_before_anything_runs(project
     assert json.loads(sink.stdout_text.splitlines()[2]) == [f"--regexp={value}", "-5"]
 
 
+# Each argument is judged as composed from all its templates: (template, input, refused).
+COMPOSED = {
+    # The attack of issue 34: a read_only `git log` tool got `--output=F` from two values.
+    "joined": ("{{input.remote}}{{input.ref}}", {"remote": "-", "ref": "-output=F"}, True),
+    "empty_first": ("{{input.a}}{{input.b}}", {"a": "", "b": "-x"}, True),
+    "each": ("{{#each input.l}}{{this}}{{/each}}", {"l": ["-", "-x"]}, True),
+    "each_data": ("{{#each input.l}}{{this}}{{/each}}", {"l": ["a", "-x"]}, False),
+    "key": ("{{#each input.o}}{{@key}}{{/each}}", {"o": {"--output=F": 1}}, True),
+    "stripped_text": (" {{~input.a}}", {"a": "-x"}, True),  # `~` takes the template's own space away
+    "own_option": ("--format={{input.a}}", {"a": "-x"}, False),
+    "own_flag": ("{{#if input.v}}--verbose{{/if}}{{input.a}}", {"v": True, "a": "-x"}, False),
+    "flag_off": ("{{#if input.v}}--verbose{{/if}}{{input.a}}", {"v": False, "a": "-x"}, True),
+    "dash_alone": ("{{input.a}}{{input.b}}", {"a": "-", "b": ""}, False),
+    "number": ("{{input.b}}{{input.n}}", {"b": "", "n": -5}, False),
+}
+
+
+def test_an_argument_the_input_begins_with_a_dash_is_refused_as_composed(project):
+    ran = project / "ran"
+    ran.mkdir()
+    config = "".join(command_tool(name, [PY, "-c", "import sys; open(sys.argv[1], 'w')", str(ran / name), template],
+                                  parameters={"type": "object"}, read_only=True)
+                     for name, (template, _, _) in COMPOSED.items())
+    script = "".join(f"tools {name.replace('_', '-')} {_shell_quote(json.dumps(tool_input))}; echo \"{name} $?\"\n"
+                     for name, (_, tool_input, _) in COMPOSED.items())
+    result, sink = run_script(project, config, script)
+    for name, (_, _, refused) in COMPOSED.items():
+        assert (ran / name).exists() is not refused, (name, sink.stderr_text)
+        assert f"{name} {1 if refused else 0}" in sink.stdout_text.splitlines(), (name, sink.stdout_text)
+    assert sink.stderr_text.count("begins with `-` from the input") == sum(r for _, _, r in COMPOSED.values())
+    assert "'--output=F'" in sink.stderr_text and "invalid_input" in sink.stderr_text
+
+
 def test_a_value_that_would_be_an_option_is_refused_before_a_person_is_asked(project):
     config = command_tool("fetch_like", ["true", "{{ input.a }}"], parameters=STRINGS)  # may change: asks
     result, sink = run_script(project, config, "x=--upload-pack=touch; tools fetch-like a=$x\n")

@@ -199,7 +199,144 @@ def test_trust_judges_a_file_that_was_parsed_and_then_removed(tmp_path, monkeypa
     (work / ".mcp.json").write_text(json.dumps({"mcpServers": {"planted": {"command": "sh"}}}))
     first_read = _trust.fingerprints
     monkeypatch.setattr(_trust, "fingerprints",
-                        lambda folder: {k: v for k, v in first_read(folder).items() if k != ".mcp.json"})
+                        lambda folder, *rest: {k: v for k, v in first_read(folder, *rest).items() if k != ".mcp.json"})
     config = load_config(work)
     assert "planted" not in config.servers
     assert any("not trusted" in note for note in config.untrusted)
+
+
+# -- trust covers the code a folder's config runs (issue 34) ----------------------------------
+
+def _code_project(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
+    """A project whose hook, server (.mcp.json, a script in `args`) and command tool run
+    scripts of its own; each script notes its version in `ran/` when it runs."""
+    from approval_helpers import toml_string
+
+    work, ran = tmp_path / "project", tmp_path / "ran"
+    ran.mkdir()
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("TOOLKERNEL_ADMIN_CONFIG", str(tmp_path / "no-admin.toml"))
+    work.mkdir()
+    monkeypatch.chdir(work)  # the server has no cwd: it starts in the kernel's folder, the project's here
+    write_project(work, hook_section("pre_call", "*", [sys.executable, "hooks/check.py"]),
+                  f"[tools.version]\ncommand = [{toml_string(sys.executable)}, \"tool.py\"]\nread_only = true\n")
+    (work / ".mcp.json").write_text(json.dumps({"mcpServers": {"github": {
+        "command": sys.executable, "args": ["server.py"], "env": {"RECORD_FILE": str(tmp_path / "rec")}}}}))
+    (work / "hooks").mkdir()
+    for name in ("hook", "server", "tool"):
+        _version(work, 1, ran, name)
+    return work, ran
+
+
+def _noting(name: str, version: int, ran: Path) -> str:
+    return f"open({str(ran / name)!r}, 'a').write('v{version} ')\n"
+
+
+def _version(work: Path, version: int, ran: Path, name: str) -> None:
+    """Write the script of `name` as `version`, as a `git pull` would."""
+    from approval_helpers import SERVERS
+
+    if name == "hook":
+        (work / "hooks" / "check.py").write_text(_noting("hook", version, ran) + "print('{}')\n")
+    elif name == "tool":
+        (work / "tool.py").write_text(_noting("tool", version, ran) + f"print('tool v{version}')\n")
+    else:
+        (work / "server.py").write_text(f"import runpy\n{_noting('server', version, ran)}"
+                                        f"runpy.run_path({str(SERVERS / 'recorder.py')!r}, run_name='__main__')\n")
+
+
+def _noted(ran: Path, name: str) -> str:
+    path = ran / name
+    return path.read_text() if path.exists() else ""
+
+
+def test_trust_covers_the_scripts_the_config_runs_and_a_rewritten_one_asks_again(tmp_path, monkeypatch):
+    from kernel_helpers import RecordingSink
+    from toolkernel._config._trust import trust_command
+    from toolkernel._session import Session
+
+    work, ran = _code_project(tmp_path, monkeypatch)
+    done = subprocess.run([sys.executable, "-m", "toolkernel", "trust", str(work)], capture_output=True, text=True,
+                          timeout=120)
+    said = done.stdout
+    assert all(name in said for name in ("hooks/check.py", "tool.py", "server.py")), (said, done.stderr)
+    # What lies outside the folder (the interpreter, found by path) is not the workspace's to cover.
+    assert set(json.loads((tmp_path / "state" / "toolkernel" / "trust.json").read_text())["folders"][str(work)]) == {
+        "toolkernel.toml", ".mcp.json", "hooks/check.py", "tool.py", "server.py"}
+
+    session = Session(work)
+    script = "tools github list-pulls repo=x >/dev/null; tools version; tools --help\n"
+    try:
+        def run() -> str:
+            sink = RecordingSink()
+            session.run_script(script, sink)
+            return "".join(sink.out) + "".join(sink.err)
+
+        assert "tool v1" in run()
+        assert _noted(ran, "hook") == "v1 v1 " and _noted(ran, "server") == "v1 " and _noted(ran, "tool") == "v1 "
+        for name, path in (("hook", "hooks/check.py"), ("server", "server.py"), ("tool", "tool.py")):
+            before = {other: _noted(ran, other) for other in ("hook", "server", "tool")}
+            _version(work, 2, ran, name)
+            out = run()  # the same session: its cached config must see the change
+            assert {other: _noted(ran, other) for other in before} == before, out  # nothing of it ran
+            assert f"{path} changed since it was trusted" in out and "toolkernel trust" in out, out
+            assert "tool v" not in out
+            trust_command(work)
+            out = run()
+            assert _noted(ran, name).endswith("v2 "), (name, out)
+            assert "not trusted" not in out
+    finally:
+        session.close()
+
+
+def test_code_outside_the_folder_or_filled_from_the_input_is_not_covered(tmp_path, monkeypatch):
+    work, ran = _code_project(tmp_path, monkeypatch)
+    outside = tmp_path / "elsewhere.py"
+    outside.write_text("print('{}')\n")
+    (work / "hooks" / "link.py").symlink_to(outside)
+    write_project(work, hook_section("pre_call", "*", [sys.executable, "hooks/link.py", "../ran/hook"]),
+                  hook_section("post_call", "*", [sys.executable, str(work / "hooks" / "check.py")]),
+                  '[tools.t]\ncommand = ["sh", "{{input.script}}"]\ncwd = "hooks"\n'
+                  '[tools.u]\ncommand = ["sh", "../tool.py"]\ncwd = "hooks"\n')
+    names = set(fingerprints(work))
+    assert names == {"toolkernel.toml", ".mcp.json", "hooks/check.py", "tool.py", "server.py"}, names
+    TrustStore().trust(work)
+    assert load_config(work).hooks
+    outside.write_text("print('changed')\n")  # not the workspace's: a link out of it is not followed into trust
+    assert load_config(work).hooks
+    (work / "tool.py").write_text("changed")  # a command tool's script, by its `cwd`
+    config = load_config(work)
+    assert not config.hooks and not config.commands
+    assert any("tool.py changed since it was trusted" in note for note in config.untrusted)
+    questions: list[str] = []
+    ask_to_trust(work, lambda q: questions.append(q) or "n", set())
+    assert "changed since it was trusted: tool.py" in questions[0], questions
+
+
+def test_a_script_made_where_the_config_looks_for_one_asks_again(tmp_path, monkeypatch):
+    # `args = ["helper.py"]` names nothing yet when trusted; a later pull that adds it runs new code.
+    work = write_project(tmp_path / "project", hook_section("pre_call", "*", [sys.executable, "helper.py"])).parent
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    from toolkernel._config._cache import ConfigCache
+
+    TrustStore().trust(work)
+    cache = ConfigCache(work)
+    assert cache.load().hooks
+    (work / "helper.py").write_text("print('{}')\n")
+    config = cache.load()
+    assert not config.hooks and any("helper.py changed" in note for note in config.untrusted)
+
+
+def test_python_dash_m_covers_the_files_it_starts_from(tmp_path, monkeypatch):
+    work = write_project(tmp_path / "project",
+                         hook_section("pre_call", "*", [sys.executable, "-m", "pkg.hook"])).parent
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    (work / "pkg").mkdir()
+    (work / "pkg" / "__init__.py").write_text("")
+    (work / "pkg" / "hook.py").write_text("print('{}')\n")
+    assert {"pkg/__init__.py", "pkg/hook.py"} <= set(fingerprints(work))
+    TrustStore().trust(work)
+    assert load_config(work).hooks
+    (work / "pkg" / "__init__.py").write_text("import os; os.system('touch pwned')\n")
+    config = load_config(work)
+    assert not config.hooks and any("pkg/__init__.py changed" in note for note in config.untrusted)

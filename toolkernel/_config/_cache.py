@@ -4,7 +4,8 @@ Reading and checking every config file costs about a millisecond and a half, mos
 of a direct call (`%tools ...`, `toolkernel.call`). The promise stays "the config is
 re-read on every run": what is checked on every run is a fingerprint of everything
 `load_config` reads (each candidate file's and folder's status, the trust store's,
-the environment), and a change to any of it reads the files again (of a folder,
+the environment, and each place a project folder's trust looked for the code its config
+runs, `Config.code_paths`), and a change to any of it reads the files again (of a folder,
 only what it is and its mode count: its times move with every entry made in it).
 
 Most candidate files do not exist, and looking for each of them again was most of
@@ -217,12 +218,25 @@ class ConfigCache:
     def check(self, lstat: Callable[[str], os.stat_result | None] = lstat_or_none) -> tuple[Config, _Check]:
         """The config, and the check that found it current (what it saw of each watched path)."""
         checked = self._last = fingerprint(self.workdir, lstat=lstat, last=self._last)
-        key = (checked.environ, checked.statuses)
+        code = _code_statuses(self._config.code_paths, lstat) if self._config is not None else ()
+        key = (checked.environ, checked.statuses, code)
         if self._config is None or (key != self._key and _read_by_config(key) != _read_by_config(self._key)):
             # A bad config raises here every time: only a good one is kept (with its key).
             self._config = load_config(self.workdir)
+            key = (checked.environ, checked.statuses, _code_statuses(self._config.code_paths, lstat))
         self._key = key
         return self._config, checked
+
+
+def _code_statuses(paths: tuple[str, ...], lstat: Callable[[str], os.stat_result | None]) -> tuple[Any, ...]:
+    """The status of each place the code a folder's config runs was looked for (`Config.code_paths`):
+    a folder's trust covers that code, so an edit there, or a file made there, may untrust it."""
+    found = []
+    for path in paths:
+        status = lstat(path)
+        found.append(None if status is None else _link_status(path, status) if stat.S_ISLNK(status.st_mode)
+                     else _entry(status))
+    return tuple(found)
 
 
 def _read_by_config(key: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -231,5 +245,5 @@ def _read_by_config(key: tuple[Any, ...]) -> tuple[Any, ...]:
     entries that can hold config are watched themselves (the check looks at them when their
     folder moved): of a folder, only what it is (inode, device) and its mode (who may write
     there) count. Reading the config again for anything else cost a direct call 1-2 ms."""
-    environ, statuses = key
-    return environ, tuple(status[:3] if _is_folder(status) else status for status in statuses)
+    environ, statuses, code = key
+    return environ, tuple(status[:3] if _is_folder(status) else status for status in statuses), code

@@ -48,10 +48,13 @@ def read_config(workdir: Path, *, user_config_dir: Path | None = None, admin_pat
     builder = Builder(environ, home(environ))
     doubts = Doubts(TrustStore(environ=environ))
     found = sources(Path(workdir), environ, user_dir=user_config_dir, admin=admin_path)
-    for source in found:
-        data = source.attempt(source.read)
+    read = [(source, source.attempt(source.read)) for source in found]
+    for source, data in read:
+        doubts.saw(source, data)
+    for source, data in read:
         if data is not None:
             builder.add(source, data, doubts.about(source))
     config = builder.build(doubts.notes(), doubts.to_trust(),
-                           approvals_trusted=not doubts.of(Path(workdir).resolve()))
+                           approvals_trusted=not doubts.of(Path(workdir).resolve()),
+                           code_paths=tuple(dict.fromkeys(doubts.code_paths)))
     return config, tuple(problem for source in found for problem in source.problems)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from types import MappingProxyType
+from pathlib import Path
 from typing import Iterable, Mapping
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -43,3 +44,11 @@ class Expander:
 
     def table(self, table: Mapping[str, str]) -> Mapping[str, str]:
         return MappingProxyType({k: self(v) for k, v in table.items()}) if table else EMPTY
+
+
+def resolve_cwd(cwd: str, base: Path, home: Path) -> str:
+    """A server's `cwd`, `${VAR}`s expanded: a relative one is relative to the file that names
+    it (`base`, its folder), not to the kernel; `~` is the home folder."""
+    if cwd == "~" or cwd.startswith("~/"):
+        cwd = str(home) + cwd[1:]
+    return str(base / cwd)

@@ -68,6 +68,9 @@ class Config:
     # Servers whose own entry is wrong, by name: only they are unavailable (issue 10);
     # every other part of the config still counts.
     broken_servers: Mapping[str, ConfigError] = field(default_factory=_no_mapping)
+    # Where the code a project folder's config runs was looked for: its trust covers that
+    # code, so a change there reads the config again (`_cache`).
+    code_paths: tuple[str, ...] = ()
 
     def server(self, name: str) -> ServerConfig | None:
         """The server called `name`, hyphens and underscores being the same."""
@@ -139,7 +142,7 @@ class Builder:
             self.policy = self.policy.then(policy)
 
     def build(self, untrusted: tuple[str, ...] = (), to_trust: tuple[str, ...] = (), *,
-              approvals_trusted: bool = True) -> Config:
+              approvals_trusted: bool = True, code_paths: tuple[str, ...] = ()) -> Config:
         servers = {server.name: server for server in self.servers.values()}
         admin = self.admin_policy
         return Config(
@@ -158,6 +161,7 @@ class Builder:
             untrusted=untrusted,
             to_trust=to_trust,
             approvals_trusted=approvals_trusted,
+            code_paths=code_paths,
         )
 
 

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from .._errors import ConfigError, ConfigErrors
 from .._names import SERVER_NAME, SERVER_NAME_RULE, fold
 from ._check import boolean, choice, join, known_keys, positive_number, string, string_list, string_table, table
-from ._expand import EMPTY, Expander
+from ._expand import EMPTY, Expander, resolve_cwd
 from ._sources import Source
 
 LOAD_MODES = ("eager", "on-demand")
@@ -197,7 +197,7 @@ def _server(source: Source, key: str, name: str, spec: dict[str, Any],
     command = expand(spec["command"]) if spec.get("command") else None
     args = expand.each(spec.get("args", ()))
     env = expand.table(spec.get("env", {}))
-    cwd = _resolve_cwd(expand(spec["cwd"]), source.path.parent, home) if spec.get("cwd") else None
+    cwd = resolve_cwd(expand(spec["cwd"]), source.path.parent, home) if spec.get("cwd") else None
     url = expand(spec["url"]) if spec.get("url") else None
     headers = expand.table(spec.get("headers", {}))
     if url is not None and not expand.missing:
@@ -208,13 +208,6 @@ def _server(source: Source, key: str, name: str, spec: dict[str, Any],
         description=spec["description"], trust_annotations=spec.get("trust_annotations", True),
         timeout=spec.get("timeout", DEFAULT_CALL_TIMEOUT), missing_vars=tuple(expand.missing),
         source=str(source.path), secrets=tuple(expand.values))
-
-
-def _resolve_cwd(cwd: str, base: Path, home: Path) -> str:
-    """A relative cwd is relative to the file that names it, not to the kernel."""
-    if cwd == "~" or cwd.startswith("~/"):
-        cwd = str(home) + cwd[1:]
-    return str(base / cwd)
 
 
 def _check_url(source: Source, key: str, url: str) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from .._checked_open import NotAFile, TooLarge
-from .._errors import ConfigError
+from .._errors import ConfigError, printable
 from ._check import table
 from ._trust import MAX_CONFIG_BYTES, TrustStore, digest, how_to_trust, read_config_file
 
@@ -94,20 +94,39 @@ class Doubts:
         self.store = store
         self.found: dict[Path, str] = {}
         self.parsed: dict[Path, dict[str, str]] = {}  # the digests of the files read for use, by folder
+        self.data: dict[Path, dict[str, Any]] = {}  # what they held: the code they name is what runs
+        self.code_paths: list[str] = []  # where code the config runs was looked for (see _cache)
+        self.judged: dict[Path, str | None] = {}
+
+    def saw(self, source: "Source", data: dict[str, Any] | None) -> None:
+        """Note a project file as read for use (every file, before `about` judges any: a folder's
+        trust covers both of its files and the code they name)."""
+        if source.project and source.digest is not None:
+            folder = source.path.parent
+            self.parsed.setdefault(folder, {})[source.path.name] = source.digest
+            self.data.setdefault(folder, {})[source.path.name] = data
 
     def of(self, folder: Path) -> str | None:
+        if folder not in self.judged:  # once a read: the code a folder names is read to judge it
+            self.judged[folder] = self._judge(folder)
+        return self.judged[folder]
+
+    def _judge(self, folder: Path) -> str | None:
         if world_writable(folder):
             return "anyone may write to the folder, so its config is not trusted; remove write access for others (chmod o-w)"
-        if not self.store.is_trusted(folder, self.parsed.get(folder)):
-            return f"its config is not trusted yet (or changed since); trust it with {how_to_trust(folder)}"
-        return None
+        untrusted, changed = self.store.changed(folder, self.parsed.get(folder), self.data.get(folder),
+                                                self.code_paths)
+        if not untrusted:
+            return None
+        if changed:
+            return (f"its config is not trusted: {printable(', '.join(changed))} changed since it was trusted"
+                    f" (or cannot be read); trust it again with {how_to_trust(folder)}")
+        return f"its config is not trusted yet (or changed since); trust it with {how_to_trust(folder)}"
 
     def about(self, source: "Source") -> str | None:
         if not source.project:
             return None
         folder = source.path.parent
-        if source.digest is not None:
-            self.parsed.setdefault(folder, {})[source.path.name] = source.digest
         doubt = self.of(folder) or _writable_file(source.path)
         if doubt:
             self.found.setdefault(folder, doubt)

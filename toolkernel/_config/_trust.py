@@ -7,8 +7,9 @@ as with VS Code's workspace trust and direnv's `allow`.
 
 A person trusts a folder's config *as it is now*: the record keeps a SHA-256
 of each config file in the folder (`toolkernel.toml`, `.mcp.json`,
-`.toolkernel/approvals.json`; an absent file counts too), so any change,
-an added file included, needs trust again. The records live outside every
+`.toolkernel/approvals.json`; an absent file counts too), and of each file in
+the folder that its hooks, servers and command tools execute (`_code`), so any
+change, an added file included, needs trust again. The records live outside every
 workspace, in `$XDG_STATE_HOME/toolkernel/trust.json` (default
 `~/.local/state/toolkernel/trust.json`), where no script can write.
 
@@ -24,16 +25,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tomllib
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from .._atomic import write_atomic
 from .._checked_open import read_regular
 from .._errors import ConfigError, printable
+from ._code import named_files
 
 TRUST_ALL_VARIABLE = "TOOLKERNEL_TRUST_ALL"
 # What a folder's trust covers, relative to the folder.
 FINGERPRINTED = ("toolkernel.toml", ".mcp.json", ".toolkernel/approvals.json")
+NAMING = ("toolkernel.toml", ".mcp.json")  # the files whose entries name code to run
 _VERSION = 1
 MAX_CONFIG_BYTES = 1024 * 1024  # a config file is a few KiB; more is a mistake, or an attack
 
@@ -57,8 +61,12 @@ def read_config_file(path: Path) -> bytes:
     return read_regular(path, MAX_CONFIG_BYTES)
 
 
-def fingerprints(folder: Path) -> dict[str, str]:
-    """SHA-256 of each config file present in `folder`.
+def fingerprints(folder: Path, data: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None,
+                 looked_at: list[str] | None = None) -> dict[str, str]:
+    """SHA-256 of each config file present in `folder`, and of each file in it the config
+    runs (`_code`), by its path relative to `folder`. `data`: the config files as parsed for
+    use, by name (else they are parsed here); `looked_at` collects the paths that code was
+    looked for at.
 
     A file that exists but cannot be read (a dangling symlink, no permission)
     gets a marker that no record can hold, so it is never trusted."""
@@ -71,7 +79,18 @@ def fingerprints(folder: Path) -> dict[str, str]:
             found[name] = digest(read_config_file(path))
         except OSError:
             found[name] = "unreadable"
-    return found
+    parsed = {name: _parsed(folder / name) for name in NAMING if name in found and name not in (data or {})}
+    code = named_files(folder, {**parsed, **(data or {})}, os.environ if environ is None else environ, looked_at)
+    return {**code, **found}
+
+
+def _parsed(path: Path) -> Any:
+    """A config file's data, or None when it cannot be read (the config's own read says why)."""
+    try:
+        text = read_config_file(path).decode("utf-8-sig")
+        return json.loads(text) if path.name.endswith(".json") else tomllib.loads(text)
+    except (OSError, ValueError, RecursionError):
+        return None
 
 
 class TrustStore:
@@ -81,22 +100,32 @@ class TrustStore:
         self.environ = os.environ if environ is None else environ
         self.path = path or store_path(self.environ)
 
-    def is_trusted(self, folder: Path, parsed: Mapping[str, str] | None = None) -> bool:
-        """`parsed`: the digest of each file by name as it was read for use. Those count, not a
-        second read: a file swapped back to its trusted bytes, or removed, between the two reads
-        was used as what it was when read for use, which nobody trusted."""
+    def is_trusted(self, folder: Path, parsed: Mapping[str, str] | None = None,
+                   data: Mapping[str, Any] | None = None, looked_at: list[str] | None = None) -> bool:
+        return not self.changed(folder, parsed, data, looked_at)[0]
+
+    def changed(self, folder: Path, parsed: Mapping[str, str] | None = None, data: Mapping[str, Any] | None = None,
+                looked_at: list[str] | None = None) -> tuple[bool, list[str]]:
+        """(whether `folder` is untrusted, the files that differ from the record when there is one).
+
+        `parsed`: the digest of each file by name as it was read for use, and `data` what it
+        held. Those count, not a second read: a file swapped back to its trusted bytes, or
+        removed, between the two reads was used as what it was when read for use, which
+        nobody trusted; and the code it names is the code that runs."""
         if trust_all(self.environ):
-            return True
-        current = {**fingerprints(folder), **(parsed or {})}
+            return False, []
+        current = {**fingerprints(folder, data, self.environ, looked_at), **(parsed or {})}
         if not current:
-            return True  # nothing there to trust
-        if "unreadable" in current.values():
-            return False
-        return self._records().get(_key(folder)) == current
+            return False, []  # nothing there to trust
+        record = self._records().get(_key(folder))
+        if record is None:
+            return True, []
+        differ = sorted(name for name in {*record, *current} if record.get(name) != current.get(name))
+        return bool(differ), differ
 
     def trust(self, folder: Path) -> dict[str, str]:
         """Trust `folder`'s config as it is now; returns what was recorded."""
-        current = fingerprints(folder)
+        current = fingerprints(folder, environ=self.environ)
         unreadable = [name for name, digest in current.items() if digest == "unreadable"]
         if unreadable:
             raise ConfigError(str(folder / unreadable[0]), None,
@@ -123,7 +152,7 @@ class TrustStore:
         stays trusted with the new one."""
         if trust_all(self.environ):
             return
-        before = fingerprints(folder)
+        before = fingerprints(folder, environ=self.environ)
         before.pop(name, None)
         if old is not None:
             before[name] = digest(old)
@@ -209,13 +238,16 @@ def ask_to_trust(workdir: Path, ask: Callable[[str], str], declined: set[str],
     from ._config import load_config  # _config reads trust records itself
 
     said = []
+    store = store or TrustStore()
     for folder in load_config(workdir).to_trust:
         if folder in declined:
             continue
         declined.add(folder)
         names = printable(", ".join(sorted(fingerprints(Path(folder)))))
-        question = (f"toolkernel: {printable(folder)} has config that is not trusted ({names}); its servers, hooks,"
-                    " allow rules and lasting approvals are not used. Trust it as it is now? [y/N] ")
+        changed = store.changed(Path(folder))[1]
+        since = f"; changed since it was trusted: {printable(', '.join(changed))}" if changed else ""
+        question = (f"toolkernel: {printable(folder)} has config that is not trusted ({names}{since}); its servers,"
+                    " hooks, allow rules and lasting approvals are not used. Trust it as it is now? [y/N] ")
         if ask(question).strip().lower() in ("y", "yes"):
             said.append(trust_command(Path(folder), store))
     return said

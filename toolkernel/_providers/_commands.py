@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import functools
 import json
 import os
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from dotpromptz_handlebars import Handlebars
+from dotpromptz_handlebars import Handlebars, Text
 
 from .._errors import ConfigError, InvalidInput
 from .._process import ProcessResult, run_capped
@@ -215,26 +216,84 @@ def fill(config: CommandToolConfig, arguments: Mapping[str, Any]) -> list[str]:
 
 
 def option_problem(config: CommandToolConfig, arguments: Mapping[str, Any], argv: list[str]) -> str | None:
-    """Why `argv` may not run: an input value that begins an argument with `-` before any `--`
-    of the command, where the program reads it as an option and not as data (`rg` runs the
+    """Why `argv` may not run: an argument that the input begins with `-`, before any `--` of
+    the command, where the program reads it as an option and not as data (`rg` runs the
     program `--pre=CMD` names for each file it searches; `git` runs `--upload-pack=CMD`).
 
-    A value goes in as one argument whatever it holds, so no shell can be injected; an option
-    can. A value of a number type (`-5`) is data, and so is `-` (standard input)."""
+    Judged on each argument as composed from all its templates: `{{input.a}}{{input.b}}` with
+    a = "-" and b = "-output=F" is `--output=F`, though neither value is that option. A value
+    goes in as one argument whatever it holds, so no shell can be injected; an option can.
+    An argument that is `-` alone (standard input) or one number value (`-5`) is data, and one
+    whose first character is the template's own text (`--format={{input.f}}`) is the author's."""
     if config.input_options:
-        return None
-    dashed = [value for value in _strings(arguments) if value.startswith("-") and value != "-"]
-    if not dashed:  # most calls: no value starts with a dash
         return None
     for template, word in zip(config.command[1:], argv[1:]):
         if template == "--":
             return None
-        begun = next((value for value in dashed if "{{" in template and word.startswith(value)), None)
-        if begun is not None and not template.startswith("-"):
-            return (f"the value {begun!r} would reach `{os.path.basename(argv[0])}` as an option, not as data; "
-                    f"nothing ran (the command of [tools.{config.name}] has no \"--\" before it; where options "
-                    "are meant to come from the input, its table says input_options = true)")
+        if "{{" in template and word.startswith("-") and word != "-" and _input_leads(template, arguments, word):
+            if word in _numbers(arguments):
+                continue
+            return (f"the argument {word!r} begins with `-` from the input, so it would reach "
+                    f"`{os.path.basename(argv[0])}` as an option, not as data; nothing ran (the command of "
+                    f"[tools.{config.name}] has no \"--\" before it; where options are meant to come from "
+                    "the input, its table says input_options = true)")
     return None
+
+
+# Around each piece of a template's own text when an argument is rendered again to see who
+# wrote its first character; no argument holds a NUL (`_refuse_unrunnable` checks first).
+_OWN_TEXT, _END_TEXT = "\0(", "\0)"
+
+
+def _input_leads(template: str, arguments: Mapping[str, Any], word: str) -> bool:
+    """Whether the first character of `word` (`template` filled from `arguments`) came from the
+    input: a value, a key (`{{@key}}`), a list's comma, anything but the template's own text.
+    The template's text pieces are marked and it is rendered again; should that not give
+    `word` back, the input is taken to lead (failing closed)."""
+    try:
+        marked = _RENDER._render_program(_own_text_marked(template), {"input": dict(arguments)}, None, data=None)
+    except Exception:  # rendered once already; a second failure is not a reason to run
+        return True
+    if marked.replace(_OWN_TEXT, "").replace(_END_TEXT, "") != word:
+        return True
+    return not marked.startswith(_OWN_TEXT)  # a marker before the first character opens own text
+
+
+@functools.lru_cache(maxsize=256)
+def _own_text_marked(template: str) -> list[Any]:
+    # The library's parse tree (its node types are public; the parse and render functions are
+    # not, hence the private names): each `Text` node is the template's own, copied as it is.
+    from dotpromptz_handlebars._render import compile_template
+
+    return _marked(compile_template(template, max_depth=_RENDER.max_depth))
+
+
+def _marked(nodes: list[Any]) -> list[Any]:
+    out = []
+    for node in nodes:
+        if isinstance(node, Text):
+            node = Text(_OWN_TEXT + node.value + _END_TEXT) if node.value else node
+        else:
+            node = copy.copy(node)
+            for name in ("body", "inverse"):
+                if isinstance(getattr(node, name, None), list):
+                    setattr(node, name, _marked(getattr(node, name)))
+        out.append(node)
+    return out
+
+
+def _numbers(arguments: Mapping[str, Any]) -> set[str]:
+    """How each number value of the input reads in an argument (`-5`, `-1.5`)."""
+    stack, found = [arguments], set()
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (int, float)) and not isinstance(item, bool):
+            found.add(_compiled("{{n}}")({"n": item}))
+        elif isinstance(item, Mapping):
+            stack += item.values()
+        elif isinstance(item, (list, tuple)):
+            stack += item
+    return found
 
 
 def _refuse_unrunnable(config: CommandToolConfig, arguments: Mapping[str, Any], argv: list[str]) -> None:
@@ -245,20 +304,6 @@ def _refuse_unrunnable(config: CommandToolConfig, arguments: Mapping[str, Any], 
                            " program argument can carry; nothing ran")
     if problem := option_problem(config, arguments, argv):
         raise InvalidInput(f"tool__{config.name}: {problem}")
-
-
-def _strings(value: Any):
-    """The strings in the input (keys and numbers are not filled in as text that begins a word).
-    Walked without recursion: input from `toolkernel.call` can be nested deep."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            yield item
-        elif isinstance(item, Mapping):
-            stack += reversed(list(item.values()))  # in the input's order
-        elif isinstance(item, (list, tuple)):
-            stack += reversed(item)
 
 
 class ProcessSlots:

@@ -58,7 +58,7 @@ from .._tool import Tool
 from .._providers._tools._paths import is_inside, real_path, real_paths
 from .._config._trust import store_path
 from ._git import GIT, hook_places, in_inner_hooks
-from ._pycode import imported_places
+from .._pycode import imported_places
 
 STATE_DIR = ".toolkernel"
 CONFIG_FILES = ("toolkernel.toml", ".mcp.json")

@@ -9,6 +9,7 @@ start, so those places are protected like a file the command names.
 The module is looked up with the kernel's own import machinery (`importlib.util.find_spec`
 of the top-level name, which imports nothing): a server started with another interpreter
 may find it elsewhere; the look then names too much, never too little of what this one sees.
+Workspace trust (`_config._code`) covers the files `-m` starts from in the folder.
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ def imported_places(argv: Sequence[str], cwd: Path, pythonpath: str | None, look
         places += _found(module.split(".")[0], places)
     looked_at.extend(map(str, places))
     return places
+
+
+def run_module(argv: Sequence[str]) -> str | None:
+    """The MODULE a Python `argv` runs with `-m MODULE`, else None (no Python, or a script)."""
+    if not argv or not _PYTHON.match(os.path.basename(argv[0])):
+        return None
+    return _module(argv[1:])
 
 
 def _module(options: Sequence[str]) -> str | None:
