@@ -225,8 +225,12 @@ class Session:
 
     @staticmethod
     def _may_start(script: str, command: ToolsCommand, runner: ScriptRunner, events: RunEvents) -> bool:
-        """The before-start check, on the script's thread (a person may be asked)."""
-        error = _loop.run(preflight(runner.literal_calls(script), command))
+        """The before-start check, on the script's thread (a person may be asked). An agent's
+        `%%bash` cell is itself a `Bash` call: its own check comes before its `tools` calls'."""
+        refusal = getattr(runner, "refusal", None)
+        error = refusal(script, command) if refusal is not None else None
+        if error is None:
+            error = _loop.run(preflight(runner.literal_calls(script), command))
         if error:
             events.output("", error)
         return error is None

@@ -46,6 +46,7 @@ class HostBashRunner:
         self.timed_out = False
         self._host: HostRun | None = None
         self._cancelled = False
+        self._cleared: tuple[str, ToolsCommand] | None = None  # the run whose cell may start
         self._lock = threading.Lock()
 
     def literal_calls(self, script: str) -> list[list[str]]:
@@ -93,8 +94,14 @@ class HostBashRunner:
         return host.proc
 
     def refusal(self, script: str, command: ToolsCommand) -> str | None:
-        """None when the cell may start (a person's always may)."""
-        return agent_refusal(command, script, sandboxed=mechanism().available) if self.agent else None
+        """None when the cell may start (a person's always may). Decided once per run: a
+        once-grant that let the cell start is spent when it is decided."""
+        if not self.agent or self._cleared == (script, command):
+            return None
+        refused = agent_refusal(command, script, sandboxed=mechanism().available)
+        if refused is None:
+            self._cleared = (script, command)
+        return refused
 
     def cancel(self) -> None:
         """End the whole process group (any thread; the ladder runs on a thread of its own).
