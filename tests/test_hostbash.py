@@ -353,6 +353,34 @@ def test_the_magic_lines_are_not_expanded_as_python(kernel, workdir, agent_confi
         assert not (workdir / "expanded.txt").exists(), cell
 
 
+def test_an_agents_cell_runs_in_the_os_sandbox_whatever_its_rules_allow(kernel, workdir):
+    """Through a real kernel, the cell marked as notebook-run marks it: `Bash(*)` lets every
+    command start, and the sandbox alone keeps config, .toolkernel/ and the state folder."""
+    from toolkernel._sandbox import mechanism
+
+    if not mechanism().available:
+        pytest.skip(f"no OS sandbox here: {mechanism().detail}")
+    write_config(workdir, base_config().replace(policy_toml(allow=FIXTURE_ALLOW), "")
+                 + policy_toml(allow=[*FIXTURE_ALLOW, "Bash(*)"]))
+    state = Path(os.environ["XDG_STATE_HOME"]) / "toolkernel"
+    try:
+        config = (workdir / "toolkernel.toml").read_text()
+        # Spelled as the issue's attacker did, past the checker's courtesy look at names.
+        ran = agent_execute(kernel, bash(f"""touch toolkernel.tom{{l,}} 2>/dev/null || echo config-read-only
+mkdir -p .toolkerne{{l,}}/pending 2>/dev/null || echo state-read-only
+ls -A {state} | wc -l
+tools github get-pull repo=acme/api number=101 | jq .number
+touch ordinary.txt && echo ordinary-written"""))
+        assert ran.stdout.split() == ["config-read-only", "state-read-only", "0", "101", "ordinary-written"], ran.stderr
+        assert (workdir / "toolkernel.toml").read_text() == config and (workdir / "ordinary.txt").exists()
+        assert not (workdir / ".toolkernel" / "pending").exists()
+    finally:
+        write_config(workdir, base_config())
+        for made in ("toolkernel.tom", ".toolkerne/pending", ".toolkerne"):
+            (workdir / made).unlink() if (workdir / made).is_file() else (workdir / made).rmdir() \
+                if (workdir / made).is_dir() else None
+
+
 def test_an_agent_cannot_approve_its_own_cell(kernel, agent_config):
     agent_execute(kernel, bash("touch approved.txt"))
     refused = agent_execute(kernel, "%tools approve")
