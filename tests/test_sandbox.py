@@ -90,11 +90,14 @@ def test_an_agents_cell_writes_the_workspace_but_nothing_that_decides_or_runs_la
     before = {p: (work / p).read_bytes() if (work / p).exists() else None for p in protected}
     lines = "\n".join(f'echo pwned > {p} 2>/dev/null && echo "WROTE {p}"' for p in protected)
     home = os.environ["HOME"]
+    # `mount`/`umount` may not exist (a slim image): then nothing to try; the binds hold anyway.
     result, out, err = run_agent(project, f"""
 {lines}
 echo pwned > {home}/.bashrc 2>/dev/null  # under /tmp here: its own /tmp; checked on the host below
 echo pwned > {sys.prefix}/pwned.pth 2>/dev/null && echo WROTE-site
 mv hooks hooks2 2>/dev/null && echo MOVED-hooks
+mount -o remount,bind,rw / 2>/dev/null && echo WROTE-remounted  # root keeps no capability
+umount {work}/toolkernel.toml 2>/dev/null && echo WROTE-unmounted
 echo data > results.csv && mkdir -p out && echo ok > out/a.txt && echo wrote-results
 echo scratch > /tmp/scratch && cat /tmp/scratch
 """)

@@ -71,8 +71,8 @@ def mechanism() -> Mechanism:
 def _probe_bwrap(path: str | None) -> Mechanism:
     if path is None:
         return Mechanism("none", "bubblewrap (`bwrap`) is not installed: apt-get install bubblewrap", False)
-    probe = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
-             "--unshare-net", "--die-with-parent", "--", "true"]
+    probe = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-ipc",
+             "--unshare-net", "--die-with-parent", "--cap-drop", "ALL", "--", "true"]
     try:
         done = subprocess.run(probe, capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -87,7 +87,7 @@ def _probe_bwrap(path: str | None) -> Mechanism:
 def wrap(argv: Sequence[str], plan: Plan) -> list[str]:
     """`argv` as it runs inside the sandbox `plan` describes (call only where `mechanism()` is
     available). The order matters: later mounts go over earlier ones."""
-    path = shutil.which(BWRAP) or BWRAP
+    path = _bwrap_path()
     args = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for place in plan.visible:
         args += ["--ro-bind", place, place]
@@ -101,10 +101,17 @@ def wrap(argv: Sequence[str], plan: Plan) -> list[str]:
     # No `--new-session`: the caller's process group holds bwrap and what it runs, so one
     # `killpg` still ends them all (none has a terminal to abuse: they start in a session
     # of their own).
-    args += ["--unshare-pid", "--die-with-parent"]
+    # Every capability dropped: run as root (a container, CI), bwrap keeps them all, and
+    # CAP_SYS_ADMIN remounts the read-only binds writable (`mount -o remount,bind,rw /`).
+    args += ["--unshare-pid", "--unshare-ipc", "--die-with-parent", "--cap-drop", "ALL"]
     if not plan.network:
         args += ["--unshare-net"]
     return [*args, "--", *argv]
+
+
+@functools.lru_cache(maxsize=1)
+def _bwrap_path() -> str:
+    return shutil.which(BWRAP) or BWRAP
 
 
 def _hide(place: str) -> list[str]:

@@ -1,0 +1,105 @@
+"""Benchmark: what the OS sandbox adds to an agent's host code.
+
+    python bench/bench_sandbox.py [--runs 20] [--repeat 5]
+
+Two rows, each a ratio against the same work without the sandbox, measured in this run:
+1. An agent's `%%bash` cell that runs `true` (`Session.run_script` with the host-bash
+   runner, its Bash(...) check and its channel), inside bubblewrap against outside it.
+   Target: at most 1.3x.
+2. An agent's call of a command tool (`true`), inside against outside.
+
+Both sides make the same checks; only the `bwrap` wrap differs. Each figure is the median
+(and the best) of --repeat interleaved rounds of --runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from bench_tools import interleaved, project_dir
+
+from toolkernel import _loop
+from toolkernel._runners._hostbash._channel import Channel
+from toolkernel._runners._hostbash._runner import HostBashRunner
+from toolkernel._sandbox import mechanism
+from toolkernel._session import Session
+
+TARGET_RATIO = 1.3
+CONFIG = """\
+[policy]
+allow = ["Bash(true)", "tool__nothing"]
+
+[tools.nothing]
+command = ["true"]
+"""
+
+
+class _Unsandboxed(HostBashRunner):
+    """The same agent runner, its cell started without the sandbox (the baseline)."""
+
+    def _sandbox(self, command):
+        return None
+
+
+class _Quiet:
+    def stdout(self, text): pass
+    def stderr(self, text): pass
+    def image(self, path): pass
+    def progress(self, *args): pass
+
+
+def cells(session: Session, channel: Channel, runner_class, runs: int) -> float:
+    started = time.perf_counter()
+    for _ in range(runs):
+        result = session.run_script("true", _Quiet(), runner=runner_class(channel, agent=True), agent=True)
+        assert result.exit_code == 0, result.stderr
+    return time.perf_counter() - started
+
+
+def calls(session: Session, runs: int, sandboxed: bool) -> float:
+    async def call() -> None:
+        command = await session.prepare(one_call=True, agent=True)
+        if not sandboxed:
+            command.dispatcher.env.sandbox = lambda: None
+        tool = await command.catalog.find_tool(None, "nothing")
+        called = await command.call(tool, {})
+        assert called.failure is None, called.failure
+
+    started = time.perf_counter()
+    for _ in range(runs):
+        _loop.run(call())
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    found = mechanism()
+    if not found.available:
+        sys.exit(f"no OS sandbox here: {found.detail}")
+    project = project_dir()
+    (project / "toolkernel.toml").write_text(CONFIG)
+    session, channel = Session(project), Channel()
+    runs = args.runs
+    measured = interleaved(args.repeat, {
+        "cell outside": lambda: cells(session, channel, _Unsandboxed, runs),
+        "cell inside": lambda: cells(session, channel, HostBashRunner, runs),
+        "call outside": lambda: calls(session, runs, sandboxed=False),
+        "call inside": lambda: calls(session, runs, sandboxed=True),
+    })
+    print(f"sandbox: {found.detail}; {runs} runs a round, median (best) of {args.repeat} rounds")
+    for what in ("cell", "call"):
+        outside, inside = measured[f"{what} outside"], measured[f"{what} inside"]
+        print(f"  agent {what:<5} outside {outside[0] / runs * 1000:7.2f} ms ({outside[1] / runs * 1000:.2f})"
+              f"  inside {inside[0] / runs * 1000:7.2f} ms ({inside[1] / runs * 1000:.2f})"
+              f"  ratio {inside[0] / outside[0]:.2f}x" + (f" (target <= {TARGET_RATIO}x)" if what == "cell" else ""))
+    channel.close()
+    session.close()
+
+
+if __name__ == "__main__":
+    main()
