@@ -12,6 +12,7 @@ the run's end.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Mapping
@@ -41,6 +42,17 @@ def hidden_places(environ: Mapping[str, str]) -> tuple[str, ...]:
     """The state folder (approvals, pending requests, trust), the Jupyter runtime folder (a
     kernel's connection file lets anyone run code in it, outside the sandbox), the session's
     runtime folder (agent sockets), and the home folder's credentials."""
+    return _hidden(tuple(environ.get(name) for name in _PLACES_FROM))
+
+
+# The variables the hidden places are worked out from (jupyter_core's runtime folder too).
+_PLACES_FROM = ("HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "XDG_DATA_HOME", "JUPYTER_RUNTIME_DIR",
+                "JUPYTER_DATA_DIR", "JUPYTER_PLATFORM_DIRS")
+
+
+@functools.lru_cache(maxsize=8)
+def _hidden(values: tuple[str | None, ...]) -> tuple[str, ...]:
+    environ = {name: value for name, value in zip(_PLACES_FROM, values) if value is not None}
     home = Path(environ.get("HOME") or Path.home())
     places = [store_path(environ).parent, _jupyter_runtime(), *(home / name for name in _SECRETS)]
     if environ.get("XDG_RUNTIME_DIR"):
