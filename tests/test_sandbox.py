@@ -20,6 +20,19 @@ from toolkernel._sandbox import mechanism
 
 needs_sandbox = pytest.mark.skipif(not mechanism().available and not os.environ.get("CI"),
                                    reason=f"no OS sandbox here: {mechanism().detail}")
+# bubblewrap where it works, and the Landlock fallback (`TOOLKERNEL_SANDBOX=landlock`).
+MECHANISMS = ["bubblewrap", "landlock"]
+
+
+@pytest.fixture(params=MECHANISMS)
+def each_mechanism(request, monkeypatch):
+    if request.param == "landlock":
+        monkeypatch.setenv("TOOLKERNEL_SANDBOX", "landlock")
+    if mechanism().name != request.param:
+        if os.environ.get("CI"):
+            pytest.fail(f"{request.param} is not available here: {mechanism().detail}")
+        pytest.skip(f"{request.param} is not available here: {mechanism().detail}")
+    return request.param
 
 HOOK = "hooks/check.py"
 SERVER = "servers/tool_server.py"
@@ -60,6 +73,11 @@ def project(tmp_path, monkeypatch):
     (work / ".git" / "hooks").mkdir(parents=True)
     (work / ".git" / "config").write_text("[core]\n")
     (work / "json.py").write_text("# the person's own json.py\n")
+    # Landlock cannot let a new top-level name be made and keep the protected ones: the
+    # tests write into entries that exist (a new name at the top is bubblewrap's alone).
+    (work / "out").mkdir()
+    for name in ("results.csv", "r.txt", "ordinary.txt"):
+        (work / name).write_text("")
     write_config(work, config(["Bash(*)"]))
     session, channel = Session(work), Channel()
     yield session, channel
@@ -82,7 +100,7 @@ def run_agent(project, script: str, approver=None):
 
 
 @needs_sandbox
-def test_an_agents_cell_writes_the_workspace_but_nothing_that_decides_or_runs_later(project):
+def test_an_agents_cell_writes_the_workspace_but_nothing_that_decides_or_runs_later(project, each_mechanism):
     session, _ = project
     work = session.workdir
     protected = ["toolkernel.toml", ".mcp.json", ".toolkernel/approvals.json", ".git/config",
@@ -99,7 +117,7 @@ mv hooks hooks2 2>/dev/null && echo MOVED-hooks
 mount -o remount,bind,rw / 2>/dev/null && echo WROTE-remounted  # root keeps no capability
 umount {work}/toolkernel.toml 2>/dev/null && echo WROTE-unmounted
 echo data > results.csv && mkdir -p out && echo ok > out/a.txt && echo wrote-results
-echo scratch > /tmp/scratch && cat /tmp/scratch
+echo scratch > ${{TMPDIR:-/tmp}}/scratch && cat ${{TMPDIR:-/tmp}}/scratch
 """)
     assert "WROTE" not in out and "MOVED" not in out, (out, err)
     assert result.exit_code == 0, err
@@ -108,7 +126,7 @@ echo scratch > /tmp/scratch && cat /tmp/scratch
     assert {p: (work / p).read_bytes() if (work / p).exists() else None for p in protected} == before
     assert Path(home, ".bashrc").read_text() == "# the person's\n"
     assert not Path(sys.prefix, "pwned.pth").exists()
-    assert not Path("/tmp/scratch").exists()  # its /tmp was its own
+    assert not Path("/tmp/scratch").exists()  # its /tmp was its own (Landlock: its own TMPDIR)
 
 
 @needs_sandbox
@@ -126,7 +144,18 @@ mkdir -p {state}/pending && echo '{{"answer": "once"}}' > {state}/pending/x.answ
 
 
 @needs_sandbox
-def test_the_network_is_closed_to_an_agents_cell(project):
+def test_the_state_folder_cannot_be_written_under_landlock_either(project, monkeypatch):
+    monkeypatch.setenv("TOOLKERNEL_SANDBOX", "landlock")
+    if mechanism().name != "landlock":
+        pytest.skip(f"no Landlock here: {mechanism().detail}")
+    state = Path(os.environ["XDG_STATE_HOME"]) / "toolkernel"
+    result, out, _ = run_agent(project, f"mkdir -p {state}/pending 2>/dev/null || echo refused;"
+                                        f" echo x > {state}/trust.json 2>/dev/null || echo refused")
+    assert out.split() == ["refused", "refused"] and (state / "trust.json").read_text() == "{}"
+
+
+@needs_sandbox
+def test_the_network_is_closed_to_an_agents_cell(project, each_mechanism):
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
     accepted: list[object] = []
@@ -140,7 +169,7 @@ def test_the_network_is_closed_to_an_agents_cell(project):
 
 
 @needs_sandbox
-def test_tools_still_reach_the_kernel_from_inside_the_sandbox(project):
+def test_tools_still_reach_the_kernel_from_inside_the_sandbox(project, each_mechanism):
     result, out, err = run_agent(project, "tools read-file path=results.csv >/dev/null 2>&1; echo hi > r.txt;"
                                           " tools read-file path=r.txt")
     assert result.exit_code == 0, err
@@ -206,7 +235,7 @@ except OSError as exc:
 
 
 @needs_sandbox
-def test_a_command_tool_an_agent_calls_runs_in_the_sandbox_and_a_persons_does_not(project):
+def test_a_command_tool_an_agent_calls_runs_in_the_sandbox_and_a_persons_does_not(project, each_mechanism):
     session = command_project(project, WRITER)
     called = agent_call(session, path=".toolkernel/planted.json")
     assert called.failure is None and "refused" in called.result.value()
@@ -230,7 +259,7 @@ except OSError:
 
 @needs_sandbox
 @pytest.mark.parametrize("network", [False, True])
-def test_a_command_tool_has_the_network_only_when_its_config_says_so(project, network):
+def test_a_command_tool_has_the_network_only_when_its_config_says_so(project, network, each_mechanism):
     session = command_project(project, CONNECTOR, network=network)
     server = socket.create_server(("127.0.0.1", 0))
     threading.Thread(target=lambda: server.accept(), daemon=True).start()
@@ -247,8 +276,8 @@ def test_without_a_sandbox_an_agents_command_tool_call_asks_even_when_allowed(pr
     from toolkernel._errors import NeedsApproval
 
     with pytest.raises(NeedsApproval, match="no OS sandbox"):
-        agent_call(session, path="ordinary.txt")
-    assert not (session.workdir / "ordinary.txt").exists()
+        agent_call(session, path="made-by-the-call.txt")
+    assert not (session.workdir / "made-by-the-call.txt").exists()
 
 
 def test_doctor_says_which_mechanism_and_why(project, monkeypatch):

@@ -16,7 +16,10 @@ inside an OS sandbox that holds the line whatever the text says:
   unless the plan allows it, no network: only a loopback device of its own.
 
 The mechanism is bubblewrap (`bwrap`, Debian's `bubblewrap`), as in Anthropic's sandbox
-runtime and Flatpak: it needs unprivileged user namespaces. Where it cannot run, there is
+runtime and Flatpak: it needs unprivileged user namespaces (or root). Where it cannot run,
+Landlock (`_landlock_exec.py`, as in Codex CLI) holds what it can: writes only to the
+workspace's unprotected entries, a private temporary folder and /dev, no TCP; it hides
+nothing from reading, and no new top-level name can be made. Where neither works there is
 no sandbox (`mechanism().available` is False), and the callers ask a person for every such
 process instead (they fail closed). `toolkernel doctor` says which holds and why.
 
@@ -27,16 +30,20 @@ This module only builds and checks the command line: what to protect is worked o
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
 from typing import Sequence
 
 BWRAP = "bwrap"
-# Set to "0" to refuse the sandbox (tests of the no-mechanism path; a machine whose bwrap
-# misbehaves): agent host code then asks a person every time, as where none exists.
+# "0" refuses the sandbox (agent host code then asks a person every time, as where none
+# exists); "landlock" skips bubblewrap (tests of the fallback; a machine whose bwrap misbehaves).
 DISABLE_VARIABLE = "TOOLKERNEL_SANDBOX"
+_LANDLOCK_EXEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_landlock_exec.py")
 
 
 @dataclass(frozen=True)
@@ -61,10 +68,31 @@ class Plan:
 
 
 def mechanism() -> Mechanism:
-    """The sandbox this machine offers now (the probe's result is kept for the process)."""
-    if os.environ.get(DISABLE_VARIABLE, "").strip() == "0":
+    """The sandbox this machine offers now (the probes' results are kept for the process)."""
+    choice = os.environ.get(DISABLE_VARIABLE, "").strip().lower()
+    if choice == "0":
         return Mechanism("none", f"turned off ({DISABLE_VARIABLE}=0)", False)
-    return _probe_bwrap(shutil.which(BWRAP))
+    bwrap = _probe_bwrap(shutil.which(BWRAP)) if choice != "landlock" else None
+    if bwrap is not None and bwrap.available:
+        return bwrap
+    landlock = _probe_landlock()
+    if landlock.available:
+        return landlock
+    return Mechanism("none", "; ".join(m.detail for m in (bwrap, landlock) if m is not None), False)
+
+
+@functools.lru_cache(maxsize=1)
+def _probe_landlock() -> Mechanism:
+    from ._landlock_exec import abi
+
+    try:
+        version = abi()
+    except (OSError, AttributeError) as exc:  # no libc syscall(): not Linux
+        return Mechanism("none", f"no Landlock here ({exc})", False)
+    if version < 1:
+        return Mechanism("none", "the kernel offers no Landlock (off, or older than Linux 5.13)", False)
+    how = "writes and TCP" if version >= 4 else "writes only (no network control before ABI 4)"
+    return Mechanism("landlock", f"Landlock ABI {version}: holds {how}; hides nothing from reading", True)
 
 
 @functools.lru_cache(maxsize=4)
@@ -86,7 +114,33 @@ def _probe_bwrap(path: str | None) -> Mechanism:
 
 def wrap(argv: Sequence[str], plan: Plan) -> list[str]:
     """`argv` as it runs inside the sandbox `plan` describes (call only where `mechanism()` is
-    available). The order matters: later mounts go over earlier ones."""
+    available)."""
+    if mechanism().name == "landlock":
+        return _landlocked(argv, plan)
+    return _bubblewrapped(argv, plan)
+
+
+def _landlocked(argv: Sequence[str], plan: Plan) -> list[str]:
+    protected = set(plan.read_only)
+    writable = [_private_tmp(), "/dev"]
+    for root in plan.writable:
+        try:
+            names = os.listdir(root)
+        except OSError:
+            continue
+        writable += [path for path in (os.path.join(root, name) for name in names) if path not in protected]
+    spec = json.dumps({"writable": writable, "network": plan.network})
+    return [sys.executable, "-I", "-S", _LANDLOCK_EXEC, spec, "env", f"TMPDIR={_private_tmp()}", *argv]
+
+
+@functools.lru_cache(maxsize=1)
+def _private_tmp() -> str:
+    """The one temporary folder Landlock lets an agent's processes write (this user's, 0700)."""
+    return tempfile.mkdtemp(prefix="toolkernel-sandbox-tmp-")
+
+
+def _bubblewrapped(argv: Sequence[str], plan: Plan) -> list[str]:
+    """The order matters: later mounts go over earlier ones."""
     path = _bwrap_path()
     args = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for place in plan.visible:
