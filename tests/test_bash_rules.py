@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from toolkernel._approval._bash_rules import analyze, decide_bash, rule_covers, parse_bash_rule
 from toolkernel._approval._policy import CallInfo, Policy, rule_matches
@@ -206,3 +208,130 @@ def test_deny_rules_see_past_variable_assignments():
 ])
 def test_what_bash_runs_as_written_is_still_read(script):
     assert action(script, allow=ONLY_ECHO_AND_FRIENDS + ("Bash(ls)", "Bash([ *)", "Bash(trap *)")) == "allow"
+
+
+# -- issue 34, item 3: values the checker cannot see, evaluated as arithmetic -----------------------
+# Each cell below is allowed by the rules named on its words alone, yet real bash runs `touch MARK`:
+# arithmetic evaluates the text of a value bash or the environment filled, and a subscript in that
+# text (`a[$(...)]`) runs a command. The test first shows that real bash does.
+
+PAYLOAD = "a[$(touch MARK)]"  # 16 characters
+_AT = "[[ ${BASH_COMMAND:NN:16} -eq 1 || -n 'a[$(touch MARK)]' ]]"
+IN_BASH_COMMAND = _AT.replace("NN", str(_AT.index(PAYLOAD)))
+_ECHO = "echo $(( ${BASH_COMMAND:NN:16} )) 'a[$(touch MARK)]'"
+ECHOES_BASH_COMMAND = _ECHO.replace("NN", str(_ECHO.index(PAYLOAD)))
+
+UNSEEN_VALUE_ATTACKS = [
+    (IN_BASH_COMMAND, ()),                                       # nothing to run, no rule at all
+    (IN_BASH_COMMAND, ("Bash(echo *)",)),
+    (ECHOES_BASH_COMMAND, ("Bash(echo *)",)),
+    ("cd 'a[$(touch MARK)]'; echo $(( ${PWD##*/} ))", ("Bash(cd *)", "Bash(echo *)")),  # a folder's name
+    ("cd 'a[$(touch MARK)]' && [[ ${PWD##*/} -eq 0 ]]", ("Bash(cd *)",)),
+    ("cd 'a[$(touch MARK)]' && v=abc && echo ${v:${PWD##*/}}", ("Bash(cd *)", "Bash(echo *)")),
+    # `read` behind `time`: x=1 no longer holds
+    ("x=1; time read -r x <<<'a[$(touch MARK)]'; echo $((x))", ("Bash(time *)", "Bash(echo *)")),
+    ("x=1; f() { echo $((x)); }; x='a[$(touch MARK)]' f", ("Bash(*)",)),  # a value for one command
+    ("x='a[$(touch MARK)]'; a=([x]=1); echo", ("Bash(echo *)",)),  # a subscript in `( )`
+    ("if false; then x=1; fi; echo $((x))", ("Bash(echo *)",)),  # x from the environment
+    ("x=1 & echo $((x))", ("Bash(echo *)",)),                   # x=1 ran in a background subshell
+    ("local x=1; echo $((x))", ("Bash(echo *)",)),              # `local` outside a function fails
+    ("x=1; command read -r x <<<'a[$(touch MARK)]'; echo $((x))", ("Bash(command *)", "Bash(echo *)")),
+    ("echo $(( $!x ))", ("Bash(echo *)",)),                     # no background job: `$!` is empty
+    ("echo $(( $x = 1 ))", ("Bash(echo *)",)),                  # assigns to the subscript x holds
+    ("y=1; [[ $y -eq 1 && x -eq 1 ]]; echo", ("Bash(echo *)",)),  # a bare name in [[ -eq ]]
+]
+
+
+@pytest.mark.parametrize("script", [
+    "for ((i=0; i<3; i++)); do echo ${a[i]}; done", "n=3; for ((i=0; i<n; i++)); do echo $((i * n)); done",
+    "f() { local x=1; echo $((x)); }; f", "n=2; f() { echo $((n)); }; f", "x=1; [[ \"$x\" -lt 2 && $x == 1 ]]; echo",
+    "arr=(a b); echo $(( ${#arr[@]} - 1 ))", "s=abc; x=1; echo ${s: -1} ${s:x:x} ${s:(x)}", "x=1; a=([x]=2); echo",
+    "echo $((16#ff + 0x1f + 64#a@b)) $((x = 1))",
+])
+def test_arithmetic_over_numbers_the_cell_set_is_still_read(script):
+    assert action(script, allow=["Bash(echo *)", "Bash(f)", "Bash(local *)"]) == "allow"
+
+
+@pytest.mark.parametrize("script", ["x=1; ((x++))", "[[ ${x:-0} -eq 0 ]]", "y=$PWD", "x=${y:-1}"])
+def test_a_cell_that_only_expands_asks(script):
+    assert action(script, allow=["Bash(:)"]) == "ask"
+    assert action("x=1; [[ -f y ]]") == "allow"  # nothing expanded, nothing to run
+
+
+def _run_in_bash(script: str, folder) -> bool:
+    """Whether real bash, in `folder` (which holds a folder named PAYLOAD) with x=PAYLOAD in its
+    environment, runs `touch MARK` anywhere below it."""
+    import subprocess
+
+    (folder / PAYLOAD).mkdir(exist_ok=True)
+    env = {**os.environ, "x": PAYLOAD, "y": PAYLOAD}
+    subprocess.run(["bash", "-c", script], cwd=folder, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                   timeout=60, check=False)
+    return any(folder.rglob("MARK"))
+
+
+@pytest.mark.parametrize("script, allow", UNSEEN_VALUE_ATTACKS)
+def test_arithmetic_over_a_value_the_checker_cannot_see_asks(script, allow, tmp_path):
+    assert _run_in_bash(script, tmp_path), "the script must really run touch"
+    assert action(script, allow=allow) == "ask"
+    assert action(script, allow=["Bash(*)"], mode="bypass-permissions") == "ask"
+
+
+# A property: cells drawn from bash's arithmetic contexts, with the payload hidden in variable values,
+# the environment, input, a folder's name (`$PWD`), positional parameters and BASH_COMMAND, run in real
+# bash. Whatever the checker allows must not run `touch MARK`. (Fixed seed; a bash run costs ~10 ms.)
+
+HIDINGS = [
+    "", "x='a[$(touch MARK)]'", "x=1", "x=5", "read -r x <<<'a[$(touch MARK)]'", "read <<<'a[$(touch MARK)]'",
+    "printf -v x %s 'a[$(touch MARK)]'", "declare x='a[$(touch MARK)]'", "cd 'a[$(touch MARK)]'",
+    "if false; then x=1; fi", "x=1 &", "(x=1)", "x=1 true", "unset x", "export x", "for x in 1; do :; done",
+    "set -- 'a[$(touch MARK)]'", "time read -r x <<<'a[$(touch MARK)]'", "command read -r x <<<'a[$(touch MARK)]'",
+    "builtin printf -v x %s 'a[$(touch MARK)]'", "y=x", "y=1", "echo 'a[$(touch MARK)]'", "x=1 y=2", "i=0",
+    "f() { x='a[$(touch MARK)]'; }; f", "mapfile -t x <<<'a[$(touch MARK)]'", "a=('a[$(touch MARK)]')",
+]
+VALUES = [
+    "x", "$x", "${x}", "${#x}", "y", "$y", "x+y", "i", "a", "a[0]", "PWD", "$PWD", "${PWD##*/}", "${PWD:-1}",
+    "BASH_COMMAND", "${BASH_COMMAND:@@:16}", "$1", "${1}", "$@", "REPLY", "$REPLY", "_", "$_", "$!x", "$-",
+    "OLDPWD", "FUNCNAME", "BASH_ARGV", "1", "0x1f", "16#ff", "x=1", "x = 1, x", "x += 1", "${x:-0}", "${x:0:16}",
+    "'a[$(touch MARK)]'", "$(echo 'a[$(touch MARK)]')", "a[$(touch MARK)]",
+]
+CONTEXTS = [  # «» is the drawn value; each carries the payload in its own text, for BASH_COMMAND
+    "echo $(( «» )) 'a[$(touch MARK)]'", "(( «» )) || echo 'a[$(touch MARK)]'",
+    "true $(( «» )) 'a[$(touch MARK)]'", "[[ «» -eq 1 || -n 'a[$(touch MARK)]' ]]",
+    "[[ 1 -lt «» || -n 'a[$(touch MARK)]' ]]", "v=abc; echo ${v:«»} 'a[$(touch MARK)]'",
+    "v=abc; echo ${v:0:«»} 'a[$(touch MARK)]'", "echo ${a[«»]} 'a[$(touch MARK)]'",
+    "a[«»]=1; echo 'a[$(touch MARK)]'", "let \"y=«»\" || echo 'a[$(touch MARK)]'",
+    "for ((i=«»; i<1; i++)); do echo 'a[$(touch MARK)]'; done", "a=([«»]=1); echo 'a[$(touch MARK)]'",
+    "for i in 1; do echo $(( «» )) 'a[$(touch MARK)]'; done",
+    "f() { echo $(( «» )) 'a[$(touch MARK)]'; }; f 'a[$(touch MARK)]'",
+    "printf -v 'y[«»]' %s 1; echo 'a[$(touch MARK)]'", "[[ -v a[«»] || -n 'a[$(touch MARK)]' ]]",
+]
+RULE_SETS = [
+    (), ("Bash(echo *)", "Bash(cd *)", "Bash(true)", "Bash(:)", "Bash(f)", "Bash(read *)", "Bash(printf *)",
+         "Bash(let *)", "Bash(declare *)", "Bash(export *)", "Bash(unset *)", "Bash(set *)", "Bash(time *)",
+         "Bash(command *)", "Bash(builtin *)", "Bash(mapfile *)"),
+]
+
+
+def _cell(hidings: list[str], value: str, context: str) -> str:
+    line = context.replace("«»", value)
+    line = line.replace("@@", str(line.find(PAYLOAD)) if PAYLOAD in line else "0")
+    return "\n".join([*filter(None, hidings), line])
+
+
+@settings(max_examples=int(os.environ.get("TOOLKERNEL_BASH_RULES_EXAMPLES", "300")), deadline=None,
+          database=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(hidings=st.lists(st.sampled_from(HIDINGS), max_size=3), value=st.sampled_from(VALUES),
+       context=st.sampled_from(CONTEXTS))
+def test_a_cell_the_checker_allows_never_runs_a_hidden_command(hidings, value, context):
+    import tempfile
+    from pathlib import Path
+
+    script = _cell(hidings, value, context)
+    allowed = [rules for rules in RULE_SETS if action(script, allow=rules) == "allow"]
+    if action(script, allow=["Bash(*)"], mode="bypass-permissions") == "allow":
+        allowed.append("bypass")
+    event(f"allowed under {len(allowed)} of 3")
+    if allowed:  # bash runs only what the checker allows: most draws ask (the plain tests show they run)
+        with tempfile.TemporaryDirectory() as folder:
+            assert not _run_in_bash(script, Path(folder)), f"allowed under {allowed}, yet bash ran touch:\n{script}"
