@@ -148,7 +148,7 @@ SETS_PATH = [
     "declare PATH=/nowhere", "export PATH=/nowhere", "f() { local PATH=/nowhere; x; }; f",
     "let PATH=1", "getopts a: PATH -a", "((PATH=1))", "echo $((PATH=1))",
     "for PATH in /nowhere; do x; done", "for ((PATH=1; PATH<2; PATH++)); do x; done", "unset PATH",
-    "declare -n p=PATH; p=/nowhere", "x='PATH=1'; echo $((x))",
+    "declare -n p=PATH; p=/nowhere", "x='PATH=1'; echo $((x))", "echo $(( PAT\"H\"=1 ))",
 ]
 
 
@@ -239,7 +239,20 @@ UNSEEN_VALUE_ATTACKS = [
     ("echo $(( $!x ))", ("Bash(echo *)",)),                     # no background job: `$!` is empty
     ("echo $(( $x = 1 ))", ("Bash(echo *)",)),                  # assigns to the subscript x holds
     ("y=1; [[ $y -eq 1 && x -eq 1 ]]; echo", ("Bash(echo *)",)),  # a bare name in [[ -eq ]]
+    # a function defined where a local was set is called after it is gone
+    ("f() { local x=1; g() { echo $((x)); }; }; f; g", ("Bash(local *)", "Bash(f)", "Bash(g)", "Bash(echo *)")),
+    ("f() { local x=5; for x in 1 2; do g() { echo $((x)); }; done; }; f; g",
+     ("Bash(local *)", "Bash(f)", "Bash(g)", "Bash(echo *)")),
+    # the grammar reads both lines as one command, `for` with subshells: the header's arithmetic unseen
+    ("x=1 y=2\nfor ((i='a[$(touch MARK)]'; i<1; i++)); do echo; done", ("Bash(*)",)),
 ]
+
+
+def test_single_brackets_and_test_take_only_numbers(tmp_path):
+    # Unlike [[ ]], `[` and `test` do not evaluate their operands, so these stay allowed.
+    script = '[ "$x" -eq 1 ]; test "$x" -lt 1; [ x -gt 1 ]; echo'
+    assert not _run_in_bash(script, tmp_path)
+    assert action(script, allow=["Bash([ *)", "Bash(test *)", "Bash(echo *)"]) == "allow"
 
 
 @pytest.mark.parametrize("script", [
@@ -305,11 +318,13 @@ CONTEXTS = [  # «» is the drawn value; each carries the payload in its own tex
     "for i in 1; do echo $(( «» )) 'a[$(touch MARK)]'; done",
     "f() { echo $(( «» )) 'a[$(touch MARK)]'; }; f 'a[$(touch MARK)]'",
     "printf -v 'y[«»]' %s 1; echo 'a[$(touch MARK)]'", "[[ -v a[«»] || -n 'a[$(touch MARK)]' ]]",
+    "f() { local x=1; g() { echo $(( «» )) 'a[$(touch MARK)]'; }; }; f; g", "v=abc; cat <<EOF\n${v:«»}\nEOF",
+    "f() { local x=1; echo $(( «» )) 'a[$(touch MARK)]'; }; f", "x=1 y=2; echo $(( «» )) 'a[$(touch MARK)]'",
 ]
 RULE_SETS = [
     (), ("Bash(echo *)", "Bash(cd *)", "Bash(true)", "Bash(:)", "Bash(f)", "Bash(read *)", "Bash(printf *)",
          "Bash(let *)", "Bash(declare *)", "Bash(export *)", "Bash(unset *)", "Bash(set *)", "Bash(time *)",
-         "Bash(command *)", "Bash(builtin *)", "Bash(mapfile *)"),
+         "Bash(command *)", "Bash(builtin *)", "Bash(mapfile *)", "Bash(local *)", "Bash(g)", "Bash(cat)"),
 ]
 
 

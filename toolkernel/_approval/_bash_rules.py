@@ -194,8 +194,13 @@ class Script:
     # Variables the script may give a value that is not a plain number (None: a name built at run
     # time): a literal other than an integer, input, unset, a value for one command.
     unvouched: set[str | None] = field(default_factory=set, repr=False)
-    # (name, from, to): between these bytes the script has surely set `name` to a literal integer.
-    vouched: list[tuple[str, int, int]] = field(default_factory=list, repr=False)
+    # (name, from, to, in_function): between these bytes the script has surely set `name` to a literal
+    # integer; in a function, not for a function defined there (called later, where the local is gone).
+    vouched: list[tuple[str, int, int, bool]] = field(default_factory=list, repr=False)
+    functions: list[tuple[int, int]] = field(default_factory=list, repr=False)  # their bytes
+    # (body from, body to, redirection): bash expands a here-document's body when the command with
+    # the redirection runs, before what follows it on its line.
+    heredocs: list[tuple[int, int, int]] = field(default_factory=list, repr=False)
     arithmetic: list[Arithmetic] = field(default_factory=list, repr=False)
     expands: bool = field(default=False, repr=False)  # whether any value is expanded or evaluated
 
@@ -236,6 +241,8 @@ def _visit(node, found: Script) -> None:
     kind = node.type
     if kind in _EXPANDS:
         found.expands = True
+    elif kind == "function_definition":
+        found.functions.append((node.start_byte, node.end_byte))
     if kind == "command":
         _command(node, found)
     elif kind in ("declaration_command", "unset_command"):
@@ -270,6 +277,8 @@ def _command(node, found: Script) -> None:
     args = [c for c in node.children_by_field_name("argument")]
     words = tuple(_literal(a) for a in (*assignments, name_node, *args))
     text = _text(node)
+    if _spans_lines(node):
+        found.unreadable.append(f"the checker's grammar read more than one line as the command `{text}`")
     found.parts.append(Part(words, text, len(assignments)))
     if any(_names_control_file(w) for w in words[1:]):
         found.unreadable.append(f"`{text}` touches toolkernel's own state or config")
@@ -308,6 +317,15 @@ def _builtin(name_node, args: list, text: str, found: Script) -> None:
         for flag, operand in zip(args, args[1:]):
             if _text(flag) in ("-v", "-R"):
                 _named_variable(operand, found)
+
+
+def _spans_lines(node) -> bool:
+    """Whether a newline bash ends the command at lies between its words (the grammar reads
+    `a=1 b=2` and the next line, `for ((...))`, as one command, with `((...))` as subshells)."""
+    script = node.text
+    gaps = (script[a.end_byte - node.start_byte: b.start_byte - node.start_byte]
+            for a, b in zip(node.children, node.children[1:]))
+    return any(re.search(rb"(?<!\\)\n", gap) for gap in gaps)
 
 
 def _names_control_file(word: str | None) -> bool:
@@ -360,12 +378,12 @@ def _vouch_after(node, name: str, found: Script) -> None:
     sequence = statement.parent
     if sequence is None or sequence.type not in _SEQUENCES or sequence.children[0].type == "((":
         return
-    if statement.children[0].type == "local" and not any(n.type == "function_definition" for n in _ancestors(node)):
+    if statement.children[0].type == "local" and not _in_function(node):
         return  # `local` outside a function fails, and x keeps the environment's value
     after = statement.next_sibling
     if after is not None and after.type == "&":  # `x=1 &` sets x in a background subshell only
         return
-    found.vouched.append((name, statement.end_byte, sequence.end_byte))
+    found.vouched.append((name, statement.end_byte, sequence.end_byte, _in_function(node)))
 
 
 def _declaration(node, found: Script) -> None:
@@ -463,7 +481,7 @@ def _loop_variable(node, found: Script) -> None:
             value = first.child_by_field_name("value") if first.type == "variable_assignment" else None
             name = first.child_by_field_name("name") if value is not None else None
             if name is not None and name.type == "variable_name" and _INTEGER.fullmatch(_text(value)):
-                found.vouched.append((_text(name), first.end_byte, node.end_byte))
+                found.vouched.append((_text(name), first.end_byte, node.end_byte, _in_function(node)))
         return
     name = node.child_by_field_name("variable")
     values = node.children_by_field_name("value")
@@ -473,7 +491,7 @@ def _loop_variable(node, found: Script) -> None:
     if name is not None:
         _sets(_text(name), is_number, f"{node.children[0].type} {_text(name)}", found)
         if is_number and body is not None:  # `for i in 1 2`: in the body i holds a number
-            found.vouched.append((_text(name), body.start_byte, body.end_byte))
+            found.vouched.append((_text(name), body.start_byte, body.end_byte, _in_function(node)))
 
 
 def _expansion(node, found: Script) -> None:
@@ -510,6 +528,8 @@ def _substitutions(text: str) -> Iterator[int]:
 def _heredoc(node, found: Script) -> None:
     start = next((c for c in node.children if c.type == "heredoc_start"), None)
     body = next((c for c in node.children if c.type == "heredoc_body"), None)
+    if body is not None:
+        found.heredocs.append((body.start_byte, body.end_byte, node.start_byte))
     if start is None or body is None or any(q in _text(start) for q in "'\"\\"):
         return  # a quoted delimiter: the body is literal text
     # The grammar reads `$(...)` and `${...}` in the text (walked as usual), but not backquotes,
@@ -578,17 +598,17 @@ def _arithmetic(text: str, start: int, found: Script, *, exact: bool = True) -> 
 def _check_arithmetic(arithmetic: Arithmetic, found: Script) -> None:
     """Ask unless every value the text evaluates is one the checker saw set to a literal integer."""
     text = arithmetic.text
-    for match in _ARITH_ASSIGNED.finditer(text):
-        name = match.group(1) or match.group(2)
-        if any(ch.isupper() for ch in name):
-            found.unreadable.append(f"`{text}` changes an environment variable that later commands see")
-            return
     if not _only_plain_expansions(text):
         found.unreadable.append(f"`{text}` evaluates text the checker cannot see as arithmetic")
         return
     if any(q in text for q in "'\""):  # bash removes quotes first: `a"$x"` is `a5`, the variable a5
         text = text.replace("'", "").replace('"', "")
         arithmetic = Arithmetic(text, arithmetic.start, exact=False)
+    for match in _ARITH_ASSIGNED.finditer(text):
+        name = match.group(1) or match.group(2)
+        if any(ch.isupper() for ch in name):
+            found.unreadable.append(f"`{text}` changes an environment variable that later commands see")
+            return
     if re.search(r"[A-Za-z0-9_]\$", text):  # `a$x`, `a$#`: the value ends a name (a5) bash then reads
         found.unreadable.append(f"`{text}` builds a name at run time that arithmetic reads")
         return
@@ -621,7 +641,14 @@ def _vouched(name: str, at: int, found: Script) -> bool:
     `_` is the last word of the command before; the environment's values are not seen."""
     if name == "_" or name in found.unvouched or None in found.unvouched:
         return False
-    return any(vouched == name and start <= at < end for vouched, start, end in found.vouched)
+    at = next((redirect for start, end, redirect in found.heredocs if start <= at < end), at)
+    return any(vouched == name and start <= at < end and not (in_function and any(
+        start <= f_start <= at < f_end for f_start, f_end in found.functions))
+        for vouched, start, end, in_function in found.vouched)
+
+
+def _in_function(node) -> bool:
+    return any(n.type == "function_definition" for n in _ancestors(node.parent))
 
 
 def _redirect(node, found: Script) -> None:
