@@ -245,6 +245,7 @@ UNSEEN_VALUE_ATTACKS = [
      ("Bash(local *)", "Bash(f)", "Bash(g)", "Bash(echo *)")),
     # the grammar reads both lines as one command, `for` with subshells: the header's arithmetic unseen
     ("x=1 y=2\nfor ((i='a[$(touch MARK)]'; i<1; i++)); do echo; done", ("Bash(*)",)),
+    ("v=1; echo ${v:+$((x))}", ("Bash(*)",)),  # the grammar reads `$((x))` here as `$( (x) )`, command x
 ]
 
 
@@ -320,6 +321,7 @@ CONTEXTS = [  # «» is the drawn value; each carries the payload in its own tex
     "printf -v 'y[«»]' %s 1; echo 'a[$(touch MARK)]'", "[[ -v a[«»] || -n 'a[$(touch MARK)]' ]]",
     "f() { local x=1; g() { echo $(( «» )) 'a[$(touch MARK)]'; }; }; f; g", "v=abc; cat <<EOF\n${v:«»}\nEOF",
     "f() { local x=1; echo $(( «» )) 'a[$(touch MARK)]'; }; f", "x=1 y=2; echo $(( «» )) 'a[$(touch MARK)]'",
+    "v=1; echo ${v:+$(( «» ))} 'a[$(touch MARK)]'", "echo \"${v:-$(( «» ))}\" 'a[$(touch MARK)]'",
 ]
 RULE_SETS = [
     (), ("Bash(echo *)", "Bash(cd *)", "Bash(true)", "Bash(:)", "Bash(f)", "Bash(read *)", "Bash(printf *)",

@@ -558,6 +558,9 @@ def _collect_arithmetic(node, found: Script) -> None:
     if kind == "arithmetic_expansion" or (kind == "compound_statement" and node.children
                                           and node.children[0].type == "(("):
         _arithmetic(_text(node), node.start_byte, found)
+    elif kind in ("command_substitution", "subshell") and _text(node).startswith(("$((", "((")):
+        # The grammar reads `${x:-$((y))}` as `$( (y) )`; bash takes it as arithmetic: read it both ways.
+        _arithmetic(_text(node), node.start_byte, found)
     elif kind == "subscript":
         index = node.child_by_field_name("index") or node
         _arithmetic(_text(index), index.start_byte, found)
