@@ -177,7 +177,8 @@ def test_setting_path_without_an_assignment_asks(script, tmp_path):
 
 @pytest.mark.parametrize("script", [
     "trap 'rm -rf x' EXIT", "trap -- 'rm -rf x' EXIT", "alias ls='rm -rf x'", "mapfile -C 'rm -rf x' -c 1 y",
-    "hash -p /bin/rm ls", "coproc rm -rf x", "ls {PATH}>&1", "wait -n -p PATH", "printf \"$opt\" '%s' x",
+    "hash -p /bin/rm ls", "jobs -x rm -rf x", "command jobs -x rm -rf x", "coproc rm -rf x", "ls {PATH}>&1",
+    "wait -n -p PATH", "printf \"$opt\" '%s' x",
     "echo ${LD_PRELOAD:=/nowhere/x.so}",
 ])
 def test_commands_that_run_or_redirect_text_later_ask(script):

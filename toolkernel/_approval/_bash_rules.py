@@ -74,7 +74,7 @@ _OPAQUE = {"eval": "`eval` runs text built at run time", "source": "`source` run
 # Builtins that set the variables named in their arguments (read from input the script does not show).
 _NAME_SETTERS = {"read", "mapfile", "readarray", "getopts", "printf", "wait"}
 # Options of those that run a command string, or load code.
-_RUNS_OPTION = {"mapfile": "C", "readarray": "C", "hash": "p", "enable": "f"}
+_RUNS_OPTION = {"mapfile": "C", "readarray": "C", "hash": "p", "enable": "f", "jobs": "x"}
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INTEGER = re.compile(r"[-+]?[0-9]+")
 # In arithmetic: a name that is assigned (`X=1`, `X+=1`, `X++`, `--X`).
