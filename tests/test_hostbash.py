@@ -334,7 +334,8 @@ def test_an_agents_cell_is_checked_against_bash_rules_and_a_persons_is_not(kerne
 def test_an_agents_cell_that_runs_more_than_its_words_does_not_start(kernel, workdir, agent_config):
     # Each is allowed word by word by `Bash(echo *)`, yet bash would run `touch` (or set PATH).
     for cell in ("x='$(touch pwn.txt)'; echo ${x@P}", "echo <<EOF\n`touch pwn.txt`\nEOF",
-                 "x='a[$(touch pwn.txt)]'; echo $((x))", "echo $((PATH=1)) hi"):
+                 "x='a[$(touch pwn.txt)]'; echo $((x))", "echo $((PATH=1)) hi",
+                 "[[ ${BASH_COMMAND:38:19} -eq 1 || -n 'a[$(touch pwn.txt)]' ]]"):  # issue 34: no command at all
         refused = agent_execute(kernel, bash(cell))
         assert [e["code"] for e in error_lines(refused.stderr)] == ["needs_approval"], cell
         assert not (workdir / "pwn.txt").exists(), cell

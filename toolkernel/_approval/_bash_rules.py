@@ -21,17 +21,31 @@ not literal, `eval`, `source`/`.`, `exec`, `trap`, `alias`, `coproc`, a
 shell given `-c`, a redirection that writes a file (`> 2` is a file; only
 `2>&1`-style copies are not), text bash runs that the grammar leaves as
 text (backquotes in an unquoted here-document or in `${x:-...}`), `${x@P}`
-and `${!x}`, a variable set to a value the checker cannot see (`read x`,
-`x=$(...)`) that arithmetic then evaluates (`$((x))` runs `a[$(id)]`), and
-setting an environment-style variable (a capital letter in its name:
-`PATH=...`, `read PATH`, `printf -v PATH`, `export PATH`, `((PATH=1))`,
-`for PATH in`...), which changes what later commands do, and a word that
-names toolkernel's own state or config
-(`.toolkernel/`, `toolkernel.toml`, `.mcp.json`): an agent's cell that touches
+and `${!x}`, setting an environment-style variable (a capital letter in its
+name: `PATH=...`, `read PATH`, `printf -v PATH`, `export PATH`, `((PATH=1))`,
+`for PATH in`...), which changes what later commands do, and a cell with no
+command at all that still expands a value.
+
+Arithmetic evaluates a variable's value as an expression, and a subscript in
+that text runs a command (`x='a[$(id)]'; echo $((x))` runs `id`). So every
+arithmetic text (`$((...))`, `((...))`, `for ((...))`, `let`, both sides of
+`[[ -eq ]]` and its kin, `${x:offset:length}`, a subscript: `a[i]`, `${a[i]}`,
+`a=([i]=v)`, `read 'a[i]'`, `[[ -v a[i] ]]`) asks unless each name in it is one
+the cell surely set to a literal integer before (`x=5` as a statement of its
+own earlier in the same sequence, `for i in 1 2`, `for ((i=0; ...))`) and sets
+to nothing else anywhere, and it expands nothing but such names, lengths
+(`${#x}`) and `$#`, `$?`, `$$`, `$!`. Whatever bash or the environment fills
+(`BASH_COMMAND`, `PWD`, `REPLY`, `$1`, `_`, a variable the cell did not set)
+is unseen. `declare -i` and `-n` ask. `builtin`, `command` and `time` are seen
+through (`time read x` sets x).
+
+A word that names toolkernel's own state or config (`.toolkernel/`,
+`toolkernel.toml`, `.mcp.json`) asks as well: an agent's cell that touches
 them (an answer file under `.toolkernel/pending/` is a person's approval) is
-put to a person. Only literal words can be seen, so this is a courtesy, not
-the guarantee: a command that can write any file runs with the person's
-power over files.
+put to a person. That is a courtesy, not the guarantee: only literal words can
+be seen (`cp x .tool*/`, a path built at run time), and a command that can
+write any file runs with the person's power over files. What protects those
+files must hold below bash, not in this checker.
 
 Order, as for tools: the administrator's deny rules, deny, plan mode, ask
 rules, what cannot be read, allow rules, the mode (only bypass-permissions
@@ -60,17 +74,24 @@ _OPAQUE = {"eval": "`eval` runs text built at run time", "source": "`source` run
 # Builtins that set the variables named in their arguments (read from input the script does not show).
 _NAME_SETTERS = {"read", "mapfile", "readarray", "getopts", "printf", "wait"}
 # Options of those that run a command string, or load code.
-_RUNS_OPTION = {"mapfile": "C", "readarray": "C", "hash": "p", "enable": "f"}
+_RUNS_OPTION = {"mapfile": "C", "readarray": "C", "hash": "p", "enable": "f", "jobs": "x"}
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INTEGER = re.compile(r"[-+]?[0-9]+")
-# Variables bash fills from input the script does not show; `_` is the last word of the last command.
-_INPUT_FILLED = {"REPLY", "MAPFILE", "OPTARG", "BASH_REMATCH", "_"}
 # In arithmetic: a name that is assigned (`X=1`, `X+=1`, `X++`, `--X`).
 _ARITH_ASSIGNED = re.compile(r"(?:\+\+|--)\s*([A-Za-z_]\w*)"
                              r"|([A-Za-z_]\w*)\s*(?:\[[^\]]*\])?\s*(?:\+\+|--|(?:[-+*/%&|^]|<<|>>)?=(?!=))")
-# In arithmetic: a name whose value bash evaluates as an expression (`x`, `$x`, `${x}`), not `0x1f` or `16#ff`.
-_ARITH_READ = re.compile(r"(?<![\w#$@])([A-Za-z_]\w*)|\$\{?([A-Za-z_]\w*)")
+# In arithmetic: a name (`x`, `$x`, `${x}`, `$!x`), not a digit of `0x1f`, `16#ff`, `64#a@b` or `${#x}`.
+_ARITH_NAME = re.compile(r"(?<![A-Za-z0-9_#@])([A-Za-z_][A-Za-z0-9_]*)")
+# The only expansions arithmetic may hold: a name's value (vouched for like a bare name), a length, a
+# count, `$#`, `$?`, `$$`, `$!` and nested `$((`. `${x:1}`, `${PWD##*/}`, `$1`, `$@`, `$-`, `$(...)` ask.
+_ARITH_EXPANSION = re.compile(r"\$(?:\(\(|[#?$!]|[A-Za-z_]\w*|\{[A-Za-z_]\w*\}|\{#[A-Za-z_]\w*(?:\[[@*]\])?\})")
 _ARITH_TESTS = {"-eq", "-ne", "-lt", "-le", "-gt", "-ge"}
+# Statements here run one after another, each only after those before it (not `if`: its branches
+# are siblings). A variable set here holds its value for the rest of the node.
+_SEQUENCES = {"program", "compound_statement", "do_group", "subshell"}
+# These run the builtin named after them in this shell, where it sets variables (`time read x`).
+_IN_THIS_SHELL = {"builtin", "command", "time"}
+_DECLARATIONS = {"declare", "typeset", "local", "export", "readonly", "unset"}
 # Deny and ask rules also see the command these run, so `Bash(rm *)` catches `sudo rm`.
 _WRAPPERS = {"command", "builtin", "env", "nohup", "nice", "sudo", "time", "timeout", "xargs", "stdbuf", "setsid"}
 _SAFE_TARGETS = {"/dev/null", "/dev/stdout", "/dev/stderr"}
@@ -154,14 +175,34 @@ def _after_wrapper(words: tuple[str | None, ...]) -> tuple[str | None, ...]:
     return words[i:]
 
 
+@dataclass(frozen=True)
+class Arithmetic:
+    """A text bash evaluates as arithmetic, where a variable's value is evaluated as code."""
+
+    text: str
+    start: int  # the script's byte where it begins
+    exact: bool = True  # whether text[i] is the script's byte start + i (not for a quoted word)
+
+    def at(self, index: int) -> int:
+        return self.start + len(self.text[:index].encode()) if self.exact else self.start
+
+
 @dataclass
 class Script:
     parts: list[Part] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)  # why a part of it asks whatever the rules say
-    # Variables the script gives a value the checker cannot vouch is a plain number (None: a name
-    # built at run time); bash evaluates such a value as code when arithmetic reads it.
+    # Variables the script may give a value that is not a plain number (None: a name built at run
+    # time): a literal other than an integer, input, unset, a value for one command.
     unvouched: set[str | None] = field(default_factory=set, repr=False)
-    arithmetic: list[str] = field(default_factory=list, repr=False)  # the texts bash evaluates as arithmetic
+    # (name, from, to, in_function): between these bytes the script has surely set `name` to a literal
+    # integer; in a function, not for a function defined there (called later, where the local is gone).
+    vouched: list[tuple[str, int, int, bool]] = field(default_factory=list, repr=False)
+    functions: list[tuple[int, int]] = field(default_factory=list, repr=False)  # their bytes
+    # (body from, body to, redirection): bash expands a here-document's body when the command with
+    # the redirection runs, before what follows it on its line.
+    heredocs: list[tuple[int, int, int]] = field(default_factory=list, repr=False)
+    arithmetic: list[Arithmetic] = field(default_factory=list, repr=False)
+    expands: bool = field(default=False, repr=False)  # whether any value is expanded or evaluated
 
 
 def analyze(script: str) -> Script:
@@ -171,8 +212,11 @@ def analyze(script: str) -> Script:
         found.unreadable.append("bash could not be parsed (a syntax error, or syntax the checker does not know)")
     for node in _walk(tree.root_node):
         _visit(node, found)
-    for text in found.arithmetic:
-        _check_arithmetic(text, found)
+    for arithmetic in found.arithmetic:
+        _check_arithmetic(arithmetic, found)
+    if found.expands and not found.parts:
+        # Nothing here is a command the rules could allow; what it expands or evaluates is not seen.
+        found.unreadable.append("the cell runs no command, only expansions or tests the checker cannot vouch for")
     return found
 
 
@@ -190,8 +234,15 @@ def _walk(node) -> Iterator:
         yield from _walk(child)
 
 
+_EXPANDS = {"simple_expansion", "expansion", "command_substitution", "process_substitution", "arithmetic_expansion"}
+
+
 def _visit(node, found: Script) -> None:
     kind = node.type
+    if kind in _EXPANDS:
+        found.expands = True
+    elif kind == "function_definition":
+        found.functions.append((node.start_byte, node.end_byte))
     if kind == "command":
         _command(node, found)
     elif kind in ("declaration_command", "unset_command"):
@@ -220,32 +271,61 @@ def _command(node, found: Script) -> None:
         for a in assignments:
             _assignment(a, found)
         return
+    for a in assignments:  # `x=v cmd`: x holds v for this command only (a function reads it)
+        name = a.child_by_field_name("name")
+        found.unvouched.add(_text(name) if name is not None else None)
     args = [c for c in node.children_by_field_name("argument")]
     words = tuple(_literal(a) for a in (*assignments, name_node, *args))
     text = _text(node)
+    if _spans_lines(node):
+        found.unreadable.append(f"the checker's grammar read more than one line as the command `{text}`")
+    found.parts.append(Part(words, text, len(assignments)))
+    if any(_names_control_file(w) for w in words[1:]):
+        found.unreadable.append(f"`{text}` touches toolkernel's own state or config")
+    for word in map(_text, args):  # `{NAME}>&1` stores a new file descriptor's number in NAME
+        if word.startswith("{") and word.endswith("}") and _IDENTIFIER.fullmatch(word[1:-1]):
+            _sets(word[1:-1], True, text, found)
+    nodes = [name_node, *args]
+    while _literal(nodes[0]) in _IN_THIS_SHELL:  # `time read x` is `read x`, in this shell
+        nodes = nodes[1:]
+        while nodes and _text(nodes[0]).startswith("-"):  # `command -p`, `time -p`
+            nodes = nodes[1:]
+        if not nodes:
+            return
+    _builtin(nodes[0], nodes[1:], text, found)
+
+
+def _builtin(name_node, args: list, text: str, found: Script) -> None:
+    """What the command named by `name_node` does to this shell beyond its words, if anything."""
     name = _literal(name_node)
     if name is None:
         found.unreadable.append(f"the command name in `{text}` is built at run time")
         return
     base = name.rsplit("/", 1)[-1]
-    if base in _OPAQUE and not (base == "trap" and _only_options(words[1 + len(assignments):])):
+    words = tuple(_literal(a) for a in args)
+    if base in _OPAQUE and not (base == "trap" and _only_options(words)):
         found.unreadable.append(f"{_OPAQUE[base]}: `{text}`")
-    elif base in _RUNS_OPTION and any(_has_option(w, _RUNS_OPTION[base]) for w in words[1:]):
+    elif base in _RUNS_OPTION and any(_has_option(w, _RUNS_OPTION[base]) for w in words):
         found.unreadable.append(f"`{base} -{_RUNS_OPTION[base]}` runs or loads code the checker cannot read: `{text}`")
-    elif base in _SHELLS and any(w is None or (w.startswith("-") and "c" in w[1:]) for w in words[1:]):
+    elif base in _SHELLS and any(w is None or (w.startswith("-") and "c" in w[1:]) for w in words):
         found.unreadable.append(f"a shell given a command string runs text the checker cannot read: `{text}`")
-    if any(_names_control_file(w) for w in words[1:]):
-        found.unreadable.append(f"`{text}` touches toolkernel's own state or config")
+    elif base in _DECLARATIONS:  # the grammar reads `declare x=1` as a declaration, not as a command
+        found.unreadable.append(f"the checker does not follow `{base}` run this way: `{text}`")
     if base in _NAME_SETTERS or base == "let":
         _builtin_sets(base, args, text, found)
     if base in ("test", "["):
         for flag, operand in zip(args, args[1:]):
             if _text(flag) in ("-v", "-R"):
                 _named_variable(operand, found)
-    for word in map(_text, args):  # `{NAME}>&1` stores a new file descriptor's number in NAME
-        if word.startswith("{") and word.endswith("}") and _IDENTIFIER.fullmatch(word[1:-1]):
-            _sets(word[1:-1], True, text, found)
-    found.parts.append(Part(words, text, len(assignments)))
+
+
+def _spans_lines(node) -> bool:
+    """Whether a newline bash ends the command at lies between its words (the grammar reads
+    `a=1 b=2` and the next line, `for ((...))`, as one command, with `((...))` as subshells)."""
+    script = node.text
+    gaps = (script[a.end_byte - node.start_byte: b.start_byte - node.start_byte]
+            for a, b in zip(node.children, node.children[1:]))
+    return any(re.search(rb"(?<!\\)\n", gap) for gap in gaps)
 
 
 def _names_control_file(word: str | None) -> bool:
@@ -278,13 +358,32 @@ def _assignment(node, found: Script) -> None:
     name = node.child_by_field_name("name")
     if name is None:
         return
-    if name.type == "subscript":  # `a[i]=v`: the array `a`
+    element = name.type == "subscript"
+    if element:  # `a[i]=v`: the array `a`
         name = name.child_by_field_name("name") or name.named_children[0]
     value = node.child_by_field_name("value")
     literal = _literal(value) if value is not None else ""
-    is_number = value is None or value.type == "arithmetic_expansion" or (
-        literal is not None and _INTEGER.fullmatch(literal) is not None)
-    _sets(_text(name), is_number and "+=" not in _text(node), _text(node), found)
+    is_number = "+=" not in _text(node) and (value is None or value.type == "arithmetic_expansion" or (
+        literal is not None and _INTEGER.fullmatch(literal) is not None))
+    _sets(_text(name), is_number, _text(node), found)
+    if is_number and not element:  # `a[1]=1` leaves `a`, which is a[0], as it was
+        _vouch_after(node, _text(name), found)
+
+
+def _vouch_after(node, name: str, found: Script) -> None:
+    """`name=1` as a statement of its own: from there to the end of its sequence, `name` holds a number
+    (unless the script sets it otherwise somewhere, which `unvouched` records)."""
+    statement = node.parent if node.parent is not None and node.parent.type in (
+        "variable_assignments", "declaration_command") else node
+    sequence = statement.parent
+    if sequence is None or sequence.type not in _SEQUENCES or sequence.children[0].type == "((":
+        return
+    if statement.children[0].type == "local" and not _in_function(node):
+        return  # `local` outside a function fails, and x keeps the environment's value
+    after = statement.next_sibling
+    if after is not None and after.type == "&":  # `x=1 &` sets x in a background subshell only
+        return
+    found.vouched.append((name, statement.end_byte, sequence.end_byte, _in_function(node)))
 
 
 def _declaration(node, found: Script) -> None:
@@ -297,22 +396,23 @@ def _declaration(node, found: Script) -> None:
         found.unreadable.append(f"`{text}` makes a variable a reference or an integer, which the checker cannot follow")
     for child in node.named_children:
         if child.type == "variable_name":  # `export X`, `local X`, `unset X`: changes what later commands see
-            _sets(_text(child), True, text, found)
+            _sets(_text(child), False, text, found)  # and `x` keeps a value from the environment, or has none
         elif child.type != "variable_assignment":  # an option, or a quoted `'a[i]=1'`
             word = _literal(child)
             if word is None or not word.startswith(("-", "+")):
-                _sets_word(word if word is None else word.split("=", 1)[0], text, found)
+                _sets_word(word if word is None else word.split("=", 1)[0], text, child.start_byte, found)
 
 
 def _builtin_sets(base: str, arg_nodes: list, text: str, found: Script) -> None:
     """`read X`, `printf -v X`, `mapfile X`, `getopts abc X`, `wait -p X`, `let X=1` set X."""
     args = tuple(_literal(a) for a in arg_nodes)
+    start = arg_nodes[0].start_byte if arg_nodes else 0
     if base == "let":
-        for arg in args:
+        for arg, node in zip(args, arg_nodes):
             if arg is None:
                 found.unreadable.append(f"`{text}`: arithmetic the checker cannot read")
             else:
-                found.arithmetic.append(arg)
+                _arithmetic(arg, node.start_byte, found, exact=False)
         return
     if base in ("printf", "wait"):
         names = _option_values(args, [_may_be_option(a) for a in arg_nodes], "v" if base == "printf" else "p")
@@ -321,17 +421,17 @@ def _builtin_sets(base: str, arg_nodes: list, text: str, found: Script) -> None:
     else:  # read, mapfile, readarray: the words that look like names
         names = [a for a in args if a is None or _IDENTIFIER.fullmatch(a.split("[", 1)[0] or "-")]
     for name in names:
-        _sets_word(name, text, found)
+        _sets_word(name, text, start, found)
 
 
-def _sets_word(word: str | None, text: str, found: Script) -> None:
+def _sets_word(word: str | None, text: str, start: int, found: Script) -> None:
     """A builtin sets the variable this word names: `x`, or `a[i]`, whose subscript is arithmetic."""
     if word is None:
         _sets(None, False, text, found)
         return
     name, bracket, rest = word.partition("[")
     if bracket:
-        found.arithmetic.append(rest.rpartition("]")[0])
+        _arithmetic(rest.rpartition("]")[0], start, found, exact=False)
     _sets(name, False, text, found)
 
 
@@ -344,7 +444,7 @@ def _named_variable(node, found: Script) -> None:
     if word is None:
         found.unreadable.append(f"`{text}` names a variable built at run time")
     elif "[" in word:
-        found.arithmetic.append(word.partition("[")[2].rpartition("]")[0])
+        _arithmetic(word.partition("[")[2].rpartition("]")[0], node.start_byte, found, exact=False)
 
 
 def _may_be_option(node) -> bool:
@@ -372,10 +472,16 @@ def _option_values(args: tuple[str | None, ...], may_be_option: list[bool], lett
 
 
 def _loop_variable(node, found: Script) -> None:
-    if node.type == "c_style_for_statement":
-        body = node.child_by_field_name("body")
-        end = body.start_byte if body is not None else node.end_byte
-        found.arithmetic.append(node.text[: end - node.start_byte].decode(errors="replace"))
+    body = node.child_by_field_name("body")
+    if node.type == "c_style_for_statement":  # `for ((...))`: the text between the parentheses
+        start = next((c.end_byte for c in node.children if c.type == "(("), node.start_byte)
+        end = next((c.start_byte for c in node.children if c.type == "))"), body.start_byte if body else node.end_byte)
+        _arithmetic(node.text[start - node.start_byte: end - node.start_byte].decode(errors="replace"), start, found)
+        for first in node.children_by_field_name("initializer"):  # `for ((i = 0; ...))`: i from there on
+            value = first.child_by_field_name("value") if first.type == "variable_assignment" else None
+            name = first.child_by_field_name("name") if value is not None else None
+            if name is not None and name.type == "variable_name" and _INTEGER.fullmatch(_text(value)):
+                found.vouched.append((_text(name), first.end_byte, node.end_byte, _in_function(node)))
         return
     name = node.child_by_field_name("variable")
     values = node.children_by_field_name("value")
@@ -384,6 +490,8 @@ def _loop_variable(node, found: Script) -> None:
                  and all(v is not None and _INTEGER.fullmatch(v) for v in literals))
     if name is not None:
         _sets(_text(name), is_number, f"{node.children[0].type} {_text(name)}", found)
+        if is_number and body is not None:  # `for i in 1 2`: in the body i holds a number
+            found.vouched.append((_text(name), body.start_byte, body.end_byte, _in_function(node)))
 
 
 def _expansion(node, found: Script) -> None:
@@ -401,8 +509,8 @@ def _expansion(node, found: Script) -> None:
         if name is not None:
             _sets(_text(name), False, text, found)
     if ":" in tokens:  # `${x:offset:length}`: both are arithmetic
-        start = node.children[tokens.index(":")].start_byte - node.start_byte
-        found.arithmetic.append(node.text[start + 1: -1].decode(errors="replace"))
+        start = node.children[tokens.index(":")].end_byte
+        _arithmetic(node.text[start - node.start_byte: -1].decode(errors="replace"), start, found)
 
 
 def _substitutions(text: str) -> Iterator[int]:
@@ -420,6 +528,8 @@ def _substitutions(text: str) -> Iterator[int]:
 def _heredoc(node, found: Script) -> None:
     start = next((c for c in node.children if c.type == "heredoc_start"), None)
     body = next((c for c in node.children if c.type == "heredoc_body"), None)
+    if body is not None:
+        found.heredocs.append((body.start_byte, body.end_byte, node.start_byte))
     if start is None or body is None or any(q in _text(start) for q in "'\"\\"):
         return  # a quoted delimiter: the body is literal text
     # The grammar reads `$(...)` and `${...}` in the text (walked as usual), but not backquotes,
@@ -447,36 +557,101 @@ def _collect_arithmetic(node, found: Script) -> None:
     kind = node.type
     if kind == "arithmetic_expansion" or (kind == "compound_statement" and node.children
                                           and node.children[0].type == "(("):
-        found.arithmetic.append(_text(node))
+        _arithmetic(_text(node), node.start_byte, found)
+    elif kind in ("command_substitution", "subshell") and _text(node).startswith(("$((", "((")):
+        # The grammar reads `${x:-$((y))}` as `$( (y) )`; bash takes it as arithmetic: read it both ways.
+        _arithmetic(_text(node), node.start_byte, found)
     elif kind == "subscript":
-        index = node.child_by_field_name("index")
-        found.arithmetic.append(_text(index) if index is not None else _text(node))
-    elif kind == "binary_expression" and _in_double_brackets(node) and any(
-            _text(c) in _ARITH_TESTS for c in node.children if c.type == "test_operator"):
-        found.arithmetic.append(_text(node))  # `[[ x -eq y ]]` (`[` and `test` take only numbers)
+        index = node.child_by_field_name("index") or node
+        _arithmetic(_text(index), index.start_byte, found)
+    elif kind == "array":  # `a=([i]=v)`: the subscript is arithmetic
+        for element in node.named_children:
+            text = _text(element)
+            if text.startswith("["):
+                _arithmetic(text[1:].rpartition("]=")[0] or text[1:], element.start_byte + 1, found)
+    elif kind == "test_operator" and _text(node) in _ARITH_TESTS and _in_double_brackets(node):
+        # `[[ x -eq y ]]` evaluates both sides (`[` and `test` take only numbers)
+        test = node.parent
+        if test is None or test.type != "binary_expression":  # a shape the checker does not know: all of it
+            test = next(n for n in _ancestors(node) if n.type == "test_command")
+            _arithmetic(_text(test), test.start_byte, found)
+            return
+        for side in test.children:
+            if (side.start_byte, side.end_byte) != (node.start_byte, node.end_byte):
+                _arithmetic(_text(side), side.start_byte, found)
+
+
+def _ancestors(node) -> Iterator:
+    while node is not None:
+        yield node
+        node = node.parent
 
 
 def _in_double_brackets(node) -> bool:
-    while node is not None and node.type != "test_command":
-        node = node.parent
-    return node is not None and node.children[0].type == "[["
+    test = next((n for n in _ancestors(node) if n.type == "test_command"), None)
+    return test is not None and test.children[0].type == "[["
 
 
-def _check_arithmetic(text: str, found: Script) -> None:
+def _arithmetic(text: str, start: int, found: Script, *, exact: bool = True) -> None:
+    # A byte that is not UTF-8 was read as one character: from there the offsets are not the script's.
+    found.arithmetic.append(Arithmetic(text, start, exact and "\ufffd" not in text))
+    found.expands = True
+
+
+def _check_arithmetic(arithmetic: Arithmetic, found: Script) -> None:
+    """Ask unless every value the text evaluates is one the checker saw set to a literal integer."""
+    text = arithmetic.text
+    if not _only_plain_expansions(text):
+        found.unreadable.append(f"`{text}` evaluates text the checker cannot see as arithmetic")
+        return
+    if any(q in text for q in "'\""):  # bash removes quotes first: `a"$x"` is `a5`, the variable a5
+        text = text.replace("'", "").replace('"', "")
+        arithmetic = Arithmetic(text, arithmetic.start, exact=False)
     for match in _ARITH_ASSIGNED.finditer(text):
         name = match.group(1) or match.group(2)
         if any(ch.isupper() for ch in name):
             found.unreadable.append(f"`{text}` changes an environment variable that later commands see")
             return
-    # Command output and the script's arguments (`$1`, `$@`) are text the checker does not see.
-    if "`" in text or re.search(r"\$\((?!\()|\$\{?[0-9@*]", text):
-        found.unreadable.append(f"`{text}` evaluates text the checker cannot see as arithmetic")
+    if re.search(r"[A-Za-z0-9_]\$", text):  # `a$x`, `a$#`: the value ends a name (a5) bash then reads
+        found.unreadable.append(f"`{text}` builds a name at run time that arithmetic reads")
         return
-    for match in _ARITH_READ.finditer(text):
-        name = match.group(1) or match.group(2)
-        if name in found.unvouched or None in found.unvouched or name in _INPUT_FILLED:
-            found.unreadable.append(f"`{text}` evaluates the value of `{name}` as arithmetic, which can run commands")
+    for match in _ARITH_NAME.finditer(text):
+        name = match.group(1)
+        if text[match.start() - 1: match.start()] not in ("$", "{") and re.match(r"\s*=(?!=)", text[match.end():]):
+            continue  # `x = 1` sets x without reading it (`$x = 1` assigns to what x holds)
+        if not _vouched(name, arithmetic.at(match.start()), found):
+            found.unreadable.append(f"`{text}` evaluates the value of `{name}` as arithmetic, and the checker"
+                                    " cannot vouch that it is a number (a value can run commands there)")
             return
+
+
+def _only_plain_expansions(text: str) -> bool:
+    """No backquote, escape, `~` outside `((...))` (`[[ ~ -eq 1 ]]` reads HOME) or `$` but those
+    `_ARITH_EXPANSION` allows."""
+    if "`" in text or "\\" in text or ("~" in text and not text.startswith(("$((", "(("))):
+        return False
+    at = text.find("$")
+    while at != -1:
+        match = _ARITH_EXPANSION.match(text, at)
+        if match is None:
+            return False
+        at = text.find("$", match.end())
+    return True
+
+
+def _vouched(name: str, at: int, found: Script) -> bool:
+    """Whether `name` surely holds a number at byte `at`: set so before it, and nowhere to anything else.
+    `_` is the last word of the command before; the environment's values are not seen."""
+    if name == "_" or name in found.unvouched or None in found.unvouched:
+        return False
+    at = next((redirect for start, end, redirect in found.heredocs if start <= at < end), at)
+    return any(vouched == name and start <= at < end and not (in_function and any(
+        start <= f_start <= at < f_end for f_start, f_end in found.functions))
+        for vouched, start, end, in_function in found.vouched)
+
+
+def _in_function(node) -> bool:
+    return any(n.type == "function_definition" for n in _ancestors(node.parent))
 
 
 def _redirect(node, found: Script) -> None:
