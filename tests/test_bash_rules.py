@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from toolkernel._approval._bash_rules import analyze, decide_bash, rule_covers, parse_bash_rule
+from toolkernel._approval._bash_rules import analyze, decide_bash, rule_covers
 from toolkernel._approval._policy import CallInfo, Policy, rule_matches
+from toolkernel._config._rules import parse_bash_rule
 
 
 def action(script: str, allow=(), deny=(), ask=(), mode="default", admin_deny=()) -> str:

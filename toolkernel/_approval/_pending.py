@@ -42,7 +42,8 @@ from typing import Any, Mapping
 from .._atomic import write_atomic
 from .._checked_open import NotAFolder, named_in, open_folder_below
 from .._names import display, parse_qualified
-from ._policy import CallInfo, canonical_call_key, normalize_qualified_name, parse_rule
+from .._config._rules import normalize_qualified_name, parse_rule
+from ._policy import CallInfo, canonical_call_key
 
 FOLDER = Path(".toolkernel") / "pending"
 DECISIONS = ("once", "always", "deny")

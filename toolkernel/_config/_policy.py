@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Mapping
 
-from .._approval._policy import MODES, Rule, parse_rule
+from ._rules import MODES, Rule, parse_rule
 from ._check import expect, known_keys, string, table, choice
 from ._sources import Source
 
