@@ -68,7 +68,7 @@ class ToolsMagics(Magics):
 
     def _cell(self, script: str, args) -> None:
         from ._lab import asking_with_buttons, display_report
-        from .._config._trust import ask_to_trust, ignored_config_notes
+        from .._config._untrusted import ask_to_trust, ignored_config_notes
 
         ask = asking_with_buttons(self.session, input) if _stdin_allowed(self.shell) else None
         try:
