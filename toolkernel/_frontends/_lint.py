@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from .._providers._commands import QUALIFIED_PREFIX, check_names, undeclared_references
+from .._config._commands import QUALIFIED_PREFIX
+from .._providers._commands import check_names, undeclared_references
 from .._config._config import Config, read_config
 from .._config._policy import RULE_LISTS
 from .._config._sources import Source
