@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from toolkernel._runners import _links
-from toolkernel._runners._links import LinkScan, links_to_mount
+from toolkernel._approval import _links
+from toolkernel._approval._links import LinkScan, links_to_mount
 
 
 @pytest.fixture

@@ -73,7 +73,7 @@ class CallInfo:
     input: Mapping[str, Any]
     kind: Kind
     outside_workspace: bool = False
-    # The call would write toolkernel's own config or approvals (see _guard.py).
+    # The call would write toolkernel's own config or approvals (see _protected.py).
     protected: bool = False
     # The input keys the tool's schema names; None when unknown (any key may have a default).
     schema_keys: frozenset[str] | None = None
