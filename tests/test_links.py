@@ -1,4 +1,4 @@
-"""The walk that finds the links already in a workspace (toolkernel/_runners/_links.py), kept
+"""The walk that finds the links already in a workspace (toolkernel/_approval/_links.py), kept
 between runs: a folder that has not moved is not listed again, and any change shows."""
 
 from __future__ import annotations
