@@ -8,8 +8,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from toolkernel._approval._bash_rules import analyze, decide_bash, rule_covers, parse_bash_rule
+from toolkernel._approval._bash_rules import analyze, decide_bash, rule_covers
 from toolkernel._approval._policy import CallInfo, Policy, rule_matches
+from toolkernel._config._rules import parse_bash_rule
 
 
 def action(script: str, allow=(), deny=(), ask=(), mode="default", admin_deny=()) -> str:

@@ -17,7 +17,7 @@ from test_process import wait_dead
 from toolkernel import _loop
 from toolkernel.__main__ import main as cli_main
 from toolkernel._errors import ConfigError
-from toolkernel._config._lint import lint
+from toolkernel._frontends._lint import lint
 from toolkernel._providers._commands import ProcessSlots
 from toolkernel._session import Session
 from toolkernel._tool import ToolContext

@@ -18,7 +18,7 @@ from kernel_helpers import github_toml, isolated_env, loaded_kernel, policy_toml
 from toolkernel import tool
 from toolkernel._errors import CallError, ConfigError
 from toolkernel._frontends._direct import call_argv
-from toolkernel._runners._guard import Unprotectable
+from toolkernel._approval._protected import Unprotectable
 from toolkernel._session import Session
 
 seen: list[str] = []

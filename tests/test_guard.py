@@ -22,7 +22,7 @@ import pytest
 
 from approval_helpers import SERVERS, CollectingSink, error_codes, policy_section, recorded_calls, toml_list
 from kernel_helpers import without_blanket_trust
-from toolkernel._runners._guard import Unprotectable
+from toolkernel._approval._protected import Unprotectable
 from toolkernel._session import Session
 from toolkernel._config._trust import TrustStore
 

@@ -15,7 +15,7 @@ from kernel_helpers import without_blanket_trust
 from toolkernel._config._config import load_config
 from toolkernel._config._trust import TrustStore
 from toolkernel._runners import _guard_cache
-from toolkernel._runners._guard import Unprotectable, mount_plan
+from toolkernel._approval._protected import Unprotectable, mount_plan
 from toolkernel._runners._guard_cache import PlanCache
 from toolkernel._session import Session
 

@@ -1,4 +1,4 @@
-"""The walk that finds the links already in a workspace (toolkernel/_runners/_links.py), kept
+"""The walk that finds the links already in a workspace (toolkernel/_approval/_links.py), kept
 between runs: a folder that has not moved is not listed again, and any change shows."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from toolkernel._runners import _links
-from toolkernel._runners._links import LinkScan, links_to_mount
+from toolkernel._approval import _links
+from toolkernel._approval._links import LinkScan, links_to_mount
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from toolkernel._approval._policy import (
     Policy,
     canonical_call_key,
     decide,
-    parse_rule,
     rule_matches,
 )
+from toolkernel._config._rules import parse_rule
 
 
 def mcp(server: str, tool: str, kind: str = "execute", outside: bool = False, **input) -> CallInfo:

@@ -18,7 +18,8 @@ from approval_helpers import (
     write_project,
 )
 from toolkernel._config._config import load_config
-from toolkernel._config._trust import TrustStore, ask_to_trust, fingerprints
+from toolkernel._config._trust import TrustStore, fingerprints
+from toolkernel._config._untrusted import ask_to_trust
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -141,7 +142,8 @@ def test_a_folder_named_with_control_characters_reaches_no_terminal_raw(tmp_path
     """A cloned repository names its folders: "\x1b]52;c;...\x07" in a question or a note would
     write the person's clipboard, and a bidi override make the line read otherwise."""
     from toolkernel._command._help import untrusted_note
-    from toolkernel._config._trust import ignored_config_notes, trust_command
+    from toolkernel._config._trust import trust_command
+    from toolkernel._config._untrusted import ignored_config_notes
 
     work = write_project(tmp_path / "project\x1b]52;c;bWFsaWNl\x07\u202e", "[policy]\nallow = [\"write_file\"]\n").parent
     questions: list[str] = []

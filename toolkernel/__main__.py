@@ -190,7 +190,7 @@ def run_approve(args: argparse.Namespace) -> int:
 
 
 def run_lint(directory: Path) -> int:
-    from ._config._lint import lint, report
+    from ._frontends._lint import lint, report
 
     findings = lint(directory)
     print(report(findings), end="")

@@ -37,7 +37,7 @@ from ._runners._shell import ScriptEvents, ScriptRunner, ShellResult, Sink, exec
 from ._tool import Tool
 from ._providers._tools import own_tools
 from ._providers._tool_lists import ToolLists
-from ._runners._guard import STATE_DIR, make_state_dir, mount_plan
+from ._approval._protected import STATE_DIR, make_state_dir, mount_plan
 from ._runners._sandbox_plan import sandbox_plan
 from ._sandbox import Plan, mechanism as sandbox_mechanism
 
@@ -95,7 +95,7 @@ class Session:
     async def prepare(self, events: RunEvents = NO_EVENTS, approver: Approver = stop_and_report,
                       *, read_only: bool = False, one_call: bool = False, agent: bool = False) -> ToolsCommand:
         """Read the config and wire a fresh `tools` command. Raises ConfigError
-        (`_guard.Unprotectable` too: what scripts must not write cannot be protected).
+        (`_protected.Unprotectable` too: what scripts must not write cannot be protected).
         `one_call` (a direct call): no script runs, so the mount plan is worked out only
         if the call names paths (the plan's check is a fifth of a direct call's cost).
         `agent`: an agent's run, whose host programs run in the OS sandbox (`_sandbox.py`)."""

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from toolkernel._approval._policy import Rule, rule_matches, CallInfo
+from toolkernel._approval._policy import rule_matches, CallInfo
+from toolkernel._config._rules import Rule
 from toolkernel._config._hooks import HookConfig, hooks_section
 from toolkernel._config._limits import shell_section
 from toolkernel._config._policy import PolicySection, policy_section, stricter

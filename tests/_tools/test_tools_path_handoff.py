@@ -91,7 +91,7 @@ def test_one_call_resolves_its_path_once(session, monkeypatch):
     result, err = run(session, "for f in inside.txt link.txt; do tools read-file path=$f; done")
     assert result.exit_code == 0, err
     called = [p for p in resolved if p.endswith(("inside.txt", "link.txt"))]
-    # Before the script, the walk for links to mount read-only (_runners/_links.py) looks
+    # Before the script, the walk for links to mount read-only (_approval/_links.py) looks
     # where link.txt leads; then each call resolves its path once.
     assert called == [str(session.workdir / name) for name in ("link.txt", "inside.txt", "link.txt")]
 

@@ -35,7 +35,8 @@ from .._checked_open import file_checked, open_folder_below
 from .._errors import ConfigError
 from ._bash_rules import TOOL_NAME as BASH_TOOL, rule_for_script
 from ._pending import PendingRequest, PendingStore
-from ._policy import CallInfo, canonical_call_key, decide, normalize_qualified_name, parse_rule
+from .._config._rules import normalize_qualified_name, parse_rule
+from ._policy import CallInfo, canonical_call_key, decide
 from .._config._trust import TrustStore
 
 FOLDER = ".toolkernel"

@@ -60,10 +60,10 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from .._config._rules import is_bash_rule, parse_bash_rule
 from ._policy import Decision, Policy
 
 TOOL_NAME = "Bash"
-_RULE = re.compile(r"^\s*bash\s*\((.*)\)\s*$", re.IGNORECASE | re.DOTALL)
 # Unquoted words made only of these characters mean themselves to bash.
 _PLAIN = re.compile(r"^[A-Za-z0-9_\-./:,+@%=^]+$")
 _SHELLS = {"bash", "sh", "dash", "zsh", "ksh", "fish", "busybox"}
@@ -100,25 +100,6 @@ _CONTROL_FILES = {".toolkernel", "toolkernel.toml", ".mcp.json"}
 
 
 # -- rules -------------------------------------------------------------------
-
-
-def is_bash_rule(text: str) -> bool:
-    return isinstance(text, str) and _RULE.match(text) is not None
-
-
-@functools.lru_cache(maxsize=1024)
-def parse_bash_rule(text: str) -> tuple[str, ...]:
-    """The rule's words; `ValueError` for a malformed one."""
-    match = _RULE.match(text)
-    if match is None:
-        raise ValueError(f"{text!r} is not a Bash(...) rule")
-    try:
-        words = tuple(shlex.split(match.group(1)))
-    except ValueError as exc:
-        raise ValueError(f"bad rule {text!r}: {exc}") from None
-    if not words:
-        raise ValueError(f"bad rule {text!r}: give a command prefix, or `*` for every command")
-    return words
 
 
 def _word_matches(pattern: str, word: str | None) -> bool:

@@ -27,7 +27,7 @@ from ._policy import CallInfo, Decision, Policy, canonical_call_key, decide
 from ._run import NO_EVENTS, Run, RunEvents
 from .._longtext import LongJSON, whole
 from .._tool import Tool, ToolContext, ToolResult, as_result, never_cancelled
-from .._runners._guard import Protection, touches_protected
+from ._protected import Protection, touches_protected
 from .._sandbox import Plan, mechanism as sandbox_mechanism
 from .._providers._tools._paths import outside_workspace, real_path, real_paths, rule_forms
 
@@ -47,7 +47,7 @@ class CallEnv:
     settings: Mapping[str, Any]  # [tools]: each own tool is handed its own table
     state: dict[str, Any]
     approver: Approver = stop_and_report  # who answers at the ask point
-    guarded: Protection | None = None  # what no call may write unasked (see _guard.py)
+    guarded: Protection | None = None  # what no call may write unasked (see _protected.py)
     untrusted: tuple[str, ...] = ()  # project folders whose config only tightens, for --help
     shell: ShellLimits = ShellLimits()  # [shell]: what the runner may use
     # A direct call works `guarded` out only for a call that names paths (most name none).

@@ -54,33 +54,21 @@ import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Literal, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
-from ._policy import CallInfo, Rule, parse_rule, rule_matches
+from .._config._rules import Rule, parse_rule
+from ._policy import _ACTIONS, CallInfo, HookOutcome, rule_matches
 from .._process import ProcessResult, run_capped
 from .._tool import ToolResult
 
-HookAction = Literal["continue", "allow", "deny", "ask"]
 EVENTS = ("before_call", "after_call")
 _EVENT_ALIASES = {"pre_call": "before_call", "post_call": "after_call"}  # the config's names
 REDACTED = "[redacted]"
 
-_ACTIONS = ("continue", "allow", "deny", "ask")
 _STDOUT_LIMIT = 16 * 1024 * 1024  # as the custom command tools cap their output
 _STDERR_LIMIT = 64 * 1024
 _STDERR_SHOWN = 300
 _ENV_PASSED = ("PATH", "HOME", "LANG")
-
-
-@dataclass
-class HookOutcome:
-    action: HookAction = "continue"
-    reason: str = ""
-    input: Mapping[str, Any] | None = None  # the rewritten input, if any
-
-    def __post_init__(self) -> None:
-        if self.action not in _ACTIONS:
-            raise ValueError(f"a hook action is one of {', '.join(_ACTIONS)}, not {self.action!r}")
 
 
 class HookFailed(Exception):

@@ -49,7 +49,8 @@ from .._atomic import write_atomic
 from .._checked_open import NotAFolder, named_in, open_folder_below
 from .._config._trust import store_path
 from .._names import display, parse_qualified
-from ._policy import CallInfo, canonical_call_key, normalize_qualified_name, parse_rule
+from .._config._rules import normalize_qualified_name, parse_rule
+from ._policy import CallInfo, canonical_call_key
 
 FOLDER = "pending"
 DECISIONS = ("once", "always", "deny")

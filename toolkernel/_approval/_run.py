@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
+from .._config._limits import CALL_LIMIT
 from .._errors import printable
 
-CALL_LIMIT = 50
 REPORT_VERSION = 1
 NOT_REACHED = "the stopped call and everything after it; write a new script for the rest"
 

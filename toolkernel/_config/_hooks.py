@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._approval._policy import Rule
+from ._rules import Rule
 from ._check import choice, expect, known_keys, positive_number, string_list, table
 from ._policy import rule
 from ._sources import Source

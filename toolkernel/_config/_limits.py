@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._approval._run import CALL_LIMIT
 from ._check import known_keys, table
 
 if TYPE_CHECKING:
     from ._sources import Source
+
+CALL_LIMIT = 50
 
 # What `[shell]` may set, and what each key means in `tools --help`/the README.
 SHELL_KEYS = {

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 from .._errors import ConfigError
 from .._names import fold
-from .._providers._commands import CommandToolConfig
+from ._commands import CommandToolConfig
 from ._check import known_keys
 from ._expand import EMPTY
 from ._hooks import HookConfig, hooks_section

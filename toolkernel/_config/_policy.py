@@ -1,6 +1,6 @@
 """`[policy]`: the mode and the allow / ask / deny rules, each rule parsed once here.
 
-The rules come out as `_approval._policy.Rule`s, which the policy and the hooks use as
+The rules come out as `_rules.Rule`s, which the policy and the hooks use as
 they are. The vocabulary of the file is here: the modes (`accept_edits` is
 `accept-edits`) and the admin file's `mode_ceiling`.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Mapping
 
-from .._approval._policy import MODES, Rule, parse_rule
+from ._rules import MODES, Rule, parse_rule
 from ._check import expect, known_keys, string, table, choice
 from ._sources import Source
 

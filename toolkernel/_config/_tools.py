@@ -14,7 +14,7 @@ from collections.abc import Mapping  # isinstance with typing.Mapping costs seve
 from typing import Any
 
 from .._names import SERVER_NAME, SERVER_NAME_RULE
-from .._providers import _commands
+from . import _commands
 from ._check import boolean, known_keys, positive_number, string, string_list, string_table, table
 from ._expand import EMPTY, Expander
 from ._sources import Source

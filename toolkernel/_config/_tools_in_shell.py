@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .._approval._policy import Rule
+from ._rules import Rule
 from ._check import boolean, known_keys, table
 from ._policy import rules
 from ._sources import Source

@@ -1,1 +1,1 @@
-"""Front ends: the IPython magics, the person's answers, direct calls, JupyterLab's kernel side, serve."""
+"""Front ends: the IPython magics, the person's answers, direct calls, JupyterLab's kernel side, serve, lint."""

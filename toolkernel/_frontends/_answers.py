@@ -196,7 +196,7 @@ def _apply(session, args: argparse.Namespace) -> str:
     if args.what == "pair":
         return _pair(session, args)
     if args.what == "lint":
-        from .._config._lint import lint, report
+        from ._lint import lint, report
 
         return report(lint(session.workdir)).rstrip("\n")
     if args.what == "doctor":

@@ -15,22 +15,14 @@ import shlex
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import magic_arguments, parse_argstring
 
-from . import _report
-from ._cli_sink import PrintSink
 from .._errors import CallError, ConfigError
-
-class ScriptFailed(Exception):
-    """A `%%tools` cell whose script exited non-zero: stops "Run All"."""
-
-    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of a traceback
-        return [f"{type(self).__name__}: {self}"]
+from ._ipython import IPythonSink, ScriptFailed, _stdin_allowed, shell_args, show_image
 
 
 class CallFailed(ScriptFailed):
@@ -39,46 +31,6 @@ class CallFailed(ScriptFailed):
     def __init__(self, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.code = code
-
-
-class IPythonSink(PrintSink):
-    """Prints like `PrintSink`; shows images inline and progress as one updating line."""
-
-    def __init__(self) -> None:
-        self._progress = None
-
-    def image(self, path: Path) -> None:
-        show_image(path)
-
-    def progress(self, tool: str, progress: float, total: float | None, message: str | None) -> None:
-        from IPython.display import display
-
-        text = _report.progress_line(tool, progress, total, message)
-        if self._progress is None:
-            self._progress = display({"text/plain": text}, raw=True, display_id=True)
-        else:
-            self._progress.update({"text/plain": text}, raw=True)
-
-
-def show_image(path: Path) -> None:
-    from IPython.display import Image, display
-
-    try:
-        display(Image(filename=str(path)))
-    except (OSError, ValueError):
-        sys.stderr.write(f"tools: could not show image {path}\n")
-
-
-def shell_args(magic):
-    """The options every script magic shares (`%%tools`, and `%%bash` with the `tools` shim)."""
-    for option in (
-        argument("--read-only", action="store_true",
-                 help="mount the working directory read-only and deny every tool call that is not a read"),
-        argument("--no-raise-error", action="store_true", help="do not raise when the script exits non-zero"),
-        argument("--out", metavar="VAR", help="keep the script's stdout in VAR (parsed when it is JSON)"),
-    ):
-        magic = option(magic)
-    return magic
 
 
 @magics_class
@@ -116,7 +68,7 @@ class ToolsMagics(Magics):
 
     def _cell(self, script: str, args) -> None:
         from ._lab import asking_with_buttons, display_report
-        from .._config._trust import ask_to_trust, ignored_config_notes
+        from .._config._untrusted import ask_to_trust, ignored_config_notes
         from .._runners._hostbash._cell import started_by_agent
 
         ask = asking_with_buttons(self.session, input) if _stdin_allowed(self.shell) else None
@@ -216,14 +168,6 @@ def _words(line: str) -> list[str]:
     return line.split() if _PLAIN_LINE.fullmatch(line) else shlex.split(line)
 
 
-def _stdin_allowed(shell) -> bool:
-    """Whether a person can answer `input()` now (never in headless runs)."""
-    kernel = getattr(shell, "kernel", None)
-    if kernel is not None:
-        return bool(getattr(kernel, "_allow_stdin", False))
-    return sys.stdin is not None and sys.stdin.isatty()
-
-
 def _parse_output(text: str) -> Any:
     try:
         return json.loads(text)
@@ -300,7 +244,7 @@ def load(ipython) -> "concurrent.futures.Future":
     threading.Thread(target=start, name="toolkernel-start", daemon=True).start()
     ipython.register_magics(ToolsMagics(ipython, session))
     # hostbash (issue 13): `%%bash` runs host bash with `tools` on its PATH, replacing IPython's.
-    from .._runners._hostbash._magic import HostBashMagics
+    from ._bash_magic import HostBashMagics
 
     ipython.register_magics(HostBashMagics(ipython, session))
     return session

@@ -33,89 +33,26 @@ import asyncio
 import collections
 import copy
 import functools
-import json
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from dotpromptz_handlebars import Handlebars, Text
+from dotpromptz_handlebars import Text
 
+from .._config._commands import CommandToolConfig, _compiled, _RENDER
 from .._errors import ConfigError, InvalidInput
 from .._process import ProcessResult, run_capped
 from .._sandbox import Plan, wrap
 from .._tool import Tool, ToolContext, ToolResult
 
-QUALIFIED_PREFIX = "tool__"
-DEFAULT_TIMEOUT = 30.0
 OUTPUT_CAP = 16 * 1024 * 1024
 MAX_PARALLEL = 8
 STDERR_SHOWN = 2000
-# Seed 003: no `parameters` is a tool that takes no arguments.
-NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
-
-_RENDER = Handlebars(escape_html=False)
-
-
-@dataclass(frozen=True)
-class CommandToolConfig:
-    """One `[tools.NAME]` table with a `command`, `${VAR}`s already expanded."""
-
-    name: str
-    command: tuple[str, ...]
-    description: str = ""
-    parameters: Mapping[str, Any] = field(default_factory=lambda: dict(NO_PARAMETERS))
-    timeout: float = DEFAULT_TIMEOUT
-    env: Mapping[str, str] | None = None  # None: the kernel's environment is inherited
-    cwd: str | None = None
-    read_only: bool = False
-    # The person's word that options may come from the input (else a value that would reach
-    # the program as an option, before any `--` of the command, is refused: `option_problem`).
-    input_options: bool = False
-    # The person's word that the program needs the network when an agent's run calls it inside
-    # the OS sandbox (which has none otherwise; a person's own calls are not sandboxed).
-    network: bool = False
-    missing_vars: tuple[str, ...] = ()  # ${VAR}s of env/cwd that were unset
-    source: str = field(default="", compare=False)
-    # What env/cwd `${VAR}`s expanded to: masked in the errors a script reads, as for servers.
-    secrets: tuple[str, ...] = field(default=(), compare=False, repr=False)
-
-    @property
-    def key(self) -> str:
-        return f"tools.{self.name}"
-
-    @property
-    def qualified_name(self) -> str:
-        return QUALIFIED_PREFIX + self.name
 
 
 # -- checks the config reader and `lint` share ----------------------------------------
-
-def schema_problem(parameters: Any) -> str | None:
-    """Why `parameters` cannot be a command tool's input schema, or None."""
-    if not isinstance(parameters, Mapping):
-        return "must be a JSON Schema object (a table)"
-    if parameters.get("type", "object") != "object":
-        return 'the input is always a JSON object, so "type" must be "object" when given'
-    import jsonschema  # on first use: see _dispatch.validate
-    validator = jsonschema.validators.validator_for(parameters, default=jsonschema.Draft202012Validator)
-    try:
-        validator.check_schema(parameters)
-    except jsonschema.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "the schema"
-        return f"not a valid JSON Schema ({where}: {exc.message})"
-    return None
-
-
-def template_problem(template: str) -> str | None:
-    """Why an argv element is not a Handlebars template, or None."""
-    try:
-        _compiled(template)
-    except ValueError as exc:
-        return f"not a valid Handlebars template: {exc}"
-    return None
-
 
 def undeclared_references(config: CommandToolConfig) -> list[tuple[str, str]]:
     """(key, path) for each template path that no declared parameter can fill,
@@ -198,11 +135,6 @@ def check_names(commands: Iterable[CommandToolConfig], own_tools: Iterable[str],
 
 def _fold(name: str) -> str:
     return name.replace("-", "_").lower()
-
-
-@functools.lru_cache(maxsize=1024)
-def _compiled(template: str):
-    return _RENDER.compile(template)
 
 
 # -- the tool ---------------------------------------------------------------------------
@@ -451,8 +383,4 @@ def _stderr(done: ProcessResult) -> str:
     tail = done.stderr_tail(STDERR_SHOWN)
     return f"; stderr: {tail}" if tail else ""
 
-
-def plain_json(value: Any) -> Any:
-    """TOML tables as plain JSON data (the schema goes to jsonschema and to help)."""
-    return json.loads(json.dumps(value, default=str))
 

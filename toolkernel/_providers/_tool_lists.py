@@ -27,7 +27,7 @@ from .._errors import Unavailable
 from .._tool import ProviderRef, Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
-    from .._config._config import ServerConfig
+    from .._config._servers import ServerConfig
 
 FILE_NAME = "tool-lists.json"
 VERSION = 1

@@ -22,7 +22,8 @@ from pathlib import Path
 from ._caps import builtin_cap, cap_line
 from .._command._command import ToolsCommand
 from .._longtext import LongText, pieces, whole
-from ._guard import GuardedChmod, Protection, mount, mount_links, refuse_links
+from .._approval._protected import Protection
+from ._guard import GuardedChmod, mount, mount_links, refuse_links
 from .._config._limits import ShellLimits, limit_notice
 from .._approval._run import RunEvents
 from ._shell import ShellResult

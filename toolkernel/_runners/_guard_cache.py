@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ._guard import Protection, mount_plan
+from .._approval._protected import Protection, mount_plan
 
 # Changes this recent are not trusted to show in a timestamp (see the module's note).
 _SETTLED_NS = 2_000_000_000

@@ -19,7 +19,7 @@ from typing import Mapping
 
 from .._config._trust import store_path
 from .._sandbox import Plan
-from ._guard import STATE_DIR, Protection, make_state_dir
+from .._approval._protected import STATE_DIR, Protection, make_state_dir
 from ._shadows import installed, module_of
 
 # Credentials an agent's process has no business reading, under the home folder.
@@ -85,7 +85,7 @@ def _shadowing_tops(root: str) -> list[str]:
 def doctor(workdir: Path) -> str:
     """`toolkernel doctor`: which OS sandbox holds an agent's host code here, what it protects."""
     from .._sandbox import mechanism
-    from ._guard import mount_plan
+    from .._approval._protected import mount_plan
 
     found = mechanism()
     head = f"OS sandbox for an agent's host code: {found.name} ({found.detail})"

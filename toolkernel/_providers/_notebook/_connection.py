@@ -254,7 +254,7 @@ EXECUTE_CONTENT = {"silent": False, "store_history": True, "user_expressions": {
 # hostbash (issue 13): marks the request as an agent's, never a person's; a `%%bash`
 # cell that sees it in its parent message is checked against Bash(...) rules.
 AGENT_METADATA = {"toolkernel": {"started_by": "agent"}}
-# The cell magic only a kernel with toolkernel loaded defines (`_hostbash/_magic.py`): it
+# The cell magic only a kernel with toolkernel loaded defines (`_frontends/_bash_magic.py`): it
 # runs a `%%bash` cell as an agent's, whatever the request's metadata says.
 AGENT_BASH_MAGIC = "toolkernel_agent_bash"
 

@@ -5,5 +5,4 @@
     _channel.py   the Unix socket the `tools` shim calls, one secret per run
     shim.py       the `tools` and `display` executables (standard library only)
     _cell.py      whose cell it is; an agent's cell as one `Bash` call, asked before it starts
-    _magic.py     the `%%bash` magic (thin)
 """

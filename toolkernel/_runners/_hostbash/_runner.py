@@ -27,7 +27,7 @@ from ..._approval._run import NO_EVENTS, RunEvents
 from .._preflight import preflight
 from .._shell import ShellResult
 from ..._sandbox import Plan, mechanism, wrap
-from .._guard import mount_plan
+from ..._approval._protected import mount_plan
 from .._sandbox_plan import sandbox_plan
 from ._cell import agent_refusal
 from ._channel import Channel, RunChannel

@@ -1,7 +1,7 @@
 """What git runs on the host for a repository, found in its work tree.
 
 Git runs the hooks of a repository the next time the person commits there, on the host.
-The `.git` folder itself is protected whole (see _guard.py); this finds the places outside
+The `.git` folder itself is protected whole (see _protected.py); this finds the places outside
 it that those hooks run or read as code, so that a script cannot put its own there:
 
 - the folder `core.hooksPath` names (husky's `.husky`), read from the config of the
@@ -110,7 +110,7 @@ def in_inner_hooks(path: str, root: Path) -> bool:
     """Whether `path` (a real path) is a hook place (`hook_places`) of a repository that holds
     it below the workspace's top `root` (whose own are protected already). Looked up for each
     call that may write: a clone brings a repository between two calls. (What a repository's
-    hooks run from elsewhere in the workspace is found by the walk of it: `_guard`.)"""
+    hooks run from elsewhere in the workspace is found by the walk of it: `_protected`.)"""
     top = str(root)
     folder = os.path.dirname(path)
     while folder != top and is_inside(folder, top):

@@ -4,7 +4,7 @@ Bashkit resolves the links in a path on the host and checks only that the end st
 inside the mount. So a link to a folder in the workspace (`me -> .`, which a cloned
 repository can bring) would lead a script's writes past the read-only mounts over the
 protected paths: `me/toolkernel.toml` is the host's `toolkernel.toml`. Scripts cannot
-make links (`ln` is refused, see _guard.py); the ones already there are found before
+make links (`ln` is refused, see _runners/_guard.py); the ones already there are found before
 each run, and each gets a read-only mount at its own path: a link to a folder in the
 workspace shows that folder, which a script reads but does not write; any other link an
 empty stand-in (Bashkit neither reads through a link to a file nor follows one out of the

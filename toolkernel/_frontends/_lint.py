@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from .._providers._commands import QUALIFIED_PREFIX, check_names, undeclared_references
-from ._config import Config, read_config
-from ._policy import RULE_LISTS
-from ._sources import Source
+from .._config._commands import QUALIFIED_PREFIX
+from .._providers._commands import check_names, undeclared_references
+from .._config._config import Config, read_config
+from .._config._policy import RULE_LISTS
+from .._config._sources import Source
 from .._errors import ConfigError, printable
 
 

@@ -11,9 +11,9 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from ..._frontends import _report
-from ..._errors import ConfigError, Unavailable
-from ..._frontends._magic import IPythonSink, ScriptFailed, _stdin_allowed, shell_args
+from . import _report
+from .._errors import ConfigError, Unavailable
+from ._ipython import IPythonSink, ScriptFailed, _stdin_allowed, shell_args
 
 # The name toolkernel's notebook-run gives an agent's `%%bash` cell (`_notebook/_connection.py`).
 AGENT_BASH_MAGIC = "toolkernel_agent_bash"
@@ -47,7 +47,7 @@ class HostBashMagics(Magics):
     def channel(self):
         with self._lock:
             if self._channel is None:
-                from ._channel import Channel
+                from .._runners._hostbash._channel import Channel
 
                 self._channel = Channel()
                 atexit.register(self._channel.close)
@@ -70,7 +70,7 @@ class HostBashMagics(Magics):
         `display FILE` shows an image in the cell. Interrupting ends the whole
         process group.
         """
-        from ._cell import started_by_agent
+        from .._runners._hostbash._cell import started_by_agent
 
         return self._bash(line, cell, agent=started_by_agent(self.shell))
 
@@ -89,7 +89,7 @@ class HostBashMagics(Magics):
             raise UsageError("%%bash: --timeout takes a number of seconds above 0")
         if args.proc and not args.bg:
             raise UsageError("%%bash: --proc needs --bg")
-        from ._runner import HostBashRunner
+        from .._runners._hostbash._runner import HostBashRunner
 
         runner = HostBashRunner(self.channel, timeout=args.timeout, agent=agent)
         try:
@@ -119,7 +119,7 @@ class HostBashMagics(Magics):
             raise ScriptFailed(f"bash exited with code {result.exit_code}")
 
     def _background(self, cell: str, args, runner) -> None:
-        from ._runner import start_background
+        from .._runners._hostbash._runner import start_background
 
         started = start_background(self._session.result(), runner, cell, keep_stdout=bool(args.out),
                                    keep_stderr=bool(args.err))

@@ -1,0 +1,67 @@
+"""What both script magics (`%%tools`, `%%bash`) share: the IPython sink, the failure that stops
+"Run All", their common options, whether a person can answer `input()` now."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from IPython.core.magic_arguments import argument
+
+from . import _report
+from ._cli_sink import PrintSink
+
+
+class ScriptFailed(Exception):
+    """A `%%tools` cell whose script exited non-zero: stops "Run All"."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of a traceback
+        return [f"{type(self).__name__}: {self}"]
+
+
+class IPythonSink(PrintSink):
+    """Prints like `PrintSink`; shows images inline and progress as one updating line."""
+
+    def __init__(self) -> None:
+        self._progress = None
+
+    def image(self, path: Path) -> None:
+        show_image(path)
+
+    def progress(self, tool: str, progress: float, total: float | None, message: str | None) -> None:
+        from IPython.display import display
+
+        text = _report.progress_line(tool, progress, total, message)
+        if self._progress is None:
+            self._progress = display({"text/plain": text}, raw=True, display_id=True)
+        else:
+            self._progress.update({"text/plain": text}, raw=True)
+
+
+def show_image(path: Path) -> None:
+    from IPython.display import Image, display
+
+    try:
+        display(Image(filename=str(path)))
+    except (OSError, ValueError):
+        sys.stderr.write(f"tools: could not show image {path}\n")
+
+
+def shell_args(magic):
+    """The options every script magic shares (`%%tools`, and `%%bash` with the `tools` shim)."""
+    for option in (
+        argument("--read-only", action="store_true",
+                 help="mount the working directory read-only and deny every tool call that is not a read"),
+        argument("--no-raise-error", action="store_true", help="do not raise when the script exits non-zero"),
+        argument("--out", metavar="VAR", help="keep the script's stdout in VAR (parsed when it is JSON)"),
+    ):
+        magic = option(magic)
+    return magic
+
+
+def _stdin_allowed(shell) -> bool:
+    """Whether a person can answer `input()` now (never in headless runs)."""
+    kernel = getattr(shell, "kernel", None)
+    if kernel is not None:
+        return bool(getattr(kernel, "_allow_stdin", False))
+    return sys.stdin is not None and sys.stdin.isatty()
