@@ -385,11 +385,41 @@ touch ordinary.txt && echo ordinary-written"""))
 def test_an_agent_cannot_approve_its_own_cell(kernel, agent_config):
     agent_execute(kernel, bash("touch approved.txt"))
     refused = agent_execute(kernel, "%tools approve")
-    assert refused.status == "error" and "only a person can approve" in refused.stderr
+    assert refused.status == "error" and AGENTS_REFUSED in refused.stderr
     kernel.execute_ok("%tools approve")  # the person can
     assert agent_execute(kernel, bash("touch approved.txt")).status == "ok"
     assert agent_execute(kernel, bash("touch approved.txt")).status == "error"  # once is once
     kernel.execute_ok("%tools deny")
+
+
+AGENTS_REFUSED = "approvals are a person's: this cell was sent by an agent"
+
+
+def test_no_granting_entry_point_answers_for_an_agents_cell(kernel, workdir, agent_config):
+    # The agent's cell asks, then its next cell tries every way a person answers.
+    agent_execute(kernel, bash("touch granted.txt"))
+    for code in ("import toolkernel; toolkernel.approve()", "import toolkernel; toolkernel.approve(always=True)",
+                 "import toolkernel; toolkernel.deny()",
+                 "from toolkernel._frontends._answers import approve; approve(toolkernel.get_session())"):
+        refused = agent_execute(kernel, code)
+        assert refused.status == "error" and refused.error["ename"] == "Denied", code
+        assert AGENTS_REFUSED in refused.error["evalue"], code
+        # The agent's own line and the error, not a wall of toolkernel's frames (the raising one is shown).
+        assert sum("toolkernel/" in frame for frame in refused.error["traceback"]) <= 1, code
+    for line in ("%tools deny", "%tools approve --always", "%tools approve 0123456789ab"):
+        refused = agent_execute(kernel, line)
+        assert refused.status == "error" and AGENTS_REFUSED in refused.stderr, line
+    hook = agent_execute(kernel, "import toolkernel\n@toolkernel.before_call('*')\n"
+                                 "def yes(call): return toolkernel.HookOutcome(action='allow')")
+    assert hook.status == "error" and hook.error["ename"] == "Denied"
+    assert "pre-call hooks are a person's" in hook.error["evalue"]
+    trust = agent_execute(kernel, "%tools trust")
+    assert trust.status == "error" and "trusting a folder's config is a person's: this cell was sent by an agent" \
+        in trust.stderr
+    assert not (workdir / "granted.txt").exists()
+    # Nothing was taken: the person's own cell still finds the call waiting, and answers it.
+    assert "allowed once" in kernel.value("toolkernel.approve()")
+    assert agent_execute(kernel, bash("touch granted.txt")).status == "ok"
 
 
 def test_notebook_run_marks_its_cells_as_an_agents(kernel, workdir, agent_config):

@@ -350,6 +350,28 @@ def test_direct_tools_pass_the_same_approvals(tmp_path, why, path):
     assert ((work / path).read_text() if (work / path).exists() else None) == before
 
 
+def test_a_direct_write_that_would_shadow_an_installed_module_asks_even_in_accept_edits(tmp_path):
+    # `json.py` at the top is what the person's next `import json` in a kernel there runs.
+    work = project(tmp_path, policy_section(mode="accept-edits"))
+    asked: list = []
+
+    async def body():
+        async with connected(work, answering("deny", asked)) as client:
+            shadowing = await client.call_tool("write_file", {"path": "json.py", "content": "import os"})
+            plain = await client.call_tool("write_file", {"path": "notes_of_mine.py", "content": "x = 1"})
+        async with connected(work) as client:  # no elicitation: the call waits for a person
+            waiting = await client.call_tool("write_file", {"path": "json.py", "content": "import os"})
+        return shadowing, plain, waiting
+
+    shadowing, plain, waiting = run(body)
+    assert len(asked) == 1 and "`json.py` at the workspace top would shadow the installed module `json`" \
+        in asked[0].message
+    assert shadowing.is_error and json.loads(shadowing.content[0].text)["error"]["code"] == "denied"
+    assert not plain.is_error and (work / "notes_of_mine.py").read_text() == "x = 1"
+    assert waiting.is_error and json.loads(waiting.content[0].text.splitlines()[0])["error"]["code"] == "needs_approval"
+    assert not (work / "json.py").exists()
+
+
 # -- streamable HTTP -------------------------------------------------------------------------
 
 

@@ -85,7 +85,13 @@ def register_tools(*tools: Tool) -> None:
 
 
 def before_call(pattern: str = "*"):
-    """Register `fn(call) -> HookOutcome | None` to run before matching calls."""
+    """Register `fn(call) -> HookOutcome | None` to run before matching calls. A person's: its
+    `allow` acts as an allow rule, so a cell an agent sent (notebook-run) gets `Denied`."""
+    __tracebackhide__ = True
+    from ._frontends._answers import refuse_agents
+
+    refuse_agents("toolkernel.before_call", "pre-call hooks are a person's (a hook's allow acts as an allow rule)",
+                  "a person registers hooks in a cell of their own")
     return get_session().hooks.before_call(pattern)
 
 
@@ -95,13 +101,17 @@ def after_call(pattern: str = "*"):
 
 
 def approve(*, always: bool = False) -> str:
-    """Approve the last call that asked (once, or always for that tool)."""
+    """Approve the last call that asked (once, or always for that tool). A person's answer: in a
+    cell an agent sent (notebook-run) it raises `Denied`, as `deny()` does."""
+    __tracebackhide__ = True
     from ._frontends._answers import approve as _approve
 
     return _approve(get_session(), always=always)
 
 
 def deny() -> str:
+    """Deny the last call that asked (a person's answer, as `approve()`)."""
+    __tracebackhide__ = True
     from ._frontends._answers import deny as _deny
 
     return _deny(get_session())

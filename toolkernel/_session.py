@@ -248,10 +248,10 @@ class Session:
     def warm_up(self) -> None:
         """Import what the first tool call needs (in the background at `%load_ext`): input
         checks (jsonschema) always, the MCP SDK when the config names servers, and the installed
-        module names a script's run is checked against (_shadows.py). Nothing runs."""
+        module names a run and a write are checked against (_shadowing.py). Nothing runs."""
         import jsonschema  # noqa: F401
 
-        from ._runners._shadows import installed
+        from ._shadowing import installed
 
         installed(str(self.workdir))  # a first run would list every folder of sys.path
 

@@ -29,6 +29,7 @@ from .._longtext import LongJSON, whole
 from .._tool import Tool, ToolContext, ToolResult, as_result, never_cancelled
 from ._protected import Protection, touches_protected
 from .._sandbox import Plan, mechanism as sandbox_mechanism
+from .._shadowing import Shadow, installed, shadow_of_write
 from .._providers._tools._paths import outside_workspace, real_path, real_paths, rule_forms
 
 T = TypeVar("T")
@@ -181,6 +182,17 @@ def _shown(tool: Tool, arguments: Mapping[str, Any], server: str | None, ctx: Ca
     return {**tool.describe_call(arguments, ctx()), **({"server": server} if server else {})}
 
 
+def _shadows(tool: Tool, paths: Mapping[str, str], root: str) -> tuple[Shadow, ...]:
+    """What a call that may write would leave at the workspace's top in place of an installed
+    module (see _shadowing.py): a script's run has what it leaves there moved aside when it
+    ends; a direct write asks first instead."""
+    if tool.read_only:
+        return ()
+    found = installed(root)
+    shadows = (shadow_of_write(key, path, root, found) for key, path in paths.items())
+    return tuple(shadow for shadow in shadows if shadow is not None)
+
+
 class WouldAsk(Exception):
     """A call made `only_if_allowed` that the policy does not simply allow: not made, not
     counted; its caller makes it again where waiting on a person costs nothing."""
@@ -210,6 +222,7 @@ class Dispatcher:
             outside_workspace=outside_workspace(local, arguments, workdir, paths, root=root),
             protected=touches_protected(local, arguments, workdir, guarded, paths),
             unsandboxed=self.env.unsandboxed(tool),
+            shadows=_shadows(local, paths, str(root)),
             schema_keys=_schema_keys(tool),
             shown=functools.partial(_shown, tool, arguments, server, functools.partial(self._context, tool)),
             paths=paths,

@@ -44,9 +44,12 @@ Rule syntax (one string per rule; hyphens and underscores are interchangeable,
 
 Order: the administrator's deny rules, deny, `--read-only` (only read calls
 run), ask, allow; the first match wins.
-The mode decides what no rule covers. Two things no allow rule can lift: a
+The mode decides what no rule covers. Things no allow rule can lift: a
 non-read call in `plan` mode is denied, and a call that touches a path outside
-the workspace asks (a deny still denies).
+the workspace or a protected file asks (a deny still denies). A call that would
+write a module at the workspace's top in place of an installed one
+(`CallInfo.shadows`) asks in every mode, bypass-permissions too; only an allow
+rule that names that very path (`write-file(path=requests.py)`, no `*`) lifts it.
 """
 
 from __future__ import annotations
@@ -55,12 +58,15 @@ import functools
 import json
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping
 
 from .._config._rules import MODES, Rule, _Rule, normalize_qualified_name, parse_rule
 from .._names import parse_qualified
 # One folding rule for tool names, rule words and input keys.
 from .._names import fold as _norm
+
+if TYPE_CHECKING:
+    from .._shadowing import Shadow
 
 Kind = Literal["read", "edit", "execute"]
 Action = Literal["allow", "ask", "deny"]
@@ -80,6 +86,9 @@ class CallInfo:
     protected: bool = False
     # An agent's call that would start a host program where no OS sandbox can hold it.
     unsandboxed: bool = False
+    # What the call would write at the workspace's top that a Python started there imports in
+    # place of an installed module (see _shadowing.py): each path key's, worked out by the dispatcher.
+    shadows: tuple["Shadow", ...] = ()
     # The input keys the tool's schema names; None when unknown (any key may have a default).
     schema_keys: frozenset[str] | None = None
     # What a person asked about the call sees beside the input (a command tool's argv);
@@ -156,7 +165,7 @@ def _input_matches(rule: _Rule, call: CallInfo, *, grants: bool) -> bool:
     On a path argument a granting rule matches only where the path leads (`./x`, `a/../x`,
     a link are all their target), a restricting one also the text as written."""
     data, forms = call.input, call.path_forms or _NO_FORMS
-    for key, pattern, as_path in rule.constraints:
+    for key, pattern, as_path, _ in rule.constraints:
         values = [value for name, value in data.items() if isinstance(name, str) and _norm(name) == _norm(key)]
         exact = key in data
         if grants:
@@ -340,6 +349,8 @@ def decide(call: CallInfo, policy: Policy, hook: "HookOutcome | None" = None) ->
     if call.protected:
         return Decision("ask", "the call would change a file that decides policy or runs on the host"
                                " (toolkernel's config or approvals, a git hook, code a configured program runs)")
+    if call.shadows:
+        return _shadowing(call, policy)
     if call.unsandboxed:
         return Decision("ask", UNSANDBOXED)
     rule = _first_match(policy.allow, call, grants=True)
@@ -348,6 +359,24 @@ def decide(call: CallInfo, policy: Policy, hook: "HookOutcome | None" = None) ->
     if hook is not None and hook.action == "allow":
         return Decision("allow", hook.reason or "allowed by a pre-call hook")
     return _by_mode(call.kind, mode, _capped(policy))
+
+
+def _shadowing(call: CallInfo, policy: Policy) -> Decision:
+    """A write that would stand in for an installed module: the person's next `import` in a kernel
+    started there runs it. Asked whatever the mode; allowed only by a rule naming the path itself."""
+    keys = {shadow.key for shadow in call.shadows}
+    rule = next((rule for rule in policy.allow if _names_paths(rule, keys) and rule_matches(rule, call)), None)
+    if rule:
+        return Decision("allow", f"allowed by the rule {rule!r}, which names the path", rule)
+    reasons = "; ".join(shadow.reason for shadow in call.shadows)
+    return Decision("ask", f"{reasons}: a Python started in the workspace (a kernel) would import it instead,"
+                           " so this write asks in every mode")
+
+
+def _names_paths(rule: str, keys: set[str]) -> bool:
+    """Whether the rule pins each of these path keys to one path (a constraint without `*`)."""
+    exact = {constraint.key for constraint in parse_rule(rule).parsed.constraints if constraint.exact}
+    return keys <= exact
 
 
 @functools.lru_cache(maxsize=64)  # a pure function of a few words, made for most calls: one Decision each

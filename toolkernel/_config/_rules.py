@@ -152,6 +152,7 @@ class _Constraint(NamedTuple):
     pattern: re.Pattern[str]  # the glob, against the value as written
     # The glob with `.` and `..` folded (`./src/*` is `src/*`), against a path argument's forms.
     as_path: re.Pattern[str]
+    exact: bool = False  # the glob has no `*`: it names one value (one path)
 
 
 def _constraint(key: str, glob: str) -> _Constraint:
@@ -159,7 +160,8 @@ def _constraint(key: str, glob: str) -> _Constraint:
     folded = posixpath.normpath(glob) if glob else glob
     if folded.startswith("//"):  # normpath keeps a leading `//`; a real path has one `/`
         folded = "/" + folded.lstrip("/")
-    return _Constraint(key, pattern, pattern if folded == glob else re.compile(_glob(folded, ".*"), re.DOTALL))
+    as_path = pattern if folded == glob else re.compile(_glob(folded, ".*"), re.DOTALL)
+    return _Constraint(key, pattern, as_path, "*" not in glob)
 
 
 def _split_constraints(text: str) -> tuple[str, tuple[_Constraint, ...]]:

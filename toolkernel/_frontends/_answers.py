@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -16,7 +17,7 @@ from .. import _loop
 from .._approval._approvals import ApprovalStore, lasting_rule_covers, rule_for
 from .._approval._policy import Policy
 from .._config._config import load_config
-from .._errors import printable
+from .._errors import Denied, printable
 from .._approval._pending import DECISIONS, PendingError, PendingStore
 from .._approval._policy import CallInfo, canonical_call_key
 
@@ -29,7 +30,43 @@ class AnswerError(Exception):
     """The answer cannot be applied (nothing pending, unknown rule...)."""
 
 
+APPROVALS_ARE_A_PERSONS = "approvals are a person's"
+# What a refused answer says next: where a person does answer.
+WHERE_A_PERSON_ANSWERS = ("a person answers in a cell of their own, with JupyterLab's buttons, or with"
+                          " `toolkernel approve` in a terminal")
+
+
+def refused_to_agents(what: str, whose: str = APPROVALS_ARE_A_PERSONS, then: str = WHERE_A_PERSON_ANSWERS,
+                      shell: Any = None) -> str | None:
+    """Why `what` (an answer, a trust, a hook) is refused to the code running now, or None when a
+    person runs it. A cell an agent sent (notebook-run marks its request, `started_by_agent`)
+    grants nothing: else `toolkernel.approve()` in the agent's next cell would answer its own
+    question. `shell`: the IPython shell, when the caller has it; outside a kernel a person is at
+    the keys. This stops the plain ways; code an agent may run in the kernel can do what it can."""
+    if shell is None:
+        ipython = sys.modules.get("IPython")  # not imported: no kernel, so no agent's request either
+        shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None:
+        return None
+    from .._runners._hostbash._cell import started_by_agent
+
+    if not started_by_agent(shell):
+        return None
+    return f"{what}: {whose}: this cell was sent by an agent (notebook-run)" + (f"; {then}" if then else "")
+
+
+def refuse_agents(what: str, whose: str = APPROVALS_ARE_A_PERSONS, then: str = WHERE_A_PERSON_ANSWERS) -> None:
+    """`Denied` in a cell an agent sent: every answer passes here (the Python API, `%tools`, the
+    comm), whoever calls it."""
+    __tracebackhide__ = True  # IPython shows the caller's line and this error, not toolkernel's frames
+    why = refused_to_agents(what, whose, then)
+    if why is not None:
+        raise Denied(why)
+
+
 def approve(session, *, always: bool = False, call: Mapping[str, Any] | None = None) -> str:
+    __tracebackhide__ = True
+    refuse_agents("toolkernel.approve")
     info = _take_pending(session, call)
     if always:
         try:
@@ -46,6 +83,8 @@ def approve(session, *, always: bool = False, call: Mapping[str, Any] | None = N
 
 
 def deny(session, *, call: Mapping[str, Any] | None = None) -> str:
+    __tracebackhide__ = True
+    refuse_agents("toolkernel.deny")
     info = _take_pending(session, call)
     return f"denied: {printable(info.command)} {json.dumps(dict(info.input))} will keep asking"
 
@@ -94,6 +133,8 @@ def waiting_requests(workdir) -> str:
 def answer_request(workdir, request_id: str, decision: str) -> str:
     """Answer request `request_id` once, always or deny. "always" saves the allow rule that
     the tool the person was shown derives (`rule_for`), here and now."""
+    __tracebackhide__ = True
+    refuse_agents("toolkernel approve")
     store = PendingStore(workdir)
     request = store.find(request_id)
     if decision not in DECISIONS:
@@ -179,7 +220,7 @@ def manage(session, argv: list[str]) -> str:
         raise UsageError(f"%tools {shlex.join(argv)}: {exc}\n{usage()}") from None
     try:
         return _apply(session, args)
-    except (AnswerError, PendingError) as exc:
+    except (AnswerError, PendingError, Denied) as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -257,7 +298,7 @@ def answer_message(session, data: Mapping[str, Any]) -> dict[str, Any]:
         return {"ok": False, "message": f"unknown action {data.get('action')!r}"}
     try:
         return {"ok": True, "message": action(data.get("call"))}
-    except AnswerError as exc:
+    except (AnswerError, Denied) as exc:
         return {"ok": False, "message": str(exc)}
 
 

@@ -121,7 +121,7 @@ class ToolsMagics(Magics):
         """`%tools trust`, `approve` and the other lines that manage rather than call."""
         from . import _answers
 
-        if argv[0] in ("trust", "approve"):
+        if argv[0] in ("trust", "approve", "deny"):
             _refuse_agent_approval(self.shell, argv)
         if argv[0] == "trust":
             return self._trust(argv[1:])
@@ -150,12 +150,15 @@ def _line_parts():
 
 
 def _refuse_agent_approval(shell, argv: list[str]) -> None:
-    """A request marked as an agent's (notebook-run) cannot approve or trust for a person."""
-    from .._runners._hostbash._cell import started_by_agent
+    """A request marked as an agent's (notebook-run) cannot approve, deny or trust for a person."""
+    from ._answers import APPROVALS_ARE_A_PERSONS, WHERE_A_PERSON_ANSWERS, refused_to_agents
 
-    if started_by_agent(shell):
-        raise UsageError(f"%tools {argv[0]}: only a person can {argv[0]}; this cell was sent by an agent"
-                         " (notebook-run)")
+    if argv[0] == "trust":
+        why = refused_to_agents("%tools trust", "trusting a folder's config is a person's", "", shell)
+    else:
+        why = refused_to_agents(f"%tools {argv[0]}", APPROVALS_ARE_A_PERSONS, WHERE_A_PERSON_ANSWERS, shell)
+    if why is not None:
+        raise UsageError(why)
 
 
 # Words with no quote, backslash or whitespace between runs of the whitespace shlex splits on.

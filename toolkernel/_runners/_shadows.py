@@ -26,7 +26,7 @@ entries pays a few `stat`s at each end, not two listings.
 A module that shadows nothing (a person's `helpers.py`) is left alone, and so is any entry
 the run did not touch. Files deeper than the top (`pkg/mod.py` of a package that is the
 person's) are not looked at: a name deeper down shadows nothing installed unless its
-top-level folder does. What "installed" means is `installed()`.
+top-level folder does. What "installed" means is `_shadowing.installed()`.
 """
 
 from __future__ import annotations
@@ -34,201 +34,19 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import errno
-import functools
-import importlib.machinery
 import os
 import secrets
 import stat
-import sys
 import threading
 import time
-from typing import Callable, Iterable
+from typing import Callable
 
 from .._checked_open import open_checked, open_folder_below
 from .._errors import printable
+from .._shadowing import BYTECODE, FOLD, SUFFIXES, Installed, installed, module_of
 
 QUARANTINE = ".toolkernel/quarantine"
-# Python's own suffixes for a module in a folder, in the order its FileFinder tries them.
-_SUFFIXES = (*importlib.machinery.EXTENSION_SUFFIXES, *importlib.machinery.SOURCE_SUFFIXES,
-             *importlib.machinery.BYTECODE_SUFFIXES)
-# Where importlib may match names without regard to case (PYTHONCASEOK, and Windows' suffixes):
-# there a name is compared folded, which can only find more, never less. Elsewhere importlib
-# compares the folder's listing exactly, whatever the file system, so `Pandas.py` is no `pandas`.
-_FOLD = sys.platform.startswith(("win", "cygwin", "darwin"))
 _SAY_EACH = 3  # moves named one a line; past that, one line for all
-
-
-def _fold(name: str) -> str:
-    return name.lower() if _FOLD else name
-
-
-@functools.lru_cache(maxsize=None)
-def _suffix_forms() -> frozenset[str]:
-    return frozenset(_fold(suffix) for suffix in _SUFFIXES)
-
-
-def module_of(name: str, is_dir: bool) -> str | None:
-    """The top-level module an entry named `name` is (folded as importlib compares it), or None."""
-    head, dot, tail = name.partition(".")
-    if is_dir:
-        return None if dot or not head else _fold(head)  # `a.b/` is no top-level module
-    # Every suffix starts with a dot and no module name holds one: the first dot splits
-    # (`pandas.abi3.so` is `pandas`, not `pandas.abi3`).
-    return _fold(head) if dot and head and _fold(dot + tail) in _suffix_forms() else None
-
-
-# -- what is installed -------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Installed:
-    """Top-level names importable from outside the workspace, folded: `regular` modules and
-    packages, and names that are only namespace packages there (a bare folder joins those)."""
-
-    regular: frozenset[str]
-    namespaces: frozenset[str]
-    # Both: what an entry's name before its first dot must be to matter at all. A run looks up
-    # every top-level name once in it, and only the few found here are looked at closer.
-    heads: frozenset[str] = frozenset()
-
-    def shadowed_by(self, module: str, kind: str) -> bool:
-        """Whether a top-level entry of `kind` ("module", "package" or "folder": a folder with no
-        `__init__`) that is `module` takes the place of an installed one."""
-        if kind == "folder":
-            return module in self.namespaces  # a regular module elsewhere wins over a bare folder
-        return module in self.regular or module in self.namespaces
-
-    def may_shadow(self, module: str | None) -> bool:
-        return module is not None and (module in self.regular or module in self.namespaces)
-
-
-_installed: dict[str, tuple[tuple, Installed]] = {}
-_installed_lock = threading.Lock()
-
-
-def installed(workdir: str) -> Installed:
-    """What the workspace `workdir` (a real path) could shadow: the standard library
-    (`sys.stdlib_module_names`, but the modules built into the interpreter, which no folder
-    shadows), every top-level module found on the entries of `sys.path` that are neither the
-    workspace nor the working directory (a project's `.venv` inside it counts), and the names
-    setuptools' editable finders map to somewhere else.
-
-    Worked out once per process and workspace, and again when `sys.path` or `sys.meta_path`
-    changes or any of those folders' times moves (a package installed while the kernel runs:
-    the next run counts it); the check is one `stat` per entry of `sys.path`. A `.pth` file
-    installed meanwhile adds its folders only to the next Python started."""
-    entries = _outside_entries(workdir, tuple(sys.path), _cwd())
-    key = (tuple(map(_mtime, entries)), tuple(map(id, sys.meta_path)))
-    with _installed_lock:
-        kept = _installed.get(workdir)
-        if kept is not None and kept[0] == (entries, key):
-            return kept[1]
-    found = _scan(entries, workdir)
-    with _installed_lock:
-        _installed[workdir] = ((entries, key), found)
-    return found
-
-
-def _cwd() -> str:
-    try:
-        return os.getcwd()
-    except OSError:
-        return ""
-
-
-@functools.lru_cache(maxsize=64)  # a run asks with the same sys.path as the last
-def _outside_entries(workdir: str, path: tuple, cwd: str) -> tuple[str, ...]:
-    here = {workdir, os.path.realpath(cwd) if cwd else workdir}
-    outside = []
-    for entry in path:
-        if not isinstance(entry, str) or entry in ("", "."):
-            continue  # the working directory of whichever Python looks: the workspace's own
-        real = os.path.realpath(entry)
-        if real not in here and real not in outside:
-            outside.append(real)
-    return tuple(outside)
-
-
-def _mtime(path: str) -> int | None:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return None
-
-
-def _scan(entries: Iterable[str], workdir: str) -> Installed:
-    builtin = set(sys.builtin_module_names)
-    regular = {_fold(name) for name in sys.stdlib_module_names if name not in builtin}
-    folders: set[str] = set()
-    for entry in entries:
-        if os.path.isdir(entry):
-            _scan_folder(entry, regular, folders)
-        elif os.path.isfile(entry):
-            _scan_zip(entry, regular, folders)
-    regular |= _editable_names(workdir)
-    regular -= {_fold(name) for name in builtin}
-    return Installed(frozenset(regular), frozenset(folders - regular), frozenset(regular | folders))
-
-
-def _scan_folder(folder: str, regular: set[str], folders: set[str]) -> None:
-    try:
-        with os.scandir(folder) as listing:
-            for entry in listing:
-                is_dir = _is_dir(entry)
-                module = module_of(entry.name, is_dir)
-                if module is None or module == "__pycache__":
-                    continue
-                if not is_dir:
-                    regular.add(module)
-                elif _has_init(entry.path):
-                    regular.add(module)
-                else:
-                    folders.add(module)
-    except OSError:
-        pass  # a folder that cannot be listed gives Python nothing to import either
-
-
-def _is_dir(entry: os.DirEntry) -> bool:
-    try:
-        return entry.is_dir()  # links followed, as PathFinder follows them
-    except OSError:
-        return False
-
-
-def _has_init(folder: str) -> bool:
-    return any(os.path.isfile(os.path.join(folder, "__init__" + suffix)) for suffix in _SUFFIXES)
-
-
-def _scan_zip(path: str, regular: set[str], folders: set[str]) -> None:
-    """An egg or zip on sys.path (zipimport): its top-level names count as regular."""
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
-    except (OSError, ValueError, zipfile.BadZipFile):  # not a zip Python could import from either
-        return
-    for name in names:
-        top, slash, _ = name.partition("/")
-        module = module_of(top, bool(slash))
-        if module is not None:
-            regular.add(module)
-
-
-def _editable_names(workdir: str) -> set[str]:
-    """Names setuptools' editable installs map (a finder in `sys.meta_path` whose module holds a
-    `MAPPING` of name to folder), but not those mapped to an entry at the workspace's top: that
-    entry is the installed package itself, and the person's edits to it are no shadow."""
-    names = set()
-    for finder in sys.meta_path:
-        mapping = getattr(sys.modules.get(getattr(finder, "__module__", "") or ""), "MAPPING", None)
-        if not isinstance(mapping, dict):
-            continue
-        for name, where in mapping.items():
-            if isinstance(name, str) and isinstance(where, str) \
-                    and os.path.dirname(os.path.realpath(where)) != workdir:
-                names.add(_fold(name))
-    return names
 
 
 # -- one run ----------------------------------------------------------------------------
@@ -333,7 +151,7 @@ def _module_names(top: int, root: str, found: Installed) -> tuple[str, ...]:
         return kept[3]
     since = time.time_ns() - _SETTLED_NS
     heads = found.heads
-    if _FOLD:
+    if FOLD:
         names = [name for name in os.listdir(top) if name.partition(".")[0].lower() in heads]
     else:  # the usual case: one partition and one set lookup per entry, no stat
         names = [name for name in os.listdir(top) if name.partition(".")[0] in heads]
@@ -376,11 +194,8 @@ def _identity(top: int, name: str) -> tuple | None:
     return (kind, info.st_dev, info.st_ino, *times, init)
 
 
-# Bytecode beside the top's own modules: Python runs a `__pycache__/NAME.cpython-311.pyc` whose
-# header matches NAME.py's size and mtime (which a script sees) instead of that source. A script
-# can write one for the person's `helpers.py`; the folder is only a cache, so one the run changed
-# is moved aside whole, and Python makes it again from the sources.
-BYTECODE = "__pycache__"
+# Bytecode beside the top's own modules (`BYTECODE`): the folder is only a cache, so one the run
+# changed is moved aside whole, and Python makes it again from the sources.
 
 
 def _cache_identity(top: int) -> tuple | None:
@@ -413,7 +228,7 @@ def _init_identity(top: int, name: str) -> tuple | None:
     except OSError:
         return None
     try:
-        for suffix in _SUFFIXES:
+        for suffix in SUFFIXES:
             try:
                 info = os.stat("__init__" + suffix, dir_fd=folder, follow_symlinks=False)
             except OSError:
