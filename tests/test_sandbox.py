@@ -290,3 +290,35 @@ def test_doctor_says_which_mechanism_and_why(project, monkeypatch):
         assert ".toolkernel" in text and "toolkernel.toml" in text and "network: off" in text
     monkeypatch.setenv("TOOLKERNEL_SANDBOX", "0")
     assert "none (turned off" in doctor(session.workdir) and "asks a person" in doctor(session.workdir)
+
+
+@needs_sandbox
+def test_policy_network_rules_give_a_cell_or_a_call_the_network_and_nothing_else_does(project, each_mechanism):
+    session, _ = project
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    threading.Thread(target=lambda: [server.accept() for _ in range(4)], daemon=True).start()
+    (session.workdir / "connect.py").write_text(CONNECTOR.replace("no network", "no-network"))
+    connect = f"{sys.executable} connect.py {port}"  # one command, which network rules may name
+    (session.workdir / COMMAND).write_text(CONNECTOR)
+    python = f"Bash({sys.executable} *)"
+    try:
+        write_config(session.workdir, config(["Bash(*)", "tool__report"]))
+        assert run_agent(project, connect)[1].strip() == "no-network"
+        assert agent_call(session, path=str(port)).result.value().strip() == "no network"
+        write_config(session.workdir, config(["Bash(*)", "tool__report"]).replace(
+            "ask = []", f"ask = []\nnetwork = [{json.dumps(python)}, \"tool__report\"]"))
+        assert run_agent(project, connect)[1].strip() == "connected"
+        assert agent_call(session, path=str(port)).result.value().strip() == "connected"
+        # A cell with one command the network rules do not name keeps none.
+        assert run_agent(project, f"true; {connect}")[1].strip() == "no-network"
+    finally:
+        server.close()
+
+
+def test_an_untrusted_files_network_rules_do_not_count():
+    from toolkernel._config._policy import PolicySection
+    from toolkernel._config._rules import parse_rule
+
+    section = PolicySection(allow=(parse_rule("read_file"),), network=(parse_rule("Bash(curl *)"),))
+    assert section.tightening().network == () and section.then(section).network == section.network * 2

@@ -54,6 +54,7 @@ runs a command no rule allows).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import shlex
@@ -718,6 +719,17 @@ def decide_script(script: Script, policy: Policy) -> Decision:
 
 def decide_bash(text: str, policy: Policy) -> Decision:
     return decide_script(analyze(text), policy)
+
+
+def bash_network(text: str, policy: Policy) -> bool:
+    """Whether `[policy] network` lets an agent's cell keep the network in the OS sandbox: every
+    command it runs is one a `Bash(...)` network rule names (what cannot be read never is)."""
+    rules = tuple(rule for rule in policy.network if is_bash_rule(rule))
+    if not rules:
+        return False
+    only_network = dataclasses.replace(policy, allow=rules, ask=(), deny=(), admin_deny=(), mode="default",
+                                       admin_mode_ceiling=None, read_only=False)
+    return decide_bash(text, only_network).action == "allow"
 
 
 def rule_for_script(text: str) -> str:

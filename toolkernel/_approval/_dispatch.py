@@ -68,12 +68,15 @@ class CallEnv:
         """Whether calling `tool` in this run starts a program an agent chose to run."""
         return self.agent and tool.provider.kind == "command"
 
-    def host_sandbox(self, tool: Tool) -> Plan | None:
-        """The sandbox `tool`'s program runs in; None for a person's run."""
+    def host_sandbox(self, tool: Tool, info: CallInfo | None = None) -> Plan | None:
+        """The sandbox `tool`'s program runs in (with the network where a `[policy] network`
+        rule names the call `info`); None for a person's run."""
         if not self.starts_host_code(tool) or self.sandbox is None:
             return None
         if self._plan is None:
             self._plan = self.sandbox()
+        if self._plan is not None and info is not None and self.policy.grants_network(info):
+            return self._plan.with_network(True)
         return self._plan
 
     def unsandboxed(self, tool: Tool) -> bool:
@@ -336,7 +339,8 @@ class Dispatcher:
             tool.precheck(arguments, self._context(tool))
 
     def _context(self, tool: Tool, events: RunEvents = NO_EVENTS,
-                 paths: Mapping[str, str] | None = None, run: Run | None = None) -> ToolContext:
+                 paths: Mapping[str, str] | None = None, run: Run | None = None,
+                 info: CallInfo | None = None) -> ToolContext:
         return ToolContext(
             workdir=self.env.workdir,
             settings=own_settings(self.env.settings, tool.name),  # its own [tools.NAME] table only
@@ -346,7 +350,7 @@ class Dispatcher:
             cancelled=never_cancelled if run is None else run.is_cancelled,
             # A post-call hook sees the whole result, and the whole saved is what it let through.
             cut_later=tool.cut is not None and self.env.hooks.any("after_call"),
-            sandbox=self.env.host_sandbox(tool),
+            sandbox=self.env.host_sandbox(tool, info),
         )
 
     def _validator(self, tool: Tool) -> "_Checked":
@@ -440,9 +444,9 @@ class Dispatcher:
         """What the tool is handed: the input the checks judged (and the payload over it), and
         its context, with the paths the checks judged (a payload value is not one of them)."""
         if not payload:
-            return dict(info.input), self._context(tool, events, info.paths, run)
+            return dict(info.input), self._context(tool, events, info.paths, run, info)
         paths = {key: path for key, path in info.paths.items() if key not in payload}
-        return {**info.input, **payload}, self._context(tool, events, paths, run)
+        return {**info.input, **payload}, self._context(tool, events, paths, run, info)
 
     @staticmethod
     def _failed(tool: Tool, arguments: Mapping[str, Any], run: Run, exc: CallError) -> None:

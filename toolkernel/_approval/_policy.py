@@ -239,12 +239,13 @@ class Policy:
     admin_deny: tuple[Rule, ...] = ()
     admin_mode_ceiling: str | None = None
     read_only: bool = False  # `%%tools --read-only`: every call that is not a read is denied
+    network: tuple[Rule, ...] = ()  # [policy] network: sandboxed calls and cells that keep it
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", normalize_mode(self.mode))
         if self.admin_mode_ceiling is not None:
             object.__setattr__(self, "admin_mode_ceiling", normalize_mode(self.admin_mode_ceiling))
-        for name in ("allow", "ask", "deny", "admin_deny"):  # rules from the config come parsed
+        for name in ("allow", "ask", "deny", "admin_deny", "network"):  # rules from the config come parsed
             object.__setattr__(self, name, tuple(parse_rule(rule) for rule in getattr(self, name)))
 
     @property
@@ -279,7 +280,13 @@ class Policy:
             deny=_rules(policy.get("deny"), "policy.deny"),
             admin_deny=_rules(admin.get("deny"), "admin policy.deny"),
             admin_mode_ceiling=None if ceiling is None else _checked_mode(ceiling, f"admin policy.{ceiling_key}"),
+            network=_rules(policy.get("network"), "policy.network"),
         )
+
+    def grants_network(self, call: CallInfo) -> bool:
+        """Whether a `[policy] network` rule lets `call`'s host program keep the network in the
+        OS sandbox (pure)."""
+        return bool(self.network) and _first_match(self.network, call) is not None
 
 
 def _checked_mode(mode: Any, where: str) -> str:

@@ -148,7 +148,8 @@ class Builder:
         return Config(
             servers=MappingProxyType(servers),
             policy=PolicySection(self.policy.allow, self.policy.ask, self.policy.deny,
-                                 mode=stricter(self.policy.mode or "default", self.strictest)),
+                                 mode=stricter(self.policy.mode or "default", self.strictest),
+                                 network=self.policy.network),
             admin_policy=PolicySection(admin.allow, admin.ask, admin.deny, mode_ceiling=admin.mode),
             hooks=tuple(self.hooks),
             tools=freeze(self.tools),

@@ -15,7 +15,7 @@ from ._check import expect, known_keys, string, table, choice
 from ._sources import Source
 
 POLICY_MODES = ("default", "accept-edits", "plan", "bypass-permissions")
-RULE_LISTS = ("allow", "ask", "deny")
+RULE_LISTS = ("allow", "ask", "deny", "network")
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,9 @@ class PolicySection(Mapping[str, Any]):
     deny: tuple[Rule, ...] = ()
     mode: str | None = None
     mode_ceiling: str | None = None
+    # Calls and agent cells whose host programs keep the network inside the OS sandbox
+    # (`tool__pip`, `Bash(pip install *)`): it loosens, so only a trusted file's count.
+    network: tuple[Rule, ...] = ()
 
     def __getitem__(self, key: str) -> Any:
         if key not in self._keys():
@@ -49,12 +52,12 @@ class PolicySection(Mapping[str, Any]):
     def then(self, nearer: "PolicySection") -> "PolicySection":
         """This policy with a nearer file's after it: rule lists concatenate, its mode wins."""
         return PolicySection(self.allow + nearer.allow, self.ask + nearer.ask, self.deny + nearer.deny,
-                             nearer.mode or self.mode)
+                             nearer.mode or self.mode, network=self.network + nearer.network)
 
     def tightening(self) -> "PolicySection":
         """What an untrusted file's policy keeps: what can only take permissions away
         (its mode counts only where it is stricter, `stricter`)."""
-        return replace(self, allow=(), mode=None)
+        return replace(self, allow=(), mode=None, network=())
 
 
 def stricter(mode: str, other: str | None) -> str:

@@ -331,7 +331,7 @@ async def run_command(config: CommandToolConfig, arguments: Mapping[str, Any], w
                                 "the PATH of its env allow-list (add PATH = \"${PATH}\" to env)")
     await slots.take()
     try:
-        run = argv if sandbox is None else wrap(argv, sandbox.with_network(config.network))
+        run = argv if sandbox is None else wrap(argv, sandbox.with_network(sandbox.network or config.network))
         done = await run_capped(run, env=config.env, cwd=cwd, timeout=config.timeout,
                                 stdout_cap=OUTPUT_CAP, stderr_cap=OUTPUT_CAP)
     except OSError as exc:

@@ -22,7 +22,7 @@ from pathlib import Path
 from ... import _loop
 from ..._command._command import ToolsCommand
 from ..._errors import Unavailable
-from ..._approval._bash_rules import literal_commands
+from ..._approval._bash_rules import bash_network, literal_commands
 from ..._approval._run import NO_EVENTS, RunEvents
 from .._preflight import preflight
 from .._shell import ShellResult
@@ -115,7 +115,7 @@ class HostBashRunner:
     def _open(self, script: str, command: ToolsCommand, events: RunEvents, stdout, stderr=None) -> HostRun:
         host = HostRun(self.channel, command, events, script, command.workdir, stdout=stdout,
                        stderr=stdout if stderr is None else stderr, timeout=self.timeout,
-                       on_timeout=self._timed_out, sandbox=self._sandbox(command))
+                       on_timeout=self._timed_out, sandbox=self._sandbox(command, script))
         with self._lock:
             self._host = host
             cancelled = self._cancelled
@@ -123,13 +123,15 @@ class HostBashRunner:
             host.end_group_soon(_LADDER)
         return host
 
-    def _sandbox(self, command: ToolsCommand) -> Plan | None:
-        """An agent's cell runs in the OS sandbox; where there is none a person allowed it
-        (`refusal`), and it runs as theirs."""
+    def _sandbox(self, command: ToolsCommand, script: str) -> Plan | None:
+        """An agent's cell runs in the OS sandbox, with the network only where `[policy] network`
+        names each of its commands; where there is none a person allowed it (`refusal`), and
+        it runs as theirs."""
         if not self.agent or not mechanism().available:
             return None
-        protection = command.dispatcher.env.protection() or mount_plan(command.workdir)
-        return sandbox_plan(protection, visible=(str(self.channel.folder),))
+        env = command.dispatcher.env
+        plan = sandbox_plan(env.protection() or mount_plan(command.workdir), visible=(str(self.channel.folder),))
+        return plan.with_network(bash_network(script, env.policy))
 
     def _timed_out(self, host: HostRun) -> None:
         self.timed_out = True
