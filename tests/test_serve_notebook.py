@@ -147,6 +147,24 @@ def test_an_agents_bash_cell_waits_for_toolkernel_approve_when_the_client_cannot
     assert not again.is_error and "made" in text(again) and (work / "made.txt").exists(), text(again)
 
 
+def test_an_agents_arithmetic_attack_through_serve_runs_nothing(tmp_path):
+    # Issue 34's attack: no command for the checker to see; bash evaluates the variable's text
+    # as arithmetic and the subscript in it runs `touch`. Asked now (nobody answers: not run).
+    work = project(tmp_path, POLICY)
+    new_notebook(work / "nb.ipynb")
+    cells = ["%%bash\n[[ ${BASH_COMMAND:38:16} -eq 1 || -n 'a[$(touch pwn3)]' ]]",
+             "%%bash\necho $(( ${BASH_COMMAND:35:16} )) 'a[$(touch pwn4)]'"]
+
+    async def body():
+        async with serving(work, "--notebook", "nb.ipynb", "--kernel", "python3") as client:
+            await run_code(client, "nb.ipynb", "%load_ext toolkernel")
+            return [await run_code(client, "nb.ipynb", cell) for cell in cells]
+
+    for result in run(body):
+        assert result.is_error and "needs_approval" in text(result), text(result)
+    assert not (work / "pwn3").exists() and not (work / "pwn4").exists()
+
+
 def test_notebook_options_without_a_notebook_or_a_kernel_are_one_line_errors(tmp_path):
     work = project(tmp_path, "")
     for options in (["--kernel", "python3"], ["--notebook", "nb.ipynb"],
