@@ -32,10 +32,21 @@ def sandbox_plan(protection: Protection, *, visible: tuple[str, ...] = (),
     environ = os.environ if environ is None else environ
     root = protection.workdir
     make_state_dir(root / STATE_DIR)  # it must exist to be mounted read-only
+    try:
+        top = os.stat(root)
+    except OSError:
+        top = None
+    # The same while the protection (kept while nothing it looked at moved) and the top's entries do.
+    status = None if top is None else (top.st_ino, top.st_mtime_ns, top.st_ctime_ns)
+    return _plan(protection, visible, hidden_places(environ), status)
+
+
+@functools.lru_cache(maxsize=16)
+def _plan(protection: Protection, visible: tuple[str, ...], hidden: tuple[str, ...], status: tuple | None) -> Plan:
+    root = protection.workdir
     tops = {str(root / path.relative_to(root).parts[0]) for path in protection.protected}
     tops |= set(_shadowing_tops(str(root)))
-    return Plan(writable=(str(root),), read_only=tuple(sorted(tops)), hidden=hidden_places(environ),
-                visible=visible)
+    return Plan(writable=(str(root),), read_only=tuple(sorted(tops)), hidden=hidden, visible=visible)
 
 
 def hidden_places(environ: Mapping[str, str]) -> tuple[str, ...]:
