@@ -267,26 +267,28 @@ def test_the_call_limit_holds_exactly_across_jobs(session, meeting, workdir, cha
 
 
 @pytest.mark.parametrize("call", [
-    "tools meeting meet size=4 room=r{trial} patience=60",
-    "tools meet room={tmp}/r{trial} size=4 me=$i",
-    "tools gather size=4 room=r{trial}",
+    "tools meeting meet size=8 room=r{trial} patience=60",
+    "tools meet room={tmp}/r{trial} size=8 me=$i",
+    "tools gather size=8 room=r{trial}",  # a sync tool: 8 threads of the script's loop
 ])
-def test_background_calls_in_tools_run_at_once(session, meeting, tmp_path, call):
+def test_eight_background_calls_in_tools_run_at_once(session, meeting, tmp_path, call):
     for trial in range(3):
         line = call.format(trial=trial, tmp=tmp_path)
-        result, sink = script_run(session, f"for i in 1 2 3 4; do {line} & done; wait")
-        assert (result.exit_code, sink.stdout_text) == (0, "met\n" * 4), sink.stderr_text
+        result, sink = script_run(session, f"for i in $(seq 1 8); do {line} & done; wait")
+        assert (result.exit_code, sink.stdout_text) == (0, "met\n" * 8), sink.stderr_text
 
 
 @pytest.mark.parametrize("script", [
     "seq 1 4 | xargs -P 4 -I{{}} tools meet room={tmp}/x size=4 me={{}}",
+    "seq 1 8 | xargs -P 8 -I{{}} tools meet room={tmp}/y size=8 me={{}}",
     "for i in 1 2 3 4; do tools meet room={tmp}/b size=4 me=$i & done; wait",
     "for i in 1 2 3 4; do tools meeting meet size=4 room=hb patience=60 & done; wait",
     "for i in 1 2 3 4; do tools gather size=4 room=hb & done; wait",
 ])
 def test_host_bash_calls_run_at_once(session, meeting, channel, tmp_path, script):
     result, sink = script_run(session, script.format(tmp=tmp_path), runner=HostBashRunner(channel))
-    assert (result.exit_code, sink.stdout_text) == (0, "met\n" * 4), sink.stderr_text
+    calls = 8 if "-P 8" in script else 4
+    assert (result.exit_code, sink.stdout_text) == (0, "met\n" * calls), sink.stderr_text
 
 
 def serve_project(tmp_path: Path) -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import concurrent.futures
 import ctypes
 import re
 import threading
@@ -26,6 +27,9 @@ from ._guard import GuardedChmod, Protection, mount, mount_links, refuse_links
 from .._config._limits import ShellLimits, limit_notice
 from .._approval._run import RunEvents
 from ._shell import ShellResult
+
+CALLS_AT_ONCE = 8  # a script's calls of sync tools at once, as of command tools (seed 003)
+
 
 class BashkitRunner:
     """Runs scripts in Bashkit's virtual shell, the workspace mounted (read-only on request)."""
@@ -431,6 +435,12 @@ class _CallbackLoop(asyncio.SelectorEventLoop):
     """
 
     keep_free = True  # it runs the byte sinks: a sync tool runs on a thread (`_loop.may_block`)
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Background jobs' calls of sync tools run at once on these threads: asyncio's own pool
+        # has min(32, CPUs + 4), which held the seventh of 8 calls on a machine of two cores.
+        self.set_default_executor(concurrent.futures.ThreadPoolExecutor(CALLS_AT_ONCE, "toolkernel-call"))
 
     def call_soon_threadsafe(self, callback, *args, context=None):
         return super().call_soon_threadsafe(callback, *args, context=None if context is None else context.copy())
