@@ -69,6 +69,8 @@ def run(session: Session, script: str, **kwargs):
     ("tools lines | for i in 1 2; do head -1; tools sized size=1; done", "live"),  # a loop a pipe feeds
     ("for i in 1 2; do head -1; tools sized size=1; done < data.txt", "live"),
     ("for i in 1; do tools read-file path=x; done", "relayed"),  # read-file is not `read`
+    ("for i in 1 2; do tools sized size=3 & done; wait", "live"),  # background jobs run at once
+    ("for i in 1 2; do tools sized size=3 2>&1 >/dev/null && echo |& cat &>x; done", "relayed"),
     ("echo no tool", "streamed"),
 ])
 def test_which_way_a_script_runs(script, way):
