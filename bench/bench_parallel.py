@@ -6,8 +6,9 @@ measured in the same run, as ratios.
 Rows: `xargs -P 4` in host `%%bash` (against `xargs -P 1`), `&` + `wait` in `%%tools` (against
 a plain loop), and four `bash` calls a `toolkernel serve` client makes at once (against the
 same four awaited one by one; over stdio, the SDK's own client). Each figure is the median (and
-best) of --repeat interleaved rounds. Target: at most 0.35x (four calls at once take about one
-call's time: 0.25x, plus what starting the processes costs).
+best) of --repeat interleaved rounds; a measure whose calls were not all made fails (each call
+leaves a file). Target: at most 0.35x (four calls at once take about one call's time: 0.25x,
+plus what starting the processes costs).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import anyio
 
+import toolkernel
 from bench_tools import interleaved, project_dir, timed_script
 
 from toolkernel._runners._hostbash._channel import Channel
@@ -29,11 +31,13 @@ from toolkernel._session import Session
 
 TARGET = 0.35
 CALLS = 4
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(toolkernel.__file__).resolve().parent.parent  # the serve runs the toolkernel measured here
 
 
-def nap_config(seconds: float) -> str:
-    command = [sys.executable, "-c", f"import time; time.sleep({seconds})"]
+def nap_config(seconds: float, marks: Path) -> str:
+    """A command tool that sleeps, then leaves a file in `marks` (so a lost call shows)."""
+    program = f"import os, time; time.sleep({seconds}); open(os.path.join({str(marks)!r}, str(os.getpid())), 'w')"
+    command = [sys.executable, "-c", program]
     return (f"[tools.nap]\ncommand = {json.dumps(command)}\nread_only = true\n"
             'parameters = { type = "object", properties = { n = { type = "integer" } } }\n')
 
@@ -81,20 +85,33 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.5)
     args = parser.parse_args()
     project = project_dir()
-    (project / "toolkernel.toml").write_text(nap_config(args.seconds))
+    marks = project.parent / "marks"
+    marks.mkdir()
+    (project / "toolkernel.toml").write_text(nap_config(args.seconds, marks))
     session = Session(project)
     channel = Channel()
+
+    def counted(measure):
+        """`measure`, failing if it made fewer calls than CALLS."""
+        def run() -> float:
+            before = len(os.listdir(marks))
+            seconds = measure()
+            if len(os.listdir(marks)) - before != CALLS:
+                raise SystemExit(f"calls were lost: {len(os.listdir(marks)) - before} of {CALLS} made")
+            return seconds
+        return run
+
     host = lambda script: timed_script(session, script, HostBashRunner(channel))  # noqa: E731
     try:
         host("tools nap n=0")  # warm-up
-        t = interleaved(args.repeat, {
+        t = interleaved(args.repeat, {name: counted(measure) for name, measure in {
             "xargs_p4": lambda: host(f"seq 1 {CALLS} | xargs -P {CALLS} -I{{}} tools nap n={{}} >/dev/null"),
             "xargs_p1": lambda: host(f"seq 1 {CALLS} | xargs -P 1 -I{{}} tools nap n={{}} >/dev/null"),
             "tools_bg": lambda: timed_script(session, f"for i in $(seq 1 {CALLS}); do tools nap n=$i >/dev/null &"
                                                       " done; wait"),
             "tools_loop": lambda: timed_script(session, f"for i in $(seq 1 {CALLS}); do tools nap n=$i >/dev/null;"
                                                         " done"),
-        })
+        }.items()})
     finally:
         channel.close()
         session.close()
