@@ -69,6 +69,8 @@ def run(session: Session, script: str, **kwargs):
     ("tools lines | for i in 1 2; do head -1; tools sized size=1; done", "live"),  # a loop a pipe feeds
     ("for i in 1 2; do head -1; tools sized size=1; done < data.txt", "live"),
     ("for i in 1; do tools read-file path=x; done", "relayed"),  # read-file is not `read`
+    ("for i in 1 2; do tools sized size=3 & done; wait", "live"),  # background jobs run at once
+    ("for i in 1 2; do tools sized size=3 2>&1 >/dev/null && echo |& cat &>x; done", "relayed"),
     ("echo no tool", "streamed"),
 ])
 def test_which_way_a_script_runs(script, way):
@@ -165,11 +167,13 @@ def test_a_call_that_asks_in_a_loop_is_counted_once(session, monkeypatch):
 
 def test_the_relays_commands_reach_no_tool_on_their_own(session):
     # `_tools_now` is `tools` (every check runs in the command); `_tools_rest` only hands on
-    # what `_tools_now` left last, so a script calling either by name mixes up no calls.
+    # what a `_tools_now` left, and a call that finds that slot taken is made in place (as a
+    # background job's is), so a script calling either by name mixes up no calls: `tools sized`
+    # gives its own result, and the `_tools_rest` written out makes the call `_tools_now` left.
     result, sink = run(session, "for i in 1; do _tools_rest; echo rc=$?; _tools_now fails; echo rc=$?;"
                                 " tools sized size=2; _tools_rest; echo rc=$?; done")
-    assert sink.stdout_text == f"rc={_Relay.LATER}\nrc={_Relay.LATER}\nzz\nrc={_Relay.LATER}\n"
-    assert sink.stderr_text == ""
+    assert sink.stdout_text == f"rc={_Relay.LATER}\nrc={_Relay.LATER}\nzz\nrc=1\n"
+    assert [e["code"] for e in error_lines(sink.stderr_text)] == ["tool_error"]
 
 
 def test_calls_piped_one_into_the_next_in_a_loop_each_give_their_own(session):

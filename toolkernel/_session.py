@@ -193,9 +193,9 @@ class Session:
         return providers
 
     def _hooks_for(self, config: Config) -> Hooks:
-        self.hooks.clear_command_hooks()
-        for hook in config.hooks:
-            self.hooks.add_command_hook(hook.event, hook.match, list(hook.command), hook.timeout, cwd=hook.cwd)
+        # In one step: a run of this session going on meanwhile keeps a whole set of hooks.
+        self.hooks.set_command_hooks([(hook.event, hook.match, list(hook.command), hook.timeout, hook.cwd)
+                                      for hook in config.hooks])
         return self.hooks
 
     def run_script(self, script: str, sink: Sink, *, read_only: bool = False,

@@ -289,7 +289,7 @@ class Dispatcher:
 
     @staticmethod
     def _not_here(info: CallInfo, run: Run) -> None:
-        run.calls -= 1  # counted by `_admit`, and again when the call is made
+        run.uncount()  # counted by `_admit`, and again when the call is made
         raise WouldAsk(info.command)
 
     @staticmethod
@@ -298,12 +298,13 @@ class Dispatcher:
                    make_result=None if tool.read_only else _recorded(result))
 
     def _count(self, tool: Tool, arguments: Mapping[str, Any], run: Run) -> None:
-        if run.stopped is not None:
-            raise Stopped(f"not run: an earlier call stopped the script ({run.stopped.reason})")
-        run.calls += 1
-        if run.calls > run.limit:
-            run.stop("call_limit", tool.command, arguments)
-            raise CallLimit(f"more than {run.limit} tool calls in one shell run; the script stops here")
+        refused = run.admit(tool.command, arguments)
+        if refused == "stopped":
+            # Named: a call of another job may be the one refused, not the next line of the script.
+            raise Stopped(f"{tool.command} not run: an earlier call stopped the script ({run.stopped.reason})")
+        if refused is not None:
+            raise CallLimit(f"{tool.command}: more than {run.limit} tool calls in one shell run;"
+                            " the script stops here")
 
     def validate(self, tool: Tool, arguments: Mapping[str, Any]) -> None:
         checked = self._validator(tool)

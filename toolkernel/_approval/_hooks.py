@@ -127,18 +127,22 @@ class Hooks:
         """Run `argv` for each matching call (the protocol is in the module doc).
         `event` is before_call / after_call (the config's pre_call / post_call too)."""
         event = _EVENT_ALIASES.get(event, event)
-        if event not in EVENTS:
-            raise ValueError(f"a hook event is one of {', '.join(EVENTS)}, not {event!r}")
-        if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(a, str) for a in argv):
-            raise ValueError("a command hook's argv is a non-empty list of strings")
-        rule = _check_pattern_and_timeout(pattern, timeout)
-        runner = _CommandHook(event, list(argv), None if cwd is None else Path(cwd))
-        self._commands[event].append(_Hook(runner.name, rule, runner, timeout))
+        hook = _command_hook(event, pattern, argv, timeout, cwd)
+        self._commands[event].append(hook)
+
+    def set_command_hooks(self, hooks: list[tuple[str, str, list[str], float, str | Path | None]]) -> None:
+        """The config's hooks (event, pattern, argv, timeout, cwd each) in place of the ones before,
+        in one step: a run going on meanwhile (a serve client's runs overlap) sees the old set or
+        the new one, never none."""
+        commands: dict[str, list[_Hook]] = {event: [] for event in EVENTS}
+        for event, pattern, argv, timeout, cwd in hooks:
+            event = _EVENT_ALIASES.get(event, event)
+            commands[event].append(_command_hook(event, pattern, argv, timeout, cwd))
+        self._commands = commands
 
     def clear_command_hooks(self) -> None:
-        """Forget the config's hooks (before re-adding them from a re-read config)."""
-        for hooks in self._commands.values():
-            hooks.clear()
+        """Forget the config's hooks."""
+        self.set_command_hooks([])
 
     def _hooks(self, event: str) -> tuple[_Hook, ...]:
         return tuple(self._commands[event]) + tuple(self._python[event])
@@ -186,6 +190,16 @@ class Hooks:
                     "not a ToolResult or None; the result was withheld")
             result = replaced
         return result
+
+
+def _command_hook(event: str, pattern: str, argv: list[str], timeout: float, cwd: str | Path | None) -> _Hook:
+    if event not in EVENTS:
+        raise ValueError(f"a hook event is one of {', '.join(EVENTS)}, not {event!r}")
+    if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(a, str) for a in argv):
+        raise ValueError("a command hook's argv is a non-empty list of strings")
+    rule = _check_pattern_and_timeout(pattern, timeout)
+    runner = _CommandHook(event, list(argv), None if cwd is None else Path(cwd))
+    return _Hook(runner.name, rule, runner, timeout)
 
 
 def _default_reason(action: str, hook: _Hook) -> str:

@@ -9,6 +9,7 @@ A model module: no IPython, no runner, no I/O. The report is the seed's JSON
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
@@ -119,7 +120,11 @@ class RunReport:
 
 @dataclass
 class Run:
-    """The calls of one shell run (or one direct call): the count, the limit, the record."""
+    """The calls of one shell run (or one direct call): the count, the limit, the record.
+
+    A script's calls may run at once (background jobs, `xargs -P`, host bash's connections,
+    each on a thread of its own): the count, the stop and the record change under one lock,
+    so the limit holds exactly and no call made is left out of the report."""
 
     limit: int = CALL_LIMIT
     calls: int = 0
@@ -128,13 +133,36 @@ class Run:
     stopped: StopInfo | None = None
     # Interrupted, or out of time: a tool still working sees it (`ToolContext.check_cancelled`).
     cancelled: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def is_cancelled(self) -> bool:
         return self.cancelled
 
+    def admit(self, tool: str, input: Mapping[str, Any]) -> str | None:
+        """Count a call about to be made: None when it may go on, else why not ("stopped": an
+        earlier call stopped the run; "call_limit": this call passed the limit and stops it)."""
+        with self._lock:
+            if self.stopped is not None:
+                return "stopped"
+            self.calls += 1
+            if self.calls <= self.limit:
+                return None
+            self._stop("call_limit", tool, input)
+            return "call_limit"
+
+    def uncount(self) -> None:
+        """A call counted by `admit` that is not made here after all (it will be counted again)."""
+        with self._lock:
+            self.calls -= 1
+
     def stop(self, reason: str, tool: str, input: Mapping[str, Any], *, approval: str | None = None,
              before_start: bool = False, shown: Mapping[str, Any] | None = None) -> None:
         """The only writer of the stop: the first stop stands."""
+        with self._lock:
+            self._stop(reason, tool, input, approval, before_start, shown)
+
+    def _stop(self, reason: str, tool: str, input: Mapping[str, Any], approval: str | None = None,
+              before_start: bool = False, shown: Mapping[str, Any] | None = None) -> None:
         if self.stopped is None:
             self.stopped = StopInfo(reason, tool, dict(input), approval, before_start, dict(shown or {}))
 
@@ -142,15 +170,19 @@ class Run:
                result: Any = None, error: Mapping[str, Any] | None = None,
                make_result: Callable[[], Any] | None = None) -> None:
         if read_only:
-            self.read_only_calls += 1
+            with self._lock:
+                self.read_only_calls += 1
         else:
-            self.done.append(CallRecord(tool, dict(arguments), ok, result, error, make_result))
+            record = CallRecord(tool, dict(arguments), ok, result, error, make_result)
+            with self._lock:
+                self.done.append(record)
 
     def needs_report(self, exit_code: int) -> bool:
         return self.stopped is not None or (exit_code != 0 and bool(self.done))
 
     def report(self, exit_code: int) -> RunReport:
-        return RunReport(exit_code, tuple(self.done), self.read_only_calls, self.stopped)
+        with self._lock:
+            return RunReport(exit_code, tuple(self.done), self.read_only_calls, self.stopped)
 
 
 def described_call(call: Mapping[str, Any]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, NamedTuple
@@ -83,7 +84,9 @@ class ToolsCommand:
         self.run = run
         self.workdir = workdir
         self.events = events
-        self._inflight: concurrent.futures.Future | asyncio.Task | None = None
+        # The calls in flight, which `interrupt` cancels: a script's calls may run at once
+        # (background jobs, `xargs -P`, host bash's connections on threads of their own).
+        self._inflight: set[concurrent.futures.Future | asyncio.Task] = set()
         self.interrupted = False
         self.stop_reason = "interrupted"  # what a cancelled line reports (see `interrupt`)
         # Characters of one result a script may take in; a runner sets it (None: no limit).
@@ -218,16 +221,21 @@ class ToolsCommand:
         # running here costs about 15.
         if here:
             task = _loop.local_task(coro)
-            self._inflight = task
-            try:
+            with self._flying(task):
                 return _loop.run_here(task)
-            finally:
-                self._inflight = None
-        self._inflight = future = _loop.submit(coro)
-        try:
+        future = _loop.submit(coro)
+        with self._flying(future):
             return _loop.wait(future)
+
+    @contextlib.contextmanager
+    def _flying(self, inflight):
+        self._inflight.add(inflight)
+        try:
+            if self.interrupted:  # the interrupt came between the check at the start and here
+                _loop.cancel(inflight)
+            yield
         finally:
-            self._inflight = None
+            self._inflight.discard(inflight)
 
     async def _awaited(self, coro, here: bool) -> Outcome:
         # What `interrupt` cancels from another thread: the task that awaits here (a task of
@@ -236,14 +244,12 @@ class ToolsCommand:
         if here:
             task = asyncio.current_task()
             waited = coro if task is not None else asyncio.ensure_future(coro)
-            self._inflight = task or waited
+            inflight = task or waited
         else:
-            self._inflight = future = _loop.submit(coro)
-            waited = asyncio.wrap_future(future)
-        try:
+            inflight = _loop.submit(coro)
+            waited = asyncio.wrap_future(inflight)
+        with self._flying(inflight):
             return await waited
-        finally:
-            self._inflight = None
 
     def interrupt(self, reason: str = "interrupted") -> None:
         """Called from the kernel's main thread on interrupt, or when the run's time is up:
@@ -251,8 +257,7 @@ class ToolsCommand:
         self.stop_reason = reason
         self.interrupted = True
         self.run.cancelled = True  # seen by a sync tool still at work (`ToolContext.check_cancelled`)
-        inflight = self._inflight
-        if inflight is not None:
+        for inflight in list(self._inflight):
             _loop.cancel(inflight)
 
     # -- the command (on the private loop, or this thread's own) ---------------

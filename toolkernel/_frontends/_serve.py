@@ -124,9 +124,10 @@ class ToolServer:
     """The tools of one `toolkernel serve`: listing and calling, over any transport.
 
     Each MCP session (over HTTP: each `mcp-session-id`) gets a `Session` of its own:
-    its own runs, call limits, once-grants and pending approvals, and one run at a
-    time. Lasting ("always") approvals live in the project's .toolkernel/ store,
-    which every session and the notebook share.
+    its own runs, call limits, once-grants and pending approvals, and up to
+    `RUNS_AT_ONCE` runs at a time (an agent's parallel tool calls; each run has its
+    own call limit and report). Lasting ("always") approvals live in the project's
+    .toolkernel/ store, which every session and the notebook share.
     """
 
     def __init__(self, workdir: Path, *, notebook: Mapping[str, Any] | None = None) -> None:
@@ -135,7 +136,7 @@ class ToolServer:
         self._pairing_args = dict(notebook) if notebook is not None else None
         self.notebook = notebook is not None
         self._notebook_state: dict[str, Any] = {}  # the one pairing every client of this serve uses
-        self._clients: dict[str, tuple[Session, threading.Lock]] = {}
+        self._clients: dict[str, tuple[Session, _Runs]] = {}
         self._used: dict[str, float] = {}  # when each client last asked for its session
         self._clients_guard = threading.Lock()
         # Seconds after which an HTTP session the SDK has dropped for idleness (its id then
@@ -148,7 +149,7 @@ class ToolServer:
             return ""
         return _loop.run(pair(self._notebook_state, self.workdir, **self._pairing_args)).describe()
 
-    def client(self, key: str) -> tuple[Session, threading.Lock]:
+    def client(self, key: str) -> tuple[Session, "_Runs"]:
         with self._clients_guard:
             if key not in self._clients:
                 session = Session(self.workdir)
@@ -156,7 +157,7 @@ class ToolServer:
                 session.approvals.share_pending(PendingStore(self.workdir))
                 # No other notebook is reachable: this serve's pairing, never another session's.
                 session.state[PAIRINGS_KEY] = pairings(self._notebook_state)
-                self._clients[key] = (session, threading.Lock())
+                self._clients[key] = (session, _Runs())
             self._used[key] = time.monotonic()
             client, stale = self._clients[key], self._stale()
         for session in stale:
@@ -165,9 +166,10 @@ class ToolServer:
 
     @contextmanager
     def running(self, key: str) -> Iterator[Session]:
-        """The client's Session, for one run or call at a time; its idle time counts from the end."""
-        session, one_run = self.client(key)
-        with one_run:
+        """The client's Session, for one run or call (one of `RUNS_AT_ONCE`); its idle time counts
+        from the end."""
+        session, runs = self.client(key)
+        with runs.one():
             try:
                 yield session
             finally:
@@ -181,8 +183,8 @@ class ToolServer:
             gone = self._clients.pop(key, None)
             self._used.pop(key, None)
         if gone is not None:
-            with gone[1]:  # after a run it may still be making
-                _close_client(gone[0])
+            gone[1].wait_idle()  # after the runs it may still be making
+            _close_client(gone[0])
 
     def _stale(self) -> list[Session]:
         """Sessions of clients idle past `forget_after`, none of them running, taken out (under the guard)."""
@@ -190,7 +192,7 @@ class ToolServer:
             return []
         since = time.monotonic() - self.forget_after
         keys = [key for key, used in self._used.items()
-                if used < since and not self._clients[key][1].locked()]
+                if used < since and not self._clients[key][1].busy()]
         for key in keys:
             del self._used[key]
         return [self._clients.pop(key)[0] for key in keys]
@@ -333,6 +335,38 @@ def _cell_request(failure: CallError | None) -> str | None:
 
 
 _REQUEST_ID = re.compile(r"[0-9a-f]{12}")
+
+
+RUNS_AT_ONCE = 8  # a client's runs and direct calls at once; more wait their turn
+
+
+class _Runs:
+    """A client's runs going on: at most `RUNS_AT_ONCE` at once, counted so that its Session is
+    closed only once none is left (`wait_idle`), and not while one goes on (`busy`)."""
+
+    def __init__(self) -> None:
+        self._turns = threading.Semaphore(RUNS_AT_ONCE)
+        self._changed = threading.Condition()
+        self._going = 0
+
+    @contextmanager
+    def one(self) -> Iterator[None]:
+        with self._turns:
+            with self._changed:
+                self._going += 1
+            try:
+                yield
+            finally:
+                with self._changed:
+                    self._going -= 1
+                    self._changed.notify_all()
+
+    def busy(self) -> bool:
+        return self._going > 0
+
+    def wait_idle(self) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self._going == 0)
 
 
 _INSTRUCTIONS = ("Use the bash tool: its scripts reach every configured tool through `tools`"

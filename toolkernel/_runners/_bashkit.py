@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import concurrent.futures
 import ctypes
 import re
 import threading
@@ -27,6 +28,9 @@ from ._guard import GuardedChmod, mount, mount_links, refuse_links
 from .._config._limits import ShellLimits, limit_notice
 from .._approval._run import RunEvents
 from ._shell import ShellResult
+
+CALLS_AT_ONCE = 8  # a script's calls of sync tools at once, as of command tools (seed 003)
+
 
 class BashkitRunner:
     """Runs scripts in Bashkit's virtual shell, the workspace mounted (read-only on request)."""
@@ -70,7 +74,8 @@ class BashkitRunner:
             bash.cancel()
         try:
             result = (bash.execute_sync(script, on_output=watch.output) if way == "sync"
-                      else _streamed(bash, script, watch, prelude=_Relay.FUNCTION if relay else ""))
+                      else _streamed(bash, script, watch, prelude=_Relay.FUNCTION if relay else "",
+                                     settle=live.settle))
         finally:
             with self._lock:
                 self._bash = None
@@ -101,7 +106,10 @@ class _Builtin:
 
     def __call__(self, ctx) -> object:
         _keep_thread_state_here(self.script_thread)
-        outcome = self.command.handle_sync(ctx.argv, ctx.stdin, ctx.cwd)  # argv: a new list each time
+        return self.returned(self.command.handle_sync(ctx.argv, ctx.stdin, ctx.cwd))  # argv: a new list each time
+
+    def returned(self, outcome) -> object:
+        """A call's outcome as the builtin returns it (whole), the script ended at a stop."""
         if outcome.stops_script:
             self.stop(outcome.stderr)
         return self.result(stdout=whole(outcome.stdout), stderr=outcome.stderr, exit_code=outcome.exit_code)
@@ -131,13 +139,31 @@ class _LiveTools:
 
     def __init__(self, builtin: _Builtin, watch: "_CapWatch") -> None:
         self.builtin, self.watch = builtin, watch
+        # Calls Bashkit gave up on while they ran (see `call`), awaited by `settle`.
+        self.left_running: set[asyncio.Task] = set()
 
     async def __call__(self, ctx) -> int:
         return await self.call(ctx, list(ctx.argv), lambda: _input(ctx.stdin))
 
     async def call(self, ctx, argv: list[str], read_stdin) -> int:
-        outcome = await self.builtin.command.handle_async(argv, read_stdin, ctx.cwd)
+        """One call. Calls of background jobs run at once on this loop; when one of them stops the
+        script, Bashkit (0.20.1) cancels the others where they wait. A call cancelled so is not
+        dropped halfway (made on the server, missing from the report): it runs on in a task of its
+        own, shielded, and the run awaits it at its end (`settle`). An interrupt or the run's
+        timeout still cancels it (`ToolsCommand.interrupt` cancels every call in flight)."""
+        call = asyncio.ensure_future(self.builtin.command.handle_async(argv, read_stdin, ctx.cwd))
+        try:
+            outcome = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            if not call.done():
+                self.left_running.add(call)
+            raise
         return await self.deliver(ctx, outcome)
+
+    async def settle(self) -> None:
+        """Await the calls the script left running when Bashkit ended it: each is recorded."""
+        while self.left_running:
+            await asyncio.wait([self.left_running.pop()])
 
     async def deliver(self, ctx, outcome) -> int:
         """Write a call's outcome to the script, or end the script at a call that stopped it."""
@@ -199,7 +225,13 @@ class _Relay:
 
     def __init__(self, builtin: _Builtin, live: _LiveTools) -> None:
         self.builtin, self.live = builtin, live
-        self.left: tuple | None = None  # one at most: the function runs `_tools_rest` right after
+        # One at most: the function runs `_tools_rest` right after. Background jobs (`&`) can
+        # run between the two: a job whose `_tools_now` finds the slot taken makes its call in
+        # place (a `_tools_rest` always finds the entry its own `_tools_now` left, as only the
+        # `_tools_rest` of the job that filled the slot empties it). `_way` gives a script with
+        # background jobs the live command anyway, where they run at once.
+        self.left: tuple | None = None
+        self.left_lock = threading.Lock()
         self.flushed = float("-inf")  # the first call goes by the live command: it may be a slow one
 
     def now(self, ctx) -> object:
@@ -211,14 +243,18 @@ class _Relay:
         if time.monotonic() - self.flushed < self.FLUSH_EVERY:
             outcome = builtin.command.handle_sync(argv, stdin, ctx.cwd, now_only=True)
         if outcome is None:
-            return self._later(("call", argv, stdin))
+            return self._later(("call", argv, stdin)) or builtin(ctx)
         if (outcome.stops_script or len(outcome.stdout) + len(outcome.stderr) > self.LARGE
                 or type(outcome.stdout) is not str):
-            return self._later(("outcome", outcome))
+            return self._later(("outcome", outcome)) or builtin.returned(outcome)
         return builtin.result(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
 
-    def _later(self, what: tuple) -> object:
-        self.left = what
+    def _later(self, what: tuple) -> object | None:
+        """LATER, `what` left for `_tools_rest`; None when another job's entry holds the slot."""
+        with self.left_lock:
+            if self.left is not None:
+                return None
+            self.left = what
         return self.builtin.result(exit_code=self.LATER)
 
     async def rest(self, ctx) -> int:
@@ -228,7 +264,8 @@ class _Relay:
         # From its start: after a slow call, the next goes this way too, so that what the
         # script prints between slow calls reaches the cell before each.
         self.flushed = time.monotonic()
-        (kind, *what), self.left = self.left, None
+        with self.left_lock:
+            (kind, *what), self.left = self.left, None
         if kind == "call":
             argv, stdin = what
             return await self.live.call(ctx, argv, _given(stdin))
@@ -317,6 +354,9 @@ _LOOPS = re.compile(r"\b(for|while|until|select|xargs)\b")
 # A loop that reads its input: `read`, or a loop a pipe or a redirection feeds.
 _READS = re.compile(r"(?<![\w-])(read|mapfile|readarray)(?![\w-])|\|\s*(for|while|until|select)\b|\bdone\s*<")
 _FUNCTIONS = re.compile(r"\(\s*\)\s*[{(]|\bfunction\s")
+# `&` that starts a background job: not `&&`, `|&`, `>&2`, `<&0` or `&>file` (a quoted `&` only
+# costs the relay's speed).
+_BACKGROUND = re.compile(r"(?<![&|<>])&(?![&>])")
 _MANY_CALLS = 10
 
 
@@ -330,21 +370,26 @@ def _way(script: str) -> str:
     write are trips between Bashkit's thread and the script's loop; bench_builtin_paths.py),
     which only counts when there are many calls: a script with a loop, or with many calls
     written out, has the relay (`_Relay`), which makes quick calls in place, unless it reads
-    its input in a loop (see `_Relay`). A script that reads its input and defines a function
-    keeps `execute_sync` ("sync"): there a printed result peaks at about 8x its size, but
-    Bashkit's function trap (`_Relay`) needs a live command, which this way has not.
+    its input in a loop (see `_Relay`). A script with background jobs (`&`) has the live
+    command too: Bashkit (0.20.1) runs background jobs' live commands at once, while a sync
+    builtin (the relay's calls in place) holds every job until it returns. A script that reads
+    its input and defines a function keeps `execute_sync` ("sync"): there a printed result peaks
+    at about 8x its size, but Bashkit's function trap (`_Relay`) needs a live command, which
+    this way has not; its background jobs' calls are all made, one after another.
     A script that calls no tool just streams ("streamed").
     """
     if "tools" not in script:
         return "streamed"
     if _READS.search(script):
         return "sync" if _FUNCTIONS.search(script) else "live"
+    if _BACKGROUND.search(script):  # background jobs' live calls run at once; the relay's would not
+        return "live"
     if _LOOPS.search(script) or len(re.findall(r"\btools\b", script)) > _MANY_CALLS:
         return "relayed"
     return "live"
 
 
-def _streamed(bash, script: str, watch: "_CapWatch", prelude: str = ""):
+def _streamed(bash, script: str, watch: "_CapWatch", prelude: str = "", settle=None):
     """Run the script with its output streamed in small byte chunks.
 
     `execute_sync` hands each command's whole output to `on_output` and keeps the script's
@@ -365,7 +410,11 @@ def _streamed(bash, script: str, watch: "_CapWatch", prelude: str = ""):
     async def execute():  # Bashkit's future must be made with the loop running
         if prelude:  # what the script finds defined (a run keeps its functions from one execute to the next)
             await bash.execute(prelude, stdout=stdout, stderr=stderr)
-        return await bash.execute(script, stdout=stdout, stderr=stderr)
+        try:
+            return await bash.execute(script, stdout=stdout, stderr=stderr)
+        finally:
+            if settle is not None:  # calls Bashkit left running when it ended the script
+                await settle()
 
     try:
         with asyncio.Runner(loop_factory=_CallbackLoop) as runner:
@@ -387,6 +436,12 @@ class _CallbackLoop(asyncio.SelectorEventLoop):
     """
 
     keep_free = True  # it runs the byte sinks: a sync tool runs on a thread (`_loop.may_block`)
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Background jobs' calls of sync tools run at once on these threads: asyncio's own pool
+        # has min(32, CPUs + 4), which held the seventh of 8 calls on a machine of two cores.
+        self.set_default_executor(concurrent.futures.ThreadPoolExecutor(CALLS_AT_ONCE, "toolkernel-call"))
 
     def call_soon_threadsafe(self, callback, *args, context=None):
         return super().call_soon_threadsafe(callback, *args, context=None if context is None else context.copy())

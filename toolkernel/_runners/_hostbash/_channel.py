@@ -5,9 +5,9 @@ must also send the secret of a run that is still going (it is in that run's
 environment only), so another cell, a finished run or a process that found
 the socket path cannot call tools. Each connection is served on a thread of
 its own, never on the kernel's main thread, which pumps output and takes
-interrupts. Calls of one run are served one at a time, so its one call limit
-and its one report stay exact whatever runs them (subshells, `xargs -P 4`,
-background jobs).
+interrupts. Calls of one run are served at once (subshells, `xargs -P 4`,
+background jobs); the run's one call limit and one report stay exact, as `Run`
+counts and records under a lock of its own.
 
 What a caller can make the kernel hold is bounded. The secret comes first
 (after the field count) and is read alone, at most 256 bytes: a request whose
@@ -68,8 +68,31 @@ class RunChannel:
     events: RunEvents
     stop: Callable[[], None]  # ends the run's process group
     secret: str = field(default_factory=lambda: secrets.token_hex(32))
-    lock: threading.Lock = field(default_factory=threading.Lock)
     ended: threading.Event = field(default_factory=threading.Event)  # its secret no longer works
+    # The calls being served, which the run's end awaits (`close`): a call still going when
+    # bash ends (its group ended by another call's stop) is recorded before the report is made.
+    calls: int = 0
+    closed: bool = False
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def begin(self) -> bool:
+        """A call starts to be served; False once the run has ended."""
+        with self.changed:
+            if self.closed:
+                return False
+            self.calls += 1
+            return True
+
+    def end(self) -> None:
+        with self.changed:
+            self.calls -= 1
+            self.changed.notify_all()
+
+    def close(self) -> None:
+        """No call starts from now on; the calls going on are awaited."""
+        with self.changed:
+            self.closed = True
+            self.changed.wait_for(lambda: self.calls == 0)
 
 
 class Channel:
@@ -112,6 +135,7 @@ class Channel:
         with self._runs_lock:
             self._runs.pop(run.secret, None)
         run.ended.set()
+        run.close()
 
     def find(self, secret: bytes) -> RunChannel | None:
         with self._runs_lock:
@@ -229,8 +253,12 @@ class _Handler(socketserver.BaseRequestHandler):
         if ready == b"1" and wants_stdin(run.command, argv):
             wire.sock.sendall(b"S")
             stdin = wire.stdin(run).decode("utf-8", "replace")
-        with run.lock:
+        if not run.begin():
+            return _failure(Denied("this process has no toolkernel channel: its run has ended"))
+        try:
             return _stopping(run, run.command.handle_sync(argv, stdin, cwd.decode("utf-8", "surrogateescape")))
+        finally:
+            run.end()
 
 
 class _TooLarge(ValueError):
