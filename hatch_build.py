@@ -36,9 +36,18 @@ NOT_SOURCES = {"node_modules", "lib", ".yarn", "tsconfig.tsbuildinfo"}
 EXTENSION_SOURCES = "labextension"
 BUILT_EXTENSION = "toolkernel/labextension"
 CACHE_FORMAT = "1"  # part of the hash: a change in what the cache holds starts a new one
+BUILDER_REQUIREMENT = "jupyterlab>=4.6,<5"
 
 
 class CustomBuildHook(BuildHookInterface):
+    def dependencies(self) -> list[str]:
+        """JupyterLab (jlpm, the extension builder: some 90 packages, minutes to install) only when the
+        extension must be built."""
+        sources = Path(self.root) / EXTENSION_SOURCES
+        if sources.is_dir() and not cached_build(sources).is_dir():
+            return [BUILDER_REQUIREMENT]
+        return []
+
     def initialize(self, version: str, build_data: dict) -> None:
         self._fill_cache = None
         if self.target_name in ("wheel", "sdist"):
@@ -89,13 +98,21 @@ def built_extension_from_cache(root: Path):
     if not sources.is_dir():  # an sdist's wheel: the extension came in the sdist
         return None
     built = root / BUILT_EXTENSION
-    cached = cache_root() / sources_hash(sources)
-    if (cached / "package.json").is_file():
+    cached = cached_build(sources)
+    if cached.is_dir():
         replace_tree(cached, built, staging_in=root / "build")
         print(f"toolkernel: the JupyterLab extension of these sources is copied from {cached}", file=sys.stderr)
+        # The builder's hook runs next, in this process: an editable install, which `skip-if-exists`
+        # does not skip, would build again, without jupyterlab (`dependencies` did not ask for it).
+        os.environ["HATCH_JUPYTER_BUILDER_SKIP_NPM"] = "1"
         return None
     shutil.rmtree(built, ignore_errors=True)  # may be a build of other sources: built again below
     return lambda: store_in_cache(built, cached)
+
+
+def cached_build(sources: Path) -> Path:
+    """Where the build of `sources` is kept (a folder only when it is there whole: it is renamed in)."""
+    return cache_root() / sources_hash(sources)
 
 
 def cache_root() -> Path:
@@ -147,7 +164,7 @@ def store_in_cache(built: Path, cached: Path) -> None:
             shutil.copytree(built, staging / "tree", symlinks=True)
             os.rename(staging / "tree", cached)  # whole or not at all; a racing install's copy wins
         except OSError:
-            if not (cached / "package.json").is_file():
+            if not cached.is_dir():
                 raise
         finally:
             shutil.rmtree(staging, ignore_errors=True)
