@@ -34,10 +34,28 @@ WORKERS_PER_CORE = 2.5  # measured on 2 cores: the tests mostly wait on child pr
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: PYTEST_XDIST_AUTO_NUM_WORKERS when set, else WORKERS_PER_CORE per core."""
+    """`-n auto`: PYTEST_XDIST_AUTO_NUM_WORKERS when set, else WORKERS_PER_CORE per core; one per core
+    for `-m "not slow"`, whose tests compute rather than wait (each worker collects the whole suite)."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").isdigit():
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
-    return max(2, round(WORKERS_PER_CORE * len(os.sched_getaffinity(0))))
+    cores = len(os.sched_getaffinity(0))
+    if re.fullmatch(r"\s*not\s+slow\s*", config.option.markexpr or ""):
+        return cores
+    return max(2, round(WORKERS_PER_CORE * cores))
+
+
+# Fixtures that start a real kernel, Jupyter Server or browser: a test that uses one is `slow`
+# whichever test of its module pays for the start (module-scoped, in random order).
+SLOW_FIXTURES = frozenset({"kernel", "start_kernel", "outside_kernel", "paired", "jupyter_server", "collab_server",
+                           "gateway_server", "new_ports_server", "slow_start_server", "lab", "browser_ready"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Before `-m` selects: the tests of SLOW_FIXTURES are `slow` (others are marked where they are)."""
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.hookimpl(optionalhook=True)

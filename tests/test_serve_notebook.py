@@ -16,6 +16,7 @@ from pathlib import Path
 
 import anyio
 import nbformat
+import pytest
 from jupyter_client import KernelManager
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -50,6 +51,7 @@ def text(result) -> str:
     return "".join(c.text for c in result.content if c.type == "text")
 
 
+@pytest.mark.slow
 def test_two_serve_sessions_on_two_notebooks_never_cross_talk(tmp_path):
     work = project(tmp_path, POLICY)
     for name in ("a.ipynb", "b.ipynb"):
@@ -86,6 +88,7 @@ def test_two_serve_sessions_on_two_notebooks_never_cross_talk(tmp_path):
     assert seen["a"]["who"].split()[1] != seen["b"]["who"].split()[1]  # two kernels
 
 
+@pytest.mark.slow
 def test_cells_run_through_serve_are_an_agents(tmp_path):
     work = project(tmp_path, POLICY)
     new_notebook(work / "nb.ipynb")
@@ -105,6 +108,7 @@ def test_cells_run_through_serve_are_an_agents(tmp_path):
     assert "needs_approval" in text(touched) and not (work / "made.txt").exists()  # asked, not run
 
 
+@pytest.mark.slow
 def test_notebook_options_without_a_notebook_or_a_kernel_are_one_line_errors(tmp_path):
     work = project(tmp_path, "")
     for options in (["--kernel", "python3"], ["--notebook", "nb.ipynb"],
@@ -137,6 +141,7 @@ def assert_read_edit_run(got: dict) -> None:
     assert "total = shared + 1" in text(got["read"])
 
 
+@pytest.mark.slow
 def test_serve_pairs_a_running_kernel_by_its_connection_file_and_leaves_it_running(tmp_path):
     work = project(tmp_path, POLICY)
     new_notebook(work / "nb.ipynb")
@@ -166,6 +171,7 @@ def test_serve_pairs_a_running_kernel_by_its_connection_file_and_leaves_it_runni
         manager.cleanup_resources()
 
 
+@pytest.mark.slow
 def test_serve_pairs_a_notebook_through_a_jupyter_server(tmp_path, tmp_path_factory):
     work = project(tmp_path, POLICY)
     new_notebook(work / "nb.ipynb")
