@@ -3,11 +3,22 @@
 The test projects define servers, hooks and allow rules, so every folder is
 trusted (`TOOLKERNEL_TRUST_ALL`, see toolkernel/_trust.py), in this process
 and in the kernels the tests start. The trust tests remove the variable
-themselves. Trust records go to a private folder, never the machine's own.
+themselves. Trust records go to a private folder, never the machine's own
+(one per process: each xdist worker has its own).
+
+The suite runs on pytest-xdist workers (`-n auto` in pyproject.toml). Most
+tests wait on kernels, servers and a browser rather than use a core, so `auto`
+is more workers than cores (`auto_num_workers`), and the tests of a module that
+share a module-scoped fixture run on one worker, so that it is made once
+(`pytest_xdist_make_scheduler`). `-m "not slow"` leaves out the
+tests of real browsers, Jupyter Servers and long kernel runs.
 """
 
+import functools
 import os
+import re
 import tempfile
+from pathlib import Path
 
 os.environ["TOOLKERNEL_TRUST_ALL"] = "1"
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="toolkernel-test-state-")
@@ -16,6 +27,69 @@ os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="toolkernel-test-state-")
 import traceback
 
 import pytest
+
+TESTS = Path(__file__).resolve().parent
+WORKERS_PER_CORE = 2.5  # 5 on 2 cores: the tests mostly wait on child processes (a serial run used 24% of a core)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: PYTEST_XDIST_AUTO_NUM_WORKERS when set, else WORKERS_PER_CORE per core; one per core
+    for `-m "not slow"`, whose tests compute rather than wait (each worker collects the whole suite)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").isdigit():
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    cores = len(os.sched_getaffinity(0))
+    if re.fullmatch(r"\s*not\s+slow\s*", config.option.markexpr or ""):
+        return cores
+    return max(2, round(WORKERS_PER_CORE * cores))
+
+
+# Fixtures that start a real kernel, Jupyter Server or browser: a test that uses one is `slow`
+# whichever test of its module pays for the start (module-scoped, in random order).
+SLOW_FIXTURES = frozenset({"kernel", "start_kernel", "outside_kernel", "paired", "jupyter_server", "collab_server",
+                           "gateway_server", "new_ports_server", "slow_start_server", "lab", "browser_ready"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Before `-m` selects: the tests of SLOW_FIXTURES are `slow` (others are marked where they are)."""
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """The tests of a module that shares a module-scoped fixture run on one worker, which makes the
+    fixture once; every other test goes to whichever worker is free. (xdist's own loadgroup marks
+    do not reach its scheduler under pytest 9.2, whose node ids moved.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixturesScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if _shares_fixtures(config.rootpath, module) else nodeid
+
+    return SharedFixturesScheduling(config, log)
+
+
+SHARED_SCOPE = re.compile(r"""scope\s*=\s*["'](module|class|package)["']""")
+
+
+@functools.cache
+def _shares_fixtures(root: Path, module: str) -> bool:
+    """Whether the test file, or a conftest.py of the suite above it, defines a fixture made once per
+    module or class (a kernel, a server, a browser, a session read by many tests)."""
+    path = root / module
+    files = [path] + [folder / "conftest.py" for folder in path.parents if folder.is_relative_to(TESTS)]
+    return any(SHARED_SCOPE.search(_text(file)) for file in files)
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 @pytest.hookimpl(wrapper=True)

@@ -75,3 +75,11 @@ def server_api(server, method: str, path: str, **kwargs):
                              timeout=60, **kwargs)
     response.raise_for_status()
     return response.json() if response.content else None
+
+
+def keep_waiting_for_slow_documents(page) -> None:
+    """Answer "Continue waiting" whenever JupyterLab's collaboration provider asks, as a person would:
+    on a loaded machine a notebook can take longer to sync than its load timeout, and the modal
+    question then takes every click meant for the page (it does not close once the document loads)."""
+    question = page.locator(".jp-Dialog", has_text="taking some time to load")
+    page.add_locator_handler(question, lambda dialog: dialog.get_by_role("button", name="Continue waiting").click())

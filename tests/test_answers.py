@@ -37,6 +37,7 @@ def run(session, script):
 DELETE = "tools github delete-branch branch=fix-x"
 
 
+@pytest.mark.slow
 def test_approve_once_covers_one_run_only(session):
     assert run(session, DELETE)[0].report["tools"]["stopped"]["before_start"] is True
     assert "allowed once" in manage(session, ["approve"])
@@ -46,6 +47,7 @@ def test_approve_once_covers_one_run_only(session):
     assert again.exit_code == 1 and again.report["tools"]["stopped"]["reason"] == "needs_approval"
 
 
+@pytest.mark.slow
 def test_approve_always_persists_and_can_be_revoked(session, tmp_path):
     run(session, DELETE)
     assert "always allowed: mcp_github__delete_branch" in manage(session, ["approve", "--always"])
@@ -57,6 +59,7 @@ def test_approve_always_persists_and_can_be_revoked(session, tmp_path):
     assert run(session, DELETE)[0].report["tools"]["stopped"]["reason"] == "needs_approval"
 
 
+@pytest.mark.slow
 def test_always_is_refused_where_an_ask_rule_would_keep_asking(tmp_path):
     # The person would believe the call allowed; it stays pending, and once still works.
     (tmp_path / "toolkernel.toml").write_text(CONFIG.replace('allow = ["notebook_run"]',
@@ -73,6 +76,7 @@ def test_always_is_refused_where_an_ask_rule_would_keep_asking(tmp_path):
         session.close()
 
 
+@pytest.mark.slow
 def test_deny_forgets_the_pending_call(session):
     run(session, DELETE)
     assert "denied" in manage(session, ["deny"])
@@ -87,6 +91,7 @@ def test_bad_arguments_are_usage_errors(session):
         manage(session, ["pair", "--kernel", "python3"])
 
 
+@pytest.mark.slow
 def test_the_comm_answer_names_the_call(session):
     stopped = run(session, DELETE)[0].report["tools"]["stopped"]
     assert answer_message(session, {"action": "maybe", "call": stopped["call"]})["ok"] is False
@@ -97,6 +102,7 @@ def test_the_comm_answer_names_the_call(session):
     assert run(session, DELETE)[0].exit_code == 0
 
 
+@pytest.mark.slow
 def test_pair_then_run_code_in_the_paired_kernel(session, tmp_path):
     nbformat.write(nbformat.v4.new_notebook(), tmp_path / "nb.ipynb")
     assert "paired" in manage(session, ["pair", "nb.ipynb", "--kernel", "python3"])
@@ -112,6 +118,7 @@ def test_pair_then_run_code_in_the_paired_kernel(session, tmp_path):
     assert result.exit_code == 1 and '"connection_required"' in err
 
 
+@pytest.mark.slow
 def test_a_one_off_approval_does_not_start_a_script_that_makes_the_call_twice(session):
     run(session, DELETE)
     manage(session, ["approve"])
@@ -121,6 +128,7 @@ def test_a_one_off_approval_does_not_start_a_script_that_makes_the_call_twice(se
     assert run(session, DELETE)[0].exit_code == 0  # the approval was not spent
 
 
+@pytest.mark.slow
 def test_asking_inline_before_the_start_then_running(session):
     questions = []
 
@@ -136,6 +144,7 @@ def test_asking_inline_before_the_start_then_running(session):
     assert run(session, DELETE)[0].report["tools"]["stopped"]["reason"] == "needs_approval"
 
 
+@pytest.mark.slow
 def test_asking_inline_denied_or_headless_keeps_the_report(session):
     denied = session.run_script(DELETE, RecordingSink(), ask=lambda prompt: "d")
     assert denied.report["tools"]["stopped"]["before_start"] is True
@@ -143,6 +152,7 @@ def test_asking_inline_denied_or_headless_keeps_the_report(session):
     assert headless.report["tools"]["stopped"]["before_start"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script, expected", [
     (DELETE, "allowed once; running the script\ndeleted branch fix-x\n"),
     # Built at run time: not asked inline; the script stops there with the report (seed 000).
@@ -185,6 +195,7 @@ def test_a_kernel_that_allows_stdin_asks_inline_and_then_runs(tmp_path, script, 
         km.shutdown_kernel(now=True)
 
 
+@pytest.mark.slow
 def test_python_api_help_is_text_and_errors_keep_their_class(session, monkeypatch):
     import toolkernel
 
@@ -209,6 +220,7 @@ def test_one_parser_and_one_usage_for_every_tools_word(session):
         manage(session, ["pair", "nb.ipynb", "--kernel="])
 
 
+@pytest.mark.slow
 def test_the_notebook_answers_a_request_a_serve_client_waits_on(tmp_path):
     """`%tools approve ID` in the notebook's kernel answers what `toolkernel serve` (another process) published."""
     import anyio

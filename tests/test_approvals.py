@@ -146,6 +146,7 @@ def test_stores_on_one_project_agree(tmp_path):
     assert first.lasting_rules() == []
 
 
+@pytest.mark.slow
 def test_concurrent_kernels_adding_at_once_all_land(tmp_path):
     # Real processes, as separate kernels would be: without the lock file
     # read-modify-write races lose some of the additions.

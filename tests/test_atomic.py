@@ -89,6 +89,7 @@ WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_killed_writer_leaves_old_or_new_never_a_mix(tmp_path):
     killed_mid_write = 0
     for round_ in range(8):

@@ -46,6 +46,7 @@ def test_a_2_mb_output_is_saved_whole(session, project):
     assert "the whole output" in sink.stdout_text and sink.stdout_text.endswith(text[-1000:])
 
 
+@pytest.mark.slow
 def test_a_64_mb_output_fails_loudly_naming_the_cap(session, project):
     (project / "big.txt").write_text(LINE * 640_000)
     result, sink = run(session, "cat big.txt | cat | wc -c\necho after")
@@ -62,6 +63,7 @@ def test_an_output_past_the_10_mib_cap_ends_non_zero_and_says_the_file_is_not_wh
     assert "the rest is lost" in sink.stdout_text and "the whole output" not in sink.stdout_text
 
 
+@pytest.mark.slow
 def test_jq_reads_a_5_mb_document(session, project):
     items = ["y" * 98] * 50_000
     (project / "doc.json").write_text(json.dumps(items))
@@ -117,6 +119,7 @@ def saving(project):
     s.close()
 
 
+@pytest.mark.slow
 def test_save_writes_a_256_mb_result_whole_without_a_pipe(saving, project):
     result, sink = run(saving, f"tools big-result size={BIG} --save out/big.txt\necho done")
     assert result.exit_code == 0, sink.stderr_text

@@ -121,6 +121,7 @@ def run(session: Session, script: str):
     return result, "".join(sink.err)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(ATTEMPTS))
 def test_attempt_does_not_make_the_call(project, name):
     sessions, record = project
@@ -137,6 +138,7 @@ def test_attempt_does_not_make_the_call(project, name):
         f"{name}: not made, but nobody was asked either: exit {result.exit_code}, stderr {stderr!r}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in ATTEMPTS if n not in UNREACHABLE])
 def test_attempt_reaches_the_tool_when_allowed(project, name):
     """The control: the same script is a real call, made once the tool is allowed."""
@@ -169,6 +171,7 @@ def made_by(session: Session, record: Path, script: str) -> tuple[list, str]:
     return recorded_calls(record), stderr
 
 
+@pytest.mark.slow
 def test_a_one_off_approval_covers_one_call_not_two(tmp_path, record):
     session = session_on(tmp_path / "p", record)
     session.approvals.grant_once(canonical_call_key("mcp_github__delete_branch", {"branch": "fix-x"}))
@@ -177,6 +180,7 @@ def test_a_one_off_approval_covers_one_call_not_two(tmp_path, record):
     assert "needs_approval" in error_codes(stderr)
 
 
+@pytest.mark.slow
 def test_a_one_off_approval_does_not_cover_another_input(tmp_path, record):
     session = session_on(tmp_path / "p", record)
     session.approvals.grant_once(canonical_call_key("mcp_github__delete_branch", {"branch": "wip-auth"}))
@@ -184,6 +188,7 @@ def test_a_one_off_approval_does_not_cover_another_input(tmp_path, record):
     assert made == [] and "needs_approval" in error_codes(stderr)
 
 
+@pytest.mark.slow
 def test_a_one_off_approval_does_not_cover_extra_input(tmp_path, record):
     session = session_on(tmp_path / "p", record)
     session.approvals.grant_once(canonical_call_key("mcp_github__delete_branch", {"branch": "fix-x"}))
@@ -191,6 +196,7 @@ def test_a_one_off_approval_does_not_cover_extra_input(tmp_path, record):
     assert made == [] and "needs_approval" in error_codes(stderr), stderr
 
 
+@pytest.mark.slow
 def test_an_input_constrained_allow_covers_only_that_input(tmp_path, record):
     session = session_on(tmp_path / "p", record, policy_section(allow=["github delete-branch(branch=wip-*)"]))
     made, stderr = made_by(session, record, "for b in wip-auth fix-x; do tools github delete-branch branch=$b; done")
@@ -198,6 +204,7 @@ def test_an_input_constrained_allow_covers_only_that_input(tmp_path, record):
     assert "needs_approval" in error_codes(stderr)
 
 
+@pytest.mark.slow
 def test_always_allowing_one_tool_does_not_allow_another(tmp_path, record):
     session = session_on(tmp_path / "p", record)
     session.approvals.always_allow("mcp_github__create_issue")
@@ -207,6 +214,7 @@ def test_always_allowing_one_tool_does_not_allow_another(tmp_path, record):
     assert "needs_approval" in error_codes(stderr)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", [
     "mcp_github__delete_branch", "mcp_github__delete-branch", "mcp__github__delete_branch",
     "github delete_branch", "github delete-branch", "github  delete-branch", "github *", "mcp_github__*",
@@ -218,6 +226,7 @@ def test_a_deny_rule_in_any_spelling_denies_even_in_bypass_mode(tmp_path, record
     assert made == [] and error_codes(stderr) == ["denied"], stderr
 
 
+@pytest.mark.slow
 def test_the_bypass_mode_control_makes_the_call(tmp_path, record):
     session = session_on(tmp_path / "p", record, policy_section(mode="bypass-permissions"))
     made, _ = made_by(session, record, "b=fix-x; tools github delete-branch branch=$b")
@@ -242,6 +251,7 @@ KERNEL_ATTEMPTS = [
 ]
 
 
+@pytest.mark.slow
 def test_attempts_through_a_kernel_do_not_make_the_call(tmp_path):
     record = tmp_path / "record.jsonl"
     workdir = write_project(tmp_path / "project", recorder_server_section(record)).parent
@@ -279,6 +289,7 @@ AFTER_THE_STOP = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(AFTER_THE_STOP))
 def test_nothing_after_the_stop_runs(tmp_path, record, name):
     session = session_on(tmp_path / "p", record, policy_section(allow=["mcp_github__create_issue"]))
@@ -295,6 +306,7 @@ def test_nothing_after_the_stop_runs(tmp_path, record, name):
 # -- modes and annotations ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode, code", [("default", "needs_approval"), ("accept-edits", "needs_approval"),
                                         ("plan", "denied")])
 def test_modes_short_of_bypass_never_make_the_call_unasked(tmp_path, record, mode, code):
@@ -304,6 +316,7 @@ def test_modes_short_of_bypass_never_make_the_call_unasked(tmp_path, record, mod
     assert made == [] and error_codes(stderr) == [code], stderr
 
 
+@pytest.mark.slow
 def test_a_server_not_trusted_for_its_annotations_asks_for_a_read_only_claim(tmp_path, record):
     section = recorder_server_section(record) + "trust_annotations = false\n"
     untrusted = Session(write_project(tmp_path / "untrusted", section).parent)

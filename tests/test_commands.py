@@ -322,6 +322,7 @@ def test_non_utf8_output_becomes_replacement_characters(project):
     assert result.exit_code == 0 and sink.stdout_text == "a\ufffdb\n"
 
 
+@pytest.mark.slow
 def test_a_timeout_kills_a_grandchild_and_is_a_tool_error(project):
     pid_file = project / "grandchild.pid"
     code = ("import subprocess, sys, time\n"
@@ -350,6 +351,7 @@ def test_output_past_16_mib_kills_the_tree_and_names_the_limit(project):
     assert wait_dead(int(pid_file.read_text()))
 
 
+@pytest.mark.slow
 def test_at_most_eight_command_processes_run_at_once(project):
     running = project / "running"
     running.mkdir()

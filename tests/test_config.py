@@ -842,6 +842,7 @@ def test_a_file_that_cannot_be_parsed_does_not_hide_the_problems_of_the_others(t
     assert [(e.path, e.key) for e in error.errors] == [(str(user), "shell.timeout"), (str(broken), None)]
 
 
+@pytest.mark.slow
 def test_a_tools_cell_in_a_real_kernel_names_every_config_problem(tmp_path):
     from kernel_helpers import loaded_kernel, write_config
 

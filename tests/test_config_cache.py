@@ -100,6 +100,7 @@ def looks(cache: ConfigCache, lstat=lstat_or_none):
     return config, seen
 
 
+@pytest.mark.slow
 def test_files_missing_last_time_in_an_unchanged_settled_folder_are_not_looked_for(project):
     cache = ConfigCache(project)
     _, seen = looks(cache)
@@ -110,6 +111,7 @@ def test_files_missing_last_time_in_an_unchanged_settled_folder_are_not_looked_f
     assert str(project / ".toolkernel" / "approvals.json") not in seen
 
 
+@pytest.mark.slow
 def test_a_new_config_file_in_a_settled_folder_is_seen(project):
     cache = ConfigCache(project)
     settled(cache)
@@ -123,6 +125,7 @@ def test_a_new_config_file_in_a_settled_folder_is_seen(project):
     assert "s" in cache.load().servers
 
 
+@pytest.mark.slow
 def test_a_file_replaced_with_the_same_size_and_times_in_a_settled_folder_is_seen(project, tmp_path):
     path = write_config(project, policy_toml(deny=["aaaa"]))
     cache = ConfigCache(project)
@@ -136,6 +139,7 @@ def test_a_file_replaced_with_the_same_size_and_times_in_a_settled_folder_is_see
     assert cache.load().policy["deny"] == ("bbbb",)
 
 
+@pytest.mark.slow
 def test_a_file_made_in_a_folder_that_had_just_changed_is_looked_for(project):
     # A coarse clock may stamp a second change with the same times as the first: a folder
     # that changed within 2 s of the last check is looked into even when it looks unchanged.
@@ -150,6 +154,7 @@ def test_a_file_made_in_a_folder_that_had_just_changed_is_looked_for(project):
     assert str(project / "toolkernel.toml") in seen and config.policy["deny"] == ("late",)
 
 
+@pytest.mark.slow
 def test_a_linked_state_folder_is_looked_into(project, tmp_path):
     (tmp_path / "state").mkdir()
     (project / ".toolkernel").symlink_to(tmp_path / "state")
@@ -162,6 +167,7 @@ def test_a_linked_state_folder_is_looked_into(project, tmp_path):
 
 # --- a folder's times alone do not read the config again ---------------------------------
 
+@pytest.mark.slow
 def test_an_entry_made_or_removed_in_a_project_folder_does_not_read_the_config_again(project):
     # A notebook's autosave, a saved output: a folder's times move, what can hold config does not.
     write_config(project, policy_toml(deny=["aaaa"]))
@@ -178,6 +184,7 @@ def test_an_entry_made_or_removed_in_a_project_folder_does_not_read_the_config_a
     assert cache.load() is first
 
 
+@pytest.mark.slow
 def test_a_config_file_made_beside_other_entries_is_read(project):
     cache = ConfigCache(project)
     settled(cache)
@@ -191,6 +198,7 @@ def test_a_config_file_made_beside_other_entries_is_read(project):
     assert cache.load() is not first
 
 
+@pytest.mark.slow
 def test_a_folder_made_writable_by_anyone_is_seen(project):
     write_config(project, policy_toml(deny=["aaaa"]))
     cache = ConfigCache(project)
@@ -204,6 +212,7 @@ def test_a_folder_made_writable_by_anyone_is_seen(project):
         os.chmod(project, 0o755)
 
 
+@pytest.mark.slow
 def test_a_link_to_nothing_made_where_no_config_was_is_seen(project):
     # A path missing at the last check is asked about without following links.
     cache = ConfigCache(project)

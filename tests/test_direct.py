@@ -87,12 +87,14 @@ def test_a_call_made_while_this_threads_loop_runs_goes_to_the_worker(session):
     assert call_argv(session, ["nested"]) == "MainThread"
 
 
+@pytest.mark.slow
 def test_mcp_calls_and_help_still_reach_the_private_loop(session):
     pull = call_argv(session, ["github", "get-pull", "repo=acme/api", "number=101"])
     assert pull["title"] == "Add rate limiting to /search"
     assert "get-pull" in call_argv(session, ["github", "--help"])
 
 
+@pytest.mark.slow
 def test_a_server_taken_out_of_the_config_is_closed_by_the_next_direct_call(session):
     # A direct call goes over to the private loop to close servers only when the pool holds
     # one the config no longer names: such a one is still closed by the next call, of any tool.
@@ -104,6 +106,7 @@ def test_a_server_taken_out_of_the_config_is_closed_by_the_next_direct_call(sess
     assert not session.pool.loaded("github")
 
 
+@pytest.mark.slow
 def test_a_hook_may_make_a_direct_call_of_its_own(session):
     @session.hooks.before_call("github *")
     def look_first(call):
@@ -166,12 +169,14 @@ def test_a_result_reads_as_json_exactly_when_it_is_json(session):
     assert call_argv(session, ["echo-text"], base={"text": "NaN"}) != call_argv(session, ["echo-text"], base={"text": "NaN"})
 
 
+@pytest.mark.slow
 def test_a_failed_direct_call_raises_its_coded_error(session):
     with pytest.raises(CallError) as raised:
         call_argv(session, ["github", "no-such-tool"])
     assert raised.value.code == "unknown_command"
 
 
+@pytest.mark.slow
 def test_questions_are_asked_on_the_calling_thread(session, tmp_path):
     # The in-process tool asks in place; the MCP tool's question, asked on the private
     # loop, comes back to this thread (where `input()` works in a kernel).
@@ -249,6 +254,7 @@ toolkernel.register_tools(doze, snooze, here)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_an_interrupt_in_a_real_kernel_stops_the_direct_call_and_the_kernel_goes_on(tmp_path):
     work = tmp_path / "work"
@@ -278,6 +284,7 @@ def test_an_interrupt_in_a_real_kernel_stops_the_direct_call_and_the_kernel_goes
         assert kernel.value("1 + 1") == 2
 
 
+@pytest.mark.slow
 def test_each_direct_call_reads_the_config_and_the_lasting_approvals_again(session):
     assert call_argv(session, ["where"]) == "MainThread"
     write_config(session.workdir, github_toml() + policy_toml(deny=["where"]))
@@ -293,6 +300,7 @@ def test_each_direct_call_reads_the_config_and_the_lasting_approvals_again(sessi
     assert call_argv(session, delete) == "deleted branch fix-x"
 
 
+@pytest.mark.slow
 def test_a_lasting_approval_another_process_writes_counts_on_the_next_call(session):
     # The config's check found no approvals file, so none is read: one made since is seen,
     # even in a workspace settled long enough for the check to spare its looks.
@@ -367,6 +375,7 @@ def needs_approval(session, path: str) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_half_a_surrogate_pair_never_reaches_a_server(session):
     # Python input can hold one; the MCP SDK failed to encode it and the server's connection
     # was dropped ("stopped answering ... will be restarted").

@@ -248,6 +248,7 @@ def test_search_for_time_zone_does_not_list_todo_write(session):
     assert "todo-write" in sink.stdout_text  # both words in its description
 
 
+@pytest.mark.slow
 def test_a_server_tool_named_alone_suggests_the_server_qualified_form(session):
     from kernel_helpers import github_toml
 
@@ -358,6 +359,7 @@ def test_broken_servers_disable_only_themselves_and_a_hung_one_is_not_started_ag
 FIXTURES = ("badschema", "dynamic", "images", "recorder", "structured")  # unlike schemas
 
 
+@pytest.mark.slow
 def test_every_fixture_servers_every_tool_has_help(session):
     from kernel_helpers import fixture_toml
 
@@ -456,6 +458,7 @@ def test_a_server_whose_config_entry_is_wrong_is_the_only_one_unavailable(kernel
 # -- kernels toolkernel starts ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_demo_prints_its_cells_and_no_kernel_warning(tmp_path):
     # The README's first command. Its kernel said "running over TCP without encryption ...
     # susceptible to eavesdropping" first: the demo's channels went unencrypted.

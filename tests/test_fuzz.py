@@ -118,6 +118,7 @@ def script_for(words: list[str], data: str | None) -> str:
     return f"printf '%s' {shlex.quote(data)} | {command}"
 
 
+@pytest.mark.slow
 @settings(max_examples=EXAMPLES, derandomize=False, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @seed(SEED)

@@ -136,6 +136,7 @@ ROUTES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(ROUTES))
 def test_a_script_cannot_loosen_the_next_run(project, name):
     attempt_then_check_the_next_run(project, name, ROUTES[name])
@@ -216,6 +217,7 @@ def test_what_uv_would_run_from_the_workspace_cannot_be_written(project):
     assert not any((work / name).is_file() for name in (".venv/bin/python", "pyproject.toml", "uv.toml")), err
 
 
+@pytest.mark.slow
 def test_a_hook_rewritten_in_the_run_cannot_allow_a_call_in_the_same_run(project):
     work, record, session = project
     result, err = run(session(), f"printf '{ALLOW_HOOK}' > hooks/guard.sh\n{CALL}")
@@ -223,6 +225,7 @@ def test_a_hook_rewritten_in_the_run_cannot_allow_a_call_in_the_same_run(project
     assert (work / "hooks" / "guard.sh").read_text() == ASK_HOOK
 
 
+@pytest.mark.slow
 def test_config_a_script_writes_in_a_subfolder_is_not_obeyed_there(project):
     work, record, session = project
     (work / "sub").mkdir()
@@ -236,6 +239,7 @@ def test_config_a_script_writes_in_a_subfolder_is_not_obeyed_there(project):
     assert f"{work / 'sub'}: its config is not trusted" in shown and "toolkernel trust" in shown
 
 
+@pytest.mark.slow
 def test_a_user_config_in_the_workspace_cannot_be_written(project, monkeypatch):
     work, record, session = project
     monkeypatch.delenv("XDG_CONFIG_HOME")
@@ -483,6 +487,7 @@ def test_own_tools_ask_before_writing_protected_paths_even_in_bypass_mode(projec
     assert run(session(), "tools read-file path=toolkernel.toml")[0].exit_code == 0
 
 
+@pytest.mark.slow
 def test_a_deny_rule_in_another_case_still_denies(project):
     work, record, session = project
     retrust(work, record, mode="bypass-permissions", deny=["mcp_GitHub__Delete_Branch"])
@@ -520,6 +525,7 @@ THROUGH_LINKS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(THROUGH_LINKS))
 def test_links_already_in_the_workspace_do_not_lead_past_the_mounts(project, name):
     work, record, session = project
@@ -631,6 +637,7 @@ def test_a_trusted_inner_projects_hook_cannot_be_rewritten_from_the_outer_worksp
     assert (inner / "hooks" / "check.sh").read_text() == INNER_HOOK
 
 
+@pytest.mark.slow
 def test_a_trusted_inner_projects_waiting_call_cannot_be_answered_from_the_outer_workspace(nested):
     from toolkernel._approval._pending import PendingStore
 

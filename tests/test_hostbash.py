@@ -473,6 +473,7 @@ def test_an_agents_bash_cell_is_sent_as_the_magic_only_toolkernel_defines(cell, 
 # -- no sandbox: what a host cell changes stays changed, and workspace trust guards what is used --
 
 
+@pytest.mark.slow
 def test_a_config_a_host_cell_changes_stays_changed_and_is_untrusted_until_trusted_again(tmp_path):
     from approval_helpers import Kernel as PersonKernel, policy_section, shown, untrusting_env, write_project
 

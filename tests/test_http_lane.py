@@ -130,6 +130,7 @@ def big_fixture():
     return load()
 
 
+@pytest.mark.slow
 def test_a_long_text_arrives_whole_from_a_file(big_http):
     pool, cfg = big_http
     (text,) = call(pool, cfg, "blob", megabytes=3).texts
@@ -138,6 +139,7 @@ def test_a_long_text_arrives_whole_from_a_file(big_http):
     assert hashlib.sha256(str(text).encode()).hexdigest() == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tool", ["rows", "listing", "pictured_rows"])
 def test_long_structured_content_is_written_to_a_file_and_reads_the_same(big_http, tool):
     pool, cfg = big_http
@@ -282,6 +284,7 @@ def test_an_older_sse_server_that_names_no_endpoint_of_its_own_is_not_used(hosti
         run(pool.tools(ServerConfig("older", "sse", url=cfg.url.replace("/mcp", path))))
 
 
+@pytest.mark.slow
 def test_an_older_sse_reply_that_is_not_one_fails_its_call(hostile_http, monkeypatch):
     from toolkernel._providers import _spool
 

@@ -44,6 +44,7 @@ tools helper
 """
 
 
+@pytest.mark.slow
 def test_a_package_a_script_plants_in_the_working_directory_is_not_what_toolkernel_imports(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -80,6 +81,7 @@ print(json.dumps(seen))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("rfc3987_syntax") is None, reason="rfc3987_syntax is not installed")
 @pytest.mark.parametrize("way", ["check", "submodule"])
 def test_jsonschema_imported_after_toolkernel_builds_no_grammar_until_a_format_check_needs_it(tmp_path, way):

@@ -52,6 +52,7 @@ def run_capturing(kernel: Kernel, code: str, *, answer: str | None = None) -> li
 # -- the kernelspec ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_install_kernel_makes_a_kernel_that_runs_tools_cells_without_load_ext(tmp_path):
     prefix = tmp_path / "prefix"
     env = {**os.environ, "PYTHONPATH": str(REPO), "JUPYTER_PATH": str(prefix / "share" / "jupyter")}
@@ -109,6 +110,7 @@ def test_always_allow_is_offered_only_when_a_lasting_rule_would_cover_the_call(p
     assert lasting_rule_covers(policy, call) is offered
 
 
+@pytest.mark.slow
 def test_the_report_says_in_its_metadata_whether_always_allow_is_offered(tmp_path):
     workdir = write_project(tmp_path / "asks", demo_server_section(),
                             policy_section(ask=["mcp_github__delete_branch"])).parent
@@ -171,6 +173,7 @@ def test_the_sidebar_sees_servers_tools_schemas_search_and_revokes_a_lasting_app
     assert again["ok"] is False and "no lasting approval" in again["message"]
 
 
+@pytest.mark.slow
 def test_the_sidebar_shows_a_failed_server_with_its_error_and_an_on_demand_one_not_loaded(tmp_path):
     workdir = write_project(
         tmp_path / "mixed", demo_server_section(),

@@ -46,6 +46,7 @@ def sizes(request, monkeypatch):
     monkeypatch.setattr(_long_json, "BATCH", batch)
 
 
+@pytest.mark.slow
 def test_any_shape_is_written_as_the_whole_would_be(sizes):
     rng = random.Random(11)
     for _ in range(400):
@@ -60,6 +61,7 @@ def test_any_shape_is_written_as_the_whole_would_be(sizes):
         assert long.parsed() == value
 
 
+@pytest.mark.slow
 def test_a_wrapper_keeps_its_value_to_be_shown_alone(sizes):
     rng = random.Random(12)
     for _ in range(200):
@@ -170,6 +172,7 @@ def test_a_reply_that_is_not_json_fails_as_json_loads_does(line):
         reply(line, MARKER)
 
 
+@pytest.mark.slow
 def test_a_reply_with_its_structured_content_twice_keeps_the_last():
     first, second = json.dumps(rows(5000)), json.dumps(rows(4000))
     line = ('{"jsonrpc":"2.0","id":"t-1","result":{"structuredContent":%s,"content":[],"structuredContent":%s}}'
@@ -188,6 +191,7 @@ def test_a_written_text_reads_whole_across_its_pieces(monkeypatch):
     assert str(nested) == "<" + text.replace("\n", "\n  ") + ">" and len(nested) == len(str(nested))
 
 
+@pytest.mark.slow
 def test_rows_are_written_a_run_at_a_time_not_one_by_one(monkeypatch):
     parsed = []
     loads = json.loads
@@ -247,6 +251,7 @@ def _schema_for(value, rng: random.Random, defs: dict | None):
     return {"type": "number"} if type(value) in (int, float) and rng.random() < 0.5 else {"type": TYPES[type(value)]}
 
 
+@pytest.mark.slow
 def test_a_schema_check_a_run_at_a_time_agrees_with_the_whole(sizes):
     from jsonschema import Draft202012Validator
 
@@ -276,6 +281,7 @@ def test_a_schema_check_a_run_at_a_time_agrees_with_the_whole(sizes):
     assert min(agreed.values()) > 30  # both answers were asked for
 
 
+@pytest.mark.slow
 def test_a_schema_check_of_long_rows_reads_them_a_run_at_a_time(monkeypatch):
     from jsonschema import Draft202012Validator
 
@@ -297,6 +303,7 @@ def test_a_schema_check_of_long_rows_reads_them_a_run_at_a_time(monkeypatch):
     assert not meets(long, Draft202012Validator(schema))
 
 
+@pytest.mark.slow
 def test_optional_rows_and_a_root_reference_are_checked_a_run_at_a_time(monkeypatch):
     # pydantic's schemas: `rows: Optional[list[Row]] = None`, and a model at the root as a `$ref`.
     from jsonschema import Draft202012Validator
@@ -344,6 +351,7 @@ def with_long_texts(rng: random.Random, value):
     return value, value
 
 
+@pytest.mark.slow
 def test_long_texts_inside_structured_content_are_written_as_the_whole_would_be(monkeypatch):
     monkeypatch.setattr(LongText, "PIECE", 97)  # pieces cut inside escapes and characters
     rng = random.Random(5)

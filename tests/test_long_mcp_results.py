@@ -62,6 +62,7 @@ def run(session: Session, script: str):
     return session.run_script(script, sink), sink
 
 
+@pytest.mark.slow
 def test_a_long_text_reaches_a_file_a_pipe_and_save_whole(session, project):
     # (Not `> out.txt`: Bashkit's redirect of a live command's output to a file takes time
     # quadratic in its size, whatever the tool: 3.5 s for 2 MB, 13.5 s for 4 MB.)
@@ -76,12 +77,14 @@ def test_a_long_text_reaches_a_file_a_pipe_and_save_whole(session, project):
     assert tail.startswith(expected.encode()[-20:].decode())
 
 
+@pytest.mark.slow
 def test_in_a_loop_each_long_text_arrives_whole(session):
     result, sink = run(session, "for i in 1 2; do tools big blob megabytes=2 | wc -c; done")
     assert result.exit_code == 0, sink.stderr_text
     assert sink.stdout_text.split() == [str(len(blob(2).encode()))] * 2
 
 
+@pytest.mark.slow
 def test_a_hook_reads_and_changes_the_whole_text(session):
     seen = []
 
@@ -97,6 +100,7 @@ def test_a_hook_reads_and_changes_the_whole_text(session):
     assert sink.stdout_text == blob(2)[:10] + "\n"
 
 
+@pytest.mark.slow
 def test_structured_rows_beside_a_long_text_print_as_json(session):
     result, sink = run(session, "tools big rows megabytes=2")
     assert result.exit_code == 0, sink.stderr_text
@@ -121,6 +125,7 @@ def walked(monkeypatch):
     return made
 
 
+@pytest.mark.slow
 def test_long_structured_rows_print_as_the_whole_parse_would(session, project, walked):
     result, sink = run(session, "tools big rows megabytes=2 | wc -c\n"
                                 "tools big rows megabytes=2 --save saved/rows.json\n"
@@ -134,6 +139,7 @@ def test_long_structured_rows_print_as_the_whole_parse_would(session, project, w
     assert len(walked) == 3
 
 
+@pytest.mark.slow
 def test_a_long_list_is_shown_without_its_wrapper_and_checked_against_its_schema(session, walked):
     result, sink = run(session, "tools big listing megabytes=2 | sha256sum")
     assert result.exit_code == 0, sink.stderr_text
@@ -142,6 +148,7 @@ def test_a_long_list_is_shown_without_its_wrapper_and_checked_against_its_schema
     assert walked and walked[0][0].wrapped
 
 
+@pytest.mark.slow
 def test_long_rows_with_a_picture_beside_them_print_and_save_it(session, project, walked):
     result, sink = run(session, "tools big pictured-rows megabytes=2 | sha256sum")
     assert result.exit_code == 0, sink.stderr_text
@@ -150,6 +157,7 @@ def test_long_rows_with_a_picture_beside_them_print_and_save_it(session, project
     assert picture.suffix == ".png" and len(walked) == 1
 
 
+@pytest.mark.slow
 def test_a_direct_call_and_a_hook_get_long_structured_content_as_values(session, walked):
     from toolkernel._frontends._direct import call_argv
 
@@ -168,6 +176,7 @@ def test_a_direct_call_and_a_hook_get_long_structured_content_as_values(session,
     assert len(walked) == 2
 
 
+@pytest.mark.slow
 def test_a_long_text_inside_structured_content_prints_as_json(session):
     # Written to a file with the text a piece at a time (`_long_json.with_texts`), as the whole prints.
     from toolkernel._frontends._direct import call_argv
@@ -178,6 +187,7 @@ def test_a_long_text_inside_structured_content_prints_as_json(session):
     assert call_argv(session, ["big", "record", "megabytes=2"]) == big.record(2)
 
 
+@pytest.mark.slow
 def test_a_long_error_is_masked_and_shown(project, monkeypatch):
     token = "tok-0123456789"
     session = start(project, monkeypatch)
@@ -194,6 +204,7 @@ def test_a_long_error_is_masked_and_shown(project, monkeypatch):
     assert len(error["message"]) > 2_000_000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tool", ["blob", "rows"])
 def test_past_max_result_mb_the_long_result_is_saved_whole_and_the_script_stops(project, monkeypatch, tool):
     session = start(project, monkeypatch, "[shell]\nmax_result_mb = 2\n")
@@ -269,6 +280,7 @@ def peak_in_a_child(project: Path, tmp_path: Path, toml: str, tool: str) -> dict
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tool", ["rows", "listing", "record"])
 def test_long_structured_rows_peak_below_their_size_in_the_kernel(project, tmp_path, big_toml, tool):
     # Parsed whole, 8 MB of rows peaked at 5.5x: Python values of 3.5x, then the JSON as bytes and
@@ -282,6 +294,7 @@ def test_long_structured_rows_peak_below_their_size_in_the_kernel(project, tmp_p
     assert got["rise"] < size, got  # the target is 2x; it is about 0.3-0.5x
 
 
+@pytest.mark.slow
 def test_a_long_text_peaks_below_its_size_in_the_kernel(project, tmp_path, big_toml):
     # Read whole, 8 MB of text (twice in the reply: text and {"result": text}) peaked at 10x; over
     # HTTP, read by the SDK, at 25x.
@@ -291,6 +304,7 @@ def test_a_long_text_peaks_below_its_size_in_the_kernel(project, tmp_path, big_t
     assert got["rise"] < size, got  # the target is 2x; it is about 0.4x
 
 
+@pytest.mark.slow
 def test_a_reply_past_the_line_cap_fails_its_call_and_the_server_serves_on(session, monkeypatch):
     import toolkernel._providers._spool as spool_module
 
@@ -300,6 +314,7 @@ def test_a_reply_past_the_line_cap_fails_its_call_and_the_server_serves_on(sessi
     assert sink.stdout_text.split() == ["exit", "1", "pong"]
 
 
+@pytest.mark.slow
 def test_a_direct_call_gives_the_long_text_as_a_str(session, monkeypatch):
     from toolkernel._frontends._direct import call_argv
     from toolkernel._providers._spool import LongLine
@@ -325,6 +340,7 @@ def spool_files() -> list[str]:
     return [name for name in names if name.endswith("(deleted)")]
 
 
+@pytest.mark.slow
 def test_a_loop_of_long_rows_leaves_no_file_open_and_the_report_names_their_length(session):
     before = spool_files()
     result, sink = run(session, "for i in 1 2 3 4; do tools big rows megabytes=1.5 > /dev/null; done; exit 3")
@@ -335,6 +351,7 @@ def test_a_loop_of_long_rows_leaves_no_file_open_and_the_report_names_their_leng
     assert calls[0]["result"] == f"[JSON of {len(printed(big.rows(1.5))) - 1:,} characters, not kept for the report]"
 
 
+@pytest.mark.slow
 def test_a_loop_of_long_texts_leaves_no_file_open_and_the_report_names_their_length(session):
     before = spool_files()
     result, sink = run(session, "for i in 1 2 3 4 5 6; do tools big blob megabytes=1.5 > /dev/null; done; exit 3")
@@ -345,6 +362,7 @@ def test_a_loop_of_long_texts_leaves_no_file_open_and_the_report_names_their_len
     assert calls[0]["result"] == f"[a text of {len(big.blob_text(1.5)):,} characters, not kept for the report]"
 
 
+@pytest.mark.slow
 def test_a_long_reply_to_a_request_nobody_waits_for_is_dropped(project, monkeypatch):
     # A server answering a request the lane gave up on (a timeout; compliant servers send
     # nothing after the cancel): the line is not made whole again for the session.
@@ -363,6 +381,7 @@ def test_a_long_reply_to_a_request_nobody_waits_for_is_dropped(project, monkeypa
     assert remade == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth, megabytes", [(5_000, 0), (100_000, 3)], ids=["short-line", "long-line"])
 def test_a_reply_nested_past_the_recursion_limit_fails_its_call_and_the_server_serves_on(
         project, monkeypatch, depth, megabytes):
@@ -379,6 +398,7 @@ def test_a_reply_nested_past_the_recursion_limit_fails_its_call_and_the_server_s
     assert "the server's reply is nested too deep to read" in sink.stderr_text
 
 
+@pytest.mark.slow
 def test_in_a_real_kernel_a_long_text_and_long_rows_reach_the_cell_and_a_pipe_whole(tmp_path):
     from kernel_helpers import loaded_kernel
 

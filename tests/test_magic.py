@@ -181,6 +181,7 @@ def test_broken_server_schema_and_deep_input_are_json_lines_not_tracebacks(kerne
 # -- %tools and the Python API ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_tools_line_splits_as_shlex_does():
     import random
     import shlex
@@ -209,8 +210,9 @@ def test_line_magic_returns_the_value(kernel):
 
 
 def test_python_call_returns_the_same_value(kernel):
-    kernel.execute_ok("import toolkernel\nsame = toolkernel.call('github', 'list-pulls', repo='acme/api')")
-    assert kernel.value("same == prs") is True
+    kernel.execute_ok("import toolkernel\nsame = toolkernel.call('github', 'list-pulls', repo='acme/api')\n"
+                      "by_magic = %tools github list-pulls repo=acme/api")
+    assert kernel.value("same == by_magic") is True
 
 
 def test_line_magic_failure_raises_with_the_error_line(kernel):
@@ -235,6 +237,7 @@ def test_line_magic_failure_carries_its_error_code_like_the_python_api(kernel):
 # -- %load_ext's background warm-up --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_warm_up_waits_until_no_cell_runs(tmp_path):
     """jsonschema is seconds of imports under the GIL: the warm-up starts only once the kernel
     is idle, never beside a running cell (a first `tools --help` lost a third of its speed)."""
@@ -266,6 +269,7 @@ def test_the_warm_up_waits_until_no_cell_runs(tmp_path):
 # -- a plain IPython, no kernel --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_load_ext_in_a_plain_ipython_terminal(workdir):
     code = (
         "%load_ext toolkernel\n"

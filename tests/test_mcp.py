@@ -149,6 +149,7 @@ def test_lists_tools_with_schema_annotations_and_kind(shared_pool):
     assert shared_pool.tool_count("github") == len(tools)
 
 
+@pytest.mark.slow
 def test_untrusted_annotations_make_every_tool_execute(pool):
     untrusted = fixture("github", "pulls", trust_annotations=False)
     tools = by_name(run(pool.tools(untrusted)))
@@ -161,6 +162,7 @@ def test_unknown_server_has_no_count(pool):
     assert not pool.loaded("nobody")
 
 
+@pytest.mark.slow
 def test_same_config_reuses_the_session(pool):
     cfg = fixture("crashy", "crash")
     first = server_pid(pool, cfg)
@@ -168,6 +170,7 @@ def test_same_config_reuses_the_session(pool):
     assert server_pid(pool, cfg) == first
 
 
+@pytest.mark.slow
 def test_concurrent_first_use_starts_one_server(pool):
     cfg = fixture("crashy", "crash")
 
@@ -180,6 +183,7 @@ def test_concurrent_first_use_starts_one_server(pool):
     assert server_pid(pool, cfg) == pid
 
 
+@pytest.mark.slow
 def test_changed_config_reconnects(pool):
     before = server_pid(pool, fixture("crashy", "crash"))
     changed = fixture("crashy", "crash", env={"SOMETHING": "new"})
@@ -211,6 +215,7 @@ def test_text_result_stays_text(shared_pool, via):
     assert result.value() == "deleted branch fix-x"
 
 
+@pytest.mark.slow
 def test_tool_error_is_an_error_result(shared_pool, via):
     result = call(shared_pool, PULLS, "get_pull", via=via, repo="acme/api", number=999)
     assert result.is_error
@@ -250,11 +255,13 @@ def test_raised_tool_error_in_structured_tool(shared_pool, via):
     assert result.is_error and "at least one number" in result.texts[0]
 
 
+@pytest.mark.slow
 def test_resources_become_text(shared_pool, via):
     result = call(shared_pool, STRUCTURED, "resources", via=via)
     assert result.texts == ["first note", "memo://notes/2"]
 
 
+@pytest.mark.slow
 def test_image_result(shared_pool, via):
     result = call(shared_pool, IMAGES, "red_square", via=via, size=3)
     assert result.texts == ["a red square, 3x3 pixels"]
@@ -277,6 +284,7 @@ def test_an_image_that_is_not_base64_is_said_and_the_rest_kept(shared_pool, via)
 
 # --- progress and cancellation ---------------------------------------------------------
 
+@pytest.mark.slow
 def test_progress_notifications_reach_the_context(shared_pool, via):
     seen = []
     result = call(shared_pool, SLOW, "wait", ctx(lambda *p: seen.append(p)), via=via, steps=3, step_seconds=0.05)
@@ -284,6 +292,7 @@ def test_progress_notifications_reach_the_context(shared_pool, via):
     assert seen == [(1, 3, "step 1 of 3"), (2, 3, "step 2 of 3"), (3, 3, "step 3 of 3")]
 
 
+@pytest.mark.slow
 def test_cancelling_a_slow_call_cancels_it_on_the_server(pool):
     started = threading.Event()
     tools = by_name(run(pool.tools(SLOW)))
@@ -300,6 +309,7 @@ def test_cancelling_a_slow_call_cancels_it_on_the_server(pool):
     assert call(pool, SLOW, "ping").texts == ["pong"]
 
 
+@pytest.mark.slow
 def test_cancelling_a_call_on_a_scripts_thread_cancels_it_on_the_server(pool, monkeypatch):
     """As an interrupt cancels a script's `tools` line: the task on that thread's loop, from another thread."""
     no_session_calls(monkeypatch)
@@ -317,11 +327,13 @@ def test_cancelling_a_call_on_a_scripts_thread_cancels_it_on_the_server(pool, mo
     assert call(pool, SLOW, "ping", via="lane").texts == ["pong"]
 
 
+@pytest.mark.slow
 def test_a_request_from_the_server_during_a_call_is_answered(pool, via):
     # The server logs and pings the client mid-call: the session answers, the call ends.
     assert call(pool, SLOW, "chatty", via=via).texts == ["answered"]
 
 
+@pytest.mark.slow
 def test_structured_content_that_breaks_the_output_schema_is_an_error_result(pool, via):
     cfg = fixture("liar", "liar")
     assert call(pool, cfg, "honest", via=via).structured == {"n": 7}
@@ -331,6 +343,7 @@ def test_structured_content_that_breaks_the_output_schema_is_an_error_result(poo
     assert missing.is_error and "did not return structured content" in missing.texts[0]
 
 
+@pytest.mark.slow
 def test_a_line_that_is_not_json_rpc_mid_call_leaves_the_call_and_the_session_alone(pool, via):
     cfg = fixture("liar", "liar")
     assert call(pool, cfg, "noisy", via=via).structured == {"n": 7}
@@ -338,6 +351,7 @@ def test_a_line_that_is_not_json_rpc_mid_call_leaves_the_call_and_the_session_al
     assert pool.loaded("liar")
 
 
+@pytest.mark.slow
 def test_calls_from_many_threads_and_the_session_at_once_each_get_their_own_result(pool):
     """Lane requests from several threads, and the session's, share one stdin and one stdout."""
     tools = by_name(run(pool.tools(STRUCTURED)))
@@ -364,6 +378,7 @@ def test_calls_from_many_threads_and_the_session_at_once_each_get_their_own_resu
     assert results == {(name, i): i + len(name) for name in (f"t{n}" * (n + 1) for n in range(4)) for i in range(15)}
 
 
+@pytest.mark.slow
 def test_a_call_from_a_thread_reads_its_own_reply_while_the_loop_of_the_session_is_busy(pool, monkeypatch):
     """The calling thread reads the server's stdout itself while it waits: its reply does not
     wait for the private loop (blocked here in a sync wait) to read it and hand it on."""
@@ -392,6 +407,7 @@ def test_a_call_from_a_thread_reads_its_own_reply_while_the_loop_of_the_session_
     run(pool._connections["slow"].session.send_ping())  # the session reads again
 
 
+@pytest.mark.slow
 def test_what_the_server_sends_after_a_threads_call_still_reaches_the_session(pool, monkeypatch):
     """Once its call is answered, the thread hands the reading of stdout back: a list change the
     server announces later, while no call waits, is still seen."""
@@ -402,6 +418,7 @@ def test_what_the_server_sends_after_a_threads_call_still_reaches_the_session(po
     wait_until(lambda: "later" in by_name(run(pool.tools(cfg))), "the announced tool to be listed")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("next_caller", ["private", "lane"])
 def test_a_loop_left_with_its_call_waiting_does_not_keep_the_server_from_anyone_else(pool, next_caller):
     """A thread's loop that stops running while its call still waits (its run ended by an
@@ -424,6 +441,7 @@ def test_a_loop_left_with_its_call_waiting_does_not_keep_the_server_from_anyone_
     assert call(pool, SLOW, "ping", via="lane").texts == ["pong"]
 
 
+@pytest.mark.slow
 def test_closing_the_pool_ends_a_call_waiting_on_a_thread(pool):
     tools = by_name(run(pool.tools(SLOW)))
     lane = pool._connections["slow"].lane
@@ -446,6 +464,7 @@ def test_closing_the_pool_ends_a_call_waiting_on_a_thread(pool):
     assert not lane.usable and lane._out is None  # its stdout closed once the thread let go of it
 
 
+@pytest.mark.slow
 def test_without_epoll_the_loop_of_the_session_reads_for_every_call(pool, monkeypatch):
     """Where no epoll set can be made, the private loop keeps the reading and hands replies on."""
     from types import SimpleNamespace
@@ -484,6 +503,7 @@ class CountingLoop(asyncio.SelectorEventLoop):
         return super()._run_once()
 
 
+@pytest.mark.slow
 def test_a_threads_loop_starts_watching_the_server_once_not_on_every_call(pool):
     """Taking the reading and handing it back moves stdout between epoll sets: the loop of the
     calling thread watches its own set from its first call on, with no change per call."""
@@ -501,6 +521,7 @@ def test_a_threads_loop_starts_watching_the_server_once_not_on_every_call(pool):
         loop.close()
 
 
+@pytest.mark.slow
 def test_a_server_that_exits_wakes_no_loop_that_read_for_it_before(pool):
     """A set holding the server's stdout reports its hang-up whether or not it asks for input:
     the loop of a thread that called the server before must not hold it and spin."""
@@ -519,6 +540,7 @@ def test_a_server_that_exits_wakes_no_loop_that_read_for_it_before(pool):
         loop.close()
 
 
+@pytest.mark.slow
 def test_closing_the_server_makes_a_threads_loop_forget_its_epoll_set(pool):
     """The set a thread's loop watched is closed with the server, and the loop stops watching
     it first: its number, once the kernel gives it to a new descriptor, works as any other."""
@@ -544,6 +566,7 @@ def test_closing_the_server_makes_a_threads_loop_forget_its_epoll_set(pool):
         loop.close()
 
 
+@pytest.mark.slow
 def test_closing_the_server_while_a_threads_loop_runs_makes_it_forget_its_set_on_its_own_thread(pool):
     """A loop running on its thread (other work) is told to stop watching, and does so there."""
     tools = by_name(run(pool.tools(SLOW)))
@@ -579,12 +602,14 @@ def test_closing_the_server_while_a_threads_loop_runs_makes_it_forget_its_set_on
 HOSTILE = fixture("hostile", "hostile")
 
 
+@pytest.mark.slow
 def test_replies_under_ids_the_call_did_not_send_are_not_its_answer(pool, via):
     # Replies to ids never asked for, near misses of the call's own, and a malformed one to it.
     assert call(pool, HOSTILE, "forged_replies", via=via).texts == ["the real answer"]
     assert call(pool, HOSTILE, "ping", via=via).texts == ["pong"]
 
 
+@pytest.mark.slow
 def test_an_endless_line_mid_call_ends_the_call_at_its_timeout(pool, via):
     cfg = fixture("hostile", "hostile", timeout=2)
     assert call(pool, cfg, "ping", via=via).texts == ["pong"]
@@ -593,6 +618,7 @@ def test_an_endless_line_mid_call_ends_the_call_at_its_timeout(pool, via):
     assert raised.value.retryable and "within 2 s" in raised.value.message
 
 
+@pytest.mark.slow
 def test_a_flood_of_messages_for_the_session_mid_call_reaches_it_and_the_call_ends(pool, via):
     # Read by the calling thread, they queue for the session; past a backlog the thread lets
     # the session's own loop read again, at the session's pace.
@@ -603,6 +629,7 @@ def test_a_flood_of_messages_for_the_session_mid_call_reaches_it_and_the_call_en
 
 # --- failures --------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("via", ["private", "lane"])  # the session also serves the other calls
 def test_crash_mid_call_is_unavailable_then_recovers(pool, via):
     cfg = fixture("crashy", "crash")
@@ -619,6 +646,7 @@ def test_crash_mid_call_is_unavailable_then_recovers(pool, via):
     assert server_pid(pool, cfg) != first
 
 
+@pytest.mark.slow
 def test_server_killed_while_idle_reconnects_on_next_use(pool):
     cfg = fixture("crashy", "crash")
     tools = by_name(run(pool.tools(cfg)))
@@ -632,6 +660,7 @@ def test_server_killed_while_idle_reconnects_on_next_use(pool):
     assert server_pid(pool, cfg) != first
 
 
+@pytest.mark.slow
 def test_die_at_start_is_unavailable_with_its_stderr(pool):
     cfg = fixture("dead", "crash", "--die-at-start", env={"FIXTURE_TOKEN": "s3cr3t-t0ken"})
     with pytest.raises(Unavailable) as raised:
@@ -645,6 +674,7 @@ def test_die_at_start_is_unavailable_with_its_stderr(pool):
     assert not pool.loaded("dead")
 
 
+@pytest.mark.slow
 def test_a_secret_a_server_names_in_its_error_result_is_masked(pool, via):
     # As for command tools: a server handed a token in its env may echo it when it is refused.
     cfg = fixture("refused", "refused", env={"FIXTURE_TOKEN": "s3cr3t-t0ken"})
@@ -661,6 +691,7 @@ def test_command_not_found_is_unavailable(pool):
         run(pool.tools(cfg))
 
 
+@pytest.mark.slow
 def test_garbage_on_stdout_fails_fast(pool):
     pool.connect_timeout = 2 * WAIT
     started = time.monotonic()
@@ -688,6 +719,7 @@ def test_a_program_that_prints_a_line_and_exits_is_named_for_its_line_not_a_cras
 
 
 
+@pytest.mark.slow
 def test_silent_server_times_out(pool):
     pool.connect_timeout = 1.5
     cfg = ServerConfig("silent", "stdio", command="sleep", args=("3600",))
@@ -696,6 +728,7 @@ def test_silent_server_times_out(pool):
     assert not pool.loaded("silent")
 
 
+@pytest.mark.slow
 def test_a_call_past_its_timeout_is_retryable_and_the_server_stays_usable(pool, via):
     cfg = fixture("big", "big", timeout=1.5)
     with pytest.raises(Unavailable) as raised:
@@ -706,12 +739,14 @@ def test_a_call_past_its_timeout_is_retryable_and_the_server_stays_usable(pool, 
     assert pool.loaded("big")
 
 
+@pytest.mark.slow
 def test_progress_restarts_the_call_clock(pool, via):
     # 12 steps of 0.4 s run well past the 3 s timeout; each step's progress restarts it.
     cfg = fixture("slow", "slow", timeout=3)
     assert call(pool, cfg, "wait", via=via, steps=12, step_seconds=0.4).texts == ["waited 12 steps"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("via", ["private", "lane"])  # the session also serves the other calls
 def test_a_40_mb_result_arrives_whole(pool, via):
     # The SDK's own stdio reader took 44 s here (quadratic); WAIT bounds this call.
@@ -728,6 +763,7 @@ def test_a_40_mb_result_arrives_whole(pool, via):
     assert digest.hexdigest() == call(pool, cfg, "digest", megabytes=40).texts[0]
 
 
+@pytest.mark.slow
 def test_secrets_from_variables_in_command_and_args_are_masked(pool, tmp_path):
     environ = {"HOME": str(tmp_path), "FIXTURE_SECRET": "arg-s3cr3t-value", "SECRET_CMD": "cmd-s3cr3t-name",
                "TOOLKERNEL_TRUST_ALL": "1"}  # a project config's servers start only once trusted
@@ -799,6 +835,7 @@ def test_streamable_http_with_headers(pool, http_server):
     assert [p["number"] for p in call(pool, cfg, "list_pulls", repo="acme/web").structured] == [12, 11]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["http", "sse"])
 def test_http_server_restart_is_unavailable_then_recovers(pool, transport):
     port = free_port()
@@ -860,6 +897,7 @@ def big_fixture():
     return module
 
 
+@pytest.mark.slow
 def test_sse_transport(pool):
     port = free_port()
     process = start_http_server(port, "--sse")
@@ -872,6 +910,7 @@ def test_sse_transport(pool):
         process.wait()
 
 
+@pytest.mark.slow
 def test_a_server_that_hangs_at_start_is_not_started_again_until_its_config_changes(pool, tmp_path):
     pool.connect_timeout = 2
     starts = tmp_path / "starts.log"
@@ -901,6 +940,7 @@ def test_a_server_that_hangs_at_start_is_not_started_again_until_its_config_chan
     assert starts.read_text().count("started") == 3
 
 
+@pytest.mark.slow
 def test_a_server_that_fails_fast_is_tried_again_on_next_use(pool, tmp_path):
     dead = fixture("dead", "crash", "--die-at-start")
     for _ in range(2):
@@ -925,6 +965,7 @@ def test_http_server_not_running_is_unavailable(pool):
 
 # --- start, retire, close --------------------------------------------------------------
 
+@pytest.mark.slow
 def test_start_connects_in_parallel_and_records_errors(pool):
     good = fixture("good", "crash")
     dead = fixture("dead", "crash", "--die-at-start")
@@ -938,6 +979,7 @@ def test_start_connects_in_parallel_and_records_errors(pool):
     assert not pool.loaded("dead") and pool.tool_count("dead") is None
 
 
+@pytest.mark.slow
 def test_start_is_parallel(pool):
     # Three servers that never answer, each given the whole connect timeout:
     # one after another would take three timeouts.
@@ -950,6 +992,7 @@ def test_start_is_parallel(pool):
     assert all(isinstance(pool.last_error(cfg.name), Unavailable) for cfg in silent)
 
 
+@pytest.mark.slow
 def test_retire_closes_servers_no_longer_configured(pool):
     keep, drop = fixture("keep", "crash"), fixture("drop", "crash")
     run(pool.start([keep, drop]))
@@ -962,6 +1005,7 @@ def test_retire_closes_servers_no_longer_configured(pool):
     wait_until(lambda: process_gone(dropped_pid), "the retired server to stop")
 
 
+@pytest.mark.slow
 def test_close_stops_every_server():
     pool = ServerPool()
     cfgs = [fixture("a", "crash"), fixture("b", "crash")]
@@ -973,12 +1017,14 @@ def test_close_stops_every_server():
         wait_until(lambda: process_gone(pid), "a closed server to stop")
 
 
+@pytest.mark.slow
 def test_demo_server_runs_as_a_module(pool):
     cfg = ServerConfig("github", "stdio", command=sys.executable, args=("-m", "toolkernel.demo_server"), env=ENV)
     assert sorted(by_name(run(pool.tools(cfg)))) == ["create_issue", "delete_branch", "get_pull", "list_pulls"]
     assert call(pool, cfg, "create_issue", title="Flaky test").structured["id"] == "ACME-1201"
 
 
+@pytest.mark.slow
 def test_announced_tool_list_change_is_listed_on_next_use(pool):
     cfg = fixture("dynamic", "dynamic")
     assert sorted(by_name(run(pool.tools(cfg)))) == ["add_tool", "add_tool_later"]
@@ -1086,6 +1132,7 @@ def test_an_output_schema_any_object_meets_takes_objects_unchecked_and_nothing_e
 
 # --- inside a script (Bashkit, the script's own thread) --------------------------------
 
+@pytest.mark.slow
 def test_a_script_interrupted_in_an_mcp_call_cancels_it_on_the_server(tmp_path, monkeypatch, python_sigint):
     """The kernel's interrupt lands on the pumping thread mid-call: the script stops at once, the
     server is told (`notifications/cancelled`), and the next run calls the same server."""

@@ -91,6 +91,7 @@ def _stable(text: str) -> str:
     return text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_a_demo_notebook_runs_headless_and_again_with_the_same_outputs(folder, name):
     first = execute(folder / f"{name}.ipynb")
@@ -100,6 +101,7 @@ def test_a_demo_notebook_runs_headless_and_again_with_the_same_outputs(folder, n
     assert comparable(second) == comparable(first)
 
 
+@pytest.mark.slow
 def test_the_data_science_notebook_shows_a_dataframe_and_the_tool_image_inline(folder):
     nb = execute(folder / "data-science.ipynb")
     code = [c for c in nb.cells if c.cell_type == "code"]

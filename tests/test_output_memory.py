@@ -69,6 +69,7 @@ def peak_of(tmp_path, script: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["cat data.txt", "cat data.txt\ntools --help > /dev/null",
                                     "tools big-result size=8000000",
                                     "for i in 1; do tools big-result size=8000000; done"])
@@ -102,6 +103,7 @@ def session(tmp_path, monkeypatch):
     s.close()
 
 
+@pytest.mark.slow
 def test_a_large_result_streams_whole_to_a_file_a_pipe_and_a_substitution(session):
     sink = RecordingSink()
     result = session.run_script("tools big-result size=8000000 > big.txt\nwc -c < big.txt\n"

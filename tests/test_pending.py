@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 import anyio
+import pytest
 
 from approval_helpers import policy_section, recorder_server_section
 from test_serve import approve_cli, bash, connected, pending_ids, project, recorded, run
@@ -44,6 +45,7 @@ def answer(request_id: str, decision: str, tool="mcp_github__delete_branch", inp
             "call": canonical_call_key(tool, input or {"branch": "main"})}
 
 
+@pytest.mark.slow
 def test_a_planted_request_and_answer_grant_nothing(tmp_path):
     record = tmp_path / "record.jsonl"
     work = project(tmp_path, recorder_server_section(record))
@@ -65,6 +67,7 @@ def test_a_planted_request_and_answer_grant_nothing(tmp_path):
     assert recorded(record) == []
 
 
+@pytest.mark.slow
 def test_a_rewritten_request_shows_one_call_and_grants_nothing_else(tmp_path):
     """The agent's call waits; another program rewrites its entry to show a harmless call.
     The person allows what they see; the waiting call stays unallowed."""
@@ -88,6 +91,7 @@ def test_a_rewritten_request_shows_one_call_and_grants_nothing_else(tmp_path):
     assert recorded(record) == []
 
 
+@pytest.mark.slow
 def test_always_on_a_rewritten_request_allows_only_the_tool_the_person_saw(tmp_path):
     record = tmp_path / "record.jsonl"
     work = project(tmp_path, recorder_server_section(record))
@@ -108,6 +112,7 @@ def test_always_on_a_rewritten_request_allows_only_the_tool_the_person_saw(tmp_p
     assert recorded(record) == []
 
 
+@pytest.mark.slow
 def test_the_list_skips_what_it_cannot_trust_and_escapes_what_it_shows(tmp_path):
     work = project(tmp_path, "")
     plant(work, "bbbbbbbbbbbb.json", entry("bbbbbbbbbbbb", input={"branch": "x\x1b[2K\x1b[1Agone\u202e"}))
@@ -135,6 +140,7 @@ def test_the_list_skips_what_it_cannot_trust_and_escapes_what_it_shows(tmp_path)
     assert not (work / ".toolkernel" / "approvals.json").exists()
 
 
+@pytest.mark.slow
 def test_an_id_cannot_leave_the_folder(tmp_path):
     work = project(tmp_path, "")
     (work / ".toolkernel").mkdir()
@@ -155,6 +161,7 @@ def test_always_is_refused_where_an_ask_rule_would_keep_asking(tmp_path):
     assert not (work / ".toolkernel" / "approvals.json").exists()
 
 
+@pytest.mark.slow
 def test_a_server_that_ends_withdraws_its_requests(tmp_path):
     record = tmp_path / "record.jsonl"
     work = project(tmp_path, recorder_server_section(record))
@@ -169,6 +176,7 @@ def test_a_server_that_ends_withdraws_its_requests(tmp_path):
     assert pending_ids(work) == []
 
 
+@pytest.mark.slow
 def test_a_request_whose_process_ended_is_marked_and_takes_no_once(tmp_path):
     import subprocess
     import sys

@@ -58,6 +58,7 @@ def project(tmp_path):
     return work, record
 
 
+@pytest.mark.slow
 def test_item_1_to_3_a_script_cannot_loosen_its_policy_or_plant_host_code(project, tmp_path):
     work, record = project
     marker = tmp_path / "pwned"
@@ -95,6 +96,7 @@ def test_item_1_to_3_a_script_cannot_loosen_its_policy_or_plant_host_code(projec
         kernel.close()
 
 
+@pytest.mark.slow
 def test_item_4_config_a_script_writes_in_a_subfolder_is_not_obeyed_by_a_kernel_there(project, tmp_path):
     work, record = project
     kernel = trusted_kernel(work, env_for(work, tmp_path))
@@ -112,6 +114,7 @@ def test_item_4_config_a_script_writes_in_a_subfolder_is_not_obeyed_by_a_kernel_
         kernel.close()
 
 
+@pytest.mark.slow
 def test_item_4_a_kernel_in_home_keeps_scripts_out_of_the_user_config(tmp_path):
     record = tmp_path / "record.jsonl"
     home = tmp_path / "home"
@@ -129,6 +132,7 @@ def test_item_4_a_kernel_in_home_keeps_scripts_out_of_the_user_config(tmp_path):
         kernel.close()
 
 
+@pytest.mark.slow
 def test_item_5_constrained_rules_match_only_the_key_as_the_schema_spells_it(tmp_path):
     record = tmp_path / "record.jsonl"
     work = write_project(tmp_path / "allowing", recorder_server_section(record),
@@ -157,6 +161,7 @@ def test_item_5_constrained_rules_match_only_the_key_as_the_schema_spells_it(tmp
         kernel.close()
 
 
+@pytest.mark.slow
 def test_item_10_read_only_cells_deny_every_call_that_is_not_a_read(tmp_path):
     record = tmp_path / "record.jsonl"
     work = write_project(tmp_path / "project", recorder_server_section(record),

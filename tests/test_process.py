@@ -110,6 +110,7 @@ def test_the_loop_runs_on_while_a_child_runs():
     assert run(ticks_during_a_child()) >= 5
 
 
+@pytest.mark.slow
 def test_a_100_mib_producer_is_killed_at_the_cap_with_its_children(tmp_path):
     pid_file = tmp_path / "grandchild"
     flood = "chunk = b'x' * 65536\nfor _ in range(1600): sys.stdout.buffer.write(chunk)\ntime.sleep(300)"
@@ -125,6 +126,7 @@ def test_stderr_has_its_own_cap(tmp_path):
     assert done.over_cap == "stderr" and len(done.stderr) == 1000
 
 
+@pytest.mark.slow
 def test_a_timeout_kills_a_grandchild_and_keeps_stderr_so_far(tmp_path):
     pid_file = tmp_path / "grandchild"
     then = "sys.stderr.write('working on it\\n'); sys.stderr.flush(); time.sleep(300)"
@@ -199,6 +201,7 @@ def test_with_a_terminal_the_child_gets_a_session_without_it():
     assert "PROBE no-tty True True" in out.decode(errors="replace"), out
 
 
+@pytest.mark.slow
 def test_no_run_leaves_its_child_watched_by_the_loop():
     # Every end (exit, timeout after the outputs closed, a cap, cancellation) unregisters
     # the child's pipes and pidfd: a stale fd in the selector would misfire once its number is reused.

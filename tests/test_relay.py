@@ -77,6 +77,7 @@ def test_which_way_a_script_runs(script, way):
     assert _way(script) == way
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("body", ["tools sized size=5", "echo '{\"n\": 7}' | tools echo-input -",
                                   "command tools sized size=5", "t=tools; $t sized size=5",
                                   "tools sized size=200000 | wc -c", "x=$(tools sized size=100000); echo ${#x}",
@@ -207,6 +208,7 @@ def test_an_interrupt_in_a_relayed_loop_ends_the_call_in_place(session, python_s
     assert time.monotonic() - began < 50  # far less than the tool's minute
 
 
+@pytest.mark.slow
 def test_mcp_calls_in_a_loop_are_made_in_place_and_one_that_asks_goes_by_the_live_command(
         tmp_path, monkeypatch):
     for key, value in isolated_env(tmp_path).items():
@@ -320,6 +322,7 @@ def github_session(tmp_path, monkeypatch):
         opened.close()
 
 
+@pytest.mark.slow
 def test_an_mcp_line_repeated_in_a_loop_is_parsed_once_and_its_result_is_the_same(github_session, monkeypatch):
     from toolkernel._command._catalog import Catalog
 
@@ -343,6 +346,7 @@ def test_an_mcp_line_repeated_in_a_loop_is_parsed_once_and_its_result_is_the_sam
     assert json.loads(outside.stdout_text)["title"] == "Add rate limiting to /search"
 
 
+@pytest.mark.slow
 def test_an_mcp_line_parsed_before_is_judged_and_counted_each_time(github_session):
     session = github_session('[policy]\ndeny = ["github delete-branch"]\n\n[shell]\ncall_limit = 4\n')
     script = ("for i in 1 2 3; do tools github delete-branch branch=x; echo \"exit $?\"; done;"

@@ -82,6 +82,7 @@ def test_the_tools_command_imports_no_bashkit():
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 def test_a_fake_runner_runs_tools_lines_through_the_same_command(session):
     sink = RecordingSink()
     result = session.run_script("tools github get-pull repo=acme/api number=101\ntools nosuch", sink,
@@ -91,6 +92,7 @@ def test_a_fake_runner_runs_tools_lines_through_the_same_command(session):
     assert result.exit_code == 1 and result.report is None
 
 
+@pytest.mark.slow
 def test_a_fake_runner_stops_where_a_call_needs_approval(session):
     sink = RecordingSink()
     result = session.run_script(f"{DELETE}\ntools github list-pulls repo=acme/api", sink, runner=FakeRunner())
@@ -114,6 +116,7 @@ def test_a_runner_that_raises_ends_the_cell_with_one_line_that_says_so(session):
 # -- the approver seam ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_approver_answering_once_at_the_ask_point_lets_the_call_run_in_the_same_script(session):
     approver = Answering(Answer.ONCE)
     sink = RecordingSink()
@@ -128,6 +131,7 @@ def test_an_approver_answering_once_at_the_ask_point_lets_the_call_run_in_the_sa
         == "needs_approval"
 
 
+@pytest.mark.slow
 def test_an_approver_answering_once_before_the_start_starts_the_script_without_a_rerun(session):
     approver = Answering(Answer.ONCE)
     sink = RecordingSink()
@@ -139,6 +143,7 @@ def test_an_approver_answering_once_before_the_start_starts_the_script_without_a
     assert session.approvals.pending_once() == []  # the grant was spent by the call itself
 
 
+@pytest.mark.slow
 def test_an_approver_answering_deny_mid_run_denies_the_call_and_the_script_goes_on(session):
     sink = RecordingSink()
     result = session.run_script(BUILT_AT_RUN_TIME, sink, approver=Answering(Answer.DENY))
@@ -147,6 +152,7 @@ def test_an_approver_answering_deny_mid_run_denies_the_call_and_the_script_goes_
     assert not session.approvals.has_pending()
 
 
+@pytest.mark.slow
 def test_an_approver_answering_always_saves_a_lasting_rule(session):
     result = session.run_script(DELETE, RecordingSink(), approver=Answering(Answer.ALWAYS))
     assert result.exit_code == 0
@@ -154,6 +160,7 @@ def test_an_approver_answering_always_saves_a_lasting_rule(session):
     assert session.run_script(BUILT_AT_RUN_TIME, RecordingSink()).exit_code == 0  # no approver needed now
 
 
+@pytest.mark.slow
 def test_later_leaves_the_call_pending_for_the_persons_answer(session):
     result = session.run_script(BUILT_AT_RUN_TIME, RecordingSink(), approver=Answering(Answer.LATER))
     assert result.report["tools"]["stopped"]["approval"] == "requested"
@@ -183,6 +190,7 @@ def test_the_elicitation_approver_maps_the_clients_answer():
 # -- the typed report ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_real_reports_validate_against_the_published_schema(session):
     write_config(session.workdir, github_toml() + '[policy]\nallow = ["mcp_github__create_issue"]\n')
     reports = [
@@ -201,6 +209,7 @@ def test_real_reports_validate_against_the_published_schema(session):
     assert reports[1]["tools"]["done"][0]["ok"] is True and reports[3]["exit_code"] == 3
 
 
+@pytest.mark.slow
 def test_the_schema_rejects_a_report_without_its_seed_fields(session):
     report = session.run_script(DELETE, RecordingSink()).report
     del report["tools"]["not_reached"]
@@ -211,6 +220,7 @@ def test_the_schema_rejects_a_report_without_its_seed_fields(session):
 # -- lifecycle ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_unloading_the_extension_closes_the_session_and_stops_the_private_loop(project):
     write_config(project, github_toml())
     code = (
@@ -241,6 +251,7 @@ def _rss_bytes() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+@pytest.mark.slow
 def test_five_thousand_runs_keep_descriptors_and_memory_flat(project):
     session = Session(project)  # no servers: what is measured is the run path itself
     sink = RecordingSink()
@@ -499,6 +510,7 @@ def test_an_interrupt_ends_an_in_process_call_on_either_way_of_running(project, 
     assert sink.stdout_text == "before\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["echo before; tools doze; echo after",
                                     "for i in 1; do echo before; tools doze; echo after; done"])
 def test_the_runs_timeout_ends_a_tool_call_still_running(project, script):
@@ -544,6 +556,7 @@ def _sync_tool_that_looks_at_the_cancel(started: threading.Event, saw_cancel: th
     return walk
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["echo before; tools walk; echo after",
                                     "for i in 1; do echo before; tools walk; echo after; done"])
 def test_a_sync_tool_at_work_sees_the_runs_timeout_and_interrupt(project, python_sigint, script):
@@ -576,6 +589,7 @@ def test_a_sync_tool_at_work_sees_the_runs_timeout_and_interrupt(project, python
             assert result.interrupted and result.exit_code == 130
 
 
+@pytest.mark.slow
 def test_the_runs_timeout_ends_the_run_when_a_sync_tool_never_returns(project):
     # A tool that does not look at the cancel keeps the script's thread: the cell still ends
     # soon after the timeout (the run is left to end on its own thread, as after an interrupt),
@@ -612,6 +626,7 @@ def test_the_runs_timeout_ends_the_run_when_a_sync_tool_never_returns(project):
     assert not later_calls
 
 
+@pytest.mark.slow
 def test_the_runs_timeout_counts_from_the_start_not_from_the_question_before_it(project):
     # The clock started with the cell: a person who took longer than [shell] timeout to answer
     # the question before the start got a script that never ran, ended by a limit it never reached.

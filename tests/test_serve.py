@@ -92,6 +92,7 @@ def recorded(record: Path) -> list[dict]:
 # -- the list ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_list_is_bash_the_file_tools_and_keep_visible(tmp_path):
     record = tmp_path / "record.jsonl"
     work = project(tmp_path, recorder_server_section(record),
@@ -119,6 +120,7 @@ def call_error_codes() -> set[str]:
     return {c.code for c in below(CallError)}
 
 
+@pytest.mark.slow
 def test_bash_description_is_written_for_a_model_and_short(tmp_path):
     work = project(tmp_path, "")
 
@@ -139,6 +141,7 @@ def test_bash_description_is_written_for_a_model_and_short(tmp_path):
     assert bash_tool.input_schema["required"] == ["script"]
 
 
+@pytest.mark.slow
 def test_the_file_tools_are_listed_tersely_with_their_real_keys(tmp_path):
     work = project(tmp_path, "")
 
@@ -159,6 +162,7 @@ def test_the_file_tools_are_listed_tersely_with_their_real_keys(tmp_path):
             {k: v["type"] for k, v in full["properties"].items()}
 
 
+@pytest.mark.slow
 def test_enabled_false_lists_every_tool_directly_and_deny_rules_hide_tools(tmp_path):
     record = tmp_path / "record.jsonl"
     work = project(tmp_path, recorder_server_section(record), "[tools_in_shell]\nenabled = false\n",
@@ -178,6 +182,7 @@ def test_enabled_false_lists_every_tool_directly_and_deny_rules_hide_tools(tmp_p
     assert pulls.title == "List pull requests" and pulls.annotations.read_only_hint is True
 
 
+@pytest.mark.slow
 def test_a_denied_tool_is_in_no_list_the_bash_help_and_search_included(tmp_path):
     record = tmp_path / "record.jsonl"
     work = project(tmp_path, recorder_server_section(record), '[tools_in_shell]\nkeep_visible = ["mcp_github__delete_repo"]\n',
@@ -197,6 +202,7 @@ def test_a_denied_tool_is_in_no_list_the_bash_help_and_search_included(tmp_path)
 # -- bash ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bash_runs_a_script_with_tools_inside(tmp_path):
     record = tmp_path / "record.jsonl"
     work = project(tmp_path, recorder_server_section(record))
@@ -212,6 +218,7 @@ def test_bash_runs_a_script_with_tools_inside(tmp_path):
     assert result.content[0].text.startswith("toolkernel\ndone")
 
 
+@pytest.mark.slow
 def test_bash_failure_has_the_seed_error_line_and_exit_code(tmp_path):
     work = project(tmp_path, "")
 
@@ -224,6 +231,7 @@ def test_bash_failure_has_the_seed_error_line_and_exit_code(tmp_path):
     assert json.loads(body_["stderr"].strip().splitlines()[-1])["error"]["code"] == "unknown_command"
 
 
+@pytest.mark.slow
 def test_bash_moves_aside_a_module_the_script_planted_and_says_so_last(tmp_path):
     # The same Bashkit run as a cell's: `json.py` at the top would be what a Python started
     # there imports for `import json`.
@@ -240,6 +248,7 @@ def test_bash_moves_aside_a_module_the_script_planted_and_says_so_last(tmp_path)
     assert [p.read_text() for p in (work / ".toolkernel" / "quarantine").glob("*/json.py")] == ["import os\n"]
 
 
+@pytest.mark.slow
 def test_images_come_back_as_image_content_and_files(tmp_path):
     work = project(tmp_path, server_section("pics", "images.py"), policy_section(allow=["mcp_pics__red_square"]))
 
@@ -259,6 +268,7 @@ def assert_one_image(result: types.CallToolResult, work: Path) -> None:
     assert len(saved) == 1 and saved[0].read_bytes() == base64.b64decode(images[0].data)
 
 
+@pytest.mark.slow
 def test_large_output_comes_back_as_head_and_tail_with_the_saved_path(tmp_path):
     work = project(tmp_path, "")
 
@@ -283,6 +293,7 @@ def assert_head_and_tail(stdout: str, work: Path) -> None:
 # -- asking the person -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_elicitation_that_allows_runs_the_script_in_the_same_call(tmp_path):
     record = tmp_path / "record.jsonl"
     work = project(tmp_path, recorder_server_section(record), policy_section(ask=["mcp_github__delete_branch"]))
@@ -300,6 +311,7 @@ def test_elicitation_that_allows_runs_the_script_in_the_same_call(tmp_path):
     assert [r["tool"] for r in recorded(record)] == ["delete_branch"]
 
 
+@pytest.mark.slow
 def test_elicitation_that_denies_runs_nothing_and_the_report_says_so(tmp_path):
     record = tmp_path / "record.jsonl"
     work = project(tmp_path, recorder_server_section(record), policy_section(ask=["mcp_github__delete_branch"]))
@@ -316,6 +328,7 @@ def test_elicitation_that_denies_runs_nothing_and_the_report_says_so(tmp_path):
     assert stopped["approval"] == "denied" and stopped["before_start"] is True
 
 
+@pytest.mark.slow
 def test_a_client_without_elicitation_gets_needs_approval(tmp_path):
     record = tmp_path / "record.jsonl"
     work = project(tmp_path, recorder_server_section(record), policy_section(ask=["mcp_github__delete_branch"]))
@@ -331,6 +344,7 @@ def test_a_client_without_elicitation_gets_needs_approval(tmp_path):
     assert "needs_approval" in result.content[0].text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("why, path", [
     ("an ask rule", "x.txt"),
     ("what scripts must not write", "toolkernel.toml"),  # the mount plan, worked out for this call
@@ -428,6 +442,7 @@ HELLO = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
 ACCEPT = {"Accept": "application/json, text/event-stream"}
 
 
+@pytest.mark.slow
 def test_http_requests_without_the_token_are_refused(http_server):
     url, token, _, _ = http_server
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": token}):
@@ -453,6 +468,7 @@ def serving_untold(work: Path, *extra: str, given: str | None = None):
         proc.wait(timeout=60)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("given", [None, ""])
 def test_loopback_without_a_token_gets_a_new_one_shown_at_the_start(tmp_path, given):
     # Loopback is every local user's and every program's: a served shell must not be open to
@@ -470,6 +486,7 @@ def test_loopback_without_a_token_gets_a_new_one_shown_at_the_start(tmp_path, gi
         assert "bash" in run(listed)
 
 
+@pytest.mark.slow
 def test_no_token_serves_loopback_open_and_never_off_it(tmp_path):
     with serving_untold(project(tmp_path), "--no-token") as (url, _):
         assert httpx.post(url, json=HELLO, headers=ACCEPT, timeout=WAIT).status_code == 200
@@ -479,12 +496,14 @@ def test_no_token_serves_loopback_open_and_never_off_it(tmp_path):
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_off_loopback_without_a_token_does_not_start(tmp_path):
     done = subprocess.run([sys.executable, "-m", "toolkernel", "serve", "--http", "0.0.0.0:8999"],
                           cwd=tmp_path, env=server_env(), capture_output=True, text=True, timeout=WAIT)
     assert done.returncode == 2 and "--token" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_two_http_sessions_do_not_see_each_others_runs(http_server):
     url, token, record, _ = http_server
     results: dict[str, Any] = {}
@@ -509,6 +528,7 @@ def test_two_http_sessions_do_not_see_each_others_runs(http_server):
     assert recorded(record) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("decision", ["once", "deny"])
 def test_elicitation_over_http_asks_the_client_that_made_the_call(http_server, decision):
     url, token, record, _ = http_server
@@ -529,6 +549,7 @@ def test_elicitation_over_http_asks_the_client_that_made_the_call(http_server, d
         assert result["report"]["tools"]["stopped"]["approval"] == "denied" and recorded(record) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("decision, approval", [("once", "granted"), ("deny", "denied")])
 def test_mid_run_the_script_stops_and_the_report_carries_the_answer(tmp_path, decision, approval):
     record = tmp_path / "record.jsonl"
@@ -551,6 +572,7 @@ def test_mid_run_the_script_stops_and_the_report_carries_the_answer(tmp_path, de
         assert len(asked) == 2 and recorded(record) == []
 
 
+@pytest.mark.slow
 def test_mid_run_over_http_the_person_is_asked_and_the_report_says_granted(http_server):
     url, token, record, _ = http_server
     asked: list = []
@@ -567,6 +589,7 @@ def test_mid_run_over_http_the_person_is_asked_and_the_report_says_granted(http_
     assert recorded(record) == [{"tool": "delete_branch", "input": {"branch": "mid-run"}}]
 
 
+@pytest.mark.slow
 def test_over_http_the_list_images_and_large_outputs_are_as_over_stdio(http_server):
     url, token, _, work = http_server
 
@@ -582,6 +605,7 @@ def test_over_http_the_list_images_and_large_outputs_are_as_over_stdio(http_serv
     assert_head_and_tail(big.structured_content["stdout"], work)
 
 
+@pytest.mark.slow
 def test_enabled_false_over_http_lists_and_calls_every_tool_directly(tmp_path):
     record = tmp_path / "record.jsonl"
     work = project(tmp_path, recorder_server_section(record), "[tools_in_shell]\nenabled = false\n",
@@ -600,6 +624,7 @@ def test_enabled_false_over_http_lists_and_calls_every_tool_directly(tmp_path):
     assert recorded(record) == [{"tool": "delete_branch", "input": {"branch": "old"}}]
 
 
+@pytest.mark.slow
 def test_a_once_answer_counts_only_for_the_http_session_that_asked(http_server):
     url, token, record, work = http_server
     script = "b=shared\ntools github delete_branch branch=$b && echo deleted"
@@ -636,6 +661,7 @@ def pending_ids(work: Path) -> list[str]:
     return sorted(p.name[:-5] for p in folder.glob("*.json") if not p.name.endswith(".answer.json"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("decision", ["once", "always", "deny"])
 def test_a_person_answers_in_a_terminal_while_the_agent_waits(tmp_path, decision):
     record = tmp_path / "record.jsonl"
@@ -690,6 +716,7 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_an_http_session_that_ends_has_its_mcp_servers_stopped(tmp_path):
     # Each HTTP session has a Session of its own, with its own MCP servers: kept until serve
     # stopped, they piled up with every client that came and went.
@@ -734,6 +761,7 @@ def test_clients_idle_past_the_sdks_timeout_are_closed_and_a_later_call_gets_a_f
         server.close()
 
 
+@pytest.mark.slow
 def test_a_clients_idle_time_counts_from_the_end_of_its_run_not_its_start(tmp_path):
     # The SDK keeps a session while a request is in flight: a run longer than the idle time
     # must not lose its Session (once-grants, pending approvals) the moment it ends.

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import anyio
 import nbformat
+import pytest
 from jupyter_client import KernelManager
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -50,6 +51,7 @@ def text(result) -> str:
     return "".join(c.text for c in result.content if c.type == "text")
 
 
+@pytest.mark.slow
 def test_two_serve_sessions_on_two_notebooks_never_cross_talk(tmp_path):
     work = project(tmp_path, POLICY)
     for name in ("a.ipynb", "b.ipynb"):
@@ -86,6 +88,7 @@ def test_two_serve_sessions_on_two_notebooks_never_cross_talk(tmp_path):
     assert seen["a"]["who"].split()[1] != seen["b"]["who"].split()[1]  # two kernels
 
 
+@pytest.mark.slow
 def test_cells_run_through_serve_are_an_agents(tmp_path):
     work = project(tmp_path, POLICY)
     new_notebook(work / "nb.ipynb")
@@ -105,6 +108,7 @@ def test_cells_run_through_serve_are_an_agents(tmp_path):
     assert "needs_approval" in text(touched) and not (work / "made.txt").exists()  # asked, not run
 
 
+@pytest.mark.slow
 def test_an_agents_bash_cell_that_needs_a_person_is_asked_through_the_clients_elicitation(tmp_path):
     work = project(tmp_path, POLICY)
     new_notebook(work / "nb.ipynb")
@@ -122,6 +126,7 @@ def test_an_agents_bash_cell_that_needs_a_person_is_asked_through_the_clients_el
     assert len(asked) == 1 and "touch made.txt" in asked[0].message
 
 
+@pytest.mark.slow
 def test_an_agents_bash_cell_waits_for_toolkernel_approve_when_the_client_cannot_ask(tmp_path):
     import json
 
@@ -147,6 +152,7 @@ def test_an_agents_bash_cell_waits_for_toolkernel_approve_when_the_client_cannot
     assert not again.is_error and "made" in text(again) and (work / "made.txt").exists(), text(again)
 
 
+@pytest.mark.slow
 def test_an_agents_arithmetic_attack_through_serve_runs_nothing(tmp_path):
     # Issue 34's attack: no command for the checker to see; bash evaluates the variable's text
     # as arithmetic and the subscript in it runs `touch`. Asked now (nobody answers: not run).
@@ -165,6 +171,7 @@ def test_an_agents_arithmetic_attack_through_serve_runs_nothing(tmp_path):
     assert not (work / "pwn3").exists() and not (work / "pwn4").exists()
 
 
+@pytest.mark.slow
 def test_notebook_options_without_a_notebook_or_a_kernel_are_one_line_errors(tmp_path):
     work = project(tmp_path, "")
     for options in (["--kernel", "python3"], ["--notebook", "nb.ipynb"],
@@ -197,6 +204,7 @@ def assert_read_edit_run(got: dict) -> None:
     assert "total = shared + 1" in text(got["read"])
 
 
+@pytest.mark.slow
 def test_serve_pairs_a_running_kernel_by_its_connection_file_and_leaves_it_running(tmp_path):
     work = project(tmp_path, POLICY)
     new_notebook(work / "nb.ipynb")
@@ -226,6 +234,7 @@ def test_serve_pairs_a_running_kernel_by_its_connection_file_and_leaves_it_runni
         manager.cleanup_resources()
 
 
+@pytest.mark.slow
 def test_serve_pairs_a_notebook_through_a_jupyter_server(tmp_path, tmp_path_factory):
     work = project(tmp_path, POLICY)
     new_notebook(work / "nb.ipynb")

@@ -258,6 +258,7 @@ def test_a_failing_script_keeps_its_exit_code_and_is_checked(session, work):
     assert result.exit_code == 7 and "json.py" in quarantined(work)
 
 
+@pytest.mark.slow
 def test_a_run_ended_by_its_timeout_is_checked_and_says_so_last(work):
     @tool("doze", description="Waits a minute.", kind="read", input_schema={"type": "object"})
     async def doze(arguments, ctx):
@@ -373,6 +374,7 @@ def _fresh_import(work: Path, module: str) -> str:
         kernel.shutdown()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_restarted_kernel_imports_the_installed_module_not_the_planted_one(work):
     plant = PLANT % str(work.parent / "pwned")
@@ -384,6 +386,7 @@ def test_a_restarted_kernel_imports_the_installed_module_not_the_planted_one(wor
     assert f"toolkernel: moved {PACKAGE}.py, written while this script ran" in planting.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_kernel_restarted_while_the_script_runs_moves_what_it_wrote(work):
     # A person restarts a kernel whose script hangs: the kernel exits normally (atexit), and the

@@ -119,6 +119,7 @@ def test_seed_example_runs_unchanged(session):
 # -- help, search, names -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_top_help_counts_tools_and_marks_on_demand_servers(workdir):
     fresh = new_session(workdir)
     try:
@@ -143,6 +144,7 @@ def test_server_help_lists_its_tools(session):
     assert "create-issue" not in sink.stdout_text  # denied whatever its input
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["tools github get-pull --help", "tools mcp_github__get_pull --help"])
 def test_mcp_tool_help_shows_the_input_schema(session, script):
     result, sink = run(session, script)
@@ -159,6 +161,7 @@ def test_own_tool_help_shows_the_input_schema(session):
     assert '"repo"' in sink.stdout_text and "Input schema:" in sink.stdout_text
 
 
+@pytest.mark.slow
 def test_search_ranks_name_matches_above_description_matches(session):
     result, sink = run(session, "tools search docs issue title")
     assert result.exit_code == 0, sink.stderr_text
@@ -172,6 +175,7 @@ def test_search_ranks_name_matches_above_description_matches(session):
     assert "tools github get-pull" in sink.stdout_text and "tools github list-pulls" in sink.stdout_text
 
 
+@pytest.mark.slow
 def test_search_that_matches_an_on_demand_server_loads_it(workdir):
     fresh = new_session(workdir)
     try:
@@ -184,6 +188,7 @@ def test_search_that_matches_an_on_demand_server_loads_it(workdir):
         fresh.close()
 
 
+@pytest.mark.slow
 def test_naming_an_on_demand_server_loads_it_in_the_same_run(workdir):
     fresh = new_session(workdir)
     try:
@@ -429,6 +434,7 @@ def badschema_session(tmp_path, monkeypatch):
     session.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tool, problem", [
     ("bad_type", "at properties/n/type: 'integr' is not valid"),
     ("bad_ref", "PointerToNowhere: '/$defs/missing'"),
@@ -460,6 +466,7 @@ def test_deeply_nested_input_is_one_invalid_input_line(session, script):
     assert sink.stderr_text.count("\n") == 1, sink.stderr_text
 
 
+@pytest.mark.slow
 def test_a_server_that_hangs_at_start_gives_its_error_line_past_thirty_seconds(tmp_path, monkeypatch):
     # Bashkit's default limit (30 s) once ended the script first and the line was lost.
     for key, value in isolated_env(tmp_path).items():
@@ -479,6 +486,7 @@ def test_a_server_that_hangs_at_start_gives_its_error_line_past_thirty_seconds(t
     assert sink.stdout_text == "after\n"
 
 
+@pytest.mark.slow
 def test_tools_a_deny_rule_covers_whatever_the_input_are_left_out_of_every_list(tmp_path, monkeypatch):
     for key, value in isolated_env(tmp_path).items():
         monkeypatch.setenv(key, value)

@@ -47,6 +47,7 @@ def started(session: Session) -> bool:
     return session._pool is not None and session.pool.loaded("docs")
 
 
+@pytest.mark.slow
 def test_a_kept_list_answers_help_and_search_without_starting_the_server(workdir, sessions):
     first = sessions(workdir)
     code, out, err = run(first, "tools docs --help")
@@ -64,6 +65,7 @@ def test_a_kept_list_answers_help_and_search_without_starting_the_server(workdir
     assert not started(later)
 
 
+@pytest.mark.slow
 def test_a_call_starts_the_server_and_uses_its_own_list(workdir, sessions):
     run(sessions(workdir), "tools docs --help")
     later = sessions(workdir)
@@ -72,6 +74,7 @@ def test_a_call_starts_the_server_and_uses_its_own_list(workdir, sessions):
     assert started(later)
 
 
+@pytest.mark.slow
 def test_a_changed_config_makes_the_kept_list_stale(workdir, sessions):
     run(sessions(workdir), "tools docs --help")
     write_config(workdir, docs_config(description="Docs, moved"))
@@ -90,6 +93,7 @@ def test_a_search_with_nothing_kept_starts_the_server_once(workdir, sessions):
     assert (workdir / KEPT).exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content", [
     "not json",
     json.dumps({"version": 2, "servers": {}}),
@@ -109,6 +113,7 @@ def test_a_malformed_kept_list_counts_as_none(workdir, sessions, content):
     assert started(later)
 
 
+@pytest.mark.slow
 def test_a_hostile_kept_list_changes_no_call(workdir, sessions):
     """A kept list naming a tool the server does not have, or describing a real one as harmless,
     only changes what help shows: calls use the started server's own list and policy."""
@@ -141,6 +146,7 @@ def test_a_kept_lists_control_characters_are_shown_escaped(workdir, sessions):
         assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out, script
 
 
+@pytest.mark.slow
 def test_a_server_descriptions_control_characters_are_shown_escaped(workdir, sessions):
     """The description in a (trusted, perhaps cloned) config is text, in every help that shows it."""
     write_config(workdir, docs_config("Docs.\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2K\u202e"))
@@ -151,6 +157,7 @@ def test_a_server_descriptions_control_characters_are_shown_escaped(workdir, ses
         assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out, script
 
 
+@pytest.mark.slow
 def test_scripts_cannot_write_the_kept_lists(workdir, sessions):
     session = sessions(workdir)
     run(session, "tools docs --help")

@@ -41,6 +41,7 @@ def user_config(workdir: Path, text: str) -> None:
     (folder / "toolkernel.toml").write_text(text)
 
 
+@pytest.mark.slow
 def test_an_untrusted_project_only_tightens_until_trusted_and_again_after_a_change(tmp_path):
     record = tmp_path / "record.jsonl"
     work = tmp_path / "project"
@@ -84,6 +85,7 @@ def test_an_untrusted_project_only_tightens_until_trusted_and_again_after_a_chan
         kernel.close()
 
 
+@pytest.mark.slow
 def test_trust_all_trusts_every_folder(tmp_path):
     record = tmp_path / "record.jsonl"
     work = write_project(tmp_path / "project", recorder_server_section(record),

@@ -10,6 +10,7 @@ import shutil
 import nbformat
 import pytest
 from conftest import SERVER_TOKEN, call, start_server, stop_server
+from jupyter_server_helpers import keep_waiting_for_slow_documents
 from nbformat.v4 import new_code_cell, new_notebook
 
 from toolkernel._loop import run
@@ -43,7 +44,9 @@ def browser_page():
     with playwright_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
         try:
-            yield browser.new_page()
+            page = browser.new_page()
+            keep_waiting_for_slow_documents(page)
+            yield page
         finally:
             browser.close()
 

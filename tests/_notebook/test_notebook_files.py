@@ -199,6 +199,7 @@ OUTSIDE_WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_an_outside_save_during_an_edit_is_never_lost(rich, ctx):
     stop = rich.parent / "stop"
     writer = subprocess.Popen([sys.executable, "-c", OUTSIDE_WRITER, str(rich), str(stop)],

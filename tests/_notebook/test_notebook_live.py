@@ -185,6 +185,7 @@ def read_in_a_script(server, workdir, notebook: str):
         session.close()
 
 
+@pytest.mark.slow
 def test_unpairing_from_a_server_that_died_forgets_every_pairing_and_says_which_did_not_close(
         tmp_path_factory, kernel_dir_ctx):
     process, server = start_server(tmp_path_factory, f"--ServerApp.jpserver_extensions={NO_COLLABORATION}")
@@ -526,6 +527,7 @@ def wait_saved(path, check, timeout: float = 120.0) -> nbformat.NotebookNode:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_the_shared_document_is_opened_again_after_the_server_restarts(tmp_path_factory, kernel_dir_ctx):
     pytest.importorskip("jupyter_server_ydoc")
     args = ("--YDocExtension.document_save_delay=0.3",)

@@ -84,6 +84,7 @@ def test_existing_kernel_timeout_interrupts_through_the_kernel(outside_kernel, c
     assert outside_kernel.is_alive()
 
 
+@pytest.mark.slow
 def test_existing_kernel_that_died_is_unavailable_and_not_restarted_by_us(ctx):
     manager = KernelManager(kernel_name="python3")
     manager.start_kernel()

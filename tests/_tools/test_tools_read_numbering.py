@@ -35,6 +35,7 @@ LINES = st.lists(st.text(alphabet=st.characters(blacklist_characters="\r\n\0", b
                          max_size=30), max_size=12)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(lines=LINES, ends_with_newline=st.booleans(), bom=st.booleans(),
        offset=st.integers(0, 14), limit=st.integers(1, 14))
@@ -54,6 +55,7 @@ _BYTES_LINES = st.lists(st.one_of(st.binary(max_size=8).filter(lambda b: b"\n" n
                                   st.sampled_from([b"ok", b"\xc3\xa9", b"\xe2\x82", b"\xff"])), max_size=10)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(lines=_BYTES_LINES, offset=st.integers(0, 12), limit=st.integers(1, 12))
 def test_bytes_that_are_not_utf8_outside_the_window_are_not_read(numbered_text, lines, offset, limit):
@@ -88,6 +90,7 @@ _NEAR_THE_CUT = st.builds(lambda char, count: char * count, st.sampled_from(["x"
                           st.sampled_from([499, 500, 501, 666, 667, 668, 999, 1000, 1001, 1999, 2000, 2001]))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(lines=st.lists(st.one_of(_NEAR_THE_CUT, st.just("short")), min_size=1, max_size=5),
        offset=st.integers(0, 5), limit=st.integers(1, 5))
@@ -110,6 +113,7 @@ def test_numbers_past_the_made_prefixes_are_formatted_alike(monkeypatch):
     assert made == _numbered_window(io.BytesIO(data), "f.txt", 2, 6)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(before=st.lists(st.integers(0, 1200), max_size=4), char=st.sampled_from(["x", "é", "€", "😀"]),
        count=st.integers(490, 2100), after=st.lists(st.integers(0, 1200), max_size=4))
@@ -152,6 +156,7 @@ def test_a_file_changed_in_place_is_read_anew_whatever_its_size_and_times(tmp_pa
 _WINDOWS = st.lists(st.tuples(st.integers(0, 8), st.integers(1, 8), st.booleans()), min_size=1, max_size=6)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(lines=LINES, bom=st.booleans(), windows=_WINDOWS)
 def test_windows_read_one_after_another_are_each_what_a_first_read_gives(tmp_path_factory, lines, bom, windows):
@@ -186,6 +191,7 @@ _SHAPED = st.lists(st.sampled_from(["", "%", "%%", "%s", "%b", "100%", "a%\tb", 
                    max_size=12)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(lines=st.one_of(LINES, _SHAPED), ends_with_newline=st.booleans(), bom=st.booleans(),
        limit=st.integers(1, 14))
@@ -213,6 +219,7 @@ def test_the_whole_file_in_one_formatting_takes_what_it_is_made_for(monkeypatch)
     assert _numbered_whole(data, 10)[0] == _numbered_window(io.BytesIO(data), "f.txt", 0, 10)
 
 
+@pytest.mark.slow
 def test_a_million_lines_and_more_are_numbered_as_the_reader_does(numbered_text):
     """Past 999,999 the number is wider than its six places, in both."""
     data = b"\n" * 1_000_002
@@ -221,6 +228,7 @@ def test_a_million_lines_and_more_are_numbered_as_the_reader_does(numbered_text)
     assert numbered.endswith("999999\t\n1000000\t\n1000001\t\n1000002\t")
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(lengths=st.lists(st.integers(0, 4500), min_size=1, max_size=6), newline_last=st.booleans())
 def test_the_look_for_a_long_line_is_exact(lengths, newline_last):
@@ -247,6 +255,7 @@ _ANY_LINES = st.lists(st.one_of(st.binary(max_size=12), st.sampled_from([b"\n", 
                       max_size=20)
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(pieces=_ANY_LINES, offset=st.integers(0, 25), limit=st.integers(1, 25), max_line=st.integers(0, 30))
 def test_the_c_numbering_gives_what_the_python_pieces_give_for_any_bytes(numbered_text, pieces, offset, limit, max_line):
@@ -268,6 +277,7 @@ def _as_bytes(made, data: bytes):
     return made
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(lengths=st.lists(st.integers(0, 80), max_size=40), high=st.sampled_from([b"", b"\xc3\xa9", b"\xff"]),
        at=st.integers(0, 4000), offset=st.integers(0, 3), limit=st.sampled_from([1, 5, 40, 2000]),

@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from jupyter_server_helpers import free_port, stop_server
+from jupyter_server_helpers import free_port, keep_waiting_for_slow_documents, stop_server
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -156,6 +156,7 @@ def test_approval_buttons_report_and_sidebar_in_jupyterlab(lab):
             "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
             "--disable-extensions", "--no-first-run"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        keep_waiting_for_slow_documents(page)
         page.set_default_timeout(WAIT_MS)
         expect.set_options(timeout=WAIT_MS)
         steps = Steps(page, artifacts)
@@ -225,6 +226,7 @@ def test_the_question_and_the_report_show_a_bidi_override_escaped(lab):
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
             "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        keep_waiting_for_slow_documents(page)
         page.set_default_timeout(WAIT_MS)
         expect.set_options(timeout=WAIT_MS)
         steps = Steps(page, Path(tempfile.mkdtemp(prefix="toolkernel-lab-bidi-")))
