@@ -47,7 +47,8 @@ class PolicySection(Mapping[str, Any]):
         return len(self._keys())
 
     def _keys(self) -> tuple[str, ...]:
-        return (*[name for name in ("mode", "mode_ceiling") if getattr(self, name) is not None], *RULE_LISTS)
+        return (*[name for name in ("mode", "mode_ceiling") if getattr(self, name) is not None],
+                *[name for name in RULE_LISTS if name != "network" or self.network])
 
     def then(self, nearer: "PolicySection") -> "PolicySection":
         """This policy with a nearer file's after it: rule lists concatenate, its mode wins."""

@@ -200,11 +200,13 @@ class _Place:
         self._places = places
         self._held = True
 
-    def release(self) -> None:
-        """On the connection's own thread, which is no longer one of those reading."""
+    def release(self, *, serving: bool = False) -> None:
+        """On the connection's own thread, which is no longer one of those reading (`serving`:
+        it goes on to serve the call; else it ends)."""
         if self._held:
             self._held = False
-            threading.current_thread().name = SERVING
+            if serving:
+                threading.current_thread().name = SERVING
             self._places.release()
 
 
@@ -235,7 +237,7 @@ class _Handler(socketserver.BaseRequestHandler):
         except _TooLarge:
             return _failure(InvalidInput(f"the call's arguments are larger than the {_MAX_ARGS >> 20} MiB a"
                                          " command line takes; give a large input on stdin (`-`)"))
-        self.place.release()  # the request is whole: the call is the run's own work from here
+        self.place.release(serving=True)  # the request is whole: the call is the run's own work from here
         try:
             return self._serve(wire, run, fields)
         except (OSError, ValueError):
