@@ -322,3 +322,28 @@ def test_an_untrusted_files_network_rules_do_not_count():
 
     section = PolicySection(allow=(parse_rule("read_file"),), network=(parse_rule("Bash(curl *)"),))
     assert section.tightening().network == () and section.then(section).network == section.network * 2
+
+
+@needs_sandbox
+def test_tools_reach_the_kernel_when_the_channel_lies_in_a_hidden_folder(project, tmp_path, monkeypatch):
+    # A session's temporary files may live in $XDG_RUNTIME_DIR, which the sandbox hides.
+    import tempfile
+
+    from toolkernel._runners._hostbash._channel import Channel
+    from toolkernel._runners._hostbash._runner import HostBashRunner
+
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.setattr(tempfile, "tempdir", str(runtime))
+    session, _ = project
+    channel = Channel()
+    try:
+        assert str(channel.folder).startswith(str(runtime))
+        sink = RecordingSink()
+        result = session.run_script("tools read-file path=r.txt && ls $XDG_RUNTIME_DIR | wc -l", sink,
+                                    runner=HostBashRunner(channel, agent=True))
+        assert result.exit_code == 0, "".join(sink.err)
+        assert "".join(sink.out).split()[-1] == "1"  # only the channel's own folder shows there
+    finally:
+        channel.close()

@@ -140,11 +140,10 @@ def _private_tmp() -> str:
 
 
 def _bubblewrapped(argv: Sequence[str], plan: Plan) -> list[str]:
-    """The order matters: later mounts go over earlier ones."""
+    """The order matters: later mounts go over earlier ones. The channel (`visible`) comes
+    last, so that it is there even where its folder lies in a hidden one (`$XDG_RUNTIME_DIR`)."""
     path = _bwrap_path()
     args = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    for place in plan.visible:
-        args += ["--ro-bind", place, place]
     for place in plan.writable:
         args += ["--bind", place, place]
     for place in plan.read_only:
@@ -152,6 +151,8 @@ def _bubblewrapped(argv: Sequence[str], plan: Plan) -> list[str]:
             args += ["--ro-bind", place, place]
     for place in plan.hidden:
         args += _hide(place)
+    for place in plan.visible:
+        args += ["--ro-bind", place, place]
     # No `--new-session`: the caller's process group holds bwrap and what it runs, so one
     # `killpg` still ends them all (none has a terminal to abuse: they start in a session
     # of their own).
