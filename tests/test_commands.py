@@ -549,6 +549,14 @@ def test_lint_reports_a_config_error_and_a_clean_config(project, capsys):
     assert "no problems found" in capsys.readouterr().out
 
 
+def test_lint_takes_bash_rules_as_rules_for_an_agents_cells_not_as_tool_names(project):
+    write_config(project, command_tool("fine", ["echo", "{{ input.a }}"], parameters=STRINGS)
+                 + '[policy]\nallow = ["Bash(echo *)"]\ndeny = ["Bash(rm *)"]\n'
+                 + 'network = ["Bash(pip install *)", "tool__fine", "tool__gone"]\n')
+    assert [(f.key, f.problem) for f in lint(project)] == [
+        ("policy.network[2]", "\"tool__gone\": no command tool is named 'gone'")]
+
+
 def test_lint_reports_every_config_error_with_the_name_findings(project, capsys):
     config = (command_tool("e", []) + command_tool("b", ["{{#if input.x}}"])
               + '[policy]\nallow = ["a b c", "nothing_here"]\ndeny = [1]\n\n[shell]\ntimeout = 0\n')

@@ -22,6 +22,7 @@ from .._config._commands import QUALIFIED_PREFIX
 from .._providers._commands import check_names, undeclared_references
 from .._config._config import Config, read_config
 from .._config._policy import RULE_LISTS
+from .._config._rules import is_bash_rule
 from .._config._sources import Source
 from .._errors import ConfigError, printable
 
@@ -80,6 +81,8 @@ class _Names:
 
     def problem(self, pattern: str) -> str | None:
         """Why the tool pattern names nothing that is or could be, or None."""
+        if is_bash_rule(pattern):
+            return None  # an agent's %%bash commands, not a tool (the reader checked its syntax)
         words = pattern.split("(", 1)[0].split()
         if len(words) > 1 and words[0] == "tools":
             words = words[1:]
