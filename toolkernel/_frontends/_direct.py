@@ -35,6 +35,7 @@ from .._approval._approver import Approver, StdinApprover, asking, stop_and_repo
 from .._session import Session
 from .._runners._shell import ScriptEvents, answering
 from .._runners._hostbash._cell import in_agent_cell
+from . import _jq
 
 
 async def _call(session: Session, argv: list[str], base: dict[str, Any] | None,
@@ -79,9 +80,16 @@ class _Text(str):
 
 def call_argv(session: Session, argv: list[str], base: dict[str, Any] | None = None,
               on_image: Callable[[Any], None] = lambda path: None,
-              ask: Callable[[str], str] | None = None) -> Any:
+              ask: Callable[[str], str] | None = None, jq: Any = None) -> Any:
     """One call; with `ask` (such as `input`), a call that needs a person asks here,
-    as a script's call does, instead of stopping for `%tools approve`."""
+    as a script's call does, instead of stopping for `%tools approve`. `jq`, a program of
+    `_jq.compiled`, shapes the result (help text is left as it is)."""
+    value = _call_argv(session, argv, base, on_image, ask)
+    return value if jq is None or is_help_text(value) else _jq.outputs(jq, value)
+
+
+def _call_argv(session: Session, argv: list[str], base: dict[str, Any] | None,
+               on_image: Callable[[Any], None], ask: Callable[[str], str] | None) -> Any:
     if _loop.on_private_loop():
         raise RuntimeError("toolkernel.call() called from its own event loop thread")
     if _loop.free_here():

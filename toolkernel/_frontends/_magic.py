@@ -105,6 +105,7 @@ class ToolsMagics(Magics):
     def tools(self, line: str, cell: str | None = None) -> Any:
         """%%tools: run the cell as a shell script where `tools` reaches every tool.
         %tools ...: one `tools` command; calls return their result as a Python value.
+        %tools ... --jq FILTER: the result through a jq filter (one output, or a list of them)
         %tools approve [--always] | deny | approvals [--revoke RULE] | pair NOTEBOOK ... | unpair
         %tools trust [DIR]: trust a folder's toolkernel config as it is now (see the README)
         %tools lint: check the config (rules, hooks, command tools) without starting anything
@@ -148,9 +149,10 @@ class ToolsMagics(Magics):
         _answers, call_argv, is_help_text = _line_parts()
         if argv and (argv[0] == "trust" or argv[0] in _answers.SUBCOMMANDS):
             return self._manage(argv)
+        argv, program = _jq_option(argv)
         try:
             value = call_argv(self.session, argv, on_image=show_image,
-                              ask=input if _stdin_allowed(self.shell) else None)
+                              ask=input if _stdin_allowed(self.shell) else None, jq=program)
         except KeyboardInterrupt:  # one line, not the traceback of the wait
             # Not "not made": the interrupt may land while the tool runs (direct calls run in place).
             sys.stderr.write("tools: interrupted; the call was cancelled"
@@ -195,6 +197,30 @@ def _line_parts():
     from ._direct import call_argv, is_help_text
 
     return _answers, call_argv, is_help_text
+
+
+def _jq_option(argv: list[str]) -> tuple[list[str], Any]:
+    """`--jq FILTER` (or `--jq=FILTER`) taken out of a `%tools` line, the filter compiled.
+    It is the line's own option: a tool's argument named `jq` is given as `jq=...`."""
+    from . import _jq
+
+    rest, filters = [], []
+    words = iter(argv)
+    for word in words:
+        if word == "--jq":
+            filters.append(next(words, None))
+        elif word.startswith("--jq="):
+            filters.append(word.removeprefix("--jq="))
+        else:
+            rest.append(word)
+    if not filters:
+        return argv, None
+    if len(filters) > 1 or filters[0] is None:
+        raise UsageError("%tools: --jq takes one FILTER, once (--jq '.[] | .number')")
+    try:
+        return rest, _jq.compiled(filters[0])
+    except CallError as exc:
+        raise UsageError(f"%tools --jq: {exc.message}") from None
 
 
 def _refuse_agent_approval(shell, argv: list[str]) -> None:
