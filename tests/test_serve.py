@@ -639,7 +639,7 @@ def test_a_person_answers_in_a_terminal_while_the_agent_waits(tmp_path, decision
     listed = seen["listed"]
     assert listed.returncode == 0 and request["id"] in listed.stdout
     assert 'tools github delete-branch {"branch": "old"}' in listed.stdout
-    assert "always adds the allow rule mcp_github__delete_branch" in listed.stdout
+    assert "always allows tools github delete-branch from now on (the rule mcp_github__delete_branch)" in listed.stdout
     assert seen["answered"].returncode == 0, seen["answered"].stderr
     assert "no call waits" in seen["after"].stdout
     if decision == "deny":
