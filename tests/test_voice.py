@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_helpers import github_toml, loaded_kernel, policy_toml, write_config
+from kernel_helpers import CellRun, github_toml, loaded_kernel, policy_toml, write_config
 
 
 def base_config() -> str:
@@ -83,3 +83,59 @@ def test_a_filter_that_fails_on_the_result_is_one_coded_line(kernel):
     assert json.loads(line.error["evalue"])["error"] == {
         "code": "invalid_input", "message": 'jq: Cannot index array with string ("number")', "retryable": False}
     assert len(line.error["traceback"]) == 1
+
+
+# -- what a person notices (item 6) ---------------------------------------------------------
+
+
+def answered(kernel, code: str, reply: str) -> CellRun:
+    """Run `code` with a person at the prompt who replies `reply`."""
+    messages: list = []
+
+    def person(msg) -> None:
+        messages.append(msg)
+        kernel.client.input(reply)
+
+    done = kernel.client.execute_interactive(code, allow_stdin=True, stdin_hook=person,
+                                             output_hook=messages.append, timeout=120)
+    return CellRun(done, messages)
+
+
+@pytest.mark.parametrize("magic", ["%%tools", "%%bash"])
+def test_a_call_denied_before_the_start_fails_the_cell_so_run_all_stops(kernel, magic):
+    denied = answered(kernel, f"{magic}\ntools github delete-branch branch=d1\necho after", "d")
+    assert denied.status == "error" and "after" not in denied.stdout
+    assert "denied; nothing ran" in denied.stdout
+    assert denied.error["traceback"] == [
+        "ScriptFailed: the cell stops here: a call was denied before the start"]
+    kept = answered(kernel, f"{magic} --no-raise-error\ntools github delete-branch branch=d2", "d")
+    assert kept.status == "ok" and "denied; nothing ran" in kept.stdout
+
+
+def test_a_direct_call_that_fails_shows_one_line_not_a_traceback(kernel):
+    run = kernel.execute("toolkernel.call('github', 'get-pull', repo='acme/api')")  # `number` missing
+    assert run.status == "error" and run.error["ename"] == "InvalidInput"
+    assert len(run.error["traceback"]) == 1
+    assert run.error["traceback"][0].startswith("InvalidInput: input: 'number' is a required property")
+    caught = kernel.execute_ok("try:\n    toolkernel.call('github', 'get-pull', repo='acme/api')\n"
+                               "except toolkernel.InvalidInput as exc:\n    code = exc.code")
+    assert caught.status == "ok" and kernel.value("code") == "invalid_input"  # still an exception to catch
+
+
+def test_a_bash_cell_stopped_at_a_call_reads_like_a_tools_cell(kernel):
+    run = kernel.execute("%%bash\nb=x\ntools github delete-branch branch=$b\necho after")
+    assert run.status == "error" and "after" not in run.stdout
+    report = next(d for d in run.displays() if "application/vnd.toolkernel.report+json" in d.get("data", {}))
+    # "Always allow" is offered, as on a %%tools cell's report; the SIGTERM that stopped bash is not an exit code
+    assert report["metadata"]["application/vnd.toolkernel.report+json"] == {"always_offered": True}
+    text = report["data"]["text/plain"]
+    assert text.startswith("tools: the script stopped; no read-only calls.") and "143" not in text
+    assert "143" not in report["data"]["text/html"]
+    assert run.error["traceback"] == ["ScriptFailed: bash was stopped at a call: the report above says which and why"]
+
+
+@pytest.mark.parametrize("magic", ["%%tools", "%%bash"])
+def test_out_keeps_stdout_instead_of_showing_it_in_both_cells(kernel, magic):
+    run = kernel.execute_ok(f"{magic} --out kept\necho kept-line")
+    assert "kept-line" not in run.stdout
+    assert kernel.value("kept").strip() == "kept-line"

@@ -73,7 +73,9 @@ export class ReportRenderer extends Widget implements IRenderMime.IRenderer {
     this.node.textContent = '';
     const tools = report.tools;
     const outcome = tools.stopped ? `stopped (${tools.stopped.reason})` : report.success ? 'done' : 'failed';
-    this.node.appendChild(el('div', 'toolkernel-report-head', `toolkernel: ${outcome}, exit code ${report.exit_code}`));
+    // A stopped script's exit code is only how it was stopped (143: a host %%bash ended by SIGTERM).
+    const code = tools.stopped ? '' : `, exit code ${report.exit_code}`;
+    this.node.appendChild(el('div', 'toolkernel-report-head', `toolkernel: ${outcome}${code}`));
     this.node.appendChild(this.doneSection(tools.done, tools.read_only_calls));
     if (tools.stopped) {
       // The kernel says in the metadata whether a lasting rule would cover the call.

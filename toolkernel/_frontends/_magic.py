@@ -33,6 +33,13 @@ class ScriptFailed(Exception):
         return [f"{type(self).__name__}: {self}"]
 
 
+def stop_after_denial(no_raise_error: bool) -> None:
+    """A person denied a call before the start: "denied; nothing ran" said so, and the cell
+    still fails, so "Run All" does not go on past a script that did not run."""
+    if not no_raise_error:
+        raise ScriptFailed("the cell stops here: a call was denied before the start")
+
+
 class CallFailed(ScriptFailed):
     """A `%tools` line whose call failed; `code` is the seed's error code, as on `CallError`."""
 
@@ -60,6 +67,14 @@ class IPythonSink(PrintSink):
             self._progress.update({"text/plain": text}, raw=True)
 
 
+class _KeptSink(IPythonSink):
+    """`--out VAR`: stdout goes into VAR instead of the cell, as `%%bash --out` (and IPython's
+    own script magics) keep it; stderr, images and progress still show."""
+
+    def stdout(self, text: str) -> None:
+        pass
+
+
 def show_image(path: Path) -> None:
     from IPython.display import Image, display
 
@@ -75,7 +90,8 @@ def shell_args(magic):
         argument("--read-only", action="store_true",
                  help="mount the working directory read-only and deny every tool call that is not a read"),
         argument("--no-raise-error", action="store_true", help="do not raise when the script exits non-zero"),
-        argument("--out", metavar="VAR", help="keep the script's stdout in VAR (parsed when it is JSON)"),
+        argument("--out", metavar="VAR", help="keep the script's stdout in VAR instead of showing it"
+                 " (a tools cell parses it when it is JSON)"),
     ):
         magic = option(magic)
     return magic
@@ -126,12 +142,13 @@ class ToolsMagics(Magics):
                 sys.stderr.write(note + "\n")
             for said in ask_to_trust(self.session.workdir, ask, self._declined) if ask else ():
                 print(said)
-            result = self.session.run_script(script, IPythonSink(), read_only=args.read_only, ask=ask,
+            sink = _KeptSink() if args.out else IPythonSink()
+            result = self.session.run_script(script, sink, read_only=args.read_only, ask=ask,
                                              agent=started_by_agent(self.shell))
         except ConfigError as exc:
             raise ScriptFailed(f"configuration error: {exc}") from None
-        if result.denied_by_person:
-            return  # "denied; nothing ran" was the answer's line; an error after it would contradict it
+        if result.denied_by_person:  # "denied; nothing ran" was the answer's line: no report after it
+            return stop_after_denial(args.no_raise_error)
         if result.run_report is not None:
             display_report(self.session, result.run_report)
         if args.out:
