@@ -522,6 +522,9 @@ def test_mid_run_the_script_stops_and_the_report_carries_the_answer(tmp_path, de
     stopped = first.structured_content["report"]["tools"]["stopped"]
     assert stopped["approval"] == approval and stopped["call"]["input"] == {"branch": "old"}
     assert "after" not in first.structured_content["stdout"]
+    # The answer in the words every other line uses ("allowed once", "denied"), not "approval granted"
+    message = json.loads(first.structured_content["stderr"].strip().splitlines()[-1])["error"]["message"]
+    assert f"a person was asked ({ {'once': 'allowed once', 'deny': 'denied'}[decision] })." in message, message
     if decision == "once":  # the once-grant lets the next script make that call, unasked
         assert len(asked) == 1 and again.structured_content["exit_code"] == 0
         assert [r["tool"] for r in recorded(record)] == ["delete_branch"]

@@ -34,6 +34,7 @@ from .._providers._tools._paths import outside_workspace, real_path, real_paths,
 T = TypeVar("T")
 _NO_HOOK = HookOutcome()
 _ALLOWS = (Answer.ONCE, Answer.ALWAYS)
+_ANSWER_WORDS = {Answer.ONCE: "allowed once", Answer.ALWAYS: "always allowed", Answer.DENY: "denied"}
 
 
 @dataclass
@@ -405,8 +406,9 @@ class Dispatcher:
             self.env.approvals.grant_once(key)
         approval = "granted" if answer in _ALLOWS else "denied" if answer is Answer.DENY else "requested"
         run.stop("needs_approval", info.command, info.input, approval=approval, shown=info.shown())
+        said = _ANSWER_WORDS.get(answer, "no answer yet")  # the words every other line uses
         raise NeedsApproval(f"{info.command} was not made: the script stopped here and a person was asked"
-                            f" (approval {approval}). Write a new script for the rest"
+                            f" ({said}). Write a new script for the rest"
                             + ("; it may make this call." if approval == "granted" else "."))
 
     async def ask(self, request: ApprovalRequest) -> Answer:
