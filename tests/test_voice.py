@@ -139,3 +139,17 @@ def test_out_keeps_stdout_instead_of_showing_it_in_both_cells(kernel, magic):
     run = kernel.execute_ok(f"{magic} --out kept\necho kept-line")
     assert "kept-line" not in run.stdout
     assert kernel.value("kept").strip() == "kept-line"
+
+
+def test_a_stop_says_how_to_answer_once_where_the_person_reads_it(kernel):
+    run = kernel.execute("%%tools\nb=x1\ntools github delete-branch branch=$b")
+    line = json.loads(run.stderr.strip().splitlines()[-1])["error"]
+    assert line["code"] == "needs_approval" and "%tools approve" not in line["message"]  # not red beside the buttons
+    report = next(d for d in run.displays() if "application/vnd.toolkernel.report+json" in d.get("data", {}))
+    assert "%tools approve" in report["data"]["text/plain"]  # the report says it, where the buttons are
+    before = kernel.execute("%%tools\ntools github delete-branch branch=x2")
+    assert "%tools approve" not in before.stderr and "did not start" in before.stderr
+    direct = kernel.execute("toolkernel.call('github', 'delete-branch', branch='x3')")
+    assert direct.error["ename"] == "NeedsApproval"  # no report here: the message says how
+    assert direct.error["evalue"].endswith("the call was not made. Answer with `%tools approve` (or --always) or"
+                                           " `toolkernel.approve()`, then make the call again")

@@ -385,10 +385,9 @@ class Dispatcher:
             raise NeedsApproval(f"{info.command} needs a person's approval ({decision.reason}); the call was not"
                                 f" made. A person answers request {request} (`toolkernel approve {request} once`"
                                 " in a terminal); then make it again", request=request)
-        raise NeedsApproval(
-            f"{info.command} needs a person's approval ({decision.reason}); the call was not made."
-            " Approve with `%tools approve` (or --always), or `toolkernel.approve()`, then make it again"
-        )
+        # How to answer is the front end's to say: a cell's report (its buttons, or `%tools approve`
+        # in its text), a direct call's message (`_direct`); advice here sat red beside the buttons.
+        raise NeedsApproval(f"{info.command} needs a person's approval ({decision.reason}); the call was not made")
 
     def request(self, info: CallInfo, reason: str, *, before_start: bool = False) -> ApprovalRequest:
         return ApprovalRequest(info, reason, before_start,
