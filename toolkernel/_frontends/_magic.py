@@ -48,6 +48,10 @@ class CallFailed(ScriptFailed):
         self.code = code
 
 
+# The note `tools` writes for each image a tool returned (`_command._outcome`), alone in a write.
+_IMAGE_NOTES = re.compile(r"(?:tools: image saved to [^\n]*\n)+")
+
+
 class IPythonSink(PrintSink):
     """Prints like `PrintSink`; shows images inline and progress as one updating line."""
 
@@ -56,6 +60,13 @@ class IPythonSink(PrintSink):
 
     def image(self, path: Path) -> None:
         show_image(path)
+
+    def stderr(self, text: str) -> None:
+        # `tools`' note of where an image went is no error: not in the cell's error colour.
+        # (A script's stderr keeps it: its stdout is the script's data.)
+        if _IMAGE_NOTES.fullmatch(text):
+            return super().stdout(text)
+        super().stderr(text)
 
     def progress(self, tool: str, progress: float, total: float | None, message: str | None) -> None:
         from IPython.display import display
