@@ -103,7 +103,8 @@ class HostBashMagics(Magics):
 
     def _foreground(self, cell: str, args, runner) -> None:
         sink = _CapturingSink(bool(args.out), bool(args.err))
-        ask = input if _stdin_allowed(self.shell) else None
+        # The question with its buttons ("Always allow" where it would hold), as a %%tools cell asks.
+        ask = _lab.asking_with_buttons(self._session.result(), input) if _stdin_allowed(self.shell) else None
         result = self._session.result().run_script(cell, sink, runner=runner, ask=ask, agent=runner.agent)
         if result.denied_by_person:  # the person was told "denied; nothing ran": no report after it
             return stop_after_denial(args.no_raise_error)
