@@ -50,7 +50,8 @@ def test_approve_once_covers_one_run_only(session):
 @pytest.mark.slow
 def test_approve_always_persists_and_can_be_revoked(session, tmp_path):
     run(session, DELETE)
-    assert "always allowed: mcp_github__delete_branch" in manage(session, ["approve", "--always"])
+    assert "always allowed: tools github delete-branch (the rule mcp_github__delete_branch, saved in" in manage(
+        session, ["approve", "--always"])
     assert (tmp_path / ".toolkernel" / "approvals.json").exists()
     assert manage(session, ["approvals"]) == "1. mcp_github__delete_branch"
     assert run(session, DELETE)[0].exit_code == 0

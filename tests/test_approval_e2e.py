@@ -90,7 +90,7 @@ def test_the_report_bundle_has_text_and_html_fallbacks_naming_the_call(start_ker
     kernel = start_kernel()
     cell = kernel.run(tools_cell("tools github delete-branch branch=fix-x"))
     bundle = next(d for d in cell.displays if REPORT_MIME in d)
-    assert bundle["text/plain"].startswith("tools: the script did not start (exit code 1); no read-only calls.")
+    assert bundle["text/plain"].startswith("tools: the script did not start; no read-only calls.")
     assert len(bundle["text/plain"].splitlines()) < 10 and "{\n" not in bundle["text/plain"]
     assert "%tools approve" in bundle["text/plain"]
     assert "delete-branch" in bundle["text/html"] and "fix-x" in bundle["text/html"]

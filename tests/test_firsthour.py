@@ -169,8 +169,9 @@ def test_a_denial_before_the_start_says_nothing_ran_and_nothing_else(kernel, git
     prompts, run = with_stdin(kernel, f"%%tools\n{DELETE}\necho after\n", ["d"])
     assert len(prompts) == 1
     assert run.stdout == "denied; nothing ran\n"
-    # No error line (JSON or red), no report asking to approve: the answer's line is the last word.
-    assert run.stderr == "" and run.error is None and run.status == "ok"
+    # No JSON error line, no report asking to approve; the cell fails, in one line, so Run All stops.
+    assert run.stderr == "" and run.status == "error"
+    assert run.error["traceback"] == ["ScriptFailed: the cell stops here: a call was denied before the start"]
     assert [list(d["data"])[0] for d in run.displays()] == [APPROVAL_MIME]
 
 

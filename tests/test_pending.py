@@ -133,7 +133,7 @@ def test_the_list_skips_what_it_cannot_trust_and_escapes_what_it_shows(tmp_path)
     for skipped in ("cccccccccccc", "dddddddddddd", "eeeeeeeeeeee", "111111111111", "222222222222",
                     "333333333333", "444444444444"):
         assert f"ignored {skipped}.json" in out, out
-    assert out.count("tools github") == 1
+    assert out.count("tools github delete-branch {") == 1  # one request shown (its "always" line names it too)
     for bad in ("cccccccccccc", "dddddddddddd", "111111111111", "333333333333"):
         answered = approve_cli(work, bad, "always")
         assert answered.returncode == 1 and "Traceback" not in answered.stderr
@@ -189,3 +189,16 @@ def test_a_request_whose_process_ended_is_marked_and_takes_no_once(tmp_path):
     once = approve_cli(work, "aaaaaaaaaaaa", "once")
     assert once.returncode == 1 and "answer always or deny" in once.stderr
     assert approve_cli(work, "aaaaaaaaaaaa", "deny").returncode == 0
+
+
+def test_the_list_counts_in_words_a_person_reads(tmp_path):
+    work = project(tmp_path, "")
+    plant(work, "aaaaaaaaaaaa.json", entry("aaaaaaaaaaaa"))
+    one = approve_cli(work).stdout
+    assert "1 call waits for a person" in one
+    assert "always allows tools github delete-branch from now on (the rule mcp_github__delete_branch)" in one
+    plant(work, "bbbbbbbbbbbb.json", entry("bbbbbbbbbbbb", input={"branch": "other"}))
+    assert "2 calls wait for a person" in approve_cli(work).stdout
+    said = approve_cli(work, "aaaaaaaaaaaa", "always").stdout
+    assert said.startswith('always allowed: tools github delete-branch {"branch": "main"} (the rule'
+                           " mcp_github__delete_branch, saved in"), said

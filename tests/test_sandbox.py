@@ -327,13 +327,14 @@ def test_an_untrusted_files_network_rules_do_not_count():
 @needs_sandbox
 def test_tools_reach_the_kernel_when_the_channel_lies_in_a_hidden_folder(project, tmp_path, monkeypatch):
     # A session's temporary files may live in $XDG_RUNTIME_DIR, which the sandbox hides.
+    import shutil
     import tempfile
 
     from toolkernel._runners._hostbash._channel import Channel
     from toolkernel._runners._hostbash._runner import HostBashRunner
 
-    runtime = tmp_path / "runtime"
-    runtime.mkdir(mode=0o700)
+    # Short: a Unix socket's path holds at most 107 bytes (tmp_path under xdist is longer).
+    runtime = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     monkeypatch.setattr(tempfile, "tempdir", str(runtime))
     session, _ = project
@@ -347,3 +348,4 @@ def test_tools_reach_the_kernel_when_the_channel_lies_in_a_hidden_folder(project
         assert "".join(sink.out).split()[-1] == "1"  # only the channel's own folder shows there
     finally:
         channel.close()
+        shutil.rmtree(runtime, ignore_errors=True)

@@ -565,6 +565,9 @@ def test_mid_run_the_script_stops_and_the_report_carries_the_answer(tmp_path, de
     stopped = first.structured_content["report"]["tools"]["stopped"]
     assert stopped["approval"] == approval and stopped["call"]["input"] == {"branch": "old"}
     assert "after" not in first.structured_content["stdout"]
+    # The answer in the words every other line uses ("allowed once", "denied"), not "approval granted"
+    message = json.loads(first.structured_content["stderr"].strip().splitlines()[-1])["error"]["message"]
+    assert f"a person was asked ({ {'once': 'allowed once', 'deny': 'denied'}[decision] })." in message, message
     if decision == "once":  # the once-grant lets the next script make that call, unasked
         assert len(asked) == 1 and again.structured_content["exit_code"] == 0
         assert [r["tool"] for r in recorded(record)] == ["delete_branch"]
@@ -687,7 +690,7 @@ def test_a_person_answers_in_a_terminal_while_the_agent_waits(tmp_path, decision
     listed = seen["listed"]
     assert listed.returncode == 0 and request["id"] in listed.stdout
     assert 'tools github delete-branch {"branch": "old"}' in listed.stdout
-    assert "always adds the allow rule mcp_github__delete_branch" in listed.stdout
+    assert "always allows tools github delete-branch from now on (the rule mcp_github__delete_branch)" in listed.stdout
     assert seen["answered"].returncode == 0, seen["answered"].stderr
     assert "no call waits" in seen["after"].stdout
     if decision == "deny":
@@ -781,3 +784,74 @@ def test_a_clients_idle_time_counts_from_the_end_of_its_run_not_its_start(tmp_pa
         assert "a" not in server._clients
     finally:
         server.close()
+
+
+# -- what the agent's developer reads (issue 37 item 7) ---------------------------------------
+
+
+def test_a_waiting_request_is_said_in_the_result_that_made_it_and_no_other(tmp_path):
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record), policy_section(ask=["write_file"]))
+
+    async def body():
+        async with connected(work) as client:  # no elicitation: requests wait for a person
+            return [await bash(client, "tools github delete_branch branch=old"),
+                    await bash(client, "tools github delete_brnch branch=old"),  # a typo
+                    await bash(client, "echo fine"),
+                    await client.call_tool("read_file", {"path": "missing.txt"}),
+                    await client.call_tool("write_file", {"path": "a.txt", "content": "x"}),
+                    await client.call_tool("write_file", {"path": "a.txt", "content": "x"}),  # again, still waiting
+                    await bash(client, "tools github delete_branch branch=old")]  # again, still waiting
+
+    asked, typo, fine, missing, direct, direct_again, asked_again = run(body)
+    first = asked.structured_content["waiting"][0]["id"]
+    text = asked.content[0].text
+    assert f"`toolkernel approve {first} once|always|deny`; then write a new script" in text
+    assert "%tools" not in text  # the agent's reader has no notebook to type it in
+    for later in (typo, fine, missing):
+        assert "waiting for a person" not in later.content[0].text
+        assert "waiting" not in (later.structured_content or {})
+    write = [line for line in direct.content[0].text.splitlines() if "[waiting for a person]" in line]
+    assert len(write) == 1 and "tools write-file" in write[0] and write[0].endswith("then make the call again")
+    assert "%tools" not in direct.content[0].text
+    assert direct_again.content[0].text.count("[waiting for a person]") == 1
+    assert [w["id"] for w in asked_again.structured_content["waiting"]] == [first]
+
+
+def test_a_script_that_exits_non_zero_is_an_error_result(tmp_path):
+    work = project(tmp_path, "")
+
+    async def body():
+        async with connected(work) as client:
+            return await bash(client, "echo half; exit 1"), await bash(client, "echo whole")
+
+    failed, passed = run(body)
+    assert failed.is_error and failed.structured_content["exit_code"] == 1
+    assert failed.content[0].text.startswith("half")
+    assert not passed.is_error
+
+
+def test_with_the_shell_off_bash_cannot_be_called_either(tmp_path):
+    work = project(tmp_path, "[tools_in_shell]\nenabled = false\n")
+    (work / "kept.txt").write_text("untouched\n")
+
+    async def body():
+        async with connected(work) as client:
+            return await bash(client, "echo gone > kept.txt; echo ran")
+
+    result = run(body)
+    assert result.is_error and json.loads(result.content[0].text)["error"]["code"] == "unknown_command"
+    assert (work / "kept.txt").read_text() == "untouched\n"
+
+
+@pytest.mark.parametrize("spelling", ["github list-pulls", "tools github list-pulls", "mcp_github__list_pulls"])
+def test_keep_visible_reads_a_tool_as_the_rules_do(tmp_path, spelling):
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record), f'[tools_in_shell]\nkeep_visible = ["{spelling}"]\n')
+
+    async def body():
+        async with connected(work) as client:
+            return [t.name for t in (await client.list_tools()).tools]
+
+    names = run(body)
+    assert sorted(names) == ["bash", "edit_file", "mcp_github__list_pulls", "read_file", "write_file"]

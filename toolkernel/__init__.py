@@ -49,16 +49,21 @@ def get_session():
     return _default_session
 
 
-def call(*command: str, input: dict[str, _Any] | None = None, **arguments: _Any) -> _Any:
+def call(*command: str, input: dict[str, _Any] | None = None, jq: str | None = None, **arguments: _Any) -> _Any:
     """Call one tool like `tools` would: `call("github", "list-pulls", repo="acme/api")`.
 
     Returns the result as a Python value (dict/list for JSON, str for text);
     raises a `CallError` subclass with the seed's error code otherwise.
+    `jq=".[] | .number"` runs a jq filter over the result: its one output, or a list of
+    all its outputs when there are none or several. A filter jq cannot read raises
+    `InvalidInput` before any call. (A tool's own argument named `jq` goes in `input`.)
     """
+    from ._frontends import _jq
     from ._frontends._direct import call_argv
 
+    program = None if jq is None else _jq.compiled(jq)
     argv = [*command, *(f"{k}={_arg(v)}" for k, v in arguments.items())]
-    return call_argv(get_session(), argv, base=input)
+    return call_argv(get_session(), argv, base=input, jq=program)
 
 
 def _arg(value: _Any) -> str:

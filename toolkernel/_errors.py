@@ -116,6 +116,11 @@ class CallError(ToolkernelError):
         # A message quotes tool names and inputs, which a server or a script chose.
         return printable_json(json.dumps(self.to_json(), ensure_ascii=False, default=str))
 
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for it in a cell: its one line, not the frames of the call's way
+        through toolkernel (a missing argument was 90 lines through the event loop bridge)."""
+        return [f"{type(self).__name__}: {printable(self.message)}"]
+
 
 class UnknownCommand(CallError):
     code = "unknown_command"

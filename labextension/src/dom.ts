@@ -48,7 +48,27 @@ export function json(value: unknown): string {
 }
 
 export function callLine(call: { tool: string; input: unknown }): string {
-  return `${call.tool} ${JSON.stringify(call.input)}`;
+  return `${call.tool} ${pythonJson(call.input)}`;
+}
+
+/**
+ * JSON spelled as the kernel's lines spell it (Python's `json.dumps`: `{"k": "v", "n": 1}`,
+ * non-ASCII escaped), so the question on the buttons reads as the prompt below it.
+ */
+export function pythonJson(value: unknown): string {
+  if (Array.isArray(value)) {
+    return `[${value.map(pythonJson).join(', ')}]`;
+  }
+  if (value !== null && typeof value === 'object') {
+    const pairs = Object.entries(value as Record<string, unknown>);
+    return `{${pairs.map(([key, item]) => `${asciiJson(key)}: ${pythonJson(item)}`).join(', ')}}`;
+  }
+  return asciiJson(value);
+}
+
+function asciiJson(value: unknown): string {
+  const text = JSON.stringify(value) ?? String(value);
+  return text.replace(/[\u0080-\uffff]/g, c => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0'));
 }
 
 /**

@@ -6,7 +6,15 @@
 import { ILabShell, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
-import { extensionIcon } from '@jupyterlab/ui-components';
+import { LabIcon } from '@jupyterlab/ui-components';
+
+/** toolkernel's own sidebar icon (a shell prompt), not the Extension Manager's puzzle piece. */
+const toolsIcon = new LabIcon({
+  name: 'toolkernel:tools',
+  svgstr:
+    '<svg xmlns="http://www.w3.org/2000/svg" width="16" viewBox="0 0 24 24"><g class="jp-icon3" fill="#616161">' +
+    '<path d="M3 5.5 4.4 4l7 7-7 7L3 16.5 8.6 11z"/><rect x="12" y="16.5" width="9" height="2.2" rx="0.5"/></g></svg>'
+});
 
 import { request } from './comm';
 import { QUESTION_MIME, QuestionRenderer } from './question';
@@ -49,7 +57,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
   requires: [INotebookTracker, ILabShell],
   activate: (app: JupyterFrontEnd, tracker: INotebookTracker, shell: ILabShell) => {
     const sidebar = new ToolsSidebar(data => request(tracker.currentWidget?.sessionContext.session?.kernel, data));
-    sidebar.title.icon = extensionIcon;
+    sidebar.title.icon = toolsIcon;
     shell.add(sidebar, 'left', { rank: 650 });
     const refresh = () => void sidebar.refresh();
     tracker.widgetAdded.connect((_, panel) => addRenderers(panel, refresh));

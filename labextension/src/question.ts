@@ -17,12 +17,6 @@ interface IQuestion {
   keys: { once: string; always: string; deny: string };
 }
 
-const SAID: Record<string, string> = {
-  allow_once: 'allowed once; the script runs',
-  always: 'always allowed; the script runs',
-  deny: 'denied; nothing ran'
-};
-
 export class QuestionRenderer extends Widget implements IRenderMime.IRenderer {
   constructor(private host: IHost | null) {
     super();
@@ -35,8 +29,10 @@ export class QuestionRenderer extends Widget implements IRenderMime.IRenderer {
     const row = answerButtons(question.always_offered, action => {
       const key = { allow_once: question.keys.once, always: question.keys.always, deny: question.keys.deny }[action]!;
       if (answerStdin(this.node, key)) {
-        disableButtons(row);
-        status.textContent = SAID[action];
+        // The kernel's own line ("allowed once; running the script") says what happened: the
+        // chosen button stays pressed, and no second, near-identical line is written here.
+        disableButtons(row, action);
+        status.textContent = '';
         this.host?.answered();
       } else {
         status.textContent = 'this question is no longer waiting; run the cell again';

@@ -58,8 +58,13 @@ export function answerButtons(alwaysOffered: boolean, onAnswer: (action: string)
   return row;
 }
 
-export function disableButtons(row: HTMLElement): void {
+/** Every button off once answered; the one chosen (an `ANSWERS` action) stays marked as pressed. */
+export function disableButtons(row: HTMLElement, chosen?: string): void {
   row.querySelectorAll('button').forEach(b => ((b as HTMLButtonElement).disabled = true));
+  const key = ANSWERS.find(answer => answer.action === chosen)?.key;
+  if (key) {
+    row.querySelector(`.toolkernel-${key}`)?.classList.add('toolkernel-chosen');
+  }
 }
 
 export class ReportRenderer extends Widget implements IRenderMime.IRenderer {
@@ -73,7 +78,9 @@ export class ReportRenderer extends Widget implements IRenderMime.IRenderer {
     this.node.textContent = '';
     const tools = report.tools;
     const outcome = tools.stopped ? `stopped (${tools.stopped.reason})` : report.success ? 'done' : 'failed';
-    this.node.appendChild(el('div', 'toolkernel-report-head', `toolkernel: ${outcome}, exit code ${report.exit_code}`));
+    // A stopped script's exit code is only how it was stopped (143: a host %%bash ended by SIGTERM).
+    const code = tools.stopped ? '' : `, exit code ${report.exit_code}`;
+    this.node.appendChild(el('div', 'toolkernel-report-head', `toolkernel: ${outcome}${code}`));
     this.node.appendChild(this.doneSection(tools.done, tools.read_only_calls));
     if (tools.stopped) {
       // The kernel says in the metadata whether a lasting rule would cover the call.
@@ -121,7 +128,7 @@ export class ReportRenderer extends Widget implements IRenderMime.IRenderer {
     const status = el('div', 'toolkernel-status');
     const wrapper = el('div', '', '', [status]);
     const row = answerButtons(alwaysOffered, async action => {
-      disableButtons(row);
+      disableButtons(row, action);
       status.textContent = 'sending the answer to the kernel…';
       const reply = await host.request({ action, call });
       status.textContent = reply.message ?? (reply.ok ? 'done' : 'failed');

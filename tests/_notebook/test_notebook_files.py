@@ -275,3 +275,11 @@ def test_a_pipe_named_like_a_notebook_is_refused_at_once(workdir, ctx):
     reader.join(timeout=60)
     assert results, "notebook_read waited on the pipe"
     assert results[0].is_error and "is not a regular file" in results[0].texts[0]
+
+
+def test_read_says_plainly_when_no_kernel_is_recorded(workdir, ctx):
+    notebook = rich_notebook()
+    notebook.metadata.pop("kernelspec", None)
+    nbformat.write(notebook, workdir / "bare.ipynb")
+    text = call(read, ctx, notebook_path="bare.ipynb").texts[0]
+    assert text.startswith("bare.ipynb: 5 cells, no kernel recorded"), text

@@ -183,6 +183,19 @@ def test_server_wrong_token_is_refused_without_showing_it(jupyter_server, server
     assert "wrong-token-value" not in caught.value.message and SERVER_TOKEN not in caught.value.message
 
 
+def test_serve_with_a_wrong_server_token_names_its_own_option(jupyter_server, tmp_path):
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-m", "toolkernel", "serve", "--workdir", str(tmp_path),
+                           "--notebook", "x.ipynb", "--server", jupyter_server["url"],
+                           "--server-token", "wrong-token-value"],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2 and "refused the token" in done.stderr
+    assert "`toolkernel serve ... --server-token`" in done.stderr  # not "--token", serve's own bearer token
+    assert "wrong-token-value" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
 def test_server_not_listening_is_unavailable(server_ctx):
     with pytest.raises(Unavailable) as caught:
         run(pair(server_ctx.state, server_ctx.workdir, "x.ipynb", server="http://127.0.0.1:9/?token=abc"),

@@ -182,7 +182,7 @@ def test_approval_buttons_report_and_sidebar_in_jupyterlab(lab):
             # Mid-run: the report with the stopped call; answer over the comm, then re-run.
             steps.run(2)
             report = steps.outputs(2).locator(".toolkernel-report")
-            expect(report).to_contain_text('tools github delete-branch {"branch":"wip-auth"}')
+            expect(report).to_contain_text('tools github delete-branch {"branch": "wip-auth"}')  # as the kernel does
             steps.shot("mid-run-report")
             report.get_by_role("button", name="Allow once", exact=True).click()
             expect(report.locator(".toolkernel-taken")).to_contain_text("allowed once")

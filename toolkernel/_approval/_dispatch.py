@@ -35,6 +35,7 @@ from .._providers._tools._paths import outside_workspace, real_path, real_paths,
 T = TypeVar("T")
 _NO_HOOK = HookOutcome()
 _ALLOWS = (Answer.ONCE, Answer.ALWAYS)
+_ANSWER_WORDS = {Answer.ONCE: "allowed once", Answer.ALWAYS: "always allowed", Answer.DENY: "denied"}
 
 
 @dataclass
@@ -402,10 +403,9 @@ class Dispatcher:
             raise NeedsApproval(f"{info.command} needs a person's approval ({decision.reason}); the call was not"
                                 f" made. A person answers request {request} (`toolkernel approve {request} once`"
                                 " in a terminal); then make it again", request=request)
-        raise NeedsApproval(
-            f"{info.command} needs a person's approval ({decision.reason}); the call was not made."
-            " Approve with `%tools approve` (or --always), or `toolkernel.approve()`, then make it again"
-        )
+        # How to answer is the front end's to say: a cell's report (its buttons, or `%tools approve`
+        # in its text), a direct call's message (`_direct`); advice here sat red beside the buttons.
+        raise NeedsApproval(f"{info.command} needs a person's approval ({decision.reason}); the call was not made")
 
     def request(self, info: CallInfo, reason: str, *, before_start: bool = False) -> ApprovalRequest:
         return ApprovalRequest(info, reason, before_start,
@@ -423,8 +423,9 @@ class Dispatcher:
             self.env.approvals.grant_once(key)
         approval = "granted" if answer in _ALLOWS else "denied" if answer is Answer.DENY else "requested"
         run.stop("needs_approval", info.command, info.input, approval=approval, shown=info.shown())
+        said = _ANSWER_WORDS.get(answer, "no answer yet")  # the words every other line uses
         raise NeedsApproval(f"{info.command} was not made: the script stopped here and a person was asked"
-                            f" (approval {approval}). Write a new script for the rest"
+                            f" ({said}). Write a new script for the rest"
                             + ("; it may make this call." if approval == "granted" else "."))
 
     async def ask(self, request: ApprovalRequest) -> Answer:

@@ -76,7 +76,9 @@ def approve(session, *, always: bool = False, call: Mapping[str, Any] | None = N
             session.approvals.add_pending(info)
             raise AnswerError(str(exc)) from None
         session.approvals.always_allow(rule)
-        return f"always allowed: {rule} (saved in {session.workdir / '.toolkernel'}; `%tools approvals` lists it)"
+        # The tool as every other line names it; the rule's own spelling only as the rule.
+        return (f"always allowed: {printable(info.command)} (the rule {rule}, saved in"
+                f" {session.workdir / '.toolkernel'}; `%tools approvals` lists it)")
     session.approvals.grant_once(canonical_call_key(info.qualified_name, info.input))
     return (f"allowed once: {printable(info.command)} {json.dumps(dict(info.input))}"
             " — make the call again (run the cell again) and it goes through this once")
@@ -121,7 +123,7 @@ def waiting_requests(workdir) -> str:
     lines = [f"ignored {line}" for line in skipped]
     if not requests:
         return "\n".join(lines + ["no call waits for an approval"])
-    lines.append(f"{len(requests)} call{'s' if len(requests) != 1 else ''} wait for a person;"
+    lines.append(f"{len(requests)} {'call waits' if len(requests) == 1 else 'calls wait'} for a person;"
                  " answer with `toolkernel approve ID once|always|deny`:")
     for request in requests:
         ended = "" if request.alive() else " (the process that asked has ended: only `always` still counts)"
@@ -142,14 +144,14 @@ def answer_request(workdir, request_id: str, decision: str) -> str:
     if decision == "once" and not request.alive():
         raise PendingError(f"the process that asked for {request.id} has ended, so nothing can use a once"
                            " answer; answer always or deny")
-    said = {"once": "allowed once", "deny": "denied"}.get(decision)
+    said = {"once": "allowed once", "deny": "denied", "always": "always allowed"}[decision]
+    after = " — the agent's next script may make this call once" if decision == "once" else ""
     if decision == "always":
         rule = _rule(request, workdir)
         ApprovalStore(workdir).always_allow(rule)
-        said = f"always allowed: {rule} (saved in {Path(workdir) / '.toolkernel'})"
+        after = f" (the rule {rule}, saved in {Path(workdir) / '.toolkernel'})"
     store.answer(request, decision)
-    return f"{said}: {request.describe()}" + ("" if decision != "once" else
-                                               " — the agent's next script may make this call once")
+    return f"{said}: {request.describe()}{after}"
 
 
 def _rule(request, workdir) -> str:
@@ -177,7 +179,7 @@ def _check_always_covers(workdir, info: CallInfo) -> None:
 
 def _always_says(request, workdir) -> str:
     try:
-        return f"always adds the allow rule {_rule(request, workdir)}"
+        return f"always allows {printable(request.command)} from now on (the rule {_rule(request, workdir)})"
     except PendingError as exc:
         return str(exc)
 

@@ -11,9 +11,9 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import _report
+from . import _lab
 from .._errors import ConfigError, Unavailable
-from ._ipython import IPythonSink, ScriptFailed, _stdin_allowed, shell_args
+from ._ipython import IPythonSink, ScriptFailed, _stdin_allowed, shell_args, stop_after_denial
 
 # The name toolkernel's notebook-run gives an agent's `%%bash` cell (`_notebook/_connection.py`).
 AGENT_BASH_MAGIC = "toolkernel_agent_bash"
@@ -103,12 +103,13 @@ class HostBashMagics(Magics):
 
     def _foreground(self, cell: str, args, runner) -> None:
         sink = _CapturingSink(bool(args.out), bool(args.err))
-        ask = input if _stdin_allowed(self.shell) else None
+        # The question with its buttons ("Always allow" where it would hold), as a %%tools cell asks.
+        ask = _lab.asking_with_buttons(self._session.result(), input) if _stdin_allowed(self.shell) else None
         result = self._session.result().run_script(cell, sink, runner=runner, ask=ask, agent=runner.agent)
-        if result.denied_by_person:
-            return  # the person was told "denied; nothing ran"; nothing else follows it
-        if result.run_report is not None:
-            _report.display_report(result.run_report)
+        if result.denied_by_person:  # the person was told "denied; nothing ran": no report after it
+            return stop_after_denial(args.no_raise_error)
+        if result.run_report is not None:  # with "Always allow" offered as a %%tools cell's report has it
+            _lab.display_report(self._session.result(), result.run_report)
         if args.out:
             self.shell.user_ns[args.out] = result.stdout
         if args.err:
@@ -116,6 +117,8 @@ class HostBashMagics(Magics):
         if result.interrupted:
             sys.stderr.write("bash: interrupted; its process group was ended\n")
         if result.exit_code != 0 and not args.no_raise_error:
+            if result.run_report is not None and result.run_report.to_json()["tools"].get("stopped"):
+                raise ScriptFailed("bash was stopped at a call: the report above says which and why")
             raise ScriptFailed(f"bash exited with code {result.exit_code}")
 
     def _background(self, cell: str, args, runner) -> None:
@@ -126,7 +129,7 @@ class HostBashMagics(Magics):
         if not isinstance(started, subprocess.Popen):  # an agent's cell that may not start
             sys.stderr.write(started.stderr)
             if started.run_report is not None:
-                _report.display_report(started.run_report)
+                _lab.display_report(self._session.result(), started.run_report)
             if not args.no_raise_error:
                 raise ScriptFailed("bash did not start")
             return

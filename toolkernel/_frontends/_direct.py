@@ -29,12 +29,14 @@ from typing import Any, Callable, Coroutine
 from .. import _loop
 from .._command._cli import Command, parse_input, split_command
 from .._command._command import Called, ToolsCommand
+from .._errors import NeedsApproval
 from .._names import fold
 from .._tool import Tool
 from .._approval._approver import Approver, StdinApprover, asking, stop_and_report
 from .._session import Session
 from .._runners._shell import ScriptEvents, answering
 from .._runners._hostbash._cell import in_agent_cell
+from . import _jq
 
 
 async def _call(session: Session, argv: list[str], base: dict[str, Any] | None,
@@ -73,15 +75,34 @@ def _value(session: Session, called: Called, on_image: Callable[[Any], None]) ->
     return called.result.value()
 
 
+def _with_advice(failure: NeedsApproval) -> NeedsApproval:
+    """A call that waits for a person in this kernel: how to answer, in words a cell can follow
+    (one published for `toolkernel approve` says so itself)."""
+    if not failure.message.endswith("; the call was not made"):
+        return failure  # not one the dispatcher left to the front end to explain
+    return NeedsApproval(f"{failure.message}. Answer with `%tools approve` (or --always) or"
+                         " `toolkernel.approve()`, then make the call again", **failure.details)
+
+
 class _Text(str):
     """Help text: printed by the line magic, not returned as a value."""
 
 
 def call_argv(session: Session, argv: list[str], base: dict[str, Any] | None = None,
               on_image: Callable[[Any], None] = lambda path: None,
-              ask: Callable[[str], str] | None = None) -> Any:
+              ask: Callable[[str], str] | None = None, jq: Any = None) -> Any:
     """One call; with `ask` (such as `input`), a call that needs a person asks here,
-    as a script's call does, instead of stopping for `%tools approve`."""
+    as a script's call does, instead of stopping for `%tools approve`. `jq`, a program of
+    `_jq.compiled`, shapes the result (help text is left as it is)."""
+    try:
+        value = _call_argv(session, argv, base, on_image, ask)
+    except NeedsApproval as exc:
+        raise _with_advice(exc) from None
+    return value if jq is None or is_help_text(value) else _jq.outputs(jq, value)
+
+
+def _call_argv(session: Session, argv: list[str], base: dict[str, Any] | None,
+               on_image: Callable[[Any], None], ask: Callable[[str], str] | None) -> Any:
     if _loop.on_private_loop():
         raise RuntimeError("toolkernel.call() called from its own event loop thread")
     if _loop.free_here():

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -19,6 +20,17 @@ class ScriptFailed(Exception):
         return [f"{type(self).__name__}: {self}"]
 
 
+def stop_after_denial(no_raise_error: bool) -> None:
+    """A person denied a call before the start: "denied; nothing ran" said so, and the cell
+    still fails, so "Run All" does not go on past a script that did not run."""
+    if not no_raise_error:
+        raise ScriptFailed("the cell stops here: a call was denied before the start")
+
+
+# The note `tools` writes for each image a tool returned (`_command._outcome`), alone in a write.
+_IMAGE_NOTES = re.compile(r"(?:tools: image saved to [^\n]*\n)+")
+
+
 class IPythonSink(PrintSink):
     """Prints like `PrintSink`; shows images inline and progress as one updating line."""
 
@@ -28,6 +40,13 @@ class IPythonSink(PrintSink):
     def image(self, path: Path) -> None:
         show_image(path)
 
+    def stderr(self, text: str) -> None:
+        # `tools`' note of where an image went is no error: not in the cell's error colour.
+        # (A script's stderr keeps it: its stdout is the script's data.)
+        if _IMAGE_NOTES.fullmatch(text):
+            return super().stdout(text)
+        super().stderr(text)
+
     def progress(self, tool: str, progress: float, total: float | None, message: str | None) -> None:
         from IPython.display import display
 
@@ -36,6 +55,14 @@ class IPythonSink(PrintSink):
             self._progress = display({"text/plain": text}, raw=True, display_id=True)
         else:
             self._progress.update({"text/plain": text}, raw=True)
+
+
+class KeptSink(IPythonSink):
+    """`--out VAR`: stdout goes into VAR instead of the cell, as `%%bash --out` (and IPython's
+    own script magics) keep it; stderr, images and progress still show."""
+
+    def stdout(self, text: str) -> None:
+        pass
 
 
 def show_image(path: Path) -> None:
@@ -53,7 +80,8 @@ def shell_args(magic):
         argument("--read-only", action="store_true",
                  help="mount the working directory read-only and deny every tool call that is not a read"),
         argument("--no-raise-error", action="store_true", help="do not raise when the script exits non-zero"),
-        argument("--out", metavar="VAR", help="keep the script's stdout in VAR (parsed when it is JSON)"),
+        argument("--out", metavar="VAR", help="keep the script's stdout in VAR instead of showing it"
+                 " (a tools cell parses it when it is JSON)"),
     ):
         magic = option(magic)
     return magic

@@ -22,7 +22,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.core.magic_arguments import magic_arguments, parse_argstring
 
 from .._errors import CallError, ConfigError
-from ._ipython import IPythonSink, ScriptFailed, _stdin_allowed, shell_args, show_image
+from ._ipython import IPythonSink, KeptSink, ScriptFailed, _stdin_allowed, shell_args, show_image, stop_after_denial
 
 
 class CallFailed(ScriptFailed):
@@ -57,6 +57,7 @@ class ToolsMagics(Magics):
     def tools(self, line: str, cell: str | None = None) -> Any:
         """%%tools: run the cell as a shell script where `tools` reaches every tool.
         %tools ...: one `tools` command; calls return their result as a Python value.
+        %tools ... --jq FILTER: the result through a jq filter (one output, or a list of them)
         %tools approve [--always] | deny | approvals [--revoke RULE] | pair NOTEBOOK ... | unpair
         %tools trust [DIR]: trust a folder's toolkernel config as it is now (see the README)
         %tools lint: check the config (rules, hooks, command tools) without starting anything
@@ -77,12 +78,13 @@ class ToolsMagics(Magics):
                 sys.stderr.write(note + "\n")
             for said in ask_to_trust(self.session.workdir, ask, self._declined) if ask else ():
                 print(said)
-            result = self.session.run_script(script, IPythonSink(), read_only=args.read_only, ask=ask,
+            sink = KeptSink() if args.out else IPythonSink()
+            result = self.session.run_script(script, sink, read_only=args.read_only, ask=ask,
                                              agent=started_by_agent(self.shell))
         except ConfigError as exc:
             raise ScriptFailed(f"configuration error: {exc}") from None
-        if result.denied_by_person:
-            return  # "denied; nothing ran" was the answer's line; an error after it would contradict it
+        if result.denied_by_person:  # "denied; nothing ran" was the answer's line: no report after it
+            return stop_after_denial(args.no_raise_error)
         if result.run_report is not None:
             display_report(self.session, result.run_report)
         if args.out:
@@ -100,9 +102,10 @@ class ToolsMagics(Magics):
         _answers, call_argv, is_help_text = _line_parts()
         if argv and (argv[0] == "trust" or argv[0] in _answers.SUBCOMMANDS):
             return self._manage(argv)
+        argv, program = _jq_option(argv)
         try:
             value = call_argv(self.session, argv, on_image=show_image,
-                              ask=input if _stdin_allowed(self.shell) else None)
+                              ask=input if _stdin_allowed(self.shell) else None, jq=program)
         except KeyboardInterrupt:  # one line, not the traceback of the wait
             # Not "not made": the interrupt may land while the tool runs (direct calls run in place).
             sys.stderr.write("tools: interrupted; the call was cancelled"
@@ -147,6 +150,30 @@ def _line_parts():
     from ._direct import call_argv, is_help_text
 
     return _answers, call_argv, is_help_text
+
+
+def _jq_option(argv: list[str]) -> tuple[list[str], Any]:
+    """`--jq FILTER` (or `--jq=FILTER`) taken out of a `%tools` line, the filter compiled.
+    It is the line's own option: a tool's argument named `jq` is given as `jq=...`."""
+    from . import _jq
+
+    rest, filters = [], []
+    words = iter(argv)
+    for word in words:
+        if word == "--jq":
+            filters.append(next(words, None))
+        elif word.startswith("--jq="):
+            filters.append(word.removeprefix("--jq="))
+        else:
+            rest.append(word)
+    if not filters:
+        return argv, None
+    if len(filters) > 1 or filters[0] is None:
+        raise UsageError("%tools: --jq takes one FILTER, once (--jq '.[] | .number')")
+    try:
+        return rest, _jq.compiled(filters[0])
+    except CallError as exc:
+        raise UsageError(f"%tools --jq: {exc.message}") from None
 
 
 def _refuse_agent_approval(shell, argv: list[str]) -> None:

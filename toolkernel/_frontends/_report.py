@@ -32,7 +32,7 @@ def display_report(report: RunReport) -> None:
 def report_text(report: dict[str, Any]) -> str:
     """A few readable lines for a terminal (the JSON stays in the bundle's MIME part)."""
     tools = report["tools"]
-    lines = [f"tools: the script {_ended(report)} (exit code {report['exit_code']}); {_reads(tools)}."]
+    lines = [f"tools: the script {_ended(report)}{_exit_code(report)}; {_reads(tools)}."]
     # Names and inputs come from servers and scripts: shown escaped (a terminal prints this part).
     lines += [f"  {'done' if d['ok'] else 'failed'}: {printable(d['tool'])} "
               f"{printable_json(json.dumps(d['input'], ensure_ascii=False))}" for d in tools["done"]]
@@ -46,6 +46,12 @@ def _ended(report: dict[str, Any]) -> str:
     stopped = report["tools"].get("stopped")
     return "did not start" if stopped and stopped.get("before_start") else (
         "stopped" if stopped else "failed")
+
+
+def _exit_code(report: dict[str, Any]) -> str:
+    """The exit code of a script that failed; not of one stopped at a call, whose code is only
+    how it was stopped (a host `%%bash` ended by SIGTERM says 143)."""
+    return "" if report["tools"].get("stopped") else f" (exit code {report['exit_code']})"
 
 
 def _reads(tools: dict[str, Any]) -> str:
@@ -88,7 +94,7 @@ def report_html(report: dict[str, Any]) -> str:
         stop = (f"<p><b>Stopped</b> ({html.escape(stopped['reason'])}) at "
                 f"<code>{html.escape(printable(call['tool']))} {html.escape(json.dumps(call['input']))}</code>"
                 f"{_argv_html(call)}</p>")
-    return (f"<div class='toolkernel-report'><p>exit code {report['exit_code']}; "
+    return (f"<div class='toolkernel-report'><p>the script {_ended(report)}{_exit_code(report)}; "
             f"{_reads(tools)}</p>{stop}"
             f"<p>Done:</p><ul>{rows or '<li>nothing</li>'}</ul>"
             f"<pre>{html.escape(_advice(report))}</pre></div>")

@@ -47,7 +47,7 @@ from .._config._tools_in_shell import ToolsInShell
 from .._errors import CallError, ConfigError, UnknownCommand, printable, printable_json
 from .._longtext import whole
 from .._names import fold
-from .._approval._policy import deny_rule_covers
+from .._approval._policy import CallInfo, deny_rule_covers, rule_matches
 from .._providers._notebook import pair, pairings, unpair
 from .._providers._notebook._pairing import STATE_KEY as PAIRINGS_KEY
 from .._session import Session
@@ -231,8 +231,9 @@ class ToolServer:
         everything = await _all_tools(catalog)
         if not settings.enabled:
             return [t for t in everything if self.notebook or t.name not in NOTEBOOK or t.server]
-        wanted = {fold(n) for n in (*DIRECT, *(NOTEBOOK if self.notebook else ()), *settings.keep_visible)}
-        return [t for t in everything if fold(t.qualified_name) in wanted or (not t.server and fold(t.name) in wanted)]
+        wanted = {fold(n) for n in (*DIRECT, *(NOTEBOOK if self.notebook else ()))}
+        return [t for t in everything if fold(t.qualified_name) in wanted or (not t.server and fold(t.name) in wanted)
+                or _kept_visible(t, settings.keep_visible)]
 
     # -- calling -------------------------------------------------------------
 
@@ -249,7 +250,11 @@ class ToolServer:
     def run_bash(self, key: str, script: str, approver: Approver) -> types.CallToolResult:
         sink = _Collected()
         try:
+            if not ShellSettings.from_config(load_config(self.workdir).tools_in_shell).enabled:
+                return _error("unknown_command", "no tool named 'bash': [tools_in_shell] enabled = false"
+                              " lists every tool directly")  # not listed, so not callable (fail closed)
             with self.running(key) as session:
+                before = _waiting_ids(session)
                 result = session.run_script(script, sink, approver=approver, agent=True)
         except ConfigError as exc:
             return _error("config_error", str(exc))
@@ -257,18 +262,21 @@ class ToolServer:
                                 "stderr": result.stderr}
         if result.report is not None:
             body["report"] = result.report
-        if waiting := _waiting(session):
+        if waiting := _waiting(session, before, _stopped_call(result.report)):
             body["waiting"] = waiting
         content: list[Any] = [types.TextContent(type="text", text=_bash_text(body))]
         content += [_image(self.workdir / p) for p in result.images]
-        return types.CallToolResult(content=content, structured_content=body)
+        return types.CallToolResult(content=content, structured_content=body, is_error=result.exit_code != 0)
 
     def call_direct(self, key: str, name: str, arguments: dict[str, Any], approver: Approver) -> types.CallToolResult:
         with self.running(key) as session:
+            before = _waiting_ids(session)
             try:
                 return _loop.run(self._call_direct(session, name, arguments, approver))
             except CallError as exc:
-                waiting = "".join(f"\n{_answer_with(w)}" for w in _waiting(session))
+                asked = exc.details.get("request")  # a call still waiting since an earlier try
+                waiting = "".join(f"\n{_answer_with(w, again='make the call again')}"
+                                  for w in _waiting(session) if w["id"] == asked or w["id"] not in before)
                 return types.CallToolResult(content=[types.TextContent(type="text", text=exc.json_line() + waiting)],
                                             is_error=True)
             except ConfigError as exc:
@@ -391,6 +399,15 @@ async def _find_listed(server: ToolServer, catalog: Catalog, name: str) -> Tool:
     raise UnknownCommand(f"no direct tool named {name!r}; other tools are reached inside `bash` with `tools`")
 
 
+def _kept_visible(tool: Tool, rules: tuple[str, ...]) -> bool:
+    """Whether a `keep_visible` entry names `tool`, read as a rule reads it (`github get-pull`,
+    `mcp_github__get_pull`, `tools github get-pull`, globs)."""
+    if not rules:
+        return False
+    info = CallInfo(tool.qualified_name, tool.command, {}, tool.kind, schema_keys=frozenset())
+    return any(rule_matches(rule, info) for rule in rules)
+
+
 def _mcp_tool(tool: Tool) -> types.Tool:
     """A tool as its provider describes it, with its server's title and annotations (a client
     shows them and may act on hints such as readOnlyHint). Its outputSchema is left out: a
@@ -435,17 +452,31 @@ def _approver_for(ctx: Any, loop: asyncio.AbstractEventLoop, *, stops_first: boo
     return ElicitApprover(elicit, stops_first=stops_first)
 
 
-def _waiting(session: Session) -> list[dict[str, Any]]:
-    """This client's calls that wait for a person, with the id to answer them by."""
+def _waiting_ids(session: Session) -> frozenset[str]:
+    return frozenset(r.id for r in session.approvals.published())
+
+
+def _waiting(session: Session, before: frozenset[str] = frozenset(),
+             stopped: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The calls of this client that this run or call left waiting for a person, with the id to
+    answer them by: those it published, and the one it stopped at if that waited already (not
+    every request still open: those were said in the result that made them)."""
     session.approvals.collect_answers()  # answered meanwhile: no longer waiting
-    return [{"id": r.id, "call": {"tool": r.command, "input": dict(r.input)}}
-            for r in session.approvals.published()]
+    waiting = [{"id": r.id, "call": {"tool": r.command, "input": dict(r.input)}}
+               for r in session.approvals.published()]
+    return [w for w in waiting if w["id"] not in before or w["call"] == stopped]
 
 
-def _answer_with(waiting: Mapping[str, Any]) -> str:
-    return (f"[waiting for a person] {printable(waiting['call']['tool'])}: answer in a terminal with"
-            f" `toolkernel approve {waiting['id']} once|always|deny`, or `%tools approve {waiting['id']}`"
-            " in the notebook; then write a new script")
+def _stopped_call(report: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The call a run stopped at for want of a person, as its report names it."""
+    stopped = ((report or {}).get("tools") or {}).get("stopped") or {}
+    return stopped.get("call") if stopped.get("reason") == "needs_approval" else None
+
+
+def _answer_with(waiting: Mapping[str, Any], again: str = "write a new script") -> str:
+    # A person answers from a terminal; the agent reading this has no notebook to type in.
+    return (f"[waiting for a person] {printable(waiting['call']['tool'])}: a person answers in a terminal with"
+            f" `toolkernel approve {waiting['id']} once|always|deny`; then {again}")
 
 
 def _bash_text(body: Mapping[str, Any]) -> str:

@@ -85,8 +85,6 @@ def _not_started(command: ToolsCommand, info: CallInfo, reason: str, approval: s
                              f" A person answers request {request} (`toolkernel approve {request} once` in a"
                              " terminal, or the agent's client when it can ask); then run it again",
                              request=request).json_line() + "\n"
-    error = NeedsApproval(
-        f"{info.command} needs a person's approval ({reason}); the script did not start."
-        " Approve with `%tools approve` (or --always), then run it again"
-    )
-    return error.json_line() + "\n"
+    # How to answer is the report's to say (the cell shows it: buttons, or `%tools approve`).
+    return NeedsApproval(f"{info.command} needs a person's approval ({reason}); the script did not start"
+                         ).json_line() + "\n"

@@ -93,8 +93,9 @@ def _refusal(base: str, where: str, response: httpx.Response) -> str:
     (a gateway or an authorizer refusing the request), and saying "token" there misleads."""
     reason = _server_message(response)
     if response.status_code == 401 or reason in ("", "Forbidden"):
-        return (f"the Jupyter Server at {base} refused the token (HTTP {response.status_code}); "
-                "pass the server's token with --token")
+        # Each front end names the option its own way: `serve`'s own --token is its bearer token.
+        return (f"the Jupyter Server at {base} refused the token (HTTP {response.status_code}); give the"
+                " server's token (`%tools pair ... --token`, `toolkernel serve ... --server-token`)")
     return f"the Jupyter Server at {base} refused {where} (HTTP 403): {reason}"
 
 

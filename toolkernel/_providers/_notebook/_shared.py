@@ -308,7 +308,9 @@ class SharedStore(NotebookStore):
         await self._commit(start)
 
     async def output_changed(self, cell_id: str, execution: Execution) -> None:
-        self._set_cell_outputs(cell_id, execution.outputs, execution.execution_count, "running")
+        # No count while it runs: JupyterLab takes a count for the end of the run and shows `[2]:`
+        # instead of `[*]:`, as it shows for a person's cell; the count comes with the last write.
+        self._set_cell_outputs(cell_id, execution.outputs, None, "running")
 
     async def run_stopped(self, cell_id: str) -> None:
         with contextlib.suppress(Exception):  # the outputs so far stay; the cell no longer shows [*]

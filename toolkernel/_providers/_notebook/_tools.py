@@ -110,8 +110,8 @@ async def notebook_read(arguments: dict[str, Any], ctx: ToolContext) -> ToolResu
 
 def _read_header(notebook: Loaded) -> str:
     nb = notebook.nb
-    kernel = (nb.metadata.get("kernelspec") or {}).get("name", "no kernel recorded")
-    header = f"{notebook.name}: {len(nb.cells)} cells, kernel {kernel}"
+    kernel = (nb.metadata.get("kernelspec") or {}).get("name")
+    header = f"{notebook.name}: {len(nb.cells)} cells, " + (f"kernel {kernel}" if kernel else "no kernel recorded")
     if notebook.ids_added:
         header += ("\n(this notebook predates cell ids; ids were given in memory and are written with the next "
                    "edit)")
