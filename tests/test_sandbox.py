@@ -212,8 +212,6 @@ def command_project(project, program: str, network: bool = False):
 
 
 def agent_call(session, **arguments):
-    from toolkernel._frontends._direct import _call  # noqa: F401 - the direct route's module
-
     import toolkernel._loop as loop
 
     async def call():
