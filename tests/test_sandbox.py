@@ -240,9 +240,9 @@ def test_a_command_tool_an_agent_calls_runs_in_the_sandbox_and_a_persons_does_no
     assert not (session.workdir / ".toolkernel" / "planted.json").exists()
     called = agent_call(session, path="ordinary.txt")
     assert "wrote" in called.result.value() and (session.workdir / "ordinary.txt").read_text() == "pwned"
-    import toolkernel
+    from toolkernel._frontends._direct import call_argv
 
-    person = toolkernel._frontends._direct.call_argv(session, ["report", "path=.toolkernel/person.json"])
+    person = call_argv(session, ["report", "path=.toolkernel/person.json"])
     assert "wrote" in person and (session.workdir / ".toolkernel" / "person.json").exists()
 
 
@@ -347,3 +347,31 @@ def test_tools_reach_the_kernel_when_the_channel_lies_in_a_hidden_folder(project
     finally:
         channel.close()
         shutil.rmtree(runtime, ignore_errors=True)
+
+
+@needs_sandbox
+def test_what_runs_from_under_tmp_is_shown_read_only_and_the_workspace_in_it_stays_writable(tmp_path, monkeypatch):
+    # A venv or a checkout under /tmp (CI clones there) holds the interpreter and the programs:
+    # the sandbox's own /tmp would hide them. The workspace may lie inside such a folder.
+    import subprocess
+
+    from toolkernel._approval._protected import mount_plan
+    from toolkernel._runners._sandbox_plan import sandbox_plan
+    from toolkernel._sandbox import wrap
+
+    monkeypatch.delenv("TOOLKERNEL_SANDBOX", raising=False)
+    if mechanism().name != "bubblewrap":
+        pytest.skip("the private /tmp is bubblewrap's")
+    checkout = tmp_path / "checkout"
+    (checkout / "bin").mkdir(parents=True)
+    (checkout / "bin" / "tool").write_text("#!/bin/sh\necho from-the-checkout\n")
+    (checkout / "bin" / "tool").chmod(0o755)
+    work = checkout / "work"
+    work.mkdir()
+    monkeypatch.setattr(sys, "path", [*sys.path, str(checkout)])
+    plan = sandbox_plan(mount_plan(work))
+    assert str(checkout.resolve()) in plan.visible
+    script = f"{checkout}/bin/tool; echo x > {work}/made && echo made; echo y > {checkout}/nope || echo refused"
+    done = subprocess.run(wrap(["bash", "-c", script], plan), capture_output=True, text=True, cwd=work)
+    assert done.stdout.split() == ["from-the-checkout", "made", "refused"], done.stderr
+    assert (work / "made").exists() and not (checkout / "nope").exists()

@@ -140,10 +140,13 @@ def _private_tmp() -> str:
 
 
 def _bubblewrapped(argv: Sequence[str], plan: Plan) -> list[str]:
-    """The order matters: later mounts go over earlier ones. The channel (`visible`) comes
-    last, so that it is there even where its folder lies in a hidden one (`$XDG_RUNTIME_DIR`)."""
+    """The order matters: later mounts go over earlier ones. What is `visible` under the new
+    /tmp comes before the workspace (which may lie inside it), and again after the hidden
+    places for what lies inside one (the channel in `$XDG_RUNTIME_DIR`)."""
     path = _bwrap_path()
     args = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for place in plan.visible:
+        args += ["--ro-bind", place, place]
     for place in plan.writable:
         args += ["--bind", place, place]
     for place in plan.read_only:
@@ -152,7 +155,8 @@ def _bubblewrapped(argv: Sequence[str], plan: Plan) -> list[str]:
     for place in plan.hidden:
         args += _hide(place)
     for place in plan.visible:
-        args += ["--ro-bind", place, place]
+        if any(_inside(place, hidden) for hidden in plan.hidden):
+            args += ["--ro-bind", place, place]
     # No `--new-session`: the caller's process group holds bwrap and what it runs, so one
     # `killpg` still ends them all (none has a terminal to abuse: they start in a session
     # of their own).
@@ -162,6 +166,10 @@ def _bubblewrapped(argv: Sequence[str], plan: Plan) -> list[str]:
     if not plan.network:
         args += ["--unshare-net"]
     return [*args, "--", *argv]
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 @functools.lru_cache(maxsize=1)

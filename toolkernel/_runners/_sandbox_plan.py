@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from pathlib import Path
 from typing import Mapping
 
@@ -38,7 +39,28 @@ def sandbox_plan(protection: Protection, *, visible: tuple[str, ...] = (),
         top = None
     # The same while the protection (kept while nothing it looked at moved) and the top's entries do.
     status = None if top is None else (top.st_ino, top.st_mtime_ns, top.st_ctime_ns)
-    return _plan(protection, visible, hidden_places(environ), status)
+    shown = (*_installed_in_tmp(str(root), tuple(sys.path), environ.get("PATH", "")), *visible)
+    return _plan(protection, shown, hidden_places(environ), status)
+
+
+@functools.lru_cache(maxsize=8)
+def _installed_in_tmp(root: str, path: tuple[str, ...], programs: str) -> tuple[str, ...]:
+    """What runs from under /tmp, which the sandbox replaces by an empty folder of its own:
+    the interpreter and its environment (a venv made in /tmp), the folders Python imports from
+    and the PATH's; shown read-only. The workspace itself is bound apart."""
+    places = [sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(sys.executable), *path,
+              *programs.split(os.pathsep)]
+    found = []
+    for place in places:
+        real = os.path.realpath(place) if place else ""
+        if real.startswith("/tmp/") and os.path.isdir(real) and not _inside(real, root):
+            found.append(real)
+    outer = [p for p in dict.fromkeys(found) if not any(p != q and _inside(p, q) for q in found)]
+    return tuple(sorted(outer))
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 @functools.lru_cache(maxsize=16)

@@ -57,7 +57,8 @@ _MAX_ARGS = 2 << 20
 _MAX_COUNT = 100_000
 IDLE = 5.0  # seconds a caller may send nothing while its request is read
 READERS = 16  # connections read at once
-READING, SERVING = "toolkernel-bash-read", "toolkernel-bash-call"  # the names of a connection's thread
+# The names of a connection's thread: reading its request, serving its call, or ending unserved.
+READING, SERVING, CLOSING = "toolkernel-bash-read", "toolkernel-bash-call", "toolkernel-bash-closed"
 
 
 @dataclass
@@ -205,8 +206,7 @@ class _Place:
         it goes on to serve the call; else it ends)."""
         if self._held:
             self._held = False
-            if serving:
-                threading.current_thread().name = SERVING
+            threading.current_thread().name = SERVING if serving else CLOSING
             self._places.release()
 
 
