@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jupyter_client import KernelManager
-from kernel_helpers import RecordingSink
+from kernel_helpers import RecordingSink, started_kernel
 from toolkernel._approval._approver import Answer, ApprovalRequest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -154,11 +153,7 @@ class Kernel:
 
     def __init__(self, workdir: Path, env: dict[str, str] | None = None, *, load: bool = True) -> None:
         self.workdir = workdir
-        self.manager = KernelManager(kernel_name="python3")
-        self.manager.start_kernel(cwd=str(workdir), env=env or kernel_env(workdir))
-        self.client = self.manager.client()
-        self.client.start_channels()
-        self.client.wait_for_ready(timeout=WAIT)
+        self.manager, self.client = started_kernel(workdir, env or kernel_env(workdir))
         if load:
             cell = self.run("%load_ext toolkernel")
             assert cell.ok, cell

@@ -160,15 +160,34 @@ class CellRun:
         return [m["content"] for m in self.of_type("display_data", "update_display_data", "execute_result")]
 
 
+def started_kernel(cwd: Path, env: dict[str, str], wait: float = 90):
+    """(manager, client) of a python3 kernel that answered, started again once if it did not.
+
+    jupyter_client picks a kernel's five ports as free ones in this process; a test process on
+    another xdist worker can take one of them before the kernel binds it, and that kernel never
+    answers (one full run in four, with five workers). A second start picks other ports."""
+    from jupyter_client import KernelManager
+
+    for attempt in (1, 2):
+        manager = KernelManager(kernel_name="python3")
+        manager.start_kernel(cwd=str(cwd), env=env)
+        client = manager.client()
+        client.start_channels()
+        try:
+            client.wait_for_ready(timeout=wait)
+            return manager, client
+        except RuntimeError:
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)
+            if attempt == 2:
+                raise
+
+
 class Kernel:
     """A real python3 kernel whose working directory is `cwd`."""
 
     def __init__(self, cwd: Path, env: dict[str, str] | None = None) -> None:
-        from jupyter_client.manager import start_new_kernel
-
-        full_env = {**os.environ, **(env or {})}
-        self.manager, self.client = start_new_kernel(kernel_name="python3", cwd=str(cwd), env=full_env,
-                                                     startup_timeout=120)
+        self.manager, self.client = started_kernel(cwd, {**os.environ, **(env or {})})
         self.cwd = cwd
 
     def execute(self, code: str, timeout: float = 120, stop_on_error: bool = True) -> CellRun:
