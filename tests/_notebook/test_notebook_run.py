@@ -95,6 +95,9 @@ def test_code_and_cell_id_together_is_an_error(paired):
 def test_run_cell_writes_outputs_and_execution_count_into_the_notebook(paired):
     path = paired.workdir / "nb.ipynb"
     nbformat.write(rich_notebook(), path)  # as the module began: another test edits its cells
+    # The cell's count in the file is 1: the kernel's next one is above it whatever ran before
+    # on this module's kernel (in random order, maybe nothing).
+    call(run_tool, paired, notebook_path="nb.ipynb", code="pass")
     call(read, paired, notebook_path="nb.ipynb")
     cell_id = nbformat.read(path, as_version=4).cells[1].id  # print('hello')\n6 * 7
     result = call(run_tool, paired, notebook_path="nb.ipynb", cell_id=cell_id)
