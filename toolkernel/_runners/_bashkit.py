@@ -139,8 +139,8 @@ class _LiveTools:
 
     def __init__(self, builtin: _Builtin, watch: "_CapWatch") -> None:
         self.builtin, self.watch = builtin, watch
-        # Calls Bashkit gave up on while they ran (see `call`), awaited by `settle`.
-        self.left_running: set[asyncio.Task] = set()
+        # Every call still running, awaited by `settle` (see `call`).
+        self.running: set[asyncio.Task] = set()
 
     async def __call__(self, ctx) -> int:
         return await self.call(ctx, list(ctx.argv), lambda: _input(ctx.stdin))
@@ -149,21 +149,20 @@ class _LiveTools:
         """One call. Calls of background jobs run at once on this loop; when one of them stops the
         script, Bashkit (0.20.1) cancels the others where they wait. A call cancelled so is not
         dropped halfway (made on the server, missing from the report): it runs on in a task of its
-        own, shielded, and the run awaits it at its end (`settle`). An interrupt or the run's
-        timeout still cancels it (`ToolsCommand.interrupt` cancels every call in flight)."""
+        own, shielded, and the run awaits it at its end (`settle`). Every call's task is kept, not
+        only those seen cancelled: Bashkit may also drop a job's awaiting coroutine unawaited, and
+        nothing here hears of it. An interrupt or the run's timeout still cancels the call
+        (`ToolsCommand.interrupt` cancels every call in flight)."""
         call = asyncio.ensure_future(self.builtin.command.handle_async(argv, read_stdin, ctx.cwd))
-        try:
-            outcome = await asyncio.shield(call)
-        except asyncio.CancelledError:
-            if not call.done():
-                self.left_running.add(call)
-            raise
+        self.running.add(call)
+        call.add_done_callback(self.running.discard)
+        outcome = await asyncio.shield(call)
         return await self.deliver(ctx, outcome)
 
     async def settle(self) -> None:
-        """Await the calls the script left running when Bashkit ended it: each is recorded."""
-        while self.left_running:
-            await asyncio.wait([self.left_running.pop()])
+        """Await the calls still running when Bashkit ended the script: each is recorded."""
+        while self.running:
+            await asyncio.wait(set(self.running))
 
     async def deliver(self, ctx, outcome) -> int:
         """Write a call's outcome to the script, or end the script at a call that stopped it."""
