@@ -156,8 +156,9 @@ def test_asking_inline_denied_or_headless_keeps_the_report(session):
 @pytest.mark.slow
 @pytest.mark.parametrize("script, expected", [
     (DELETE, "allowed once; running the script\ndeleted branch fix-x\n"),
-    # Built at run time: not asked inline; the script stops there with the report (seed 000).
-    ("b=fix-x\ntools github delete-branch branch=$b\necho after", None),
+    # Built at run time: asked where the call waits, and the script goes on from there.
+    ("b=fix-x\ntools github delete-branch branch=$b\necho after",
+     "allowed once; making the call\ndeleted branch fix-x\nafter\n"),
 ])
 def test_a_kernel_that_allows_stdin_asks_inline_and_then_runs(tmp_path, script, expected):
     import os
@@ -184,12 +185,9 @@ def test_a_kernel_that_allows_stdin_asks_inline_and_then_runs(tmp_path, script, 
         kc.execute_interactive("%load_ext toolkernel", timeout=120)
         reply = kc.execute_interactive(f"%%tools\n{script}", allow_stdin=True, stdin_hook=answer,
                                        output_hook=collect, timeout=120)
-        if expected is None:
-            assert reply["content"]["status"] == "error" and prompts == [], out
-            assert "needs_approval" in "".join(out) and "after" not in "".join(out)
-            return
         assert reply["content"]["status"] == "ok", out
-        assert len(prompts) == 1 and "delete-branch" in prompts[0]
+        # The question is shown once, for the buttons; the prompt under it asks for the answer.
+        assert prompts == ["Allow? [o]nce / [a]lways / [d]eny (no default): "]
         assert "".join(out) == expected
     finally:
         kc.stop_channels()

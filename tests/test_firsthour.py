@@ -162,7 +162,10 @@ def test_the_prompt_shows_its_choices_asks_again_on_empty_and_says_what_happened
     assert len(prompts) == 3 and all("o (allow once)" in p for p in prompts[1:])
     assert run.stdout == "allowed once; running the script\ndeleted branch fix-x\nafter\n"
     # No stale error line and no report: only the question, shown once for JupyterLab's buttons.
-    assert run.stderr == "" and [list(d["data"])[0] for d in run.displays()] == [APPROVAL_MIME]
+    assert run.stderr == "" and [list(d["content"]["data"])[0] for d in run.of_type("display_data")] == [APPROVAL_MIME]
+    # The answer ends the question where it is shown: its buttons go off, "Allow once" marked.
+    [ended] = run.of_type("update_display_data")
+    assert ended["content"]["data"][APPROVAL_MIME]["answered"] == "once"
 
 
 def test_a_denial_before_the_start_says_nothing_ran_and_nothing_else(kernel, github):
@@ -172,7 +175,7 @@ def test_a_denial_before_the_start_says_nothing_ran_and_nothing_else(kernel, git
     # No JSON error line, no report asking to approve; the cell fails, in one line, so Run All stops.
     assert run.stderr == "" and run.status == "error"
     assert run.error["traceback"] == ["ScriptFailed: the cell stops here: a call was denied before the start"]
-    assert [list(d["data"])[0] for d in run.displays()] == [APPROVAL_MIME]
+    assert [list(d["content"]["data"])[0] for d in run.of_type("display_data")] == [APPROVAL_MIME]
 
 
 def test_without_stdin_the_stop_is_reported_and_a_later_deny_says_so_once(kernel, github):
@@ -191,8 +194,13 @@ def test_an_interrupt_while_the_prompt_waits_is_one_line(kernel, github):
     assert len(prompts) == 1
     shown = run.stdout + run.stderr + (str(run.error.get("traceback")) if run.error else "")
     assert "KeyboardInterrupt" not in shown and "Traceback" not in shown
-    assert "interrupted" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    # One true line: the question was open, nothing printed, and no exit code was returned.
+    assert run.stderr == "" and run.error["traceback"] == [
+        'ScriptFailed: tools: interrupted while a person was asked about tools github delete-branch'
+        ' {"branch": "fix-x"}: the question is cancelled and the call was not made']
     assert "deleted" not in run.stdout
+    [ended] = run.of_type("update_display_data")  # the buttons end with the question
+    assert ended["content"]["data"][APPROVAL_MIME]["answered"] == "cancelled"
 
 
 def test_a_direct_call_asks_the_same_way_when_stdin_is_offered(kernel, github):

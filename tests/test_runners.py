@@ -121,7 +121,11 @@ def test_an_approver_answering_once_at_the_ask_point_lets_the_call_run_in_the_sa
     approver = Answering(Answer.ONCE)
     sink = RecordingSink()
     result = session.run_script(BUILT_AT_RUN_TIME, sink, approver=approver)
-    assert result.exit_code == 0 and result.report is None
+    assert result.exit_code == 0 and result.report["success"] is True
+    # The report at the end says what the person was asked and answered.
+    assert result.report["tools"]["asked"] == [{"tool": "tools github delete-branch", "input": {"branch": "fix-x"},
+                                                "answer": "allowed once"}]
+    jsonschema.validate(result.report, SCHEMA)
     assert "".join(sink.out) == "deleted branch fix-x\nafter\n"
     assert [r.before_start for r in approver.requests] == [False]
     assert approver.requests[0].call.input == {"branch": "fix-x"}

@@ -110,11 +110,15 @@ def test_a_call_denied_before_the_start_fails_the_cell_so_run_all_stops(kernel, 
         "ScriptFailed: the cell stops here: a call was denied before the start"]
     kept = answered(kernel, f"{magic} --no-raise-error\ntools github delete-branch branch=d2", "d")
     assert kept.status == "ok" and "denied; nothing ran" in kept.stdout
-    questions = [d["data"]["application/vnd.toolkernel.approval+json"] for d in denied.displays()
-                 if "application/vnd.toolkernel.approval+json" in d.get("data", {})]
-    # One question for JupyterLab's buttons, "Always allow" among them, in a %%bash cell too
-    assert len(questions) == 1 and questions[0]["always_offered"] is True
-    assert questions[0]["call"] == {"tool": "tools github delete-branch", "input": {"branch": "d1"}}
+    questions = [d["content"]["data"]["application/vnd.toolkernel.approval+json"]
+                 for d in denied.of_type("display_data", "update_display_data")
+                 if "application/vnd.toolkernel.approval+json" in d["content"].get("data", {})]
+    # One question for JupyterLab's buttons, "Always allow" among them, in a %%bash cell too; the
+    # answer updates it in place, so its buttons end with it (the update says which was chosen).
+    [question, ended] = questions
+    assert question["always_offered"] is True and "answered" not in question
+    assert question["call"] == {"tool": "tools github delete-branch", "input": {"branch": "d1"}}
+    assert ended == {**question, "answered": "deny"}
 
 
 def test_a_direct_call_that_fails_shows_one_line_not_a_traceback(kernel):

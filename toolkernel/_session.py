@@ -203,16 +203,18 @@ class Session:
                    ask: Callable[[str], str] | None = None, agent: bool = False) -> ShellResult:
         """Run `script` in `runner` (Bashkit by default). Who answers a call that asks:
         `approver`, or else a person at `ask(prompt)` (such as `input`), or else nobody
-        (the run stops and reports)."""
+        (the run stops and reports). The report lists what a person was asked mid-run."""
         from ._runners._bashkit import BashkitRunner
 
         runner = runner or BashkitRunner(read_only=read_only)
         events = ScriptEvents()
         if approver is None and ask is not None:
-            # Asked before the start only: a call built at run time stops the script with the
-            # report (seed 000), and the person answers on it (buttons, `%tools approve`).
+            # A person is at the cell: a call built at run time waits there for their answer
+            # ([approvals] mid_run = "ask"). An agent's cell, or "stop", stops the script at it
+            # with the report (seed 000), and the person answers on it.
+            in_place = not agent and self.config_cache.load().mid_run == "ask"
             approver = StdinApprover(lambda prompt, request: events.on_pump_thread(asking, ask, prompt, request),
-                                     lambda line: events.on_pump_thread(print, line), mid_run=False)
+                                     lambda line: events.on_pump_thread(print, line), mid_run=in_place)
         command = _loop.run(self.prepare(events, approver or stop_and_report, read_only=read_only, agent=agent))
         result = execute(runner, command, script, events, sink,
                          before_start=lambda: self._may_start(script, command, runner, events))

@@ -9,9 +9,11 @@ as the MCP SDK injects its elicitation callback:
     StdinApprover     a terminal, or a notebook frontend that offers stdin
     ElicitApprover    an MCP client, through elicitation (`toolkernel serve`)
 
-A JupyterLab frontend answers "later" questions afterwards, through the comm
-target `toolkernel.approval` (`_answers.answer_message`): the kernel cannot
-read comm messages while the cell that asks is still running.
+Where a person is at the cell (stdin offered), a question asks there, before the start
+and mid-run alike: JupyterLab's buttons answer the same stdin request. A "later" question
+(nobody could answer) is answered afterwards, through the comm target `toolkernel.approval`
+(`_answers.answer_message`): the kernel cannot read comm messages while the cell that asks
+is still running.
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ _REPLIES = {"o": Answer.ONCE, "once": Answer.ONCE, "y": Answer.ONCE, "yes": Answ
             "a": Answer.ALWAYS, "always": Answer.ALWAYS,
             "d": Answer.DENY, "deny": Answer.DENY, "n": Answer.DENY, "no": Answer.DENY}
 CHOICES = "[o]nce / [a]lways / [d]eny (no default)"
+# The prompt under a question already on the screen (JupyterLab's buttons, a notebook's text):
+# the question is shown once, not again in the prompt.
+ANSWER_PROMPT = f"Allow? {CHOICES}: "
 ASK_AGAIN = "Please answer o (allow once), a (allow always) or d (deny): "
 # A person mistypes; a stream that never says o, a or d is not a person: stop and report.
 _MAX_ASKS = 5
@@ -100,18 +105,24 @@ class StdinApprover:
                 reply = await asyncio.wrap_future(self._ask(prompt, shown))
             except EOFError:  # stdin closed: nobody can answer now
                 return Answer.LATER
-            if (answer := _REPLIES.get(str(reply).strip().lower())) is not None:
+            if (answer := reply_answer(reply)) is not None:
                 return answer
             prompt, shown = ASK_AGAIN, None
         return Answer.LATER
 
 
+def reply_answer(reply: Any) -> Answer | None:
+    """The answer a typed reply gives; None when it gives none (the prompt asks again)."""
+    return _REPLIES.get(str(reply).strip().lower())
+
+
 def asking(ask: Callable[[str], str], prompt: str, request: ApprovalRequest | None) -> str:
     """`ask(prompt)` on the thread where it works; an `ask` with `show_question(request)`
-    shows the question first (the JupyterLab extension turns it into buttons)."""
+    shows the question first (the JupyterLab extension turns it into buttons), and when it
+    did, the prompt under it only asks for the answer."""
     show = getattr(ask, "show_question", None)
-    if show is not None and request is not None:
-        show(request)
+    if show is not None and request is not None and show(request):
+        prompt = ANSWER_PROMPT
     return ask(prompt)
 
 

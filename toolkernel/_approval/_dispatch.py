@@ -392,7 +392,7 @@ class Dispatcher:
             raise Denied(f"{info.command}: {decision.reason}")
         if getattr(self.env.approver, "stops_first", False):
             return await self._stop_then_ask(decision, info, run)
-        answer = await self.ask(self.request(info, decision.reason))
+        answer = await self.ask(self.request(info, decision.reason), self._recorded_in(run))
         if answer in _ALLOWS:
             return
         if answer is Answer.DENY:
@@ -428,9 +428,24 @@ class Dispatcher:
                             f" ({said}). Write a new script for the rest"
                             + ("; it may make this call." if approval == "granted" else "."))
 
-    async def ask(self, request: ApprovalRequest) -> Answer:
+    async def ask(self, request: ApprovalRequest, approver: Approver | None = None) -> Answer:
         """The one ask point, at run time and before the start alike."""
-        return await self.env.approvals.ask(request, self.env.approver)
+        return await self.env.approvals.ask(request, approver or self.env.approver)
+
+    def _recorded_in(self, run: Run) -> Approver:
+        """The run's approver, each question it puts to a person kept in the run's record
+        (`Run.asking`): the report lists what was asked mid-run and the answer. A question
+        still open when the run ends (an interrupt) is reported cancelled."""
+        approver = self.env.approver
+
+        async def recorded(request: ApprovalRequest) -> Answer:
+            call = request.call
+            asked = run.asking(call.command, call.input, call.shown())
+            answer = await approver(request)
+            run.answered(asked, answer.value)
+            return answer
+
+        return recorded
 
     async def _invoke(self, tool: Tool, info: CallInfo, payload: Mapping[str, Any], run: Run,
                       events: RunEvents) -> ToolResult:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
@@ -98,6 +99,25 @@ class StopInfo:
         return body
 
 
+# What a person answered, in the words every line uses; a question the run's end left open
+# (an interrupt) was cancelled.
+ANSWER_WORDS = {"once": "allowed once", "always": "always allowed", "deny": "denied"}
+CANCELLED = "cancelled"
+
+
+@dataclass
+class AskRecord:
+    """A question put to a person while the script ran: the call, and the answer once given."""
+
+    tool: str
+    input: Mapping[str, Any]
+    shown: Mapping[str, Any] = field(default_factory=dict)
+    answer: str | None = None  # one of ANSWER_WORDS' words; None while the question is open
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tool": self.tool, "input": dict(self.input), **self.shown, "answer": self.answer or CANCELLED}
+
+
 @dataclass(frozen=True)
 class RunReport:
     exit_code: int
@@ -105,6 +125,7 @@ class RunReport:
     read_only_calls: int
     stopped: StopInfo | None = None
     version: int = REPORT_VERSION
+    asked: tuple[AskRecord, ...] = ()
 
     @property
     def success(self) -> bool:
@@ -112,6 +133,8 @@ class RunReport:
 
     def to_json(self) -> dict[str, Any]:
         tools: dict[str, Any] = {"done": [d.to_json() for d in self.done], "read_only_calls": self.read_only_calls}
+        if self.asked:
+            tools["asked"] = [asked.to_json() for asked in self.asked]
         if self.stopped is not None:
             tools["stopped"] = self.stopped.to_json()
             tools["not_reached"] = NOT_REACHED
@@ -133,6 +156,7 @@ class Run:
     stopped: StopInfo | None = None
     # Interrupted, or out of time: a tool still working sees it (`ToolContext.check_cancelled`).
     cancelled: bool = False
+    asked: list[AskRecord] = field(default_factory=list)  # questions a person was asked mid-run
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def is_cancelled(self) -> bool:
@@ -177,12 +201,29 @@ class Run:
             with self._lock:
                 self.done.append(record)
 
+    def asking(self, tool: str, input: Mapping[str, Any], shown: Mapping[str, Any]) -> AskRecord:
+        """A person is about to be asked about this call (the record stays open until `answered`)."""
+        asked = AskRecord(tool, dict(input), dict(shown))
+        with self._lock:
+            self.asked.append(asked)
+        return asked
+
+    def answered(self, asked: AskRecord, answer: str) -> None:
+        """The answer ("once", "always", "deny"); "later" (nobody answered) leaves no record:
+        the call stops the run, and the report's `stopped` names it."""
+        with self._lock:
+            if answer in ANSWER_WORDS:
+                asked.answer = ANSWER_WORDS[answer]
+            elif asked in self.asked:
+                self.asked.remove(asked)
+
     def needs_report(self, exit_code: int) -> bool:
-        return self.stopped is not None or (exit_code != 0 and bool(self.done))
+        return self.stopped is not None or bool(self.asked) or (exit_code != 0 and bool(self.done))
 
     def report(self, exit_code: int) -> RunReport:
         with self._lock:
-            return RunReport(exit_code, tuple(self.done), self.read_only_calls, self.stopped)
+            asked = tuple(dataclasses.replace(record) for record in self.asked)  # as they stand now
+            return RunReport(exit_code, tuple(self.done), self.read_only_calls, self.stopped, asked=asked)
 
 
 def described_call(call: Mapping[str, Any]) -> str:

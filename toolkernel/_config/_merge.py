@@ -24,6 +24,7 @@ from typing import Any, Mapping
 from .._errors import ConfigError
 from .._names import fold
 from ._commands import CommandToolConfig
+from ._approvals import approvals_section
 from ._check import known_keys
 from ._expand import EMPTY
 from ._hooks import HookConfig, hooks_section
@@ -34,7 +35,7 @@ from ._sources import Source
 from ._tools import freeze, merge_settings, own_settings, tools_section
 from ._tools_in_shell import ToolsInShell, tools_in_shell_section
 
-SECTIONS = ("mcp_servers", "policy", "hooks", "tools", "tools_in_shell", "shell")
+SECTIONS = ("mcp_servers", "policy", "hooks", "tools", "tools_in_shell", "shell", "approvals")
 
 
 def _no_mapping() -> Mapping[str, Any]:
@@ -71,6 +72,8 @@ class Config:
     # Where the code a project folder's config runs was looked for: its trust covers that
     # code, so a change there reads the config again (`_cache`).
     code_paths: tuple[str, ...] = ()
+    # [approvals] mid_run: "ask" (the default) or "stop" (`_approvals.py`).
+    mid_run: str = "ask"
 
     def server(self, name: str) -> ServerConfig | None:
         """The server called `name`, hyphens and underscores being the same."""
@@ -95,6 +98,7 @@ class Builder:
         self.commands: dict[str, CommandToolConfig] = {}
         self.tools_in_shell = ToolsInShell()
         self.shell: dict[str, int] = {}
+        self.mid_run = "ask"
         self.files: list[str] = []
         self.strictest: str | None = None  # the strictest mode of an untrusted file
 
@@ -116,6 +120,8 @@ class Builder:
         # [tools_in_shell] counts from any file, as before trust existed: it hides or shows, never runs.
         visible = source.attempt(tools_in_shell_section, source, data.get("tools_in_shell", {}))
         self.tools_in_shell = self.tools_in_shell.then(visible or ToolsInShell())
+        # Either value asks a person: it counts from any file, as [tools_in_shell] does.
+        self.mid_run = source.attempt(approvals_section, source, data.get("approvals", {})) or self.mid_run
         shell = source.attempt(shell_section, source, data.get("shell", {}), default={})
         if trusted:  # raising a limit loosens, as [tools] settings do
             self.shell.update(shell)  # hooks and command tools run code: only from trusted config
@@ -163,6 +169,7 @@ class Builder:
             to_trust=to_trust,
             approvals_trusted=approvals_trusted,
             code_paths=code_paths,
+            mid_run=self.mid_run,
         )
 
 

@@ -13,7 +13,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from . import _lab
 from .._errors import ConfigError, Unavailable
-from ._ipython import IPythonSink, ScriptFailed, _stdin_allowed, shell_args, stop_after_denial
+from ._ipython import IPythonSink, ScriptFailed, _stdin_allowed, interrupted, shell_args, stop_after_denial
 
 # The name toolkernel's notebook-run gives an agent's `%%bash` cell (`_notebook/_connection.py`).
 AGENT_BASH_MAGIC = "toolkernel_agent_bash"
@@ -114,8 +114,8 @@ class HostBashMagics(Magics):
             self.shell.user_ns[args.out] = result.stdout
         if args.err:
             self.shell.user_ns[args.err] = result.stderr
-        if result.interrupted:
-            sys.stderr.write("bash: interrupted; its process group was ended\n")
+        if result.interrupted:  # its process group was ended with it
+            return interrupted(result, ask, "bash", args.no_raise_error)
         if result.exit_code != 0 and not args.no_raise_error:
             if result.run_report is not None and result.run_report.to_json()["tools"].get("stopped"):
                 raise ScriptFailed("bash was stopped at a call: the report above says which and why")

@@ -27,6 +27,31 @@ def stop_after_denial(no_raise_error: bool) -> None:
         raise ScriptFailed("the cell stops here: a call was denied before the start")
 
 
+def interrupted(result, ask, what: str, no_raise_error: bool) -> None:
+    """An interrupted cell ends in one true line, and fails, so "Run All" stops: what was cut
+    short (a question a person was asked, or the script), not an exit code nothing returned."""
+    message = f"{what}: {interrupted_how(result, ask)}"
+    if no_raise_error:
+        sys.stderr.write(message + "\n")
+        return
+    raise ScriptFailed(message)
+
+
+def interrupted_how(result, ask) -> str:
+    from .._approval._run import CANCELLED, described_call
+
+    call = getattr(ask, "cancelled", None)  # the question on the screen when the interrupt came
+    report = result.report
+    if call is None and report is not None:
+        call = next((a for a in report["tools"].get("asked", ()) if a["answer"] == CANCELLED), None)
+    if call is not None:
+        return (f"interrupted while a person was asked about {described_call(call)}: the question is"
+                " cancelled and the call was not made")
+    if not result.stdout and not result.stderr:
+        return "interrupted before the script printed anything"
+    return "interrupted; the output above is what the script printed before"
+
+
 # The note `tools` writes for each image a tool returned (`_command._outcome`), alone in a write.
 _IMAGE_NOTES = re.compile(r"(?:tools: image saved to [^\n]*\n)+")
 

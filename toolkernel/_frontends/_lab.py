@@ -2,12 +2,15 @@
 
 Two ways the page talks to the kernel:
 
-- Before the start, the kernel is blocked in `input()`, so it cannot read a
-  comm message. Just before asking, it displays the question as an
-  `application/vnd.toolkernel.approval+json` bundle; the extension shows the
-  buttons and answers the pending stdin request with the key of the plain
-  prompt (`o`, `a`, `d`). Frontends without the extension show the text.
-- After the cell has finished (a mid-run stop, the "Tools" sidebar), the
+- While a cell asks (before the start, or mid-run where a call waits), the kernel
+  is blocked in `input()`, so it cannot read a comm message. Just before asking,
+  it displays the question as an `application/vnd.toolkernel.approval+json`
+  bundle; the extension shows the buttons and answers the pending stdin request
+  with the key of the plain prompt (`o`, `a`, `d`), which then asks only for the
+  answer. When the question ends (answered, interrupted), the kernel updates that
+  display with `answered`, and the buttons go off. Frontends without the
+  extension show the text.
+- After the cell has finished (a stop report, the "Tools" sidebar), the
   page opens a comm on `COMM_TARGET` and sends one request per message:
   the answers of `_answers.answer_message`, plus `overview`, `search` and
   `revoke` for the sidebar. Every reply is {"ok": bool, ...}.
@@ -24,7 +27,7 @@ from .. import _loop
 from . import _answers
 from ._answers import AnswerError, answer_message, list_approvals
 from .._approval._approvals import lasting_rule_covers
-from .._approval._approver import ApprovalRequest
+from .._approval._approver import ApprovalRequest, reply_answer
 from .._errors import CallError, ConfigError
 from .._approval._run import RunReport, described_call
 
@@ -45,33 +48,72 @@ def always_offered(session, call: Mapping[str, Any]) -> bool:
     return lasting_rule_covers(command.dispatcher.env.policy, info)
 
 
-# -- before the start: the question shown as buttons ----------------------------
+# -- a question while the cell runs, shown as buttons ---------------------------
 
 
-def approval_bundle(call: Mapping[str, Any], always: bool) -> dict[str, Any]:
+def approval_bundle(call: Mapping[str, Any], always: bool, text: str | None = None,
+                    answered: str | None = None) -> dict[str, Any]:
+    """The question for the buttons, with `text` for every other front end. `answered`, once
+    the question ended ("once", "always", "deny", "later" or "cancelled"), turns the buttons off."""
     question = {"call": dict(call), "always_offered": always, "keys": PROMPT_KEYS}
-    text = f"{described_call(call)} needs your approval."
+    text = text or f"{described_call(call)} needs your approval."
+    if answered is not None:
+        question["answered"] = answered
+        if answered in ENDED_UNANSWERED:  # an answer has its own line after it; these have none
+            text = f"{text}\n{ENDED_UNANSWERED[answered]}"
     return {APPROVAL_MIME: question, "text/plain": text, "text/html": f"<p>{html.escape(text)}</p>"}
+
+
+# A question that ended with no answer, in the words the buttons show.
+ENDED_UNANSWERED = {"cancelled": "cancelled; the call was not made", "later": "no answer; the call was not made"}
 
 
 class ButtonsAsk:
     """`ask` for the stdin approver that first shows the question for the extension's
-    buttons (the session calls `show_question(request)` right before `ask(prompt)`)."""
+    buttons (the session calls `show_question(request)` right before `ask(prompt)`), and
+    when the question ends (answered, interrupted, stdin closed) updates what it showed, so
+    no button stays live past it."""
 
     def __init__(self, ask: Callable[[str], str]) -> None:
         self._ask = ask
+        self._open: tuple[Any, Mapping[str, Any], bool, str] | None = None  # (display, call, always, text)
+        self.cancelled: Mapping[str, Any] | None = None  # the call of a question an interrupt ended
 
     def __call__(self, prompt: str) -> str:
-        return self._ask(prompt)
+        try:
+            reply = self._ask(prompt)
+        except KeyboardInterrupt:
+            self._end("cancelled")
+            raise
+        except EOFError:
+            self._end("later")
+            raise
+        answer = reply_answer(reply)
+        if answer is not None:  # else the prompt asks again, under the same question
+            self._end(answer.value)
+        return reply
 
-    def show_question(self, request: ApprovalRequest) -> None:
+    def show_question(self, request: ApprovalRequest) -> bool:
+        """Whether the question was shown (a terminal shows the text prompt alone)."""
         from IPython import get_ipython
         from IPython.display import display
 
         if getattr(get_ipython(), "kernel", None) is None:
-            return  # a terminal shows the text prompt alone
+            return False
         call = {"tool": request.call.command, "input": dict(request.call.input), **request.call.shown()}
-        display(approval_bundle(call, request.always_offered), raw=True)
+        text = request.question()
+        handle = display(approval_bundle(call, request.always_offered, text), raw=True, display_id=True)
+        self._open = (handle, call, request.always_offered, text)
+        return True
+
+    def _end(self, answered: str) -> None:
+        if self._open is None:
+            return
+        handle, call, always, text = self._open
+        self._open = None
+        if answered == "cancelled":
+            self.cancelled = call
+        handle.update(approval_bundle(call, always, text, answered), raw=True)
 
 
 def asking_with_buttons(session, ask: Callable[[str], str]) -> ButtonsAsk:

@@ -22,7 +22,8 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.core.magic_arguments import magic_arguments, parse_argstring
 
 from .._errors import CallError, ConfigError
-from ._ipython import IPythonSink, KeptSink, ScriptFailed, _stdin_allowed, shell_args, show_image, stop_after_denial
+from ._ipython import (IPythonSink, KeptSink, ScriptFailed, _stdin_allowed, interrupted, shell_args, show_image,
+                       stop_after_denial)
 
 
 class CallFailed(ScriptFailed):
@@ -90,7 +91,7 @@ class ToolsMagics(Magics):
         if args.out:
             self.shell.user_ns[args.out] = _parse_output(result.stdout)
         if result.interrupted:
-            sys.stderr.write("tools: interrupted; the output above is what the script printed before\n")
+            return interrupted(result, ask, "tools", args.no_raise_error)
         if result.exit_code != 0 and not args.no_raise_error:
             raise ScriptFailed(f"the script exited with code {result.exit_code}")
 

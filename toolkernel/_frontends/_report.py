@@ -12,7 +12,7 @@ import html
 import json
 from typing import Any
 
-from .._approval._run import RunReport, described_call
+from .._approval._run import CANCELLED, RunReport, described_call
 from .._errors import printable, printable_json
 
 MIME = "application/vnd.toolkernel.report+json"
@@ -36,6 +36,7 @@ def report_text(report: dict[str, Any]) -> str:
     # Names and inputs come from servers and scripts: shown escaped (a terminal prints this part).
     lines += [f"  {'done' if d['ok'] else 'failed'}: {printable(d['tool'])} "
               f"{printable_json(json.dumps(d['input'], ensure_ascii=False))}" for d in tools["done"]]
+    lines += [f"  asked: {described_call(a)}: {a['answer']}" for a in tools.get("asked", ())]
     if stopped := tools.get("stopped"):
         lines.append(f"  stopped at: {described_call(stopped['call'])} ({_why(stopped)})")
         lines.append(f"  not reached: {tools['not_reached']}")
@@ -44,14 +45,22 @@ def report_text(report: dict[str, Any]) -> str:
 
 def _ended(report: dict[str, Any]) -> str:
     stopped = report["tools"].get("stopped")
-    return "did not start" if stopped and stopped.get("before_start") else (
-        "stopped" if stopped else "failed")
+    if stopped:
+        return "did not start" if stopped.get("before_start") else "stopped"
+    if _interrupted(report):
+        return "was interrupted"
+    return "ran" if report["exit_code"] == 0 else "failed"
+
+
+def _interrupted(report: dict[str, Any]) -> bool:
+    """An interrupt ended a question a person was asked (the exit code is only how it ended)."""
+    return any(asked["answer"] == CANCELLED for asked in report["tools"].get("asked", ()))
 
 
 def _exit_code(report: dict[str, Any]) -> str:
-    """The exit code of a script that failed; not of one stopped at a call, whose code is only
-    how it was stopped (a host `%%bash` ended by SIGTERM says 143)."""
-    return "" if report["tools"].get("stopped") else f" (exit code {report['exit_code']})"
+    """The exit code of a script that ran to its end; not of one stopped at a call, whose code is
+    only how it was stopped (a host `%%bash` ended by SIGTERM says 143), nor of an interrupted one."""
+    return "" if report["tools"].get("stopped") or _interrupted(report) else f" (exit code {report['exit_code']})"
 
 
 def _reads(tools: dict[str, Any]) -> str:
@@ -87,11 +96,13 @@ def report_html(report: dict[str, Any]) -> str:
         f"<li><code>{html.escape(printable(d['tool']))}</code> {'ok' if d['ok'] else 'failed'}</li>"
         for d in tools["done"]
     )
+    asked = "".join(f"<li><code>{html.escape(described_call(a))}</code>: {html.escape(a['answer'])}</li>"
+                    for a in tools.get("asked", ()))
     stopped = tools.get("stopped")
-    stop = ""
+    stop = f"<p>Asked while the script ran:</p><ul>{asked}</ul>" if asked else ""
     if stopped:
         call = stopped["call"]
-        stop = (f"<p><b>Stopped</b> ({html.escape(stopped['reason'])}) at "
+        stop += (f"<p><b>Stopped</b> ({html.escape(stopped['reason'])}) at "
                 f"<code>{html.escape(printable(call['tool']))} {html.escape(json.dumps(call['input']))}</code>"
                 f"{_argv_html(call)}</p>")
     return (f"<div class='toolkernel-report'><p>the script {_ended(report)}{_exit_code(report)}; "
