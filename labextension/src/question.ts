@@ -1,7 +1,9 @@
 /**
- * The before-start question (application/vnd.toolkernel.approval+json). The kernel is
- * waiting in input() right after it; a click answers that stdin request with the key the
- * text prompt understands, so the script starts at once.
+ * A question while the cell runs (application/vnd.toolkernel.approval+json): before the start,
+ * or mid-run where a call waits. The kernel is waiting in input() right after it; a click
+ * answers that stdin request with the key the text prompt understands, so the script goes on at
+ * once. When the question ends (answered by a click or at the prompt, or an interrupt), the
+ * kernel updates this output with `answered`, and the buttons go off for good.
  */
 import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
@@ -15,7 +17,16 @@ interface IQuestion {
   call: { tool: string; input: Record<string, unknown>; argv?: string[]; code?: string };
   always_offered: boolean;
   keys: { once: string; always: string; deny: string };
+  answered?: 'once' | 'always' | 'deny' | 'later' | 'cancelled';
 }
+
+/** The button of each answer the kernel reports (`ANSWERS` actions). */
+const CHOSEN: Record<string, string> = { once: 'allow_once', always: 'always', deny: 'deny' };
+/** A question that ended unanswered, in the words every other line uses. */
+const UNANSWERED: Record<string, string> = {
+  cancelled: 'cancelled; the call was not made',
+  later: 'no answer; the call was not made'
+};
 
 export class QuestionRenderer extends Widget implements IRenderMime.IRenderer {
   constructor(private host: IHost | null) {
@@ -29,17 +40,34 @@ export class QuestionRenderer extends Widget implements IRenderMime.IRenderer {
     const row = answerButtons(question.always_offered, action => {
       const key = { allow_once: question.keys.once, always: question.keys.always, deny: question.keys.deny }[action]!;
       if (answerStdin(this.node, key)) {
-        // The kernel's own line ("allowed once; running the script") says what happened: the
-        // chosen button stays pressed, and no second, near-identical line is written here.
+        // The kernel's own line ("allowed once; making the call") says what happened, and its
+        // update of this output ends the question: no second, near-identical line here.
         disableButtons(row, action);
         status.textContent = '';
         this.host?.answered();
       } else {
-        status.textContent = 'this question is no longer waiting; run the cell again';
+        disableButtons(row);
+        status.textContent = 'this question is no longer waiting';
       }
     });
     this.node.textContent = '';
     this.node.append(el('div', '', `${callLine(question.call)} needs your approval.`), ...runs(question.call), row, status);
+    if (question.answered !== undefined) {
+      this.ended(question.answered, row, status);
+    }
+  }
+
+  /** The question ended: no button stays live; an answer marks its button, an end without one says so. */
+  private ended(answered: string, row: HTMLElement, status: HTMLElement): void {
+    disableButtons(row, CHOSEN[answered]);
+    status.textContent = UNANSWERED[answered] ?? '';
+    if (answered === 'cancelled') {
+      // The interrupt ended the cell's stdin request too: its box must not take a reply either.
+      const input = this.node.closest('.jp-OutputArea')?.querySelector('input.jp-Stdin-input') as HTMLInputElement | null;
+      if (input) {
+        input.disabled = true;
+      }
+    }
   }
 }
 

@@ -30,6 +30,7 @@ interface IReport {
   tools: {
     done: Array<ICall & { ok: boolean; result?: unknown; error?: unknown }>;
     read_only_calls: number;
+    asked?: Array<ICall & { answer: string }>; // questions a person answered where the call waited
     stopped?: {
       reason: string;
       call: ICall;
@@ -67,6 +68,15 @@ export function disableButtons(row: HTMLElement, chosen?: string): void {
   }
 }
 
+/** What a person was asked while the script ran, and their answer ("allowed once", "denied", ...). */
+function askedSection(asked: NonNullable<IReport['tools']['asked']>): HTMLElement {
+  const section = el('div', 'toolkernel-asked', '', [el('div', '', 'Asked while the script ran:')]);
+  for (const question of asked) {
+    section.appendChild(el('div', 'toolkernel-asked-call', `${callLine(question)}: ${question.answer}`));
+  }
+  return section;
+}
+
 export class ReportRenderer extends Widget implements IRenderMime.IRenderer {
   constructor(private host: IHost | null) {
     super();
@@ -77,11 +87,19 @@ export class ReportRenderer extends Widget implements IRenderMime.IRenderer {
     const report = model.data[REPORT_MIME] as unknown as IReport;
     this.node.textContent = '';
     const tools = report.tools;
-    const outcome = tools.stopped ? `stopped (${tools.stopped.reason})` : report.success ? 'done' : 'failed';
+    const asked = tools.asked ?? [];
+    // An interrupt that ended an open question: the exit code is only how the run ended.
+    const interrupted = asked.some(question => question.answer === 'cancelled');
+    const outcome = tools.stopped
+      ? `stopped (${tools.stopped.reason})`
+      : interrupted ? 'interrupted' : report.success ? 'done' : 'failed';
     // A stopped script's exit code is only how it was stopped (143: a host %%bash ended by SIGTERM).
-    const code = tools.stopped ? '' : `, exit code ${report.exit_code}`;
+    const code = tools.stopped || interrupted ? '' : `, exit code ${report.exit_code}`;
     this.node.appendChild(el('div', 'toolkernel-report-head', `toolkernel: ${outcome}${code}`));
     this.node.appendChild(this.doneSection(tools.done, tools.read_only_calls));
+    if (asked.length) {
+      this.node.appendChild(askedSection(asked));
+    }
     if (tools.stopped) {
       // The kernel says in the metadata whether a lasting rule would cover the call.
       const meta = (model.metadata[REPORT_MIME] ?? {}) as { always_offered?: boolean };

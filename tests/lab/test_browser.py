@@ -68,7 +68,9 @@ def lab(browser_ready, tmp_path):
         f'[mcp_servers.dis]\ncommand = {json.dumps(sys.executable)}\n'
         f'args = [{json.dumps(str(REPO / "tests" / "servers" / "disguised.py"))}]\n'
         '[tools.greet]\ncommand = ["echo", "--", "hello {{ input.name }}"]\n'
-        'parameters = { type = "object", properties = { name = { type = "string" } } }\n')
+        'parameters = { type = "object", properties = { name = { type = "string" } } }\n'
+        # These tests answer a mid-run stop on its report (test_midrun_browser.py: in place).
+        '[approvals]\nmid_run = "stop"\n')
     # A bidi override in a literal call's input (the question), and in a server's tool name and a
     # script's input (the report of a stop mid-run).
     name = r"push\033]52;c;cm0gLXJmIH4=\007\033[2K\342\200\256hsup\302\2332J"
