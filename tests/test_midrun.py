@@ -194,3 +194,23 @@ def test_the_approvals_table_is_checked(tmp_path, monkeypatch):
         write_config(tmp_path, f"[approvals]\n{bad}\n")
         with pytest.raises(ConfigError, match=said):
             load_config(tmp_path)
+
+
+def test_a_host_bash_cell_asks_mid_run_in_place_too(kernel):
+    """Host `%%bash`: the call waits on the shim's socket while the person answers, and the real
+    bash process goes on from it."""
+    if not Path("/bin/bash").exists():
+        pytest.skip("no bash on this host")
+    prompts, run = with_stdin(kernel, "%%bash\necho before\n" + BUILT.format(handle=""), ["o"])
+    assert run.status == "ok", run.error
+    assert prompts == [ANSWER_PROMPT]
+    assert "before\n" in run.stdout and "deleted branch fix-x\n" in run.stdout and "after\n" in run.stdout
+    assert report(run)["tools"]["asked"] == [{**CALL, "answer": "allowed once"}]
+
+
+def test_allow_once_covers_one_call_the_same_call_again_asks_again(kernel):
+    twice = 'for b in fix-x fix-x; do tools github delete-branch "branch=$b" || echo "second: $?"; done\n'
+    prompts, run = with_stdin(kernel, "%%tools\n" + twice, ["o", "d"])
+    assert prompts == [ANSWER_PROMPT, ANSWER_PROMPT], run.stdout
+    assert [a["answer"] for a in report(run)["tools"]["asked"]] == ["allowed once", "denied"]
+    assert "deleted branch fix-x" in run.stdout and "second: 1" in run.stdout
