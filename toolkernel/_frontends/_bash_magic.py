@@ -114,8 +114,8 @@ class HostBashMagics(Magics):
             self.shell.user_ns[args.out] = result.stdout
         if args.err:
             self.shell.user_ns[args.err] = result.stderr
-        if result.interrupted:  # its process group was ended with it
-            return interrupted(result, ask, "bash", args.no_raise_error)
+        if result.interrupted:
+            return interrupted(result, ask, "bash", args.no_raise_error, "; its process group was ended")
         if result.exit_code != 0 and not args.no_raise_error:
             if result.run_report is not None and result.run_report.to_json()["tools"].get("stopped"):
                 raise ScriptFailed("bash was stopped at a call: the report above says which and why")

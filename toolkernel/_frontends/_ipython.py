@@ -27,10 +27,11 @@ def stop_after_denial(no_raise_error: bool) -> None:
         raise ScriptFailed("the cell stops here: a call was denied before the start")
 
 
-def interrupted(result, ask, what: str, no_raise_error: bool) -> None:
+def interrupted(result, ask, what: str, no_raise_error: bool, also: str = "") -> None:
     """An interrupted cell ends in one true line, and fails, so "Run All" stops: what was cut
-    short (a question a person was asked, or the script), not an exit code nothing returned."""
-    message = f"{what}: {interrupted_how(result, ask)}"
+    short (a question a person was asked, or the script), not an exit code nothing returned.
+    `also`: what else the interrupt did (host bash: its process group was ended)."""
+    message = f"{what}: {interrupted_how(result, ask)}{also}"
     if no_raise_error:
         sys.stderr.write(message + "\n")
         return
