@@ -214,3 +214,15 @@ def test_allow_once_covers_one_call_the_same_call_again_asks_again(kernel):
     assert prompts == [ANSWER_PROMPT, ANSWER_PROMPT], run.stdout
     assert [a["answer"] for a in report(run)["tools"]["asked"]] == ["allowed once", "denied"]
     assert "deleted branch fix-x" in run.stdout and "second: 1" in run.stdout
+
+
+def test_an_interrupt_during_a_host_bash_cells_question_cancels_it_and_ends_the_group(kernel):
+    if not Path("/bin/bash").exists():
+        pytest.skip("no bash on this host")
+    prompts, run = with_stdin(kernel, "%%bash\n" + BUILT.format(handle=""), ["^C"])
+    assert len(prompts) == 1 and run.status == "error" and "after" not in run.stdout
+    assert run.error["evalue"] == ('bash: interrupted while a person was asked about tools github delete-branch'
+                                   ' {"branch": "fix-x"}: the question is cancelled and the call was not made;'
+                                   " its process group was ended")
+    assert questions(run)[-1]["answered"] == "cancelled"
+    assert kernel.execute_ok("print('alive')").stdout == "alive\n"
