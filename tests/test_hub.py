@@ -1,0 +1,142 @@
+"""Notebook tools paired through a real JupyterHub (issue 36 item 6).
+
+A hub on loopback (DummyAuthenticator, SimpleLocalProcessSpawner, configurable-http-proxy from
+npm) starts ada's single-user server with jupyter-collaboration. `toolkernel serve --server
+http://HUB/user/ada/ --server-token T` reads, edits and runs her notebook through the hub's
+proxy: that URL is the only way the test knows to her server. A token without the
+`access:servers` scope for that server, a token the hub does not know, a user's server that is
+not running and the hub's own URL given for a user's server are each one clear line, never a
+traceback, never the token.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import httpx
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from approval_helpers import policy_section
+from hub_helpers import start_hub, start_user_server, stop_hub, user_token
+from test_serve import project, run, server_env
+from test_serve_notebook import serving, text
+from toolkernel._errors import InvalidInput, Unavailable
+from toolkernel._loop import run as run_on_loop
+from toolkernel._providers._notebook import pair, unpair
+
+POLICY = policy_section(allow=["notebook_run", "notebook_edit", "notebook_read"])
+NOTEBOOK = "team/hub.ipynb"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    process, hub = start_hub(tmp_path_factory)
+    try:
+        hub["ada_root"] = start_user_server(hub, process, "ada")
+        hub["ada"] = hub["url"] + "user/ada/"
+        hub["scoped"] = user_token(hub, "ada", ["access:servers!server=ada/"])
+        hub["unscoped"] = user_token(hub, "ada", ["read:users:name!user=ada"])
+        yield hub
+    finally:
+        stop_hub(process)
+
+
+def write_notebook(root, path: str) -> list[str]:
+    nb = new_notebook(cells=[new_code_cell("x = 20"), new_code_cell("print(x * 2)")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    (root / path).parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, root / path)
+    return [cell.id for cell in nb.cells]
+
+
+def wait_saved(path, check, timeout: float = 120.0) -> nbformat.NotebookNode:
+    """The server saves the shared document to the file by itself, a moment after a change."""
+    deadline = time.monotonic() + timeout
+    while True:
+        nb = nbformat.read(path, as_version=4)
+        if check(nb) or time.monotonic() > deadline:
+            return nb
+        time.sleep(0.2)
+
+
+def test_read_edit_and_run_go_through_the_hubs_proxy_with_a_scoped_token(hub, tmp_path):
+    ids = write_notebook(hub["ada_root"], NOTEBOOK)
+    work = project(tmp_path, POLICY)
+    seen: dict = {}
+
+    async def body():
+        async with serving(work, "--notebook", NOTEBOOK, "--server", hub["ada"],
+                           "--server-token", hub["scoped"]) as client:
+            call = client.call_tool
+            seen["read"] = await call("notebook_read", {"notebook_path": NOTEBOOK})
+            seen["edit"] = await call("notebook_edit", {"notebook_path": NOTEBOOK, "cell_id": ids[0],
+                                                        "new_source": "x = 21"})
+            await call("notebook_run", {"notebook_path": NOTEBOOK, "cell_id": ids[0]})
+            seen["run"] = await call("notebook_run", {"notebook_path": NOTEBOOK, "cell_id": ids[1]})
+            async with httpx.AsyncClient(headers={"Authorization": f"token {hub['scoped']}"}, timeout=60) as http:
+                seen["sessions"] = (await http.get(hub["ada"] + "api/sessions")).json()
+
+    run(body)
+    assert "id=" in text(seen["read"]) and "x = 20" in text(seen["read"]), text(seen["read"])
+    assert not seen["edit"].is_error, text(seen["edit"])
+    assert not seen["run"].is_error and text(seen["run"]).startswith("42\n"), text(seen["run"])
+    assert "shared document" in text(seen["run"])  # jupyter-collaboration on ada's server, through the proxy
+    assert NOTEBOOK in [session["path"] for session in seen["sessions"]]  # the kernel ran on ada's server
+    saved = wait_saved(hub["ada_root"] / NOTEBOOK, lambda nb: nb.cells[1].get("outputs"))
+    assert saved.cells[0].source == "x = 21" and saved.cells[1].outputs[0].text == "42\n"
+
+
+def serve_paired(work, server: str, token: str) -> subprocess.CompletedProcess:
+    """`toolkernel serve` pairs before it serves: a pairing that fails ends it with one line on stderr."""
+    return subprocess.run([sys.executable, "-m", "toolkernel", "serve", "--notebook", NOTEBOOK, "--server", server,
+                           "--server-token", token], cwd=work, env=server_env(), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_token_without_access_servers_is_told_which_scope_it_lacks(hub, tmp_path):
+    write_notebook(hub["ada_root"], NOTEBOOK)
+    done = serve_paired(project(tmp_path, POLICY), hub["ada"], hub["unscoped"])
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and hub["unscoped"] not in done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line, line
+    assert "lacks the `access:servers` scope" in line and "`access:servers!server=ada/`" in line, line
+    assert "user ada" in line and "read:users:name!user=ada" in line, line  # whose token, and what it may do
+    assert f"{hub['url']}hub/token" in line, line
+
+
+def pair_error(hub, tmp_path, server: str, token: str) -> Exception:
+    state: dict = {}
+    with pytest.raises((InvalidInput, Unavailable)) as caught:
+        run_on_loop(pair(state, tmp_path, NOTEBOOK, server=server, token=token, kernel="python3"), timeout=300)
+    run_on_loop(unpair(state), timeout=60)
+    assert token not in str(caught.value)
+    return caught.value
+
+
+def test_a_token_the_hub_does_not_know_is_told_so(hub, tmp_path):
+    error = pair_error(hub, tmp_path, hub["ada"], "not-a-token-of-this-hub")
+    assert isinstance(error, InvalidInput)
+    assert f"the JupyterHub at {hub['url']} does not accept the token" in error.message
+    assert "`access:servers!server=ada/`" in error.message
+
+
+def test_a_users_server_that_is_not_running_is_told_so(hub, tmp_path):
+    bobs = user_token(hub, "bob", ["access:servers!server=bob/"])  # bob's server was never started
+    error = pair_error(hub, tmp_path, hub["url"] + "user/bob/", bobs)
+    assert isinstance(error, Unavailable) and error.retryable
+    assert f"the server of bob on the JupyterHub at {hub['url']} is not running" in error.message
+    assert f"{hub['url']}hub/home" in error.message
+
+
+def test_the_hubs_own_url_is_not_taken_for_a_users_server(hub, tmp_path):
+    error = pair_error(hub, tmp_path, hub["url"], hub["scoped"])
+    assert isinstance(error, InvalidInput)
+    assert f"is a JupyterHub, not a user's Jupyter Server: give the URL of the user's server, {hub['url']}user/NAME/" \
+        in error.message
