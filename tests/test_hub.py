@@ -6,14 +6,19 @@ http://HUB/user/ada/ --server-token T` reads, edits and runs her notebook throug
 proxy: that URL is the only way the test knows to her server. A token without the
 `access:servers` scope for that server, a token the hub does not know, a user's server that is
 not running and the hub's own URL given for a user's server are each one clear line, never a
-traceback, never the token.
+traceback, never the token. A hostile server that says it is a hub gets the token nowhere else,
+and what it says is shown inert.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import nbformat
@@ -27,12 +32,10 @@ from test_serve_notebook import serving, text
 from toolkernel._errors import InvalidInput, Unavailable
 from toolkernel._loop import run as run_on_loop
 from toolkernel._providers._notebook import pair, unpair
+from toolkernel._providers._notebook._server import ServerApi
 
 POLICY = policy_section(allow=["notebook_run", "notebook_edit", "notebook_read"])
 NOTEBOOK = "team/hub.ipynb"
-
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
@@ -65,6 +68,7 @@ def wait_saved(path, check, timeout: float = 120.0) -> nbformat.NotebookNode:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_read_edit_and_run_go_through_the_hubs_proxy_with_a_scoped_token(hub, tmp_path):
     ids = write_notebook(hub["ada_root"], NOTEBOOK)
     work = project(tmp_path, POLICY)
@@ -99,6 +103,7 @@ def serve_paired(work, server: str, token: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_a_token_without_access_servers_is_told_which_scope_it_lacks(hub, tmp_path):
     write_notebook(hub["ada_root"], NOTEBOOK)
     done = serve_paired(project(tmp_path, POLICY), hub["ada"], hub["unscoped"])
@@ -120,6 +125,7 @@ def pair_error(hub, tmp_path, server: str, token: str) -> Exception:
     return caught.value
 
 
+@pytest.mark.slow
 def test_a_token_the_hub_does_not_know_is_told_so(hub, tmp_path):
     error = pair_error(hub, tmp_path, hub["ada"], "not-a-token-of-this-hub")
     assert isinstance(error, InvalidInput)
@@ -127,6 +133,7 @@ def test_a_token_the_hub_does_not_know_is_told_so(hub, tmp_path):
     assert "`access:servers!server=ada/`" in error.message
 
 
+@pytest.mark.slow
 def test_a_users_server_that_is_not_running_is_told_so(hub, tmp_path):
     bobs = user_token(hub, "bob", ["access:servers!server=bob/"])  # bob's server was never started
     error = pair_error(hub, tmp_path, hub["url"] + "user/bob/", bobs)
@@ -135,8 +142,90 @@ def test_a_users_server_that_is_not_running_is_told_so(hub, tmp_path):
     assert f"{hub['url']}hub/home" in error.message
 
 
+@pytest.mark.slow
 def test_the_hubs_own_url_is_not_taken_for_a_users_server(hub, tmp_path):
     error = pair_error(hub, tmp_path, hub["url"], hub["scoped"])
     assert isinstance(error, InvalidInput)
     assert f"is a JupyterHub, not a user's Jupyter Server: give the URL of the user's server, {hub['url']}user/NAME/" \
         in error.message
+
+
+# --- a hostile server that says it is a hub -----------------------------------------------------
+
+class Hostile(BaseHTTPRequestHandler):
+    """Answers every path from `routes` (status, headers, body) and records what it was sent."""
+
+    routes: dict[str, tuple[int, dict[str, str], bytes]] = {}
+    seen: list[tuple[str, str | None]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append((self.path, self.headers.get("Authorization")))
+        status, headers, body = self.routes.get(self.path, (404, {}, b""))
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@contextmanager
+def serving_hostile(routes: dict):
+    """A server answering `routes` on loopback: (what it was sent, its URL)."""
+    handler = type("Route", (Hostile,), {"routes": routes, "seen": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield handler.seen, f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def refused_by(url: str, token: str) -> Exception:
+    api = ServerApi(url + "user/ada/", token)
+
+    async def ask():
+        try:
+            await api.request("GET", "api/sessions")
+        finally:
+            await api.close()
+
+    with pytest.raises((InvalidInput, Unavailable)) as caught:
+        run_on_loop(ask(), timeout=60)
+    return caught.value
+
+
+FORBIDDEN = (403, {"X-JupyterHub-Version": "6.1.1", "Content-Type": "application/json"},
+             json.dumps({"message": "Forbidden"}).encode())
+
+
+def test_a_hostile_hub_cannot_send_the_token_elsewhere():
+    with serving_hostile({"/steal": (200, {}, b"{}")}) as (stolen, other):
+        with serving_hostile({"/user/ada/api/sessions": FORBIDDEN,
+                              "/hub/api/user": (302, {"Location": other + "steal"}, b"")}) as (asked, url):
+            error = refused_by(url, "secret-token-1234")
+    assert "does not accept the token" in error.message and "secret-token-1234" not in error.message
+    assert stolen == []  # the hub's redirect is not followed with the token
+    assert [path for path, _ in asked] == ["/user/ada/api/sessions", "/hub/api/user"]
+
+
+def test_what_a_hostile_hub_says_is_shown_inert_and_bounded():
+    owner = {"kind": "user", "name": "eve\x1b[2J\u202e" * 50, "scopes": ["\x1b]52;c;AAAA\x07"] * 500}
+    with serving_hostile({"/user/ada/api/sessions": FORBIDDEN,
+                          "/hub/api/user": (200, {"Content-Type": "application/json"},
+                                            json.dumps(owner).encode())}) as (_, url):
+        error = refused_by(url, "secret-token-1234")
+    assert "lacks the `access:servers` scope" in error.message
+    assert error.message.isprintable() and len(error.message) < 1500, error.message
+    assert "\\x1b[2J" in error.message and "\\u202e" in error.message  # escaped, as written in Python
+
+
+def test_a_hostile_redirect_is_shown_inert():
+    with serving_hostile({"/user/ada/api/sessions": (302, {"Location": "/login\x9b2J\x9b31m"}, b"")}) as (_, url):
+        error = refused_by(url, "secret-token-1234")
+    assert isinstance(error, InvalidInput) and error.message.isprintable(), error.message
+    assert "redirect (HTTP 302) to /login\\x9b2J" in error.message
