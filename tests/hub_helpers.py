@@ -1,7 +1,8 @@
 """A real JupyterHub on loopback: its configurable-http-proxy (npm), DummyAuthenticator and
 SimpleLocalProcessSpawner, with a service token that may start servers and make users' tokens.
 
-Every user's server is reached only through the hub's proxy, at `/user/NAME/`. It is the same
+Every user's server is reached only through the hub's proxy, at `/jupyter/user/NAME/` (the hub
+is served under a prefix). It is the same
 single-user server a team's hub starts (`jupyterhub.singleuser`), with the extensions installed
 here, jupyter-collaboration among them.
 """
@@ -27,7 +28,7 @@ CI_TOOLS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "t
 
 CONFIG = """\
 c = get_config()  # noqa
-c.JupyterHub.bind_url = {public!r}
+c.JupyterHub.bind_url = {public!r}  # with a prefix, as a hub shared with other sites is served
 c.JupyterHub.hub_bind_url = "http://127.0.0.1:{hub_port}/"
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
 c.ConfigurableHTTPProxy.command = [{proxy!r}]
@@ -78,7 +79,7 @@ def start_hub(tmp_path_factory) -> tuple[subprocess.Popen, dict]:
     while len(ports) < 3:  # the proxy's public port, the hub's own, the proxy's API
         ports.add(free_port())
     public_port, hub_port, proxy_api_port = ports
-    public = f"http://127.0.0.1:{public_port}/"
+    public = f"http://127.0.0.1:{public_port}/jupyter/"
     (folder / "jupyterhub_config.py").write_text(CONFIG.format(
         public=public, hub_port=hub_port, proxy_api_port=proxy_api_port, proxy=proxy, folder=str(folder),
         python=sys.executable, start_seconds=SERVER_START_SECONDS, admin=ADMIN_TOKEN))

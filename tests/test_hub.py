@@ -26,7 +26,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from approval_helpers import policy_section
-from hub_helpers import start_hub, start_user_server, stop_hub, user_token
+from hub_helpers import hub_api, start_hub, start_user_server, stop_hub, user_token
 from test_serve import project, run, server_env
 from test_serve_notebook import serving, text
 from toolkernel._errors import InvalidInput, Unavailable
@@ -94,6 +94,14 @@ def test_read_edit_and_run_go_through_the_hubs_proxy_with_a_scoped_token(hub, tm
     assert NOTEBOOK in [session["path"] for session in seen["sessions"]]  # the kernel ran on ada's server
     saved = wait_saved(hub["ada_root"] / NOTEBOOK, lambda nb: nb.cells[1].get("outputs"))
     assert saved.cells[0].source == "x = 21" and saved.cells[1].outputs[0].text == "42\n"
+
+
+@pytest.mark.slow
+def test_the_token_a_users_server_is_given_may_pair_with_it(hub):
+    """What the README says of $JUPYTERHUB_API_TOKEN: by default (the hub's `server` role) it has the scope."""
+    tokens = hub_api(hub, "GET", "users/ada/tokens")["api_tokens"]
+    servers = [token for token in tokens if token.get("note", "").startswith("Server at")]
+    assert servers and "access:servers!server=ada/" in servers[0]["scopes"], tokens
 
 
 def serve_paired(work, server: str, token: str) -> subprocess.CompletedProcess:
