@@ -232,6 +232,13 @@ def test_what_a_hostile_hub_says_is_shown_inert_and_bounded():
     assert "\\x1b[2J" in error.message and "\\u202e" in error.message  # escaped, as written in Python
 
 
+def test_a_hub_answer_of_the_wrong_shape_is_no_traceback():
+    with serving_hostile({"/user/ada/api/sessions": FORBIDDEN,
+                          "/hub/api/user": (200, {}, json.dumps({"name": ["x"], "scopes": 7}).encode())}) as (_, url):
+        error = refused_by(url, "secret-token-1234")
+    assert "lacks the `access:servers` scope" in error.message and "its scopes: none" in error.message
+
+
 def test_a_hostile_redirect_is_shown_inert():
     with serving_hostile({"/user/ada/api/sessions": (302, {"Location": "/login\x9b2J\x9b31m"}, b"")}) as (_, url):
         error = refused_by(url, "secret-token-1234")

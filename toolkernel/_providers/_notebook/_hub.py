@@ -67,7 +67,8 @@ async def refusal(http: httpx.AsyncClient, base: str, response: httpx.Response) 
     if owner is None:
         return (f"the JupyterHub at {server.hub} does not accept the token (HTTP {response.status_code} from the "
                 f"server of {server.user}): it is unknown, expired or revoked; {make}")
-    scopes = ", ".join(printable(str(s)) for s in owner.get("scopes") or []) or "none"
+    listed = owner.get("scopes")
+    scopes = ", ".join(printable(str(s)) for s in (listed if isinstance(listed, list) else [])) or "none"
     holder = f"{printable(str(owner.get('kind') or 'user'))[:20]} {printable(str(owner.get('name') or '?'))[:100]}"
     return (f"the JupyterHub at {server.hub} refused the token at the server of {server.user} "
             f"(HTTP {response.status_code}): the token (of {holder}) lacks the `access:servers` scope for that "
