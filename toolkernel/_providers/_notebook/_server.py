@@ -30,6 +30,8 @@ from websockets.asyncio.client import ClientConnection
 
 from ..._errors import InvalidInput, Unavailable
 from ._connection import AGENT_METADATA, EXECUTE_CONTENT, Execution, KernelConnection, Message, OnOutput
+from ._hub import redirected
+from ._hub import refusal as hub_refusal
 from ._shared import ack_at_once, open_shared
 from ._stores import ContentsStore, NotebookStore
 
@@ -77,12 +79,19 @@ class ServerApi:
                               retryable=True) from exc
         if response.status_code == 404 and missing_ok:
             return None
+        if response.is_redirect:
+            raise redirected(self.base, where, response)
         if response.status_code in (401, 403):
-            raise InvalidInput(_refusal(self.base, where, response))
+            raise InvalidInput(await self._refused(where, response))
         if response.status_code >= 400:
             raise Unavailable(f"the Jupyter Server answered HTTP {response.status_code} to {where}",
                               retryable=response.status_code >= 500)
         return response.json() if response.content else None
+
+    async def _refused(self, where: str, response: httpx.Response) -> str:
+        if _server_message(response) in ("", "Forbidden"):  # a refused token: JupyterHub can say which scope
+            return await hub_refusal(self.http, self.base, response) or _refusal(self.base, where, response)
+        return _refusal(self.base, where, response)
 
     async def close(self) -> None:
         await self.http.aclose()
