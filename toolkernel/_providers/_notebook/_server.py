@@ -428,6 +428,10 @@ class ServerConnection(KernelConnection):
     def describe(self) -> str:
         return f"{self.label} kernel of session {self.session.get('path')} on {self.api.base}"
 
+    def channels_to(self, kernel_id: str) -> int:
+        """How many of the server's connections to kernel `kernel_id` are this pairing's."""
+        return int(self._ws is not None and kernel_id == self.kernel_id)
+
 
 async def connect_server(api: ServerApi, path: str, kernel_name: str | None) -> ServerConnection:
     """The kernel of `path`'s session on the server (a session is started when there is none)."""

@@ -115,6 +115,8 @@ def _read_header(notebook: Loaded) -> str:
     if notebook.ids_added:
         header += ("\n(this notebook predates cell ids; ids were given in memory and are written with the next "
                    "edit)")
+    if notebook.overwritten:
+        header = f"WARNING: {notebook.overwritten}.\n{header}"
     return header
 
 
@@ -321,16 +323,10 @@ def _path_argument(arguments: dict[str, Any]) -> str:
 
 
 async def _store(arguments: dict[str, Any], ctx: ToolContext) -> NotebookStore:
-    """Where the named notebook lives: through its pairing's server, else the local file."""
+    """Where the named notebook lives: through the server that serves it, else the local file."""
     path = _path_argument(arguments)
     # A local notebook is opened where the dispatcher's checks saw it lead, not resolved again.
-    real = ctx.real(arguments, "notebook_path")
-    pairing = _pairings(ctx.state).find(ctx.workdir, path, str(real))
-    if pairing is not None:
-        return await pairing.notebook_store()
-    from ._stores import FileStore
-
-    return FileStore(real, path)
+    return await _pairings(ctx.state).store(ctx.workdir, path, ctx.real_name(arguments, "notebook_path"))
 
 
 def notebook_tools() -> list[Tool]:
