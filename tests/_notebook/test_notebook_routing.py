@@ -263,3 +263,59 @@ def browser_save(server, path: str, content: dict) -> None:
         if server_api(server, "GET", f"api/contents/{path}?content=0")["last_modified"] != before:
             return
 
+
+
+# --- the case, through `toolkernel serve` -----------------------------------------------
+
+@pytest.mark.slow
+def test_serve_paired_on_side_a_edits_side_b_and_side_a_by_path_through_the_room(tmp_path, tmp_path_factory,
+                                                                                   monkeypatch):
+    pytest.importorskip("jupyter_server_ydoc")
+    import anyio
+    from test_serve import project, run as run_serve
+    from test_serve_notebook import POLICY, serving, text
+
+    work = project(tmp_path, POLICY)
+    process, server = start_server(tmp_path_factory, SLOW_SAVE, root=work)
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(server["runtime"]))  # serve runs on the server's machine
+    a_ids, b_ids = write_notebook(work, "side-A.ipynb"), write_notebook(work, "side-B.ipynb")
+    on_disk = {name: (work / name).read_text() for name in ("side-A.ipynb", "side-B.ipynb")}
+    typed = "".join(f"{n % 10}" for n in range(40))
+
+    async def person_types(person: Person) -> None:
+        for character in typed:
+            person.type_into(0, character)
+            await anyio.sleep(0.02)
+
+    async def body():
+        options = ("--notebook", "side-A.ipynb", "--server", server["url"], "--server-token", SERVER_TOKEN)
+        async with serving(work, *options) as client, Person(server, "side-B.ipynb") as b, \
+                Person(server, "side-A.ipynb") as a:
+            a.type_into(0, " typed by A")
+            async with anyio.create_task_group() as group:
+                group.start_soon(person_types, b)
+                got = {"read B": await client.call_tool("notebook_read", {"notebook_path": "side-B.ipynb"})}
+                got["edit B"] = await client.call_tool("notebook_edit", {
+                    "notebook_path": "side-B.ipynb", "cell_id": b_ids[1], "new_source": "x = 99"})
+            absolute = str(work / "side-A.ipynb")
+            for _ in range(600):
+                got["read A"] = await client.call_tool("notebook_read", {"notebook_path": absolute})
+                if "typed by A" in text(got["read A"]):
+                    break
+                await anyio.sleep(0.1)
+            got["edit A"] = await client.call_tool("notebook_edit", {
+                "notebook_path": absolute, "cell_id": a_ids[1], "new_source": "x = 7"})
+            await wait_until(lambda: b.cell(1)["source"] == "x = 99" and a.cell(1)["source"] == "x = 7",
+                             "both edits in the room")
+            got["B"], got["A"] = b.cell(0)["source"], a.cell(0)["source"]
+            return got
+
+    try:
+        got = run_serve(body)
+    finally:
+        stop_server(process)
+    for step in ("read B", "edit B", "read A", "edit A"):
+        assert not got[step].is_error, (step, text(got[step]))
+    assert "typed by A" in text(got["read A"])  # the room's document, not the file on disk
+    assert got["B"] == "# Data" + typed and got["A"] == "# Data typed by A"  # 0 characters lost
+    assert {name: (work / name).read_text() for name in on_disk} == on_disk  # no write behind the server

@@ -64,7 +64,7 @@ class Pairing:
         if self.store is None and self.api is not None:
             self.store = await open_notebook(self.api, self.key)
             if self.store is None:
-                return ContentsStore(self.api, self.key)  # creates it; chosen again once it exists
+                return self._own(ContentsStore(self.api, self.key))  # creates it; chosen again once it exists
         assert self.store is not None
         return self._own(self.store)
 
