@@ -140,6 +140,23 @@ def test_a_notebook_under_the_paired_servers_root_goes_through_its_contents_api(
     assert nbformat.read(root / "cc-B.ipynb", as_version=4).cells[1].source == "x = 20"
 
 
+@pytest.mark.parametrize("name", ["odd?type=file&x.ipynb", "odd #1 %41.ipynb"])
+def test_a_notebook_named_like_a_url_reaches_its_own_document_and_no_other_file(plain_server, in_root, name):
+    server = plain_server
+    root = server["root"]
+    write_notebook(root, "url-A.ipynb")
+    ids = write_notebook(root, name)
+    ctx = in_root(server)
+    pair_on(server, ctx, "url-A.ipynb")
+    files = lambda: sorted(p.name for p in root.iterdir() if p.name != ".ipynb_checkpoints")  # noqa: E731
+    before = files()
+    assert "x = 20" in call(read, ctx, notebook_path=name).texts[0]
+    done = call(edit, ctx, notebook_path=str(root / name), cell_id=ids[1], new_source="x = 5")
+    assert not done.is_error, done.texts
+    assert nbformat.read(root / name, as_version=4).cells[1].source == "x = 5"
+    assert files() == before  # no file named by a part of the name
+
+
 # --- a notebook a running server has open, with no pairing to it ---------------------------------
 
 def test_a_notebook_open_on_a_server_this_session_is_not_paired_with_is_refused(plain_server, in_root):

@@ -27,6 +27,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import quote
 
 import nbformat
 from nbformat import NotebookNode
@@ -270,8 +271,8 @@ class ContentsStore(WholeDocumentStore):
         return Loaded(self.name, nb, digest, ids_added, self._overwritten(model))
 
     async def _get(self) -> dict[str, Any] | None:
-        return await self.api.request("GET", "api/contents", self.path, params={"type": "notebook", "content": "1"},
-                                      missing_ok=True)
+        return await self.api.request("GET", "api/contents", quote(self.path), missing_ok=True,
+                                      params={"type": "notebook", "content": "1"})
 
     async def edit(self, state: dict[str, Any], loaded: Loaded, edit: CellEdit) -> Loaded:
         if loaded.overwritten:
@@ -292,7 +293,7 @@ class ContentsStore(WholeDocumentStore):
 
     async def _write(self, nb: NotebookNode, expected: str | None) -> str:
         await self._require_not_open()
-        written = await self.api.request("PUT", "api/contents", self.path,
+        written = await self.api.request("PUT", "api/contents", quote(self.path),  # a name may hold `?` or `#`
                                          body={"type": "notebook", "format": "json", "content": nb})
         # The server normalises what it stores; its copy is what the next stale check compares with. If
         # someone saved in between (another modification time), nothing counts as read: fail closed.
