@@ -106,6 +106,8 @@ def test_other_notebooks_and_local_spellings_go_through_the_shared_document(lazy
             got = await edit.call({"notebook_path": absolute, "cell_id": a_ids[1], "new_source": "x = 7"}, ctx)
             assert not got.is_error, got.texts
             await wait_until(lambda: a.cell(1)["source"] == "x = 7", "the edit by absolute path at A's")
+            ran = await run_tool.call({"notebook_path": absolute, "code": "print(6 * 7)"}, ctx)
+            assert ran.texts[0].strip() == "42", ran.texts  # the pairing's kernel, found by the local path
             return b.cell(0)["source"], a.cell(0)["source"]
 
     b_title, a_title = run(scenario(), timeout=600)

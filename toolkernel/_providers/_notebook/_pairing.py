@@ -17,6 +17,7 @@ server too, and a notebook another running server has open is refused.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,7 @@ class Pairing:
     root: Path | None = None  # a server's root folder on this machine, when it runs here
     # The other notebooks under a server's root reached through it, by their path from the root.
     documents: dict[str, NotebookStore] = field(default_factory=dict, repr=False)
+    _opening: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     def describe(self) -> str:
         where = f"; notebook {self.store.describe()}" if self.store is not None else ""
@@ -73,12 +75,13 @@ class Pairing:
         if path == self.key:
             return await self.notebook_store()
         assert self.api is not None
-        store = self.documents.get(path)
-        if store is None:
-            store = await open_notebook(self.api, path)
+        async with self._opening:  # two calls at once on a new notebook open one connection, not two
+            store = self.documents.get(path)
             if store is None:
-                return self._own(ContentsStore(self.api, path))  # creates it; chosen again once it exists
-            self.documents[path] = store
+                store = await open_notebook(self.api, path)
+                if store is None:
+                    return self._own(ContentsStore(self.api, path))  # creates it; chosen again once it exists
+                self.documents[path] = store
         return self._own(store)
 
     def _own(self, store: NotebookStore) -> NotebookStore:

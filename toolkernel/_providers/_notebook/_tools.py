@@ -24,7 +24,8 @@ CELL_TYPES = ("code", "markdown", "raw")
 
 _PATH = {"type": "string", "minLength": 1,
          "description": "Notebook (.ipynb) path: relative to the working directory, or, for a notebook paired "
-                        "with --server, its path from that server's root."}
+                        "with --server, its path from that server's root. A notebook under a paired server's "
+                        "root is read and changed through that server, however its path is spelled."}
 
 READ_SCHEMA = {
     "type": "object",
