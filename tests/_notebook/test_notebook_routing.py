@@ -274,6 +274,28 @@ def test_a_browser_save_over_an_edit_is_reported_by_the_next_call(plain_server, 
     assert "WARNING" not in call(read, ctx, notebook_path="saved-over.ipynb").texts[0]
 
 
+def test_any_later_notebook_call_reports_an_edit_a_save_undid(plain_server, in_root):
+    server = plain_server
+    root = server["root"]
+    ids = write_notebook(root, "ow-A.ipynb")
+    write_notebook(root, "ow-B.ipynb")
+    ctx = in_root(server)
+    pair_on(server, ctx, "ow-A.ipynb")
+    call(read, ctx, notebook_path="ow-A.ipynb")
+    browser_copy = server_api(server, "GET", "api/contents/ow-A.ipynb")["content"]
+    for next_call in ("run code", "read another notebook"):
+        call(read, ctx, notebook_path="ow-A.ipynb")
+        assert not call(edit, ctx, notebook_path="ow-A.ipynb", cell_id=ids[1], new_source="x = 1").is_error
+        browser_save(server, "ow-A.ipynb", browser_copy)
+        if next_call == "run code":
+            got = call(run_tool, ctx, notebook_path="ow-A.ipynb", code="print('ran')").texts[0]
+            assert got.startswith("ran\n"), got
+        else:
+            got = call(read, ctx, notebook_path="ow-B.ipynb").texts[0]
+        assert "WARNING: a later save of ow-A.ipynb" in got and ids[1] in got, (next_call, got)
+        assert "WARNING" not in call(run_tool, ctx, notebook_path="ow-A.ipynb", code="1").texts[0]  # said once
+
+
 def browser_save(server, path: str, content: dict) -> None:
     before = server_api(server, "GET", f"api/contents/{path}?content=0")["last_modified"]
     while True:  # a save in the same clock tick as the edit would look like no save at all

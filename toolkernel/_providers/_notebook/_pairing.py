@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,6 +170,18 @@ class Pairings:
         except InvalidInput:
             return None  # it leaves every server's root: a local path, if anything
         return next((p for p in self._by_key.values() if p.kind == "server" and p.key == key), None)
+
+    async def overwritten(self, seen: NotebookStore | None = None) -> list[str]:
+        """This session's Contents API edits that a later save by someone else undid, in every notebook
+        but `seen` (whose load said so already); each said once. A server that does not answer now
+        is asked again by a later call."""
+        reports = []
+        for pairing in self:
+            for store in [pairing.store, *pairing.documents.values()]:
+                if isinstance(store, ContentsStore) and store is not seen:
+                    with contextlib.suppress(CallError):
+                        reports.append(await store.overwritten_since_write())
+        return [report for report in reports if report]
 
     def require(self, workdir: Path, notebook: str) -> Pairing:
         pairing = self.find(workdir, notebook)

@@ -323,6 +323,18 @@ class ContentsStore(WholeDocumentStore):
             return True  # the server does not say who is connected: fail closed
         return connections > self.own_channels(str(kernel.get("id")))
 
+    async def overwritten_since_write(self) -> str | None:
+        """What a save by someone else undid of this session's edits, asked of the server without
+        loading the notebook unless it changed since this session's last write (said once)."""
+        if self._written_at is None:
+            return None
+        model = await self.api.request("GET", "api/contents", quote(self.path), params={"content": "0"},
+                                       missing_ok=True)
+        if model is None or model.get("last_modified") == self._written_at:
+            return None
+        loaded = await self._get()
+        return self._overwritten(loaded) if loaded is not None else None
+
     def _overwritten(self, model: dict[str, Any]) -> str | None:
         """Which of this session's edits a save by someone else undid, once, when the notebook changed
         since this session's last write."""
