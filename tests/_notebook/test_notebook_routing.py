@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 import nbformat
 import pytest
 import websockets
-from conftest import NO_COLLABORATION, SERVER_TOKEN, call, server_api, start_server, stop_server
+from conftest import NO_COLLABORATION, SERVER_TOKEN, call, free_port, server_api, start_server, stop_server
 from test_notebook_live import Person, wait_until, write_notebook
 
 from toolkernel._errors import ConnectionRequired
@@ -360,3 +361,25 @@ def test_serve_paired_on_side_a_edits_side_b_and_side_a_by_path_through_the_room
     assert "typed by A" in text(got["read A"])  # the room's document, not the file on disk
     assert got["B"] == "# Data" + typed and got["A"] == "# Data typed by A"  # 0 characters lost
     assert {name: (work / name).read_text() for name in on_disk} == on_disk  # no write behind the server
+
+
+# --- what the runtime folder says ------------------------------------------------------------------
+
+def test_runtime_files_that_say_nothing_are_ignored_and_a_silent_server_counts_as_having_it_open(
+        tmp_path, monkeypatch):
+    runtime, root = tmp_path / "runtime", tmp_path / "root"
+    runtime.mkdir()
+    root.mkdir()
+    ids = write_notebook(root, "nb.ipynb")
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(runtime))
+    silent = f"http://127.0.0.1:{free_port()}/"  # nothing listens there
+    (runtime / "jpserver-1.json").write_text("{not json")
+    (runtime / "jpserver-2.json").write_text(json.dumps(["a list"]))
+    (runtime / "jpserver-3.json").write_text(json.dumps({"url": silent, "root_dir": str(root), "pid": 2 ** 22 + 7}))
+    ctx = ToolContext(root, state={})
+    call(read, ctx, notebook_path="nb.ipynb")  # a dead server's file says nothing
+    assert not call(edit, ctx, notebook_path="nb.ipynb", cell_id=ids[1], new_source="x = 1").is_error
+    (runtime / "jpserver-4.json").write_text(json.dumps({"url": silent, "root_dir": str(root), "pid": os.getpid()}))
+    with pytest.raises(ConnectionRequired, match=f"open on the Jupyter Server at {silent}"):
+        call(edit, ctx, notebook_path="nb.ipynb", cell_id=ids[1], new_source="x = 2")
+    assert nbformat.read(root / "nb.ipynb", as_version=4).cells[1].source == "x = 1"

@@ -9,6 +9,7 @@ through a symlink) is known to lie under a server's root.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,17 +36,42 @@ class RunningServer:
 
 
 def running_servers() -> list[RunningServer]:
-    """The Jupyter Servers of this machine's runtime folder whose process still runs."""
+    """The Jupyter Servers of this machine's runtime folder whose process still runs. Read here, not
+    through jupyter_server (whose import takes a second, on a read of any local notebook)."""
     try:
         from jupyter_core.paths import jupyter_runtime_dir
-        from jupyter_server.serverapp import list_running_servers
-    except ImportError:  # no Jupyter Server installed: none runs from here
+    except ImportError:  # no Jupyter installed: none runs from here
         return []
     found = []
-    for info in list_running_servers(jupyter_runtime_dir()):
-        if info.get("root_dir") and info.get("url"):
-            found.append(RunningServer(info["url"], Path(os.path.realpath(info["root_dir"])), info.get("token") or ""))
+    for info_file in sorted(Path(jupyter_runtime_dir()).glob("jpserver-*.json")):
+        info = _server_info(info_file)
+        if info is not None and _runs(info.get("pid")):
+            token = info.get("token")
+            root = Path(os.path.realpath(info["root_dir"]))
+            found.append(RunningServer(info["url"], root, token if isinstance(token, str) else ""))
     return found
+
+
+def _server_info(info_file: Path) -> dict[str, Any] | None:
+    try:
+        info = json.loads(info_file.read_text())
+    except (OSError, ValueError):
+        return None  # being written, or gone: as if it were not there yet
+    if not isinstance(info, dict) or not isinstance(info.get("url"), str) or not isinstance(info.get("root_dir"), str):
+        return None
+    return info
+
+
+def _runs(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def local_root(url: str) -> Path | None:
