@@ -31,7 +31,8 @@ def start_server(tmp_path_factory, *args: str, app: str = "jupyter_server", env:
     the same server started again)."""
     root = root or tmp_path_factory.mktemp("server-root")
     port = port or free_port()
-    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path_factory.mktemp("runtime")), **(env or {}))
+    runtime = tmp_path_factory.mktemp("runtime")  # where it publishes itself (jpserver-<pid>.json)
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime), **(env or {}))
     env.pop("JUPYTER_TOKEN", None)
     log = tmp_path_factory.mktemp("server-log") / "server.log"
     process = subprocess.Popen(
@@ -42,7 +43,7 @@ def start_server(tmp_path_factory, *args: str, app: str = "jupyter_server", env:
     )
     url = f"http://127.0.0.1:{port}/"
     _wait_for_server(process, url, log)
-    return process, {"url": url, "root": root, "token": SERVER_TOKEN, "log": log, "port": port}
+    return process, {"url": url, "root": root, "token": SERVER_TOKEN, "log": log, "port": port, "runtime": runtime}
 
 
 def stop_server(process: subprocess.Popen) -> None:

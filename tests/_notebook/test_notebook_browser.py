@@ -137,3 +137,56 @@ def test_an_edit_of_the_cell_the_person_is_typing_in_is_refused(lab, browser_pag
                                ".querySelector('.cm-content').innerText.includes('x = 0')", timeout=WAIT_MS)
     finally:
         run(unpair(ctx.state), timeout=60)
+
+
+def test_a_person_typing_in_another_notebook_of_the_server_loses_nothing_to_the_agents_edits(
+        lab, browser_page, monkeypatch):
+    """Issue 36: paired on side-A, the agent edits side-B (by its local path) while a person types in it."""
+    import threading
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(lab["runtime"]))  # the agent runs where the server runs
+    ids = {}
+    for name in ("side-A.ipynb", "side-B.ipynb"):
+        nb = new_notebook(cells=[new_code_cell("a = 1"), new_code_cell("x = 20"), new_code_cell("print(x * 2)")])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, lab["root"] / name)
+        ids[name] = [cell.id for cell in nb.cells]
+    ctx = ToolContext(lab["root"], state={})
+    run(pair(ctx.state, ctx.workdir, "side-A.ipynb", server=lab["url"], token=SERVER_TOKEN, kernel="python3"),
+        timeout=120)
+    typed = " # " + "".join(f"{n % 10}" for n in range(60))
+    results: list = []
+
+    def agent() -> None:
+        results.append(call(read, ctx, notebook_path="side-B.ipynb"))
+        results.append(call(edit, ctx, notebook_path="side-B.ipynb", cell_id=ids["side-B.ipynb"][1],
+                            new_source="x = 99"))
+        results.append(call(edit, ctx, notebook_path=str(lab["root"] / "side-B.ipynb"),
+                            cell_id=ids["side-B.ipynb"][2], new_source="print(x)"))
+
+    try:
+        page = browser_page
+        page.goto(f"{lab['url']}lab/workspaces/side-b/tree/side-B.ipynb?token={SERVER_TOKEN}")
+        cells = page.locator(".jp-Notebook .jp-Cell")
+        cells.nth(2).wait_for(timeout=WAIT_MS)
+        editor = cells.nth(0).locator(".cm-content")
+        editor.click()
+        page.keyboard.press("End")
+        page.keyboard.type(typed[:10], delay=30)
+        edits = threading.Thread(target=agent)
+        edits.start()
+        page.keyboard.type(typed[10:], delay=30)  # typing goes on while the agent edits
+        edits.join()
+        for result in results:
+            assert not result.is_error, result.texts
+        page.wait_for_function("[...document.querySelectorAll('.jp-Notebook .jp-Cell')].slice(1, 3)"
+                               ".map(c => c.querySelector('.cm-content').innerText).join('|') === 'x = 99|print(x)'",
+                               timeout=WAIT_MS)
+        page.keyboard.type("!", delay=30)
+        page.wait_for_timeout(1500)  # the server has saved the document to the file by now
+        assert page.locator(".jp-Dialog").count() == 0
+        assert editor.inner_text() == "a = 1" + typed + "!"  # 0 characters lost, none moved
+        saved = nbformat.read(lab["root"] / "side-B.ipynb", as_version=4)
+        assert [cell.source for cell in saved.cells] == ["a = 1" + typed + "!", "x = 99", "print(x)"]
+    finally:
+        run(unpair(ctx.state), timeout=60)

@@ -9,11 +9,16 @@ shut down).
 With --server, the notebook is read and changed through that server, never
 behind its back: through its shared document when it runs jupyter-collaboration,
 through the Contents API otherwise. Its path is taken from the server's root.
+So is every other notebook under that root when the server runs on this machine
+(`_roots`): named by a local path, however spelled, it is reached through the
+server too, and a notebook another running server has open is refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +27,7 @@ from typing import Any, Mapping
 from ..._errors import CallError, ConnectionRequired, InvalidInput
 from ..._tool import ServerPath
 from ._connection import KernelConnection
+from ._roots import local_root, refuse_if_open_elsewhere, relative_path
 from ._server import ServerApi, connect_server, open_notebook, server_path
 from ._stores import ContentsStore, FileStore, NotebookStore
 from ._zmq import connect_existing, start_kernel
@@ -48,6 +54,10 @@ class Pairing:
     connection: KernelConnection
     store: NotebookStore | None = None  # None: a server notebook that does not exist yet
     api: ServerApi | None = field(default=None, repr=False)
+    root: Path | None = None  # a server's root folder on this machine, when it runs here
+    # The other notebooks under a server's root reached through it, by their path from the root.
+    documents: dict[str, NotebookStore] = field(default_factory=dict, repr=False)
+    _opening: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     def describe(self) -> str:
         where = f"; notebook {self.store.describe()}" if self.store is not None else ""
@@ -57,15 +67,39 @@ class Pairing:
         if self.store is None and self.api is not None:
             self.store = await open_notebook(self.api, self.key)
             if self.store is None:
-                return ContentsStore(self.api, self.key)  # creates it; chosen again once it exists
+                return self._own(ContentsStore(self.api, self.key))  # creates it; chosen again once it exists
         assert self.store is not None
-        return self.store
+        return self._own(self.store)
+
+    async def document(self, path: str) -> NotebookStore:
+        """Another notebook on this pairing's server (`path`: from its root), through the server."""
+        if path == self.key:
+            return await self.notebook_store()
+        assert self.api is not None
+        async with self._opening:  # two calls at once on a new notebook open one connection, not two
+            store = self.documents.get(path)
+            if store is None:
+                store = await open_notebook(self.api, path)
+                if store is None:
+                    return self._own(ContentsStore(self.api, path))  # creates it; chosen again once it exists
+                self.documents[path] = store
+        return self._own(store)
+
+    def _own(self, store: NotebookStore) -> NotebookStore:
+        if isinstance(store, ContentsStore):
+            store.own_channels = getattr(self.connection, "channels_to", store.own_channels)
+        return store
+
+    def local_key(self, real: str | Path) -> str | None:
+        """A local path (symlinks resolved) from this server's root, when it lies under it."""
+        return relative_path(real, self.root) if self.root is not None else None
 
     async def close(self) -> None:
         try:
-            if self.store is not None:
-                await self.store.close()
+            for store in [*self.documents.values(), *([self.store] if self.store is not None else [])]:
+                await store.close()
         finally:
+            self.documents.clear()
             await self.connection.close()
 
 
@@ -98,7 +132,32 @@ class Pairings:
     def find(self, workdir: Path, notebook: str, real: str | None = None) -> Pairing | None:
         """The pairing of `notebook`: a server path, or a path relative to `workdir` (`real`:
         where it leads, as the dispatcher resolved and checked it)."""
-        return self.named(notebook) or self._by_key.get(real or str(_resolve(workdir, notebook)))
+        local = real or str(_resolve(workdir, notebook))
+        return self.named(notebook) or self._by_key.get(local) or self._served(local)[1]
+
+    def _served(self, real: str) -> tuple[Pairing | None, Pairing | None]:
+        """The server pairing whose root holds the local path `real`, and that pairing again when
+        `real` is its own notebook."""
+        for pairing in self._by_key.values():
+            key = pairing.local_key(real) if pairing.kind == "server" else None
+            if key is not None:
+                return pairing, pairing if key == pairing.key else None
+        return None, None
+
+    async def store(self, workdir: Path, notebook: str, real: str) -> NotebookStore:
+        """Where `notebook` is read and changed: its pairing's server, the server whose root holds it,
+        else its local file (`real`: where it leads, as the dispatcher resolved and checked it) unless a
+        server this session is not paired with has it open."""
+        pairing = self.named(notebook) or self._by_key.get(real)
+        if pairing is not None:
+            return await pairing.notebook_store()
+        server, _ = self._served(real)
+        if server is not None:
+            key = server.local_key(real)
+            assert key is not None
+            return await server.document(key)
+        await refuse_if_open_elsewhere(Path(real), [p.api.base for p in self if p.api is not None])
+        return FileStore(Path(real), notebook)
 
     def named(self, notebook: str) -> Pairing | None:
         """The pairing `notebook` names without the working folder: its key, or a server path."""
@@ -111,6 +170,18 @@ class Pairings:
         except InvalidInput:
             return None  # it leaves every server's root: a local path, if anything
         return next((p for p in self._by_key.values() if p.kind == "server" and p.key == key), None)
+
+    async def overwritten(self, seen: NotebookStore | None = None) -> list[str]:
+        """This session's Contents API edits that a later save by someone else undid, in every notebook
+        but `seen` (whose load said so already); each said once. A server that does not answer now
+        is asked again by a later call."""
+        reports = []
+        for pairing in self:
+            for store in [pairing.store, *pairing.documents.values()]:
+                if isinstance(store, ContentsStore) and store is not seen:
+                    with contextlib.suppress(CallError):
+                        reports.append(await store.overwritten_since_write())
+        return [report for report in reports if report]
 
     def require(self, workdir: Path, notebook: str) -> Pairing:
         pairing = self.find(workdir, notebook)
@@ -208,7 +279,7 @@ async def _pair_server(notebook: str, url: str, token: str | None, kernel: str |
             await store.close()
         await api.close()
         raise
-    return Pairing(notebook, path, "server", connection, store, api)
+    return Pairing(notebook, path, "server", connection, store, api, root=local_root(api.base))
 
 
 async def unpair(state: dict, workdir: Path | None = None, notebook: str | None = None) -> list[str]:

@@ -22,7 +22,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import httpx
 import websockets
@@ -437,6 +437,10 @@ class ServerConnection(KernelConnection):
     def describe(self) -> str:
         return f"{self.label} kernel of session {self.session.get('path')} on {self.api.base}"
 
+    def channels_to(self, kernel_id: str) -> int:
+        """How many of the server's connections to kernel `kernel_id` are this pairing's."""
+        return int(self._ws is not None and kernel_id == self.kernel_id)
+
 
 async def connect_server(api: ServerApi, path: str, kernel_name: str | None) -> ServerConnection:
     """The kernel of `path`'s session on the server (a session is started when there is none)."""
@@ -448,7 +452,7 @@ async def connect_server(api: ServerApi, path: str, kernel_name: str | None) -> 
 
 async def open_notebook(api: ServerApi, path: str) -> NotebookStore | None:
     """How this server's copy of `path` is read and changed; None while the notebook does not exist."""
-    if await api.request("GET", "api/contents", path, params={"content": "0"}, missing_ok=True) is None:
+    if await api.request("GET", "api/contents", quote(path), params={"content": "0"}, missing_ok=True) is None:
         return None
     return await open_shared(api, path) or ContentsStore(api, path)
 

@@ -5,7 +5,10 @@ Three stores, one contract (`NotebookStore`):
   paired with a local kernel).
 - `ContentsStore`: a notebook on a Jupyter Server without a collaboration
   extension, through the Contents API. The whole document is written back, so
-  an edit is refused when anything in it changed since the read.
+  an edit is refused when anything in it changed since the read. A browser that
+  has the notebook open keeps its own copy and saves it over the file, so an
+  edit is refused while the notebook is open in a session, and an edit a later
+  save overwrote is reported by the next call.
 - `SharedStore` (in `_shared`): the live Y.js document of a Jupyter Server with
   jupyter-collaboration. Edits change only the cell they name, so a person's
   typing in other cells is never overwritten; an edit is refused when the named
@@ -19,10 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+from urllib.parse import quote
 
 import nbformat
 from nbformat import NotebookNode
@@ -62,6 +67,7 @@ class Loaded:
     nb: NotebookNode
     digest: str | None  # None: the notebook does not exist yet
     ids_added: bool = False
+    overwritten: str | None = None  # what a save by someone else undid of this session's edits, said once
 
     def find(self, cell_id: str) -> int:
         return find_cell(self.nb.cells, cell_id, self.name)
@@ -226,6 +232,10 @@ class FileStore(WholeDocumentStore):
         return notebook.fingerprint.sha256
 
 
+LIVE_EDITS_NEED = ("live edits of a notebook someone has open need jupyter-collaboration on that server "
+                   "(`pip install jupyter-collaboration`, then restart it), or the notebook closed there")
+
+
 @dataclass
 class ContentsStore(WholeDocumentStore):
     """A notebook on a Jupyter Server, through GET/PUT /api/contents/<path>."""
@@ -234,6 +244,13 @@ class ContentsStore(WholeDocumentStore):
     path: str  # relative to the server's root
     name: str = ""
     key: str = field(init=False)
+    # How many kernel channels this session itself holds open to a kernel (its pairing's): those
+    # are no person's.
+    own_channels: Callable[[str], int] = field(default=lambda kernel_id: 0, repr=False)
+    # This session's edits since its last write, until a save by someone else is seen: the server's
+    # modification time of that write, and each edited cell's digest (None: deleted).
+    _written_at: str | None = field(default=None, init=False, repr=False)
+    _edits: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.name = self.name or self.path
@@ -251,18 +268,89 @@ class ContentsStore(WholeDocumentStore):
         nb = nbformat.from_dict(model["content"])
         digest = notebook_digest(model["content"])
         ids_added = doc.give_cells_ids(nb, digest)
-        return Loaded(self.name, nb, digest, ids_added)
+        return Loaded(self.name, nb, digest, ids_added, self._overwritten(model))
 
     async def _get(self) -> dict[str, Any] | None:
-        return await self.api.request("GET", "api/contents", self.path, params={"type": "notebook", "content": "1"},
-                                      missing_ok=True)
+        return await self.api.request("GET", "api/contents", quote(self.path), missing_ok=True,
+                                      params={"type": "notebook", "content": "1"})
+
+    async def edit(self, state: dict[str, Any], loaded: Loaded, edit: CellEdit) -> Loaded:
+        if loaded.overwritten:
+            raise ToolInputError(f"{loaded.overwritten}; read it again ({doc.read_hint(self.name)}) before editing")
+        loaded = await super().edit(state, loaded, edit)
+        if edit.mode == "delete":
+            self._edits[edit.cell_id] = None
+        else:
+            assert edit.cell is not None
+            self._edits[str(edit.cell.id)] = cell_digest(edit.cell)
+        return loaded
+
+    async def check_runnable(self, state: dict[str, Any], loaded: Loaded, cell_id: str) -> None:
+        if loaded.overwritten:
+            raise ToolInputError(f"{loaded.overwritten}; read it again ({doc.read_hint(self.name)}) before running")
+        await super().check_runnable(state, loaded, cell_id)
+        await self._require_not_open()  # its outputs are written back when it ends
 
     async def _write(self, nb: NotebookNode, expected: str | None) -> str:
-        written = await self.api.request("PUT", "api/contents", self.path,
+        await self._require_not_open()
+        written = await self.api.request("PUT", "api/contents", quote(self.path),  # a name may hold `?` or `#`
                                          body={"type": "notebook", "format": "json", "content": nb})
         # The server normalises what it stores; its copy is what the next stale check compares with. If
         # someone saved in between (another modification time), nothing counts as read: fail closed.
         model = await self._get()
-        if model is None or model.get("last_modified") != (written or {}).get("last_modified"):
+        self._written_at = (written or {}).get("last_modified")
+        if model is None or model.get("last_modified") != self._written_at:
             return "changed-since-written"
         return notebook_digest(model["content"])
+
+    # -- a browser's copy -----------------------------------------------------------
+
+    async def _require_not_open(self) -> None:
+        """Refuse to write while someone has the notebook open: JupyterLab without collaboration shows
+        its own copy, never this write, and its next save (or autosave) puts that copy back."""
+        sessions = await self.api.request("GET", "api/sessions") or []
+        for session in sessions:
+            if _session_path(session) == self.path and self._someone_else_in(session):
+                raise ToolInputError(
+                    f"{self.path} is open in a session on the Jupyter Server at {self.api.base} (JupyterLab or "
+                    f"another client), which keeps its own copy and would save it over this change, so nothing was "
+                    f"written: {LIVE_EDITS_NEED}")
+
+    def _someone_else_in(self, session: dict[str, Any]) -> bool:
+        kernel = session.get("kernel") or {}
+        connections = kernel.get("connections")
+        if not isinstance(connections, int):
+            return True  # the server does not say who is connected: fail closed
+        return connections > self.own_channels(str(kernel.get("id")))
+
+    async def overwritten_since_write(self) -> str | None:
+        """What a save by someone else undid of this session's edits, asked of the server without
+        loading the notebook unless it changed since this session's last write (said once)."""
+        if self._written_at is None:
+            return None
+        model = await self.api.request("GET", "api/contents", quote(self.path), params={"content": "0"},
+                                       missing_ok=True)
+        if model is None or model.get("last_modified") == self._written_at:
+            return None
+        loaded = await self._get()
+        return self._overwritten(loaded) if loaded is not None else None
+
+    def _overwritten(self, model: dict[str, Any]) -> str | None:
+        """Which of this session's edits a save by someone else undid, once, when the notebook changed
+        since this session's last write."""
+        if self._written_at is None or model.get("last_modified") == self._written_at:
+            return None
+        cells = {str(cell.get("id")): cell_digest(cell) for cell in model["content"].get("cells", [])}
+        lost = sorted(cell_id for cell_id, digest in self._edits.items() if cells.get(cell_id) != digest)
+        self._written_at, self._edits = None, {}
+        if not lost:
+            return None
+        return (f"a later save of {self.path} on {self.api.base} (at {model.get('last_modified')}, from a copy "
+                f"opened before this session's edit, such as JupyterLab's) overwrote this session's edit of "
+                f"cell(s) {', '.join(lost)}: the notebook no longer holds it; make it again once the notebook is "
+                f"closed there ({LIVE_EDITS_NEED})")
+
+
+def _session_path(session: dict[str, Any]) -> str:
+    path = session.get("path") or (session.get("notebook") or {}).get("path") or ""
+    return posixpath.normpath(str(path).replace("\\", "/").lstrip("/"))

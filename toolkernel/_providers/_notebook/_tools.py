@@ -24,7 +24,8 @@ CELL_TYPES = ("code", "markdown", "raw")
 
 _PATH = {"type": "string", "minLength": 1,
          "description": "Notebook (.ipynb) path: relative to the working directory, or, for a notebook paired "
-                        "with --server, its path from that server's root."}
+                        "with --server, its path from that server's root. A notebook under a paired server's "
+                        "root is read and changed through that server, however its path is spelled."}
 
 READ_SCHEMA = {
     "type": "object",
@@ -105,7 +106,8 @@ async def notebook_read(arguments: dict[str, Any], ctx: ToolContext) -> ToolResu
         cells = [(index + 1, notebook.nb.cells[index])]
     images: list[Image] = []
     blocks = [_read_header(notebook)] + [_cell_block(n, len(notebook.nb.cells), cell, images) for n, cell in cells]
-    return ToolResult(texts=["\n\n".join(blocks)], images=images)
+    warnings = [f"WARNING: {report}." for report in await _pairings(ctx.state).overwritten(store)]
+    return ToolResult(texts=["\n".join([*warnings, "\n\n".join(blocks)])], images=images)
 
 
 def _read_header(notebook: Loaded) -> str:
@@ -115,6 +117,8 @@ def _read_header(notebook: Loaded) -> str:
     if notebook.ids_added:
         header += ("\n(this notebook predates cell ids; ids were given in memory and are written with the next "
                    "edit)")
+    if notebook.overwritten:
+        header = f"WARNING: {notebook.overwritten}.\n{header}"
     return header
 
 
@@ -152,8 +156,10 @@ async def notebook_edit(arguments: dict[str, Any], ctx: ToolContext) -> dict[str
     change = EDITS[mode](notebook, arguments)
     notebook = await store.edit(ctx.state, notebook, change)
     touched = [change.cell_id] if mode != "insert" else [str(change.cell.id)]
-    return {"notebook_path": store.location, "edit_mode": mode, "cell_ids": touched,
+    done = {"notebook_path": store.location, "edit_mode": mode, "cell_ids": touched,
             "cell_count": len(notebook.nb.cells)}
+    warnings = await _pairings(ctx.state).overwritten(store)
+    return {**done, "warnings": warnings} if warnings else done
 
 
 def _replace(notebook: Loaded, arguments: dict[str, Any]) -> CellEdit:
@@ -257,11 +263,20 @@ async def notebook_run(arguments: dict[str, Any], ctx: ToolContext) -> ToolResul
         if code is None and not cell_id:
             return ToolResult.text(f"restarted the {pairing.connection.label} kernel")
     if cell_id:
-        return await _run_cell(pairing, cell_id, timeout, ctx.state)
+        return await _with_warnings(await _run_cell(pairing, cell_id, timeout, ctx.state), ctx.state,
+                                    pairing.store)
     if code is None:
         raise ToolInputError("give code to run, or the cell_id of a code cell of the notebook")
     execution = await pairing.connection.execute(code, timeout)
-    return _execution_result(execution, timeout, where="output")
+    return await _with_warnings(_execution_result(execution, timeout, where="output"), ctx.state)
+
+
+async def _with_warnings(result: ToolResult, state: dict[str, Any], seen: NotebookStore | None = None) -> ToolResult:
+    """`result`, with what a save by someone else undid of this session's edits in any notebook."""
+    warnings = [f"WARNING: {report}." for report in await _pairings(state).overwritten(seen)]
+    if warnings:
+        result.texts = ["\n".join([*result.texts, *warnings])]
+    return result
 
 
 async def _run_cell(pairing: Pairing, cell_id: str, timeout: float, state: dict[str, Any]) -> ToolResult:
@@ -321,16 +336,10 @@ def _path_argument(arguments: dict[str, Any]) -> str:
 
 
 async def _store(arguments: dict[str, Any], ctx: ToolContext) -> NotebookStore:
-    """Where the named notebook lives: through its pairing's server, else the local file."""
+    """Where the named notebook lives: through the server that serves it, else the local file."""
     path = _path_argument(arguments)
     # A local notebook is opened where the dispatcher's checks saw it lead, not resolved again.
-    real = ctx.real(arguments, "notebook_path")
-    pairing = _pairings(ctx.state).find(ctx.workdir, path, str(real))
-    if pairing is not None:
-        return await pairing.notebook_store()
-    from ._stores import FileStore
-
-    return FileStore(real, path)
+    return await _pairings(ctx.state).store(ctx.workdir, path, ctx.real_name(arguments, "notebook_path"))
 
 
 def notebook_tools() -> list[Tool]:
