@@ -190,10 +190,10 @@ def run_approve(args: argparse.Namespace) -> int:
 
 
 def run_lint(directory: Path) -> int:
-    from ._frontends._lint import lint, report
+    from ._frontends._lint import check, report
 
-    findings = lint(directory)
-    print(report(findings), end="")
+    findings, notes = check(directory)
+    print(report(findings, notes), end="")
     return 1 if findings else 0
 
 
