@@ -29,6 +29,7 @@ from .._errors import CallError, ConfigError
 from .._approval._run import RunReport, described_call
 
 APPROVAL_MIME = "application/vnd.toolkernel.approval+json"
+TRUST_MIME = "application/vnd.toolkernel.trust+json"  # the trust question: its own renderer (trust.ts)
 # The replies the plain text prompt understands (see `_answers.answer_inline`).
 PROMPT_KEYS = {"once": "o", "always": "a", "deny": "d"}
 
@@ -72,6 +73,22 @@ class ButtonsAsk:
             return  # a terminal shows the text prompt alone
         call = {"tool": request.call.command, "input": dict(request.call.input), **request.call.shown()}
         display(approval_bundle(call, request.always_offered), raw=True)
+
+
+    def show_trust(self, question: Mapping[str, Any]) -> None:
+        """The trust question (`_untrusted.ask_to_trust`), shown for the extension's buttons
+        ("Trust this folder's config", "Not now") right before the text prompt they answer."""
+        from IPython import get_ipython
+        from IPython.display import display
+
+        if getattr(get_ipython(), "kernel", None) is None:
+            return
+        display(trust_bundle(question), raw=True)
+
+
+def trust_bundle(question: Mapping[str, Any]) -> dict[str, Any]:
+    text = f"toolkernel: the config of {question['folder']} is not trusted."
+    return {TRUST_MIME: dict(question), "text/plain": text, "text/html": f"<p>{html.escape(text)}</p>"}
 
 
 def asking_with_buttons(session, ask: Callable[[str], str]) -> ButtonsAsk:
