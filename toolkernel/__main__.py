@@ -37,9 +37,9 @@ def quickstart_path() -> Path:
 
 def run_demo(notebook: Path, timeout: int = 300) -> int:
     import nbformat
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
+    from ._frontends._demo import AnsweringClient
     from ._providers._notebook._zmq import SafeKernelManager
 
     nb = nbformat.read(notebook, as_version=4)
@@ -48,14 +48,17 @@ def run_demo(notebook: Path, timeout: int = 300) -> int:
     os.environ[TRUST_ALL_VARIABLE] = "1"
     with tempfile.TemporaryDirectory(prefix="toolkernel-demo-") as workdir:
         (Path(workdir) / "toolkernel.toml").write_text(DEMO_CONFIG.format(python=sys.executable))
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", kernel_manager_class=SafeKernelManager,
-                                resources={"metadata": {"path": workdir}})
+        # Its questions are answered as the buttons would be, from each cell's metadata (`_demo`).
+        client = AnsweringClient(nb, timeout=timeout, kernel_name="python3", kernel_manager_class=SafeKernelManager,
+                                 resources={"metadata": {"path": workdir}})
         try:
             client.execute()
             failed = None
         except CellExecutionError as exc:
             failed = exc
     print_outputs(nb)
+    for index, prompt in client.unanswered:
+        print(f"\ncell {index + 1} asked, and its metadata gives no answer for: {prompt}", file=sys.stderr)
     if failed is not None:
         print(f"\nthe notebook stopped at a failing cell:\n{failed}", file=sys.stderr)
         return 1
