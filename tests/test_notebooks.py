@@ -143,3 +143,23 @@ def test_the_approvals_notebook_is_answered_as_its_buttons_would_be(folder):
     assert "denied" in _text(last) and "not reached" not in _text(last)
     assert not (folder / ".toolkernel" / "approvals.json").exists() or "delete_branch" not in (
         folder / ".toolkernel" / "approvals.json").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["approvals", "agent-notebook-editing"])
+def test_toolkernel_demo_runs_a_shipped_demo_by_name(tmp_path, name):
+    # `toolkernel demo NAME` copies the demos' own config (its rules included) beside the notebook.
+    import subprocess
+
+    from kernel_helpers import isolated_env
+
+    env = {**os.environ, **isolated_env(tmp_path), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "toolkernel", "demo", name], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gives no answer" not in done.stderr
+    if name == "approvals":
+        assert "allowed once; running the script\ndeleting fix-x\n" in done.stdout
+        assert "denied; nothing ran" in done.stdout
+    else:
+        assert "total is 90" in done.stdout, done.stdout
