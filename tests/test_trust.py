@@ -166,7 +166,18 @@ def test_a_folder_named_with_control_characters_reaches_no_terminal_raw(tmp_path
 
     work = write_project(tmp_path / "project\x1b]52;c;bWFsaWNl\x07\u202e", "[policy]\nallow = [\"write_file\"]\n").parent
     questions: list[str] = []
-    said = ask_to_trust(work, lambda q: questions.append(q) or "y", NotNow())
+    bundles: list[dict] = []
+
+    class Buttons:  # what JupyterLab's buttons are shown (the trust renderer) as well as the prompt
+        def __call__(self, question: str) -> str:
+            questions.append(question)
+            return "y"
+
+        def show_trust(self, question: dict) -> None:
+            bundles.append(question)
+
+    said = ask_to_trust(work, Buttons(), NotNow())
+    questions.append(json.dumps(bundles, ensure_ascii=False))
     notes = ignored_config_notes(work, set())
     shown = [*questions, *said, untrusted_note((str(work),)), *notes]
     other = write_project(tmp_path / "other\x1b[2J", "[policy]\nallow = [\"write_file\"]\n").parent
