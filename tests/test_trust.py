@@ -433,7 +433,8 @@ def test_under_serve_the_error_says_what_serves_user_runs(tmp_path):
     env = {**untrusted_env(work, tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
 
     async def body() -> str:
-        params = StdioServerParameters(command=sys.executable, args=["-m", "toolkernel", "serve"], env=env, cwd=str(work))
+        params = StdioServerParameters(command=sys.executable, args=["-m", "toolkernel", "serve"], env=env,
+                                       cwd=str(work))
         with anyio.fail_after(180):
             return await _first_text(params)
 

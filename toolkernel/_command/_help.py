@@ -51,9 +51,10 @@ def untrusted_note(folders: tuple[str, ...], not_trusted: str = "") -> str:
     its first line says what to do, where trusting is the fix (`not_trusted`)."""
     if not folders:
         return ""
-    lines = [f"{not_trusted[:1].upper()}{not_trusted[1:]}." if not_trusted else "Project config that only tightens:",
-             f"  Not used{' until trusted' if not_trusted else ''}: servers, hooks, allow rules, [tools] settings, a looser mode, lasting"
-             " approvals; deny and ask rules and a stricter mode apply."]
+    first = f"{not_trusted[:1].upper()}{not_trusted[1:]}." if not_trusted else "Project config that only tightens:"
+    unused = "Not used until trusted" if not_trusted else "Not used"
+    lines = [first, f"  {unused}: servers, hooks, allow rules, [tools] settings, a looser mode, lasting approvals;"
+             " deny and ask rules and a stricter mode apply."]
     return "\n".join(lines + [f"  {printable(folder)}" for folder in folders]) + "\n\n"
 
 

@@ -74,7 +74,6 @@ class ButtonsAsk:
         call = {"tool": request.call.command, "input": dict(request.call.input), **request.call.shown()}
         display(approval_bundle(call, request.always_offered), raw=True)
 
-
     def show_trust(self, question: Mapping[str, Any]) -> None:
         """The trust question (`_untrusted.ask_to_trust`), shown for the extension's buttons
         ("Trust this folder's config", "Not now") right before the text prompt they answer."""
