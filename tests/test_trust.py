@@ -148,13 +148,16 @@ def test_a_prompt_trusts_what_the_person_says_yes_to_and_asks_again_later(tmp_pa
             questions.append(question)
             return "y"
 
-        def show_trust(self, question: dict) -> None:
+        def show_trust(self, question: dict) -> bool:
             shown_first.append(question)
+            return True
 
     said = ask_to_trust(work, Buttons(), not_now)
     assert said and len(questions) == 3 and load_config(work).policy["allow"] == ("edit_file",)
+    told = questions[0].removesuffix(" Trust it as it is now? [y/N] ")
     assert shown_first == [{"folder": str(work), "files": ["toolkernel.toml"], "changed": [],
-                            "keys": {"trust": "y", "not_now": "n"}}]
+                            "keys": {"trust": "y", "not_now": "n"}, "text": told}]
+    assert questions[2] == "Trust it as it is now? [y/N] "  # the question shown is not said twice
 
 
 def test_a_folder_named_with_control_characters_reaches_no_terminal_raw(tmp_path):

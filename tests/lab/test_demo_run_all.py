@@ -92,6 +92,8 @@ def test_the_approvals_demo_runs_all_in_jupyterlab_answered_with_the_buttons(unt
             trust.get_by_role("button", name="Trust this folder's config").click()
             expect(steps.outputs(first_tools)).to_contain_text("trusted the config of")
             expect(steps.outputs(first_tools)).to_contain_text("#101 Add rate limiting")
+            trust.scroll_into_view_if_needed()
+            steps.shot("trusted")
 
             for index, said in answers.items():
                 for answer in said:

@@ -69,14 +69,14 @@ def ask_to_trust(workdir: Path, ask: Callable[[str], str], not_now: NotNow,
         names = printable(", ".join(sorted(files)))
         changed = store.changed(Path(folder))[1]
         since = f"; changed since it was trusted: {printable(', '.join(changed))}" if changed else ""
-        question = (f"toolkernel: {printable(folder)} has config that is not trusted ({names}{since}); its servers,"
-                    " hooks, allow rules and lasting approvals are not used. Trust it as it is now? [y/N] ")
+        told = (f"toolkernel: {printable(folder)} has config that is not trusted ({names}{since}); its servers,"
+                " hooks, allow rules and lasting approvals are not used.")
         show = getattr(ask, "show_trust", None)
-        if show is not None:
-            show({"folder": printable(folder), "files": sorted(map(printable, files)),
-                  "changed": [printable(name) for name in changed], "keys": TRUST_KEYS})
-        try:
-            reply = ask(question)
+        shown = show is not None and show({"folder": printable(folder), "files": sorted(map(printable, files)),
+                                           "changed": [printable(name) for name in changed], "keys": TRUST_KEYS,
+                                           "text": told})
+        try:  # what was shown is not said again by the prompt (JupyterLab echoes it under the buttons)
+            reply = ask(f"{'' if shown else told + ' '}Trust it as it is now? [y/N] ")
         except EOFError:  # stdin closed: nobody can answer now
             reply = ""
         if reply.strip().lower() in ("y", "yes"):

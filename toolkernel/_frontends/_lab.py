@@ -74,19 +74,21 @@ class ButtonsAsk:
         call = {"tool": request.call.command, "input": dict(request.call.input), **request.call.shown()}
         display(approval_bundle(call, request.always_offered), raw=True)
 
-    def show_trust(self, question: Mapping[str, Any]) -> None:
+    def show_trust(self, question: Mapping[str, Any]) -> bool:
         """The trust question (`_untrusted.ask_to_trust`), shown for the extension's buttons
-        ("Trust this folder's config", "Not now") right before the text prompt they answer."""
+        ("Trust this folder's config", "Not now") right before the text prompt they answer;
+        a front end without the extension shows its text. False: not shown (a terminal)."""
         from IPython import get_ipython
         from IPython.display import display
 
         if getattr(get_ipython(), "kernel", None) is None:
-            return
+            return False
         display(trust_bundle(question), raw=True)
+        return True
 
 
 def trust_bundle(question: Mapping[str, Any]) -> dict[str, Any]:
-    text = f"toolkernel: the config of {question['folder']} is not trusted."
+    text = question["text"]
     return {TRUST_MIME: dict(question), "text/plain": text, "text/html": f"<p>{html.escape(text)}</p>"}
 
 
