@@ -134,7 +134,7 @@ def _text(cell) -> str:
 def test_the_approvals_notebook_is_answered_as_its_buttons_would_be(folder):
     nb = execute(folder / "approvals.ipynb")
     code = [c for c in nb.cells if c.cell_type == "code"]
-    allowed_once = next(c for c in code if c.metadata.get("toolkernel", {}).get("answers") == ["once"])
+    allowed_once = next(c for c in code if c.metadata.get("toolkernel-demo", {}).get("answers") == ["once"])
     assert "deleting fix-x" in _text(allowed_once) and "deleted branch fix-x" in _text(allowed_once)
     unasked = next(c for c in code if "wip-auth feature/search-limits" in c.source)
     assert "deleted branch wip-auth" in _text(unasked) and "deleted branch feature/search-limits" in _text(unasked)

@@ -5,10 +5,11 @@ request that the buttons answer with the key of the text prompt. A headless run 
 same stdin request with the same key: the answers a cell expects are written in its metadata,
 in the order it asks,
 
-    "metadata": {"toolkernel": {"answers": ["once"]}}
+    "metadata": {"toolkernel-demo": {"answers": ["once"]}}
 
 with the buttons' words: `once`, `always`, `deny` (an approval), `trust`, `not_now` (a folder's
-config). So a demo notebook is written for the buttons, and `toolkernel demo`, the tests and any
+config). Not under a `toolkernel` key: JupyterLab sends a cell's metadata with its execute request,
+and that key there marks a cell an agent sent (`_runners._hostbash._cell.AGENT_KEY`). So a demo notebook is written for the buttons, and `toolkernel demo`, the tests and any
 nbclient run go through the very path a click takes. A question no answer is written for is
 answered with an empty line (an approval then asks again and stops the script, the trust
 question takes it as "Not now") and named in `unanswered`.
@@ -29,10 +30,10 @@ KEYS = {**PROMPT_KEYS, **TRUST_KEYS}  # an answer word of the metadata -> the ke
 
 def cell_answers(cell: Any) -> list[str]:
     """The answers a cell's metadata gives, in order; ValueError for a word no button has."""
-    answers = list(cell.get("metadata", {}).get("toolkernel", {}).get("answers", []))
+    answers = list(cell.get("metadata", {}).get("toolkernel-demo", {}).get("answers", []))
     unknown = [answer for answer in answers if answer not in KEYS]
     if unknown:
-        raise ValueError(f"metadata toolkernel.answers: {unknown!r} is not one of {sorted(KEYS)}")
+        raise ValueError(f"metadata toolkernel-demo.answers: {unknown!r} is not one of {sorted(KEYS)}")
     return answers
 
 
