@@ -6,6 +6,7 @@ before the start at its end fails that cell, so Run All stops there."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -119,3 +120,37 @@ def test_the_approvals_demo_runs_all_in_jupyterlab_answered_with_the_buttons(unt
         finally:
             browser.close()
     print(f"browser steps took {time.monotonic() - started:.1f} s")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["quickstart", "data-science", "agent-notebook-editing"])
+def test_the_other_demos_run_all_in_jupyterlab_once_the_folder_is_trusted(untrusted_lab, name):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, workdir = untrusted_lab
+    cells = json.loads((workdir / f"{name}.ipynb").read_text())["cells"]
+    first_tools = next(i for i, c in enumerate(cells) if "".join(c["source"]).startswith("%%tools"))
+    last = max(i for i, c in enumerate(cells) if c["cell_type"] == "code")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        keep_waiting_for_slow_documents(page)
+        page.set_default_timeout(WAIT_MS)
+        expect.set_options(timeout=WAIT_MS)
+        steps = Steps(page, Path(tempfile.mkdtemp(prefix=f"toolkernel-lab-{name}-")))
+        try:
+            page.goto(f"{base}/lab/tree/{name}.ipynb")
+            expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle")
+            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+            steps.outputs(first_tools).get_by_role("button", name="Trust this folder's config").click()
+            # Run All stops at a failed cell: the last one ran, so none failed.
+            expect(steps.cell(last).locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\d+\]:"))
+            expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle")
+            steps.shot("ran-all")
+        except Exception:
+            steps.shot("failure")
+            raise
+        finally:
+            browser.close()
