@@ -604,6 +604,33 @@ def test_lint_shows_control_characters_from_the_file_escaped(project, capsys):
     assert 'mcp_servers.\\x1b]0;pwned\\x07' in out and "tools.\\x1b[5mblink" in out
 
 
+def test_lint_checks_an_untrusted_folder_as_it_would_a_trusted_one(project, tmp_path, monkeypatch, capsys):
+    # A cloned repository's config is what a person lints before trusting it: lint reads it
+    # whole (servers, command tools), starts nothing, and finds the same before and after.
+    from kernel_helpers import without_blanket_trust
+
+    without_blanket_trust(tmp_path, monkeypatch)
+    started = project / "started"
+    write_config(project, f'[mcp_servers.github]\ncommand = {q(PY)}\n'
+                 f'args = ["-c", "open({str(started)!r}, \'w\')"]\n\n'
+                 + command_tool("cat", ["cat", "--", "{{ input.file }}"], parameters=STRINGS)
+                 + '[tools_in_shell]\nkeep_visible = ["github get-pull", "mcp_github__get_pull", "gitlab get"]\n')
+    before = [str(f) for f in lint(project)]
+    assert cli_main(["lint", str(project)]) == 1
+    out = capsys.readouterr().out
+    assert "checked as if trusted, not used by a run until then" in out and "toolkernel trust" in out
+    file = str(project / "toolkernel.toml")
+    assert before == [f"{file}: tools.cat.command[2]: uses {{{{ input.file }}}}, which no declared parameter fills"
+                      " (declare it under parameters.properties)",
+                      f'{file}: tools_in_shell.keep_visible[2]: "gitlab get": no MCP server is named \'gitlab\'']
+    assert cli_main(["trust", str(project)]) == 0
+    capsys.readouterr()
+    assert [str(f) for f in lint(project)] == before
+    assert cli_main(["lint", str(project)]) == 1
+    assert "as if trusted" not in capsys.readouterr().out
+    assert not started.exists(), "lint started a server"
+
+
 # -- end to end in a real kernel -----------------------------------------------------------------
 
 @pytest.fixture

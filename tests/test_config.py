@@ -7,6 +7,7 @@ and no config on this machine can leak in.
 from __future__ import annotations
 
 import json
+import sys
 import os
 import textwrap
 from pathlib import Path
@@ -794,6 +795,16 @@ def test_expanded_values_are_kept_as_secrets_apart_from_defaults_and_literals(tr
     server = tree.load().servers["s"]
     assert server.args == ("--token=t0k-from-env", "--mode=fast", "literal")
     assert set(server.secrets) == {"mcp-bin", "t0k-from-env"}
+
+
+def test_toolkernel_python_is_the_python_toolkernel_runs_in_unless_the_environment_says(tree):
+    # The demo config starts its server with it: the first `python3` on the PATH may belong to
+    # another environment, without toolkernel (issue 37).
+    tree.toml(tree.project, '[mcp_servers.s]\ncommand = "${TOOLKERNEL_PYTHON}"\nargs = ["-m", "x"]\n')
+    server = tree.load().servers["s"]
+    assert server.command == sys.executable and server.missing_vars == () and server.secrets == ()
+    tree.environ.update(TOOLKERNEL_PYTHON="/opt/py/bin/python")
+    assert tree.load().servers["s"].command == "/opt/py/bin/python"
 
 
 def test_every_problem_in_every_file_is_reported_at_once(tree):

@@ -1,6 +1,7 @@
 """The demo notebooks run top to bottom headless (no network, no account) with the
 folder's own toolkernel.toml, and running them again gives the same outputs apart from
-the fields declared volatile below."""
+the fields declared volatile below. Their questions are answered as JupyterLab's buttons
+answer them, from each cell's metadata (`toolkernel._frontends._demo.AnsweringClient`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+
+from toolkernel._frontends._demo import AnsweringClient
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ["quickstart", "approvals", "data-science", "agent-notebook-editing"]
@@ -33,8 +35,13 @@ VOLATILE_MIME = ("image/png",)  # rendered bytes may differ in compression metad
 def folder(tmp_path, monkeypatch):
     copied = tmp_path / "notebooks"
     shutil.copytree(REPO / "notebooks", copied)
-    # The folder's config starts `python3`: the Python toolkernel is installed in.
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    # The folder's config starts the kernel's own Python (${TOOLKERNEL_PYTHON}), not the first
+    # `python3` on the PATH: here that one is from another environment, without toolkernel.
+    other = tmp_path / "other-env" / "bin"
+    other.mkdir(parents=True)
+    (other / "python3").write_text("#!/bin/sh\necho \"No module named 'toolkernel'\" >&2\nexit 1\n")
+    (other / "python3").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{other}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("TOOLKERNEL_ADMIN_CONFIG", str(tmp_path / "no-admin.toml"))
@@ -43,8 +50,16 @@ def folder(tmp_path, monkeypatch):
 
 def execute(path: Path) -> nbformat.NotebookNode:
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    client = AnsweringClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    client.execute()
+    assert client.unanswered == [], f"questions the notebook's metadata gives no answer for: {client.unanswered}"
     return nb
+
+
+def errors_of(nb: nbformat.NotebookNode) -> list:
+    """The errors of cells not tagged to raise one (nbclient, and Run All, stop at those)."""
+    return [o for c in nb.cells if c.cell_type == "code" and "raises-exception" not in c.metadata.get("tags", [])
+            for o in c.outputs if o.output_type == "error"]
 
 
 def comparable(nb: nbformat.NotebookNode) -> list:
@@ -95,8 +110,7 @@ def _stable(text: str) -> str:
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_a_demo_notebook_runs_headless_and_again_with_the_same_outputs(folder, name):
     first = execute(folder / f"{name}.ipynb")
-    errors = [o for c in first.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
-    assert not errors, errors
+    assert not errors_of(first), errors_of(first)
     second = execute(folder / f"{name}.ipynb")
     assert comparable(second) == comparable(first)
 
@@ -109,3 +123,43 @@ def test_the_data_science_notebook_shows_a_dataframe_and_the_tool_image_inline(f
     assert any("text/html" in m and "text/plain" in m for m in mimes), "the DataFrame renders as a table"
     last = [set(o.get("data", {})) for o in code[-1].outputs]
     assert any("image/png" in m for m in last), f"read-file's PNG shows inline: {code[-1].outputs}"
+
+
+def _text(cell) -> str:
+    return "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) + o.get("evalue", "")
+                   for o in cell.outputs)
+
+
+@pytest.mark.slow
+def test_the_approvals_notebook_is_answered_as_its_buttons_would_be(folder):
+    nb = execute(folder / "approvals.ipynb")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    allowed_once = next(c for c in code if c.metadata.get("toolkernel-demo", {}).get("answers") == ["once"])
+    assert "deleting fix-x" in _text(allowed_once) and "deleted branch fix-x" in _text(allowed_once)
+    unasked = next(c for c in code if "wip-auth feature/search-limits" in c.source)
+    assert "deleted branch wip-auth" in _text(unasked) and "deleted branch feature/search-limits" in _text(unasked)
+    last = code[-1]
+    assert [o.ename for o in last.outputs if o.output_type == "error"] == ["ScriptFailed"], last.outputs
+    assert "denied" in _text(last) and "not reached" not in _text(last)
+    assert not (folder / ".toolkernel" / "approvals.json").exists() or "delete_branch" not in (
+        folder / ".toolkernel" / "approvals.json").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["approvals", "agent-notebook-editing"])
+def test_toolkernel_demo_runs_a_shipped_demo_by_name(tmp_path, name):
+    # `toolkernel demo NAME` copies the demos' own config (its rules included) beside the notebook.
+    import subprocess
+
+    from kernel_helpers import isolated_env
+
+    env = {**os.environ, **isolated_env(tmp_path), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "toolkernel", "demo", name], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gives no answer" not in done.stderr
+    if name == "approvals":
+        assert "allowed once; running the script\ndeleting fix-x\n" in done.stdout
+        assert "denied; nothing ran" in done.stdout
+    else:
+        assert "total is 90" in done.stdout, done.stdout

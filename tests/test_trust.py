@@ -19,7 +19,7 @@ from approval_helpers import (
 )
 from toolkernel._config._config import load_config
 from toolkernel._config._trust import TrustStore, fingerprints
-from toolkernel._config._untrusted import ask_to_trust
+from toolkernel._config._untrusted import NotNow, ask_to_trust
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -59,6 +59,7 @@ def test_an_untrusted_project_only_tightens_until_trusted_and_again_after_a_chan
     kernel = Kernel(work, untrusted_env(work, tmp_path))
     try:
         cell = kernel.run("%%tools --no-raise-error\ntools --help")
+        assert cell.stdout.startswith("This folder's config is not trusted: %tools trust.\n"), cell.stdout
         assert "Not used until trusted" in cell.stdout and f"{work}: its config is not trusted" in cell.stdout
         assert "own" not in cell.stdout.split("Other tools:")[0]
         assert "toolkernel trust" in cell.stdout
@@ -129,15 +130,34 @@ def test_the_command_line_trusts_a_folder_and_records_it_outside_the_workspace(t
     assert missing.returncode == 1 and "is not a folder" in missing.stderr and "Traceback" not in missing.stderr
 
 
-def test_a_prompt_trusts_what_the_person_says_yes_to_and_asks_once(tmp_path):
+def test_a_prompt_trusts_what_the_person_says_yes_to_and_asks_again_later(tmp_path):
     work = write_project(tmp_path / "project", "[policy]\nallow = [\"write_file\"]\n").parent
     questions: list[str] = []
-    declined: set[str] = set()
-    assert ask_to_trust(work, lambda q: questions.append(q) or "n", declined) == []
-    assert ask_to_trust(work, lambda q: questions.append(q) or "y", declined) == []  # asked once
+    now = [0.0]
+    not_now = NotNow(hold=600, clock=lambda: now[0])
+    assert ask_to_trust(work, lambda q: questions.append(q) or "n", not_now) == []
+    assert ask_to_trust(work, lambda q: questions.append(q) or "y", not_now) == []  # "Not now" holds
     assert len(questions) == 1 and "toolkernel.toml" in questions[0]
-    said = ask_to_trust(work, lambda q: "yes", set())
-    assert said and load_config(work).policy["allow"] == ("write_file",)
+    now[0] = 601.0  # later: asked again ("Not now" is no "never")
+    assert ask_to_trust(work, lambda q: questions.append(q) or "", not_now) == [] and len(questions) == 2
+    (work / "toolkernel.toml").write_text("[policy]\nallow = [\"edit_file\"]\n")  # changed: asked again at once
+    shown_first: list[dict] = []
+
+    class Buttons:
+        def __call__(self, question: str) -> str:
+            questions.append(question)
+            return "y"
+
+        def show_trust(self, question: dict) -> bool:
+            shown_first.append(question)
+            return True
+
+    said = ask_to_trust(work, Buttons(), not_now)
+    assert said and len(questions) == 3 and load_config(work).policy["allow"] == ("edit_file",)
+    told = questions[0].removesuffix(" Trust it as it is now? [y/N] ")
+    assert shown_first == [{"folder": str(work), "files": ["toolkernel.toml"], "changed": [],
+                            "keys": {"trust": "y", "not_now": "n"}, "text": told}]
+    assert questions[2] == "Trust it as it is now? [y/N] "  # the question shown is not said twice
 
 
 def test_a_folder_named_with_control_characters_reaches_no_terminal_raw(tmp_path):
@@ -149,7 +169,18 @@ def test_a_folder_named_with_control_characters_reaches_no_terminal_raw(tmp_path
 
     work = write_project(tmp_path / "project\x1b]52;c;bWFsaWNl\x07\u202e", "[policy]\nallow = [\"write_file\"]\n").parent
     questions: list[str] = []
-    said = ask_to_trust(work, lambda q: questions.append(q) or "y", set())
+    bundles: list[dict] = []
+
+    class Buttons:  # what JupyterLab's buttons are shown (the trust renderer) as well as the prompt
+        def __call__(self, question: str) -> str:
+            questions.append(question)
+            return "y"
+
+        def show_trust(self, question: dict) -> None:
+            bundles.append(question)
+
+    said = ask_to_trust(work, Buttons(), NotNow())
+    questions.append(json.dumps(bundles, ensure_ascii=False))
     notes = ignored_config_notes(work, set())
     shown = [*questions, *said, untrusted_note((str(work),)), *notes]
     other = write_project(tmp_path / "other\x1b[2J", "[policy]\nallow = [\"write_file\"]\n").parent
@@ -313,7 +344,7 @@ def test_code_outside_the_folder_or_filled_from_the_input_is_not_covered(tmp_pat
     assert not config.hooks and not config.commands
     assert any("tool.py changed since it was trusted" in note for note in config.untrusted)
     questions: list[str] = []
-    ask_to_trust(work, lambda q: questions.append(q) or "n", set())
+    ask_to_trust(work, lambda q: questions.append(q) or "n", NotNow())
     assert "changed since it was trusted: tool.py" in questions[0], questions
 
 
@@ -344,3 +375,79 @@ def test_python_dash_m_covers_the_files_it_starts_from(tmp_path, monkeypatch):
     (work / "pkg" / "__init__.py").write_text("import os; os.system('touch pwned')\n")
     config = load_config(work)
     assert not config.hooks and any("pkg/__init__.py changed" in note for note in config.untrusted)
+
+
+@pytest.mark.slow
+def test_every_error_an_untrusted_config_causes_says_so_and_the_notebook_asks_with_buttons(tmp_path):
+    from toolkernel._frontends._lab import TRUST_MIME
+
+    work = write_project(tmp_path / "project", f'[mcp_servers.github]\ncommand = "{sys.executable}"\n'
+                         'args = ["-m", "toolkernel.demo_server"]\n').parent
+    kernel = Kernel(work, untrusted_env(work, tmp_path))
+    because = "no server or tool named 'github' (this folder's config is not trusted: %tools trust)"
+    try:
+        cell = kernel.run("%%tools --no-raise-error\ntools github list-pulls")
+        assert because in cell.stderr, shown(cell)
+        cell = kernel.run("%tools github list-pulls")
+        assert because in cell.error["evalue"], cell
+        cell = kernel.run("import toolkernel\ntry:\n    toolkernel.call('github', 'list-pulls')\n"
+                          "except Exception as e:\n    print(e)")
+        assert because in cell.stdout, shown(cell)
+        cell = kernel.run("%%tools\ntools --help")
+        assert cell.stdout.splitlines()[0] == "This folder's config is not trusted: %tools trust.", cell.stdout
+        assert "(none in use: this folder's config is not trusted: %tools trust)" in cell.stdout
+
+        # Where a person can answer: the question as JupyterLab's buttons (the bundle), then the
+        # prompt they answer. "Not now" is not asked again in the next cell; "Trust" trusts.
+        first = _cell_with_stdin(kernel, "%%tools --no-raise-error\ntools github list-pulls", "n")
+        assert [d[TRUST_MIME]["folder"] for d in first["displays"] if TRUST_MIME in d] == [str(work)]
+        assert len(first["asked"]) == 1 and because in first["stderr"]
+        again = _cell_with_stdin(kernel, "%%tools --no-raise-error\ntools github list-pulls", "y")
+        assert again["asked"] == [] and because in again["stderr"]
+    finally:
+        kernel.close()
+
+
+def _cell_with_stdin(kernel: Kernel, code: str, answer: str) -> dict:
+    seen: dict = {"asked": [], "displays": [], "stderr": ""}
+
+    def on_output(msg: dict) -> None:
+        if msg["msg_type"] == "display_data":
+            seen["displays"].append(msg["content"]["data"])
+        elif msg["msg_type"] == "stream" and msg["content"]["name"] == "stderr":
+            seen["stderr"] += msg["content"]["text"]
+
+    def on_stdin(msg: dict) -> None:
+        seen["asked"].append(msg["content"]["prompt"])
+        kernel.client.input(answer)
+
+    kernel.client.execute_interactive(code, allow_stdin=True, stdin_hook=on_stdin, output_hook=on_output, timeout=180)
+    return seen
+
+
+@pytest.mark.slow
+def test_under_serve_the_error_says_what_serves_user_runs(tmp_path):
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    work = write_project(tmp_path / "project", f'[mcp_servers.github]\ncommand = "{sys.executable}"\n'
+                         'args = ["-m", "toolkernel.demo_server"]\n').parent
+    env = {**untrusted_env(work, tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+
+    async def body() -> str:
+        params = StdioServerParameters(command=sys.executable, args=["-m", "toolkernel", "serve"], env=env,
+                                       cwd=str(work))
+        with anyio.fail_after(180):
+            return await _first_text(params)
+
+    async def _first_text(params) -> str:
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as client:
+                await client.initialize()
+                result = await client.call_tool("bash", {"script": "tools github list-pulls"})
+                return "".join(getattr(c, "text", "") for c in result.content)
+
+    text = anyio.run(body)
+    assert "no server or tool named 'github' (this folder's config is not trusted: toolkernel trust)" in text, text
+    assert "%tools" not in text

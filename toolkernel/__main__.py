@@ -5,9 +5,10 @@
 `toolkernel approve [ID once|always|deny]`: list or answer the calls a `serve` client waits on.
 `toolkernel doctor`: which OS sandbox holds an agent's host code here (`_sandbox`).
 
-With no notebook, runs the quickstart that ships with the package, in a
-fresh temporary folder whose toolkernel.toml points at
-`python -m toolkernel.demo_server`, and prints what every cell printed.
+With no notebook, runs the quickstart that ships with the package (or another shipped demo
+by name), in a fresh temporary folder holding the demos' toolkernel.toml (the demo server,
+`python -m toolkernel.demo_server` on the kernel's own Python), and prints what every cell
+printed. Questions are answered from each cell's metadata, as JupyterLab's buttons would be.
 """
 
 from __future__ import annotations
@@ -20,42 +21,50 @@ from pathlib import Path
 
 from ._config._trust import TRUST_ALL_VARIABLE
 
-DEMO_CONFIG = """\
-[mcp_servers.github]
-command = {python!r}
-args = ["-m", "toolkernel.demo_server"]
-description = "a made-up GitHub with pull requests (ships with toolkernel)"
-"""
+DEMOS = ("quickstart", "approvals", "data-science", "agent-notebook-editing")
+
+
+def demo_folder() -> Path:
+    """The demo notebooks and their toolkernel.toml: shipped in the package (`_demo/`), else
+    this checkout's `notebooks/`."""
+    packaged = Path(__file__).parent / "_demo"
+    return packaged if (packaged / "toolkernel.toml").exists() else Path(__file__).resolve().parent.parent / "notebooks"
 
 
 def quickstart_path() -> Path:
-    packaged = Path(__file__).parent / "_demo" / "quickstart.ipynb"
-    if packaged.exists():
-        return packaged
-    return Path(__file__).resolve().parent.parent / "notebooks" / "quickstart.ipynb"
+    return demo_folder() / "quickstart.ipynb"
+
+
+def demo_notebook(name_or_path: str) -> Path:
+    """A shipped demo by name (`approvals`), or a notebook's path."""
+    return demo_folder() / f"{name_or_path}.ipynb" if name_or_path in DEMOS else Path(name_or_path)
 
 
 def run_demo(notebook: Path, timeout: int = 300) -> int:
     import nbformat
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
+    from ._frontends._demo import AnsweringClient
     from ._providers._notebook._zmq import SafeKernelManager
 
     nb = nbformat.read(notebook, as_version=4)
-    # The demo's kernel trusts the config the demo writes itself (see _trust.py),
+    # The demo's kernel trusts the config the demo copies itself (see _trust.py),
     # without leaving a record for a temporary folder in the person's trust file.
     os.environ[TRUST_ALL_VARIABLE] = "1"
     with tempfile.TemporaryDirectory(prefix="toolkernel-demo-") as workdir:
-        (Path(workdir) / "toolkernel.toml").write_text(DEMO_CONFIG.format(python=sys.executable))
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", kernel_manager_class=SafeKernelManager,
-                                resources={"metadata": {"path": workdir}})
+        # The demos' own config: the demo server on the kernel's Python, the rules they rely on.
+        (Path(workdir) / "toolkernel.toml").write_bytes((demo_folder() / "toolkernel.toml").read_bytes())
+        # Its questions are answered as the buttons would be, from each cell's metadata (`_demo`).
+        client = AnsweringClient(nb, timeout=timeout, kernel_name="python3", kernel_manager_class=SafeKernelManager,
+                                 resources={"metadata": {"path": workdir}})
         try:
             client.execute()
             failed = None
         except CellExecutionError as exc:
             failed = exc
     print_outputs(nb)
+    for index, prompt in client.unanswered:
+        print(f"\ncell {index + 1} asked, and its metadata gives no answer for: {prompt}", file=sys.stderr)
     if failed is not None:
         print(f"\nthe notebook stopped at a failing cell:\n{failed}", file=sys.stderr)
         return 1
@@ -88,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="toolkernel", description="Tools in Shell for Jupyter")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a notebook headless against the demo MCP server")
-    demo.add_argument("notebook", nargs="?", type=Path, help="default: the packaged quickstart")
+    demo.add_argument("notebook", nargs="?", help=f"a shipped demo ({', '.join(DEMOS)}) or a notebook's path;"
+                      " default: quickstart")
     trust = sub.add_parser("trust", help="trust a folder's toolkernel config (servers, hooks, allow rules)"
                            " as it is now; a changed file needs trust again")
     trust.add_argument("folder", nargs="?", type=Path, default=Path("."), help="default: this folder")
@@ -129,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "approve":
         return run_approve(args)
     if args.command == "demo":
-        return run_demo(args.notebook or quickstart_path())
+        return run_demo(demo_notebook(args.notebook or "quickstart"))
     if args.command == "trust":
         return run_trust(args.folder)
     if args.command == "lint":
@@ -190,10 +200,10 @@ def run_approve(args: argparse.Namespace) -> int:
 
 
 def run_lint(directory: Path) -> int:
-    from ._frontends._lint import lint, report
+    from ._frontends._lint import check, report
 
-    findings = lint(directory)
-    print(report(findings), end="")
+    findings, notes = check(directory)
+    print(report(findings, notes), end="")
     return 1 if findings else 0
 
 

@@ -24,6 +24,7 @@ from ._command._command import ToolsCommand
 from ._providers._commands import ProcessSlots, command_tool
 from ._config._config import Config
 from ._config._cache import ConfigCache, StatOnce, lstat_or_none
+from ._config._untrusted import not_trusted
 from ._approval._dispatch import CallEnv, Dispatcher
 from ._runners._guard_cache import PlanCache
 from ._approval._hooks import Hooks
@@ -63,6 +64,8 @@ class Session:
         self._approvals_file = str(self.approvals.path)
         self._state_dir = str(self.workdir / STATE_DIR)
         self.process_slots = ProcessSlots()  # command-tool processes at once, per kernel
+        # How the person this session serves trusts a folder: named in errors an untrusted config causes.
+        self.trust_advice = "%tools trust"
         # The in-process sources; each run adds one provider per configured MCP server.
         self.providers: list[ToolProvider] = [ToolSet("builtin", own_tools()), ToolSet("notebook", notebook_tools())]
 
@@ -148,6 +151,7 @@ class Session:
             guarded=None if one_call else plan(),
             plan_guarded=plan if one_call else None,
             untrusted=config.untrusted,
+            not_trusted=not_trusted(config.to_trust, self.workdir, self.trust_advice) if config.to_trust else "",
             shell=config.shell,
             agent=agent,
         )

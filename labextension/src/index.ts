@@ -20,6 +20,7 @@ import { request } from './comm';
 import { QUESTION_MIME, QuestionRenderer } from './question';
 import { IHost, REPORT_MIME, ReportRenderer } from './report';
 import { ToolsSidebar } from './sidebar';
+import { TRUST_MIME, TrustRenderer } from './trust';
 
 function hostFor(panel: NotebookPanel, onAnswer: () => void): IHost {
   return {
@@ -48,6 +49,7 @@ function addRenderers(panel: NotebookPanel, onAnswer: () => void): void {
   });
   panel.content.rendermime.addFactory(factory(REPORT_MIME, h => new ReportRenderer(h)), 0);
   panel.content.rendermime.addFactory(factory(QUESTION_MIME, h => new QuestionRenderer(h)), 0);
+  panel.content.rendermime.addFactory(factory(TRUST_MIME, () => new TrustRenderer(onAnswer)), 0);
 }
 
 const plugin: JupyterFrontEndPlugin<void> = {

@@ -72,7 +72,7 @@ export class QuestionRenderer extends Widget implements IRenderMime.IRenderer {
 }
 
 /** Type `key` into the cell's pending input box and press Enter, as a person would. */
-function answerStdin(node: HTMLElement, key: string): boolean {
+export function answerStdin(node: HTMLElement, key: string): boolean {
   const area = node.closest('.jp-OutputArea');
   const input = area?.querySelector('input.jp-Stdin-input') as HTMLInputElement | null;
   if (!input) {

@@ -51,6 +51,8 @@ class CallEnv:
     approver: Approver = stop_and_report  # who answers at the ask point
     guarded: Protection | None = None  # what no call may write unasked (see _protected.py)
     untrusted: tuple[str, ...] = ()  # project folders whose config only tightens, for --help
+    # When a project's config waits for trust: what an error it may cause says (`_untrusted.not_trusted`).
+    not_trusted: str = ""
     shell: ShellLimits = ShellLimits()  # [shell]: what the runner may use
     # A direct call works `guarded` out only for a call that names paths (most name none).
     plan_guarded: Callable[[], Protection] | None = None

@@ -22,7 +22,7 @@ from ._catalog import Catalog
 from ._cli import Command, parse_input, split_command, take_save
 from .._approval._dispatch import Dispatcher, WouldAsk
 from .._approval._policy import deny_rule_covers
-from .._errors import CallError, Denied, InvalidInput, Stopped, ToolFailed, Unavailable
+from .._errors import CallError, Denied, InvalidInput, Stopped, ToolFailed, Unavailable, UnknownCommand
 from .._longtext import LongText, pieces, whole
 from .._names import fold
 from .._saved import SavingStream
@@ -269,14 +269,24 @@ class ToolsCommand:
                 command = split_command(argv, self.catalog.is_server, self.catalog.split_qualified)
             return await self.run_command(command, stdin, now_only=now_only)
         except CallError as exc:
-            return _failure(exc)
+            return _failure(self.noted(exc))
+
+    def noted(self, error: CallError) -> CallError:
+        """`error`, saying so when the name it did not find may be one the untrusted config defines."""
+        note = self.dispatcher.env.not_trusted
+        if not note or not isinstance(error, UnknownCommand):
+            return error
+        # The list `tools --help` points at would only say the same, first.
+        message = error.message.removesuffix(" (run `tools --help` for the list)")
+        return UnknownCommand(f"{message} ({note})", retryable=error.retryable, **error.details)
 
     async def run_command(self, command: Command, stdin: str | None, *, now_only: bool = False) -> Outcome:
         """One parsed command; a failure is raised as its `CallError` (`now_only`: see `handle_sync`)."""
         if command.action == "help":
             await self.catalog.load_listed()
-            return Outcome(_help.top_help(self.catalog, self._listed)
-                           + _help.untrusted_note(self.dispatcher.env.untrusted))
+            env = self.dispatcher.env
+            return Outcome(_help.untrusted_note(env.untrusted, env.not_trusted)
+                           + _help.top_help(self.catalog, self._listed, env.not_trusted))
         if command.action == "search":
             words = [w for w in command.args if w.strip()]
             if not words:

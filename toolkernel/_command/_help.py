@@ -32,10 +32,13 @@ def display(name: str) -> str:
     return printable(_display(name))
 
 
-def top_help(catalog: Catalog, listed: Callable[[Tool], bool] = lambda tool: True) -> str:
-    """The servers and the other tools; a tool `listed` refuses is left out (and not counted)."""
+def top_help(catalog: Catalog, listed: Callable[[Tool], bool] = lambda tool: True, not_trusted: str = "") -> str:
+    """The servers and the other tools; a tool `listed` refuses is left out (and not counted).
+    `not_trusted`: why a project's servers are not used (see `untrusted_note`)."""
     lines = [USAGE, "MCP servers:"]
-    if not catalog.servers:
+    if not catalog.servers and not_trusted:
+        lines.append(f"  (none in use: {not_trusted})")
+    elif not catalog.servers:
         lines.append("  (none configured: add [mcp_servers.NAME] to toolkernel.toml or .mcp.json)")
     lines += [_server_line(e, listed) for e in sorted(catalog.servers.values(), key=lambda e: e.name)]
     lines += ["", "Other tools:"]
@@ -43,13 +46,16 @@ def top_help(catalog: Catalog, listed: Callable[[Tool], bool] = lambda tool: Tru
     return "\n".join(lines) + "\n"
 
 
-def untrusted_note(folders: tuple[str, ...]) -> str:
-    """What `tools --help` says about project config that only tightens (see _trust.py)."""
+def untrusted_note(folders: tuple[str, ...], not_trusted: str = "") -> str:
+    """What `tools --help` says first about project config that only tightens (see _trust.py):
+    its first line says what to do, where trusting is the fix (`not_trusted`)."""
     if not folders:
         return ""
-    lines = ["", "Not used until trusted (servers, hooks, allow rules, [tools] settings, a looser"
-             " mode, lasting approvals; deny and ask rules and a stricter mode still apply):"]
-    return "\n".join(lines + [f"  {printable(folder)}" for folder in folders]) + "\n"
+    first = f"{not_trusted[:1].upper()}{not_trusted[1:]}." if not_trusted else "Project config that only tightens:"
+    unused = "Not used until trusted" if not_trusted else "Not used"
+    lines = [first, f"  {unused}: servers, hooks, allow rules, [tools] settings, a looser mode, lasting approvals;"
+             " deny and ask rules and a stricter mode apply."]
+    return "\n".join(lines + [f"  {printable(folder)}" for folder in folders]) + "\n\n"
 
 
 def _server_line(entry: ServerEntry, listed: Callable[[Tool], bool]) -> str:

@@ -41,12 +41,15 @@ def load_config(workdir: Path, *, user_config_dir: Path | None = None,
 
 
 def read_config(workdir: Path, *, user_config_dir: Path | None = None, admin_path: Path | None = None,
-                environ: Mapping[str, str] | None = None) -> tuple[Config, tuple[ConfigError, ...]]:
+                environ: Mapping[str, str] | None = None,
+                as_trusted: bool = False) -> tuple[Config, tuple[ConfigError, ...]]:
     """The config without its wrong entries, and every problem found (for `toolkernel lint`;
-    a run uses `load_config`, which refuses a config with any problem)."""
+    a run uses `load_config`, which refuses a config with any problem). `as_trusted`: every
+    file is taken whole, as a person who trusted it would use it (lint: nothing here starts
+    anything, and its findings must not depend on trust); the doubts are still noted."""
     environ = os.environ if environ is None else environ
     builder = Builder(environ, home(environ))
-    doubts = Doubts(TrustStore(environ=environ))
+    doubts = Doubts(TrustStore(environ=environ), as_trusted=as_trusted)
     found = sources(Path(workdir), environ, user_dir=user_config_dir, admin=admin_path)
     read = [(source, source.attempt(source.read)) for source in found]
     for source, data in read:

@@ -8,12 +8,17 @@ needs them is reported unusable rather than started with an empty string.
 from __future__ import annotations
 
 import re
+import sys
 from types import MappingProxyType
 from pathlib import Path
 from typing import Iterable, Mapping
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 EMPTY: Mapping[str, str] = MappingProxyType({})
+# The Python toolkernel runs in, unless the environment sets it: a server written in Python (the
+# demo's) starts with the kernel's own interpreter, not whatever `python3` comes first on the PATH
+# (a kernel from another environment found no toolkernel there). A path, not a secret: not masked.
+OWN_PYTHON = "TOOLKERNEL_PYTHON"
 
 
 class Expander:
@@ -30,6 +35,8 @@ class Expander:
     def _value(self, match: re.Match[str]) -> str:
         name, default = match[1], match[2]
         value = self.environ.get(name)
+        if value is None and name == OWN_PYTHON:
+            return sys.executable
         if default is not None and not value:
             return default
         if value is None:

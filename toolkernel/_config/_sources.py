@@ -90,8 +90,9 @@ def world_writable(path: Path) -> bool:
 class Doubts:
     """Why a project folder's config may only tighten: untrusted, or writable by anyone."""
 
-    def __init__(self, store: TrustStore) -> None:
+    def __init__(self, store: TrustStore, *, as_trusted: bool = False) -> None:
         self.store = store
+        self.as_trusted = as_trusted  # note the doubts, but fold every file in whole (lint)
         self.found: dict[Path, str] = {}
         self.parsed: dict[Path, dict[str, str]] = {}  # the digests of the files read for use, by folder
         self.data: dict[Path, dict[str, Any]] = {}  # what they held: the code they name is what runs
@@ -130,7 +131,7 @@ class Doubts:
         doubt = self.of(folder) or _writable_file(source.path)
         if doubt:
             self.found.setdefault(folder, doubt)
-        return doubt
+        return None if self.as_trusted else doubt
 
     def notes(self) -> tuple[str, ...]:
         return tuple(f"{folder}: {doubt}" for folder, doubt in self.found.items())

@@ -1,14 +1,19 @@
-"""Project config that is not used: what a session notes once, and the question `%%tools` asks
-before trusting a folder (the records themselves are `_trust.py`'s)."""
+"""Project config that is not used: what a session notes once, the question `%%tools` asks
+before trusting a folder, and what an error it causes says (the records are `_trust.py`'s)."""
 
 from __future__ import annotations
 
+import shlex
+import time
 from pathlib import Path
 from typing import Callable
 
 from .._errors import printable
 from ._config import load_config
 from ._trust import TrustStore, fingerprints, trust_command
+
+# The replies the text prompt understands, which JupyterLab's buttons type for the person.
+TRUST_KEYS = {"trust": "y", "not_now": "n"}
 
 
 def ignored_config_notes(workdir: Path, noted: set[str]) -> list[str]:
@@ -21,22 +26,61 @@ def ignored_config_notes(workdir: Path, noted: set[str]) -> list[str]:
     return [f"toolkernel: config not used: {printable(note)}" for note in notes]
 
 
-def ask_to_trust(workdir: Path, ask: Callable[[str], str], declined: set[str],
+def not_trusted(to_trust: tuple[str, ...], workdir: Path, trust: str) -> str:
+    """What an error that the untrusted config may have caused says of it (a server it names is
+    not started, a command tool it defines is not there), with advice the reader can follow:
+    `trust` is the front end's own command (`%tools trust`, or `toolkernel trust` under serve)."""
+    said = []
+    for folder in to_trust:
+        if Path(folder) == Path(workdir):
+            said.append(f"this folder's config is not trusted: {trust}")
+        else:
+            said.append(f"the config of {printable(folder)} is not trusted: {trust} {printable(shlex.quote(folder))}")
+    return "; ".join(said)
+
+
+class NotNow:
+    """The folders a person answered "Not now" for: not asked about again for `hold` seconds,
+    or until their config changes (a notebook asks again later, not only once a kernel)."""
+
+    def __init__(self, hold: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._hold, self._clock = hold, clock
+        self._said: dict[str, tuple[float, tuple[tuple[str, str], ...]]] = {}
+
+    def holds(self, folder: str, files: dict[str, str]) -> bool:
+        said = self._said.get(folder)
+        return said is not None and self._clock() - said[0] < self._hold and said[1] == tuple(sorted(files.items()))
+
+    def add(self, folder: str, files: dict[str, str]) -> None:
+        self._said[folder] = (self._clock(), tuple(sorted(files.items())))
+
+
+def ask_to_trust(workdir: Path, ask: Callable[[str], str], not_now: NotNow,
                  store: TrustStore | None = None) -> list[str]:
-    """Ask a person about each project folder of `workdir` whose config is not
-    trusted (once: a "no" lands in `declined`); trust those they say yes to.
-    Returns what to show them."""
+    """Ask a person about each project folder of `workdir` whose config is not trusted (unless
+    they said "Not now" lately, `not_now`); trust those they say yes to. Returns what to show
+    them. An `ask` with `show_trust(question)` shows the question first (JupyterLab's buttons)."""
     said = []
     store = store or TrustStore()
     for folder in load_config(workdir).to_trust:
-        if folder in declined:
+        files = fingerprints(Path(folder))
+        if not_now.holds(folder, files):
             continue
-        declined.add(folder)
-        names = printable(", ".join(sorted(fingerprints(Path(folder)))))
+        names = printable(", ".join(sorted(files)))
         changed = store.changed(Path(folder))[1]
         since = f"; changed since it was trusted: {printable(', '.join(changed))}" if changed else ""
-        question = (f"toolkernel: {printable(folder)} has config that is not trusted ({names}{since}); its servers,"
-                    " hooks, allow rules and lasting approvals are not used. Trust it as it is now? [y/N] ")
-        if ask(question).strip().lower() in ("y", "yes"):
+        told = (f"toolkernel: {printable(folder)} has config that is not trusted ({names}{since}); its servers,"
+                " hooks, allow rules and lasting approvals are not used.")
+        show = getattr(ask, "show_trust", None)
+        shown = show is not None and show({"folder": printable(folder), "files": sorted(map(printable, files)),
+                                           "changed": [printable(name) for name in changed], "keys": TRUST_KEYS,
+                                           "text": told})
+        try:  # what was shown is not said again by the prompt (JupyterLab echoes it under the buttons)
+            reply = ask(f"{'' if shown else told + ' '}Trust it as it is now? [y/N] ")
+        except EOFError:  # stdin closed: nobody can answer now
+            reply = ""
+        if reply.strip().lower() in ("y", "yes"):
             said.append(trust_command(Path(folder), store))
+        else:
+            not_now.add(folder, files)
     return said

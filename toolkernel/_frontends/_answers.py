@@ -239,9 +239,9 @@ def _apply(session, args: argparse.Namespace) -> str:
     if args.what == "pair":
         return _pair(session, args)
     if args.what == "lint":
-        from ._lint import lint, report
+        from ._lint import check, report
 
-        return report(lint(session.workdir)).rstrip("\n")
+        return report(*check(session.workdir)).rstrip("\n")
     if args.what == "doctor":
         from .._runners._sandbox_plan import doctor
 

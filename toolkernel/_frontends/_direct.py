@@ -29,7 +29,7 @@ from typing import Any, Callable, Coroutine
 from .. import _loop
 from .._command._cli import Command, parse_input, split_command
 from .._command._command import Called, ToolsCommand
-from .._errors import NeedsApproval
+from .._errors import CallError, NeedsApproval
 from .._names import fold
 from .._tool import Tool
 from .._approval._approver import Approver, StdinApprover, asking, stop_and_report
@@ -43,8 +43,11 @@ async def _call(session: Session, argv: list[str], base: dict[str, Any] | None,
                 on_image: Callable[[Any], None], approver: Approver = stop_and_report) -> Any:
     command = await session.prepare(approver=approver, one_call=True, agent=in_agent_cell())
     catalog = command.catalog
-    parsed = split_command(argv, catalog.is_server, catalog.split_qualified)
-    return await _finishing(session, command, parsed, base, on_image)
+    try:
+        parsed = split_command(argv, catalog.is_server, catalog.split_qualified)
+        return await _finishing(session, command, parsed, base, on_image)
+    except CallError as exc:
+        raise command.noted(exc) from None
 
 
 def _finishing(session: Session, command: ToolsCommand, parsed: Command, base: dict[str, Any] | None,
@@ -129,10 +132,13 @@ def _call_here(session: Session, argv: list[str], base: dict[str, Any] | None,
     loop (an MCP tool's call) comes back to this thread, where `input()` works and interrupts land."""
     command = session.prepare_now(stop_and_report if ask is None else _asking_here(ask), agent=in_agent_cell())
     catalog = command.catalog
-    parsed = split_command(argv, catalog.is_server, catalog.split_qualified)
-    tool = _callable_now(command, parsed)
-    if tool is None:
-        return _loop.run_in_place(_finishing(session, command, parsed, base, on_image))
+    try:
+        parsed = split_command(argv, catalog.is_server, catalog.split_qualified)
+        tool = _callable_now(command, parsed)
+        if tool is None:
+            return _loop.run_in_place(_finishing(session, command, parsed, base, on_image))
+    except CallError as exc:
+        raise command.noted(exc) from None
     return _value(session, command.call_now(tool, _arguments(tool, parsed, base), _loop.run_in_place), on_image)
 
 

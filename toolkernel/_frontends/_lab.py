@@ -32,6 +32,7 @@ from .._errors import CallError, ConfigError
 from .._approval._run import RunReport, described_call
 
 APPROVAL_MIME = "application/vnd.toolkernel.approval+json"
+TRUST_MIME = "application/vnd.toolkernel.trust+json"  # the trust question: its own renderer (trust.ts)
 # The replies the plain text prompt understands (see `_answers.answer_inline`).
 PROMPT_KEYS = {"once": "o", "always": "a", "deny": "d"}
 
@@ -114,6 +115,23 @@ class ButtonsAsk:
         if answered == "cancelled":
             self.cancelled = call
         handle.update(approval_bundle(call, always, text, answered), raw=True)
+
+    def show_trust(self, question: Mapping[str, Any]) -> bool:
+        """The trust question (`_untrusted.ask_to_trust`), shown for the extension's buttons
+        ("Trust this folder's config", "Not now") right before the text prompt they answer;
+        a front end without the extension shows its text. False: not shown (a terminal)."""
+        from IPython import get_ipython
+        from IPython.display import display
+
+        if getattr(get_ipython(), "kernel", None) is None:
+            return False
+        display(trust_bundle(question), raw=True)
+        return True
+
+
+def trust_bundle(question: Mapping[str, Any]) -> dict[str, Any]:
+    text = question["text"]
+    return {TRUST_MIME: dict(question), "text/plain": text, "text/html": f"<p>{html.escape(text)}</p>"}
 
 
 def asking_with_buttons(session, ask: Callable[[str], str]) -> ButtonsAsk:

@@ -44,7 +44,14 @@ class Finding:
 
 
 def lint(workdir: Path, *, environ: Mapping[str, str] | None = None) -> list[Finding]:
-    config, problems = read_config(workdir, environ=environ)
+    return check(workdir, environ=environ)[0]
+
+
+def check(workdir: Path, *, environ: Mapping[str, str] | None = None) -> tuple[list[Finding], tuple[str, ...]]:
+    """The findings, and a note for each project folder whose config a run would not use
+    whole (not trusted, or writable by anyone): lint checks it all the same, as if trusted,
+    so that its findings are the same before and after `toolkernel trust`."""
+    config, problems = read_config(workdir, environ=environ, as_trusted=True)
     names = _Names(config)
     findings = [Finding.of(e) for e in (*problems, *config.broken_servers.values(),
                                         *check_names(config.commands.values(), names.own, names.server_files))]
@@ -56,13 +63,16 @@ def lint(workdir: Path, *, environ: Mapping[str, str] | None = None) -> list[Fin
     for file in config.files:
         findings += [Finding(file, key, problem) for key, problem in _name_problems(file, names)
                      if (file, key) not in wrong]
-    return findings
+    return findings, config.untrusted
 
 
-def report(findings: list[Finding]) -> str:
+def report(findings: list[Finding], notes: tuple[str, ...] = ()) -> str:
+    """What lint prints; `notes`: the folders a run does not use whole (checked all the same)."""
+    said = [f"toolkernel lint: checked as if trusted, not used by a run until then: {printable(note)}"
+            for note in notes]
     if not findings:
-        return "toolkernel lint: no problems found\n"
-    lines = [str(f) for f in findings]
+        return "".join(line + "\n" for line in said) + "toolkernel lint: no problems found\n"
+    lines = [str(f) for f in findings] + said
     return "\n".join(lines) + f"\ntoolkernel lint: {len(findings)} problem(s)\n"
 
 

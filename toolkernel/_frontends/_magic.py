@@ -40,7 +40,7 @@ class ToolsMagics(Magics):
         super().__init__(shell)
         self._session = session
         self._started = None
-        self._declined: set[str] = set()  # folders a person chose not to trust: asked once
+        self._not_now = None  # folders a person chose not to trust yet (`NotNow`): asked again later
         self._noted: set[str] = set()  # ignored config already named in a cell: said once
 
     @property
@@ -70,14 +70,15 @@ class ToolsMagics(Magics):
 
     def _cell(self, script: str, args) -> None:
         from ._lab import asking_with_buttons, display_report
-        from .._config._untrusted import ask_to_trust, ignored_config_notes
+        from .._config._untrusted import NotNow, ask_to_trust, ignored_config_notes
         from .._runners._hostbash._cell import started_by_agent
 
         ask = asking_with_buttons(self.session, input) if _stdin_allowed(self.shell) else None
         try:
             for note in ignored_config_notes(self.session.workdir, self._noted):
                 sys.stderr.write(note + "\n")
-            for said in ask_to_trust(self.session.workdir, ask, self._declined) if ask else ():
+            self._not_now = self._not_now or NotNow()
+            for said in ask_to_trust(self.session.workdir, ask, self._not_now) if ask else ():
                 print(said)
             sink = KeptSink() if args.out else IPythonSink()
             result = self.session.run_script(script, sink, read_only=args.read_only, ask=ask,

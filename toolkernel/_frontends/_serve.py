@@ -153,6 +153,7 @@ class ToolServer:
         with self._clients_guard:
             if key not in self._clients:
                 session = Session(self.workdir)
+                session.trust_advice = "toolkernel trust"  # what serve's user runs; no notebook here
                 # A client that cannot be asked leaves its calls where a person can answer them.
                 session.approvals.share_pending(PendingStore(self.workdir))
                 # No other notebook is reachable: this serve's pairing, never another session's.
@@ -286,7 +287,10 @@ class ToolServer:
                            approver: Approver) -> types.CallToolResult:
         # One call, no script: the mount plan is worked out only if the call names paths.
         command = await session.prepare(approver=approver, one_call=True, agent=True)
-        tool = await _find_listed(self, command.catalog, name)
+        try:
+            tool = await _find_listed(self, command.catalog, name)
+        except CallError as exc:
+            raise command.noted(exc) from None
         arguments = parse_input([], tool.input_schema, json.dumps(arguments))
         called = await command.call(tool, arguments)
         request = _cell_request(called.failure)
