@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from ..._errors import CallError, ConnectionRequired, InvalidInput
 from ..._tool import ServerPath
-from ._connection import KernelConnection
+from ._connection import PAIR_AGAIN, KernelConnection
 from ._server import ServerApi, connect_server, open_notebook, server_path
 from ._stores import ContentsStore, FileStore, NotebookStore
 from ._zmq import connect_existing, start_kernel
@@ -181,10 +181,13 @@ def parse_pairing_args(args: str | list[str]) -> dict[str, Any]:
 
 
 async def pair(state: dict, workdir: Path, notebook: str, *, kernel: str | None = None,
-               existing: str | None = None, server: str | None = None, token: str | None = None) -> Pairing:
+               existing: str | None = None, server: str | None = None, token: str | None = None,
+               pair_again: str = PAIR_AGAIN) -> Pairing:
+    """`pair_again`: how messages tell the one who reads them to pair the notebook again, in the front
+    end that pairs it (an MCP client cannot run `%tools pair`)."""
     kind = _choose_kind(kernel, existing, server, token)
     if kind == "server":
-        pairing = await _pair_server(notebook, server, token, kernel)
+        pairing = await _pair_server(notebook, server, token, kernel, pair_again)
     else:
         path = _notebook_path(workdir, notebook)
         if kind == "existing":
@@ -192,12 +195,14 @@ async def pair(state: dict, workdir: Path, notebook: str, *, kernel: str | None 
         else:
             connection = await start_kernel(kernel, path.parent if path.parent.is_dir() else workdir)
         pairing = Pairing(notebook, str(path), kind, connection, FileStore(path, notebook))
+    pairing.connection.pair_again = pair_again
     await pairings(state).add(pairing)
     return pairing
 
 
-async def _pair_server(notebook: str, url: str, token: str | None, kernel: str | None) -> Pairing:
-    api = ServerApi(url, token)
+async def _pair_server(notebook: str, url: str, token: str | None, kernel: str | None,
+                       pair_again: str) -> Pairing:
+    api = ServerApi(url, token, pair_again)
     store = None
     try:
         path = _server_key(notebook)
