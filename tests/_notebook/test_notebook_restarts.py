@@ -153,8 +153,29 @@ def test_a_gateway_that_went_away_fails_at_once_and_a_new_kernel_runs_once_it_is
         result = run(run_tool.call({"notebook_path": "remote.ipynb", "restart": True}, ctx), timeout=RUN_TIMEOUT)
         assert not result.is_error and f"kernel {old} was gone" in result.texts[0], result.texts
         kernels.note(ctx, "remote.ipynb")
-        assert run_code(ctx, "remote.ipynb", "1 + 1").texts == ["2"]
+        assert run_code(ctx, "remote.ipynb", "y = 9").texts == [""]
         assert pairing.connection.kernel_id in gateway_kernels(gateway_url)
+
+        # The Jupyter Server restarts; the gateway keeps the kernel: the next run reaches it again.
+        kill(process)
+        process, server = start_server(tmp_path_factory, *gateway_server_args(gateway_url), root=server["root"],
+                                       port=server["port"])
+        kept = pairing.connection.kernel_id
+        result = run_code(ctx, "remote.ipynb", "y", timeout_seconds=RUN_TIMEOUT)
+        assert result.texts[0].startswith("9\n") and pairing.connection.kernel_id == kept, result.texts
+        assert "the server reached it again (on its gateway), with its variables" in result.texts[0]
+        assert run_code(ctx, "remote.ipynb", "y + 1").texts == ["10"]
+
+        # Both restart: the server cannot take the kernel up again, and a new one runs.
+        kill(process)
+        kill(gateway)
+        gateway, _ = start_gateway(tmp_path_factory, port=port)
+        process, server = start_server(tmp_path_factory, *gateway_server_args(gateway_url), root=server["root"],
+                                       port=server["port"])
+        result = run_code(ctx, "remote.ipynb", "'y' in dir()", timeout_seconds=RUN_TIMEOUT)
+        assert result.texts[0].startswith("False\n") and f"kernel {kept} was gone" in result.texts[0], result.texts
+        assert "a new kernel was started" in result.texts[0] and pairing.connection.kernel_id != kept
+        kernels.note(ctx, "remote.ipynb")
     finally:
         run(unpair(ctx.state), timeout=120)
         stop_server(process)
@@ -178,6 +199,8 @@ def test_a_jupyter_server_restarted_under_a_pairing_runs_the_next_call_in_a_new_
         result = run_code(ctx, "nb.ipynb", "print('here')\n'x' in dir()", timeout_seconds=RUN_TIMEOUT)
         assert result.texts[0].startswith("here\nFalse\n"), result.texts
         assert f"kernel {old} was gone from the Jupyter Server at {server['url']}" in result.texts[0]
+        # It was asked for by its id; a server with kernels of its own starts a new one under that id.
+        assert "the server started a new kernel under its id, without the old one's variables" in result.texts[0]
         kernels.note(ctx, "nb.ipynb")
         # The new kernel is the notebook's session's on the restarted server, and this pairing's to end.
         sessions = httpx.get(server["url"] + "api/sessions", headers={"Authorization": f"token {SERVER_TOKEN}"},
@@ -204,9 +227,12 @@ def test_a_kernel_someone_shut_down_is_replaced_by_the_next_run_and_an_error_giv
         with pytest.raises(Unavailable) as caught:  # the server's own words, then the status
             run(api.request("POST", "api/kernels", missing, "interrupt"), timeout=60)
         assert f"Kernel does not exist: {missing} (HTTP 404 to POST" in caught.value.message
+        run_code(ctx, "nb.ipynb", "x = 1")
         httpx.delete(server["url"] + f"api/kernels/{old}", headers=headers, timeout=60).raise_for_status()
-        result = run_code(ctx, "nb.ipynb", "1 + 1")
-        assert result.texts[0].startswith("2\n") and f"kernel {old} was gone" in result.texts[0], result.texts
+        result = run_code(ctx, "nb.ipynb", "'x' in dir()")
+        assert result.texts[0].startswith("False\n") and f"kernel {old} was gone" in result.texts[0], result.texts
+        assert "without the old one's variables" in result.texts[0]
+        assert "was gone" not in run_code(ctx, "nb.ipynb", "1 + 1").texts[0]
         kernels.note(ctx, "nb.ipynb")
     finally:
         run(unpair(ctx.state), timeout=120)

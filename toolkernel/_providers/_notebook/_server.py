@@ -209,6 +209,9 @@ class ServerConnection(KernelConnection):
         self._notice = ""  # what the next run's result says became of the kernel before it
         self._checked_at = 0.0  # when the server last said the kernel is there
         self._gone = False  # the server no longer has the kernel (it, or its gateway, was restarted)
+        self._server_restarted = False  # the server closed our websocket when the kernel was last found gone
+        self._reattached = False  # the server took the gone kernel up again by its id: the next run tells how
+        self._last_count: int | None = None  # the execution count of our last run in this kernel
 
     async def open(self, *, fresh: bool = False) -> None:
         if fresh:
@@ -326,6 +329,9 @@ class ServerConnection(KernelConnection):
             request = self._request
             execution.restarted = request is not None and request.answered_by not in (None, request.kernel)
             execution.notice, self._notice = self._notice, ""
+            self._tell_reattached(execution)
+            if execution.execution_count is not None:
+                self._last_count = execution.execution_count
             return execution
         finally:
             self._request = None
@@ -338,7 +344,7 @@ class ServerConnection(KernelConnection):
         if channels_open and self._ready_kernel == self._kernel and not self._check_due():
             return True
         model = await self._server_model()
-        self._gone = model is None
+        self._gone, self._server_restarted = model is None, not channels_open
         if model is None or model.get("execution_state") == "dead":
             return False
         self._checked_at = time.monotonic()
@@ -370,17 +376,45 @@ class ServerConnection(KernelConnection):
 
     async def _replace_gone_kernel(self) -> str:
         """The kernel is gone from the server (the server or its gateway was restarted, or someone shut it
-        down): the notebook's session there now, or a new one, gives the kernel that runs from here on."""
+        down): the notebook's session there now, or a new one, gives the kernel that runs from here on.
+        A new session asks for the old kernel by its id first: a restarted server whose kernels run on a
+        gateway takes up the gateway's kernel again, variables and all (a server with kernels of its own
+        starts a new one under that id: the next run's execution count tells which, `_tell_reattached`)."""
         old, path = self.kernel_id, server_path(self.session.get("path") or "")
-        session, created = await _find_or_start_session(self.api, path, self.label, gone=old)
+        session = await _live_session(self.api, path, gone=old)
+        created = session is None
+        if session is None:
+            # Only a server that restarted (our websocket closed with it) may take up a kernel it does not
+            # know: one its gateway kept.
+            session = await _start_session(self.api, path, self.label, old if self._server_restarted else "")
         await self._close_channels()
         self.session, self.kernel_id, self.created = session, session["kernel"]["id"], created
         self._kernel, self._ready_kernel, self._lost_state, self._gone = 0, -1, "", False
         await self.open(fresh=True)
         self._checked_at = time.monotonic()
+        if self.kernel_id == old:
+            self._reattached = True
+            return ""
         how = "a new kernel was started" if created else f"the notebook's session there has kernel {self.kernel_id}"
+        return self._gone_notice(old, f"{how}, without the old one's variables")
+
+    def _gone_notice(self, old: str, how: str) -> str:
         return (f"(the {self.label} kernel {old} was gone from the Jupyter Server at {self.api.base}: the server or "
-                f"its gateway was restarted, or the kernel was shut down; {how}, without the old one's variables.)")
+                f"its gateway was restarted, or the kernel was shut down; {how}.)")
+
+    def _tell_reattached(self, execution: Execution) -> None:
+        """After the first run in a kernel taken up again by its id: a kernel that ran our code before
+        counts on from there, one the server started anew counts from 1."""
+        if not self._reattached or execution.execution_count is None:
+            return
+        self._reattached = False
+        if self._last_count is not None and execution.execution_count > 1:
+            how = "the server reached it again (on its gateway), with its variables"
+        elif self._last_count is not None:
+            how = "the server started a new kernel under its id, without the old one's variables"
+        else:
+            how = "the server has a kernel under its id again (if it was started anew, its variables are gone)"
+        execution.notice = self._gone_notice(self.kernel_id, how)
 
     async def _outlived(self, request: _Request) -> bool:
         """The kernel `request` was sent to was replaced. True while the request may still come back
@@ -493,13 +527,22 @@ class ServerConnection(KernelConnection):
         async with self._lock:
             # Asked first: a server whose kernels run on a gateway answers a restart of a kernel the
             # gateway lost with HTTP 500 and no reason.
+            notice = ""
             if await self._server_model() is None:
-                return await self._replace_gone_kernel()
+                self._server_restarted = self._reader is None or self._reader.done()
+                old = self.kernel_id
+                notice = await self._replace_gone_kernel()
+                if not self._reattached:
+                    return notice
+                # Taken up again (maybe with its variables): restarted as asked.
+                self._reattached = False
+                notice = self._gone_notice(old, "the server reached a kernel under its id again")
             model = await self.api.request("POST", "api/kernels", self.kernel_id, "restart", missing_ok=True)
             if model is None:
                 return await self._replace_gone_kernel()
             await self._reopen(fresh=True)
-            return ""
+            self._last_count = None
+            return notice
 
     async def _close_channels(self) -> None:
         if self._ws is not None:
@@ -547,23 +590,41 @@ def server_path(notebook: str) -> str:
     return relative
 
 
-async def _find_or_start_session(api: ServerApi, path: str, kernel_name: str | None,
-                                 gone: str = "") -> tuple[dict[str, Any], bool]:
-    """`path`'s session on the server, or a new one; never one whose kernel is `gone` (the server
-    may still name it until it learns the kernel's gateway lost it: that session is ended)."""
+async def _find_or_start_session(api: ServerApi, path: str, kernel_name: str | None) -> tuple[dict[str, Any], bool]:
+    session = await _live_session(api, path)
+    if session is not None:
+        return session, False
+    return await _start_session(api, path, kernel_name), True
+
+
+async def _live_session(api: ServerApi, path: str, gone: str = "") -> dict[str, Any] | None:
+    """`path`'s session on the server; never one whose kernel is `gone` (the server may still name it
+    until it learns that the kernel's gateway lost it: that session is ended)."""
     for session in await api.request("GET", "api/sessions") or []:
         if server_path(session.get("path") or "") == path and session.get("kernel"):
             if session["kernel"].get("id") != gone:
-                return session, False
-            await _end_stale_session(api, session)
+                return session
+            with contextlib.suppress(Unavailable):  # it may fail to shut down the kernel it lost: ended anyway
+                await api.request("DELETE", "api/sessions", session["id"], missing_ok=True)
+    return None
+
+
+async def _start_session(api: ServerApi, path: str, kernel_name: str | None, kernel_id: str = "") -> dict[str, Any]:
+    """A new session for `path`, on kernel `kernel_id` when the server can take it up (else on a new kernel)."""
+    body = {"path": path, "name": PurePosixPath(path).name, "type": "notebook"}
     kernel = {"name": kernel_name} if kernel_name else {}
-    body = {"path": path, "name": PurePosixPath(path).name, "type": "notebook", "kernel": kernel}
-    session = await api.request("POST", "api/sessions", body=body)
-    if not isinstance(session, dict) or (session.get("kernel") or {}).get("id") in (None, gone):
-        raise Unavailable(f"the Jupyter Server at {api.base} gave no new kernel for {path}", retryable=True)
-    return session, True
-
-
-async def _end_stale_session(api: ServerApi, session: dict[str, Any]) -> None:
-    with contextlib.suppress(Unavailable):  # it may fail to shut down the kernel it lost: ended anyway
-        await api.request("DELETE", "api/sessions", session["id"], missing_ok=True)
+    if kernel_id:
+        with contextlib.suppress(Unavailable):
+            session = await api.request("POST", "api/sessions", body={**body, "kernel": {"id": kernel_id}})
+            if isinstance(session, dict) and (session.get("kernel") or {}).get("id") == kernel_id:
+                return session
+            if isinstance(session, dict) and session.get("id"):
+                # A gateway that lost the kernel leaves the session without one, and it cannot be ended
+                # (HTTP 500); given a new kernel it is whole again (the server's 500 is about ending the
+                # old one).
+                with contextlib.suppress(Unavailable):
+                    await api.request("PATCH", "api/sessions", session["id"], body={"kernel": kernel})
+    session = await api.request("POST", "api/sessions", body={**body, "kernel": kernel})
+    if not isinstance(session, dict) or not (session.get("kernel") or {}).get("id"):
+        raise Unavailable(f"the Jupyter Server at {api.base} gave no kernel for {path}", retryable=True)
+    return session
