@@ -256,3 +256,73 @@ def test_advice_to_pair_again_is_the_front_ends_own():
         for message in (existing.dead_message(), token):
             assert again in message and ("%tools" in message) == (again == MAGIC_PAIR_AGAIN), message
     assert "--server-token" in SERVE_PAIR_AGAIN
+
+
+# --- through `toolkernel serve`: an MCP client is told what it can do -----------------------------
+
+def serve_text(result) -> str:
+    return "".join(c.text for c in result.content if c.type == "text")
+
+
+def test_serve_runs_on_after_its_jupyter_server_restarts_and_never_advises_a_magic(tmp_path, tmp_path_factory,
+                                                                                 kernels):
+    import anyio
+    from test_serve import project, run as run_serve
+    from test_serve_notebook import POLICY, new_notebook, run_code as serve_run, serving
+
+    work = project(tmp_path, POLICY)
+    new_notebook(work / "nb.ipynb")
+    args = (f"--ServerApp.jpserver_extensions={NO_COLLABORATION}",)
+    process, server = start_server(tmp_path_factory, *args, root=work)
+    got: dict[str, str] = {}
+
+    async def body():
+        nonlocal process, server
+        options = ("--notebook", "nb.ipynb", "--server", server["url"], "--server-token", SERVER_TOKEN)
+        async with serving(work, *options) as client:
+            got["pid"] = serve_text(await serve_run(client, "nb.ipynb", "import os\nshared = 1\nos.getpid()"))
+            await anyio.to_thread.run_sync(kill, process)
+            down = await serve_run(client, "nb.ipynb", "shared")
+            got["down"] = serve_text(down) if down.is_error else "not an error: " + serve_text(down)
+            process, server = await anyio.to_thread.run_sync(
+                lambda: start_server(tmp_path_factory, *args, root=work, port=server["port"]))
+            back = await serve_run(client, "nb.ipynb", "'shared' in dir()")
+            got["back"] = serve_text(back) if not back.is_error else "error: " + serve_text(back)
+            got["pid2"] = serve_text(await serve_run(client, "nb.ipynb", "import os\nos.getpid()"))
+
+    try:
+        run_serve(body)
+    finally:
+        kernels.pids += [int(got[key]) for key in ("pid", "pid2") if got.get(key, "").strip().isdigit()]
+        stop_server(process)
+    assert f"the Jupyter Server at {server['url']} did not answer" in got["down"], got
+    assert got["back"].startswith("False\n") and "was gone from the Jupyter Server" in got["back"], got
+    assert "%tools" not in got["down"] + got["back"], got
+
+
+def test_serve_advises_starting_serve_again_when_its_existing_kernel_is_gone(tmp_path):
+    from jupyter_client import KernelManager
+    from test_serve import project, run as run_serve
+    from test_serve_notebook import POLICY, new_notebook, run_code as serve_run, serving
+
+    work = project(tmp_path, POLICY)
+    new_notebook(work / "nb.ipynb")
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel()
+    got: dict[str, str] = {}
+
+    async def body():
+        async with serving(work, "--notebook", "nb.ipynb", "--existing", manager.connection_file) as client:
+            assert serve_text(await serve_run(client, "nb.ipynb", "1 + 1")).strip() == "2"
+            manager.shutdown_kernel(now=True)
+            gone = await serve_run(client, "nb.ipynb", "1 + 1")
+            got["gone"] = serve_text(gone) if gone.is_error else "not an error: " + serve_text(gone)
+
+    try:
+        run_serve(body)
+    finally:
+        if manager.is_alive():
+            manager.shutdown_kernel(now=True)
+        manager.cleanup_resources()
+    assert "ask whoever started `toolkernel serve` to start it again" in got["gone"], got
+    assert "%tools" not in got["gone"], got

@@ -601,8 +601,10 @@ async def _live_session(api: ServerApi, path: str, gone: str = "") -> dict[str, 
     """`path`'s session on the server; never one whose kernel is `gone` (the server may still name it
     until it learns that the kernel's gateway lost it: that session is ended)."""
     for session in await api.request("GET", "api/sessions") or []:
-        if server_path(session.get("path") or "") == path and session.get("kernel"):
-            if session["kernel"].get("id") != gone:
+        if not isinstance(session, dict) or not isinstance(session.get("kernel"), dict):
+            continue  # none to run in (a session whose kernel a gateway lost has none)
+        if server_path(str(session.get("path") or "")) == path and session["kernel"].get("id"):
+            if session["kernel"]["id"] != gone:
                 return session
             with contextlib.suppress(Unavailable):  # it may fail to shut down the kernel it lost: ended anyway
                 await api.request("DELETE", "api/sessions", session["id"], missing_ok=True)
