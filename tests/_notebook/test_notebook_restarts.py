@@ -317,6 +317,8 @@ def test_serve_advises_starting_serve_again_when_its_existing_kernel_is_gone(tmp
             manager.shutdown_kernel(now=True)
             gone = await serve_run(client, "nb.ipynb", "1 + 1")
             got["gone"] = serve_text(gone) if gone.is_error else "not an error: " + serve_text(gone)
+            other = await serve_run(client, "other.ipynb", "1 + 1")
+            got["other"] = serve_text(other) if other.is_error else "not an error: " + serve_text(other)
 
     try:
         run_serve(body)
@@ -325,4 +327,20 @@ def test_serve_advises_starting_serve_again_when_its_existing_kernel_is_gone(tmp
             manager.shutdown_kernel(now=True)
         manager.cleanup_resources()
     assert "ask whoever started `toolkernel serve` to start it again" in got["gone"], got
-    assert "%tools" not in got["gone"], got
+    assert "other.ipynb is not paired" in got["other"] and "reaches only the notebook its --notebook option names" \
+        in got["other"], got
+    assert "%tools" not in got["gone"] + got["other"], got
+
+
+def test_serve_without_a_notebook_never_advises_a_magic(tmp_path):
+    from test_serve import bash, project, run as run_serve
+    from test_serve_notebook import POLICY, serving
+
+    work = project(tmp_path, POLICY)
+
+    async def body():
+        async with serving(work) as client:
+            return serve_text(await bash(client, "tools notebook-run notebook_path=nb.ipynb code=1"))
+
+    said = run_serve(body)
+    assert "not paired" in said and "%tools" not in said, said

@@ -74,6 +74,9 @@ class Pairings:
 
     def __init__(self) -> None:
         self._by_key: dict[str, Pairing] = {}
+        # What a call on a notebook that is not paired is told to do; a front end whose reader cannot
+        # run `%tools pair` (serve) says its own.
+        self.pair_first = "pair it first:\n" + USAGE
 
     def __iter__(self):
         return iter(list(self._by_key.values()))
@@ -117,8 +120,7 @@ class Pairings:
         if pairing is None:
             paired = ", ".join(p.notebook_arg for p in self) or "none"
             raise ConnectionRequired(
-                f"{notebook} is not paired with a kernel in this session (paired: {paired}); pair it first:\n"
-                + USAGE)
+                f"{notebook} is not paired with a kernel in this session (paired: {paired}); {self.pair_first}")
         return pairing
 
 
