@@ -623,7 +623,6 @@ def test_two_notebooks_on_one_server_never_cross(collab_server, tmp_path):
 @pytest.fixture(scope="module")
 def gateway_server(tmp_path_factory):
     """Jupyter Kernel Gateway on loopback, and a Jupyter Server whose kernels all run there."""
-    pytest.importorskip("kernel_gateway")
     gateway, gateway_url = start_gateway(tmp_path_factory)
     try:
         process, server = start_server(tmp_path_factory, *gateway_server_args(gateway_url))

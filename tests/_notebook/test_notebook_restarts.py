@@ -96,7 +96,6 @@ def gateway_kernels(gateway_url: str) -> list[str]:
 
 def test_a_gateway_that_went_away_fails_at_once_and_a_new_kernel_runs_once_it_is_back(
         tmp_path_factory, ctx, kernels, tmp_path):
-    pytest.importorskip("kernel_gateway")
     gateway, gateway_url = start_gateway(tmp_path_factory)
     port = int(gateway_url.rsplit(":", 1)[1])
     process, server = start_server(tmp_path_factory, *gateway_server_args(gateway_url))

@@ -35,6 +35,10 @@ from ._shared import ack_at_once, open_shared
 from ._stores import ContentsStore, NotebookStore
 
 HTTP_TIMEOUT_SECONDS = 30.0
+# How long the kernel list may take: longer than a Jupyter Server waits for its gateway
+# (GatewayClient.connect_timeout, 40 s by default), so that a gateway that does not answer comes back
+# as the server's reason, not as our own timeout.
+KERNEL_LIST_TIMEOUT_SECONDS = 60.0
 READY_TIMEOUT_SECONDS = 60.0
 # How long a request that the kernel replaced under it never acknowledged waits to learn whether
 # the new kernel took it (a kernel starts in seconds; a loaded machine makes that tens).
@@ -72,11 +76,11 @@ class ServerApi:
         ws_scheme = {"http": "ws", "https": "wss"}[scheme]
         return urlunsplit((ws_scheme, netloc, path, query, ""))
 
-    async def answer(self, method: str, *parts: str, body: Any = None,
-                     params: dict[str, str] | None = None) -> httpx.Response:
+    async def answer(self, method: str, *parts: str, body: Any = None, params: dict[str, str] | None = None,
+                     timeout: float = HTTP_TIMEOUT_SECONDS) -> httpx.Response:
         """The server's answer, whatever its status; Unavailable when none came."""
         try:
-            return await self.http.request(method, self.url(*parts), json=body, params=params)
+            return await self.http.request(method, self.url(*parts), json=body, params=params, timeout=timeout)
         except httpx.HTTPError as exc:
             raise Unavailable(f"the Jupyter Server at {self.base} did not answer ({method} {self.url(*parts)}): "
                               f"{type(exc).__name__}", retryable=True) from exc
@@ -106,7 +110,7 @@ class ServerApi:
         first: a server whose kernels run on a gateway asks the gateway for it (a gateway that is down
         says so at once, and kernels a restarted gateway lost leave it), while for one kernel it answers
         from what it last heard. A gateway may refuse listing (403): then the kernel is asked for."""
-        listed = await self.answer("GET", "api/kernels")
+        listed = await self.answer("GET", "api/kernels", timeout=KERNEL_LIST_TIMEOUT_SECONDS)
         if listed.status_code >= 500:
             raise self.failure(f"GET {self.url('api/kernels')}", listed)
         if listed.status_code == 200:
