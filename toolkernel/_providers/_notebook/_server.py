@@ -28,7 +28,7 @@ import httpx
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from ..._errors import CallError, InvalidInput, Unavailable
+from ..._errors import CallError, InvalidInput, Unavailable, printable
 from ._connection import (AGENT_METADATA, EXECUTE_CONTENT, PAIR_AGAIN, Execution, KernelConnection, Message,
                           OnOutput)
 from ._shared import ack_at_once, open_shared
@@ -403,8 +403,9 @@ class ServerConnection(KernelConnection):
         return self._gone_notice(old, f"{how}, without the old one's variables")
 
     def _gone_notice(self, old: str, how: str) -> str:
-        return (f"(the {self.label} kernel {old} was gone from the Jupyter Server at {self.api.base}: the server or "
-                f"its gateway was restarted, or the kernel was shut down; {how}.)")
+        # Ids and names as the server gave them: shown where a terminal may read them.
+        return printable(f"(the {self.label} kernel {old} was gone from the Jupyter Server at {self.api.base}: the "
+                         f"server or its gateway was restarted, or the kernel was shut down; {how}.)")
 
     def _tell_reattached(self, execution: Execution) -> None:
         """After the first run in a kernel taken up again by its id: a kernel that ran our code before
@@ -607,7 +608,7 @@ async def _live_session(api: ServerApi, path: str, gone: str = "") -> dict[str, 
     for session in await api.request("GET", "api/sessions") or []:
         if not isinstance(session, dict) or not isinstance(session.get("kernel"), dict):
             continue  # none to run in (a session whose kernel a gateway lost has none)
-        if server_path(str(session.get("path") or "")) == path and session["kernel"].get("id"):
+        if server_path(str(session.get("path") or "")) == path and isinstance(session["kernel"].get("id"), str):
             if session["kernel"]["id"] != gone:
                 return session
             with contextlib.suppress(Unavailable):  # it may fail to shut down the kernel it lost: ended anyway
@@ -631,6 +632,7 @@ async def _start_session(api: ServerApi, path: str, kernel_name: str | None, ker
                 with contextlib.suppress(Unavailable):
                     await api.request("PATCH", "api/sessions", session["id"], body={"kernel": kernel})
     session = await api.request("POST", "api/sessions", body={**body, "kernel": kernel})
-    if not isinstance(session, dict) or not (session.get("kernel") or {}).get("id"):
+    if not isinstance(session, dict) or not isinstance(session.get("kernel"), dict) \
+            or not isinstance(session["kernel"].get("id"), str):
         raise Unavailable(f"the Jupyter Server at {api.base} gave no kernel for {path}", retryable=True)
     return session
