@@ -399,6 +399,7 @@ class ServerConnection(KernelConnection):
         if self.kernel_id == old:
             self._reattached = True
             return ""
+        self._last_count = None  # a new kernel: nothing of ours ran in it yet
         how = "a new kernel was started" if created else f"the notebook's session there has kernel {self.kernel_id}"
         return self._gone_notice(old, f"{how}, without the old one's variables")
 
@@ -409,7 +410,8 @@ class ServerConnection(KernelConnection):
 
     def _tell_reattached(self, execution: Execution) -> None:
         """After the first run in a kernel taken up again by its id: a kernel that ran our code before
-        counts on from there, one the server started anew counts from 1."""
+        counts on from there, one the server started anew counts from 1 (unless someone ran code in it
+        first: then it reads as kept)."""
         if not self._reattached or execution.execution_count is None:
             return
         self._reattached = False
