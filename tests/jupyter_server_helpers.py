@@ -46,6 +46,45 @@ def start_server(tmp_path_factory, *args: str, app: str = "jupyter_server", env:
     return process, {"url": url, "root": root, "token": SERVER_TOKEN, "log": log, "port": port, "runtime": runtime}
 
 
+GATEWAY_TOKEN = "gateway-token-9c2d"
+
+
+def start_gateway(tmp_path_factory, port: int | None = None) -> tuple[subprocess.Popen, str]:
+    """A Jupyter Kernel Gateway on loopback (on `port`: the same gateway started again) and its URL.
+    It lists its kernels, as a Jupyter Server in front of it needs (`--gateway-url`). Without the
+    package the test is skipped, but not in CI, which installs it (the `test` extra)."""
+    if not os.environ.get("CI"):
+        import pytest
+
+        pytest.importorskip("kernel_gateway")
+    port = port or free_port()
+    log = tmp_path_factory.mktemp("gateway-log") / "gateway.log"
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "kernel_gateway", "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={port}",
+         f"--KernelGatewayApp.auth_token={GATEWAY_TOKEN}", "--KernelGatewayApp.port_retries=0",
+         "--JupyterWebsocketPersonality.list_kernels=True"],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=tmp_path_factory.mktemp("gateway-cwd"))
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + SERVER_START_SECONDS
+    while True:
+        try:
+            if httpx.get(url + "/api", headers={"Authorization": f"token {GATEWAY_TOKEN}"},
+                         timeout=5).status_code == 200:
+                return gateway, url
+        except httpx.HTTPError:
+            pass
+        if gateway.poll() is not None or time.monotonic() > deadline:
+            gateway.kill()
+            raise RuntimeError(f"kernel gateway did not come up: {log.read_text(errors='replace')[-2000:]}")
+        time.sleep(0.3)
+
+
+def gateway_server_args(gateway_url: str) -> tuple[str, ...]:
+    """A Jupyter Server's arguments to run all its kernels on the gateway at `gateway_url`."""
+    return (f"--gateway-url={gateway_url}", f"--GatewayClient.auth_token={GATEWAY_TOKEN}",
+            f"--ServerApp.jpserver_extensions={NO_COLLABORATION}")
+
+
 def stop_server(process: subprocess.Popen) -> None:
     process.terminate()
     try:

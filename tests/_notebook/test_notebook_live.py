@@ -17,6 +17,7 @@ import httpx
 import nbformat
 import pytest
 from conftest import NO_COLLABORATION, SERVER_TOKEN, call, old_notebook_json, start_server, stop_server
+from jupyter_server_helpers import GATEWAY_TOKEN, gateway_server_args, start_gateway
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from toolkernel._errors import ConnectionRequired
@@ -619,41 +620,12 @@ def test_two_notebooks_on_one_server_never_cross(collab_server, tmp_path):
 
 # --- kernels from a Jupyter Kernel Gateway ------------------------------------------------------
 
-GATEWAY_TOKEN = "gateway-token-9c2d"
-
-
 @pytest.fixture(scope="module")
 def gateway_server(tmp_path_factory):
     """Jupyter Kernel Gateway on loopback, and a Jupyter Server whose kernels all run there."""
-    import subprocess
-    import sys
-
-    from conftest import free_port
-
-    pytest.importorskip("kernel_gateway")
-    port = free_port()
-    log = tmp_path_factory.mktemp("gateway-log") / "gateway.log"
-    gateway = subprocess.Popen(
-        [sys.executable, "-m", "kernel_gateway", "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={port}",
-         f"--KernelGatewayApp.auth_token={GATEWAY_TOKEN}", "--KernelGatewayApp.port_retries=0",
-         "--JupyterWebsocketPersonality.list_kernels=True"],  # Jupyter Server lists the gateway's kernels
-        stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=tmp_path_factory.mktemp("gateway-cwd"))
-    gateway_url = f"http://127.0.0.1:{port}"
+    gateway, gateway_url = start_gateway(tmp_path_factory)
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(gateway_url + "/api", headers={"Authorization": f"token {GATEWAY_TOKEN}"},
-                             timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if gateway.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"kernel gateway did not come up: {log.read_text()[-2000:]}")
-            time.sleep(0.3)
-        process, server = start_server(
-            tmp_path_factory, f"--gateway-url={gateway_url}", f"--GatewayClient.auth_token={GATEWAY_TOKEN}",
-            f"--ServerApp.jpserver_extensions={NO_COLLABORATION}")
+        process, server = start_server(tmp_path_factory, *gateway_server_args(gateway_url))
         server["gateway"] = gateway_url
         yield server
         stop_server(process)

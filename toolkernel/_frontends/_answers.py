@@ -257,6 +257,10 @@ def _apply(session, args: argparse.Namespace) -> str:
     return "\n".join([done, *(f"  (not closed cleanly: {problem})" for problem in problems)])
 
 
+# How a notebook tool's message says to pair again, to a person at this kernel.
+PAIR_AGAIN = "pair it again (`%tools pair NOTEBOOK ...`)"
+
+
 def _pair(session, args: argparse.Namespace) -> str:
     from IPython.core.error import UsageError
 
@@ -264,7 +268,7 @@ def _pair(session, args: argparse.Namespace) -> str:
     from .._providers._notebook import pair, pairing_kwargs
 
     try:
-        pairing = _loop.run(pair(session.state, session.workdir, **pairing_kwargs(args)))
+        pairing = _loop.run(pair(session.state, session.workdir, **pairing_kwargs(args), pair_again=PAIR_AGAIN))
     except CallError as exc:
         raise UsageError(f"%tools pair: {exc.message}") from None
     return f"paired: {pairing.describe()}"

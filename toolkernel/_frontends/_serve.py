@@ -55,6 +55,11 @@ from .._tool import Tool
 
 DIRECT = ("read_file", "write_file", "edit_file")
 NOTEBOOK = ("notebook_read", "notebook_edit", "notebook_run")
+# How a notebook tool's message says to pair again, to an agent that cannot: the one who started serve pairs.
+PAIR_AGAIN = ("ask whoever started `toolkernel serve` to start it again: its options --notebook, --kernel, "
+              "--existing, --server and --server-token pair the notebook")
+PAIR_FIRST = ("`toolkernel serve` reaches only the notebook its --notebook option names; another notebook "
+              "needs a `toolkernel serve --notebook` of its own, started by whoever runs serve")
 
 # Written for a model, and as short as it goes: it is the whole cost of the tools moved
 # into the shell. Every command form, input form and error code it names is real;
@@ -136,6 +141,7 @@ class ToolServer:
         self._pairing_args = dict(notebook) if notebook is not None else None
         self.notebook = notebook is not None
         self._notebook_state: dict[str, Any] = {}  # the one pairing every client of this serve uses
+        pairings(self._notebook_state).pair_first = PAIR_FIRST
         self._clients: dict[str, tuple[Session, _Runs]] = {}
         self._used: dict[str, float] = {}  # when each client last asked for its session
         self._clients_guard = threading.Lock()
@@ -147,7 +153,8 @@ class ToolServer:
         """Pair `--notebook` with its kernel (before any client comes). Raises CallError."""
         if self._pairing_args is None:
             return ""
-        return _loop.run(pair(self._notebook_state, self.workdir, **self._pairing_args)).describe()
+        return _loop.run(pair(self._notebook_state, self.workdir, **self._pairing_args,
+                              pair_again=PAIR_AGAIN)).describe()
 
     def client(self, key: str) -> tuple[Session, "_Runs"]:
         with self._clients_guard:

@@ -41,6 +41,10 @@ SHOWN_TYPES = OUTPUT_TYPES | {"execute_input", "clear_output", "update_display_d
 
 OnOutput = Callable[["Execution"], Awaitable[None]]
 
+# How a message says to pair a notebook again when the front end that paired it said nothing (the
+# front ends give their own way: `%tools pair` in a kernel, starting `toolkernel serve` again).
+PAIR_AGAIN = "pair the notebook again"
+
 
 @dataclass
 class Execution:
@@ -50,6 +54,7 @@ class Execution:
     settled: bool = True  # False: the kernel was still busy after the interrupt
     restarted: bool = False  # the kernel was replaced after the request left; the new one ran it
     outputs_lost: bool = False  # the kernel replied, but its IOPub messages (outputs, idle) never came
+    notice: str = ""  # what became of the kernel before the code ran (a new one replaced one that was gone)
 
     @property
     def timed_out(self) -> bool:
@@ -126,6 +131,7 @@ class KernelConnection(ABC):
 
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
+        self.pair_again = PAIR_AGAIN  # set by `pair`, as the front end that paired says it
 
     async def execute(self, code: str, timeout: float, on_output: OnOutput | None = None) -> Execution:
         """Run `code`; `on_output` is awaited each time the outputs so far change (to stream them)."""
@@ -203,7 +209,7 @@ class KernelConnection(ABC):
         return f"the paired kernel ({self.label}) is not running. {self.restart_hint()}"
 
     def restart_hint(self) -> str:
-        return "Pair the notebook again (%tools pair NOTEBOOK ...) to reach a running kernel."
+        return f"To reach a running kernel, {self.pair_again}."
 
     def _died_while_running(self, execution: Execution) -> Unavailable:
         shown = len(execution.outputs)
@@ -220,7 +226,8 @@ class KernelConnection(ABC):
         """At the run's timeout: raise when the time went to a kernel replaced under the request,
         not to the code (its result will never come, and interrupting the new kernel helps no one)."""
 
-    async def restart(self) -> None:
+    async def restart(self) -> str:
+        """Restart the kernel; returns what the result says besides that it was restarted (or "")."""
         raise InvalidInput(f"this session cannot restart the {self.label} kernel: it belongs to someone else. "
                            + self.restart_hint())
 

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 from ..._errors import CallError, ConnectionRequired, InvalidInput
 from ..._tool import ServerPath
-from ._connection import KernelConnection
+from ._connection import PAIR_AGAIN, KernelConnection
 from ._roots import local_root, refuse_if_open_elsewhere, relative_path
 from ._server import ServerApi, connect_server, open_notebook, server_path
 from ._stores import ContentsStore, FileStore, NotebookStore
@@ -108,6 +108,9 @@ class Pairings:
 
     def __init__(self) -> None:
         self._by_key: dict[str, Pairing] = {}
+        # What a call on a notebook that is not paired is told to do; a front end whose reader cannot
+        # run `%tools pair` (serve) says its own.
+        self.pair_first = "pair it first:\n" + USAGE
 
     def __iter__(self):
         return iter(list(self._by_key.values()))
@@ -188,8 +191,7 @@ class Pairings:
         if pairing is None:
             paired = ", ".join(p.notebook_arg for p in self) or "none"
             raise ConnectionRequired(
-                f"{notebook} is not paired with a kernel in this session (paired: {paired}); pair it first:\n"
-                + USAGE)
+                f"{notebook} is not paired with a kernel in this session (paired: {paired}); {self.pair_first}")
         return pairing
 
 
@@ -252,10 +254,13 @@ def parse_pairing_args(args: str | list[str]) -> dict[str, Any]:
 
 
 async def pair(state: dict, workdir: Path, notebook: str, *, kernel: str | None = None,
-               existing: str | None = None, server: str | None = None, token: str | None = None) -> Pairing:
+               existing: str | None = None, server: str | None = None, token: str | None = None,
+               pair_again: str = PAIR_AGAIN) -> Pairing:
+    """`pair_again`: how messages tell the one who reads them to pair the notebook again, in the front
+    end that pairs it (an MCP client cannot run `%tools pair`)."""
     kind = _choose_kind(kernel, existing, server, token)
     if kind == "server":
-        pairing = await _pair_server(notebook, server, token, kernel)
+        pairing = await _pair_server(notebook, server, token, kernel, pair_again)
     else:
         path = _notebook_path(workdir, notebook)
         if kind == "existing":
@@ -263,12 +268,14 @@ async def pair(state: dict, workdir: Path, notebook: str, *, kernel: str | None 
         else:
             connection = await start_kernel(kernel, path.parent if path.parent.is_dir() else workdir)
         pairing = Pairing(notebook, str(path), kind, connection, FileStore(path, notebook))
+    pairing.connection.pair_again = pair_again
     await pairings(state).add(pairing)
     return pairing
 
 
-async def _pair_server(notebook: str, url: str, token: str | None, kernel: str | None) -> Pairing:
-    api = ServerApi(url, token)
+async def _pair_server(notebook: str, url: str, token: str | None, kernel: str | None,
+                       pair_again: str) -> Pairing:
+    api = ServerApi(url, token, pair_again)
     store = None
     try:
         path = _server_key(notebook)

@@ -28,14 +28,19 @@ import httpx
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from ..._errors import InvalidInput, Unavailable
-from ._connection import AGENT_METADATA, EXECUTE_CONTENT, Execution, KernelConnection, Message, OnOutput
+from ..._errors import CallError, InvalidInput, Unavailable, printable
+from ._connection import (AGENT_METADATA, EXECUTE_CONTENT, PAIR_AGAIN, Execution, KernelConnection, Message,
+                          OnOutput)
 from ._hub import redirected
 from ._hub import refusal as hub_refusal
 from ._shared import ack_at_once, open_shared
 from ._stores import ContentsStore, NotebookStore
 
 HTTP_TIMEOUT_SECONDS = 30.0
+# How long the kernel list may take: longer than a Jupyter Server waits for its gateway
+# (GatewayClient.connect_timeout, 40 s by default), so that a gateway that does not answer comes back
+# as the server's reason, not as our own timeout.
+KERNEL_LIST_TIMEOUT_SECONDS = 60.0
 READY_TIMEOUT_SECONDS = 60.0
 # How long a request that the kernel replaced under it never acknowledged waits to learn whether
 # the new kernel took it (a kernel starts in seconds; a loaded machine makes that tens).
@@ -45,6 +50,9 @@ RESTART_SETTLE_SECONDS = 60.0
 # longer, ours lead to the old kernel's ports.
 SIDE_CHECK_SECONDS = 5.0
 STALE_GRACE_SECONDS = 3.0
+# How often a run whose kernel stays silent asks the server whether the kernel is still there: a server
+# whose kernels run on a gateway keeps our websocket open, silent, while the gateway is down or lost it.
+SERVER_CHECK_SECONDS = 5.0
 PROTOCOL_VERSION = "5.3"
 # Statuses the server itself sends when the kernel process was replaced or lost.
 KERNEL_LOST_STATES = {"restarting", "dead", "autorestarting"}
@@ -53,8 +61,9 @@ KERNEL_LOST_STATES = {"restarting", "dead", "autorestarting"}
 class ServerApi:
     """The REST side; every failure is translated here, without the token."""
 
-    def __init__(self, url: str, token: str | None) -> None:
+    def __init__(self, url: str, token: str | None, pair_again: str = PAIR_AGAIN) -> None:
         self.base, url_token = _split_token(url)
+        self.pair_again = pair_again  # how the front end that paired says to pair again
         self.token = token or url_token or os.environ.get("JUPYTER_TOKEN") or None
         self.http = httpx.AsyncClient(headers=self.auth_headers(), timeout=HTTP_TIMEOUT_SECONDS)
 
@@ -69,42 +78,82 @@ class ServerApi:
         ws_scheme = {"http": "ws", "https": "wss"}[scheme]
         return urlunsplit((ws_scheme, netloc, path, query, ""))
 
+    async def answer(self, method: str, *parts: str, body: Any = None, params: dict[str, str] | None = None,
+                     timeout: float = HTTP_TIMEOUT_SECONDS) -> httpx.Response:
+        """The server's answer, whatever its status; Unavailable when none came."""
+        try:
+            return await self.http.request(method, self.url(*parts), json=body, params=params, timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"the Jupyter Server at {self.base} did not answer ({method} {self.url(*parts)}): "
+                              f"{type(exc).__name__}", retryable=True) from exc
+
     async def request(self, method: str, *parts: str, body: Any = None, params: dict[str, str] | None = None,
                       missing_ok: bool = False) -> Any:
-        where = f"{method} {self.url(*parts)}"
-        try:
-            response = await self.http.request(method, self.url(*parts), json=body, params=params)
-        except httpx.HTTPError as exc:
-            raise Unavailable(f"the Jupyter Server at {self.base} did not answer ({where}): {type(exc).__name__}",
-                              retryable=True) from exc
+        response = await self.answer(method, *parts, body=body, params=params)
         if response.status_code == 404 and missing_ok:
             return None
+        where = f"{method} {self.url(*parts)}"
         if response.is_redirect:
             raise redirected(self.base, where, response)
         if response.status_code in (401, 403):
             raise InvalidInput(await self._refused(where, response))
         if response.status_code >= 400:
-            raise Unavailable(f"the Jupyter Server answered HTTP {response.status_code} to {where}",
-                              retryable=response.status_code >= 500)
-        return response.json() if response.content else None
+            raise self.failure(where, response)
+        return _json(response, self.base)
+
+    def failure(self, where: str, response: httpx.Response) -> CallError:
+        """What the server said when it refused `where`: its own reason first (a gateway's "Kernel does not
+        exist", "ConnectionError was received from Gateway server"), then the status."""
+        if response.status_code in (401, 403):
+            return InvalidInput(_refusal(self.base, where, response, self.pair_again))
+        reason = _server_message(response)
+        said = f": {reason} (HTTP {response.status_code} to {where})" if reason else \
+            f" HTTP {response.status_code} to {where}"
+        return Unavailable(f"the Jupyter Server at {self.base} answered{said}",
+                           retryable=response.status_code >= 500)
+
+    async def kernel_model(self, kernel_id: str) -> dict[str, Any] | None:
+        """The server's model of kernel `kernel_id`; None when it has no such kernel. The list is asked
+        first: a server whose kernels run on a gateway asks the gateway for it (a gateway that is down
+        says so at once, and kernels a restarted gateway lost leave it), while for one kernel it answers
+        from what it last heard. A gateway may refuse listing (403): then the kernel is asked for."""
+        listed = await self.answer("GET", "api/kernels", timeout=KERNEL_LIST_TIMEOUT_SECONDS)
+        if listed.status_code >= 500:
+            raise self.failure(f"GET {self.url('api/kernels')}", listed)
+        if listed.status_code == 200:
+            kernels = _json(listed, self.base)
+            if isinstance(kernels, list):
+                return next((k for k in kernels if isinstance(k, dict) and k.get("id") == kernel_id), None)
+        return await self.request("GET", "api/kernels", kernel_id, missing_ok=True)
 
     async def _refused(self, where: str, response: httpx.Response) -> str:
+        plain = _refusal(self.base, where, response, self.pair_again)
         if _server_message(response) in ("", "Forbidden"):  # a refused token: JupyterHub can say which scope
-            return await hub_refusal(self.http, self.base, response) or _refusal(self.base, where, response)
-        return _refusal(self.base, where, response)
+            return await hub_refusal(self.http, self.base, response) or plain
+        return plain
 
     async def close(self) -> None:
         await self.http.aclose()
 
 
-def _refusal(base: str, where: str, response: httpx.Response) -> str:
+def _json(response: httpx.Response, base: str) -> Any:
+    if not response.content:
+        return None
+    try:
+        return response.json()
+    except ValueError as exc:  # a proxy's page, not the server's API
+        raise Unavailable(f"the Jupyter Server at {base} answered {response.request.method} "
+                          f"{response.request.url} with something other than JSON", retryable=True) from exc
+
+
+def _refusal(base: str, where: str, response: httpx.Response, pair_again: str) -> str:
     """Jupyter Server answers a wrong token with 403 too; a 403 that says why is about something else
     (a gateway or an authorizer refusing the request), and saying "token" there misleads."""
     reason = _server_message(response)
     if response.status_code == 401 or reason in ("", "Forbidden"):
         # Each front end names the option its own way: `serve`'s own --token is its bearer token.
-        return (f"the Jupyter Server at {base} refused the token (HTTP {response.status_code}); give the"
-                " server's token (`%tools pair ... --token`, `toolkernel serve ... --server-token`)")
+        return (f"the Jupyter Server at {base} refused the token (HTTP {response.status_code}). Give the server's "
+                f"token: {pair_again}")
     return f"the Jupyter Server at {base} refused {where} (HTTP 403): {reason}"
 
 
@@ -113,7 +162,9 @@ def _server_message(response: httpx.Response) -> str:
         body = response.json()
     except ValueError:
         return ""
-    message = body.get("message") if isinstance(body, dict) else None
+    if not isinstance(body, dict):
+        return ""
+    message = body.get("message") or body.get("reason")  # tornado's HTTPError gives both; either may be null
     return str(message)[:300] if message else ""
 
 
@@ -172,6 +223,12 @@ class ServerConnection(KernelConnection):
         self._ready_kernel = -1  # the kernel our channels were opened on (and heard back from)
         self._lost_state = ""  # the status that counted the last kernel out
         self._request: _Request | None = None
+        self._notice = ""  # what the next run's result says became of the kernel before it
+        self._checked_at = 0.0  # when the server last said the kernel is there
+        self._gone = False  # the server no longer has the kernel (it, or its gateway, was restarted)
+        self._server_restarted = False  # the server closed our websocket when the kernel was last found gone
+        self._reattached = False  # the server took the gone kernel up again by its id: the next run tells how
+        self._last_count: int | None = None  # the execution count of our last run in this kernel
 
     async def open(self, *, fresh: bool = False) -> None:
         if fresh:
@@ -288,6 +345,10 @@ class ServerConnection(KernelConnection):
             execution = await super().execute(code, timeout, on_output)
             request = self._request
             execution.restarted = request is not None and request.answered_by not in (None, request.kernel)
+            execution.notice, self._notice = self._notice, ""
+            self._tell_reattached(execution)
+            if execution.execution_count is not None:
+                self._last_count = execution.execution_count
             return execution
         finally:
             self._request = None
@@ -297,16 +358,83 @@ class ServerConnection(KernelConnection):
         if request is not None and request.kernel != self._kernel:
             return await self._outlived(request)
         channels_open = self._reader is not None and not self._reader.done()
-        if channels_open and self._ready_kernel == self._kernel:
+        if channels_open and self._ready_kernel == self._kernel and not self._check_due():
             return True
-        model = await self.api.request("GET", "api/kernels", self.kernel_id, missing_ok=True)
+        model = await self._server_model()
+        self._gone, self._server_restarted = model is None, not channels_open
         if model is None or model.get("execution_state") == "dead":
             return False
+        self._checked_at = time.monotonic()
         if self._ready_kernel != self._kernel:
             await self._reopen_after_restart()
         elif not channels_open:
             await self._reopen()
         return True
+
+    def _check_due(self) -> bool:
+        """Asked before every run, and every SERVER_CHECK_SECONDS while a run's kernel is silent."""
+        return self._request is None or time.monotonic() - self._checked_at > SERVER_CHECK_SECONDS
+
+    async def _server_model(self) -> dict[str, Any] | None:
+        try:
+            return await self.api.kernel_model(self.kernel_id)
+        except Unavailable as exc:
+            if self._request is None:
+                raise  # nothing was sent: the call fails as the server said
+            raise Unavailable(f"lost touch with the {self.label} kernel while the code ran, so whether it finished "
+                              f"is unknown: {exc.message}", retryable=True) from exc
+
+    async def _require_alive(self) -> None:
+        if await self._alive():
+            return
+        if not self._gone:
+            raise Unavailable(self.dead_message(), retryable=True)
+        self._notice = await self._replace_gone_kernel()
+
+    async def _replace_gone_kernel(self) -> str:
+        """The kernel is gone from the server (the server or its gateway was restarted, or someone shut it
+        down): the notebook's session there now, or a new one, gives the kernel that runs from here on.
+        A new session asks for the old kernel by its id first: a restarted server whose kernels run on a
+        gateway takes up the gateway's kernel again, variables and all (a server with kernels of its own
+        starts a new one under that id: the next run's execution count tells which, `_tell_reattached`)."""
+        old, path = self.kernel_id, server_path(self.session.get("path") or "")
+        session = await _live_session(self.api, path, gone=old)
+        created = session is None
+        if session is None:
+            # Only a server that restarted (our websocket closed with it) may take up a kernel it does not
+            # know: one its gateway kept.
+            session = await _start_session(self.api, path, self.label, old if self._server_restarted else "")
+        await self._close_channels()
+        self.session, self.kernel_id, self.created = session, session["kernel"]["id"], created
+        self._kernel, self._ready_kernel, self._lost_state, self._gone = 0, -1, "", False
+        await self.open(fresh=True)
+        self._checked_at = time.monotonic()
+        if self.kernel_id == old:
+            self._reattached = True
+            return ""
+        self._last_count = None  # a new kernel: nothing of ours ran in it yet
+        how = "a new kernel was started" if created else f"the notebook's session there has kernel {self.kernel_id}"
+        return self._gone_notice(old, f"{how}, without the old one's variables")
+
+    def _gone_notice(self, old: str, how: str) -> str:
+        # Ids and names as the server gave them: shown where a terminal may read them.
+        return printable(f"(the {self.label} kernel {old} was gone from the Jupyter Server at {self.api.base}: the "
+                         f"server or its gateway was restarted, or the kernel was shut down; {how}.)")
+
+    def _tell_reattached(self, execution: Execution) -> None:
+        """After the first run in a kernel taken up again by its id: a kernel that ran our code before
+        counts on from there, one the server started anew counts from 1 (unless someone ran code in it
+        first: then it reads as kept)."""
+        if not self._reattached or execution.execution_count is None:
+            return
+        self._reattached = False
+        if self._last_count is not None and execution.execution_count > 1:
+            how = "the server reached it again (on its gateway), with its variables"
+        elif self._last_count is not None:
+            how = "the server started a new kernel under its id, without the old one's variables"
+        else:
+            how = "the server has a kernel under its id again (if it was started anew, its variables are gone)"
+        execution.notice = self._gone_notice(self.kernel_id, how)
 
     async def _outlived(self, request: _Request) -> bool:
         """The kernel `request` was sent to was replaced. True while the request may still come back
@@ -388,6 +516,12 @@ class ServerConnection(KernelConnection):
 
     def _died_while_running(self, execution: Execution) -> Unavailable:
         request = self._request
+        if self._gone:
+            return Unavailable(
+                f"the {self.label} kernel is gone from the Jupyter Server at {self.api.base} while the code ran "
+                f"({len(execution.outputs)} output(s) before that): the server or its gateway was restarted, or the "
+                "kernel was shut down. The next run starts a new kernel, without the old one's variables.",
+                retryable=True)
         if request is None or request.kernel == self._kernel or self._lost_state == "dead":
             return super()._died_while_running(execution)
         return Unavailable(
@@ -407,15 +541,28 @@ class ServerConnection(KernelConnection):
         await self.open(fresh=fresh)
 
     def restart_hint(self) -> str:
-        return ("Restart it with `tools notebook-run restart=true` or from JupyterLab, "
-                "or pair again (%tools pair NOTEBOOK --server URL --token TOKEN).")
+        return "Restart it (notebook_run with restart=true, or from JupyterLab)."
 
-    async def restart(self) -> None:
+    async def restart(self) -> str:
         async with self._lock:
+            # Asked first: a server whose kernels run on a gateway answers a restart of a kernel the
+            # gateway lost with HTTP 500 and no reason.
+            notice = ""
+            if await self._server_model() is None:
+                self._server_restarted = self._reader is None or self._reader.done()
+                old = self.kernel_id
+                notice = await self._replace_gone_kernel()
+                if not self._reattached:
+                    return notice
+                # Taken up again (maybe with its variables): restarted as asked.
+                self._reattached = False
+                notice = self._gone_notice(old, "the server reached a kernel under its id again")
             model = await self.api.request("POST", "api/kernels", self.kernel_id, "restart", missing_ok=True)
             if model is None:
-                raise Unavailable(f"the {self.label} kernel is gone from the server; pair again", retryable=True)
+                return await self._replace_gone_kernel()
             await self._reopen(fresh=True)
+            self._last_count = None
+            return notice
 
     async def _close_channels(self) -> None:
         if self._ws is not None:
@@ -468,9 +615,43 @@ def server_path(notebook: str) -> str:
 
 
 async def _find_or_start_session(api: ServerApi, path: str, kernel_name: str | None) -> tuple[dict[str, Any], bool]:
+    session = await _live_session(api, path)
+    if session is not None:
+        return session, False
+    return await _start_session(api, path, kernel_name), True
+
+
+async def _live_session(api: ServerApi, path: str, gone: str = "") -> dict[str, Any] | None:
+    """`path`'s session on the server; never one whose kernel is `gone` (the server may still name it
+    until it learns that the kernel's gateway lost it: that session is ended)."""
     for session in await api.request("GET", "api/sessions") or []:
-        if server_path(session.get("path") or "") == path and session.get("kernel"):
-            return session, False
+        if not isinstance(session, dict) or not isinstance(session.get("kernel"), dict):
+            continue  # none to run in (a session whose kernel a gateway lost has none)
+        if server_path(str(session.get("path") or "")) == path and isinstance(session["kernel"].get("id"), str):
+            if session["kernel"]["id"] != gone:
+                return session
+            with contextlib.suppress(Unavailable):  # it may fail to shut down the kernel it lost: ended anyway
+                await api.request("DELETE", "api/sessions", session["id"], missing_ok=True)
+    return None
+
+
+async def _start_session(api: ServerApi, path: str, kernel_name: str | None, kernel_id: str = "") -> dict[str, Any]:
+    """A new session for `path`, on kernel `kernel_id` when the server can take it up (else on a new kernel)."""
+    body = {"path": path, "name": PurePosixPath(path).name, "type": "notebook"}
     kernel = {"name": kernel_name} if kernel_name else {}
-    body = {"path": path, "name": PurePosixPath(path).name, "type": "notebook", "kernel": kernel}
-    return await api.request("POST", "api/sessions", body=body), True
+    if kernel_id:
+        with contextlib.suppress(Unavailable):
+            session = await api.request("POST", "api/sessions", body={**body, "kernel": {"id": kernel_id}})
+            if isinstance(session, dict) and (session.get("kernel") or {}).get("id") == kernel_id:
+                return session
+            if isinstance(session, dict) and session.get("id"):
+                # A gateway that lost the kernel leaves the session without one, and it cannot be ended
+                # (HTTP 500); given a new kernel it is whole again (the server's 500 is about ending the
+                # old one).
+                with contextlib.suppress(Unavailable):
+                    await api.request("PATCH", "api/sessions", session["id"], body={"kernel": kernel})
+    session = await api.request("POST", "api/sessions", body={**body, "kernel": kernel})
+    if not isinstance(session, dict) or not isinstance(session.get("kernel"), dict) \
+            or not isinstance(session["kernel"].get("id"), str):
+        raise Unavailable(f"the Jupyter Server at {api.base} gave no kernel for {path}", retryable=True)
+    return session

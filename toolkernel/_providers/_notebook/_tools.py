@@ -258,17 +258,20 @@ async def notebook_run(arguments: dict[str, Any], ctx: ToolContext) -> ToolResul
     timeout = _timeout(arguments)
     if code is not None and cell_id:
         raise ToolInputError("give code or cell_id, not both")
+    notice = ""  # a kernel that was gone, and the new one that took its place
     if arguments.get("restart"):
-        await pairing.connection.restart()
+        notice = await pairing.connection.restart()
         if code is None and not cell_id:
-            return ToolResult.text(f"restarted the {pairing.connection.label} kernel")
+            return ToolResult.text(notice or f"restarted the {pairing.connection.label} kernel")
     if cell_id:
-        return await _with_warnings(await _run_cell(pairing, cell_id, timeout, ctx.state), ctx.state,
-                                    pairing.store)
-    if code is None:
+        result, seen = await _run_cell(pairing, cell_id, timeout, ctx.state), pairing.store
+    elif code is None:
         raise ToolInputError("give code to run, or the cell_id of a code cell of the notebook")
-    execution = await pairing.connection.execute(code, timeout)
-    return await _with_warnings(_execution_result(execution, timeout, where="output"), ctx.state)
+    else:
+        result, seen = _execution_result(await pairing.connection.execute(code, timeout), timeout, where="output"), None
+    if notice:
+        result.texts = ["\n".join(part for part in (*result.texts, notice) if part)]
+    return await _with_warnings(result, ctx.state, seen)
 
 
 async def _with_warnings(result: ToolResult, state: dict[str, Any], seen: NotebookStore | None = None) -> ToolResult:
@@ -322,6 +325,8 @@ def _execution_result(execution: Execution, timeout: float, *, where: str) -> To
     if execution.outputs_lost:
         parts.append("(the kernel ran the code and replied, but its outputs never came back: the server was not "
                      "yet listening to the kernel's output channel; show what you need in another run)")
+    if execution.notice:
+        parts.append(execution.notice)
     if execution.restarted:
         parts.append("(the kernel was restarted before this code reached it; a new kernel ran it, without the old "
                      "one's variables)")

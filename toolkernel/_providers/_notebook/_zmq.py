@@ -89,12 +89,11 @@ class ZmqConnection(KernelConnection):
     def restart_hint(self) -> str:
         if self.owned:
             return "Restart it with `tools notebook-run restart=true` (its variables are lost), or pair again."
-        return "It is not this session's kernel: restart it where it runs (JupyterLab), then pair again with --existing."
+        return f"It is not this session's kernel: restart it where it runs (JupyterLab), then {self.pair_again}."
 
-    async def restart(self) -> None:
+    async def restart(self) -> str:
         if self.manager is None:
-            await super().restart()
-            return
+            return await super().restart()
         async with self._lock:
             try:
                 if await self.manager.is_alive():
@@ -105,6 +104,7 @@ class ZmqConnection(KernelConnection):
                 await self.client.wait_for_ready(timeout=READY_TIMEOUT_SECONDS)
             except RuntimeError as exc:
                 raise Unavailable(f"could not restart the {self.label} kernel: {exc}", retryable=True) from exc
+        return ""
 
     async def close(self) -> None:
         self.client.stop_channels()
