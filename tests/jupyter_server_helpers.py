@@ -13,6 +13,7 @@ import httpx
 
 SERVER_TOKEN = "s3cret-test-token-5f1e"
 SERVER_START_SECONDS = 300  # JupyterLab with its extensions starts slowly on a shared, busy machine
+PORT_ATTEMPTS = 3
 
 
 def free_port() -> int:
@@ -28,22 +29,29 @@ NO_COLLABORATION = '{"jupyter_server_ydoc": False, "jupyter_collaboration": Fals
 def start_server(tmp_path_factory, *args: str, app: str = "jupyter_server", env: dict[str, str] | None = None,
                  root: Path | None = None, port: int | None = None) -> tuple[subprocess.Popen, dict]:
     """A Jupyter Server (or JupyterLab) on loopback serving a fresh root folder (or `root`, on `port`:
-    the same server started again)."""
+    the same server started again).
+
+    A free port is picked here and taken by the server later: another xdist worker's server or
+    kernel may take it first. Then the server exits, and it is started again on another port
+    (a port given by the test is kept: that test starts a server again where it was)."""
     root = root or tmp_path_factory.mktemp("server-root")
-    port = port or free_port()
     runtime = tmp_path_factory.mktemp("runtime")  # where it publishes itself (jpserver-<pid>.json)
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime), **(env or {}))
     env.pop("JUPYTER_TOKEN", None)
-    log = tmp_path_factory.mktemp("server-log") / "server.log"
-    process = subprocess.Popen(
-        [sys.executable, "-m", app, "--no-browser", "--allow-root", f"--ServerApp.port={port}",
-         "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0", f"--IdentityProvider.token={SERVER_TOKEN}",
-         f"--ServerApp.root_dir={root}", *args],
-        env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=root,
-    )
-    url = f"http://127.0.0.1:{port}/"
-    _wait_for_server(process, url, log)
-    return process, {"url": url, "root": root, "token": SERVER_TOKEN, "log": log, "port": port, "runtime": runtime}
+    for attempt in range(1 if port else PORT_ATTEMPTS):
+        taken = port or free_port()
+        log = tmp_path_factory.mktemp("server-log") / "server.log"
+        process = subprocess.Popen(
+            [sys.executable, "-m", app, "--no-browser", "--allow-root", f"--ServerApp.port={taken}",
+             "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0", f"--IdentityProvider.token={SERVER_TOKEN}",
+             f"--ServerApp.root_dir={root}", *args],
+            env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=root,
+        )
+        url = f"http://127.0.0.1:{taken}/"
+        if _wait_for_server(process, url, log, runtime, last=bool(port) or attempt == PORT_ATTEMPTS - 1):
+            return process, {"url": url, "root": root, "token": SERVER_TOKEN, "log": log, "port": taken,
+                             "runtime": runtime}
+    raise AssertionError("unreachable")
 
 
 GATEWAY_TOKEN = "gateway-token-9c2d"
@@ -94,15 +102,22 @@ def stop_server(process: subprocess.Popen) -> None:
         process.wait()
 
 
-def _wait_for_server(process: subprocess.Popen, url: str, log: Path) -> None:
+def _wait_for_server(process: subprocess.Popen, url: str, log: Path, runtime: Path, last: bool) -> bool:
+    """True once this server answers; False when it exited because its port was taken (and `last` is
+    not set). Its own file in `runtime` must be there too: every test server has the same token, so
+    an answer on the port alone may come from another worker's server that took the port."""
     deadline = time.monotonic() + SERVER_START_SECONDS
+    published = runtime / f"jpserver-{process.pid}.json"
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"jupyter server exited: {log.read_text(errors='replace')[-2000:]}")
+            said = log.read_text(errors="replace")
+            if "is not available" in said and not last:
+                return False
+            raise RuntimeError(f"jupyter server exited: {said[-2000:]}")
         try:
             response = httpx.get(url + "api/status", headers={"Authorization": f"token {SERVER_TOKEN}"}, timeout=5)
-            if response.status_code == 200:
-                return
+            if response.status_code == 200 and published.exists() and process.poll() is None:
+                return True
         except httpx.HTTPError:
             pass
         time.sleep(0.3)
