@@ -127,6 +127,7 @@ def test_past_the_days_limit_the_oldest_runs_go_first_then_not_restorable(worksp
     (workspace / "huge").write_bytes(b"h" * (1024 * 1024 + 1))
     run = journal.start_run("cell")
     run.before_change(workspace / "huge")
+    (workspace / "huge").unlink()
     run.finish()
     assert "past the day's limit of 1 MiB" in journal.run(run.id).entries[0].not_restorable
 
@@ -179,6 +180,7 @@ def test_old_runs_are_dropped_after_keep_days(workspace):
     journal = Journal(workspace, RewindLimits(keep_days=1))
     run = journal.start_run("cell")
     run.before_change(workspace / "a.txt")
+    (workspace / "a.txt").write_text("changed")
     run.finish()
     assert journal.remove_old(now=run.time + 3600) == 0
     assert journal.remove_old(now=run.time + 2 * 86400) == 1
@@ -192,3 +194,159 @@ def test_rewind_config_is_read_from_a_trusted_file(tmp_path, monkeypatch):
     (project / "toolkernel.toml").write_text('[rewind]\nmax_file_mb = 0\n')
     with pytest.raises(Exception, match="rewind.max_file_mb"):
         load_config(project)
+
+
+# -- recording from the own tools (a script's calls, a direct call) --------------------------------
+
+@pytest.fixture
+def session(tmp_path, monkeypatch):
+    from toolkernel._session import Session
+
+    project = project_with(tmp_path, monkeypatch, '[policy]\nmode = "accept-edits"\n')
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    session = Session(project)
+    yield session
+    session.close()
+
+
+def _notebook(path: Path) -> None:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1", id="first")]
+    path.write_text(nbformat.writes(nb))
+
+
+def test_own_tools_record_a_cells_run_and_its_rewind_restores_it(session):
+    from kernel_helpers import RecordingSink
+
+    root = session.workdir
+    (root / "a.txt").write_bytes(b"alpha\r\nbeta\n")
+    os.chmod(root / "a.txt", 0o640)
+    _notebook(root / "n.ipynb")
+    before = _files(root)
+    script = ("tools write-file --path a.txt --content 'replaced'\n"
+              "tools edit-file --path a.txt --old_string replaced --new_string edited\n"
+              "tools write-file --path sub/new.txt --content new\n"
+              "tools notebook-read --notebook_path n.ipynb > /dev/null\n"
+              "tools notebook-edit --notebook_path n.ipynb --cell_id first --new_source 'x = 2'\n")
+    sink = RecordingSink()
+    result = session.run_script(script, sink)
+    assert result.exit_code == 0, sink.stderr_text
+    assert result.changes == {"run": result.changes["run"], "files": 3}
+    run = session.journal.run(result.changes["run"])
+    assert run.route == "cell"
+    assert {e.path: e.kind for e in run.files().values()} == {
+        "a.txt": "changed", "sub/new.txt": "created", "n.ipynb": "changed"}
+    rewind(session.journal, run.id)
+    assert _files(root) == before
+
+
+def test_a_direct_call_is_a_run_of_its_own(session):
+    from toolkernel._frontends._direct import call_argv
+
+    call_argv(session, ["write-file", "--path", "d.txt", "--content", "direct"])
+    [run] = session.journal.runs()
+    assert run.route == "direct" and run.after is not None and [e.path for e in run.entries] == ["d.txt"]
+    rewind(session.journal, None)
+    assert not (session.workdir / "d.txt").exists()
+
+
+def test_a_run_that_changes_nothing_leaves_no_trace(session):
+    from kernel_helpers import RecordingSink
+
+    (session.workdir / "r.txt").write_text("read me")
+    result = session.run_script("tools read-file --path r.txt", RecordingSink())
+    assert result.exit_code == 0 and result.changes is None and session.journal.runs() == []
+    # an edit the tool refuses was recorded before it, and is no change: not listed
+    refused = session.run_script("tools edit-file --path r.txt --old_string absent --new_string x", RecordingSink())
+    assert refused.exit_code == 1 and refused.changes is None and session.journal.runs() == []
+
+
+# -- a script's own commands: the workspace compared before and after the run -------------------
+
+def _tree(root: Path) -> None:
+    (root / "build" / "sub").mkdir(parents=True)
+    (root / "build" / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    os.chmod(root / "build" / "run.sh", 0o755)
+    (root / "build" / "sub" / "data.bin").write_bytes(bytes(range(256)) * 40)
+    (root / "notes.txt").write_text("keep me\n")
+    (root / "old.csv").write_text("a,b\n1,2\n")
+
+
+def test_a_folder_removed_by_a_bashkit_script_is_listed_after_the_fact_and_restored(session):
+    from kernel_helpers import RecordingSink
+
+    root = session.workdir
+    _tree(root)
+    before = _files(root)
+    sink = RecordingSink()
+    result = session.run_script("rm -rf build\necho more >> notes.txt\nmv old.csv new.csv\necho x > made.txt",
+                                sink)
+    assert result.exit_code == 0, sink.stderr_text
+    run = session.journal.run(result.changes["run"])
+    kinds = {e.path: e.kind for e in run.files().values()}
+    assert kinds["build/run.sh"] == kinds["build/sub/data.bin"] == "deleted"
+    assert kinds["notes.txt"] == "changed" and kinds["made.txt"] == kinds["new.csv"] == "created"
+    assert kinds["old.csv"] in ("renamed", "deleted")  # Bashkit's mv may copy (a new inode)
+    assert all(e.after_the_fact for e in run.entries)
+    rewind(session.journal, run.id)
+    assert _files(root) == before
+
+
+def test_a_file_changed_by_a_host_bash_cell_is_restored_with_its_mode(session):
+    from kernel_helpers import RecordingSink
+    from toolkernel._runners._hostbash._channel import Channel
+    from toolkernel._runners._hostbash._runner import HostBashRunner
+
+    root = session.workdir
+    _tree(root)
+    before = _files(root)
+    channel = Channel()
+    try:
+        script = "rm -r build && chmod 600 notes.txt && printf 'x' > notes.txt && mv old.csv moved.csv"
+        sink = RecordingSink()
+        result = session.run_script(script, sink, runner=HostBashRunner(channel))
+    finally:
+        channel.close()
+    assert result.exit_code == 0, sink.stderr_text
+    run = session.journal.run(result.changes["run"])
+    kinds = {e.path: (e.kind, e.to) for e in run.files().values()}
+    assert kinds["old.csv"] == ("renamed", "moved.csv") and kinds["notes.txt"] == ("changed", None)
+    rewind(session.journal, run.id)
+    assert _files(root) == before
+
+
+def test_a_hostile_agent_cell_cannot_see_or_corrupt_the_journal(session, tmp_path):
+    """An agent's host cell runs in the OS sandbox, which hides the state folder the journal is in."""
+    from kernel_helpers import RecordingSink
+    from toolkernel._runners._hostbash._channel import Channel
+    from toolkernel._runners._hostbash._runner import HostBashRunner
+    from toolkernel._sandbox import mechanism
+
+    if mechanism() is None:
+        pytest.skip("no OS sandbox on this machine")
+    root = session.workdir
+    (root / "precious.txt").write_text("v1\n")
+    deleted = session.run_script("rm precious.txt", RecordingSink()).changes["run"]
+    journal = journal_root(root)
+    stored = sorted(p.read_bytes() for p in (journal / "blobs").iterdir())
+    channel = Channel()
+    try:
+        script = (f"ls -R {tmp_path / 'state'} > seen.txt 2>&1; "
+                  f"find {journal} -type f -exec sh -c 'echo evil > \"$1\"' _ {{}} \\; 2>> seen.txt; "
+                  f"rm -rf {tmp_path / 'state'} 2>> seen.txt; true")
+        session.run_script(script, RecordingSink(), runner=HostBashRunner(channel, agent=True),
+                           approver=_allow_all)
+    finally:
+        channel.close()
+    assert "blobs" not in (root / "seen.txt").read_text()
+    assert sorted(p.read_bytes() for p in (journal / "blobs").iterdir()) == stored
+    rewind(session.journal, deleted)
+    assert (root / "precious.txt").read_text() == "v1\n"
+
+
+async def _allow_all(request):
+    from toolkernel._approval._approver import Answer
+
+    return Answer.ONCE

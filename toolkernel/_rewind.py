@@ -150,7 +150,10 @@ class Journal:
         real = os.path.abspath(path)
         if not real.startswith(self.workdir + os.sep):
             return None
-        relative = real[len(self.workdir) + 1:]
+        return self.relative_name(real[len(self.workdir) + 1:])
+
+    def relative_name(self, relative: str) -> str | None:
+        """`relative` (a path inside the workspace) when the journal records it, else None."""
         if relative.split(os.sep, 1)[0] in NEVER_RECORDED:
             return None
         if any(fnmatch.fnmatch(relative, glob) for glob in self.limits.ignore):
@@ -327,10 +330,26 @@ def _parse_run(run_id: str, lines: list[bytes]) -> RunRecord:
             raise ValueError("bad entry")
         run.entries.append(Entry(item["path"], item["kind"], before, item.get("to"),
                                  item.get("not_restorable"), bool(item.get("after_the_fact"))))
-    if run.after is not None:  # a file recorded before a change and absent after the run was deleted
-        run.entries = [dataclasses.replace(e, kind="deleted") if e.kind == "changed" and e.path in run.after
-                       and run.after[e.path] is None else e for e in run.entries]
+    if run.after is not None:
+        run.entries = [_as_ended(e, run.after) for e in run.entries if not _unchanged(e, run.after)]
     return run
+
+
+def _unchanged(entry: Entry, after: Mapping[str, Any]) -> bool:
+    """A file recorded before a change that did not happen (a refused edit), or created and gone again."""
+    if entry.path not in after or entry.to is not None:
+        return False
+    now, before = after[entry.path], entry.before
+    if before is None or now is None:
+        return before is None and now is None
+    return all(before.get(key) == now.get(key) for key in ("size", "mtime_ns", "mode", "type"))
+
+
+def _as_ended(entry: Entry, after: Mapping[str, Any]) -> Entry:
+    """A file recorded before a change and absent after the run was deleted."""
+    if entry.kind == "changed" and entry.path in after and after[entry.path] is None:
+        return dataclasses.replace(entry, kind="deleted")
+    return entry
 
 
 class RunJournal:
@@ -406,7 +425,7 @@ class RunJournal:
             self._write({"end": after})
             self._file.close()
             self._file = None
-            return len(self._seen)
+            return sum(not _unchanged(entry, after) for entry in self._seen.values())
 
 
 # -- rewinding -----------------------------------------------------------------------------------
