@@ -38,12 +38,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ._atomic import write_atomic
 from ._config._rewind import RewindLimits
 from ._config._trust import store_path
-from ._errors import ToolkernelError
+from ._errors import ToolkernelError, printable
 
 FOLDER = "journal"
 KINDS = ("created", "changed", "deleted", "renamed")
@@ -439,20 +439,26 @@ class Rewound:
 
 
 def rewind(journal: Journal, run_id: str | None, *, force: bool = False,
-           paths: Iterable[str] = ()) -> Rewound:
+           paths: Iterable[str] = (), into: RunJournal | None = None,
+           refuse: Callable[[str], str | None] | None = None) -> Rewound:
     """Put back every file run `run_id` (None: the last run that changed files) changed, as it
     was before that run; `paths`: globs naming only some. Refuses, touching nothing, when a file
     changed again since (unless `force`), when the run never ended, or when an entry is damaged.
-    The rewind is itself a run of the journal, so it can be rewound."""
+    The rewind is itself recorded, so it can be rewound: as a run of its own, or `into` the run
+    that makes it (a script's `tools rewind`). `refuse(path)`: why this caller may not restore a
+    file (checked for every file before any is touched)."""
     run = journal.last() if run_id is None else journal.run(run_id)
     globs = tuple(paths)
     chosen = {p: e for p, e in run.files().items() if not globs or any(fnmatch.fnmatch(p, g) for g in globs)}
     if not chosen:
         raise RewindError(f"run {run.id} changed no file matching {', '.join(globs)}")
+    refused = [f"{p}: {why}" for p in chosen for why in [refuse(p) if refuse else None] if why]
+    if refused:
+        raise RewindError("nothing was restored: " + "; ".join(refused))
     if not force:
         _refuse_changed_since(journal, run, chosen)
     contents = {p: journal.blob(e.before["hash"]) for p, e in chosen.items() if _restorable(e) and e.before}
-    own = journal.start_run("rewind")
+    own = into or journal.start_run("rewind")
     restored, skipped = [], []
     for relative, entry in chosen.items():
         if not _restorable(entry):
@@ -460,7 +466,8 @@ def rewind(journal: Journal, run_id: str | None, *, force: bool = False,
             continue
         _put_back(journal, own, relative, entry, contents.get(relative))
         restored.append(relative)
-    own.finish()
+    if into is None:
+        own.finish()
     return Rewound(run.id, tuple(restored), tuple(skipped), own.id if own.files else None)
 
 
@@ -510,3 +517,34 @@ def iter_changes(journal: Journal, run_id: str | None = None, path_glob: str | N
             run.entries = [e for e in run.entries if fnmatch.fnmatch(e.path, path_glob)]
         if run.entries:
             yield run
+
+
+# -- what a person or an agent reads ---------------------------------------------------------------
+
+def describe_runs(runs: Iterable[RunRecord]) -> str:
+    """`changes`: each run, newest first, with its files and the kind of each change."""
+    lines = []
+    for run in runs:
+        files = run.files()
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.time))
+        ended = "" if run.after is not None else "  (did not end: killed or still running)"
+        lines.append(f"run {run.id}  {when}  {run.route}  {len(files)} file{'s' if len(files) != 1 else ''}{ended}")
+        for entry in files.values():
+            lines.append("  " + _describe_entry(entry))
+    return "\n".join(lines) if lines else "no changes recorded"
+
+
+def _describe_entry(entry: Entry) -> str:
+    name = printable(entry.path) + (f" -> {printable(entry.to)}" if entry.to else "")
+    notes = [note for note in ("after the fact" if entry.after_the_fact else "",
+                               f"not restorable: {entry.not_restorable}" if entry.not_restorable else "") if note]
+    return f"{entry.kind:<8}  {name}" + (f"  ({'; '.join(notes)})" if notes else "")
+
+
+def describe_rewind(done: Rewound) -> str:
+    lines = [f"rewound run {done.run}: {len(done.restored)} file{'s' if len(done.restored) != 1 else ''} put back"]
+    lines += [f"  {printable(name)}" for name in done.restored]
+    lines += [f"  not restored: {printable(line)}" for line in done.skipped]
+    if done.recorded_as:
+        lines.append(f"(recorded as run {done.recorded_as}: `rewind {done.recorded_as}` undoes this)")
+    return "\n".join(lines)

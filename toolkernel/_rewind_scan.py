@@ -109,15 +109,13 @@ class Comparison:
     def record(self, run: RunJournal) -> None:
         """After the run: each file that was created, changed, deleted or renamed, as an entry."""
         after = walk(self.journal)
-        by_inode = {seen[3]: name for name, seen in after.items() if name not in self.before}
-        renamed_to: set[str] = set()
+        # A rename keeps the inode, the size and the mtime; a new file may reuse a deleted one's inode.
+        by_inode = {(seen[3], seen[0], seen[1]): name for name, seen in after.items() if name not in self.before}
         for name, seen in self.before.items():
             now = after.get(name)
             if now is not None and now[:3] == seen[:3] and now[4] == seen[4]:
                 continue
-            to = by_inode.get(seen[3]) if now is None else None
-            if to is not None:
-                renamed_to.add(to)
+            to = by_inode.get((seen[3], seen[0], seen[1])) if now is None else None
             kind = "renamed" if to else "deleted" if now is None else "changed"
             run.record_known(self._entry(name, kind, to))
         for name in after:
