@@ -350,3 +350,19 @@ async def _allow_all(request):
     from toolkernel._approval._approver import Answer
 
     return Answer.ONCE
+
+
+def test_the_run_report_names_the_runs_changes(session):
+    from kernel_helpers import RecordingSink
+
+    (session.workdir / "gone.txt").write_text("x")
+    script = "rm gone.txt\nf=../outside.txt\ntools write-file --path \"$f\" --content x"  # asks mid-run
+    result = session.run_script(script, RecordingSink())
+    assert result.exit_code != 0
+    assert result.report["changes"] == {"run": result.changes["run"], "files": 1}
+    import json
+
+    import jsonschema
+
+    schema = json.loads((Path(__file__).parent.parent / "docs" / "report.schema.json").read_text())
+    jsonschema.validate(result.report, schema)

@@ -284,9 +284,18 @@ class Journal:
         self._collect()
 
     def remove_old(self, now: float | None = None) -> int:
-        """Drop runs older than `keep_days`; returns how many went."""
+        """Drop runs older than `keep_days` (by their file's last write: no run file is read); returns
+        how many went."""
         cutoff = (time.time() if now is None else now) - self.limits.keep_days * _DAY
-        old = [run.id for run in self.runs() if run.time < cutoff]
+        try:
+            names = os.listdir(self.root / "runs")
+        except FileNotFoundError:
+            return 0
+        old = []
+        for name in names:
+            with contextlib.suppress(OSError):
+                if name.endswith(".jsonl") and os.lstat(self.root / "runs" / name).st_mtime < cutoff:
+                    old.append(name.removesuffix(".jsonl"))
         for run_id in old:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.root / "runs" / f"{run_id}.jsonl")

@@ -113,7 +113,9 @@ class Session:
 
     def _new_run(self, config: Config, one_call: bool, agent: bool, route: str | None) -> Run:
         """A run's record, with its own part of the journal (`[rewind]` as the config says now)."""
-        self.journal.limits = config.rewind
+        if self.journal.limits is not config.rewind:  # the first run, or [rewind] changed
+            self.journal.limits = config.rewind
+            self.journal.remove_old()  # kept `keep_days`, as saved outputs are kept 7 days
         route = route or ("direct" if one_call else "agent" if agent else "cell")
         return Run(limit=config.shell.call_limit, journal=self.journal.start_run(route), one_call=one_call)
 
