@@ -366,3 +366,45 @@ def test_the_run_report_names_the_runs_changes(session):
 
     schema = json.loads((Path(__file__).parent.parent / "docs" / "report.schema.json").read_text())
     jsonschema.validate(result.report, schema)
+
+
+def test_rewinding_a_later_run_then_an_earlier_one_needs_no_force(workspace):
+    (workspace / "f.txt").write_text("v1\n")
+    journal = Journal(workspace)
+    ids = []
+    for text in ("v2\n", "v3\n"):
+        run = journal.start_run("cell")
+        run.before_change(workspace / "f.txt")
+        (workspace / "f.txt").write_text(text)
+        run.finish()
+        ids.append(run.id)
+    rewind(journal, ids[1])
+    assert (workspace / "f.txt").read_text() == "v2\n"
+    rewind(journal, ids[0])  # the file is as run 1 left it, time included
+    assert (workspace / "f.txt").read_text() == "v1\n"
+
+
+def test_a_forged_entry_or_a_link_put_on_the_way_cannot_lead_a_rewind_outside(workspace, tmp_path):
+    import json
+
+    journal = Journal(workspace)
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "f.txt").write_text("before\n")
+    run = journal.start_run("cell")
+    run.before_change(workspace / "sub" / "f.txt")
+    (workspace / "sub" / "f.txt").unlink()
+    run.finish()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (workspace / "sub").rmdir()
+    (workspace / "sub").symlink_to(outside)  # a script's link where the folder was
+    with pytest.raises(RewindError, match="leads outside the workspace"):
+        rewind(journal, run.id, force=True)
+    assert list(outside.iterdir()) == []
+    runs = journal_root(workspace) / "runs"
+    forged = "20991231-235959-abcdef"
+    head = {"version": 1, "run": forged, "time": 0, "route": "cell"}
+    entry = {"path": "../outside/evil.txt", "kind": "created", "before": None}
+    (runs / f"{forged}.jsonl").write_text(json.dumps(head) + "\n" + json.dumps(entry) + "\n")
+    with pytest.raises(RewindError, match="damaged"):
+        rewind(journal, forged, force=True)

@@ -54,6 +54,7 @@ _VERSION = 1
 _MIB = 1024 * 1024
 _DAY = 24 * 3600
 _CHUNK = 1 << 20
+_NAMED = 20  # files a refusal names; the rest are counted
 
 
 class RewindError(ToolkernelError):
@@ -187,7 +188,9 @@ class Journal:
             return digest, None
         if not self._room_for(len(data)):
             return None, f"past the day's limit of {self.limits.max_day_mb} MiB ([rewind] max_day_mb)"
-        write_atomic(blob, data)
+        # Not fsynced: a content a crash cut short fails its hash when read back, a clear error,
+        # and an fsync a file made a run of many small writes a third dearer.
+        write_atomic(blob, data, durable=False)
         os.chmod(blob, 0o600)
         return digest, None
 
@@ -332,7 +335,9 @@ def _parse_run(run_id: str, lines: list[bytes]) -> RunRecord:
         if "end" in item:
             run.after = dict(item["end"])
             continue
-        if item["kind"] not in KINDS or not isinstance(item["path"], str):
+        if item["kind"] not in KINDS or not _plain_relative(item["path"]):
+            raise ValueError("bad entry")
+        if item.get("to") is not None and not _plain_relative(item["to"]):
             raise ValueError("bad entry")
         before = item.get("before")
         if before is not None and not isinstance(before, dict):
@@ -342,6 +347,14 @@ def _parse_run(run_id: str, lines: list[bytes]) -> RunRecord:
     if run.after is not None:
         run.entries = [_as_ended(e, run.after) for e in run.entries if not _unchanged(e, run.after)]
     return run
+
+
+def _plain_relative(path: Any) -> bool:
+    """A path below the workspace, as the journal writes them: a forged run file naming
+    `../../.bashrc` or `/etc/x` must not lead a rewind outside."""
+    if not isinstance(path, str) or not path or "\0" in path or path.startswith("/"):
+        return False
+    return all(part not in ("", ".", "..") for part in path.split("/"))
 
 
 def _unchanged(entry: Entry, after: Mapping[str, Any]) -> bool:
@@ -461,7 +474,8 @@ def rewind(journal: Journal, run_id: str | None, *, force: bool = False,
     chosen = {p: e for p, e in run.files().items() if not globs or any(fnmatch.fnmatch(p, g) for g in globs)}
     if not chosen:
         raise RewindError(f"run {run.id} changed no file matching {', '.join(globs)}")
-    refused = [f"{p}: {why}" for p in chosen for why in [refuse(p) if refuse else None] if why]
+    refused = [f"{p}: {why}" for p, e in chosen.items()
+               for why in [_leads_out(journal, p, e.to) or (refuse(p) if refuse else None)] if why]
     if refused:
         raise RewindError("nothing was restored: " + "; ".join(refused))
     if not force:
@@ -480,6 +494,16 @@ def rewind(journal: Journal, run_id: str | None, *, force: bool = False,
     return Rewound(run.id, tuple(restored), tuple(skipped), own.id if own.files else None)
 
 
+def _leads_out(journal: Journal, relative: str, to: str | None) -> str | None:
+    """Why restoring `relative` (and removing `to`, where it was renamed) would reach outside the
+    workspace: a folder on the way is a link that leads out now (a script may have put one there)."""
+    for name in (relative, to) if to else (relative,):
+        folder = os.path.realpath(os.path.dirname(os.path.join(journal.workdir, name)))
+        if folder != journal.workdir and not folder.startswith(journal.workdir + os.sep):
+            return "a folder on its way now leads outside the workspace (a link)"
+    return None
+
+
 def _restorable(entry: Entry) -> bool:
     return not entry.not_restorable and (entry.before is None or bool(entry.before.get("hash")))
 
@@ -494,7 +518,9 @@ def _refuse_changed_since(journal: Journal, run: RunRecord, chosen: Mapping[str,
             if name in run.after and _state_of(os.path.join(journal.workdir, name)) != run.after[name]:
                 moved.append(name)
     if moved:
-        names = ", ".join(sorted(set(moved)))
+        shown = sorted(set(moved))
+        names = ", ".join(printable(name) for name in shown[:_NAMED])
+        names += f" and {len(shown) - _NAMED} more" if len(shown) > _NAMED else ""
         raise RewindError(f"changed since run {run.id}: {names}. Nothing was restored; `--force` restores "
                           "anyway (the newer content is recorded, so that rewind can be undone too)")
 
@@ -516,6 +542,9 @@ def _put_back(journal: Journal, own: RunJournal, relative: str, entry: Entry, da
             os.unlink(full)  # a link put there since: replaced, not written through
     write_atomic(full, data or b"")
     os.chmod(full, entry.before["mode"])
+    # Its time too: the file is as it was, and a rewind of an earlier run then finds it unchanged.
+    with contextlib.suppress(KeyError, TypeError, OSError):
+        os.utime(full, ns=(entry.before["mtime_ns"], entry.before["mtime_ns"]), follow_symlinks=False)
 
 
 def iter_changes(journal: Journal, run_id: str | None = None, path_glob: str | None = None) -> Iterator[RunRecord]:
