@@ -164,3 +164,45 @@ def test_an_agents_rewind_asks_as_a_write_and_its_listing_does_not(tmp_path, mon
         assert "rewind" not in DIRECT and "changes" not in DIRECT
     finally:
         session.close()
+
+
+def test_a_serve_agents_rm_is_listed_as_serve_and_its_own_rewind_asks(tmp_path):
+    import anyio
+    from mcp import ClientSession, StdioServerParameters, types
+    from mcp.client.stdio import stdio_client
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "toolkernel.toml").write_text("")
+    _build(work)
+    before = _snapshot(work / "build")
+    env = {**os.environ, **_env(tmp_path)}
+    asked = []
+
+    async def decline(context, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="decline")
+
+    async def body():
+        params = StdioServerParameters(command=sys.executable, args=["-m", "toolkernel", "serve"], env=env,
+                                       cwd=str(work))
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write, elicitation_callback=decline) as client:
+                await client.initialize()
+                removed = await client.call_tool("bash", {"script": "rm -rf build"})
+                listed = await client.call_tool("bash", {"script": "tools changes"})
+                refused = await client.call_tool("bash", {"script": "tools rewind --last"})
+                return removed, listed, refused
+
+    async def bounded():
+        with anyio.fail_after(180):
+            return await body()
+
+    removed, listed, refused = anyio.run(bounded)
+    assert removed.structured_content["exit_code"] == 0 and not (work / "build").exists()
+    assert " serve " in listed.structured_content["stdout"] and "build/run.sh" in listed.structured_content["stdout"]
+    assert refused.structured_content["exit_code"] != 0 and asked and not (work / "build").exists()
+    cli = subprocess.run([sys.executable, "-m", "toolkernel", "rewind", "--last", "--workdir", str(work)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert _snapshot(work / "build") == before

@@ -489,6 +489,8 @@ def rewind(journal: Journal, run_id: str | None, *, force: bool = False,
             continue
         _put_back(journal, own, relative, entry, contents.get(relative))
         restored.append(relative)
+    if restored:
+        os.sync()  # durable when it says so: once, not two fsyncs a file (1,000 files took seconds)
     if into is None:
         own.finish()
     return Rewound(run.id, tuple(restored), tuple(skipped), own.id if own.files else None)
@@ -540,7 +542,7 @@ def _put_back(journal: Journal, own: RunJournal, relative: str, entry: Entry, da
     with contextlib.suppress(FileNotFoundError, IsADirectoryError):
         if stat.S_ISLNK(os.lstat(full).st_mode):
             os.unlink(full)  # a link put there since: replaced, not written through
-    write_atomic(full, data or b"")
+    write_atomic(full, data or b"", durable=False)  # one sync for the whole rewind (`rewind`)
     os.chmod(full, entry.before["mode"])
     # Its time too: the file is as it was, and a rewind of an earlier run then finds it unchanged.
     with contextlib.suppress(KeyError, TypeError, OSError):
