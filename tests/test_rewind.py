@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -408,3 +409,16 @@ def test_a_forged_entry_or_a_link_put_on_the_way_cannot_lead_a_rewind_outside(wo
     (runs / f"{forged}.jsonl").write_text(json.dumps(head) + "\n" + json.dumps(entry) + "\n")
     with pytest.raises(RewindError, match="damaged"):
         rewind(journal, forged, force=True)
+
+
+def test_dropping_old_runs_keeps_the_contents_the_workspace_index_holds(session):
+    from kernel_helpers import RecordingSink
+
+    root = session.workdir
+    (root / "kept.txt").write_text("unchanged for weeks\n")
+    (root / "gone.txt").write_text("deleted\n")
+    session.run_script("rm gone.txt", RecordingSink())  # the comparison stores kept.txt in the index
+    assert session.journal.remove_old(now=time.time() + 30 * 86400) == 1
+    result = session.run_script("rm kept.txt", RecordingSink())
+    rewind(session.journal, result.changes["run"])
+    assert (root / "kept.txt").read_text() == "unchanged for weeks\n"

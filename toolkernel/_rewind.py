@@ -46,6 +46,7 @@ from ._config._trust import store_path
 from ._errors import ToolkernelError, printable
 
 FOLDER = "journal"
+INDEX = "index.json"  # the workspace as the last shell run's comparison saw it (`_rewind_scan`)
 KINDS = ("created", "changed", "deleted", "renamed")
 NEVER_RECORDED = (".toolkernel", "tool-images")
 _RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{6}")
@@ -307,13 +308,24 @@ class Journal:
         return len(old)
 
     def _collect(self) -> None:
+        """Remove the contents neither a run nor the workspace's index (`_rewind_scan`) holds."""
         held = {(e.before or {}).get("hash") for run in self.runs() for e in run.entries}
+        held |= self._indexed()
         with contextlib.suppress(FileNotFoundError):
             for name in os.listdir(self.root / "blobs"):
                 if _HASH.fullmatch(name) and name not in held:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(self.root / "blobs" / name)
         self._day = None
+
+
+    def _indexed(self) -> set[str]:
+        """The hashes of the workspace's index: the contents before the next shell run."""
+        try:
+            files = json.loads((self.root / INDEX).read_bytes()).get("files", {})
+            return {line[3] for line in files.values() if isinstance(line, list) and len(line) > 3 and line[3]}
+        except (OSError, ValueError, AttributeError):
+            return set()
 
 
 def _read_all(fd: int) -> bytes:

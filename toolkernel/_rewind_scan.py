@@ -26,9 +26,8 @@ import stat
 from typing import Any
 
 from ._atomic import write_atomic
-from ._rewind import Entry, Journal, RunJournal
+from ._rewind import INDEX as _INDEX, Entry, Journal, RunJournal
 
-_INDEX = "index.json"
 _SKIPPED_FOLDERS = (".git",)
 _INDEX_VERSION = 1
 
