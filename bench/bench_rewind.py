@@ -117,7 +117,8 @@ def main() -> None:
             channel.close()
             for session in sessions.values():
                 session.close()
-    for kind, what in (("small", f"{args.files} small files (write, then rewrite)"), ("large", f"one {args.mb} MB file")):
+    named = {"small": f"{args.files} small files (write, then rewrite)", "large": f"one {args.mb} MB file"}
+    for kind, what in named.items():
         recorded = statistics.median(times[("recorded", kind)])
         plain = statistics.median(times[("plain", kind)])
         print(f"{what}: {recorded * 1000:.0f} ms recorded, {plain * 1000:.0f} ms not: {recorded / plain:.2f}x;"

@@ -422,3 +422,27 @@ def test_dropping_old_runs_keeps_the_contents_the_workspace_index_holds(session)
     result = session.run_script("rm kept.txt", RecordingSink())
     rewind(session.journal, result.changes["run"])
     assert (root / "kept.txt").read_text() == "unchanged for weeks\n"
+
+
+def test_tools_rewind_in_a_script_restores_and_records_into_that_run(session):
+    from kernel_helpers import RecordingSink
+
+    root = session.workdir
+    (root / "toolkernel.toml").write_text('[policy]\nmode = "accept-edits"\n')  # unchanged, rewritten
+    (root / "f.txt").write_text("before\n")
+    first = session.run_script("echo after > f.txt", RecordingSink()).changes["run"]
+    sink = RecordingSink()
+    undo = session.run_script("tools rewind --run last", sink)
+    assert undo.exit_code == 0, sink.stderr_text
+    assert f"rewound run {first}" in sink.stdout_text and (root / "f.txt").read_text() == "before\n"
+    assert undo.changes["files"] == 1  # the rewind's change, once: recorded by the tool, not again after the fact
+    entry = session.journal.run(undo.changes["run"]).entries[0]
+    assert entry.path == "f.txt" and not entry.after_the_fact
+    person = session.journal.start_run("cell")  # a person's edit of the config (scripts cannot write it)
+    person.before_change(root / "toolkernel.toml")
+    with open(root / "toolkernel.toml", "a") as config:
+        config.write("# a comment\n")
+    person.finish()
+    refused = RecordingSink()
+    assert session.run_script(f"tools rewind --run {person.id}", refused).exit_code != 0
+    assert "rewound by a person" in refused.stderr_text

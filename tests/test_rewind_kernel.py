@@ -159,6 +159,7 @@ def test_an_agents_rewind_asks_as_a_write_and_its_listing_does_not(tmp_path, mon
         listed = session.run_script("tools changes", RecordingSink(), agent=True)
         assert listed.exit_code == 0
         asked = session.run_script(f"tools rewind --run {run.id}", RecordingSink(), agent=True)
+        assert asked.exit_code != 0
         assert asked.report["tools"]["stopped"]["reason"] == "needs_approval"
         assert (project / "f.txt").read_text() == "after\n"
         assert "rewind" not in DIRECT and "changes" not in DIRECT
@@ -191,7 +192,7 @@ def test_a_serve_agents_rm_is_listed_as_serve_and_its_own_rewind_asks(tmp_path):
                 await client.initialize()
                 removed = await client.call_tool("bash", {"script": "rm -rf build"})
                 listed = await client.call_tool("bash", {"script": "tools changes"})
-                refused = await client.call_tool("bash", {"script": "tools rewind --last"})
+                refused = await client.call_tool("bash", {"script": "tools rewind --run last"})
                 return removed, listed, refused
 
     async def bounded():

@@ -108,11 +108,6 @@ class RunRecord:
             first.setdefault(entry.path, entry)
         return first
 
-    def to_json(self) -> dict[str, Any]:
-        return {"run": self.id, "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.time)),
-                "route": self.route, "ended": self.after is not None,
-                "files": [e.to_json() for e in self.files().values()]}
-
 
 def _state_of(path: str) -> dict[str, Any] | None:
     """size, mtime and mode of the file at `path` (not through a link), None when absent."""

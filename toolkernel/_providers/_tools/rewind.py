@@ -66,20 +66,19 @@ def changes(arguments: dict[str, Any], ctx: ToolContext) -> str:
     input_schema={
         "type": "object",
         "properties": {
-            "run": _RUN,
-            "last": {"type": "boolean", "default": False, "description": "The last run that changed files."},
+            "run": {"type": "string", "pattern": "^([0-9]{8}-[0-9]{6}-[0-9a-f]{6}|last)$",
+                    "description": "A run's id, as `changes` lists it, or `last`: the last run that changed files."},
             "force": {"type": "boolean", "default": False, "description": "Restore files changed since too."},
             "paths": {"type": "array", "items": {"type": "string", "minLength": 1},
                       "description": "Only files matching these globs."},
         },
+        "required": ["run"],
         "additionalProperties": False,
     },
     kind="edit",
 )
 def rewind_tool(arguments: dict[str, Any], ctx: ToolContext) -> str:
-    run_id, last = arguments.get("run"), bool(arguments.get("last"))
-    if bool(run_id) == last:
-        raise ToolInputError("name one run: give run (from `tools changes`) or last=true")
+    run_id = None if arguments["run"] == "last" else arguments["run"]
     try:
         done = rewind(_journal(ctx), run_id, force=bool(arguments.get("force")),
                       paths=arguments.get("paths") or (), into=ctx.journal, refuse=_a_persons)
