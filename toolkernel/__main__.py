@@ -133,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     approve.add_argument("request", nargs="?", metavar="ID", help="a request id, as the list shows it")
     approve.add_argument("decision", nargs="?", choices=("once", "always", "deny"))
     approve.add_argument("--workdir", type=Path, default=Path.cwd(), help="the project folder (default: here)")
+    _add_journal_commands(sub)
     args = parser.parse_args(argv)
+    if args.command in ("changes", "rewind"):
+        return run_journal_command(args)
     if args.command == "serve":
         return run_serve(args)
     if args.command == "approve":
@@ -152,6 +155,33 @@ def main(argv: list[str] | None = None) -> int:
         print(doctor(args.workdir))
         return 0
     return 2
+
+
+def _add_journal_commands(sub) -> None:
+    from ._frontends._changes import add_changes_arguments, add_rewind_arguments
+
+    changes = sub.add_parser("changes", help="list what toolkernel's runs changed in the workspace, newest first")
+    add_changes_arguments(changes)
+    rewind = sub.add_parser("rewind", help="put back the files a run changed: toolkernel rewind ID|--last")
+    add_rewind_arguments(rewind)
+    for parser in (changes, rewind):
+        parser.add_argument("--workdir", type=Path, default=Path.cwd(), help="the project folder (default: here)")
+
+
+def run_journal_command(args: argparse.Namespace) -> int:
+    from ._frontends._changes import changes_text, journal_for, rewind_text
+    from ._rewind import RewindError
+
+    journal = journal_for(args.workdir)
+    try:
+        print(changes_text(journal, args) if args.command == "changes" else rewind_text(journal, args))
+    except ValueError as exc:
+        print(f"toolkernel {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except RewindError as exc:
+        print(f"toolkernel {args.command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def run_trust(folder: Path) -> int:

@@ -39,7 +39,8 @@ _TEMP_NAME = re.compile(r"\..+\.[a-z0-9_]{8}" + re.escape(_TEMP_SUFFIX))  # mkst
 
 
 def write_atomic(path: Path | str, data: bytes | str | LongText, *, check: Callable[[], None] | None = None,
-                 replaces: Callable[[Path], bool] | None = None, resolved: bool = False) -> None:
+                 replaces: Callable[[Path], bool] | None = None, resolved: bool = False,
+                 durable: bool = True) -> None:
     """Replace `path` with `data` (str is written as UTF-8) in one step.
 
     Missing parent folders are created. An existing file keeps its permission
@@ -48,7 +49,9 @@ def write_atomic(path: Path | str, data: bytes | str | LongText, *, check: Calla
     `check`, if given, runs just before the rename; what it raises aborts the
     write and leaves the file as it is; with `replaces`, also when the file the rename
     would replace fails `replaces(path_of_that_file)`. `resolved`: `path` is a real path already
-    (a tool hands the path the dispatcher resolved and checked).
+    (a tool hands the path the dispatcher resolved and checked). `durable=False` skips the fsyncs:
+    still all or nothing for a reader, but a power loss may leave the old file or an empty one
+    (for content that is checked when read back, such as the journal's hash-named contents).
 
     Every step after the folder is opened works in that open folder, not by its name: a
     folder on the way swapped for a link meanwhile raises `PathChanged` before anything is
@@ -58,13 +61,13 @@ def write_atomic(path: Path | str, data: bytes | str | LongText, *, check: Calla
     target.parent.mkdir(parents=True, exist_ok=True)
     folder = open_checked(str(target.parent), os.O_RDONLY | os.O_DIRECTORY)
     try:
-        _write_in(folder, target, data, check, replaces)
+        _write_in(folder, target, data, check, replaces, durable)
     finally:
         os.close(folder)
 
 
 def _write_in(folder: int, target: Path, payload: bytes | str | LongText, check: Callable[[], None] | None,
-              replaces: Callable[[Path], bool] | None) -> None:
+              replaces: Callable[[Path], bool] | None, durable: bool = True) -> None:
     """`write_atomic` in the open folder `folder`, which holds `target`."""
     _remove_stale_temps(folder)
     existing = _stat_or_none(target.name, folder)
@@ -75,7 +78,8 @@ def _write_in(folder: int, target: Path, payload: bytes | str | LongText, check:
                 _write_all(tmp.fileno(), part)
             _copy_metadata(tmp.fileno(), existing)
             tmp.flush()
-            os.fsync(tmp.fileno())
+            if durable:
+                os.fsync(tmp.fileno())
         if check is not None:
             check()
         if replaces is None or not _swap_in(folder, tmp_name, target, replaces, check):
@@ -83,7 +87,8 @@ def _write_in(folder: int, target: Path, payload: bytes | str | LongText, check:
     except BaseException:
         _unlink_quietly(tmp_name, folder)
         raise
-    _fsync(folder)
+    if durable:
+        _fsync(folder)
 
 
 def _remove_stale_temps(folder: int) -> None:

@@ -33,6 +33,7 @@ from ._approval._policy import Policy
 from ._runners._preflight import preflight
 from ._providers._base import ToolProvider, ToolSet, broken_servers, mcp_providers
 from ._approval._run import NO_EVENTS, Run, RunEvents
+from ._rewind import Journal
 from ._saved import remove_old as remove_old_outputs
 from ._runners._shell import ScriptEvents, ScriptRunner, ShellResult, Sink, execute
 from ._tool import Tool
@@ -51,6 +52,7 @@ class Session:
         self.workdir = Path(workdir or os.getcwd()).resolve()
         remove_old_outputs(self.workdir)  # seed 002: saved outputs are kept 7 days
         self.config_cache = ConfigCache(self.workdir)
+        self.journal = Journal(self.workdir)  # what each run changed, and the way back (issue 38)
         self.plans = PlanCache()  # the read-only mounts, worked out again when anything they depend on moved
         self.catalogs = CatalogCache()
         self.tool_lists = ToolLists(self.workdir / STATE_DIR)  # on-demand servers' tools, kept on disk
@@ -96,18 +98,29 @@ class Session:
     # -- per run --------------------------------------------------------------
 
     async def prepare(self, events: RunEvents = NO_EVENTS, approver: Approver = stop_and_report,
-                      *, read_only: bool = False, one_call: bool = False, agent: bool = False) -> ToolsCommand:
+                      *, read_only: bool = False, one_call: bool = False, agent: bool = False,
+                      route: str | None = None) -> ToolsCommand:
         """Read the config and wire a fresh `tools` command. Raises ConfigError
         (`_protected.Unprotectable` too: what scripts must not write cannot be protected).
         `one_call` (a direct call): no script runs, so the mount plan is worked out only
         if the call names paths (the plan's check is a fifth of a direct call's cost).
-        `agent`: an agent's run, whose host programs run in the OS sandbox (`_sandbox.py`)."""
+        `agent`: an agent's run, whose host programs run in the OS sandbox (`_sandbox.py`).
+        `route`: how the run came, as the journal of changes lists it (else worked out)."""
         config, env = self._config_and_env(approver, read_only, one_call, agent)
         if self._retiring(config):
             await _loop.on_private(self.pool.retire(set(config.servers)))  # its sessions live there
         providers = self._run_providers(config)
         catalog = self.catalogs.kept(providers) or await self.catalogs.open(providers)
-        return ToolsCommand(catalog, Dispatcher(env), Run(limit=config.shell.call_limit), self.workdir, events)
+        return ToolsCommand(catalog, Dispatcher(env), self._new_run(config, one_call, agent, route), self.workdir,
+                            events)
+
+    def _new_run(self, config: Config, one_call: bool, agent: bool, route: str | None) -> Run:
+        """A run's record, with its own part of the journal (`[rewind]` as the config says now)."""
+        if self.journal.limits is not config.rewind:  # the first run, or [rewind] changed
+            self.journal.limits = config.rewind
+            self.journal.remove_old()  # kept `keep_days`, as saved outputs are kept 7 days
+        route = route or ("direct" if one_call else "agent" if agent else "cell")
+        return Run(limit=config.shell.call_limit, journal=self.journal.start_run(route), one_call=one_call)
 
     def prepare_now(self, approver: Approver = stop_and_report, *, agent: bool = False) -> ToolsCommand:
         """`prepare(one_call=True)` from sync code on a thread where `_loop.run_in_place` may run
@@ -119,7 +132,7 @@ class Session:
             _loop.run(self.pool.retire(set(config.servers)))
         providers = self._run_providers(config)
         catalog = self.catalogs.kept(providers) or _loop.run_in_place(self.catalogs.open(providers))
-        return ToolsCommand(catalog, Dispatcher(env), Run(limit=config.shell.call_limit), self.workdir)
+        return ToolsCommand(catalog, Dispatcher(env), self._new_run(config, True, agent, None), self.workdir)
 
     def _retiring(self, config: Config) -> bool:
         """Whether servers no longer in `config` are to be closed (a trip to the private loop,
@@ -204,7 +217,8 @@ class Session:
 
     def run_script(self, script: str, sink: Sink, *, read_only: bool = False,
                    runner: ScriptRunner | None = None, approver: Approver | None = None,
-                   ask: Callable[[str], str] | None = None, agent: bool = False) -> ShellResult:
+                   ask: Callable[[str], str] | None = None, agent: bool = False,
+                   route: str | None = None) -> ShellResult:
         """Run `script` in `runner` (Bashkit by default). Who answers a call that asks:
         `approver`, or else a person at `ask(prompt)` (such as `input`), or else nobody
         (the run stops and reports). The report lists what a person was asked mid-run."""
@@ -219,12 +233,14 @@ class Session:
             in_place = not agent and self.config_cache.load().mid_run == "ask"
             approver = StdinApprover(lambda prompt, request: events.on_pump_thread(asking, ask, prompt, request),
                                      lambda line: events.on_pump_thread(print, line), mid_run=in_place)
-        command = _loop.run(self.prepare(events, approver or stop_and_report, read_only=read_only, agent=agent))
+        command = _loop.run(self.prepare(events, approver or stop_and_report, read_only=read_only, agent=agent,
+                                         route=route))
         result = execute(runner, command, script, events, sink,
                          before_start=lambda: self._may_start(script, command, runner, events))
         stopped = command.run.stopped
         result.denied_by_person = (stopped is not None and stopped.before_start and stopped.approval == "denied"
                                    and getattr(approver, "tells_the_answer", False))
+        result.changes = command.run.end()  # ended on the script's thread already, unless it never started
         if command.run.needs_report(result.exit_code):
             result.run_report = command.run.report(result.exit_code)
         return result

@@ -113,6 +113,10 @@ class ToolContext:
     # command tool an agent's run calls; None for a person's run.
     sandbox: Any = None
 
+    # The run's journal of changes (`_rewind.RunJournal`), None where nothing records: a tool
+    # that changes a workspace file calls `journal.before_change(path)` before it does.
+    journal: Any = None
+
     def check_cancelled(self) -> None:
         """Raise `asyncio.CancelledError` once the run was interrupted or ran out of time.
 

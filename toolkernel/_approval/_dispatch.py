@@ -355,6 +355,7 @@ class Dispatcher:
             # A post-call hook sees the whole result, and the whole saved is what it let through.
             cut_later=tool.cut is not None and self.env.hooks.any("after_call"),
             sandbox=self.env.host_sandbox(tool, info),
+            journal=None if run is None else run.journal,
         )
 
     def _validator(self, tool: Tool) -> "_Checked":

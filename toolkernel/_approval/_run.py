@@ -2,7 +2,8 @@
 
 A model module: no IPython, no runner, no I/O. The report is the seed's JSON
 (`exit_code`, `success`, `tools.done`, `read_only_calls`, `stopped`,
-`not_reached`) plus `version`; fields are only ever added. Its JSON Schema is
+`not_reached`) plus `version`, and `changes` ({"run", "files"}) where the run changed
+files (issue 38: `%tools rewind ID` undoes them); fields are only ever added. Its JSON Schema is
 `docs/report.schema.json`, read by the JupyterLab renderer and MCP clients.
 """
 
@@ -124,6 +125,7 @@ class RunReport:
     done: tuple[CallRecord, ...]
     read_only_calls: int
     stopped: StopInfo | None = None
+    changes: Mapping[str, Any] | None = None  # the journal's run, where the run changed files
     version: int = REPORT_VERSION
     asked: tuple[AskRecord, ...] = ()
 
@@ -138,7 +140,10 @@ class RunReport:
         if self.stopped is not None:
             tools["stopped"] = self.stopped.to_json()
             tools["not_reached"] = NOT_REACHED
-        return {"version": self.version, "exit_code": self.exit_code, "success": self.success, "tools": tools}
+        body = {"version": self.version, "exit_code": self.exit_code, "success": self.success, "tools": tools}
+        if self.changes is not None:
+            body["changes"] = dict(self.changes)
+        return body
 
 
 @dataclass
@@ -157,6 +162,11 @@ class Run:
     # Interrupted, or out of time: a tool still working sees it (`ToolContext.check_cancelled`).
     cancelled: bool = False
     asked: list[AskRecord] = field(default_factory=list)  # questions a person was asked mid-run
+    # The journal of the files this run changes (`_rewind.RunJournal`); None: nothing records.
+    journal: Any = None
+    # A direct call's run: it ends with its one call.
+    one_call: bool = False
+    changes: Mapping[str, Any] | None = None  # {"run": ID, "files": N} once ended ({} when nothing changed)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def is_cancelled(self) -> bool:
@@ -200,6 +210,15 @@ class Run:
             record = CallRecord(tool, dict(arguments), ok, result, error, make_result)
             with self._lock:
                 self.done.append(record)
+        if self.one_call:
+            self.end()
+
+    def end(self) -> Mapping[str, Any] | None:
+        """End the run's journal (each file's state after the run is written); the changes it holds."""
+        if self.journal is not None and self.changes is None:
+            files = self.journal.finish()
+            self.changes = {"run": self.journal.id, "files": files} if files else {}
+        return self.changes or None
 
     def asking(self, tool: str, input: Mapping[str, Any], shown: Mapping[str, Any]) -> AskRecord:
         """A person is about to be asked about this call (the record stays open until `answered`)."""
@@ -223,7 +242,8 @@ class Run:
     def report(self, exit_code: int) -> RunReport:
         with self._lock:
             asked = tuple(dataclasses.replace(record) for record in self.asked)  # as they stand now
-            return RunReport(exit_code, tuple(self.done), self.read_only_calls, self.stopped, asked=asked)
+            return RunReport(exit_code, tuple(self.done), self.read_only_calls, self.stopped,
+                             self.changes or None, asked=asked)
 
 
 def described_call(call: Mapping[str, Any]) -> str:

@@ -6,6 +6,7 @@ highest-precedence `mode` wins; the admin file's `[policy]` is kept apart
 (`Config.admin_policy`) so nothing can loosen it. Hooks are concatenated. `[tools]`
 settings merge key by key, the nearer file winning, except a command tool: like a
 server, it replaces an earlier definition whole. `[tools_in_shell]` and `[shell]`
+and `[rewind]`
 merge key by key.
 
 A file with a doubt (an untrusted project folder, `_sources.Doubts`) is checked all
@@ -30,12 +31,13 @@ from ._expand import EMPTY
 from ._hooks import HookConfig, hooks_section
 from ._limits import ShellLimits, shell_section
 from ._policy import PolicySection, policy_section, stricter
+from ._rewind import RewindLimits, rewind_section
 from ._servers import ServerConfig, digest, servers_section
 from ._sources import Source
 from ._tools import freeze, merge_settings, own_settings, tools_section
 from ._tools_in_shell import ToolsInShell, tools_in_shell_section
 
-SECTIONS = ("mcp_servers", "policy", "hooks", "tools", "tools_in_shell", "shell", "approvals")
+SECTIONS = ("mcp_servers", "policy", "hooks", "tools", "tools_in_shell", "shell", "approvals", "rewind")
 
 
 def _no_mapping() -> Mapping[str, Any]:
@@ -66,6 +68,7 @@ class Config:
     commands: Mapping[str, CommandToolConfig] = field(default_factory=_no_mapping)
     tools_in_shell: ToolsInShell = ToolsInShell().settled()
     shell: ShellLimits = ShellLimits()
+    rewind: RewindLimits = RewindLimits()
     # Servers whose own entry is wrong, by name: only they are unavailable (issue 10);
     # every other part of the config still counts.
     broken_servers: Mapping[str, ConfigError] = field(default_factory=_no_mapping)
@@ -99,6 +102,7 @@ class Builder:
         self.tools_in_shell = ToolsInShell()
         self.shell: dict[str, int] = {}
         self.mid_run = "ask"
+        self.rewind: dict[str, object] = {}
         self.files: list[str] = []
         self.strictest: str | None = None  # the strictest mode of an untrusted file
 
@@ -123,8 +127,11 @@ class Builder:
         # Either value asks a person: it counts from any file, as [tools_in_shell] does.
         self.mid_run = source.attempt(approvals_section, source, data.get("approvals", {})) or self.mid_run
         shell = source.attempt(shell_section, source, data.get("shell", {}), default={})
+        rewind = source.attempt(rewind_section, source, data.get("rewind", {}), default={})
         if trusted:  # raising a limit loosens, as [tools] settings do
-            self.shell.update(shell)  # hooks and command tools run code: only from trusted config
+            self.shell.update(shell)
+            self.rewind.update(rewind)  # recording less (an ignore glob) must not come from a clone
+            # hooks and command tools run code: only from trusted config
             self.hooks.extend(hooks)
             if tools is not None:
                 self.tools = merge_settings(self.tools, tools.settings)
@@ -163,6 +170,7 @@ class Builder:
             commands=MappingProxyType(dict(self.commands)),
             tools_in_shell=self.tools_in_shell.settled(),
             shell=ShellLimits(**self.shell),
+            rewind=RewindLimits(**self.rewind),  # type: ignore[arg-type]
             broken_servers=MappingProxyType(dict(self.broken.values())),
             fingerprint=digest({name: s.fingerprint for name, s in servers.items()}),
             untrusted=untrusted,

@@ -19,11 +19,12 @@ from .._approval._policy import Policy
 from .._config._config import load_config
 from .._errors import Denied, printable
 from .._approval._pending import DECISIONS, PendingError, PendingStore
+from .._rewind import RewindError
 from .._approval._policy import CallInfo, canonical_call_key
 
 COMM_TARGET = "toolkernel.approval"
 # The `%tools` words that answer or pair rather than call a tool.
-SUBCOMMANDS = ("approve", "deny", "approvals", "pair", "unpair", "lint", "doctor")
+SUBCOMMANDS = ("approve", "deny", "approvals", "pair", "unpair", "lint", "doctor", "changes", "rewind")
 
 
 class AnswerError(Exception):
@@ -207,6 +208,10 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("unpair", add_help=False).add_argument("notebook", nargs="?")
     sub.add_parser("lint", add_help=False)
     sub.add_parser("doctor", add_help=False)
+    from ._changes import add_changes_arguments, add_rewind_arguments
+
+    add_changes_arguments(sub.add_parser("changes", add_help=False))
+    add_rewind_arguments(sub.add_parser("rewind", add_help=False))
     return parser
 
 
@@ -222,11 +227,15 @@ def manage(session, argv: list[str]) -> str:
         raise UsageError(f"%tools {shlex.join(argv)}: {exc}\n{usage()}") from None
     try:
         return _apply(session, args)
-    except (AnswerError, PendingError, Denied) as exc:
+    except (AnswerError, PendingError, Denied, RewindError) as exc:
         raise UsageError(str(exc)) from None
+    except ValueError as exc:  # `rewind` without a run
+        raise UsageError(f"%tools {args.what}: {exc}") from None
 
 
 def _apply(session, args: argparse.Namespace) -> str:
+    if args.what in ("changes", "rewind"):
+        return _journal_line(session, args)
     if args.what in ("approve", "deny") and args.request:  # a request `toolkernel serve` published
         decision = "deny" if args.what == "deny" else "always" if args.always else "once"
         return answer_request(session.workdir, args.request, decision)
@@ -259,6 +268,17 @@ def _apply(session, args: argparse.Namespace) -> str:
 
 # How a notebook tool's message says to pair again, to a person at this kernel.
 PAIR_AGAIN = "pair it again (`%tools pair NOTEBOOK ...`)"
+def _journal_line(session, args: argparse.Namespace) -> str:
+    """`%tools changes` (anyone) and `%tools rewind` (a person: an agent's rewind is the `rewind`
+    tool, a write that asks)."""
+    from ._changes import changes_text, journal_for, rewind_text
+
+    journal = journal_for(session.workdir, getattr(session, "journal", None))
+    if args.what == "changes":
+        return changes_text(journal, args)
+    refuse_agents("%tools rewind", "a rewind here is a person's",
+                  "an agent rewinds with `tools rewind ID`, a call that asks like any write")
+    return rewind_text(journal, args)
 
 
 def _pair(session, args: argparse.Namespace) -> str:
@@ -284,6 +304,8 @@ def usage() -> str:
              "%tools approvals [--revoke RULE_OR_NUMBER]      list or revoke lasting approvals",
              "%tools lint                                     check the config without starting anything",
              "%tools doctor                                   which OS sandbox holds an agent's host code here",
+             "%tools changes [--run ID] [--path GLOB]         what runs changed in the workspace, newest first",
+             "%tools rewind ID|--last [--force] [--path GLOB]  put back the files a run changed",
              *pairing_args_usage().splitlines(),
              "%tools unpair [NOTEBOOK]                        forget one notebook's pairing (no NOTEBOOK: all)"]
     return "usage: " + "\n       ".join(lines)

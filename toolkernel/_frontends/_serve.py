@@ -263,7 +263,7 @@ class ToolServer:
                               " lists every tool directly")  # not listed, so not callable (fail closed)
             with self.running(key) as session:
                 before = _waiting_ids(session)
-                result = session.run_script(script, sink, approver=approver, agent=True)
+                result = session.run_script(script, sink, approver=approver, agent=True, route="serve")
         except ConfigError as exc:
             return _error("config_error", str(exc))
         body: dict[str, Any] = {"exit_code": result.exit_code, "stdout": "".join(sink.out),
@@ -293,7 +293,7 @@ class ToolServer:
     async def _call_direct(self, session: Session, name: str, arguments: dict[str, Any],
                            approver: Approver) -> types.CallToolResult:
         # One call, no script: the mount plan is worked out only if the call names paths.
-        command = await session.prepare(approver=approver, one_call=True, agent=True)
+        command = await session.prepare(approver=approver, one_call=True, agent=True, route="serve")
         try:
             tool = await _find_listed(self, command.catalog, name)
         except CallError as exc:

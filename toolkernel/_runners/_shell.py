@@ -18,7 +18,7 @@ import time
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from .. import _loop
 from .._command._command import INTERRUPTED_EXIT
@@ -29,6 +29,7 @@ from ._shadows import Moved, Watch, moved_notice
 if TYPE_CHECKING:
     from .._command._command import ToolsCommand
     from .._approval._run import RunEvents, RunReport
+    from .._rewind_scan import Comparison
 
 _STOP_GRACE = 0.5
 # After the run's timeout: longer than after an interrupt, as Bashkit, ending the script at the
@@ -60,6 +61,8 @@ class ShellResult:
     denied_by_person: bool = False
     # A large output is not held: it is read back from its saved file when asked for.
     stdout_file: Path | None = None
+    # {"run": ID, "files": N}: the run's entry in the journal of changes, where it changed files.
+    changes: Mapping[str, Any] | None = None
 
     @property
     def stdout(self) -> str:
@@ -138,7 +141,13 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
         if not before_start() or command.interrupted:
             return None
         overdue.start()  # a person answering the question before the start is not the run's time
-        return shadows.around(lambda: runner.run(script, command, events))
+        compared = _compared(runner, command)
+        try:
+            return shadows.around(lambda: runner.run(script, command, events))
+        finally:
+            if compared is not None:
+                compared.record(command.run.journal)  # what the script's own commands changed
+            command.run.end()  # on the script's thread: after all the run did, also past an interrupt
 
     try:
         # Started inside the `try`: an interrupt can land while this thread still waits in
@@ -155,6 +164,16 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
     if pump.limiter.size >= _GIVE_BACK_ABOVE and future.done():
         give_back_memory()
     return result
+
+
+def _compared(runner: ScriptRunner, command: ToolsCommand) -> "Comparison | None":
+    """The workspace looked at before a run that may write it through its own commands."""
+    journal = command.run.journal
+    if journal is None or getattr(runner, "read_only", False):
+        return None
+    from .._rewind_scan import Comparison
+
+    return Comparison(journal.journal)
 
 
 def stop_run(command: ToolsCommand, runner: ScriptRunner, reason: str = "interrupted") -> None:

@@ -154,12 +154,20 @@ async def notebook_edit(arguments: dict[str, Any], ctx: ToolContext) -> dict[str
     store = await _store(arguments, ctx)
     notebook = await store.load(missing_ok=mode == "insert")
     change = EDITS[mode](notebook, arguments)
+    if ctx.journal is not None and _is_local(store):  # a local file: the journal keeps it as it was
+        ctx.journal.before_change(store.location)
     notebook = await store.edit(ctx.state, notebook, change)
     touched = [change.cell_id] if mode != "insert" else [str(change.cell.id)]
     done = {"notebook_path": store.location, "edit_mode": mode, "cell_ids": touched,
             "cell_count": len(notebook.nb.cells)}
     warnings = await _pairings(ctx.state).overwritten(store)
     return {**done, "warnings": warnings} if warnings else done
+
+
+def _is_local(store: NotebookStore) -> bool:
+    from ._stores import FileStore
+
+    return isinstance(store, FileStore)
 
 
 def _replace(notebook: Loaded, arguments: dict[str, Any]) -> CellEdit:

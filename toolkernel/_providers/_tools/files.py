@@ -382,7 +382,7 @@ def write_file(arguments: dict[str, Any], ctx: ToolContext) -> str:
         raise ToolInputError(f"{shown} is a directory; give a file path")
     content: str | LongText = arguments["content"]  # a LongText: a long MCP result `--save` writes
     existed = path.exists()
-    _write_checked(path, content, shown)
+    _write_checked(path, content, shown, ctx)
     verb = "Overwrote" if existed else "Created"
     lines, size = _counts(content)
     return f"{verb} {shown} ({lines} lines, {size} bytes)"
@@ -403,8 +403,11 @@ def _counts(content: str | LongText) -> tuple[int, int]:
     return newlines + (last not in ("", "\n")), size
 
 
-def _write_checked(path: Path, content: str | LongText, shown: str) -> None:
-    """The atomic write of a path the dispatcher checked, into the very folder it checked."""
+def _write_checked(path: Path, content: str | LongText, shown: str, ctx: ToolContext) -> None:
+    """The atomic write of a path the dispatcher checked, into the very folder it checked; the
+    run's journal records the file as it was first (issue 38)."""
+    if ctx.journal is not None:
+        ctx.journal.before_change(path)
     try:
         write_atomic(path, content, resolved=True)
     except PathChanged:
@@ -459,7 +462,7 @@ def edit_file(arguments: dict[str, Any], ctx: ToolContext) -> str:
             f"old_string occurs {count} times in {shown}; add surrounding text to make it unique, "
             "or set replace_all=true"
         )
-    _write_checked(path, text.replace(old, new), shown)
+    _write_checked(path, text.replace(old, new), shown, ctx)
     first_line = text[: text.index(old)].count("\n") + 1
     noun = "occurrence" if count == 1 else "occurrences"
     return f"Replaced {count} {noun} in {shown} (first at line {first_line})"

@@ -1,0 +1,448 @@
+"""The journal of changes (`_rewind.py`, issue 38): recording, listing, rewinding, limits, damage."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from toolkernel._config._config import load_config
+from toolkernel._config._rewind import RewindLimits
+from toolkernel._rewind import Journal, RewindError, iter_changes, journal_root, rewind
+
+from kernel_helpers import project_with
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    root = tmp_path / "ws"
+    root.mkdir()
+    return root
+
+
+def _files(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file below `root` (the journal's own places aside): content and mode bits."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            found[str(path.relative_to(root))] = (path.read_bytes(), path.stat().st_mode & 0o7777)
+    return found
+
+
+def _run_that_changes_everything(journal: Journal, root: Path):
+    run = journal.start_run("cell")
+    run.before_change(root / "a.txt")
+    (root / "a.txt").write_bytes(b"new a\n")
+    run.before_change(root / "gone.bin")
+    (root / "gone.bin").unlink()
+    run.before_change(root / "old.txt", "renamed", to=root / "new.txt")
+    run.before_change(root / "new.txt")
+    os.rename(root / "old.txt", root / "new.txt")
+    run.before_change(root / "made.txt")
+    (root / "made.txt").write_text("made\n")
+    run.before_change(root / "a.txt")  # a second change in the run records nothing more
+    (root / "a.txt").write_bytes(b"newer a\n")
+    return run
+
+
+def _seed(root: Path) -> None:
+    (root / "a.txt").write_bytes(b"a\x00\xff original\n")
+    (root / "gone.bin").write_bytes(bytes(range(256)))
+    os.chmod(root / "gone.bin", 0o751)
+    (root / "old.txt").write_text("to be renamed\n")
+
+
+def test_every_kind_is_listed_and_restored_byte_for_byte_with_mode_bits(workspace):
+    _seed(workspace)
+    before = _files(workspace)
+    journal = Journal(workspace)
+    run = _run_that_changes_everything(journal, workspace)
+    assert run.finish() == 5
+    [listed] = list(iter_changes(journal))
+    kinds = {e.path: e.kind for e in listed.files().values()}
+    assert kinds == {"a.txt": "changed", "gone.bin": "deleted", "old.txt": "renamed", "new.txt": "created",
+                     "made.txt": "created"}
+    assert listed.route == "cell" and listed.id == run.id
+    done = rewind(journal, run.id)
+    assert sorted(done.restored) == sorted(kinds)
+    assert _files(workspace) == before
+
+
+def test_a_file_changed_since_is_refused_untouched_then_forced_and_that_rewind_undone(workspace):
+    _seed(workspace)
+    journal = Journal(workspace)
+    run = _run_that_changes_everything(journal, workspace)
+    run.finish()
+    (workspace / "made.txt").write_text("the person's own later edit\n")
+    after_run = _files(workspace)
+    with pytest.raises(RewindError, match=r"changed since run .*made\.txt"):
+        rewind(journal, run.id)
+    assert _files(workspace) == after_run  # nothing touched
+    forced = rewind(journal, run.id, force=True)
+    assert forced.recorded_as is not None and not (workspace / "made.txt").exists()
+    rewind(journal, forced.recorded_as)  # the rewind is a run of its own: undone, the later edit is back
+    assert _files(workspace) == after_run
+
+
+def test_path_globs_restore_only_some_files(workspace):
+    _seed(workspace)
+    journal = Journal(workspace)
+    run = _run_that_changes_everything(journal, workspace)
+    run.finish()
+    done = rewind(journal, run.id, paths=["*.bin"])
+    assert done.restored == ("gone.bin",)
+    assert (workspace / "gone.bin").read_bytes() == bytes(range(256))
+    assert (workspace / "a.txt").read_bytes() == b"newer a\n"
+
+
+def test_past_the_file_limit_the_file_is_not_restorable_with_the_reason(workspace):
+    (workspace / "big.dat").write_bytes(b"x" * (2 * 1024 * 1024 + 1))
+    journal = Journal(workspace, RewindLimits(max_file_mb=2))
+    run = journal.start_run("cell")
+    run.before_change(workspace / "big.dat")
+    (workspace / "big.dat").write_bytes(b"small")
+    run.finish()
+    [entry] = journal.run(run.id).entries
+    assert "larger than the 2 MiB limit" in entry.not_restorable
+    done = rewind(journal, run.id)
+    assert done.restored == () and "big.dat: larger than the 2 MiB limit" in done.skipped[0]
+    assert (workspace / "big.dat").read_bytes() == b"small"
+
+
+def test_past_the_days_limit_the_oldest_runs_go_first_then_not_restorable(workspace):
+    journal = Journal(workspace, RewindLimits(max_day_mb=1))
+    chunk = 600 * 1024
+    runs = []
+    for name in ("one", "two"):
+        (workspace / name).write_bytes(name.encode() * (chunk // len(name)))
+        run = journal.start_run("cell")
+        run.before_change(workspace / name)
+        (workspace / name).unlink()
+        run.finish()
+        runs.append(run.id)
+    kept = [r.id for r in journal.runs()]
+    assert kept == [runs[1]]  # the first run was dropped to make room for the second
+    (workspace / "huge").write_bytes(b"h" * (1024 * 1024 + 1))
+    run = journal.start_run("cell")
+    run.before_change(workspace / "huge")
+    (workspace / "huge").unlink()
+    run.finish()
+    assert "past the day's limit of 1 MiB" in journal.run(run.id).entries[0].not_restorable
+
+
+def test_the_journals_own_places_and_ignored_globs_are_not_recorded(workspace):
+    journal = Journal(workspace, RewindLimits(ignore=("data/*",)))
+    run = journal.start_run("cell")
+    for name in (".toolkernel/outputs/x.txt", "tool-images/a.png", "data/raw.csv", "../outside.txt"):
+        run.before_change(workspace / name)
+    assert run.finish() == 0 and journal.runs() == []
+
+
+def test_a_damaged_entry_fails_that_restore_cleanly_and_touches_nothing(workspace):
+    _seed(workspace)
+    journal = Journal(workspace)
+    run = _run_that_changes_everything(journal, workspace)
+    run.finish()
+    after_run = _files(workspace)
+    blobs = list((journal_root(workspace) / "blobs").iterdir())
+    blobs[0].write_bytes(b"rewritten by someone")
+    with pytest.raises(RewindError, match="damaged"):
+        rewind(journal, run.id)
+    assert _files(workspace) == after_run
+    (journal_root(workspace) / "runs" / f"{run.id}.jsonl").write_bytes(b"{not json\n")
+    with pytest.raises(RewindError, match=f"record of run {run.id} is damaged"):
+        rewind(journal, run.id)
+    assert _files(workspace) == after_run
+
+
+def test_a_run_killed_midway_keeps_what_it_recorded_and_needs_force(workspace):
+    _seed(workspace)
+    journal = Journal(workspace)
+    run = journal.start_run("cell")
+    run.before_change(workspace / "a.txt")
+    (workspace / "a.txt").write_text("half done")  # then the process dies: no finish()
+    [record] = journal.runs()
+    assert record.after is None and [e.path for e in record.entries] == ["a.txt"]
+    with pytest.raises(RewindError, match="did not end"):
+        rewind(journal, run.id)
+    rewind(journal, run.id, force=True)
+    assert (workspace / "a.txt").read_bytes() == b"a\x00\xff original\n"
+
+
+def test_the_journal_is_in_the_state_folder_not_the_workspace(workspace, tmp_path):
+    assert journal_root(workspace).is_relative_to(tmp_path / "state" / "toolkernel" / "journal")
+
+
+def test_old_runs_are_dropped_after_keep_days(workspace):
+    _seed(workspace)
+    journal = Journal(workspace, RewindLimits(keep_days=1))
+    run = journal.start_run("cell")
+    run.before_change(workspace / "a.txt")
+    (workspace / "a.txt").write_text("changed")
+    run.finish()
+    assert journal.remove_old(now=run.time + 3600) == 0
+    assert journal.remove_old(now=run.time + 2 * 86400) == 1
+    assert journal.runs() == [] and list((journal_root(workspace) / "blobs").iterdir()) == []
+
+
+def test_rewind_config_is_read_from_a_trusted_file(tmp_path, monkeypatch):
+    project = project_with(tmp_path, monkeypatch, '[rewind]\nmax_file_mb = 8\nignore = ["data/**"]\n')
+    config = load_config(project)
+    assert config.rewind == RewindLimits(max_file_mb=8, ignore=("data/**",))
+    (project / "toolkernel.toml").write_text('[rewind]\nmax_file_mb = 0\n')
+    with pytest.raises(Exception, match="rewind.max_file_mb"):
+        load_config(project)
+
+
+# -- recording from the own tools (a script's calls, a direct call) --------------------------------
+
+@pytest.fixture
+def session(tmp_path, monkeypatch):
+    from toolkernel._session import Session
+
+    project = project_with(tmp_path, monkeypatch, '[policy]\nmode = "accept-edits"\n')
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    session = Session(project)
+    yield session
+    session.close()
+
+
+def _notebook(path: Path) -> None:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1", id="first")]
+    path.write_text(nbformat.writes(nb))
+
+
+def test_own_tools_record_a_cells_run_and_its_rewind_restores_it(session):
+    from kernel_helpers import RecordingSink
+
+    root = session.workdir
+    (root / "a.txt").write_bytes(b"alpha\r\nbeta\n")
+    os.chmod(root / "a.txt", 0o640)
+    _notebook(root / "n.ipynb")
+    before = _files(root)
+    script = ("tools write-file --path a.txt --content 'replaced'\n"
+              "tools edit-file --path a.txt --old_string replaced --new_string edited\n"
+              "tools write-file --path sub/new.txt --content new\n"
+              "tools notebook-read --notebook_path n.ipynb > /dev/null\n"
+              "tools notebook-edit --notebook_path n.ipynb --cell_id first --new_source 'x = 2'\n")
+    sink = RecordingSink()
+    result = session.run_script(script, sink)
+    assert result.exit_code == 0, sink.stderr_text
+    assert result.changes == {"run": result.changes["run"], "files": 3}
+    run = session.journal.run(result.changes["run"])
+    assert run.route == "cell"
+    assert {e.path: e.kind for e in run.files().values()} == {
+        "a.txt": "changed", "sub/new.txt": "created", "n.ipynb": "changed"}
+    rewind(session.journal, run.id)
+    assert _files(root) == before
+
+
+def test_a_direct_call_is_a_run_of_its_own(session):
+    from toolkernel._frontends._direct import call_argv
+
+    call_argv(session, ["write-file", "--path", "d.txt", "--content", "direct"])
+    [run] = session.journal.runs()
+    assert run.route == "direct" and run.after is not None and [e.path for e in run.entries] == ["d.txt"]
+    rewind(session.journal, None)
+    assert not (session.workdir / "d.txt").exists()
+
+
+def test_a_run_that_changes_nothing_leaves_no_trace(session):
+    from kernel_helpers import RecordingSink
+
+    (session.workdir / "r.txt").write_text("read me")
+    result = session.run_script("tools read-file --path r.txt", RecordingSink())
+    assert result.exit_code == 0 and result.changes is None and session.journal.runs() == []
+    # an edit the tool refuses was recorded before it, and is no change: not listed
+    refused = session.run_script("tools edit-file --path r.txt --old_string absent --new_string x", RecordingSink())
+    assert refused.exit_code == 1 and refused.changes is None and session.journal.runs() == []
+
+
+# -- a script's own commands: the workspace compared before and after the run -------------------
+
+def _tree(root: Path) -> None:
+    (root / "build" / "sub").mkdir(parents=True)
+    (root / "build" / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    os.chmod(root / "build" / "run.sh", 0o755)
+    (root / "build" / "sub" / "data.bin").write_bytes(bytes(range(256)) * 40)
+    (root / "notes.txt").write_text("keep me\n")
+    (root / "old.csv").write_text("a,b\n1,2\n")
+
+
+def test_a_folder_removed_by_a_bashkit_script_is_listed_after_the_fact_and_restored(session):
+    from kernel_helpers import RecordingSink
+
+    root = session.workdir
+    _tree(root)
+    before = _files(root)
+    sink = RecordingSink()
+    result = session.run_script("rm -rf build\necho more >> notes.txt\nmv old.csv new.csv\necho x > made.txt",
+                                sink)
+    assert result.exit_code == 0, sink.stderr_text
+    run = session.journal.run(result.changes["run"])
+    kinds = {e.path: e.kind for e in run.files().values()}
+    assert kinds["build/run.sh"] == kinds["build/sub/data.bin"] == "deleted"
+    assert kinds["notes.txt"] == "changed" and kinds["made.txt"] == kinds["new.csv"] == "created"
+    assert kinds["old.csv"] in ("renamed", "deleted")  # Bashkit's mv may copy (a new inode)
+    assert all(e.after_the_fact for e in run.entries)
+    rewind(session.journal, run.id)
+    assert _files(root) == before
+
+
+def test_a_file_changed_by_a_host_bash_cell_is_restored_with_its_mode(session):
+    from kernel_helpers import RecordingSink
+    from toolkernel._runners._hostbash._channel import Channel
+    from toolkernel._runners._hostbash._runner import HostBashRunner
+
+    root = session.workdir
+    _tree(root)
+    before = _files(root)
+    channel = Channel()
+    try:
+        script = "rm -r build && chmod 600 notes.txt && printf 'x' > notes.txt && mv old.csv moved.csv"
+        sink = RecordingSink()
+        result = session.run_script(script, sink, runner=HostBashRunner(channel))
+    finally:
+        channel.close()
+    assert result.exit_code == 0, sink.stderr_text
+    run = session.journal.run(result.changes["run"])
+    kinds = {e.path: (e.kind, e.to) for e in run.files().values()}
+    assert kinds["old.csv"] == ("renamed", "moved.csv") and kinds["notes.txt"] == ("changed", None)
+    rewind(session.journal, run.id)
+    assert _files(root) == before
+
+
+def test_a_hostile_agent_cell_cannot_see_or_corrupt_the_journal(session, tmp_path):
+    """An agent's host cell runs in the OS sandbox, which hides the state folder the journal is in."""
+    from kernel_helpers import RecordingSink
+    from toolkernel._runners._hostbash._channel import Channel
+    from toolkernel._runners._hostbash._runner import HostBashRunner
+    from toolkernel._sandbox import mechanism
+
+    if mechanism() is None:
+        pytest.skip("no OS sandbox on this machine")
+    root = session.workdir
+    (root / "precious.txt").write_text("v1\n")
+    deleted = session.run_script("rm precious.txt", RecordingSink()).changes["run"]
+    journal = journal_root(root)
+    stored = sorted(p.read_bytes() for p in (journal / "blobs").iterdir())
+    channel = Channel()
+    try:
+        script = (f"ls -R {tmp_path / 'state'} > seen.txt 2>&1; "
+                  f"find {journal} -type f -exec sh -c 'echo evil > \"$1\"' _ {{}} \\; 2>> seen.txt; "
+                  f"rm -rf {tmp_path / 'state'} 2>> seen.txt; true")
+        session.run_script(script, RecordingSink(), runner=HostBashRunner(channel, agent=True),
+                           approver=_allow_all)
+    finally:
+        channel.close()
+    assert "blobs" not in (root / "seen.txt").read_text()
+    assert sorted(p.read_bytes() for p in (journal / "blobs").iterdir()) == stored
+    rewind(session.journal, deleted)
+    assert (root / "precious.txt").read_text() == "v1\n"
+
+
+async def _allow_all(request):
+    from toolkernel._approval._approver import Answer
+
+    return Answer.ONCE
+
+
+def test_the_run_report_names_the_runs_changes(session):
+    from kernel_helpers import RecordingSink
+
+    (session.workdir / "gone.txt").write_text("x")
+    script = "rm gone.txt\nf=../outside.txt\ntools write-file --path \"$f\" --content x"  # asks mid-run
+    result = session.run_script(script, RecordingSink())
+    assert result.exit_code != 0
+    assert result.report["changes"] == {"run": result.changes["run"], "files": 1}
+    import json
+
+    import jsonschema
+
+    schema = json.loads((Path(__file__).parent.parent / "docs" / "report.schema.json").read_text())
+    jsonschema.validate(result.report, schema)
+
+
+def test_rewinding_a_later_run_then_an_earlier_one_needs_no_force(workspace):
+    (workspace / "f.txt").write_text("v1\n")
+    journal = Journal(workspace)
+    ids = []
+    for text in ("v2\n", "v3\n"):
+        run = journal.start_run("cell")
+        run.before_change(workspace / "f.txt")
+        (workspace / "f.txt").write_text(text)
+        run.finish()
+        ids.append(run.id)
+    rewind(journal, ids[1])
+    assert (workspace / "f.txt").read_text() == "v2\n"
+    rewind(journal, ids[0])  # the file is as run 1 left it, time included
+    assert (workspace / "f.txt").read_text() == "v1\n"
+
+
+def test_a_forged_entry_or_a_link_put_on_the_way_cannot_lead_a_rewind_outside(workspace, tmp_path):
+    import json
+
+    journal = Journal(workspace)
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "f.txt").write_text("before\n")
+    run = journal.start_run("cell")
+    run.before_change(workspace / "sub" / "f.txt")
+    (workspace / "sub" / "f.txt").unlink()
+    run.finish()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (workspace / "sub").rmdir()
+    (workspace / "sub").symlink_to(outside)  # a script's link where the folder was
+    with pytest.raises(RewindError, match="leads outside the workspace"):
+        rewind(journal, run.id, force=True)
+    assert list(outside.iterdir()) == []
+    runs = journal_root(workspace) / "runs"
+    forged = "20991231-235959-abcdef"
+    head = {"version": 1, "run": forged, "time": 0, "route": "cell"}
+    entry = {"path": "../outside/evil.txt", "kind": "created", "before": None}
+    (runs / f"{forged}.jsonl").write_text(json.dumps(head) + "\n" + json.dumps(entry) + "\n")
+    with pytest.raises(RewindError, match="damaged"):
+        rewind(journal, forged, force=True)
+
+
+def test_dropping_old_runs_keeps_the_contents_the_workspace_index_holds(session):
+    from kernel_helpers import RecordingSink
+
+    root = session.workdir
+    (root / "kept.txt").write_text("unchanged for weeks\n")
+    (root / "gone.txt").write_text("deleted\n")
+    session.run_script("rm gone.txt", RecordingSink())  # the comparison stores kept.txt in the index
+    assert session.journal.remove_old(now=time.time() + 30 * 86400) == 1
+    result = session.run_script("rm kept.txt", RecordingSink())
+    rewind(session.journal, result.changes["run"])
+    assert (root / "kept.txt").read_text() == "unchanged for weeks\n"
+
+
+def test_tools_rewind_in_a_script_restores_and_records_into_that_run(session):
+    from kernel_helpers import RecordingSink
+
+    root = session.workdir
+    (root / "toolkernel.toml").write_text('[policy]\nmode = "accept-edits"\n')  # unchanged, rewritten
+    (root / "f.txt").write_text("before\n")
+    first = session.run_script("echo after > f.txt", RecordingSink()).changes["run"]
+    sink = RecordingSink()
+    undo = session.run_script("tools rewind --run last", sink)
+    assert undo.exit_code == 0, sink.stderr_text
+    assert f"rewound run {first}" in sink.stdout_text and (root / "f.txt").read_text() == "before\n"
+    assert undo.changes["files"] == 1  # the rewind's change, once: recorded by the tool, not again after the fact
+    entry = session.journal.run(undo.changes["run"]).entries[0]
+    assert entry.path == "f.txt" and not entry.after_the_fact
+    person = session.journal.start_run("cell")  # a person's edit of the config (scripts cannot write it)
+    person.before_change(root / "toolkernel.toml")
+    with open(root / "toolkernel.toml", "a") as config:
+        config.write("# a comment\n")
+    person.finish()
+    refused = RecordingSink()
+    assert session.run_script(f"tools rewind --run {person.id}", refused).exit_code != 0
+    assert "rewound by a person" in refused.stderr_text

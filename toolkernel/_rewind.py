@@ -1,0 +1,597 @@
+"""The journal of changes (issue 38): what each run changed in the workspace, and the way back.
+
+A run (one `%%tools` or `%%bash` cell, one `serve` bash call, one direct call) records, before
+it changes a workspace file, that file's prior content and mode bits; `rewind` puts them back.
+The journal lives outside the workspace, in the per-user state folder an agent's OS sandbox
+hides (`_runners/_sandbox_plan.hidden_places`), so no script can rewrite what it would restore:
+
+    $XDG_STATE_HOME/toolkernel/journal/<project>/
+        blobs/<sha256>       a prior content, stored once by its hash (written atomically)
+        runs/<run id>.jsonl  the run's head line, then one line per file, then its end line
+
+`<project>` is a digest of the workspace's real path, as for pending approvals. A run's file
+is appended line by line (each line whole before the change it announces), so a run killed
+midway keeps every change made before it; its end line holds each file's state after the run,
+which a rewind compares with the file now to find files changed again since.
+
+Limits (`[rewind]`, `RewindLimits`): a file past `max_file_mb`, or content past the day's
+`max_day_mb` once the oldest runs are dropped, is recorded "not restorable" with the reason,
+never skipped in silence. Runs are kept `keep_days` days. `.toolkernel/`, `tool-images/` and the
+`ignore` globs are not recorded.
+
+Everything read back is checked: a run file must parse, a blob must hash to its name. A restore
+checks every file first and writes nothing when one check fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import secrets
+import stat
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from ._atomic import write_atomic
+from ._config._rewind import RewindLimits
+from ._config._trust import store_path
+from ._errors import ToolkernelError, printable
+
+FOLDER = "journal"
+INDEX = "index.json"  # the workspace as the last shell run's comparison saw it (`_rewind_scan`)
+KINDS = ("created", "changed", "deleted", "renamed")
+NEVER_RECORDED = (".toolkernel", "tool-images")
+_RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{6}")
+_HASH = re.compile(r"[0-9a-f]{64}")
+_VERSION = 1
+_MIB = 1024 * 1024
+_DAY = 24 * 3600
+_CHUNK = 1 << 20
+_NAMED = 20  # files a refusal names; the rest are counted
+
+
+class RewindError(ToolkernelError):
+    """A rewind that cannot be done (no such run, files changed since, a damaged entry)."""
+
+
+def journal_root(workdir: Path | str, environ: Mapping[str, str] | None = None) -> Path:
+    """The journal folder of the workspace `workdir` in the state folder."""
+    project = hashlib.sha256(os.fsencode(os.path.realpath(workdir))).hexdigest()[:16]
+    return store_path(environ).parent / FOLDER / project
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One file of a run: its path (relative to the workspace), the kind of change, its state
+    before the run (None: it did not exist), and where it went (`renamed`)."""
+
+    path: str
+    kind: str
+    before: Mapping[str, Any] | None = None
+    to: str | None = None
+    not_restorable: str | None = None
+    after_the_fact: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"path": self.path, "kind": self.kind, "before": self.before}
+        if self.to is not None:
+            body["to"] = self.to
+        if self.not_restorable:
+            body["not_restorable"] = self.not_restorable
+        if self.after_the_fact:
+            body["after_the_fact"] = True
+        return body
+
+
+@dataclass
+class RunRecord:
+    """A run as read back from its file."""
+
+    id: str
+    time: float
+    route: str
+    entries: list[Entry] = field(default_factory=list)
+    after: dict[str, Any] | None = None  # path -> state after the run; None: the run never ended
+
+    def files(self) -> dict[str, Entry]:
+        """The first entry of each path: the state before the run."""
+        first: dict[str, Entry] = {}
+        for entry in self.entries:
+            first.setdefault(entry.path, entry)
+        return first
+
+
+def _state_of(path: str) -> dict[str, Any] | None:
+    """size, mtime and mode of the file at `path` (not through a link), None when absent."""
+    try:
+        info = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "mode": stat.S_IMODE(info.st_mode),
+            "type": "file" if stat.S_ISREG(info.st_mode) else "link" if stat.S_ISLNK(info.st_mode) else "other"}
+
+
+def _hash_file(fd: int) -> str:
+    digest = hashlib.sha256()
+    while chunk := os.read(fd, _CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+class Journal:
+    """The journal of one workspace: its runs, their stored contents, rewinding one."""
+
+    def __init__(self, workdir: Path | str, limits: RewindLimits = RewindLimits(),
+                 environ: Mapping[str, str] | None = None) -> None:
+        self.workdir = os.path.realpath(workdir)
+        self.root = journal_root(self.workdir, environ)
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._day: list[tuple[float, int]] | None = None  # (time, bytes) of blobs stored in the last day
+
+    # -- recording -----------------------------------------------------------------------------
+
+    def start_run(self, route: str) -> "RunJournal":
+        return RunJournal(self, route)
+
+    def relative(self, path: str | os.PathLike[str]) -> str | None:
+        """`path` relative to the workspace when the journal records it, else None."""
+        real = os.path.abspath(path)
+        if not real.startswith(self.workdir + os.sep):
+            return None
+        return self.relative_name(real[len(self.workdir) + 1:])
+
+    def relative_name(self, relative: str) -> str | None:
+        """`relative` (a path inside the workspace) when the journal records it, else None."""
+        if relative.split(os.sep, 1)[0] in NEVER_RECORDED:
+            return None
+        if any(fnmatch.fnmatch(relative, glob) for glob in self.limits.ignore):
+            return None
+        return relative
+
+    def _folder(self, name: str) -> Path:
+        folder = self.root / name
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return folder
+
+    def store(self, path: str, state: Mapping[str, Any]) -> tuple[str | None, str | None]:
+        """The file's content stored by its hash: (hash, None), or (None, why it is not restorable)."""
+        if state["type"] == "link":
+            return None, "a symbolic link (its target is not recorded)"
+        if state["type"] != "file":
+            return None, "not a regular file"
+        if state["size"] > self.limits.max_file_mb * _MIB:
+            return None, f"larger than the {self.limits.max_file_mb} MiB limit ([rewind] max_file_mb)"
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            return None, f"could not be read ({exc.strerror})"
+        try:
+            data = _read_all(fd)
+        finally:
+            os.close(fd)
+        digest = hashlib.sha256(data).hexdigest()
+        blob = self._folder("blobs") / digest
+        if blob.exists():
+            return digest, None
+        if not self._room_for(len(data)):
+            return None, f"past the day's limit of {self.limits.max_day_mb} MiB ([rewind] max_day_mb)"
+        # Not fsynced: a content a crash cut short fails its hash when read back, a clear error,
+        # and an fsync a file made a run of many small writes a third dearer.
+        write_atomic(blob, data, durable=False)
+        os.chmod(blob, 0o600)
+        return digest, None
+
+    def _room_for(self, size: int) -> bool:
+        """Whether `size` more bytes fit in the day's limit, the oldest runs dropped to make room."""
+        budget = self.limits.max_day_mb * _MIB
+        if size > budget:
+            return False
+        with self._lock:
+            day = self._stored_today()
+            while sum(n for _, n in day) + size > budget and self._drop_oldest():
+                day = self._stored_today(again=True)
+            if sum(n for _, n in day) + size > budget:
+                return False
+            day.append((time.time(), size))
+            return True
+
+    def _stored_today(self, again: bool = False) -> list[tuple[float, int]]:
+        if self._day is None or again:
+            cutoff = time.time() - _DAY
+            seen: set[str] = set()
+            day = []
+            for run in self.runs():
+                if run.time < cutoff:
+                    continue
+                for entry in run.entries:
+                    digest = (entry.before or {}).get("hash")
+                    if digest and digest not in seen:
+                        seen.add(digest)
+                        day.append((run.time, (entry.before or {}).get("size", 0)))
+            self._day = day
+        return self._day
+
+    def _drop_oldest(self) -> bool:
+        """Remove the oldest ended run and the contents no other run holds; False when none is left."""
+        ended = [run for run in reversed(self.runs()) if run.after is not None]
+        if not ended:
+            return False
+        self.drop(ended[0].id)
+        return True
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def runs(self) -> list[RunRecord]:
+        """Every readable run, newest first (a damaged run file is skipped)."""
+        try:
+            names = os.listdir(self.root / "runs")
+        except FileNotFoundError:
+            return []
+        found = []
+        for name in names:
+            run_id = name.removesuffix(".jsonl")
+            if name.endswith(".jsonl") and _RUN_ID.fullmatch(run_id):
+                with contextlib.suppress(RewindError):
+                    found.append(self.run(run_id))
+        return sorted(found, key=lambda run: (run.time, run.id), reverse=True)
+
+    def run(self, run_id: str) -> RunRecord:
+        if not _RUN_ID.fullmatch(run_id):
+            raise RewindError(f"no run {run_id!r} in the journal (`toolkernel changes` lists them)")
+        try:
+            lines = (self.root / "runs" / f"{run_id}.jsonl").read_bytes().splitlines()
+        except FileNotFoundError:
+            raise RewindError(f"no run {run_id} in the journal (`toolkernel changes` lists them)") from None
+        try:
+            return _parse_run(run_id, lines)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise RewindError(f"the journal's record of run {run_id} is damaged; nothing was restored") from None
+
+    def last(self) -> RunRecord:
+        runs = [run for run in self.runs() if run.entries]
+        if not runs:
+            raise RewindError("the journal holds no run that changed files")
+        return runs[0]
+
+    def blob(self, digest: str) -> bytes:
+        """A stored content, checked against its hash."""
+        if not isinstance(digest, str) or not _HASH.fullmatch(digest):
+            raise RewindError("a damaged journal entry (a bad content hash)")
+        try:
+            data = (self.root / "blobs" / digest).read_bytes()
+        except OSError:
+            raise RewindError(f"the stored content {digest[:12]} is missing from the journal") from None
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise RewindError(f"the stored content {digest[:12]} is damaged (its hash does not match)")
+        return data
+
+    # -- keeping -------------------------------------------------------------------------------
+
+    def drop(self, run_id: str) -> None:
+        """Remove a run, and the contents no remaining run holds."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.root / "runs" / f"{run_id}.jsonl")
+        self._collect()
+
+    def remove_old(self, now: float | None = None) -> int:
+        """Drop runs older than `keep_days` (by their file's last write: no run file is read); returns
+        how many went."""
+        cutoff = (time.time() if now is None else now) - self.limits.keep_days * _DAY
+        try:
+            names = os.listdir(self.root / "runs")
+        except FileNotFoundError:
+            return 0
+        old = []
+        for name in names:
+            with contextlib.suppress(OSError):
+                if name.endswith(".jsonl") and os.lstat(self.root / "runs" / name).st_mtime < cutoff:
+                    old.append(name.removesuffix(".jsonl"))
+        for run_id in old:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.root / "runs" / f"{run_id}.jsonl")
+        if old:
+            self._collect()
+        return len(old)
+
+    def _collect(self) -> None:
+        """Remove the contents neither a run nor the workspace's index (`_rewind_scan`) holds."""
+        held = {(e.before or {}).get("hash") for run in self.runs() for e in run.entries}
+        held |= self._indexed()
+        with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(self.root / "blobs"):
+                if _HASH.fullmatch(name) and name not in held:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self.root / "blobs" / name)
+        self._day = None
+
+
+    def _indexed(self) -> set[str]:
+        """The hashes of the workspace's index: the contents before the next shell run."""
+        try:
+            files = json.loads((self.root / INDEX).read_bytes()).get("files", {})
+            return {line[3] for line in files.values() if isinstance(line, list) and len(line) > 3 and line[3]}
+        except (OSError, ValueError, AttributeError):
+            return set()
+
+
+def _read_all(fd: int) -> bytes:
+    parts = []
+    while chunk := os.read(fd, _CHUNK * 8):
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _parse_run(run_id: str, lines: list[bytes]) -> RunRecord:
+    head = json.loads(lines[0])
+    if head.get("version") != _VERSION or head["run"] != run_id:
+        raise ValueError("not this run")
+    run = RunRecord(run_id, float(head["time"]), str(head["route"]))
+    for line in lines[1:]:
+        if not line.strip():
+            continue
+        item = json.loads(line)
+        if "end" in item:
+            run.after = dict(item["end"])
+            continue
+        if item["kind"] not in KINDS or not _plain_relative(item["path"]):
+            raise ValueError("bad entry")
+        if item.get("to") is not None and not _plain_relative(item["to"]):
+            raise ValueError("bad entry")
+        before = item.get("before")
+        if before is not None and not isinstance(before, dict):
+            raise ValueError("bad entry")
+        run.entries.append(Entry(item["path"], item["kind"], before, item.get("to"),
+                                 item.get("not_restorable"), bool(item.get("after_the_fact"))))
+    if run.after is not None:
+        run.entries = [_as_ended(e, run.after) for e in run.entries if not _unchanged(e, run.after)]
+    return run
+
+
+def _plain_relative(path: Any) -> bool:
+    """A path below the workspace, as the journal writes them: a forged run file naming
+    `../../.bashrc` or `/etc/x` must not lead a rewind outside."""
+    if not isinstance(path, str) or not path or "\0" in path or path.startswith("/"):
+        return False
+    return all(part not in ("", ".", "..") for part in path.split("/"))
+
+
+def _unchanged(entry: Entry, after: Mapping[str, Any]) -> bool:
+    """A file recorded before a change that did not happen (a refused edit), or created and gone again."""
+    if entry.path not in after or entry.to is not None:
+        return False
+    now, before = after[entry.path], entry.before
+    if before is None or now is None:
+        return before is None and now is None
+    return all(before.get(key) == now.get(key) for key in ("size", "mtime_ns", "mode", "type"))
+
+
+def _as_ended(entry: Entry, after: Mapping[str, Any]) -> Entry:
+    """A file recorded before a change and absent after the run was deleted."""
+    if entry.kind == "changed" and entry.path in after and after[entry.path] is None:
+        return dataclasses.replace(entry, kind="deleted")
+    return entry
+
+
+class RunJournal:
+    """What one run records: each workspace file before its first change in the run."""
+
+    def __init__(self, journal: Journal, route: str) -> None:
+        self.journal = journal
+        self.route = route
+        self.id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+        self.time = time.time()
+        self._seen: dict[str, Entry] = {}
+        self._lock = threading.Lock()
+        self._file: Any = None
+
+    @property
+    def files(self) -> int:
+        return len(self._seen)
+
+    def before_change(self, path: str | os.PathLike[str], kind: str | None = None, *,
+                      to: str | os.PathLike[str] | None = None, after_the_fact: bool = False) -> None:
+        """Record `path` before this run first changes it (later changes in the run add nothing:
+        a rewind goes back to the state before the run). `kind`: worked out when not given
+        (created when the file is absent, else changed); `to`: where a rename takes it."""
+        relative = self.journal.relative(path)
+        if relative is None:
+            return
+        with self._lock:
+            if relative in self._seen:
+                return
+            self._record(self._entry(relative, kind, to, after_the_fact))
+
+    def _entry(self, relative: str, kind: str | None, to: Any, after_the_fact: bool) -> Entry:
+        full = os.path.join(self.journal.workdir, relative)
+        state = _state_of(full)
+        if state is None:
+            return Entry(relative, "created", None, after_the_fact=after_the_fact)
+        digest, why = self.journal.store(full, state)
+        before = {**state, "hash": digest}
+        moved = self.journal.relative(to) if to is not None else None
+        return Entry(relative, kind or "changed", before, moved, why, after_the_fact)
+
+    def record_known(self, entry: Entry) -> None:
+        """An entry worked out elsewhere (the workspace compared before and after a shell run)."""
+        with self._lock:
+            if entry.path not in self._seen:
+                self._record(entry)
+
+    def _record(self, entry: Entry) -> None:
+        if self._file is None:
+            folder = self.journal._folder("runs")
+            fd = os.open(folder / f"{self.id}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+                         | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            self._file = os.fdopen(fd, "ab", buffering=0)
+            self._write({"version": _VERSION, "run": self.id, "time": self.time, "route": self.route})
+        self._write(entry.to_json())
+        self._seen[entry.path] = entry
+
+    def _write(self, item: Mapping[str, Any]) -> None:
+        # One write per line, unbuffered: a kill after it leaves the line whole in the file.
+        self._file.write(json.dumps(item, separators=(",", ":")).encode() + b"\n")
+
+    def finish(self) -> int:
+        """End the run: each recorded file's state now, for a later rewind to compare; returns how
+        many files the run changed."""
+        with self._lock:
+            if self._file is None:
+                return 0
+            after = {}
+            for relative, entry in self._seen.items():
+                after[relative] = _state_of(os.path.join(self.journal.workdir, relative))
+                if entry.to is not None:
+                    after.setdefault(entry.to, _state_of(os.path.join(self.journal.workdir, entry.to)))
+            self._write({"end": after})
+            self._file.close()
+            self._file = None
+            return sum(not _unchanged(entry, after) for entry in self._seen.values())
+
+
+# -- rewinding -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Rewound:
+    run: str
+    restored: tuple[str, ...]
+    skipped: tuple[str, ...]  # not restorable, with the reason
+    recorded_as: str | None  # the run that recorded the rewind itself
+
+
+def rewind(journal: Journal, run_id: str | None, *, force: bool = False,
+           paths: Iterable[str] = (), into: RunJournal | None = None,
+           refuse: Callable[[str], str | None] | None = None) -> Rewound:
+    """Put back every file run `run_id` (None: the last run that changed files) changed, as it
+    was before that run; `paths`: globs naming only some. Refuses, touching nothing, when a file
+    changed again since (unless `force`), when the run never ended, or when an entry is damaged.
+    The rewind is itself recorded, so it can be rewound: as a run of its own, or `into` the run
+    that makes it (a script's `tools rewind`). `refuse(path)`: why this caller may not restore a
+    file (checked for every file before any is touched)."""
+    run = journal.last() if run_id is None else journal.run(run_id)
+    globs = tuple(paths)
+    chosen = {p: e for p, e in run.files().items() if not globs or any(fnmatch.fnmatch(p, g) for g in globs)}
+    if not chosen:
+        raise RewindError(f"run {run.id} changed no file matching {', '.join(globs)}")
+    refused = [f"{p}: {why}" for p, e in chosen.items()
+               for why in [_leads_out(journal, p, e.to) or (refuse(p) if refuse else None)] if why]
+    if refused:
+        raise RewindError("nothing was restored: " + "; ".join(refused))
+    if not force:
+        _refuse_changed_since(journal, run, chosen)
+    contents = {p: journal.blob(e.before["hash"]) for p, e in chosen.items() if _restorable(e) and e.before}
+    own = into or journal.start_run("rewind")
+    restored, skipped = [], []
+    for relative, entry in chosen.items():
+        if not _restorable(entry):
+            skipped.append(f"{relative}: {entry.not_restorable}")
+            continue
+        _put_back(journal, own, relative, entry, contents.get(relative))
+        restored.append(relative)
+    if restored:
+        os.sync()  # durable when it says so: once, not two fsyncs a file (1,000 files took seconds)
+    if into is None:
+        own.finish()
+    return Rewound(run.id, tuple(restored), tuple(skipped), own.id if own.files else None)
+
+
+def _leads_out(journal: Journal, relative: str, to: str | None) -> str | None:
+    """Why restoring `relative` (and removing `to`, where it was renamed) would reach outside the
+    workspace: a folder on the way is a link that leads out now (a script may have put one there)."""
+    for name in (relative, to) if to else (relative,):
+        folder = os.path.realpath(os.path.dirname(os.path.join(journal.workdir, name)))
+        if folder != journal.workdir and not folder.startswith(journal.workdir + os.sep):
+            return "a folder on its way now leads outside the workspace (a link)"
+    return None
+
+
+def _restorable(entry: Entry) -> bool:
+    return not entry.not_restorable and (entry.before is None or bool(entry.before.get("hash")))
+
+
+def _refuse_changed_since(journal: Journal, run: RunRecord, chosen: Mapping[str, Entry]) -> None:
+    if run.after is None:
+        raise RewindError(f"run {run.id} did not end (it was killed or is still running): what it left "
+                          "is unknown; `--force` restores anyway")
+    moved = []
+    for relative, entry in chosen.items():
+        for name in (relative, entry.to) if entry.to else (relative,):
+            if name in run.after and _state_of(os.path.join(journal.workdir, name)) != run.after[name]:
+                moved.append(name)
+    if moved:
+        shown = sorted(set(moved))
+        names = ", ".join(printable(name) for name in shown[:_NAMED])
+        names += f" and {len(shown) - _NAMED} more" if len(shown) > _NAMED else ""
+        raise RewindError(f"changed since run {run.id}: {names}. Nothing was restored; `--force` restores "
+                          "anyway (the newer content is recorded, so that rewind can be undone too)")
+
+
+def _put_back(journal: Journal, own: RunJournal, relative: str, entry: Entry, data: bytes | None) -> None:
+    full = os.path.join(journal.workdir, relative)
+    if entry.to is not None:  # the renamed file's new name goes when the old one comes back
+        target = os.path.join(journal.workdir, entry.to)
+        own.before_change(target, "deleted")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(target)
+    own.before_change(full)
+    if entry.before is None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(full)
+        return
+    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+        if stat.S_ISLNK(os.lstat(full).st_mode):
+            os.unlink(full)  # a link put there since: replaced, not written through
+    write_atomic(full, data or b"", durable=False)  # one sync for the whole rewind (`rewind`)
+    os.chmod(full, entry.before["mode"])
+    # Its time too: the file is as it was, and a rewind of an earlier run then finds it unchanged.
+    with contextlib.suppress(KeyError, TypeError, OSError):
+        os.utime(full, ns=(entry.before["mtime_ns"], entry.before["mtime_ns"]), follow_symlinks=False)
+
+
+def iter_changes(journal: Journal, run_id: str | None = None, path_glob: str | None = None) -> Iterator[RunRecord]:
+    """The runs that changed files, newest first, filtered as `changes` asks."""
+    runs = [journal.run(run_id)] if run_id else journal.runs()
+    for run in runs:
+        if path_glob:
+            run.entries = [e for e in run.entries if fnmatch.fnmatch(e.path, path_glob)]
+        if run.entries:
+            yield run
+
+
+# -- what a person or an agent reads ---------------------------------------------------------------
+
+def describe_runs(runs: Iterable[RunRecord]) -> str:
+    """`changes`: each run, newest first, with its files and the kind of each change."""
+    lines = []
+    for run in runs:
+        files = run.files()
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.time))
+        ended = "" if run.after is not None else "  (did not end: killed or still running)"
+        lines.append(f"run {run.id}  {when}  {run.route}  {len(files)} file{'s' if len(files) != 1 else ''}{ended}")
+        for entry in files.values():
+            lines.append("  " + _describe_entry(entry))
+    return "\n".join(lines) if lines else "no changes recorded"
+
+
+def _describe_entry(entry: Entry) -> str:
+    name = printable(entry.path) + (f" -> {printable(entry.to)}" if entry.to else "")
+    notes = [note for note in ("after the fact" if entry.after_the_fact else "",
+                               f"not restorable: {entry.not_restorable}" if entry.not_restorable else "") if note]
+    return f"{entry.kind:<8}  {name}" + (f"  ({'; '.join(notes)})" if notes else "")
+
+
+def describe_rewind(done: Rewound) -> str:
+    lines = [f"rewound run {done.run}: {len(done.restored)} file{'s' if len(done.restored) != 1 else ''} put back"]
+    lines += [f"  {printable(name)}" for name in done.restored]
+    lines += [f"  not restored: {printable(line)}" for line in done.skipped]
+    if done.recorded_as:
+        lines.append(f"(recorded as run {done.recorded_as}: `rewind {done.recorded_as}` undoes this)")
+    return "\n".join(lines)

@@ -1,0 +1,127 @@
+"""What a shell run changed, found by comparing the workspace before and after it (issue 38).
+
+A script's own commands (Bashkit's `rm`, `mv`, `>` through the workspace mount; any program of a
+host `%%bash` cell) change files without telling anyone: Bashkit's Python API gives a mount no
+per-write hook (`FileSystem.real` is Rust's), and a host process writes where it likes. So the
+workspace is looked at before the run and after it (size, mtime, mode and inode of each file:
+one `stat` a file), and what moved becomes the run's entries, marked "after the fact": a
+process may have changed a file more than once, and only the state before the run is known.
+
+A rewind needs the content from before the run. The journal keeps an index of the workspace
+(`index.json`: each file's size, mtime, mode and stored content hash); before a run, only the
+files that moved since the index was written are read and stored (`Journal.store`, by hash,
+within `[rewind]`'s limits), so a run pays for what changed, not for the whole workspace. The
+first run in a workspace stores every file once (a file past the limits is marked "not
+restorable" in the index, and so in any run that changes it).
+
+Not looked at: `.toolkernel/`, `tool-images/`, `[rewind] ignore` globs, `.git/` (a repository's
+own store, which git already keeps), and what lies behind a link to a folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from typing import Any
+
+from ._atomic import write_atomic
+from ._rewind import INDEX as _INDEX, Entry, Journal, RunJournal
+
+_SKIPPED_FOLDERS = (".git",)
+_INDEX_VERSION = 1
+
+# path -> [size, mtime_ns, mode, inode, kind] as seen by one walk
+Seen = dict[str, tuple[int, int, int, int, str]]
+
+
+def walk(journal: Journal) -> Seen:
+    """Every file (and link) of the workspace the journal records, by relative path."""
+    seen: Seen = {}
+    folders = [""]
+    while folders:
+        relative = folders.pop()
+        try:
+            entries = list(os.scandir(os.path.join(journal.workdir, relative)))
+        except OSError:
+            continue
+        for entry in entries:
+            name = f"{relative}/{entry.name}" if relative else entry.name
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                if entry.name not in _SKIPPED_FOLDERS and journal.relative_name(name) is not None:
+                    folders.append(name)
+            elif journal.relative_name(name) is not None:
+                kind = "file" if stat.S_ISREG(info.st_mode) else "link" if stat.S_ISLNK(info.st_mode) else "other"
+                seen[name] = (info.st_size, info.st_mtime_ns, stat.S_IMODE(info.st_mode), info.st_ino, kind)
+    return seen
+
+
+def _load_index(journal: Journal) -> dict[str, Any]:
+    try:
+        data = json.loads((journal.root / _INDEX).read_bytes())
+        if data.get("version") == _INDEX_VERSION and isinstance(data.get("files"), dict):
+            return data["files"]
+    except (OSError, ValueError, AttributeError):
+        pass  # none yet, or damaged: every file is read again
+    return {}
+
+
+def _save_index(journal: Journal, files: dict[str, Any]) -> None:
+    journal.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_atomic(journal.root / _INDEX, json.dumps({"version": _INDEX_VERSION, "files": files},
+                                                    separators=(",", ":")))
+
+
+def _same(seen: tuple, indexed: Any) -> bool:
+    return isinstance(indexed, list) and len(indexed) == 6 and tuple(indexed[:3]) == seen[:3] and indexed[4] == seen[4]
+
+
+class Comparison:
+    """The workspace before a shell run, and afterwards the run's entries from what moved."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.before = walk(journal)
+        self.index = _load_index(journal)
+        moved = False
+        for name, seen in self.before.items():
+            if not _same(seen, self.index.get(name)):
+                self.index[name] = self._stored(name, seen)
+                moved = True
+        gone = [name for name in self.index if name not in self.before]
+        for name in gone:
+            del self.index[name]
+        if moved or gone:
+            _save_index(journal, self.index)
+
+    def _stored(self, name: str, seen: tuple) -> list[Any]:
+        """The index line of a file that moved: its state, and its content stored (or why not)."""
+        size, mtime_ns, mode, _, kind = seen
+        state = {"size": size, "mtime_ns": mtime_ns, "mode": mode, "type": kind}
+        digest, why = self.journal.store(os.path.join(self.journal.workdir, name), state)
+        return [size, mtime_ns, mode, digest, kind, why]
+
+    def record(self, run: RunJournal) -> None:
+        """After the run: each file that was created, changed, deleted or renamed, as an entry."""
+        after = walk(self.journal)
+        # A rename keeps the inode, the size and the mtime; a new file may reuse a deleted one's inode.
+        by_inode = {(seen[3], seen[0], seen[1]): name for name, seen in after.items() if name not in self.before}
+        for name, seen in self.before.items():
+            now = after.get(name)
+            if now is not None and now[:3] == seen[:3] and now[4] == seen[4]:
+                continue
+            to = by_inode.get((seen[3], seen[0], seen[1])) if now is None else None
+            kind = "renamed" if to else "deleted" if now is None else "changed"
+            run.record_known(self._entry(name, kind, to))
+        for name in after:
+            if name not in self.before:
+                run.record_known(Entry(name, "created", None, after_the_fact=True))
+
+    def _entry(self, name: str, kind: str, to: str | None) -> Entry:
+        size, mtime_ns, mode, digest, file_kind, why = self.index[name]
+        before = {"size": size, "mtime_ns": mtime_ns, "mode": mode, "type": file_kind, "hash": digest}
+        return Entry(name, kind, before, to, why, after_the_fact=True)
