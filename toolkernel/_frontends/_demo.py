@@ -11,8 +11,9 @@ with the buttons' words: `once`, `always`, `deny` (an approval), `trust`, `not_n
 config). Not under a `toolkernel` key: JupyterLab sends a cell's metadata with its execute request,
 and that key there marks a cell an agent sent (`_runners._hostbash._cell.AGENT_KEY`). So a demo
 notebook is written for the buttons, and `toolkernel demo`, the tests and any nbclient run go
-through the very path a click takes. A question no answer is written for is answered with an empty line (an approval then asks again and stops the script, the trust
-question takes it as "Not now") and named in `unanswered`.
+through the very path a click takes. A question no answer is written for is answered with an empty
+line (an approval then asks again and stops the script, the trust question takes it as "Not now")
+and named in `unanswered`.
 """
 
 from __future__ import annotations
