@@ -451,3 +451,25 @@ def test_under_serve_the_error_says_what_serves_user_runs(tmp_path):
     text = anyio.run(body)
     assert "no server or tool named 'github' (this folder's config is not trusted: toolkernel trust)" in text, text
     assert "%tools" not in text
+
+
+def test_a_question_the_untrusted_config_may_have_caused_says_so(tmp_path):
+    """Its allow rules do not count yet: the call asks, and the error says why it may have."""
+    from kernel_helpers import RecordingSink
+    from toolkernel._session import Session
+
+    work = write_project(tmp_path / "project", policy_section(allow=["write-file"])).parent
+    session = Session(work)
+    because = "(this folder's config is not trusted: %tools trust; its allow rules count only once it is)"
+    try:
+        for script, when in (("tools write-file path=a.txt content=x", "the script did not start"),
+                             ("w=write-file; tools $w path=a.txt content=x", "the call was not made")):
+            sink = RecordingSink()
+            assert session.run_script(script, sink).exit_code != 0
+            assert f"{when} {because}" in sink.stderr_text, sink.stderr_text
+        assert not (work / "a.txt").exists()
+        TrustStore().trust(work)
+        sink = RecordingSink()
+        assert session.run_script("tools write-file path=a.txt content=x", sink).exit_code == 0, sink.stderr_text
+    finally:
+        session.close()

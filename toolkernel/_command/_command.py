@@ -22,7 +22,8 @@ from ._catalog import Catalog
 from ._cli import Command, parse_input, split_command, take_save
 from .._approval._dispatch import Dispatcher, WouldAsk
 from .._approval._policy import deny_rule_covers
-from .._errors import CallError, Denied, InvalidInput, Stopped, ToolFailed, Unavailable, UnknownCommand
+from .._errors import (CallError, Denied, InvalidInput, NeedsApproval, Stopped, ToolFailed, Unavailable,
+                       UnknownCommand)
 from .._longtext import LongText, pieces, whole
 from .._names import fold
 from .._saved import SavingStream
@@ -208,7 +209,7 @@ class ToolsCommand:
             result = self.dispatcher.call_now(tool, arguments, self.run, self.events, self._wait_here,
                                               only_if_allowed=now_only)
         except CallError as exc:
-            return _failure(exc)
+            return _failure(self.noted(exc))
         if result.images or result.is_error:
             return _outcome(self._called(tool, result, render(result, self.workdir, tool)))
         return Outcome(result_text(result))  # a text or JSON result: nothing to save, no failure
@@ -272,13 +273,17 @@ class ToolsCommand:
             return _failure(self.noted(exc))
 
     def noted(self, error: CallError) -> CallError:
-        """`error`, saying so when the name it did not find may be one the untrusted config defines."""
+        """`error`, saying so when the untrusted config may be its cause: a name it would define,
+        or an approval its rules would give."""
         note = self.dispatcher.env.not_trusted
-        if not note or not isinstance(error, UnknownCommand):
-            return error
-        # The list `tools --help` points at would only say the same, first.
-        message = error.message.removesuffix(" (run `tools --help` for the list)")
-        return UnknownCommand(f"{message} ({note})", retryable=error.retryable, **error.details)
+        if note and isinstance(error, UnknownCommand):
+            # The list `tools --help` points at would only say the same, first.
+            message = error.message.removesuffix(" (run `tools --help` for the list)")
+            return UnknownCommand(f"{message} ({note})", retryable=error.retryable, **error.details)
+        if note and isinstance(error, NeedsApproval):
+            return NeedsApproval(f"{error.message} ({note}; its allow rules count only once it is)",
+                                 retryable=error.retryable, **error.details)
+        return error
 
     async def run_command(self, command: Command, stdin: str | None, *, now_only: bool = False) -> Outcome:
         """One parsed command; a failure is raised as its `CallError` (`now_only`: see `handle_sync`)."""

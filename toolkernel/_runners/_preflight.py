@@ -81,10 +81,10 @@ def _not_started(command: ToolsCommand, info: CallInfo, reason: str, approval: s
         return Denied(f"{info.command}: a person denied this call; the script did not start").json_line() + "\n"
     request = command.dispatcher.env.approvals.published_id(info)
     if request is not None:  # an agent's: no cell of this kernel is the person's channel
-        return NeedsApproval(f"{info.command} needs a person's approval ({reason}); the script did not start."
-                             f" A person answers request {request} (`toolkernel approve {request} once` in a"
-                             " terminal, or the agent's client when it can ask); then run it again",
-                             request=request).json_line() + "\n"
-    # How to answer is the report's to say (the cell shows it: buttons, or `%tools approve`).
-    return NeedsApproval(f"{info.command} needs a person's approval ({reason}); the script did not start"
-                         ).json_line() + "\n"
+        error = NeedsApproval(f"{info.command} needs a person's approval ({reason}); the script did not start."
+                              f" A person answers request {request} (`toolkernel approve {request} once` in a"
+                              " terminal, or the agent's client when it can ask); then run it again",
+                              request=request)
+    else:  # how to answer is the report's to say (the cell shows it: buttons, or `%tools approve`)
+        error = NeedsApproval(f"{info.command} needs a person's approval ({reason}); the script did not start")
+    return command.noted(error).json_line() + "\n"
