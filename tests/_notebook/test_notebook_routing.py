@@ -143,6 +143,29 @@ def test_a_notebook_under_the_paired_servers_root_goes_through_its_contents_api(
     assert nbformat.read(root / "cc-B.ipynb", as_version=4).cells[1].source == "x = 20"
 
 
+def test_write_file_and_edit_file_leave_a_served_notebook_to_the_server(plain_server, in_root):
+    """The file tools would write behind the server's back: they are refused, the file untouched."""
+    from toolkernel._providers._tools.files import edit_file, write_file
+
+    server = plain_server
+    root = server["root"]
+    write_notebook(root, "ff-A.ipynb")
+    write_notebook(root, "ff-B.ipynb")
+    before = disk(server, "ff-B.ipynb")
+    ctx = in_root(server)
+    (root / "plain.txt").write_text("a")
+    assert not call(write_file, ctx, path="ff-B.ipynb", content="{}").is_error  # no pairing yet: a file
+    (root / "ff-B.ipynb").write_text(before)
+    pair_on(server, ctx, "ff-A.ipynb")
+    for tool, arguments in ((write_file, {"content": "{}"}), (edit_file, {"old_string": "20", "new_string": "2"})):
+        for path in ("ff-B.ipynb", str(root / "ff-A.ipynb")):
+            refused = call(tool, ctx, path=path, **arguments)
+            assert refused.is_error and "change it with notebook-edit" in refused.texts[0], refused.texts
+            assert server["url"].rstrip("/") in refused.texts[0]
+    assert disk(server, "ff-B.ipynb") == before
+    assert not call(write_file, ctx, path="plain.txt", content="b").is_error  # other files are files
+
+
 @pytest.mark.parametrize("name", ["odd?type=file&x.ipynb", "odd #1 %41.ipynb"])
 def test_a_notebook_named_like_a_url_reaches_its_own_document_and_no_other_file(plain_server, in_root, name):
     server = plain_server

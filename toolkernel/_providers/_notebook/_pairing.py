@@ -203,6 +203,13 @@ def pairings(state: dict[str, Any]) -> Pairings:
     return found
 
 
+def served_by(state: Mapping[str, Any], real: str) -> str | None:
+    """The URL of the paired Jupyter Server whose root holds the local path `real` (None: none does)."""
+    found = state.get(STATE_KEY)
+    server = found._served(real)[0] if found is not None else None
+    return server.api.base if server is not None and server.api is not None else None
+
+
 def server_notebook_paths(arguments: Mapping[str, Any], state: Mapping[str, Any]) -> dict[str, ServerPath]:
     """`notebook_path`, when it names a notebook this session paired through a server: checked against
     that server's root, not the workspace (see `Tool.server_paths`)."""

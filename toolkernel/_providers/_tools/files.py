@@ -406,6 +406,7 @@ def _counts(content: str | LongText) -> tuple[int, int]:
 def _write_checked(path: Path, content: str | LongText, shown: str, ctx: ToolContext) -> None:
     """The atomic write of a path the dispatcher checked, into the very folder it checked; the
     run's journal records the file as it was first (issue 38)."""
+    _refuse_served_notebook(path, shown, ctx)
     if ctx.journal is not None:
         ctx.journal.before_change(path)
     try:
@@ -413,6 +414,19 @@ def _write_checked(path: Path, content: str | LongText, shown: str, ctx: ToolCon
     except PathChanged:
         raise ToolInputError(f"{shown} changed while it was being written (a folder on the way was "
                              "replaced); nothing was written") from None
+
+
+def _refuse_served_notebook(path: Path, shown: str, ctx: ToolContext) -> None:
+    """A notebook that a paired Jupyter Server serves changes only through the server's document:
+    a write of the file lands behind its back, and the open notebook loses one side's work."""
+    if path.suffix != ".ipynb":
+        return
+    from .._notebook._pairing import served_by  # only for notebooks: it imports the server client
+
+    server = served_by(ctx.state, str(path))
+    if server is not None:
+        raise ToolInputError(f"{shown} is served by the Jupyter Server at {server}, paired in this session; "
+                             "change it with notebook-edit, which goes through the server's document")
 
 
 @tool(
