@@ -120,7 +120,7 @@ class Prespawned:
         return taken
 
     def ready(self, timeout: float = _MAKING) -> subprocess.Popen | None:
-        """The sandbox waiting now, once none is being made (tests, `toolkernel doctor`)."""
+        """The sandbox waiting now, once none is being made (for tests)."""
         with self._lock:
             self._made.wait_for(lambda: not self._pending, timeout=timeout)
             return None if self._waiting is None else self._waiting.proc
