@@ -450,6 +450,7 @@ def test_a_protected_folder_made_anew_is_not_left_writable_by_a_sandbox_made_bef
 def test_a_cell_cannot_reach_the_sandbox_waiting_for_the_next_and_it_holds_no_secret(project, bubblewrap):
     # While a cell runs, the next cell's sandbox waits: the cell gets its process id (a barrier
     # file in the workspace) and tries to see, signal and find it (pid 1 is its own sandbox's).
+    # Its own output FIFOs have no names left in the channel's folder (other cells see it).
     import threading
     import time
 
@@ -463,7 +464,8 @@ def test_a_cell_cannot_reach_the_sandbox_waiting_for_the_next_and_it_holds_no_se
     cell = threading.Thread(target=lambda: got.update(out=run_agent_cell(project, """
 until [ -s out/waiting ]; do sleep 0.05; done; pid=$(cat out/waiting)
 kill -0 "$pid" 2>/dev/null && echo SIGNALLED; [ -e /proc/$pid ] && echo SEEN
-grep -l -s 'read -r -[d]' /proc/[0-9]*/cmdline | grep -v -x /proc/1/cmdline && echo FOUND-LOADER; echo done
+grep -l -s 'read -r -[d]' /proc/[0-9]*/cmdline | grep -v -x /proc/1/cmdline && echo FOUND-LOADER
+ls "${TOOLKERNEL_TOOLS_SOCKET%/*}" | grep -e '^out-' -e '^err-' && echo FOUND-ITS-OUTPUT; echo done
 """)))
     cell.start()
     deadline = time.monotonic() + 120

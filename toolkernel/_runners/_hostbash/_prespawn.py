@@ -45,6 +45,7 @@ _LOADER = ("IFS= read -r -d '' script && IFS= read -r -d '' envfile && IFS= read
            " && IFS= read -r -d '' err || exit 125\n"
            "private=(); while IFS= read -r -d '' entry; do private+=(\"$entry\"); done\n"
            "exec </dev/null >\"$out\" 2>\"$err\" || exit 125\n"
+           "printf '\\0'; printf '\\0' >&2\n"  # opened: the kernel takes the FIFOs' names away
            "mapfile -d '' -t env < \"$envfile\" || exit 125\n"
            "exec \"$0\" -i -- \"${env[@]}\" \"${private[@]}\" bash \"$script\"\n")
 
@@ -188,7 +189,9 @@ class _Taken:
     The output goes through FIFOs the loader opens, not through the pipes bwrap was given: bwrap
     holds those until its namespaces are torn down (milliseconds after the cell's end), and a
     reader waiting for their end waited for that. Only the cell's processes hold a FIFO's write
-    end, so its end is the cell's end. A FIFO's name goes once its reader has seen the writer."""
+    end, so its end is the cell's end. The loader writes one NUL to each as soon as it has
+    opened them, before the cell starts; the kernel drops it and removes the FIFO's name then,
+    so another cell of the channel (which sees its folder) cannot open it while the cell runs."""
 
     proc: subprocess.Popen
     env_file: Path
@@ -217,13 +220,16 @@ class _Taken:
                 if self.proc.poll() is not None:
                     return  # ended before its loader opened the FIFO
                 continue
-            if not seen:
-                seen = True
-                self.fifos[which].unlink(missing_ok=True)
             try:
                 chunk = os.read(fd, 65536)
             except BlockingIOError:
                 continue
+            if not seen:
+                seen = True
+                self.fifos[which].unlink(missing_ok=True)
+                chunk = chunk[1:] if chunk else chunk  # the loader's NUL
+                if not chunk:
+                    continue
             take(chunk)
             if not chunk:
                 return
