@@ -127,6 +127,8 @@ def main() -> None:
         print(f"  agent {what:<5} outside {outside[0] / runs * 1000:7.2f} ms ({outside[1] / runs * 1000:.2f})"
               f"  inside {inside[0] / runs * 1000:7.2f} ms ({inside[1] / runs * 1000:.2f})"
               f"  ratio {inside[0] / outside[0]:.2f}x" + (f" (target <= {TARGET_RATIO}x)" if what == "kernel" else ""))
+    print(f"  sandboxes made ahead for the cell rows: {channel.sandboxes.made}, taken by a cell:"
+          f" {channel.sandboxes.taken} of {runs * args.repeat}")
     channel.close()
     session.close()
 

@@ -375,3 +375,117 @@ def test_what_runs_from_under_tmp_is_shown_read_only_and_the_workspace_in_it_sta
     done = subprocess.run(wrap(["bash", "-c", script], plan), capture_output=True, text=True, cwd=work)
     assert done.stdout.split() == ["from-the-checkout", "made", "refused"], done.stderr
     assert (work / "made").exists() and not (checkout / "nope").exists()
+
+
+# -- the sandbox made ahead for an agent's next cell (`_hostbash/_prespawn.py`) -----------------
+
+# What a cell can tell of its sandbox: its environment (but the run's own secret), every mount
+# (point, options, type), its processes, user, limits, umask, folder, stdin and its /tmp.
+VIEW = r"""
+env -0 | sort -z | tr '\0' '\n' | grep -v -e '^TOOLKERNEL_TOOLS_SECRET=' -e '^_='
+awk '{print $5, $6, $(NF-2)}' /proc/self/mountinfo
+ls /proc | grep -c '^[0-9]'; echo pid $$ $PPID; id; ulimit -a; umask; pwd; readlink /proc/self/fd/0; ls -A /tmp
+"""
+
+
+def run_agent_cell(project, script: str):
+    result, out, err = run_agent(project, script)
+    assert result.exit_code == 0, err
+    return out
+
+
+@pytest.fixture
+def bubblewrap(monkeypatch):
+    monkeypatch.delenv("TOOLKERNEL_SANDBOX", raising=False)
+    if mechanism().name != "bubblewrap":
+        pytest.skip(f"sandboxes are made ahead with bubblewrap only: {mechanism().detail}")
+
+
+@needs_sandbox
+def test_an_agents_next_cell_runs_in_the_sandbox_made_ahead_and_sees_the_same_view(project, bubblewrap):
+    _, channel = project
+    fresh = run_agent_cell(project, VIEW)  # nothing was made ahead for the first
+    assert channel.sandboxes.taken == 0
+    waiting = channel.sandboxes.ready()
+    assert waiting is not None and waiting.poll() is None
+    ahead = run_agent_cell(project, VIEW)
+    assert channel.sandboxes.taken == 1 and waiting.wait(timeout=60) == 0  # that one ran this cell
+    assert ahead == fresh
+
+
+@needs_sandbox
+def test_a_sandbox_made_ahead_is_not_used_when_a_new_path_is_protected(project, bubblewrap):
+    # The config names a new command tool's program in a new top-level folder: that folder is
+    # read-only from now on, and the sandbox made before it (where it was writable) must not run.
+    session, channel = project
+    run_agent_cell(project, "true")
+    stale = channel.sandboxes.ready()
+    assert stale is not None
+    (session.workdir / "scripts").mkdir()
+    (session.workdir / "scripts" / "check.py").write_text("print('the person wrote this')\n")
+    write_config(session.workdir, config(["Bash(*)"], '\n[tools.check]\ncommand = ["python3", "scripts/check.py"]\n'))
+    out = run_agent_cell(project, "echo pwned > scripts/check.py 2>/dev/null && echo WROTE; echo done")
+    assert out.split() == ["done"]
+    assert (session.workdir / "scripts" / "check.py").read_text() == "print('the person wrote this')\n"
+    assert channel.sandboxes.taken == 0 and stale.wait(timeout=60) != 0  # ended unused
+
+
+@needs_sandbox
+def test_a_protected_folder_made_anew_is_not_left_writable_by_a_sandbox_made_before(project, bubblewrap):
+    # Same paths, so the same command line: the folder's identity tells the stale mount apart.
+    session, channel = project
+    work = session.workdir
+    run_agent_cell(project, "true")
+    stale = channel.sandboxes.ready()
+    assert stale is not None
+    os.rename(work / ".git", work / ".git-old")
+    (work / ".git").mkdir()
+    (work / ".git" / "config").write_text("[core]\n")
+    out = run_agent_cell(project, "echo pwned > .git/config 2>/dev/null && echo WROTE; echo done")
+    assert out.split() == ["done"] and (work / ".git" / "config").read_text() == "[core]\n"
+    assert channel.sandboxes.taken == 0 and stale.wait(timeout=60) != 0
+
+
+@needs_sandbox
+def test_a_cell_cannot_reach_the_sandbox_waiting_for_the_next_and_it_holds_no_secret(project, bubblewrap):
+    # While a cell runs, the next cell's sandbox waits: the cell gets its process id (a barrier
+    # file in the workspace) and tries to see, signal and find it (pid 1 is its own sandbox's).
+    # Its own output FIFOs have no names left in the channel's folder (other cells see it).
+    import threading
+    import time
+
+    from toolkernel._runners._hostbash._channel import SECRET_ENV
+
+    session, channel = project
+    work = session.workdir
+    run_agent_cell(project, "true")
+    first = channel.sandboxes.ready()
+    got: dict = {}
+    cell = threading.Thread(target=lambda: got.update(out=run_agent_cell(project, """
+until [ -s out/waiting ]; do sleep 0.05; done; pid=$(cat out/waiting)
+kill -0 "$pid" 2>/dev/null && echo SIGNALLED; [ -e /proc/$pid ] && echo SEEN
+grep -l -s 'read -r -[d]' /proc/[0-9]*/cmdline | grep -v -x /proc/1/cmdline && echo FOUND-LOADER
+ls "${TOOLKERNEL_TOOLS_SOCKET%/*}" | grep -e '^out-' -e '^err-' && echo FOUND-ITS-OUTPUT; echo done
+""")))
+    cell.start()
+    deadline = time.monotonic() + 120
+    waiting = first  # the next is made once the cell above has taken the first
+    while waiting in (None, first) and time.monotonic() < deadline:
+        waiting = channel.sandboxes.ready(timeout=1)
+    assert waiting not in (None, first) and channel.sandboxes.taken == 1
+    group = [pid for pid in os.listdir("/proc") if pid.isdigit() and _group_of(pid) == waiting.pid]
+    assert str(waiting.pid) in group
+    secrets = [run.secret for run in list(channel._runs.values())]
+    for pid in group:
+        seen = Path(f"/proc/{pid}/environ").read_bytes() + Path(f"/proc/{pid}/cmdline").read_bytes()
+        assert SECRET_ENV.encode() + b"=" not in seen and not any(s.encode() in seen for s in secrets)
+    (work / "out" / "waiting").write_text(str(waiting.pid))
+    cell.join(timeout=120)
+    assert got["out"].split() == ["done"] and waiting.poll() is None
+
+
+def _group_of(pid: str) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[2])
+    except (OSError, ValueError, IndexError):
+        return None

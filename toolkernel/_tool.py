@@ -49,6 +49,9 @@ class ToolResult:
     # `structured` holds only what parsing JSON makes (str keys; str, int, float, bool, None,
     # lists, dicts), as an MCP server's does: it is printed by a faster encoder (`to_json`).
     plain_json: bool = False
+    # The run reports a kernel displayed for this call (`notebook_run`): the MIME part toolkernel's
+    # magics display, never text that a cell printed (which it could word as it likes).
+    run_reports: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def text(cls, text: str) -> "ToolResult":

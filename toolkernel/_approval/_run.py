@@ -89,6 +89,7 @@ class StopInfo:
     before_start: bool = False
     # What the person is shown beside the input (a command tool's filled `argv`).
     shown: Mapping[str, Any] = field(default_factory=dict)
+    request: str | None = None  # the pending request published for a person (an agent's run)
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"reason": self.reason}
@@ -97,6 +98,8 @@ class StopInfo:
         body["call"] = {"tool": self.tool, "input": dict(self.input), **self.shown}
         if self.before_start:
             body["before_start"] = True
+        if self.request is not None:
+            body["request"] = self.request
         return body
 
 
@@ -190,15 +193,15 @@ class Run:
             self.calls -= 1
 
     def stop(self, reason: str, tool: str, input: Mapping[str, Any], *, approval: str | None = None,
-             before_start: bool = False, shown: Mapping[str, Any] | None = None) -> None:
+             before_start: bool = False, shown: Mapping[str, Any] | None = None, request: str | None = None) -> None:
         """The only writer of the stop: the first stop stands."""
         with self._lock:
-            self._stop(reason, tool, input, approval, before_start, shown)
+            self._stop(reason, tool, input, approval, before_start, shown, request)
 
     def _stop(self, reason: str, tool: str, input: Mapping[str, Any], approval: str | None = None,
-              before_start: bool = False, shown: Mapping[str, Any] | None = None) -> None:
+              before_start: bool = False, shown: Mapping[str, Any] | None = None, request: str | None = None) -> None:
         if self.stopped is None:
-            self.stopped = StopInfo(reason, tool, dict(input), approval, before_start, dict(shown or {}))
+            self.stopped = StopInfo(reason, tool, dict(input), approval, before_start, dict(shown or {}), request)
 
     def record(self, tool: str, arguments: Mapping[str, Any], *, read_only: bool, ok: bool,
                result: Any = None, error: Mapping[str, Any] | None = None,

@@ -14,8 +14,9 @@ from typing import Any
 
 from .._approval._run import CANCELLED, RunReport, described_call
 from .._errors import printable, printable_json
+from .._providers._notebook._text import REPORT_MIME
 
-MIME = "application/vnd.toolkernel.report+json"
+MIME = REPORT_MIME
 
 
 def bundle(report: RunReport) -> dict[str, Any]:

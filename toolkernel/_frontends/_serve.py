@@ -42,6 +42,7 @@ from .._approval._pending import PendingError, PendingStore
 from ._answers import answer_request
 from .._command._catalog import Catalog
 from .._command._cli import parse_input
+from .._command._command import Called
 from .._config._config import load_config
 from .._config._tools_in_shell import ToolsInShell
 from .._errors import CallError, ConfigError, UnknownCommand, printable, printable_json
@@ -300,7 +301,7 @@ class ToolServer:
             raise command.noted(exc) from None
         arguments = parse_input([], tool.input_schema, json.dumps(arguments))
         called = await command.call(tool, arguments)
-        request = _cell_request(called.failure)
+        request = _cell_request(called)
         if request is not None and await self._ask_for_cell(request, approver):
             called = await command.call(tool, arguments)  # the kernel now holds the person's once-grant
         if called.failure is not None:
@@ -337,18 +338,19 @@ class ToolServer:
         return list(dict.fromkeys(places))
 
 
-def _cell_request(failure: CallError | None) -> str | None:
-    """The request id of an agent's cell that did not start for want of a person, as the kernel's
-    error line inside a notebook_run failure names it."""
-    if failure is None or '"needs_approval"' not in failure.message:
+def _cell_request(called: Called) -> str | None:
+    """The request id of an agent's cell that did not start for want of a person, as the run's
+    report names it: the structured report the kernel displayed for this run (`notebook_run`'s
+    `run_reports`), never a line of the failure's text, which the cell's own output can forge."""
+    if called.failure is None:
         return None
-    for line in failure.message.splitlines():
-        try:
-            error = json.loads(line).get("error", {})
-        except (ValueError, AttributeError):
+    for report in called.result.run_reports:
+        tools = report.get("tools")
+        stopped = tools.get("stopped") if isinstance(tools, dict) else None
+        if not isinstance(stopped, dict) or stopped.get("reason") != "needs_approval" or not stopped.get("before_start"):
             continue
-        request = error.get("request") if isinstance(error, dict) else None
-        if error.get("code") == "needs_approval" and isinstance(request, str) and _REQUEST_ID.fullmatch(request):
+        request = stopped.get("request")
+        if isinstance(request, str) and _REQUEST_ID.fullmatch(request):
             return request
     return None
 

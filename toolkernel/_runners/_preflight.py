@@ -75,11 +75,13 @@ async def _resolve(argv: list[str], command: ToolsCommand) -> CallInfo | None:
 
 
 def _not_started(command: ToolsCommand, info: CallInfo, reason: str, approval: str) -> str:
+    # The report names the published request: `serve` asks its client about the request the
+    # kernel's own report names, never one a cell's output names.
+    request = None if approval == "denied" else command.dispatcher.env.approvals.published_id(info)
     command.run.stop("needs_approval", info.command, info.input, approval=approval, before_start=True,
-                     shown=info.shown())
+                     shown=info.shown(), request=request)
     if approval == "denied":
         return Denied(f"{info.command}: a person denied this call; the script did not start").json_line() + "\n"
-    request = command.dispatcher.env.approvals.published_id(info)
     if request is not None:  # an agent's: no cell of this kernel is the person's channel
         error = NeedsApproval(f"{info.command} needs a person's approval ({reason}); the script did not start."
                               f" A person answers request {request} (`toolkernel approve {request} once` in a"

@@ -12,6 +12,19 @@ from typing import Any, Iterable, Mapping
 
 from ..._tool import Image
 
+REPORT_MIME = "application/vnd.toolkernel.report+json"  # a run's report, as the magics display it
+
+
+def run_reports(outputs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The run reports among a cell's outputs (display data only: a stream is what the cell printed)."""
+    found = []
+    for output in outputs:
+        data = output.get("data") if output.get("output_type") in ("display_data", "execute_result") else None
+        report = data.get(REPORT_MIME) if isinstance(data, Mapping) else None
+        if isinstance(report, dict):
+            found.append(report)
+    return found
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _RULE = re.compile(r"^-{20,}$")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..._tool import Image, Tool, ToolContext, ToolInputError, ToolResult, tool
-from ._text import describe_output, join_source
+from ._text import describe_output, join_source, run_reports
 
 if TYPE_CHECKING:
     from nbformat import NotebookNode
@@ -338,7 +338,8 @@ def _execution_result(execution: Execution, timeout: float, *, where: str) -> To
     if execution.restarted:
         parts.append("(the kernel was restarted before this code reached it; a new kernel ran it, without the old "
                      "one's variables)")
-    return ToolResult(texts=["\n".join(parts)], images=images, is_error=execution.status != "ok")
+    return ToolResult(texts=["\n".join(parts)], images=images, is_error=execution.status != "ok",
+                      run_reports=run_reports(execution.outputs))
 
 
 def _path_argument(arguments: dict[str, Any]) -> str:

@@ -45,6 +45,7 @@ from ..._command._command import Outcome, ToolsCommand, _failure, internal_failu
 from ..._command._cli import split_command
 from ..._errors import Denied, InvalidInput
 from ..._approval._run import RunEvents
+from ._prespawn import Prespawned
 
 SECRET_ENV = "TOOLKERNEL_TOOLS_SECRET"
 SOCKET_ENV = "TOOLKERNEL_TOOLS_SOCKET"
@@ -108,6 +109,7 @@ class Channel:
         self._runs: dict[str, RunChannel] = {}
         self._runs_lock = threading.Lock()
         self._install_shims()
+        self.sandboxes = Prespawned(self.folder)  # the agent's next cell's sandbox, made ahead
         self._server = _Server(str(self.socket_path), self, readers)
         os.chmod(self.socket_path, 0o600)
         threading.Thread(target=self._server.serve_forever, name="toolkernel-bash-channel", daemon=True).start()
@@ -152,6 +154,7 @@ class Channel:
         self._server.closing.set()  # an accept loop waiting for a free place stops waiting
         self._server.shutdown()
         self._server.server_close()
+        self.sandboxes.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

@@ -30,7 +30,7 @@ from ..._sandbox import Plan, mechanism, wrap
 from ..._approval._protected import mount_plan
 from .._sandbox_plan import sandbox_plan
 from ._cell import agent_refusal
-from ._channel import Channel, RunChannel
+from ._channel import SECRET_ENV, Channel, RunChannel
 
 TIMEOUT_EXIT = 124  # as timeout(1)
 _LADDER = ((signal.SIGINT, 0.3), (signal.SIGTERM, 0.3), (signal.SIGKILL, 0.3))
@@ -66,13 +66,13 @@ class HostBashRunner:
         except Unavailable as exc:  # no bash on this host: said in the cell, not lost on this thread
             return ShellResult(1, "", exc.json_line() + "\n")
         try:
-            readers = [threading.Thread(target=_read, args=(stream, events, err), daemon=True)
-                       for err, stream in enumerate((host.proc.stdout, host.proc.stderr))]
+            readers = [threading.Thread(target=host.read_output, args=(err, events), daemon=True) for err in (0, 1)]
             for reader in readers:
                 reader.start()
             for reader in readers:
                 reader.join()
             code = host.proc.wait()
+            host.said_by_sandbox(events)
         finally:
             host.close()
         if self.timed_out:
@@ -154,14 +154,21 @@ class HostRun:
             f.write(script if script.endswith("\n") else script + "\n")
         env = {**os.environ, **channel.env(self.run)}
         self._timer: threading.Timer | None = None
+        # A cell whose output is read (not `--bg`'s) may run in the sandbox made ahead for it.
+        self._ahead = sandbox is not None and stdout is subprocess.PIPE and stderr is subprocess.PIPE
+        taken = channel.sandboxes.take(sandbox, workdir, self.script_file, env, frozenset({SECRET_ENV})) \
+            if self._ahead else None
+        self._taken = taken
         try:
             argv = ["bash", str(self.script_file)]
-            self.proc = subprocess.Popen(argv if sandbox is None else wrap(argv, sandbox), cwd=workdir, env=env,
-                                         stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                                         start_new_session=True)
+            self.proc = taken.proc if taken is not None else subprocess.Popen(
+                argv if sandbox is None else wrap(argv, sandbox), cwd=workdir, env=env, stdin=subprocess.DEVNULL,
+                stdout=stdout, stderr=stderr, start_new_session=True)
         except OSError as exc:
             self.close()
             raise Unavailable(f"could not start bash: {exc}", retryable=False) from exc
+        if self._ahead:  # the next cell's, made while this one runs
+            channel.sandboxes.prepare(sandbox, workdir)
         if timeout is not None:
             self._timer = threading.Timer(timeout, on_timeout, args=(self,))
             self._timer.daemon = True
@@ -189,6 +196,27 @@ class HostRun:
             self._timer.cancel()
         self.channel.close_run(self.run)
         self.script_file.unlink(missing_ok=True)
+        if self._taken is not None:
+            self._taken.close()
+
+    def read_output(self, is_stderr: int, events: RunEvents) -> None:
+        """Move the cell's stdout or stderr into the run's events until it ends."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+        def take(chunk: bytes) -> None:
+            text = decoder.decode(chunk, final=not chunk)
+            if text:
+                events.output("", text) if is_stderr else events.output(text, "")
+
+        if self._taken is not None:
+            return self._taken.read_output(is_stderr, take)
+        _read((self.proc.stdout, self.proc.stderr)[is_stderr], take)
+
+    def said_by_sandbox(self, events: RunEvents) -> None:
+        """A sandbox made ahead that could not start the cell says why (as bwrap would have said)."""
+        said = self._taken.sandbox_errors() if self._taken is not None else ""
+        if said:
+            events.output("", said)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -201,16 +229,13 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _read(stream, events: RunEvents, is_stderr: int) -> None:
+def _read(stream, take) -> None:
     # Raw chunks as they come (no line buffering), so a `\r` progress bar updates live.
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     fd = stream.fileno()
     try:
         while True:
             chunk = os.read(fd, 65536)
-            text = decoder.decode(chunk, final=not chunk)
-            if text:
-                events.output("", text) if is_stderr else events.output(text, "")
+            take(chunk)
             if not chunk:
                 return
     finally:

@@ -1,0 +1,283 @@
+"""A sandbox made ahead of need for an agent's next `%%bash` cell.
+
+Starting bubblewrap (namespaces, mounts, a process table) costs several times what bash's
+own start does, and an agent's cell paid it each time. So once a sandboxed cell ends, one
+sandbox is made in the background for the next: `bwrap` with the plan that cell ran under,
+holding a small bash loader that waits on its stdin (a pipe only the kernel holds).
+
+A cell takes it only if it was made for exactly the sandbox the cell would get now: the same
+wrapped command line (every mount and the network, as `_sandbox.wrap` makes it from the plan
+and what exists), the same working folder, and the same file or folder at every mounted place
+(device and inode: a protected folder renamed and made anew is not left writable under a
+stale mount). Anything else ends it and the cell starts a sandbox of its own (fail closed).
+Each is used once, so each cell still has a fresh private /tmp and process table.
+
+What waits holds nothing of a run's: its command line is the plan's and the loader's, its
+environment PATH alone. When a cell takes it, the kernel writes the script's path, the path
+of a file with the run's environment (no secret in it) and the run's secret down the pipe;
+the loader makes stdin /dev/null and execs `env -i` with exactly that environment and
+`bash SCRIPT`, as a sandbox started for the cell would. A cell cannot reach one that waits:
+every sandbox has a process table of its own, and the pipe's other end is in no child
+(`close_fds`). Only bubblewrap is prepared ahead (Landlock has no start to save).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import queue
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+from ..._sandbox import Plan, mechanism, wrap
+
+# Reads NUL-ended fields from stdin: the script, the environment file (read whole, not byte by
+# byte as `read` reads a pipe), the two output FIFOs, then the private variables. Exit 125: told
+# nothing (ended unused).
+_LOADER = ("IFS= read -r -d '' script && IFS= read -r -d '' envfile && IFS= read -r -d '' out"
+           " && IFS= read -r -d '' err || exit 125\n"
+           "private=(); while IFS= read -r -d '' entry; do private+=(\"$entry\"); done\n"
+           "exec </dev/null >\"$out\" 2>\"$err\" || exit 125\n"
+           "printf '\\0'; printf '\\0' >&2\n"  # opened: the kernel takes the FIFOs' names away
+           "mapfile -d '' -t env < \"$envfile\" || exit 125\n"
+           "exec \"$0\" -i -- \"${env[@]}\" \"${private[@]}\" bash \"$script\"\n")
+
+
+_NOT_OPENED_POLL = 0.2  # seconds between looks at whether a sandbox ended before the cell's output began
+_MAKING = 5.0  # seconds a cell waits for the one being made before it makes its own
+
+
+@dataclass
+class _Waiting:
+    key: tuple
+    proc: subprocess.Popen
+
+
+class Prespawned:
+    """At most one sandbox waiting for the next cell of one channel; made on a thread of its own."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder  # where a run's environment file is written (the channel's, 0700)
+        self._lock = threading.Lock()
+        self._made = threading.Condition(self._lock)  # notified when a wanted one is made (or not)
+        self._pending = 0  # wanted, not made yet
+        self._waiting: _Waiting | None = None
+        self._wanted: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.made = 0  # sandboxes made ahead, and taken by a cell (tests, the bench)
+        self.taken = 0
+
+    def prepare(self, plan: Plan, workdir: Path) -> None:
+        """Make one for a cell with this plan and folder (in the background; any other is ended)."""
+        if mechanism().name != "bubblewrap":
+            return
+        with self._lock:
+            if self._closed:
+                return
+            if self._thread is None:
+                # One thread for its whole life: bwrap's --die-with-parent watches the thread
+                # that started it, so a sandbox made on a thread that ends would die with it.
+                self._thread = threading.Thread(target=self._make_wanted, name="toolkernel-sandbox-ahead",
+                                                daemon=True)
+                self._thread.start()
+            self._pending += 1
+        self._wanted.put((plan, workdir))
+
+    def take(self, plan: Plan, workdir: Path, script: Path, env: Mapping[str, str],
+             private: frozenset[str]) -> _Taken | None:
+        """The waiting sandbox, told to run `bash script` with `env`, if it was made for exactly
+        this; else None (and it is ended). The `private` variables (the run's secret) are sent
+        down the pipe, never written to the file (other cells of the channel can read its folder)."""
+        with self._lock:
+            # One being made (a cell right after the last) is nearer ready than one started now.
+            self._made.wait_for(lambda: self._waiting is not None or not self._pending, timeout=_MAKING)
+            waiting, self._waiting = self._waiting, None
+        if waiting is None:
+            return None
+        if mechanism().name != "bubblewrap" or waiting.proc.poll() is not None or waiting.key != _key(plan, workdir):
+            self._end(waiting)
+            return None
+        taken = _Taken.made_in(self.folder, waiting.proc)
+        try:
+            with os.fdopen(os.open(taken.env_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+                f.write(b"".join(_entry(name, value) for name, value in env.items() if name not in private))
+            fields = [os.fsencode(path) + b"\0" for path in (script, taken.env_file, *taken.fifos)]
+            fields += [_entry(name, value) for name, value in env.items() if name in private]
+            waiting.proc.stdin.write(b"".join(fields))
+            waiting.proc.stdin.close()
+        except OSError:  # it died since: a sandbox of the cell's own
+            taken.close()
+            self._end(waiting)
+            return None
+        self.taken += 1
+        return taken
+
+    def ready(self, timeout: float = _MAKING) -> subprocess.Popen | None:
+        """The sandbox waiting now, once none is being made (for tests)."""
+        with self._lock:
+            self._made.wait_for(lambda: not self._pending, timeout=timeout)
+            return None if self._waiting is None else self._waiting.proc
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            waiting, self._waiting = self._waiting, None
+        self._wanted.put(None)
+        if waiting is not None:
+            self._end(waiting)
+
+    def _make_wanted(self) -> None:
+        while True:
+            wanted, skipped = self._wanted.get(), 0
+            while wanted is not None and not self._wanted.empty():  # only the latest counts
+                wanted, skipped = self._wanted.get(), skipped + 1
+            if wanted is None:
+                return
+            made = self._make(*wanted)
+            with self._lock:
+                old, self._waiting = self._waiting, made
+                if self._closed:
+                    old, self._waiting = made, None
+                self._pending -= 1 + skipped
+                self._made.notify_all()
+            if old is not None:
+                self._end(old)
+
+    def _make(self, plan: Plan, workdir: Path) -> _Waiting | None:
+        # The key is taken before bwrap mounts anything: whatever moves after it, the key
+        # taken when a cell comes differs, and this one is not used.
+        key = _key(plan, workdir)
+        try:
+            # bwrap's own stderr (a sandbox that could not be made says why there) is read once it
+            # has ended; its stdout is nobody's: the cell's output goes to FIFOs only the cell holds.
+            proc = subprocess.Popen(list(key[0]), cwd=workdir, env={"PATH": os.environ.get("PATH", os.defpath)},
+                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    start_new_session=True)
+            os.set_blocking(proc.stderr.fileno(), False)
+        except OSError:
+            return None  # the cell starts its own, and says what went wrong
+        self.made += 1
+        return _Waiting(key, proc)
+
+    @staticmethod
+    def _end(waiting: _Waiting) -> None:
+        try:
+            os.killpg(waiting.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for stream in (waiting.proc.stdin, waiting.proc.stderr):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        threading.Thread(target=waiting.proc.wait, name="toolkernel-sandbox-ended", daemon=True).start()
+
+
+@dataclass
+class _Taken:
+    """A sandbox a cell took: its process, the run's environment file (removed when the run
+    ends), and its output FIFOs with the kernel's read ends.
+
+    The output goes through FIFOs the loader opens, not through the pipes bwrap was given: bwrap
+    holds those until its namespaces are torn down (milliseconds after the cell's end), and a
+    reader waiting for their end waited for that. Only the cell's processes hold a FIFO's write
+    end, so its end is the cell's end. The loader writes one NUL to each as soon as it has
+    opened them, before the cell starts; the kernel drops it and removes the FIFO's name then,
+    so another cell of the channel (which sees its folder) cannot open it while the cell runs."""
+
+    proc: subprocess.Popen
+    env_file: Path
+    fifos: tuple[Path, Path]
+    fds: tuple[int, int]
+
+    @classmethod
+    def made_in(cls, folder: Path, proc: subprocess.Popen) -> "_Taken":
+        name = secrets.token_hex(8)
+        fifos = (folder / f"out-{name}", folder / f"err-{name}")
+        for fifo in fifos:
+            os.mkfifo(fifo, 0o600)
+        # Not blocking: no writer yet. `read_output` waits with poll, which tells a FIFO whose
+        # writer has not come yet (nothing) from one whose writers have all gone (POLLHUP).
+        fds = tuple(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK) for fifo in fifos)
+        return cls(proc, folder / f"env-{name}", fifos, fds)
+
+    def read_output(self, which: int, take: Callable[[bytes], None]) -> None:
+        """Everything the cell writes to its stdout (0) or stderr (1), as it comes, until the
+        last writer closes it; or until the sandbox has ended without opening it."""
+        fd, seen = self.fds[which], False
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while True:
+            if not poller.poll(_NOT_OPENED_POLL * 1000 if not seen else None):
+                if self.proc.poll() is not None:
+                    return  # ended before its loader opened the FIFO
+                continue
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            if not seen:
+                seen = True
+                self.fifos[which].unlink(missing_ok=True)
+                chunk = chunk[1:] if chunk else chunk  # the loader's NUL
+                if not chunk:
+                    continue
+            take(chunk)
+            if not chunk:
+                return
+
+    def sandbox_errors(self) -> str:
+        """What bwrap itself said (a sandbox it could not make), read once it has ended."""
+        try:
+            return (self.proc.stderr.read() or b"").decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return ""
+
+    def close(self) -> None:
+        for fd in self.fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        for path in (self.env_file, *self.fifos):
+            path.unlink(missing_ok=True)
+        try:
+            self.proc.stderr.close()
+        except OSError:
+            pass
+
+
+def _key(plan: Plan, workdir: Path) -> tuple:
+    argv = tuple(wrap(_loader(), plan))
+    places = (str(workdir), *plan.writable, *plan.read_only, *plan.hidden, *plan.visible)
+    return argv, str(workdir), tuple(_identity(place) for place in places)
+
+
+def _loader() -> list[str]:
+    return _loader_in(os.environ.get("PATH", os.defpath))
+
+
+@functools.lru_cache(maxsize=4)
+def _loader_in(path: str) -> list[str]:
+    found = functools.partial(shutil.which, path=path)
+    return [found("bash") or "bash", "--norc", "--noprofile", "-c", _LOADER, found("env") or "env"]
+
+
+def _identity(place: str) -> tuple[int, int, int] | None:
+    try:
+        found = os.stat(place)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino, found.st_mode
+
+
+def _entry(name: str, value: str) -> bytes:
+    return os.fsencode(name) + b"=" + os.fsencode(value) + b"\0"
