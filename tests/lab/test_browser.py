@@ -210,6 +210,14 @@ def test_approval_buttons_report_and_sidebar_in_jupyterlab(lab):
             expect(sidebar.locator(".toolkernel-approval")).to_have_count(0)
             steps.shot("revoked")
             assert json.loads(approvals.read_text())["allow"] == []
+
+            # A search whose result holds one long word: the panel keeps its width and its left edge.
+            sidebar.locator(".toolkernel-search").fill("pull" + "x" * 300)
+            sidebar.get_by_role("button", name="Search", exact=True).click()
+            expect(sidebar.locator(".toolkernel-search-results")).not_to_be_empty()
+            steps.shot("searched")
+            sizes = sidebar.evaluate("n => [n.scrollWidth, n.clientWidth, n.scrollLeft, n.parentElement.scrollLeft]")
+            assert sizes[0] <= sizes[1] and sizes[2:] == [0, 0], sizes
         except Exception:
             steps.shot("failure")
             raise
