@@ -581,9 +581,7 @@ def diff_of(journal: Journal, run_id: str, relative: str) -> str:
     if entry is None:
         raise RewindError(f"run {run.id} did not change {printable(relative)}")
     now_name = entry.to or relative
-    old = _diff_side(journal.blob(entry.before["hash"]) if _restorable(entry) and entry.before else b"")
-    if entry.not_restorable:
-        old = f"(its content before the run was not kept: {entry.not_restorable})\n"
+    old = _old_side(journal, entry)
     new = _current_side(journal, now_name)
     moved = run.after is not None and now_name in run.after and \
         _state_of(os.path.join(journal.workdir, now_name)) != run.after[now_name]
@@ -592,6 +590,16 @@ def diff_of(journal: Journal, run_id: str, relative: str) -> str:
                                  f"a/{relative} (before run {run.id})", f"b/{now_name} (now)")
     text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
     return "\n".join(note + [text or f"{printable(relative)}: no difference in content"])
+
+
+def _old_side(journal: Journal, entry: Entry) -> str:
+    if entry.not_restorable:
+        return f"(its content before the run was not kept: {entry.not_restorable})\n"
+    if not entry.before:
+        return ""
+    if not isinstance(entry.before.get("size"), int) or entry.before["size"] > _DIFF_MAX:
+        return f"({entry.before.get('size')} bytes: too large to show)\n"  # not read into memory to say so
+    return _diff_side(journal.blob(entry.before["hash"]))
 
 
 def _diff_side(data: bytes) -> str:
