@@ -188,3 +188,56 @@ def test_the_sidebar_shows_a_failed_server_with_its_error_and_an_on_demand_one_n
         assert servers["github"]["state"] == "running"
     finally:
         mixed.close()
+
+
+# -- the sidebar's "Changes" ---------------------------------------------------------------
+
+
+def test_the_sidebar_lists_a_cells_changes_shows_a_diff_and_rewinds_as_tools_rewind_does(tmp_path):
+    workdir = write_project(tmp_path / "changes", policy_section("accept-edits")).parent
+    (workdir / "table.csv").write_text("a,b\n1,2\n")
+    (workdir / "link.csv").write_text("x\n")
+    kernel = Kernel(workdir, kernel_env(workdir, XDG_STATE_HOME=str(tmp_path / "state")))
+    try:
+        cell = kernel.run("%%tools\ntools write-file --path table.csv --content 'a,b\n3,4\n'\n"
+                          "tools write-file --path '<b>new</b>.txt' --content hi\nrm link.csv")
+        assert cell.ok, cell
+        [run] = kernel.comm_request(TARGET, {"action": "changes"})["runs"]
+        assert run["route"] == "cell" and run["ended"] and run["time"][:2] == "20"
+        kinds = {f["path"]: f["kind"] for f in run["files"]}
+        assert kinds == {"table.csv": "changed", "<b>new</b>.txt": "created", "link.csv": "deleted"}
+
+        diff = kernel.comm_request(TARGET, {"action": "diff", "run": run["id"], "path": "table.csv"})
+        assert diff["ok"] and "-1,2\n+3,4\n" in diff["diff"] and "changed again" not in diff["diff"], diff
+        created = kernel.comm_request(TARGET, {"action": "diff", "run": run["id"], "path": "<b>new</b>.txt"})
+        assert "+hi" in created["diff"]
+        # A link left where a deleted file was is not followed: the file it names is not shown.
+        (workdir / "link.csv").symlink_to(tmp_path / "secret")
+        (tmp_path / "secret").write_text("a private key\n")
+        linked = kernel.comm_request(TARGET, {"action": "diff", "run": run["id"], "path": "link.csv"})
+        assert "not a regular file now: a link" in linked["diff"] and "private" not in linked["diff"]
+        unknown = kernel.comm_request(TARGET, {"action": "diff", "run": run["id"], "path": "elsewhere"})
+        assert unknown["ok"] is False and "did not change elsewhere" in unknown["message"]
+
+        (workdir / "link.csv").unlink()
+
+        done = kernel.comm_request(TARGET, {"action": "rewind", "run": run["id"]})
+        assert done["ok"] and f"rewound run {run['id']}" in done["message"], done
+        assert (workdir / "table.csv").read_text() == "a,b\n1,2\n" and (workdir / "link.csv").read_text() == "x\n"
+        assert not (workdir / "<b>new</b>.txt").exists()
+
+        # Changed since: refused with `%tools rewind`'s own message, and nothing touched.
+        assert kernel.run("%%tools\ntools write-file --path table.csv --content again").ok
+        runs = kernel.comm_request(TARGET, {"action": "changes"})["runs"]
+        assert len(runs) == 3 and runs[-1]["id"] == run["id"] and runs[1]["route"] == "rewind"  # newest first
+        (workdir / "table.csv").write_text("the person's edit\n")
+        changed = kernel.comm_request(TARGET, {"action": "diff", "run": runs[0]["id"], "path": "table.csv"})
+        assert "changed again since run" in changed["diff"]
+        refused = kernel.comm_request(TARGET, {"action": "rewind", "run": runs[0]["id"]})
+        said = kernel.run(f"%tools rewind {runs[0]['id']}")
+        assert refused["ok"] is False and refused["message"] in said.stderr + json.dumps(said.error), (refused, said)
+        assert "changed since run" in refused["message"] and "table.csv" in refused["message"]
+        assert (workdir / "table.csv").read_text() == "the person's edit\n"
+        assert kernel.comm_request(TARGET, {"action": "rewind", "run": ""})["ok"] is False
+    finally:
+        kernel.close()

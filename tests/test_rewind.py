@@ -10,7 +10,7 @@ import pytest
 
 from toolkernel._config._config import load_config
 from toolkernel._config._rewind import RewindLimits
-from toolkernel._rewind import Journal, RewindError, iter_changes, journal_root, rewind
+from toolkernel._rewind import Journal, RewindError, diff_of, iter_changes, journal_root, rewind
 
 from kernel_helpers import project_with
 
@@ -110,6 +110,27 @@ def test_past_the_file_limit_the_file_is_not_restorable_with_the_reason(workspac
     done = rewind(journal, run.id)
     assert done.restored == () and "big.dat: larger than the 2 MiB limit" in done.skipped[0]
     assert (workspace / "big.dat").read_bytes() == b"small"
+
+
+def test_a_diff_sums_up_binary_large_and_unkept_contents_and_names_a_damaged_one(workspace):
+    (workspace / "bin.dat").write_bytes(b"\x00\x01")
+    (workspace / "big.txt").write_bytes(b"y\n" * (1024 * 1024))
+    journal = Journal(workspace, RewindLimits(max_file_mb=1))
+    run = journal.start_run("cell")
+    for name in ("bin.dat", "big.txt", "text.txt"):
+        run.before_change(workspace / name)
+    (workspace / "bin.dat").write_bytes(b"\x00\x02")
+    (workspace / "big.txt").write_bytes(b"short\n")
+    (workspace / "text.txt").write_bytes(b"no end")
+    run.finish()
+    assert "-(binary, 2 bytes, sha256" in diff_of(journal, run.id, "bin.dat")
+    big = diff_of(journal, run.id, "big.txt")
+    assert "-(its content before the run was not kept: larger than the 1 MiB limit" in big and "+short" in big
+    assert "+no end\n\\ No newline at end of file" in diff_of(journal, run.id, "text.txt")
+    blob = next((journal.root / "blobs").iterdir())
+    blob.write_bytes(b"tampered")
+    with pytest.raises(RewindError, match="damaged"):
+        diff_of(journal, run.id, "bin.dat")
 
 
 def test_past_the_days_limit_the_oldest_runs_go_first_then_not_restorable(workspace):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import fnmatch
 import hashlib
 import json
@@ -567,6 +568,70 @@ def iter_changes(journal: Journal, run_id: str | None = None, path_glob: str | N
 
 
 # -- what a person or an agent reads ---------------------------------------------------------------
+
+_DIFF_MAX = 1 * _MIB  # each side of a diff: a larger file is summed up, not shown
+
+
+def diff_of(journal: Journal, run_id: str, relative: str) -> str:
+    """One file of a run, old against new: a unified diff of its content before run `run_id` and
+    its content now (what a rewind would replace), for a person to look at before restoring.
+    Raises `RewindError` for an unknown run or file, or a stored content that is damaged."""
+    run = journal.run(run_id)
+    entry = run.files().get(relative)
+    if entry is None:
+        raise RewindError(f"run {run.id} did not change {printable(relative)}")
+    now_name = entry.to or relative
+    old = _old_side(journal, entry)
+    new = _current_side(journal, now_name)
+    moved = run.after is not None and now_name in run.after and \
+        _state_of(os.path.join(journal.workdir, now_name)) != run.after[now_name]
+    note = [f"(changed again since run {run.id}: a rewind refuses it)"] if moved else []
+    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                 f"a/{relative} (before run {run.id})", f"b/{now_name} (now)")
+    text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+    return "\n".join(note + [text or f"{printable(relative)}: no difference in content"])
+
+
+def _old_side(journal: Journal, entry: Entry) -> str:
+    if entry.not_restorable:
+        return f"(its content before the run was not kept: {entry.not_restorable})\n"
+    if not entry.before:
+        return ""
+    if not isinstance(entry.before.get("size"), int) or entry.before["size"] > _DIFF_MAX:
+        return f"({entry.before.get('size')} bytes: too large to show)\n"  # not read into memory to say so
+    return _diff_side(journal.blob(entry.before["hash"]))
+
+
+def _diff_side(data: bytes) -> str:
+    if len(data) > _DIFF_MAX:
+        return f"({len(data)} bytes: too large to show)\n"
+    if b"\0" in data:
+        return f"(binary, {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:12]})\n"
+    return data.decode("utf-8", errors="replace")
+
+
+def _current_side(journal: Journal, relative: str) -> str:
+    """The file as it is now, read without following a link (a script may have left one leading
+    to a file the person never meant to show), nor through a folder that leads out."""
+    if _leads_out(journal, relative, None):
+        return "(not shown: a folder on its way leads outside the workspace)\n"
+    state = _state_of(os.path.join(journal.workdir, relative))
+    if state is None:
+        return ""
+    if state["type"] != "file":
+        return f"(not a regular file now: a {state['type']})\n"
+    if state["size"] > _DIFF_MAX:
+        return f"({state['size']} bytes: too large to show)\n"
+    try:
+        fd = os.open(os.path.join(journal.workdir, relative), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return f"(cannot be read: {exc.strerror})\n"
+    try:
+        return _diff_side(_read_all(fd))
+    finally:
+        os.close(fd)
+
+
 
 def describe_runs(runs: Iterable[RunRecord]) -> str:
     """`changes`: each run, newest first, with its files and the kind of each change."""

@@ -270,6 +270,63 @@ def test_the_question_and_the_report_show_a_bidi_override_escaped(lab):
             browser.close()
 
 
+def test_the_sidebar_lists_a_cells_changes_shows_a_diff_and_rewinds_the_run(lab):
+    """Issue 38: a %%tools cell rewrites a file and creates one; the sidebar's "Changes" lists the run,
+    "Diff" shows the file's old lines against its new ones, "Rewind" puts both back."""
+    from playwright.sync_api import expect, sync_playwright
+
+    base, workdir = lab
+    (workdir / "data.txt").write_text("old line\n")
+    (workdir / "changes.ipynb").write_text(json.dumps(_cells(
+        "%load_ext toolkernel",
+        "%%tools\nprintf 'new line\\n' > data.txt\necho made > '<b>made.txt'\necho wrote")))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        keep_waiting_for_slow_documents(page)
+        page.set_default_timeout(WAIT_MS)
+        expect.set_options(timeout=WAIT_MS)
+        steps = Steps(page, Path(tempfile.mkdtemp(prefix="toolkernel-lab-changes-")))
+        print(f"\nscreenshots: {steps.artifacts}")
+        try:
+            page.goto(f"{base}/lab/tree/changes.ipynb")
+            expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle")
+            steps.run(0)
+            expect(steps.cell(0).locator(".jp-InputPrompt")).to_have_text("[1]:")
+            steps.run(1)
+            expect(steps.outputs(1)).to_contain_text("wrote")
+            assert (workdir / "data.txt").read_text() == "new line\n"
+
+            page.locator('.jp-SideBar [data-id="toolkernel-tools"]').click()
+            run = page.locator("#toolkernel-tools .toolkernel-run")
+            expect(run).to_have_count(1)
+            expect(run.locator(".toolkernel-run-head")).to_contain_text("cell")
+            expect(run.locator(".toolkernel-file").filter(has_text="data.txt")).to_contain_text("changed")
+            made = run.locator(".toolkernel-file").filter(has_text="<b>made.txt")  # text, not markup
+            expect(made).to_contain_text("created")
+            assert made.locator("b").count() == 0
+            steps.shot("changes-listed")
+
+            run.locator(".toolkernel-file").filter(has_text="data.txt").get_by_role("button", name="Diff").click()
+            expect(run.locator(".toolkernel-diff")).to_contain_text("-old line")
+            expect(run.locator(".toolkernel-diff")).to_contain_text("+new line")
+            steps.shot("diff-shown")
+
+            run.get_by_role("button", name="Rewind").click()
+            expect(page.locator("#toolkernel-tools .toolkernel-rewound")).to_contain_text("rewound run")
+            expect(page.locator("#toolkernel-tools .toolkernel-run")).to_have_count(2)  # the rewind: a run of its own
+            expect(page.locator("#toolkernel-tools .toolkernel-run").first).to_contain_text("rewind")
+            steps.shot("rewound")
+            assert (workdir / "data.txt").read_text() == "old line\n"
+            assert not (workdir / "<b>made.txt").exists()
+        except Exception:
+            steps.shot("failure")
+            raise
+        finally:
+            browser.close()
+
+
 def test_the_installed_extension_is_listed_enabled_and_ok(browser_ready):
     """`pip install .` put the prebuilt extension where JupyterLab finds it."""
     listed = subprocess.run([sys.executable, "-m", "jupyterlab.labextensions", "list"], capture_output=True,

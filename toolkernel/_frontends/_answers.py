@@ -235,7 +235,7 @@ def manage(session, argv: list[str]) -> str:
 
 def _apply(session, args: argparse.Namespace) -> str:
     if args.what in ("changes", "rewind"):
-        return _journal_line(session, args)
+        return journal_line(session, args)
     if args.what in ("approve", "deny") and args.request:  # a request `toolkernel serve` published
         decision = "deny" if args.what == "deny" else "always" if args.always else "once"
         return answer_request(session.workdir, args.request, decision)
@@ -268,7 +268,7 @@ def _apply(session, args: argparse.Namespace) -> str:
 
 # How a notebook tool's message says to pair again, to a person at this kernel.
 PAIR_AGAIN = "pair it again (`%tools pair NOTEBOOK ...`)"
-def _journal_line(session, args: argparse.Namespace) -> str:
+def journal_line(session, args: argparse.Namespace) -> str:
     """`%tools changes` (anyone) and `%tools rewind` (a person: an agent's rewind is the `rewind`
     tool, a write that asks)."""
     from ._changes import changes_text, journal_for, rewind_text

@@ -12,15 +12,19 @@ Two ways the page talks to the kernel:
   extension show the text.
 - After the cell has finished (a stop report, the "Tools" sidebar), the
   page opens a comm on `COMM_TARGET` and sends one request per message:
-  the answers of `_answers.answer_message`, plus `overview`, `search` and
-  `revoke` for the sidebar. Every reply is {"ok": bool, ...}.
+  the answers of `_answers.answer_message`, plus `overview`, `search`,
+  `revoke`, `changes`, `diff` and `rewind` for the sidebar. Every reply is
+  {"ok": bool, ...}.
 """
 
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
 import html
+import itertools
 import json
+import time
 from typing import Any, Callable, Mapping
 
 from .. import _loop
@@ -29,6 +33,7 @@ from ._answers import AnswerError, answer_message, list_approvals
 from .._approval._approvals import lasting_rule_covers
 from .._approval._approver import ApprovalRequest, reply_answer
 from .._errors import CallError, ConfigError
+from .._rewind import RewindError, diff_of, iter_changes
 from .._approval._run import RunReport, described_call
 
 APPROVAL_MIME = "application/vnd.toolkernel.approval+json"
@@ -168,7 +173,9 @@ def handle(session, data: Mapping[str, Any]) -> dict[str, Any]:
             return {"ok": True, "text": _search(session, data.get("words", ""))}
         if action == "revoke":
             return {"ok": True, "message": list_approvals(session, revoke=str(data.get("rule", "")))}
-    except (AnswerError, CallError, ConfigError) as exc:
+        if action in ("changes", "diff", "rewind"):
+            return {"ok": True, **_journal_action(session, action, data)}
+    except (AnswerError, CallError, ConfigError, RewindError) as exc:
         return {"ok": False, "message": getattr(exc, "message", None) or str(exc)}
     return answer_message(session, data)
 
@@ -198,6 +205,34 @@ def _server(entry) -> dict[str, Any]:
 def _tool(tool) -> dict[str, Any]:
     return {"command": tool.command, "description": tool.description or "",
             "kind": tool.kind, "schema": json.loads(json.dumps(tool.input_schema, default=str))}
+
+
+# The sidebar's "Changes": the newest runs only (`%tools changes` lists every one).
+SHOWN_RUNS = 30
+
+
+def _journal_action(session, action: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The sidebar's "Changes": the runs, one file's diff, and "Rewind", which is `%tools rewind ID`
+    itself (a person's; refused, touching nothing, when a file changed since the run)."""
+    from ._changes import journal_for
+
+    journal = journal_for(session.workdir, getattr(session, "journal", None))
+    run = str(data.get("run", ""))
+    if action == "diff":
+        return {"diff": diff_of(journal, run, str(data.get("path", "")))}
+    if action == "rewind":
+        if not run:
+            raise RewindError("name the run to rewind")
+        args = argparse.Namespace(what="rewind", run=run, last=False, force=False, path=[])
+        return {"message": _answers.journal_line(session, args)}
+    return {"runs": [_run(record) for record in itertools.islice(iter_changes(journal), SHOWN_RUNS)]}
+
+
+def _run(record) -> dict[str, Any]:
+    files = [{"path": e.path, "kind": e.kind, "to": e.to, "after_the_fact": e.after_the_fact,
+              "not_restorable": e.not_restorable} for e in record.files().values()]
+    return {"id": record.id, "time": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.time)),
+            "route": record.route, "ended": record.after is not None, "files": files}
 
 
 def _search(session, words: str) -> str:
