@@ -176,20 +176,36 @@ class Journal:
         except OSError as exc:
             return None, f"could not be read ({exc.strerror})"
         try:
-            data = _read_all(fd)
+            return self._copied(fd)
         finally:
             os.close(fd)
-        digest = hashlib.sha256(data).hexdigest()
-        blob = self._folder("blobs") / digest
-        if blob.exists():
-            return digest, None
-        if not self._room_for(len(data)):
-            return None, f"past the day's limit of {self.limits.max_day_mb} MiB ([rewind] max_day_mb)"
-        # Not fsynced: a content a crash cut short fails its hash when read back, a clear error,
-        # and an fsync a file made a run of many small writes a third dearer.
-        write_atomic(blob, data, durable=False)
-        os.chmod(blob, 0o600)
-        return digest, None
+
+    def _copied(self, fd: int) -> tuple[str | None, str | None]:
+        """The open file copied into the stored contents a piece at a time, hashed as it goes: a
+        whole copy in memory stayed in the kernel's heap after the run (8 MB for one data file).
+        The copy is renamed to its hash only when whole. Not fsynced: a content a crash cut short
+        fails its hash when read back, a clear error, and an fsync a file made a run of many small
+        writes a third dearer."""
+        blobs = self._folder("blobs")
+        part = blobs / f".part-{secrets.token_hex(8)}"
+        digest, size = hashlib.sha256(), 0
+        try:
+            with open(part, "xb") as out:
+                while chunk := os.read(fd, _CHUNK):
+                    digest.update(chunk)
+                    out.write(chunk)
+                    size += len(chunk)
+            blob = blobs / digest.hexdigest()
+            if blob.exists():
+                return blob.name, None
+            if not self._room_for(size):
+                return None, f"past the day's limit of {self.limits.max_day_mb} MiB ([rewind] max_day_mb)"
+            os.chmod(part, 0o600)
+            os.replace(part, blob)
+            return blob.name, None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(part)
 
     def _room_for(self, size: int) -> bool:
         """Whether `size` more bytes fit in the day's limit, the oldest runs dropped to make room."""
