@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import start_server, stop_server
+from conftest import SERVER_TOKEN, start_server, stop_server
 from test_notebook_live import Person, pair_with, wait_until, write_notebook
 
 from toolkernel._loop import run
@@ -75,7 +75,7 @@ def test_a_cell_edit_is_listed_and_rewound_through_the_document(collab_server, c
             run_id = await edited_in_a_run(ctx, person, path, ids[1], "x = 50", 1)
             listed = (await changes.call({}, ctx)).texts[0]
             assert f"run {run_id}" in listed and f"cell      {path}#{ids[1]}" in listed, listed
-            assert collab_server["url"].rstrip("/") in listed
+            assert collab_server["url"].rstrip("/") in listed and SERVER_TOKEN not in listed
             person.type_into(2, "  # the person's")  # another cell, changed meanwhile
             await agent_sees(ctx, path, "# the person's")
             start(ctx)

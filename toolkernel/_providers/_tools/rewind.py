@@ -61,7 +61,8 @@ def changes(arguments: dict[str, Any], ctx: ToolContext) -> str:
     "rewind",
     description=(
         "Put back every file a run changed, as it was before the run (deleted files return, created "
-        "ones go, renamed ones move back). Refused, touching nothing, when a file changed again since; "
+        "ones go, renamed ones move back; a notebook cell edited through a paired Jupyter Server gets its "
+        "source back through the server's document). Refused, touching nothing, when a file changed again since; "
         "`force` restores anyway and the newer content is recorded, so the rewind can be undone too."
     ),
     input_schema={
