@@ -3,15 +3,17 @@ journal and put back through the server's document (issue 38 items 1 and 3).
 
 A real server on loopback; a "person" is a second client of the same shared document, as
 collaborative JupyterLab is. Their typing in other cells survives the rewind; a cell they changed
-since the run is refused by name until `force`.
+since the run is refused by name until `force`. A server without collaboration: the same, through
+its Contents API.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+import nbformat
 import pytest
-from conftest import SERVER_TOKEN, start_server, stop_server
+from conftest import NO_COLLABORATION, SERVER_TOKEN, start_server, stop_server
 from test_notebook_live import Person, pair_with, wait_until, write_notebook
 
 from toolkernel._loop import run
@@ -134,3 +136,31 @@ def test_a_session_not_paired_with_the_server_cannot_rewind_the_cell(collab_serv
             assert person.cell(1)["source"] == "x = 50"
 
     run(scenario(), timeout=600)
+
+
+@pytest.fixture(scope="module")
+def plain_server(tmp_path_factory):
+    process, server = start_server(tmp_path_factory, f"--ServerApp.jpserver_extensions={NO_COLLABORATION}")
+    yield server
+    stop_server(process)
+
+
+def test_a_cell_edited_through_the_contents_api_is_rewound_through_it(plain_server, ctx):
+    path = "rw/plain.ipynb"
+    ids = write_notebook(plain_server["root"], path)
+    pair_with(plain_server, ctx, path)
+
+    async def scenario():
+        journal = start(ctx)
+        await read.call({"notebook_path": path}, ctx)
+        got = await edit.call({"notebook_path": path, "cell_id": ids[1], "new_source": "x = 50"}, ctx)
+        assert not got.is_error, got.texts
+        assert journal.finish() == 1
+        start(ctx)
+        done = await rewind_tool.call({"run": journal.id}, ctx)
+        assert not done.is_error, done.texts
+        ctx.journal.finish()
+
+    run(scenario(), timeout=600)
+    saved = nbformat.read(plain_server["root"] / path, as_version=4)
+    assert [cell.source for cell in saved.cells] == ["# Data", "x = 20", "print(x * 2)"]
