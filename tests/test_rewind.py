@@ -467,3 +467,32 @@ def test_tools_rewind_in_a_script_restores_and_records_into_that_run(session):
     refused = RecordingSink()
     assert session.run_script(f"tools rewind --run {person.id}", refused).exit_code != 0
     assert "rewound by a person" in refused.stderr_text
+
+
+def test_a_served_cell_is_recorded_kept_and_a_damaged_cell_entry_is_refused(workspace):
+    """A cell changed through a Jupyter Server: its source kept by hash (as file contents are, and
+    not dropped while its run is kept); a forged or damaged cell line makes the whole run unreadable."""
+    journal = Journal(workspace)
+    run = journal.start_run("direct")
+    run.before_cell("http://127.0.0.1:1/", "a.ipynb", "c1", "x = 20")
+    run.before_cell("http://127.0.0.1:1/", "a.ipynb", "c1", "x = 30")  # a second edit in the run: nothing more
+    run.after_cell("http://127.0.0.1:1/", "a.ipynb", "c1", "x = 50")
+    assert run.finish() == 1
+    (cell,) = journal.run(run.id).cells
+    assert journal.blob(cell.before) == b"x = 20" and cell.name == "a.ipynb#c1"
+    journal.drop(journal.start_run("x").id)  # collecting unheld contents keeps the cell's
+    assert journal.blob(cell.before) == b"x = 20"
+    with pytest.raises(RewindError, match="a session paired with that server"):
+        rewind(journal, run.id)
+    path = journal_root(workspace) / "runs" / f"{run.id}.jsonl"
+    path.write_text(path.read_text().replace(cell.before, "../../etc/passwd"))
+    with pytest.raises(RewindError, match="damaged"):
+        rewind(journal, run.id, force=True)
+
+
+def test_an_edit_that_never_completed_changed_no_cell(workspace):
+    journal = Journal(workspace)
+    run = journal.start_run("direct")
+    run.before_cell("http://127.0.0.1:1/", "a.ipynb", "c1", "x = 20")  # the edit was refused after this
+    assert run.finish() == 0
+    assert list(iter_changes(journal)) == []

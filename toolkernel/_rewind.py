@@ -19,6 +19,12 @@ Limits (`[rewind]`, `RewindLimits`): a file past `max_file_mb`, or content past 
 never skipped in silence. Runs are kept `keep_days` days. `.toolkernel/`, `tool-images/` and the
 `ignore` globs are not recorded.
 
+A notebook cell changed through a paired Jupyter Server (its document, not a file here) is
+recorded as a cell entry: the server, the notebook's path on it, the cell's id, its source
+before (stored as a content) and after. Only the session paired with that server can put it
+back, through the server's document (`_providers/_tools/rewind.py`); `rewind` here refuses a
+run holding one unless its caller does that part.
+
 Everything read back is checked: a run file must parse, a blob must hash to its name. A restore
 checks every file first and writes nothing when one check fails.
 """
@@ -92,6 +98,29 @@ class Entry:
         return body
 
 
+@dataclass(frozen=True)
+class CellEntry:
+    """A notebook cell changed through a Jupyter Server: its source before the run (a stored
+    content's hash) and after it (None: the edit did not complete)."""
+
+    server: str  # the server's base URL, without a token
+    notebook: str  # the notebook's path from the server's root
+    cell_id: str
+    before: str
+    after: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.notebook}#{self.cell_id}"
+
+    def key(self) -> tuple[str, str, str]:
+        return self.server, self.notebook, self.cell_id
+
+
+def source_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
 @dataclass
 class RunRecord:
     """A run as read back from its file."""
@@ -101,6 +130,7 @@ class RunRecord:
     route: str
     entries: list[Entry] = field(default_factory=list)
     after: dict[str, Any] | None = None  # path -> state after the run; None: the run never ended
+    cells: list[CellEntry] = field(default_factory=list)  # each cell once: first before, last after
 
     def files(self) -> dict[str, Entry]:
         """The first entry of each path: the state before the run."""
@@ -162,6 +192,17 @@ class Journal:
         folder = self.root / name
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         return folder
+
+    def store_bytes(self, data: bytes) -> str | None:
+        """`data` stored by its hash; None when past the day's limit."""
+        digest = hashlib.sha256(data).hexdigest()
+        blob = self._folder("blobs") / digest
+        if not blob.exists():
+            if not self._room_for(len(data)):
+                return None
+            write_atomic(blob, data, durable=False)
+            os.chmod(blob, 0o600)
+        return digest
 
     def store(self, path: str, state: Mapping[str, Any]) -> tuple[str | None, str | None]:
         """The file's content stored by its hash: (hash, None), or (None, why it is not restorable)."""
@@ -274,7 +315,7 @@ class Journal:
             raise RewindError(f"the journal's record of run {run_id} is damaged; nothing was restored") from None
 
     def last(self) -> RunRecord:
-        runs = [run for run in self.runs() if run.entries]
+        runs = [run for run in self.runs() if run.entries or run.cells]
         if not runs:
             raise RewindError("the journal holds no run that changed files")
         return runs[0]
@@ -322,6 +363,7 @@ class Journal:
     def _collect(self) -> None:
         """Remove the contents neither a run nor the workspace's index (`_rewind_scan`) holds."""
         held = {(e.before or {}).get("hash") for run in self.runs() for e in run.entries}
+        held |= {cell.before for run in self.runs() for cell in run.cells}
         held |= self._indexed()
         with contextlib.suppress(FileNotFoundError):
             for name in os.listdir(self.root / "blobs"):
@@ -352,12 +394,16 @@ def _parse_run(run_id: str, lines: list[bytes]) -> RunRecord:
     if head.get("version") != _VERSION or head["run"] != run_id:
         raise ValueError("not this run")
     run = RunRecord(run_id, float(head["time"]), str(head["route"]))
+    cells: dict[tuple[str, str, str], CellEntry] = {}
     for line in lines[1:]:
         if not line.strip():
             continue
         item = json.loads(line)
         if "end" in item:
             run.after = dict(item["end"])
+            continue
+        if "cell" in item or "cell_after" in item:
+            _parse_cell(item, cells)
             continue
         if item["kind"] not in KINDS or not _plain_relative(item["path"]):
             raise ValueError("bad entry")
@@ -370,7 +416,25 @@ def _parse_run(run_id: str, lines: list[bytes]) -> RunRecord:
                                  item.get("not_restorable"), bool(item.get("after_the_fact"))))
     if run.after is not None:
         run.entries = [_as_ended(e, run.after) for e in run.entries if not _unchanged(e, run.after)]
+    # An edit that never completed in a run that ended changed nothing; one that changed nothing either.
+    run.cells = [c for c in cells.values() if run.after is None or c.after not in (None, c.before)]
     return run
+
+
+def _parse_cell(item: Mapping[str, Any], cells: dict[tuple[str, str, str], CellEntry]) -> None:
+    """A cell's line: its source before the run (the first for that cell counts), or after an edit (the last)."""
+    body = item.get("cell") or item["cell_after"]
+    key = (body["server"], body["notebook"], body["cell_id"])
+    if not all(isinstance(part, str) and part for part in key):
+        raise ValueError("bad cell entry")
+    if "cell" in item:
+        if not _HASH.fullmatch(body["before"]):
+            raise ValueError("bad cell entry")
+        cells.setdefault(key, CellEntry(*key, before=body["before"]))
+    elif key in cells:
+        if not _HASH.fullmatch(body["hash"]):
+            raise ValueError("bad cell entry")
+        cells[key] = dataclasses.replace(cells[key], after=body["hash"])
 
 
 def _plain_relative(path: Any) -> bool:
@@ -407,12 +471,38 @@ class RunJournal:
         self.id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         self.time = time.time()
         self._seen: dict[str, Entry] = {}
+        self._cells: dict[tuple[str, str, str], tuple[str, str | None]] = {}  # key -> (before, after)
         self._lock = threading.Lock()
         self._file: Any = None
 
     @property
     def files(self) -> int:
-        return len(self._seen)
+        return len(self._seen) + len(self._cells)
+
+    def before_cell(self, server: str, notebook: str, cell_id: str, source: str) -> None:
+        """Record a notebook cell on a Jupyter Server before this run first changes its source."""
+        key = (server, notebook, cell_id)
+        with self._lock:
+            if key in self._cells:
+                return
+            digest = self.journal.store_bytes(source.encode())
+            if digest is None:
+                raise RewindError(f"the cell {cell_id} of {notebook} was not changed: its source would pass "
+                                  f"the day's limit of {self.journal.limits.max_day_mb} MiB ([rewind] max_day_mb)")
+            self._open()
+            self._write({"cell": {"server": server, "notebook": notebook, "cell_id": cell_id, "before": digest}})
+            self._cells[key] = (digest, None)
+
+    def after_cell(self, server: str, notebook: str, cell_id: str, source: str) -> None:
+        """The cell's source once the change was made (a rewind compares the cell now with it)."""
+        key = (server, notebook, cell_id)
+        with self._lock:
+            if key not in self._cells:
+                return
+            digest = source_hash(source)
+            self._write({"cell_after": {"server": server, "notebook": notebook, "cell_id": cell_id,
+                                        "hash": digest}})
+            self._cells[key] = (self._cells[key][0], digest)
 
     def before_change(self, path: str | os.PathLike[str], kind: str | None = None, *,
                       to: str | os.PathLike[str] | None = None, after_the_fact: bool = False) -> None:
@@ -444,14 +534,17 @@ class RunJournal:
                 self._record(entry)
 
     def _record(self, entry: Entry) -> None:
+        self._open()
+        self._write(entry.to_json())
+        self._seen[entry.path] = entry
+
+    def _open(self) -> None:
         if self._file is None:
             folder = self.journal._folder("runs")
             fd = os.open(folder / f"{self.id}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
                          | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             self._file = os.fdopen(fd, "ab", buffering=0)
             self._write({"version": _VERSION, "run": self.id, "time": self.time, "route": self.route})
-        self._write(entry.to_json())
-        self._seen[entry.path] = entry
 
     def _write(self, item: Mapping[str, Any]) -> None:
         # One write per line, unbuffered: a kill after it leaves the line whole in the file.
@@ -471,7 +564,8 @@ class RunJournal:
             self._write({"end": after})
             self._file.close()
             self._file = None
-            return sum(not _unchanged(entry, after) for entry in self._seen.values())
+            cells = sum(after_cell not in (None, before) for before, after_cell in self._cells.values())
+            return sum(not _unchanged(entry, after) for entry in self._seen.values()) + cells
 
 
 # -- rewinding -----------------------------------------------------------------------------------
@@ -486,18 +580,25 @@ class Rewound:
 
 def rewind(journal: Journal, run_id: str | None, *, force: bool = False,
            paths: Iterable[str] = (), into: RunJournal | None = None,
-           refuse: Callable[[str], str | None] | None = None) -> Rewound:
+           refuse: Callable[[str], str | None] | None = None, cells_put_back_by_caller: bool = False) -> Rewound:
     """Put back every file run `run_id` (None: the last run that changed files) changed, as it
     was before that run; `paths`: globs naming only some. Refuses, touching nothing, when a file
     changed again since (unless `force`), when the run never ended, or when an entry is damaged.
     The rewind is itself recorded, so it can be rewound: as a run of its own, or `into` the run
     that makes it (a script's `tools rewind`). `refuse(path)`: why this caller may not restore a
-    file (checked for every file before any is touched)."""
+    file (checked for every file before any is touched). Notebook cells on a server
+    (`chosen_cells`) are refused unless `cells_put_back_by_caller`: only a session paired with that
+    server reaches its document; the caller checks and restores them (files are done here first)."""
     run = journal.last() if run_id is None else journal.run(run_id)
     globs = tuple(paths)
-    chosen = {p: e for p, e in run.files().items() if not globs or any(fnmatch.fnmatch(p, g) for g in globs)}
-    if not chosen:
+    chosen = chosen_files(run, globs)
+    cells = chosen_cells(run, globs)
+    if not chosen and not cells:
         raise RewindError(f"run {run.id} changed no file matching {', '.join(globs)}")
+    if cells and not cells_put_back_by_caller:
+        raise RewindError(f"nothing was restored: run {run.id} changed notebook cells through a Jupyter Server "
+                          f"({', '.join(printable(c.name) for c in cells[:_NAMED])}); a session paired with that "
+                          "server puts them back (`tools rewind` there), or `--path` leaves them out")
     refused = [f"{p}: {why}" for p, e in chosen.items()
                for why in [_leads_out(journal, p, e.to) or (refuse(p) if refuse else None)] if why]
     if refused:
@@ -518,6 +619,19 @@ def rewind(journal: Journal, run_id: str | None, *, force: bool = False,
     if into is None:
         own.finish()
     return Rewound(run.id, tuple(restored), tuple(skipped), own.id if own.files else None)
+
+
+def chosen_files(run: RunRecord, globs: Iterable[str]) -> dict[str, Entry]:
+    """The run's files a rewind's globs name (all, without globs)."""
+    globs = tuple(globs)
+    return {p: e for p, e in run.files().items() if not globs or any(fnmatch.fnmatch(p, g) for g in globs)}
+
+
+def chosen_cells(run: RunRecord, globs: Iterable[str]) -> list[CellEntry]:
+    """The run's cells a rewind's globs name (by `notebook#cell_id`, or by the notebook's path)."""
+    globs = tuple(globs)
+    return [cell for cell in run.cells
+            if not globs or any(fnmatch.fnmatch(cell.name, g) or fnmatch.fnmatch(cell.notebook, g) for g in globs)]
 
 
 def _leads_out(journal: Journal, relative: str, to: str | None) -> str | None:
@@ -579,7 +693,8 @@ def iter_changes(journal: Journal, run_id: str | None = None, path_glob: str | N
     for run in runs:
         if path_glob:
             run.entries = [e for e in run.entries if fnmatch.fnmatch(e.path, path_glob)]
-        if run.entries:
+            run.cells = chosen_cells(run, [path_glob])
+        if run.entries or run.cells:
             yield run
 
 
@@ -654,11 +769,14 @@ def describe_runs(runs: Iterable[RunRecord]) -> str:
     lines = []
     for run in runs:
         files = run.files()
+        count = len(files) + len(run.cells)
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.time))
         ended = "" if run.after is not None else "  (did not end: killed or still running)"
-        lines.append(f"run {run.id}  {when}  {run.route}  {len(files)} file{'s' if len(files) != 1 else ''}{ended}")
+        lines.append(f"run {run.id}  {when}  {run.route}  {count} file{'s' if count != 1 else ''}{ended}")
         for entry in files.values():
             lines.append("  " + _describe_entry(entry))
+        for cell in run.cells:
+            lines.append(f"  {'cell':<8}  {printable(cell.name)}  (on {printable(cell.server)})")
     return "\n".join(lines) if lines else "no changes recorded"
 
 

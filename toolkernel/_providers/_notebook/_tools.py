@@ -156,7 +156,11 @@ async def notebook_edit(arguments: dict[str, Any], ctx: ToolContext) -> dict[str
     change = EDITS[mode](notebook, arguments)
     if ctx.journal is not None and _is_local(store):  # a local file: the journal keeps it as it was
         ctx.journal.before_change(store.location)
+    from ._restore import record_after, record_before  # a served notebook: the cell, through its server
+
+    record_before(ctx.journal, store, notebook, change)
     notebook = await store.edit(ctx.state, notebook, change)
+    record_after(ctx.journal, store, notebook, change)
     touched = [change.cell_id] if mode != "insert" else [str(change.cell.id)]
     done = {"notebook_path": store.location, "edit_mode": mode, "cell_ids": touched,
             "cell_count": len(notebook.nb.cells)}

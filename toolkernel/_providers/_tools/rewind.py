@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._rewind import Journal, RewindError, describe_rewind, describe_runs, iter_changes, rewind
+from ..._rewind import (Journal, RewindError, Rewound, chosen_cells, chosen_files, describe_rewind, describe_runs,
+                        iter_changes, rewind)
 from ..._config._trust import NAMING
 from ..._tool import ToolContext, ToolInputError, tool
 
@@ -60,7 +61,8 @@ def changes(arguments: dict[str, Any], ctx: ToolContext) -> str:
     "rewind",
     description=(
         "Put back every file a run changed, as it was before the run (deleted files return, created "
-        "ones go, renamed ones move back). Refused, touching nothing, when a file changed again since; "
+        "ones go, renamed ones move back; a notebook cell edited through a paired Jupyter Server gets its "
+        "source back through the server's document). Refused, touching nothing, when a file changed again since; "
         "`force` restores anyway and the newer content is recorded, so the rewind can be undone too."
     ),
     input_schema={
@@ -77,11 +79,34 @@ def changes(arguments: dict[str, Any], ctx: ToolContext) -> str:
     },
     kind="edit",
 )
-def rewind_tool(arguments: dict[str, Any], ctx: ToolContext) -> str:
-    run_id = None if arguments["run"] == "last" else arguments["run"]
+async def rewind_tool(arguments: dict[str, Any], ctx: ToolContext) -> str:
+    journal, force, paths = _journal(ctx), bool(arguments.get("force")), arguments.get("paths") or ()
     try:
-        done = rewind(_journal(ctx), run_id, force=bool(arguments.get("force")),
-                      paths=arguments.get("paths") or (), into=ctx.journal, refuse=_a_persons)
+        run = journal.last() if arguments["run"] == "last" else journal.run(arguments["run"])
+        cells = chosen_cells(run, paths)
+        if not cells:
+            return describe_rewind(rewind(journal, run.id, force=force, paths=paths, into=ctx.journal,
+                                          refuse=_a_persons))
+        return describe_rewind(await _with_cells(ctx, journal, run.id, cells, force, paths))
     except RewindError as exc:
         raise ToolInputError(str(exc)) from None
-    return describe_rewind(done)
+
+
+async def _with_cells(ctx: ToolContext, journal: Journal, run_id: str, cells: list, force: bool,
+                      paths: Any) -> Rewound:
+    """A run that changed notebook cells through a Jupyter Server: every cell checked first, then the
+    files put back (which checks them and may still refuse), then the cells through the server's document."""
+    from .._notebook._restore import check_cells, put_back
+
+    targets = await check_cells(ctx.state, journal, run_id, cells, force)
+    own = ctx.journal or journal.start_run("rewind")
+    done = Rewound(run_id, (), (), None)
+    if any(True for _ in chosen_files(journal.run(run_id), paths)):
+        done = rewind(journal, run_id, force=force, paths=paths, into=own, refuse=_a_persons,
+                      cells_put_back_by_caller=True)
+    try:
+        restored = await put_back(targets, own)
+    finally:
+        if ctx.journal is None:
+            own.finish()
+    return Rewound(run_id, done.restored + tuple(restored), done.skipped, own.id if own.files else None)
