@@ -42,6 +42,7 @@ HTTP_TIMEOUT_SECONDS = 30.0
 # as the server's reason, not as our own timeout.
 KERNEL_LIST_TIMEOUT_SECONDS = 60.0
 READY_TIMEOUT_SECONDS = 60.0
+READY_ASK_AGAIN_SECONDS = 3.0
 # How long a request that the kernel replaced under it never acknowledged waits to learn whether
 # the new kernel took it (a kernel starts in seconds; a loaded machine makes that tens).
 RESTART_SETTLE_SECONDS = 60.0
@@ -250,9 +251,14 @@ class ServerConnection(KernelConnection):
         self._ready_kernel = kernel
 
     async def _wait_ready(self) -> None:
-        msg_id = await self._send("shell", "kernel_info_request", {})
-        if await self._reply(msg_id, READY_TIMEOUT_SECONDS) is None:
-            raise Unavailable(f"the {self.label} kernel on {self.api.base} did not answer", retryable=True)
+        # Asked again every few seconds, as jupyter_client does: a request sent before a new
+        # kernel's channels are up (through a gateway, most of all) is dropped, not queued.
+        deadline, asked = time.monotonic() + READY_TIMEOUT_SECONDS, set()
+        while (remaining := deadline - time.monotonic()) > 0:
+            asked.add(await self._send("shell", "kernel_info_request", {}))
+            if await self._reply(asked, min(READY_ASK_AGAIN_SECONDS, remaining)) is not None:
+                return
+        raise Unavailable(f"the {self.label} kernel on {self.api.base} did not answer", retryable=True)
 
     async def _read_forever(self) -> None:
         assert self._ws is not None
@@ -326,14 +332,15 @@ class ServerConnection(KernelConnection):
         except asyncio.TimeoutError:
             return None
 
-    async def _reply(self, msg_id: str, timeout: float) -> Message | None:
+    async def _reply(self, msg_id: str | set[str], timeout: float) -> Message | None:
+        wanted = {msg_id} if isinstance(msg_id, str) else msg_id
         deadline = time.monotonic() + timeout
         while (remaining := deadline - time.monotonic()) > 0:
             try:
                 reply = await asyncio.wait_for(self._replies.get(), remaining)
             except asyncio.TimeoutError:
                 return None
-            if reply.get("parent_header", {}).get("msg_id") == msg_id:
+            if reply.get("parent_header", {}).get("msg_id") in wanted:
                 return reply
         return None
 
