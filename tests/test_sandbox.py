@@ -447,6 +447,27 @@ def test_a_protected_folder_made_anew_is_not_left_writable_by_a_sandbox_made_bef
 
 
 @needs_sandbox
+def test_a_protected_file_replaced_on_the_host_is_not_left_writable_even_under_its_old_inode(project, bubblewrap):
+    # Linux detaches a mount in every other namespace when its file is renamed over on the host,
+    # so the waiting sandbox's read-only config is gone. The path may then hold a file with the
+    # old device and inode (ext4 reuses a freed inode at once; here the old file comes back by a
+    # link): what the sandbox still has mounted, not the path's identity, decides.
+    session, channel = project
+    work = session.workdir
+    run_agent_cell(project, "true")
+    stale = channel.sandboxes.ready()
+    assert stale is not None
+    config_path = work / "toolkernel.toml"
+    os.link(config_path, work / "kept")
+    write_config(work, config(["Bash(*)"]))  # renamed over: the stale sandbox's mount is detached
+    os.rename(work / "kept", config_path)
+    person_wrote = config_path.read_text()
+    out = run_agent_cell(project, "echo pwned > toolkernel.toml 2>/dev/null && echo WROTE; echo done")
+    assert out.split() == ["done"] and config_path.read_text() == person_wrote
+    assert channel.sandboxes.taken == 0 and stale.wait(timeout=60) != 0
+
+
+@needs_sandbox
 def test_a_cell_cannot_reach_the_sandbox_waiting_for_the_next_and_it_holds_no_secret(project, bubblewrap):
     # While a cell runs, the next cell's sandbox waits: the cell gets its process id (a barrier
     # file in the workspace) and tries to see, signal and find it (pid 1 is its own sandbox's).

@@ -23,6 +23,11 @@ nothing from reading, and no new top-level name can be made. Where neither works
 no sandbox (`mechanism().available` is False), and the callers ask a person for every such
 process instead (they fail closed). `toolkernel doctor` says which holds and why.
 
+A protected file that the host renames over while a sandbox runs (an editor's atomic save of
+`toolkernel.toml`) loses its mount inside for the rest of that run: Linux detaches it. What
+then changes is caught after the fact, by trust (a config's bytes) and by `_shadows` (a
+module); a sandbox made ahead is not used once one of its mounts is gone.
+
 This module only builds and checks the command line: what to protect is worked out above it
 (`_runners/_sandbox_plan.py`), and no I/O happens here but the one probe of `bwrap`.
 """

@@ -7,9 +7,12 @@ holding a small bash loader that waits on its stdin (a pipe only the kernel hold
 
 A cell takes it only if it was made for exactly the sandbox the cell would get now: the same
 wrapped command line (every mount and the network, as `_sandbox.wrap` makes it from the plan
-and what exists), the same working folder, and the same file or folder at every mounted place
+and what exists), the same working folder, the same file or folder at every mounted place
 (device and inode: a protected folder renamed and made anew is not left writable under a
-stale mount). Anything else ends it and the cell starts a sandbox of its own (fail closed).
+stale mount), and every read-only and hiding mount still in the sandbox's own mount table
+(Linux takes a mount away in every other namespace when its file is renamed over on the host,
+and a new file can get the old inode). Anything else ends it and the cell starts a sandbox of
+its own (fail closed).
 Each is used once, so each cell still has a fresh private /tmp and process table.
 
 What waits holds nothing of a run's: its command line is the plan's and the loader's, its
@@ -24,6 +27,7 @@ every sandbox has a process table of its own, and the pipe's other end is in no 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import queue
 import secrets
@@ -52,12 +56,14 @@ _LOADER = ("IFS= read -r -d '' script && IFS= read -r -d '' envfile && IFS= read
 
 _NOT_OPENED_POLL = 0.2  # seconds between looks at whether a sandbox ended before the cell's output began
 _MAKING = 5.0  # seconds a cell waits for the one being made before it makes its own
+_INFO_TIMEOUT = 30.0  # seconds bwrap may take to say its sandbox's process is made
 
 
 @dataclass
 class _Waiting:
     key: tuple
     proc: subprocess.Popen
+    child: int  # the process inside (bwrap's `--info-fd`): its mount table is the sandbox's
 
 
 class Prespawned:
@@ -102,7 +108,8 @@ class Prespawned:
             waiting, self._waiting = self._waiting, None
         if waiting is None:
             return None
-        if mechanism().name != "bubblewrap" or waiting.proc.poll() is not None or waiting.key != _key(plan, workdir):
+        if mechanism().name != "bubblewrap" or waiting.proc.poll() is not None or waiting.key != _key(plan, workdir) \
+                or not _mounts_hold(waiting.child, plan):
             self._end(waiting)
             return None
         taken = _Taken.made_in(self.folder, waiting.proc)
@@ -155,17 +162,26 @@ class Prespawned:
         # The key is taken before bwrap mounts anything: whatever moves after it, the key
         # taken when a cell comes differs, and this one is not used.
         key = _key(plan, workdir)
+        info, info_w = os.pipe()
         try:
             # bwrap's own stderr (a sandbox that could not be made says why there) is read once it
             # has ended; its stdout is nobody's: the cell's output goes to FIFOs only the cell holds.
-            proc = subprocess.Popen(list(key[0]), cwd=workdir, env={"PATH": os.environ.get("PATH", os.defpath)},
+            argv = [key[0][0], "--info-fd", str(info_w), *key[0][1:]]
+            proc = subprocess.Popen(argv, cwd=workdir, env={"PATH": os.environ.get("PATH", os.defpath)},
                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                    start_new_session=True)
+                                    start_new_session=True, pass_fds=(info_w,))
             os.set_blocking(proc.stderr.fileno(), False)
         except OSError:
             return None  # the cell starts its own, and says what went wrong
+        finally:
+            os.close(info_w)
+        child = _child_pid(info)
+        waiting = _Waiting(key, proc, child or 0)
+        if child is None:
+            self._end(waiting)
+            return None
         self.made += 1
-        return _Waiting(key, proc)
+        return waiting
 
     @staticmethod
     def _end(waiting: _Waiting) -> None:
@@ -253,6 +269,60 @@ class _Taken:
             self.proc.stderr.close()
         except OSError:
             pass
+
+
+def _child_pid(info: int) -> int | None:
+    """The pid bwrap reports on its info pipe once the sandbox's process is made (None: it ended
+    first, or said nothing in time). Closes the pipe."""
+    chunks = []
+    try:
+        while select.select([info], [], [], _INFO_TIMEOUT)[0]:
+            chunk = os.read(info, 4096)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        else:
+            return None
+    finally:
+        os.close(info)
+    try:
+        pid = json.loads(b"".join(chunks))["child-pid"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return pid if isinstance(pid, int) and pid > 0 else None
+
+
+def _mounts_hold(child: int, plan: Plan) -> bool:
+    """Whether the waiting sandbox still has a read-only mount at every protected place, and one
+    over every hidden place. A file or folder replaced on the host (renamed over, removed) takes
+    its mount away in every other namespace, and the path's identity cannot tell: a new file may
+    get the old inode. Unreadable counts as not held."""
+    try:
+        with open(f"/proc/{child}/mountinfo", "rb") as table:
+            lines = table.read().splitlines()
+    except OSError:
+        return False
+    mounted: dict[bytes, bool] = {}
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 5:
+            mounted[fields[4]] = mounted.get(fields[4], False) or b"ro" in fields[5].split(b",")
+    wanted = [(place, True) for place in plan.read_only] + [(place, False) for place in plan.hidden]
+    for place, read_only in wanted:
+        if not os.path.lexists(place) or (not read_only and os.path.islink(place)):
+            continue  # nothing mounted there (see `_sandbox.wrap`)
+        found = mounted.get(_mountinfo_path(place))
+        if found is None or (read_only and not found):
+            return False
+    return True
+
+
+def _mountinfo_path(place: str) -> bytes:
+    """A path as /proc's mountinfo writes it: space, tab, newline and backslash in octal."""
+    raw = os.fsencode(place)
+    for char in (b"\\", b" ", b"\t", b"\n"):
+        raw = raw.replace(char, b"\\%03o" % ord(char))
+    return raw
 
 
 def _key(plan: Plan, workdir: Path) -> tuple:
