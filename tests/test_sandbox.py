@@ -130,6 +130,30 @@ echo scratch > ${{TMPDIR:-/tmp}}/scratch && cat ${{TMPDIR:-/tmp}}/scratch
 
 
 @needs_sandbox
+def test_what_an_agents_cell_makes_anew_at_the_top_to_run_later_is_moved_aside(project, bubblewrap):
+    # A name that does not exist cannot be mounted read-only: a new module that shadows an
+    # installed one, and a `.git` where there was none (its config runs programs: fsmonitor,
+    # hooks), are moved aside as the cell ends. A person's own cell keeps both.
+    import shutil
+
+    from toolkernel._runners._hostbash._runner import HostBashRunner
+
+    session, channel = project
+    work = session.workdir
+    shutil.rmtree(work / ".git")
+    plant = "echo 'import os' > nbformat.py && git init -q . && echo planted"
+    result, out, err = run_agent(project, plant)
+    assert out.split() == ["planted"] and result.exit_code == 1, (out, err)
+    assert "moved nbformat.py" in err and "moved the folder .git/" in err, err
+    assert not (work / "nbformat.py").exists() and not (work / ".git").exists()
+    quarantined = list((work / ".toolkernel" / "quarantine").glob("*/*"))
+    assert sorted(p.name for p in quarantined) == [".git", "nbformat.py"]
+    sink = RecordingSink()
+    assert session.run_script(plant, sink, runner=HostBashRunner(channel)).exit_code == 0
+    assert (work / "nbformat.py").exists() and (work / ".git" / "config").exists()
+
+
+@needs_sandbox
 def test_the_state_folder_and_credentials_are_not_visible_and_answers_cannot_be_planted(project):
     session, _ = project
     state = Path(os.environ["XDG_STATE_HOME"]) / "toolkernel"

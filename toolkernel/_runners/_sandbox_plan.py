@@ -6,8 +6,8 @@ folder), each made read-only through its top-level folder, since a folder that h
 point can still be renamed with the protected file in it. Top-level entries that shadow an
 installed module are read-only too; new ones are moved aside when the run ends (`_shadows`).
 A protected name that does not exist yet cannot be mounted without making it on the host:
-a new config file is caught by trust (never trusted until a person says so), a new module by
-the run's end.
+a new config file is caught by trust (never trusted until a person says so), a new module or
+`.git` by the run's end (`_shadows`).
 """
 
 from __future__ import annotations

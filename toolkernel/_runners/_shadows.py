@@ -23,6 +23,10 @@ seconds old) when it was last listed: no entry was made, removed or renamed ther
 looking again at the few candidates suffices. With it, a run in a workspace of thousands of
 entries pays a few `stat`s at each end, not two listings.
 
+A `.git` made at the top where there was none is moved aside the same way: git run there
+reads its config and runs what it names, and no read-only mount can hold a name that does not
+exist yet. A repository that was there is the person's (and read-only to a sandboxed run).
+
 A module that shadows nothing (a person's `helpers.py`) is left alone, and so is any entry
 the run did not touch. Files deeper than the top (`pkg/mod.py` of a package that is the
 person's) are not looked at: a name deeper down shadows nothing installed unless its
@@ -46,6 +50,9 @@ from .._errors import printable
 from .._shadowing import BYTECODE, FOLD, SUFFIXES, Installed, installed, module_of
 
 QUARANTINE = ".toolkernel/quarantine"
+# A repository made at the top where there was none: git, run here by the person or by
+# JupyterLab's git panel, reads its config and runs what it names (`core.fsmonitor`, hooks).
+GIT = ".git"
 _SAY_EACH = 3  # moves named one a line; past that, one line for all
 
 
@@ -58,7 +65,8 @@ class Moved:
 
     name: str
     module: str  # the installed module it shadows (folded where importlib folds case)
-    # "module", "package", or "folder": a bare folder a namespace package takes in; "unlisted":
+    # "module", "package", "bytecode", "git" (a new `.git`), or "folder": a bare folder a
+    # namespace package takes in; "unlisted":
     # the top could not be looked at, so nothing was moved
     kind: str
     to: str | None
@@ -100,20 +108,25 @@ class Watch:
                 except OSError as exc:  # the workspace is gone, or a link now: said, not raised
                     return [Moved(".", "", "unlisted", None, _reason(exc))]
                 planted = [(name, module, kind) for name, module, kind, identity in after
-                           if identity != self.before.get(name, ())
-                           and (kind == "bytecode" or self.installed.shadowed_by(module, kind))]
+                           if self._planted(name, module, kind, identity)]
                 return _move_aside(self.root, planted) if planted else []
             finally:
                 if last:
                     _running.discard(self)
 
+    def _planted(self, name: str, module: str, kind: str, identity: tuple) -> bool:
+        assert self.before is not None
+        if kind == "git":
+            return self.before.get(GIT) is None  # one that was there is the person's (and read-only)
+        return identity != self.before.get(name, ()) and (kind == "bytecode" or self.installed.shadowed_by(module, kind))
+
     def _candidates(self) -> list[tuple[str, tuple | None]]:
         """(name, identity) of each top-level entry whose name may shadow an installed module,
-        and of the top's `__pycache__` (its files' identities: see `_cache_identity`)."""
+        of the top's `__pycache__` (its files' identities: see `_cache_identity`) and of `.git`."""
         top = _open_top(self.root)
         try:
             found = [(name, _identity(top, name)) for name in _module_names(top, self.root, self.installed)]
-            return found + [(BYTECODE, _cache_identity(top))]
+            return found + [(BYTECODE, _cache_identity(top)), (GIT, _identity(top, GIT))]
         finally:
             os.close(top)
 
@@ -121,9 +134,9 @@ class Watch:
         """(name, module, kind, identity) of each entry at the top now that may shadow."""
         found = []
         for name, identity in self._candidates():
-            if name == BYTECODE:
+            if name in (BYTECODE, GIT):
                 if identity is not None:
-                    found.append((name, "", "bytecode", identity))
+                    found.append((name, "", "bytecode" if name == BYTECODE else "git", identity))
                 continue
             module = None if identity is None else module_of(name, identity[0] == stat.S_IFDIR)
             if module is not None:  # else gone meanwhile, or by its kind no module (`json.py/`, a file `json`)
@@ -321,22 +334,28 @@ def _unlisted_line(m: Moved) -> str:
 def _moved_lines(done: list[Moved]) -> list[str]:
     if len(done) <= _SAY_EACH:
         return [f"toolkernel: moved {'the folder ' if m.kind != 'module' else ''}{m.shown}, written while this"
-                f" script ran, to {printable(m.to)}: a Python started in this folder imports {_instead(m)}."
-                " Move it back if you meant it." for m in done]
+                f" script ran, to {printable(m.to)}: {_consequence(m)}. Move it back if you meant it." for m in done]
     return [f"toolkernel: moved {len(done)} entries written while this script ran ({_few(done)}) to"
             f" {printable(os.path.dirname(done[0].to))}/: a Python started in this folder imports each instead"
-            " of the installed module of its name (or runs the bytecode in place of the sources). Move back"
-            " any you meant."]
+            " of the installed module of its name (or runs the bytecode in place of the sources; git run here"
+            " reads a new .git's config). Move back any you meant."]
 
 
 def _failed_line(failed: list[Moved]) -> str:
     reasons = "; ".join(sorted({m.problem or "unknown" for m in failed}))
     if len(failed) == 1:
-        what, it = _instead(failed[0]), "it"
+        what, it = _consequence(failed[0]), "it"
     else:
-        what, it = "them instead of the installed modules of their names", "them"
+        what, it = "a Python started in this folder imports them instead of the installed modules of their names", \
+            "them"
     return (f"toolkernel: could not move {_few(failed)}, written while this script ran, out of the way"
-            f" ({reasons}): a Python started in this folder imports {what}. Remove {it}.")
+            f" ({reasons}): {what}. Remove {it}.")
+
+
+def _consequence(m: Moved) -> str:
+    if m.kind == "git":
+        return "git run in this folder (by you, or JupyterLab's git panel) reads its config and runs what it names"
+    return f"a Python started in this folder imports {_instead(m)}"
 
 
 def _instead(m: Moved) -> str:

@@ -43,6 +43,9 @@ class HostBashRunner:
         self.channel = channel
         self.timeout = timeout
         self.agent = agent  # an agent started the cell: it is a `Bash` call checked first
+        # What its sandbox cannot mount read-only before it exists (a new module that shadows an
+        # installed one, a new `.git`) is moved aside when an agent's cell ends (`_shell._Shadows`).
+        self.sandboxed = agent
         self.timed_out = False
         self._host: HostRun | None = None
         self._cancelled = False
