@@ -34,6 +34,7 @@ import secrets
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -166,7 +167,8 @@ class Prespawned:
         try:
             # bwrap's own stderr (a sandbox that could not be made says why there) is read once it
             # has ended; its stdout is nobody's: the cell's output goes to FIFOs only the cell holds.
-            argv = [key[0][0], "--info-fd", str(info_w), *key[0][1:]]
+            line = wrap(_loader(), plan)
+            argv = [line[0], "--info-fd", str(info_w), *line[1:]]
             proc = subprocess.Popen(argv, cwd=workdir, env={"PATH": os.environ.get("PATH", os.defpath)},
                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                     start_new_session=True, pass_fds=(info_w,))
@@ -326,9 +328,10 @@ def _mountinfo_path(place: str) -> bytes:
 
 
 def _key(plan: Plan, workdir: Path) -> tuple:
-    argv = tuple(wrap(_loader(), plan))
+    """What the sandbox's command line is made from (`_sandbox.wrap`: the plan, and what is at
+    each of its places, a link or not), without making it: a cell waits while this is taken."""
     places = (str(workdir), *plan.writable, *plan.read_only, *plan.hidden, *plan.visible)
-    return argv, str(workdir), tuple(_identity(place) for place in places)
+    return plan, tuple(_loader()), str(workdir), tuple(_identity(place) for place in places)
 
 
 def _loader() -> list[str]:
@@ -341,12 +344,18 @@ def _loader_in(path: str) -> list[str]:
     return [found("bash") or "bash", "--norc", "--noprofile", "-c", _LOADER, found("env") or "env"]
 
 
-def _identity(place: str) -> tuple[int, int, int] | None:
+def _identity(place: str) -> tuple[int, ...] | None:
+    try:
+        own = os.lstat(place)
+    except OSError:
+        return None
+    if not stat.S_ISLNK(own.st_mode):
+        return own.st_dev, own.st_ino, own.st_mode
     try:
         found = os.stat(place)
     except OSError:
-        return None
-    return found.st_dev, found.st_ino, found.st_mode
+        return (own.st_mode,)  # a link to nothing
+    return own.st_mode, found.st_dev, found.st_ino, found.st_mode
 
 
 def _entry(name: str, value: str) -> bytes:
