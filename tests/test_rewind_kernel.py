@@ -111,12 +111,55 @@ def test_a_killed_kernel_leaves_every_change_its_tools_made_before_the_kill(tmp_
     finally:
         k.shutdown()
     journal = Journal(work, environ=_env(tmp_path))
-    [run] = journal.runs()
-    assert run.after is None and [e.path for e in run.entries] == ["one.txt", "two.txt"]
-    result = subprocess.run([sys.executable, "-m", "toolkernel", "rewind", run.id, "--force", "--workdir", str(work)],
+    [run] = journal.runs()  # read first here: its end is written now, the workspace compared
+    assert run.settled is not None and [e.path for e in run.entries] == ["one.txt", "two.txt", "killed.marker"]
+    result = subprocess.run([sys.executable, "-m", "toolkernel", "rewind", run.id, "--workdir", str(work)],
                             env={**os.environ, **_env(tmp_path)}, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert (work / "one.txt").read_text() == "one before\n" and not (work / "two.txt").exists()
+
+
+@pytest.mark.parametrize("cell", ["%%bash", "%%tools"])
+def test_a_killed_kernel_leaves_what_a_cells_own_commands_changed_before_the_kill(tmp_path, cell):
+    # The shell's own writes are found by comparing the workspace with the one stored as the run
+    # started; the kernel never reaches the run's end, so the next reader of the journal compares.
+    work = tmp_path / "work"
+    work.mkdir()
+    write_config(work, '[policy]\nmode = "accept-edits"\n')
+    (work / "data.csv").write_text("a,b\n1,2\n")
+    (work / "keep.txt").write_text("kept\n")
+    os.chmod(work / "keep.txt", 0o640)
+    k = Kernel(work, _env(tmp_path))
+    try:
+        k.execute_ok("%load_ext toolkernel")
+        k.start(f"{cell}\necho 'overwritten' > data.csv\nrm keep.txt\necho new > made.txt\n"
+                "echo > killed.marker\nsleep 60")
+        deadline = time.monotonic() + 60
+        while not (work / "killed.marker").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        k.manager.signal_kernel(signal.SIGKILL)
+    finally:
+        k.shutdown()
+    env = {**os.environ, **_env(tmp_path)}
+    listed = subprocess.run([sys.executable, "-m", "toolkernel", "changes", "--workdir", str(work)],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert "its process died before the end" in listed.stdout, listed.stdout
+    for line in ("changed   data.csv  (after the fact)", "deleted   keep.txt  (after the fact)",
+                 "created   made.txt  (after the fact)"):
+        assert line in listed.stdout, listed.stdout
+    rewound = subprocess.run([sys.executable, "-m", "toolkernel", "rewind", "--last", "--workdir", str(work)],
+                             env=env, capture_output=True, text=True, timeout=120)
+    assert rewound.returncode == 0, rewound.stderr
+    assert (work / "data.csv").read_text() == "a,b\n1,2\n" and (work / "keep.txt").read_text() == "kept\n"
+    assert (work / "keep.txt").stat().st_mode & 0o777 == 0o640 and not (work / "made.txt").exists()
+
+
+def test_a_run_that_changed_nothing_leaves_no_run_behind(kernel, project):
+    before = {run.id for run in Journal(project, environ=_env(project.parent)).runs()}
+    kernel.execute_ok("%%bash\ncat toolkernel.toml > /dev/null")
+    kernel.execute_ok("%%tools\necho nothing")
+    assert {run.id for run in Journal(project, environ=_env(project.parent)).runs()} == before
 
 
 def test_the_command_line_lists_and_refuses_without_a_traceback(tmp_path):

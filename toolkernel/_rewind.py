@@ -11,8 +11,11 @@ hides (`_runners/_sandbox_plan.hidden_places`), so no script can rewrite what it
 
 `<project>` is a digest of the workspace's real path, as for pending approvals. A run's file
 is appended line by line (each line whole before the change it announces), so a run killed
-midway keeps every change made before it; its end line holds each file's state after the run,
-which a rewind compares with the file now to find files changed again since.
+midway keeps every change its tools made before it; its end line holds each file's state after
+the run, which a rewind compares with the file now to find files changed again since. A shell
+run's own commands are found by comparing the workspace before and after (`_rewind_scan`): the
+"before" is stored as the run starts (its `scan` line), so when the run's process died without
+an end line, the next reader of the run compares the workspace with it then (`settled`).
 
 Limits (`[rewind]`, `RewindLimits`): a file past `max_file_mb`, or content past the day's
 `max_day_mb` once the oldest runs are dropped, is recorded "not restorable" with the reason,
@@ -130,6 +133,9 @@ class RunRecord:
     route: str
     entries: list[Entry] = field(default_factory=list)
     after: dict[str, Any] | None = None  # path -> state after the run; None: the run never ended
+    scan: str | None = None  # the stored workspace as the run started (a shell run's)
+    settled: float | None = None  # when a reader ended the run its dead process left open
+    owner: tuple[int, str | None] | None = None  # the pid that ran it, and that process's start
     cells: list[CellEntry] = field(default_factory=list)  # each cell once: first before, last after
 
     def files(self) -> dict[str, Entry]:
@@ -155,6 +161,78 @@ def _hash_file(fd: int) -> str:
     while chunk := os.read(fd, _CHUNK):
         digest.update(chunk)
     return digest.hexdigest()
+
+
+# path -> (size, mtime_ns, mode, inode, kind) as one walk saw it
+Seen = dict[str, tuple[int, int, int, int, str]]
+_SKIPPED_FOLDERS = (".git",)  # a repository's own store, which git already keeps
+
+
+def walk(workdir: str, recorded: Callable[[str], str | None]) -> Seen:
+    """Every file (and link) of the workspace that `recorded` keeps, by relative path (one
+    `stat` a file; not behind a link to a folder)."""
+    seen: Seen = {}
+    folders = [""]
+    while folders:
+        relative = folders.pop()
+        try:
+            entries = list(os.scandir(os.path.join(workdir, relative)))
+        except OSError:
+            continue
+        for entry in entries:
+            name = f"{relative}/{entry.name}" if relative else entry.name
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                if entry.name not in _SKIPPED_FOLDERS and recorded(name) is not None:
+                    folders.append(name)
+            elif recorded(name) is not None:
+                kind = "file" if stat.S_ISREG(info.st_mode) else "link" if stat.S_ISLNK(info.st_mode) else "other"
+                seen[name] = (info.st_size, info.st_mtime_ns, stat.S_IMODE(info.st_mode), info.st_ino, kind)
+    return seen
+
+
+def compared_entries(before: Mapping[str, Any], after: Seen) -> list[Entry]:
+    """What moved between the workspace `before` a shell run (path -> [size, mtime_ns, mode,
+    stored hash, kind, why not stored, inode]) and `after` it: each an entry "after the fact"."""
+    # A rename keeps the inode, the size and the mtime; a new file may reuse a deleted one's inode.
+    by_inode = {(seen[3], seen[0], seen[1]): name for name, seen in after.items() if name not in before}
+    entries = []
+    for name, line in before.items():
+        size, mtime_ns, mode, digest, kind, why, inode = line
+        now = after.get(name)
+        if now is not None and now[:3] == (size, mtime_ns, mode) and now[4] == kind:
+            continue
+        to = by_inode.get((inode, size, mtime_ns)) if now is None else None
+        change = "renamed" if to else "deleted" if now is None else "changed"
+        state = {"size": size, "mtime_ns": mtime_ns, "mode": mode, "type": kind, "hash": digest}
+        entries.append(Entry(name, change, state, to, why, after_the_fact=True))
+    entries += [Entry(name, "created", None, after_the_fact=True) for name in after if name not in before]
+    return entries
+
+
+def _process_start(pid: int) -> str | None:
+    """What tells this process from a later one given the same pid: its start time (Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def _still_running(owner: tuple[int, str | None] | None) -> bool:
+    if owner is None:
+        return False
+    pid, started = owner
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return started is None or _process_start(pid) in (None, started)
 
 
 class Journal:
@@ -310,9 +388,40 @@ class Journal:
         except FileNotFoundError:
             raise RewindError(f"no run {run_id} in the journal (`toolkernel changes` lists them)") from None
         try:
-            return _parse_run(run_id, lines)
+            run = _parse_run(run_id, lines)
         except (ValueError, KeyError, TypeError, AttributeError):
             raise RewindError(f"the journal's record of run {run_id} is damaged; nothing was restored") from None
+        if run.after is None and run.scan is not None and not _still_running(run.owner):
+            return self._settled(run)
+        return run
+
+    def _settled(self, run: RunRecord) -> RunRecord:
+        """A shell run whose process died before its end: what its commands changed, found now by
+        comparing the workspace with the one stored as it started, and its end written. Another
+        reader doing the same holds the file's lock: this one reads the run as it stands."""
+        import fcntl
+
+        path = self.root / "runs" / f"{run.id}.jsonl"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return run
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            again = _parse_run(run.id, path.read_bytes().splitlines())
+            if again.after is not None:
+                return again
+            before = json.loads(self.blob(run.scan))
+            known = {entry.path for entry in again.entries}
+            found = [e for e in compared_entries(before, walk(self.workdir, self.relative_name)) if e.path not in known]
+            lines = [entry.to_json() for entry in found]
+            lines.append({"end": _states_after([*again.entries, *found], self.workdir), "settled": time.time()})
+            os.write(fd, b"".join(json.dumps(line, separators=(",", ":")).encode() + b"\n" for line in lines))
+            return _parse_run(run.id, path.read_bytes().splitlines())
+        except (OSError, RewindError, ValueError, KeyError, TypeError, AttributeError):
+            return run  # being settled by another reader, or a damaged scan: shown as not ended
+        finally:
+            os.close(fd)
 
     def last(self) -> RunRecord:
         runs = [run for run in self.runs() if run.entries or run.cells]
@@ -362,8 +471,10 @@ class Journal:
 
     def _collect(self) -> None:
         """Remove the contents neither a run nor the workspace's index (`_rewind_scan`) holds."""
-        held = {(e.before or {}).get("hash") for run in self.runs() for e in run.entries}
-        held |= {cell.before for run in self.runs() for cell in run.cells}
+        runs = self.runs()
+        held = {(e.before or {}).get("hash") for run in runs for e in run.entries}
+        held |= {cell.before for run in runs for cell in run.cells}
+        held |= self._held_by_scans(runs)
         held |= self._indexed()
         with contextlib.suppress(FileNotFoundError):
             for name in os.listdir(self.root / "blobs"):
@@ -372,6 +483,16 @@ class Journal:
                         os.unlink(self.root / "blobs" / name)
         self._day = None
 
+
+    def _held_by_scans(self, runs: list[RunRecord]) -> set[str]:
+        """What a run not ended yet may still need: its stored workspace and the contents in it."""
+        held: set[str] = set()
+        for run in runs:
+            if run.after is None and run.scan is not None:
+                held.add(run.scan)
+                with contextlib.suppress(RewindError, ValueError, TypeError, AttributeError):
+                    held |= {line[3] for line in json.loads(self.blob(run.scan)).values() if line[3]}
+        return held
 
     def _indexed(self) -> set[str]:
         """The hashes of the workspace's index: the contents before the next shell run."""
@@ -394,6 +515,8 @@ def _parse_run(run_id: str, lines: list[bytes]) -> RunRecord:
     if head.get("version") != _VERSION or head["run"] != run_id:
         raise ValueError("not this run")
     run = RunRecord(run_id, float(head["time"]), str(head["route"]))
+    if isinstance(head.get("pid"), int):
+        run.owner = (head["pid"], head.get("started") if isinstance(head.get("started"), str) else None)
     cells: dict[tuple[str, str, str], CellEntry] = {}
     for line in lines[1:]:
         if not line.strip():
@@ -401,6 +524,12 @@ def _parse_run(run_id: str, lines: list[bytes]) -> RunRecord:
         item = json.loads(line)
         if "end" in item:
             run.after = dict(item["end"])
+            run.settled = float(item["settled"]) if "settled" in item else None
+            continue
+        if "scan" in item:
+            if not _HASH.fullmatch(item["scan"]):
+                raise ValueError("bad scan")
+            run.scan = item["scan"]
             continue
         if "cell" in item or "cell_after" in item:
             _parse_cell(item, cells)
@@ -453,6 +582,16 @@ def _unchanged(entry: Entry, after: Mapping[str, Any]) -> bool:
     if before is None or now is None:
         return before is None and now is None
     return all(before.get(key) == now.get(key) for key in ("size", "mtime_ns", "mode", "type"))
+
+
+def _states_after(entries: Iterable[Entry], workdir: str) -> dict[str, Any]:
+    """Each file's state now, and where a renamed one went: what a later rewind compares with."""
+    after: dict[str, Any] = {}
+    for entry in entries:
+        after[entry.path] = _state_of(os.path.join(workdir, entry.path))
+        if entry.to is not None:
+            after.setdefault(entry.to, _state_of(os.path.join(workdir, entry.to)))
+    return after
 
 
 def _as_ended(entry: Entry, after: Mapping[str, Any]) -> Entry:
@@ -527,6 +666,17 @@ class RunJournal:
         moved = self.journal.relative(to) if to is not None else None
         return Entry(relative, kind or "changed", before, moved, why, after_the_fact)
 
+    def note_scan(self, before: Mapping[str, Any]) -> None:
+        """The workspace as this shell run starts (see `compared_entries`), stored, so that a run
+        whose process dies can still be compared with it. Past the day's limit: not noted (a
+        killed run then keeps only what its tools recorded)."""
+        digest = self.journal.store_bytes(json.dumps(before, separators=(",", ":"), sort_keys=True).encode())
+        if digest is None:
+            return
+        with self._lock:
+            self._open()
+            self._write({"scan": digest})
+
     def record_known(self, entry: Entry) -> None:
         """An entry worked out elsewhere (the workspace compared before and after a shell run)."""
         with self._lock:
@@ -544,7 +694,8 @@ class RunJournal:
             fd = os.open(folder / f"{self.id}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
                          | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             self._file = os.fdopen(fd, "ab", buffering=0)
-            self._write({"version": _VERSION, "run": self.id, "time": self.time, "route": self.route})
+            self._write({"version": _VERSION, "run": self.id, "time": self.time, "route": self.route,
+                         "pid": os.getpid(), "started": _process_start(os.getpid())})
 
     def _write(self, item: Mapping[str, Any]) -> None:
         # One write per line, unbuffered: a kill after it leaves the line whole in the file.
@@ -556,11 +707,13 @@ class RunJournal:
         with self._lock:
             if self._file is None:
                 return 0
-            after = {}
-            for relative, entry in self._seen.items():
-                after[relative] = _state_of(os.path.join(self.journal.workdir, relative))
-                if entry.to is not None:
-                    after.setdefault(entry.to, _state_of(os.path.join(self.journal.workdir, entry.to)))
+            if not self._seen and not self._cells:  # only its scan: nothing to keep
+                self._file.close()
+                self._file = None
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.journal.root / "runs" / f"{self.id}.jsonl")
+                return 0
+            after = _states_after(self._seen.values(), self.journal.workdir)
             self._write({"end": after})
             self._file.close()
             self._file = None
@@ -772,6 +925,9 @@ def describe_runs(runs: Iterable[RunRecord]) -> str:
         count = len(files) + len(run.cells)
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.time))
         ended = "" if run.after is not None else "  (did not end: killed or still running)"
+        if run.settled is not None:
+            ended = ("  (its process died before the end: what its commands changed was found at "
+                     f"{time.strftime('%H:%M:%S', time.localtime(run.settled))})")
         lines.append(f"run {run.id}  {when}  {run.route}  {count} file{'s' if count != 1 else ''}{ended}")
         for entry in files.values():
             lines.append("  " + _describe_entry(entry))

@@ -22,42 +22,16 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from typing import Any
 
 from ._atomic import write_atomic
-from ._rewind import INDEX as _INDEX, Entry, Journal, RunJournal
+from ._rewind import INDEX as _INDEX, Journal, RunJournal, Seen, compared_entries, walk
 
-_SKIPPED_FOLDERS = (".git",)
 _INDEX_VERSION = 1
 
-# path -> [size, mtime_ns, mode, inode, kind] as seen by one walk
-Seen = dict[str, tuple[int, int, int, int, str]]
 
-
-def walk(journal: Journal) -> Seen:
-    """Every file (and link) of the workspace the journal records, by relative path."""
-    seen: Seen = {}
-    folders = [""]
-    while folders:
-        relative = folders.pop()
-        try:
-            entries = list(os.scandir(os.path.join(journal.workdir, relative)))
-        except OSError:
-            continue
-        for entry in entries:
-            name = f"{relative}/{entry.name}" if relative else entry.name
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISDIR(info.st_mode):
-                if entry.name not in _SKIPPED_FOLDERS and journal.relative_name(name) is not None:
-                    folders.append(name)
-            elif journal.relative_name(name) is not None:
-                kind = "file" if stat.S_ISREG(info.st_mode) else "link" if stat.S_ISLNK(info.st_mode) else "other"
-                seen[name] = (info.st_size, info.st_mtime_ns, stat.S_IMODE(info.st_mode), info.st_ino, kind)
-    return seen
+def _walk(journal: Journal) -> Seen:
+    return walk(journal.workdir, journal.relative_name)
 
 
 def _load_index(journal: Journal) -> dict[str, Any]:
@@ -83,9 +57,9 @@ def _same(seen: tuple, indexed: Any) -> bool:
 class Comparison:
     """The workspace before a shell run, and afterwards the run's entries from what moved."""
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, run: RunJournal | None = None) -> None:
         self.journal = journal
-        self.before = walk(journal)
+        self.before = _walk(journal)
         self.index = _load_index(journal)
         moved = False
         for name, seen in self.before.items():
@@ -97,6 +71,10 @@ class Comparison:
             del self.index[name]
         if moved or gone:
             _save_index(journal, self.index)
+        # Each file before the run: its index line (state, stored hash, why not) and its inode.
+        self.lines = {name: [*self.index[name][:6], seen[3]] for name, seen in self.before.items()}
+        if run is not None:  # kept with the run: a run whose process dies is compared with it later
+            run.note_scan(self.lines)
 
     def _stored(self, name: str, seen: tuple) -> list[Any]:
         """The index line of a file that moved: its state, and its content stored (or why not)."""
@@ -107,21 +85,5 @@ class Comparison:
 
     def record(self, run: RunJournal) -> None:
         """After the run: each file that was created, changed, deleted or renamed, as an entry."""
-        after = walk(self.journal)
-        # A rename keeps the inode, the size and the mtime; a new file may reuse a deleted one's inode.
-        by_inode = {(seen[3], seen[0], seen[1]): name for name, seen in after.items() if name not in self.before}
-        for name, seen in self.before.items():
-            now = after.get(name)
-            if now is not None and now[:3] == seen[:3] and now[4] == seen[4]:
-                continue
-            to = by_inode.get((seen[3], seen[0], seen[1])) if now is None else None
-            kind = "renamed" if to else "deleted" if now is None else "changed"
-            run.record_known(self._entry(name, kind, to))
-        for name in after:
-            if name not in self.before:
-                run.record_known(Entry(name, "created", None, after_the_fact=True))
-
-    def _entry(self, name: str, kind: str, to: str | None) -> Entry:
-        size, mtime_ns, mode, digest, file_kind, why = self.index[name]
-        before = {"size": size, "mtime_ns": mtime_ns, "mode": mode, "type": file_kind, "hash": digest}
-        return Entry(name, kind, before, to, why, after_the_fact=True)
+        for entry in compared_entries(self.lines, _walk(self.journal)):
+            run.record_known(entry)

@@ -173,7 +173,7 @@ def _compared(runner: ScriptRunner, command: ToolsCommand) -> "Comparison | None
         return None
     from .._rewind_scan import Comparison
 
-    return Comparison(journal.journal)
+    return Comparison(journal.journal, journal)
 
 
 def stop_run(command: ToolsCommand, runner: ScriptRunner, reason: str = "interrupted") -> None:
