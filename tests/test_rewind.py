@@ -497,3 +497,14 @@ def test_an_edit_that_never_completed_changed_no_cell(workspace):
     run.before_cell("http://127.0.0.1:1/", "a.ipynb", "c1", "x = 20")  # the edit was refused after this
     assert run.finish() == 0
     assert list(iter_changes(journal)) == []
+
+
+def test_a_listing_counts_files_and_cells_apart():
+    from toolkernel._rewind import CellEntry, Entry, RunRecord, describe_runs
+
+    run = RunRecord("20261206-120000-abcdef", time.time(), "serve",
+                    entries=[Entry("a.txt", "created"), Entry("b.txt", "created")], after={},
+                    cells=[CellEntry("http://127.0.0.1:8888/", "n.ipynb", "c1", "0" * 64, "1" * 64)])
+    assert describe_runs([run]).splitlines()[0].endswith("serve  2 files, 1 cell")
+    run.entries = []
+    assert describe_runs([run]).splitlines()[0].endswith("serve  1 cell")

@@ -922,18 +922,22 @@ def describe_runs(runs: Iterable[RunRecord]) -> str:
     lines = []
     for run in runs:
         files = run.files()
-        count = len(files) + len(run.cells)
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.time))
         ended = "" if run.after is not None else "  (did not end: killed or still running)"
         if run.settled is not None:
             ended = ("  (its process died before the end: what its commands changed was found at "
                      f"{time.strftime('%H:%M:%S', time.localtime(run.settled))})")
-        lines.append(f"run {run.id}  {when}  {run.route}  {count} file{'s' if count != 1 else ''}{ended}")
+        lines.append(f"run {run.id}  {when}  {run.route}  {_counted(len(files), len(run.cells))}{ended}")
         for entry in files.values():
             lines.append("  " + _describe_entry(entry))
         for cell in run.cells:
             lines.append(f"  {'cell':<8}  {printable(cell.name)}  (on {printable(cell.server)})")
     return "\n".join(lines) if lines else "no changes recorded"
+
+
+def _counted(files: int, cells: int) -> str:
+    said = [f"{n} {what}{'s' if n != 1 else ''}" for n, what in ((files, "file"), (cells, "cell")) if n]
+    return ", ".join(said) or "0 files"
 
 
 def _describe_entry(entry: Entry) -> str:
