@@ -155,6 +155,19 @@ def test_a_killed_kernel_leaves_what_a_cells_own_commands_changed_before_the_kil
     assert (work / "keep.txt").stat().st_mode & 0o777 == 0o640 and not (work / "made.txt").exists()
 
 
+def test_a_background_cell_is_recorded_when_it_ends(kernel, project):
+    (project / "bg.txt").write_text("before\n")
+    kernel.execute_ok("%%bash --bg --proc bg_proc\necho after > bg.txt")
+    kernel.execute_ok("bg_proc.wait(timeout=60)")
+    journal = Journal(project, environ=_env(project.parent))
+    deadline = time.monotonic() + 60  # recorded on the cell's own thread once bash has exited
+    while not [r for r in journal.runs() if "bg.txt" in r.files() and r.after is not None]:
+        assert time.monotonic() < deadline, [r.files() for r in journal.runs()]
+        time.sleep(0.05)
+    kernel.execute_ok("%tools rewind --last")
+    assert (project / "bg.txt").read_text() == "before\n"
+
+
 def test_a_run_that_changed_nothing_leaves_no_run_behind(kernel, project):
     before = {run.id for run in Journal(project, environ=_env(project.parent)).runs()}
     kernel.execute_ok("%%bash\ncat toolkernel.toml > /dev/null")

@@ -141,7 +141,7 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
         if not before_start() or command.interrupted:
             return None
         overdue.start()  # a person answering the question before the start is not the run's time
-        compared = _compared(runner, command)
+        compared = workspace_before(runner, command)
         try:
             return shadows.around(lambda: runner.run(script, command, events))
         finally:
@@ -166,7 +166,7 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
     return result
 
 
-def _compared(runner: ScriptRunner, command: ToolsCommand) -> "Comparison | None":
+def workspace_before(runner: ScriptRunner, command: ToolsCommand) -> "Comparison | None":
     """The workspace looked at before a run that may write it through its own commands."""
     journal = command.run.journal
     if journal is None or getattr(runner, "read_only", False):

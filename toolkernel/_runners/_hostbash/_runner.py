@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from ... import _loop
 from ..._command._command import ToolsCommand
@@ -25,7 +26,8 @@ from ..._errors import Unavailable
 from ..._approval._bash_rules import bash_network, literal_commands
 from ..._approval._run import NO_EVENTS, RunEvents
 from .._preflight import preflight
-from .._shell import ShellResult
+from .._shadows import Watch
+from .._shell import ShellResult, workspace_before
 from ..._sandbox import Plan, mechanism, wrap
 from ..._approval._protected import mount_plan
 from .._sandbox_plan import sandbox_plan
@@ -84,15 +86,15 @@ class HostBashRunner:
         return ShellResult(code if code >= 0 else 128 - code, "", "")
 
     def start(self, script: str, command: ToolsCommand, events: RunEvents, *, keep_stdout: bool,
-              keep_stderr: bool) -> subprocess.Popen | str:
+              keep_stderr: bool, on_end: Callable[[], None] = lambda: None) -> subprocess.Popen | str:
         """`--bg`: start the cell and return its process at once (its channel closes when
-        bash exits); or the error line of an agent's cell that may not start."""
+        bash exits, then `on_end` runs); or the error line of an agent's cell that may not start."""
         refused = self.refusal(script, command)
         if refused is not None:
             return refused
         host = self._open(script, command, events, subprocess.PIPE if keep_stdout else subprocess.DEVNULL,
                           subprocess.PIPE if keep_stderr else subprocess.DEVNULL)
-        threading.Thread(target=lambda: (host.proc.wait(), host.close()), name="toolkernel-bash-bg",
+        threading.Thread(target=lambda: (host.proc.wait(), host.close(), on_end()), name="toolkernel-bash-bg",
                          daemon=True).start()
         return host.proc
 
@@ -252,9 +254,29 @@ def start_background(session, runner: HostBashRunner, script: str, *, keep_stdou
     it writes out in full that asks keeps it from starting."""
     command = _loop.run(session.prepare(agent=runner.agent))
     refused = _loop.run(preflight(runner.literal_calls(script), command))
+    compared = workspace_before(runner, command) if refused is None else None
+    # An agent's: what it leaves at the top to run later is moved aside when it ends, unsaid
+    # (nobody watches the cell), as for a cell that is watched (`_shell._Shadows`).
+    watch = Watch(command.workdir, runner.cancel) if runner.sandboxed and refused is None else None
+    if watch is not None:
+        try:
+            watch.start()
+        except OSError as exc:
+            command.run.end()
+            return ShellResult(1, "", f"toolkernel: the workspace's top cannot be listed ({exc}), so what this cell"
+                               " leaves there could not be checked: it does not start until it can\n")
+
+    def ended() -> None:  # what the cell's own commands changed, recorded when it ends
+        if watch is not None:
+            watch.end()
+        if compared is not None:
+            compared.record(command.run.journal)
+        command.run.end()
+
     started = refused if refused is not None else runner.start(script, command, NO_EVENTS, keep_stdout=keep_stdout,
-                                                               keep_stderr=keep_stderr)
+                                                               keep_stderr=keep_stderr, on_end=ended)
     if not isinstance(started, str):
         return started
+    ended()
     report = command.run.report(1) if command.run.needs_report(1) else None
     return ShellResult(1, "", started, run_report=report)
