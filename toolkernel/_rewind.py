@@ -751,7 +751,8 @@ def rewind(journal: Journal, run_id: str | None, *, force: bool = False,
     if cells and not cells_put_back_by_caller:
         raise RewindError(f"nothing was restored: run {run.id} changed notebook cells through a Jupyter Server "
                           f"({', '.join(printable(c.name) for c in cells[:_NAMED])}); a session paired with that "
-                          "server puts them back (`tools rewind` there), or `--path` leaves them out")
+                          "server puts them back (`%tools rewind` in a kernel paired with it, `tools rewind` in a "
+                          "paired `serve`), or `--path` leaves them out")
     refused = [f"{p}: {why}" for p, e in chosen.items()
                for why in [_leads_out(journal, p, e.to) or (refuse(p) if refuse else None)] if why]
     if refused:

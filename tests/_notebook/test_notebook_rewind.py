@@ -122,6 +122,36 @@ def test_a_cell_changed_since_the_run_is_refused_by_name_until_force(collab_serv
     run(scenario(), timeout=600)
 
 
+def test_a_person_rewinds_a_served_cell_with_percent_tools_rewind_in_a_paired_kernel(collab_server, ctx):
+    # `%tools rewind` in a kernel whose session is paired with the server: through its document,
+    # as a run of its own that can be rewound too; no question asked (the person's own rewind).
+    import argparse
+    from types import SimpleNamespace
+
+    from toolkernel._frontends._answers import journal_line
+
+    path = "rw/person.ipynb"
+    ids = write_notebook(collab_server["root"], path)
+    pair_with(collab_server, ctx, path)
+    kernel_session = SimpleNamespace(workdir=ctx.workdir, state=ctx.state, journal=None)
+
+    def percent_tools_rewind(run_id: str) -> str:
+        return journal_line(kernel_session, argparse.Namespace(what="rewind", run=run_id, last=False, force=False,
+                                                               path=[]))
+
+    async def scenario():
+        async with Person(collab_server, path) as person:
+            run_id = await edited_in_a_run(ctx, person, path, ids[1], "x = 50", 1)
+            said = await asyncio.to_thread(percent_tools_rewind, run_id)
+            assert f"rewound run {run_id}: 1 file put back" in said and f"{path}#{ids[1]}" in said, said
+            await wait_until(lambda: person.cell(1)["source"] == "x = 20", "the old source at the person's")
+            undo = said.rsplit("`rewind ", 1)[1].split("`")[0]
+            await asyncio.to_thread(percent_tools_rewind, undo)
+            await wait_until(lambda: person.cell(1)["source"] == "x = 50", "the rewind undone at the person's")
+
+    run(scenario(), timeout=600)
+
+
 def test_a_session_not_paired_with_the_server_cannot_rewind_the_cell(collab_server, ctx):
     path = "rw/unpaired.ipynb"
     ids = write_notebook(collab_server["root"], path)

@@ -271,6 +271,7 @@ PAIR_AGAIN = "pair it again (`%tools pair NOTEBOOK ...`)"
 def journal_line(session, args: argparse.Namespace) -> str:
     """`%tools changes` (anyone) and `%tools rewind` (a person: an agent's rewind is the `rewind`
     tool, a write that asks)."""
+    from .._providers._notebook._restore import rewind_with_cells
     from ._changes import changes_text, journal_for, rewind_text
 
     journal = journal_for(session.workdir, getattr(session, "journal", None))
@@ -278,7 +279,8 @@ def journal_line(session, args: argparse.Namespace) -> str:
         return changes_text(journal, args)
     refuse_agents("%tools rewind", "a rewind here is a person's",
                   "an agent rewinds with `tools rewind ID`, a call that asks like any write")
-    return rewind_text(journal, args)
+    return rewind_text(journal, args, cells=lambda run_id, cells: _loop.run(rewind_with_cells(
+        session.state, journal, run_id, cells, force=args.force, paths=args.path, into=None)))
 
 
 def _pair(session, args: argparse.Namespace) -> str:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Callable
 
 from .._config._config import load_config
 from .._config._rewind import RewindLimits
 from .._errors import ConfigError
-from .._rewind import Journal, describe_rewind, describe_runs, iter_changes, rewind
+from .._rewind import CellEntry, Journal, Rewound, chosen_cells, describe_rewind, describe_runs, iter_changes, rewind
 
 
 def add_changes_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,8 +46,16 @@ def changes_text(journal: Journal, args: argparse.Namespace) -> str:
     return describe_runs(iter_changes(journal, args.run, args.path))
 
 
-def rewind_text(journal: Journal, args: argparse.Namespace) -> str:
-    """Raises `_rewind.RewindError` (nothing restored) or ValueError (no run named)."""
+def rewind_text(journal: Journal, args: argparse.Namespace,
+                cells: Callable[[str, list[CellEntry]], Rewound] | None = None) -> str:
+    """Raises `_rewind.RewindError` (nothing restored) or ValueError (no run named). `cells`: how a
+    front end paired with Jupyter Servers puts back a run that changed cells through one (the
+    files too); without it such a run is refused (`rewind` says where it can be done)."""
     if bool(args.run) == bool(args.last):
         raise ValueError("name one run: rewind ID, or rewind --last")
+    if cells is not None:
+        run = journal.last() if args.last else journal.run(args.run)
+        served = chosen_cells(run, args.path)
+        if served:
+            return describe_rewind(cells(run.id, served))
     return describe_rewind(rewind(journal, args.run, force=args.force, paths=args.path))

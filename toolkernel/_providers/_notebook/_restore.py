@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from ..._errors import printable
-from ..._rewind import CellEntry, Journal, RewindError, RunJournal, source_hash
+from ..._rewind import CellEntry, Journal, RewindError, Rewound, RunJournal, chosen_files, rewind, source_hash
 from ..._tool import ToolInputError
 from ._pairing import pairings
 from ._stores import CellEdit, Loaded, NotebookStore, cell_source
@@ -90,3 +90,25 @@ async def put_back(targets: list[_Target], own: RunJournal) -> list[str]:
         record_after(own, target.store, await target.store.edit(scratch, loaded, edit), edit)
         done.append(target.cell.name)
     return done
+
+
+async def rewind_with_cells(state: dict[str, Any], journal: Journal, run_id: str, cells: list[CellEntry], *,
+                            force: bool, paths: Iterable[str], into: RunJournal | None,
+                            refuse: Callable[[str], str | None] | None = None) -> Rewound:
+    """A run that changed cells through a Jupyter Server put back: every cell checked first
+    (through the session's pairings in `state`), then the files (which checks them and may still
+    refuse), then the cells through the server's document. Recorded `into` the caller's run, or
+    as a run of its own."""
+    paths = tuple(paths)
+    targets = await check_cells(state, journal, run_id, cells, force)
+    own = into or journal.start_run("rewind")
+    done = Rewound(run_id, (), (), None)
+    try:
+        if chosen_files(journal.run(run_id), paths):
+            done = rewind(journal, run_id, force=force, paths=paths, into=own, refuse=refuse,
+                          cells_put_back_by_caller=True)
+        restored = await put_back(targets, own)
+    finally:
+        if into is None:
+            own.finish()
+    return Rewound(run_id, done.restored + tuple(restored), done.skipped, own.id if own.files else None)

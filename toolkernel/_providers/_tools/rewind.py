@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._rewind import (Journal, RewindError, Rewound, chosen_cells, chosen_files, describe_rewind, describe_runs,
-                        iter_changes, rewind)
+from ..._rewind import Journal, RewindError, chosen_cells, describe_rewind, describe_runs, iter_changes, rewind
 from ..._config._trust import NAMING
 from ..._tool import ToolContext, ToolInputError, tool
 
@@ -87,26 +86,9 @@ async def rewind_tool(arguments: dict[str, Any], ctx: ToolContext) -> str:
         if not cells:
             return describe_rewind(rewind(journal, run.id, force=force, paths=paths, into=ctx.journal,
                                           refuse=_a_persons))
-        return describe_rewind(await _with_cells(ctx, journal, run.id, cells, force, paths))
+        from .._notebook._restore import rewind_with_cells
+
+        return describe_rewind(await rewind_with_cells(ctx.state, journal, run.id, cells, force=force, paths=paths,
+                                                       into=ctx.journal, refuse=_a_persons))
     except RewindError as exc:
         raise ToolInputError(str(exc)) from None
-
-
-async def _with_cells(ctx: ToolContext, journal: Journal, run_id: str, cells: list, force: bool,
-                      paths: Any) -> Rewound:
-    """A run that changed notebook cells through a Jupyter Server: every cell checked first, then the
-    files put back (which checks them and may still refuse), then the cells through the server's document."""
-    from .._notebook._restore import check_cells, put_back
-
-    targets = await check_cells(ctx.state, journal, run_id, cells, force)
-    own = ctx.journal or journal.start_run("rewind")
-    done = Rewound(run_id, (), (), None)
-    if any(True for _ in chosen_files(journal.run(run_id), paths)):
-        done = rewind(journal, run_id, force=force, paths=paths, into=own, refuse=_a_persons,
-                      cells_put_back_by_caller=True)
-    try:
-        restored = await put_back(targets, own)
-    finally:
-        if ctx.journal is None:
-            own.finish()
-    return Rewound(run_id, done.restored + tuple(restored), done.skipped, own.id if own.files else None)
