@@ -194,3 +194,40 @@ def test_a_cell_edited_through_the_contents_api_is_rewound_through_it(plain_serv
     run(scenario(), timeout=600)
     saved = nbformat.read(plain_server["root"] / path, as_version=4)
     assert [cell.source for cell in saved.cells] == ["# Data", "x = 20", "print(x * 2)"]
+
+
+def test_a_rewind_that_fails_between_two_cells_names_the_cells_put_back_and_the_rest(collab_server, ctx):
+    # A server's document cannot be changed as one: the person deletes the second cell after the
+    # check and before it is put back. The first is back (and recorded); the error names both.
+    from toolkernel._providers._notebook._restore import check_cells, put_back
+
+    path = "rw/partway.ipynb"
+    ids = write_notebook(collab_server["root"], path)
+    pair_with(collab_server, ctx, path)
+
+    async def scenario():
+        async with Person(collab_server, path) as person:
+            journal = start(ctx)
+            await read.call({"notebook_path": path}, ctx)
+            for cell_id, source in ((ids[0], "# Changed"), (ids[1], "x = 50")):
+                got = await edit.call({"notebook_path": path, "cell_id": cell_id, "new_source": source}, ctx)
+                assert not got.is_error, got.texts
+            assert journal.finish() == 2
+            await wait_until(lambda: person.cell(1)["source"] == "x = 50", "the edits at the person's")
+            kept = Journal(ctx.workdir)
+            targets = await check_cells(ctx.state, kept, journal.id, kept.run(journal.id).cells, force=False)
+            del person.notebook.ycells[1]
+            for _ in range(1200):
+                if "x = 50" not in (await read.call({"notebook_path": path}, ctx)).texts[0]:
+                    break
+                await asyncio.sleep(0.1)
+            own = kept.start_run("rewind")
+            with pytest.raises(RewindError) as failed:
+                await put_back(targets, own)
+            assert own.finish() == 1
+            said = str(failed.value)
+            assert f"put back: {path}#{ids[0]}; not put back: {path}#{ids[1]}" in said, said
+            assert f"recorded as run {own.id}" in said
+            await wait_until(lambda: person.cell(0)["source"] == "# Data", "the first cell back at the person's")
+
+    run(scenario(), timeout=600)

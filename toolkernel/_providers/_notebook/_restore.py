@@ -14,7 +14,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from ..._errors import printable
+from ..._errors import CallError, printable
 from ..._rewind import CellEntry, Journal, RewindError, Rewound, RunJournal, chosen_files, rewind, source_hash
 from ..._tool import ToolInputError
 from ._pairing import pairings
@@ -77,19 +77,31 @@ async def check_cells(state: dict[str, Any], journal: Journal, run_id: str, cell
 
 
 async def put_back(targets: list[_Target], own: RunJournal) -> list[str]:
-    """Each cell's old source, as a one-cell edit of the server's document (recorded in `own`)."""
-    done = []
+    """Each cell's old source, as a one-cell edit of the server's document (recorded in `own`).
+    A server that fails between two cells cannot be undone as one: the error names the cells
+    put back (recorded, so a rewind of `own` undoes them) and the ones not."""
+    done: list[str] = []
     for target in targets:
-        loaded = await target.store.load()
-        cell = copy.deepcopy(loaded.nb.cells[loaded.find(target.cell.cell_id)])
-        cell.source = target.source
-        scratch: dict[str, Any] = {}  # read just now: the store's own checks still refuse a cell being typed in
-        target.store.record_read(scratch, loaded)
-        edit = CellEdit("replace", target.cell.cell_id, cell)
-        record_before(own, target.store, loaded, edit)
-        record_after(own, target.store, await target.store.edit(scratch, loaded, edit), edit)
+        try:
+            await _put_back_one(target, own)
+        except (CallError, ToolInputError) as exc:
+            rest = [printable(t.cell.name) for t in targets[len(done):]]
+            put = f"put back: {', '.join(printable(name) for name in done)}; " if done else "nothing was put back; "
+            raise RewindError(f"{put}not put back: {', '.join(rest)} ({exc}); the ones put back are recorded as "
+                              f"run {own.id}") from exc
         done.append(target.cell.name)
     return done
+
+
+async def _put_back_one(target: _Target, own: RunJournal) -> None:
+    loaded = await target.store.load()
+    cell = copy.deepcopy(loaded.nb.cells[loaded.find(target.cell.cell_id)])
+    cell.source = target.source
+    scratch: dict[str, Any] = {}  # read just now: the store's own checks still refuse a cell being typed in
+    target.store.record_read(scratch, loaded)
+    edit = CellEdit("replace", target.cell.cell_id, cell)
+    record_before(own, target.store, loaded, edit)
+    record_after(own, target.store, await target.store.edit(scratch, loaded, edit), edit)
 
 
 async def rewind_with_cells(state: dict[str, Any], journal: Journal, run_id: str, cells: list[CellEntry], *,
