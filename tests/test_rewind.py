@@ -508,3 +508,20 @@ def test_a_listing_counts_files_and_cells_apart():
     assert describe_runs([run]).splitlines()[0].endswith("serve  2 files, 1 cell")
     run.entries = []
     assert describe_runs([run]).splitlines()[0].endswith("serve  1 cell")
+
+
+def test_what_a_jupyter_server_writes_while_a_cell_runs_is_not_the_runs(session, monkeypatch):
+    # Its collaboration store, its checkpoints, and the notebook the cell runs in (which it saves
+    # with the cell's outputs): a rewind would write them behind its back, and refuse as "changed since".
+    from kernel_helpers import RecordingSink
+
+    root = session.workdir
+    (root / "nb.ipynb").write_text("{}")
+    monkeypatch.setenv("JPY_SESSION_NAME", str(root / "nb.ipynb"))
+    script = ("echo saved > nb.ipynb; echo db > .jupyter_ystore.db; mkdir -p sub/.ipynb_checkpoints; "
+              "echo c > sub/.ipynb_checkpoints/a-checkpoint.ipynb; echo mine > data.txt")
+    changes = session.run_script(script, RecordingSink()).changes
+    assert [e.path for e in session.journal.run(changes["run"]).entries] == ["data.txt"]
+    monkeypatch.delenv("JPY_SESSION_NAME")
+    changes = session.run_script("echo again > nb.ipynb", RecordingSink()).changes
+    assert [e.path for e in session.journal.run(changes["run"]).entries] == ["nb.ipynb"]  # another notebook's cell

@@ -59,6 +59,9 @@ FOLDER = "journal"
 INDEX = "index.json"  # the workspace as the last shell run's comparison saw it (`_rewind_scan`)
 KINDS = ("created", "changed", "deleted", "renamed")
 NEVER_RECORDED = (".toolkernel", "tool-images")
+# A Jupyter Server's own state, written while any cell runs: put back, it would be written behind
+# the server's back (its collaboration store, its checkpoints).
+SERVERS_OWN = (".jupyter_ystore.db*", ".ipynb_checkpoints")
 _RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{6}")
 _HASH = re.compile(r"[0-9a-f]{64}")
 _VERSION = 1
@@ -260,7 +263,8 @@ class Journal:
 
     def relative_name(self, relative: str) -> str | None:
         """`relative` (a path inside the workspace) when the journal records it, else None."""
-        if relative.split(os.sep, 1)[0] in NEVER_RECORDED:
+        parts = relative.split(os.sep)
+        if parts[0] in NEVER_RECORDED or any(fnmatch.fnmatch(part, own) for part in parts for own in SERVERS_OWN):
             return None
         if any(fnmatch.fnmatch(relative, glob) for glob in self.limits.ignore):
             return None
@@ -411,9 +415,10 @@ class Journal:
             again = _parse_run(run.id, path.read_bytes().splitlines())
             if again.after is not None:
                 return again
-            before = json.loads(self.blob(run.scan))
-            known = {entry.path for entry in again.entries}
-            found = [e for e in compared_entries(before, walk(self.workdir, self.relative_name)) if e.path not in known]
+            scan = json.loads(self.blob(run.scan))
+            skip, known = set(scan["skip"]), {entry.path for entry in again.entries}
+            now = {name: seen for name, seen in walk(self.workdir, self.relative_name).items() if name not in skip}
+            found = [e for e in compared_entries(scan["files"], now) if e.path not in known]
             lines = [entry.to_json() for entry in found]
             lines.append({"end": _states_after([*again.entries, *found], self.workdir), "settled": time.time()})
             os.write(fd, b"".join(json.dumps(line, separators=(",", ":")).encode() + b"\n" for line in lines))
@@ -491,7 +496,7 @@ class Journal:
             if run.after is None and run.scan is not None:
                 held.add(run.scan)
                 with contextlib.suppress(RewindError, ValueError, TypeError, AttributeError):
-                    held |= {line[3] for line in json.loads(self.blob(run.scan)).values() if line[3]}
+                    held |= {line[3] for line in json.loads(self.blob(run.scan))["files"].values() if line[3]}
         return held
 
     def _indexed(self) -> set[str]:
@@ -666,11 +671,12 @@ class RunJournal:
         moved = self.journal.relative(to) if to is not None else None
         return Entry(relative, kind or "changed", before, moved, why, after_the_fact)
 
-    def note_scan(self, before: Mapping[str, Any]) -> None:
-        """The workspace as this shell run starts (see `compared_entries`), stored, so that a run
-        whose process dies can still be compared with it. Past the day's limit: not noted (a
-        killed run then keeps only what its tools recorded)."""
-        digest = self.journal.store_bytes(json.dumps(before, separators=(",", ":"), sort_keys=True).encode())
+    def note_scan(self, before: Mapping[str, Any], skip: Iterable[str] = ()) -> None:
+        """The workspace as this shell run starts (see `compared_entries`), and the files its
+        comparison leaves out, stored, so that a run whose process dies can still be compared with
+        it. Past the day's limit: not noted (a killed run then keeps only what its tools recorded)."""
+        scan = {"files": before, "skip": sorted(skip)}
+        digest = self.journal.store_bytes(json.dumps(scan, separators=(",", ":"), sort_keys=True).encode())
         if digest is None:
             return
         with self._lock:

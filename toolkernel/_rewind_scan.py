@@ -57,9 +57,10 @@ def _same(seen: tuple, indexed: Any) -> bool:
 class Comparison:
     """The workspace before a shell run, and afterwards the run's entries from what moved."""
 
-    def __init__(self, journal: Journal, run: RunJournal | None = None) -> None:
+    def __init__(self, journal: Journal, run: RunJournal | None = None, skip: frozenset[str] = frozenset()) -> None:
         self.journal = journal
-        self.before = _walk(journal)
+        self.skip = skip  # files the server saves meanwhile (the notebook the cell runs in): not the run's
+        self.before = self._walk()
         self.index = _load_index(journal)
         moved = False
         for name, seen in self.before.items():
@@ -74,7 +75,10 @@ class Comparison:
         # Each file before the run: its index line (state, stored hash, why not) and its inode.
         self.lines = {name: [*self.index[name][:6], seen[3]] for name, seen in self.before.items()}
         if run is not None:  # kept with the run: a run whose process dies is compared with it later
-            run.note_scan(self.lines)
+            run.note_scan(self.lines, skip)
+
+    def _walk(self) -> Seen:
+        return {name: seen for name, seen in _walk(self.journal).items() if name not in self.skip}
 
     def _stored(self, name: str, seen: tuple) -> list[Any]:
         """The index line of a file that moved: its state, and its content stored (or why not)."""
@@ -85,5 +89,5 @@ class Comparison:
 
     def record(self, run: RunJournal) -> None:
         """After the run: each file that was created, changed, deleted or renamed, as an entry."""
-        for entry in compared_entries(self.lines, _walk(self.journal)):
+        for entry in compared_entries(self.lines, self._walk()):
             run.record_known(entry)

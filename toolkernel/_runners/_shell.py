@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import ctypes
 import math
+import os
 import queue
 import threading
 import time
@@ -173,7 +174,19 @@ def workspace_before(runner: ScriptRunner, command: ToolsCommand) -> "Comparison
         return None
     from .._rewind_scan import Comparison
 
-    return Comparison(journal.journal, journal)
+    return Comparison(journal.journal, journal, _own_notebook(journal.journal.workdir))
+
+
+def _own_notebook(workdir: str) -> frozenset[str]:
+    """The notebook a Jupyter Server started this kernel for (`JPY_SESSION_NAME`), relative to the
+    workspace: the server saves it while the cell runs (outputs, counts), so its changes are not
+    the run's, and a rewind must not write it behind the server's back."""
+    named = os.environ.get("JPY_SESSION_NAME")
+    if not named:
+        return frozenset()
+    path = named if os.path.isabs(named) else os.path.join(os.getcwd(), os.path.basename(named))
+    relative = os.path.relpath(os.path.realpath(path), workdir)
+    return frozenset() if relative.startswith("..") else frozenset({relative})
 
 
 def stop_run(command: ToolsCommand, runner: ScriptRunner, reason: str = "interrupted") -> None:
