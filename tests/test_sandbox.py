@@ -11,6 +11,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -482,6 +483,12 @@ def test_a_protected_file_replaced_on_the_host_is_not_left_writable_even_under_i
     stale = channel.sandboxes.ready()
     assert stale is not None
     config_path = work / "toolkernel.toml"
+    # bwrap says its process is made before that process has laid its mounts: wait for them, or
+    # the mount is made on the file as it is after the swap below, and holds.
+    child, deadline = channel.sandboxes._waiting.child, time.monotonic() + 60
+    while str(config_path.resolve()) not in Path(f"/proc/{child}/mountinfo").read_text():
+        assert time.monotonic() < deadline and stale.poll() is None
+        time.sleep(0.01)
     os.link(config_path, work / "kept")
     write_config(work, config(["Bash(*)"]))  # renamed over: the stale sandbox's mount is detached
     os.rename(work / "kept", config_path)
