@@ -42,6 +42,11 @@ c.SimpleLocalProcessSpawner.home_dir_template = {folder!r} + "/home/{{username}}
 c.Spawner.cmd = [{python!r}, "-m", "jupyterhub.singleuser"]
 c.Spawner.args = ["--allow-root", "--YDocExtension.document_save_delay=0.3"]
 c.Spawner.start_timeout = c.Spawner.http_timeout = {start_seconds}  # a loaded machine starts servers slowly
+# At the hub's shutdown a user's server ignores the first SIGINT (it asks on its terminal), and
+# with jupyter-collaboration's rooms open it did not end on SIGTERM either: each waited out its
+# whole timeout (30 s by default), most of the module's time. Its kernels are shut down by then.
+c.LocalProcessSpawner.interrupt_timeout = 1
+c.LocalProcessSpawner.term_timeout = 5
 c.JupyterHub.services = [{{"name": "tester", "api_token": {admin!r}}}]
 c.JupyterHub.load_roles = [{{"name": "tester", "services": ["tester"],
                              "scopes": ["admin:users", "admin:servers", "tokens"]}}]
