@@ -157,7 +157,10 @@ def test_write_file_and_edit_file_leave_a_served_notebook_to_the_server(plain_se
     assert not call(write_file, ctx, path="ff-B.ipynb", content="{}").is_error  # no pairing yet: a file
     (root / "ff-B.ipynb").write_text(before)
     pair_on(server, ctx, "ff-A.ipynb")
-    for tool, arguments in ((write_file, {"content": "{}"}), (edit_file, {"old_string": "20", "new_string": "2"})):
+    # "cell_type" occurs twice: the refusal comes before the file is read (a random cell id with
+    # "20" in it made "20" occur twice, and the answer was the one about old_string).
+    for tool, arguments in ((write_file, {"content": "{}"}), (edit_file, {"old_string": "cell_type", "new_string": "x"}),
+                            (edit_file, {"old_string": "x = 20", "new_string": "x = 2"})):
         for path in ("ff-B.ipynb", str(root / "ff-A.ipynb")):
             refused = call(tool, ctx, path=path, **arguments)
             assert refused.is_error and "change it with notebook-edit" in refused.texts[0], refused.texts

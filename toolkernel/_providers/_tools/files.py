@@ -467,6 +467,8 @@ def edit_file(arguments: dict[str, Any], ctx: ToolContext) -> str:
         raise ToolInputError("old_string is empty; use write_file to create or overwrite a file")
     if old == new:
         raise ToolInputError("old_string and new_string are the same; nothing to change")
+    # Before the content is looked at: the answer for a served notebook must not depend on it.
+    _refuse_served_notebook(path, shown, ctx)
     text = _read_text_for_edit(path, shown)
     count = text.count(old)
     if count == 0:
