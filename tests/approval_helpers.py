@@ -39,7 +39,7 @@ def toml_list(values: list[str]) -> str:
 
 def demo_server_section() -> str:
     return (f"[mcp_servers.github]\ncommand = {toml_string(sys.executable)}\n"
-            f'args = ["-m", "toolkernel.demo_server"]\n')
+            f"args = [{toml_string(str(SERVERS / 'demo.py'))}]\n")
 
 
 def recorder_server_section(record_file: Path) -> str:

@@ -11,7 +11,9 @@ tests wait on kernels, servers and a browser rather than use a core, so `auto`
 is more workers than cores (`auto_num_workers`), and the tests of a module that
 share a module-scoped fixture run on one worker, so that it is made once
 (`pytest_xdist_make_scheduler`). `-m "not slow"` leaves out the
-tests of real browsers, Jupyter Servers and long kernel runs.
+tests of real browsers, Jupyter Servers and long kernel runs. The fixture MCP
+servers start as forks of one process that has imported `mcp` (tests/servers/_zygote.py):
+about 400 starts a run, at 0.7 s of CPU each otherwise.
 """
 
 import functools
@@ -56,6 +58,38 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_configure(config):
+    """One fork server for the fixture MCP servers of the whole run (tests/servers/_zygote.py),
+    started by the process that runs or hands out the tests, not by each xdist worker."""
+    if not hasattr(config, "workerinput"):
+        config._zygote = _start_zygote()
+
+
+def pytest_unconfigure(config):
+    zygote = getattr(config, "_zygote", None)
+    if zygote is not None:
+        zygote.kill()
+        zygote.wait()
+
+
+def _start_zygote() -> "subprocess.Popen | None":
+    """The fork server, once it listens; None when it cannot (the fixtures then import mcp themselves)."""
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    process = subprocess.Popen([sys.executable, str(TESTS / "servers" / "_zygote.py"), "--serve", str(write)],
+                               pass_fds=(write,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    os.close(write)
+    with os.fdopen(read, "rb") as said:
+        if said.readline() == b"ready\n":
+            return process
+    process.kill()
+    process.wait()
+    return None
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -32,7 +32,7 @@ def server_toml(name: str, *, module: str | None = None, script: str | None = No
 
 
 def github_toml(**kw: Any) -> str:
-    return server_toml("github", module="toolkernel.demo_server", **kw)
+    return server_toml("github", script="demo.py", **kw)  # toolkernel.demo_server (see servers/demo.py)
 
 
 def fixture_toml(name: str, **kw: Any) -> str:

@@ -109,7 +109,7 @@ def test_a_loop_bound_provider_runs_its_calls_on_the_private_loop(workdir: Path)
 
 
 def test_an_mcp_server_may_not_shadow_an_own_tool(workdir: Path):
-    path = write_config(workdir, server_toml("Read_File", module="toolkernel.demo_server"))
+    path = write_config(workdir, server_toml("Read_File", script="demo.py"))
     session = Session(workdir)
     try:
         with pytest.raises(ConfigError) as caught:
@@ -122,7 +122,7 @@ def test_an_mcp_server_may_not_shadow_an_own_tool(workdir: Path):
 
 
 def test_an_mcp_server_may_not_take_a_command_word(workdir: Path):
-    write_config(workdir, server_toml("search", module="toolkernel.demo_server"))
+    write_config(workdir, server_toml("search", script="demo.py"))
     session = Session(workdir)
     try:
         with pytest.raises(ConfigError, match="the command word 'search'"):

@@ -52,14 +52,14 @@ def base_config() -> str:
         github_toml()
         + github_toml_as("docs", load="on-demand", description="Team documentation")
         + fixture_toml("structured")
-        + server_toml("locked", module="toolkernel.demo_server", extra='env = {T = "${UNSET_VAR_XYZ}"}')
+        + server_toml("locked", script="demo.py", extra='env = {T = "${UNSET_VAR_XYZ}"}')
         + '[mcp_servers.missing]\ncommand = "/nonexistent/definitely-not-a-server"\n\n'
         + policy_toml(allow=FIXTURE_ALLOW, deny=["github create-issue"])
     )
 
 
 def github_toml_as(name: str, **kw) -> str:
-    return server_toml(name, module="toolkernel.demo_server", **kw)
+    return server_toml(name, script="demo.py", **kw)
 
 
 def new_session(workdir: Path) -> Session:

@@ -16,7 +16,7 @@ KEPT = Path(".toolkernel") / "tool-lists.json"
 
 
 def docs_config(description: str = "Team documentation") -> str:
-    return server_toml("docs", module="toolkernel.demo_server", load="on-demand", description=description)
+    return server_toml("docs", script="demo.py", load="on-demand", description=description)
 
 
 @pytest.fixture

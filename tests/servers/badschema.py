@@ -1,5 +1,14 @@
 """Fixture: tools whose inputSchema is broken in the ways real servers break it."""
 
+if __name__ == "__main__":  # the suite's fork server runs it, when there is one (see _zygote.py)
+    import sys
+
+    sys.path.insert(0, __file__.rpartition("/")[0])  # toolkernel sets PYTHONSAFEPATH
+    import _zygote
+
+    del sys.path[0]
+    _zygote.hand_over()
+
 import mcp_types as types
 from mcp.server import Server
 

@@ -1,6 +1,15 @@
 """Fixture: a server whose tool names and descriptions carry terminal control sequences and a
 bidi override, as a hostile server may write them to make a question read otherwise."""
 
+if __name__ == "__main__":  # the suite's fork server runs it, when there is one (see _zygote.py)
+    import sys
+
+    sys.path.insert(0, __file__.rpartition("/")[0])  # toolkernel sets PYTHONSAFEPATH
+    import _zygote
+
+    del sys.path[0]
+    _zygote.hand_over()
+
 from mcp.server.mcpserver import MCPServer
 
 server = MCPServer("disguised")

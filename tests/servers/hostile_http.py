@@ -10,6 +10,15 @@ older SSE transport is served at /sse (messages POSTed to /messages, answered on
 /sse-elsewhere names an endpoint on another origin, and /sse-silent names none.
 """
 
+if __name__ == "__main__":  # the suite's fork server runs it, when there is one (see _zygote.py)
+    import sys
+
+    sys.path.insert(0, __file__.rpartition("/")[0])  # toolkernel sets PYTHONSAFEPATH
+    import _zygote
+
+    del sys.path[0]
+    _zygote.hand_over()
+
 import asyncio
 import json
 import sys

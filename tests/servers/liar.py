@@ -1,6 +1,15 @@
 """Fixture: a tool whose structured content breaks its own output schema, one that sends none,
 and one that prints a line that is not JSON-RPC to stdout before it answers."""
 
+if __name__ == "__main__":  # the suite's fork server runs it, when there is one (see _zygote.py)
+    import sys
+
+    sys.path.insert(0, __file__.rpartition("/")[0])  # toolkernel sets PYTHONSAFEPATH
+    import _zygote
+
+    del sys.path[0]
+    _zygote.hand_over()
+
 import sys
 from pathlib import Path
 

@@ -5,6 +5,15 @@ HTTP on 127.0.0.1:PORT (path /mcp). `request_header` lets a test see that the
 client sent the configured headers.
 """
 
+if __name__ == "__main__":  # the suite's fork server runs it, when there is one (see _zygote.py)
+    import sys
+
+    sys.path.insert(0, __file__.rpartition("/")[0])  # toolkernel sets PYTHONSAFEPATH
+    import _zygote
+
+    del sys.path[0]
+    _zygote.hand_over()
+
 from mcp.server.mcpserver import Context
 
 from toolkernel.demo_server import READ_ONLY, build_server, main
