@@ -33,7 +33,7 @@ def zygote():
 def start(tmp_path, code: int = 0) -> tuple[subprocess.Popen, dict]:
     process = subprocess.Popen([sys.executable, str(SERVERS / "standin.py"), str(code)], cwd=tmp_path,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env={"PATH": os.environ["PATH"], "STANDIN_MARK": "m-1"}, start_new_session=True)
+                               env={"PATH": os.environ["PATH"], "STANDIN_MARK": "m-1", "PYTHONSAFEPATH": "1"}, start_new_session=True)
     said = json.loads(process.stdout.readline())
     return process, said
 
@@ -55,6 +55,14 @@ def test_a_fixture_runs_in_a_fork_with_its_argv_folder_environment_and_exit_code
     assert process.wait(timeout=60) == 7 and gone(said["pid"])
 
 
+def test_a_fixture_a_test_starts_itself_runs_in_place(zygote, tmp_path):
+    process = subprocess.Popen([sys.executable, str(SERVERS / "standin.py"), "0"], cwd=tmp_path,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={"PATH": os.environ["PATH"]})
+    said = json.loads(process.stdout.readline())
+    process.stdin.close()
+    assert said["pid"] == process.pid and process.wait(timeout=60) == 0
+
+
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGKILL])
 def test_a_signal_to_the_started_process_ends_the_fixture(zygote, tmp_path, number):
     process, said = start(tmp_path)
@@ -67,5 +75,6 @@ def test_a_request_for_a_script_outside_the_fixtures_is_refused(zygote, tmp_path
     script = tmp_path / "elsewhere.py"
     script.write_text(f"import sys\nsys.path.insert(0, {str(SERVERS)!r})\nimport _zygote\n_zygote.hand_over()\n"
                       "print('ran here')\n")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONSAFEPATH": "1"})
     assert done.returncode == 1 and "ran here" not in done.stdout

@@ -14,8 +14,8 @@ the child ends, and exits as the child did:
 - a stand-in killed outright (SIGKILL) has the child's process group killed.
 
 So a fixture server is still a real process on real pipes, started by toolkernel's own code.
-Without a zygote (a fixture run by hand, or another checkout's) `hand_over()` returns and the
-script imports what it needs itself.
+Without a zygote (a fixture run by hand, or another checkout's), and for a fixture that a test
+starts itself, `hand_over()` returns and the script imports what it needs itself.
 """
 
 from __future__ import annotations
@@ -43,8 +43,13 @@ def address() -> str:
 
 
 def hand_over() -> None:
-    """Run this fixture in a child of the zygote and exit as it does; return when there is none."""
-    if _serving:
+    """Run this fixture in a child of the zygote and exit as it does; return when there is none.
+
+    Only for a fixture toolkernel started (it sets PYTHONSAFEPATH for its programs): it stops one
+    through its process group, whose signals the stand-in passes on and outlives. A test that
+    starts an HTTP fixture itself kills the process and starts another on the same port: a child
+    killed only once its stand-in was would still hold the port (one run failed so)."""
+    if _serving or not os.environ.get("PYTHONSAFEPATH"):
         return
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
