@@ -2,13 +2,15 @@
 
     python bench/bench_rewind.py [--repeat 3] [--files 1000] [--mb 50]
 
-Two runs, each timed with recording and without (the same session, its runs given no journal),
-interleaved, median of --repeat rounds:
+Two runs, each timed with recording and without (a session of the same kind, its runs given no
+journal), interleaved, median of --repeat rounds, each row in a workspace of its own (a run pays
+for storing what moved since the run before it: sharing one, the large file's run stored the
+1,000 files the small run had rewritten, and its own 50 MB landed in the next small run):
 1. small files: a Bashkit cell writes --files small files, then a second cell rewrites each of
    them (the second run's recording reads and stores the first run's files: the cost of "what
    moved since the journal looked" lands there);
 2. one large file: a host `%%bash` cell overwrites one --mb MB file with `dd` (its prior content,
-   written by the round before, is read, hashed and stored before the run).
+   written by the round before, is kept before the run).
 Then the time to rewind each recorded run (put the 1,000 files back / the 50 MB file back).
 Targets (issue 38): at most 1.3x for the small files and 1.1x for the large one.
 
@@ -95,28 +97,34 @@ def main() -> None:
         os.environ["XDG_STATE_HOME"] = str(Path(tmp) / "state")
         os.environ["XDG_CONFIG_HOME"] = str(Path(tmp) / "xdg")
         os.environ["TOOLKERNEL_ADMIN_CONFIG"] = str(Path(tmp) / "no-admin.toml")
+        # A workspace for each row: a run pays for storing what moved since the run before, so in
+        # one workspace the large file's run stored the 1,000 files the small run had rewritten,
+        # and its own 50 MB landed in the next small run.
         sessions = {}
         for name in ("recorded", "plain"):
-            work = Path(tmp) / name
-            work.mkdir()
-            (work / "big.bin").write_bytes(os.urandom(args.mb * 1024 * 1024))
-            sessions[name] = Session(work)
-        _unrecorded(sessions["plain"])
+            for kind in ("small", "large"):
+                work = Path(tmp) / f"{name}-{kind}"
+                work.mkdir()
+                if kind == "large":
+                    (work / "big.bin").write_bytes(os.urandom(args.mb * 1024 * 1024))
+                sessions[(name, kind)] = Session(work)
+        for kind in ("small", "large"):
+            _unrecorded(sessions[("plain", kind)])
         channel = Channel()
         times: dict[tuple[str, str], list[float]] = {}
         runs: dict[str, list[str]] = {"small": [], "large": []}
         try:
             for _ in range(args.repeat):
-                for name, session in sessions.items():
-                    small, small_runs = small_files(session, args.files)
-                    large, large_runs = large_file(session, args.mb, channel)
+                for name in ("recorded", "plain"):
+                    small, small_runs = small_files(sessions[(name, "small")], args.files)
+                    large, large_runs = large_file(sessions[(name, "large")], args.mb, channel)
                     times.setdefault((name, "small"), []).append(small)
                     times.setdefault((name, "large"), []).append(large)
                     if name == "recorded":
                         runs["small"], runs["large"] = small_runs, large_runs
-            journal = sessions["recorded"].journal
             restore = {}
             for kind in ("large", "small"):
+                journal = sessions[("recorded", kind)].journal
                 start = time.perf_counter()
                 for run_id in reversed(runs[kind]):
                     rewind(journal, run_id)
