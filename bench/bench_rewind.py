@@ -2,26 +2,35 @@
 
     python bench/bench_rewind.py [--repeat 3] [--files 1000] [--mb 50]
 
-Two runs, each timed with recording and without (the same session, its runs given no journal),
-interleaved, median of --repeat rounds:
+Two runs, each timed with recording and without (a session of the same kind, its runs given no
+journal), interleaved, median of --repeat rounds, each row in a workspace of its own (a run pays
+for storing what moved since the run before it: sharing one, the large file's run stored the
+1,000 files the small run had rewritten, and its own 50 MB landed in the next small run):
 1. small files: a Bashkit cell writes --files small files, then a second cell rewrites each of
    them (the second run's recording reads and stores the first run's files: the cost of "what
    moved since the journal looked" lands there);
 2. one large file: a host `%%bash` cell overwrites one --mb MB file with `dd` (its prior content,
-   written by the round before, is read, hashed and stored before the run).
+   written by the round before, is kept before the run).
 Then the time to rewind each recorded run (put the 1,000 files back / the 50 MB file back).
 Targets (issue 38): at most 1.3x for the small files and 1.1x for the large one.
 
-Figures, 2026-12-06, 2 CPUs shared with six other helpers (load 2.4-4.5), median of 3-5:
-- 1,000 small files: 1.20x, 1.23x and 0.94x in three runs (1.9-2.5 s a pair of cells): within
-  the 1.3x target; the two stat walks and storing 1,000 small contents are small beside Bashkit's
-  own cost of 2,000 redirections. Rewinding those 1,000 files: 1.2-2.2 s (6.8 s before restored
-  files were synced once instead of fsynced each).
-- one 50 MB file: 1.22x, 1.26x and 1.35x (220-240 ms without recording): past the 1.1x target.
-  The prior content is read, hashed (SHA-256: 44 ms for 50 MB here) and written (14 ms) before
-  the run: about 60-75 ms that only not reading it would save (a reflink where the filesystem has
-  them, or a hard link kept when the run replaces the file rather than rewrites it: not done).
-  Rewinding it: 330-560 ms.
+Figures, 2026-12-06, 2 CPUs shared with a long CI run (load 3.3-15 at the runs' ends), median
+of 7, each row in its own workspace, this code and the one before it (journal written by
+Python, index fsynced) run alternately:
+- 1,000 small files: 1.08-1.35x in five of six runs, 1.63x in one at load 9 (3.5-9 s a pair of
+  cells); the code before gave 1.01-1.32x in the same runs: this change leaves that row alone.
+  Bashkit's own cost of 2,000 redirections dominates. Rewinding those 1,000 files: 2-8 s.
+- one 50 MB file: 1.04x, 1.08x, 1.11x, 1.16x, 1.24x and 1.30x in six runs (150-400 ms without
+  recording), where the code before gave 1.58-2.39x (it read, hashed and wrote the prior content
+  in Python before the run, 55-60 ms, then fsynced the index, 15-30 ms). The prior content is
+  now copied by the kernel before the run (copy_file_range: 17 ms for 50 MB here; no faster
+  split over two threads or preallocated) and hashed on a thread while the run works (SHA-256:
+  about 41 ms of CPU, which on two busy CPUs slows the run's own process by up to ~10 ms); the
+  stat walks, the scan and the entries take 1-2 ms. At 140-150 ms a run (`dd` of 50 MB at load
+  3-4) the copy alone is 1.11-1.12x, so the 1.1x target is met in some runs, not all. The copy
+  cannot leave the run's start (a host process may rewrite the same inode; ext4 has no
+  reflinks): what could take it off is copying a large file a run changed right after that run,
+  while its output is read, so the next run finds it stored (not done). Rewinding it: 0.5-1.3 s.
 """
 
 from __future__ import annotations
@@ -95,28 +104,34 @@ def main() -> None:
         os.environ["XDG_STATE_HOME"] = str(Path(tmp) / "state")
         os.environ["XDG_CONFIG_HOME"] = str(Path(tmp) / "xdg")
         os.environ["TOOLKERNEL_ADMIN_CONFIG"] = str(Path(tmp) / "no-admin.toml")
+        # A workspace for each row: a run pays for storing what moved since the run before, so in
+        # one workspace the large file's run stored the 1,000 files the small run had rewritten,
+        # and its own 50 MB landed in the next small run.
         sessions = {}
         for name in ("recorded", "plain"):
-            work = Path(tmp) / name
-            work.mkdir()
-            (work / "big.bin").write_bytes(os.urandom(args.mb * 1024 * 1024))
-            sessions[name] = Session(work)
-        _unrecorded(sessions["plain"])
+            for kind in ("small", "large"):
+                work = Path(tmp) / f"{name}-{kind}"
+                work.mkdir()
+                if kind == "large":
+                    (work / "big.bin").write_bytes(os.urandom(args.mb * 1024 * 1024))
+                sessions[(name, kind)] = Session(work)
+        for kind in ("small", "large"):
+            _unrecorded(sessions[("plain", kind)])
         channel = Channel()
         times: dict[tuple[str, str], list[float]] = {}
         runs: dict[str, list[str]] = {"small": [], "large": []}
         try:
             for _ in range(args.repeat):
-                for name, session in sessions.items():
-                    small, small_runs = small_files(session, args.files)
-                    large, large_runs = large_file(session, args.mb, channel)
+                for name in ("recorded", "plain"):
+                    small, small_runs = small_files(sessions[(name, "small")], args.files)
+                    large, large_runs = large_file(sessions[(name, "large")], args.mb, channel)
                     times.setdefault((name, "small"), []).append(small)
                     times.setdefault((name, "large"), []).append(large)
                     if name == "recorded":
                         runs["small"], runs["large"] = small_runs, large_runs
-            journal = sessions["recorded"].journal
             restore = {}
             for kind in ("large", "small"):
+                journal = sessions[("recorded", kind)].journal
                 start = time.perf_counter()
                 for run_id in reversed(runs[kind]):
                     rewind(journal, run_id)

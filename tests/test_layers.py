@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("command", ("toolkernel._command",)),
     ("approval", ("toolkernel._approval",)),
     ("providers", ("toolkernel._providers",)),
-    ("journal", ("toolkernel._rewind", "toolkernel._rewind_scan")),
+    ("journal", ("toolkernel._rewind", "toolkernel._rewind_scan", "toolkernel._rewind_parts")),
     ("config", ("toolkernel._config",)),
     ("shared", ("toolkernel._errors", "toolkernel._tool", "toolkernel._longtext", "toolkernel._names",
                 "toolkernel._imports", "toolkernel._loop", "toolkernel._process", "toolkernel._atomic",

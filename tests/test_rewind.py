@@ -525,3 +525,190 @@ def test_what_a_jupyter_server_writes_while_a_cell_runs_is_not_the_runs(session,
     monkeypatch.delenv("JPY_SESSION_NAME")
     changes = session.run_script("echo again > nb.ipynb", RecordingSink()).changes
     assert [e.path for e in session.journal.run(changes["run"]).entries] == ["nb.ipynb"]  # another notebook's cell
+
+
+# -- a large file's prior content: copied by the kernel before the run, hashed while it works -----
+
+_LARGE = 3 * 1024 * 1024 + 123  # past `_COPIED_SOON` (1 MiB), and not a whole number of pieces
+
+
+def _host_cell(session, script: str):
+    from kernel_helpers import RecordingSink
+    from toolkernel._runners._hostbash._channel import Channel
+    from toolkernel._runners._hostbash._runner import HostBashRunner
+
+    channel = Channel()
+    try:
+        sink = RecordingSink()
+        result = session.run_script(script, sink, runner=HostBashRunner(channel))
+    finally:
+        channel.close()
+    assert result.exit_code == 0, sink.stderr_text
+    return result
+
+
+def _parts(journal: Journal) -> list[str]:
+    return [p.name for p in (journal.root / "blobs").iterdir() if p.name.startswith(".part-")]
+
+
+def test_a_large_file_rewritten_in_place_by_a_host_cell_is_restored_byte_for_byte(session):
+    # `dd conv=notrunc` writes into the same inode: a hard link kept instead of a copy would hold
+    # the new bytes too. Two runs: the second copies what the first left (the index moved on).
+    import hashlib
+
+    big = session.workdir / "big.bin"
+    original = os.urandom(_LARGE)
+    big.write_bytes(original)
+    inode = big.stat().st_ino
+    first = _host_cell(session, "dd if=/dev/urandom of=big.bin bs=1M count=2 conv=notrunc status=none")
+    assert big.stat().st_ino == inode and big.read_bytes() != original and big.stat().st_size == _LARGE
+    after_first = big.read_bytes()
+    second = _host_cell(session, "dd if=/dev/urandom of=big.bin bs=1M count=1 seek=1 conv=notrunc status=none")
+    [entry] = session.journal.run(first.changes["run"]).entries
+    assert entry.after_the_fact and entry.before["hash"] == hashlib.sha256(original).hexdigest()
+    assert _parts(session.journal) == []  # each run's part went once its end was written
+    rewind(session.journal, second.changes["run"])
+    assert big.read_bytes() == after_first
+    rewind(session.journal, first.changes["run"])
+    assert big.read_bytes() == original
+
+
+def test_a_large_files_damaged_content_fails_its_restore_and_touches_nothing(session):
+    big = session.workdir / "big.bin"
+    big.write_bytes(os.urandom(_LARGE))
+    run = _host_cell(session, "printf 'in place' | dd of=big.bin conv=notrunc status=none").changes["run"]
+    [entry] = session.journal.run(run).entries
+    blob = session.journal.root / "blobs" / entry.before["hash"]
+    damaged = bytearray(blob.read_bytes())
+    damaged[-1] ^= 0xFF
+    os.chmod(blob, 0o600)
+    blob.write_bytes(bytes(damaged))
+    now = big.read_bytes()
+    with pytest.raises(RewindError, match="damaged"):
+        rewind(session.journal, run)
+    assert big.read_bytes() == now
+
+
+def test_a_large_file_past_the_days_limit_is_not_restorable_and_leaves_no_copy(workspace):
+    from toolkernel._rewind_scan import Comparison
+
+    (workspace / "big.bin").write_bytes(os.urandom(_LARGE))
+    journal = Journal(workspace, RewindLimits(max_day_mb=2))
+    run = journal.start_run("cell")
+    compared = Comparison(journal, run)
+    (workspace / "big.bin").write_bytes(b"after")
+    compared.record(run)
+    run.finish()
+    [entry] = journal.run(run.id).entries
+    assert "past the day's limit of 2 MiB" in entry.not_restorable
+    assert _parts(journal) == [] and not [p for p in (journal.root / "blobs").iterdir() if p.stat().st_size > 1024]
+
+
+def test_two_large_contents_stored_as_the_days_limit_drops_an_older_run_are_both_kept(workspace):
+    # Making room for the second drops the older run and collects what nothing holds; the first,
+    # stored a moment before, is not yet named by any line: its part (a second name) holds it.
+    from toolkernel._rewind_scan import Comparison
+
+    journal = Journal(workspace, RewindLimits(max_day_mb=8))
+    (workspace / "old.bin").write_bytes(os.urandom(2 * 1024 * 1024))  # the first fits beside it, not the second
+    older = journal.start_run("cell")
+    older.before_change(workspace / "old.bin")
+    (workspace / "old.bin").unlink()
+    older.finish()
+    before = {name: os.urandom(_LARGE) for name in ("a.bin", "b.bin")}
+    for name, data in before.items():
+        (workspace / name).write_bytes(data)
+    run = journal.start_run("cell")
+    compared = Comparison(journal, run)
+    for name in before:
+        with open(workspace / name, "r+b") as f:
+            f.write(b"rewritten in place")
+    compared.record(run)
+    run.finish()
+    assert [r.id for r in journal.runs()] == [run.id]  # the older run went to make room
+    rewind(journal, run.id)
+    assert {name: (workspace / name).read_bytes() for name in before} == before
+
+
+@pytest.mark.parametrize("kernel_copy", ["refused", "stops short"])
+def test_a_copy_the_kernel_cannot_finish_is_finished_by_reading(tmp_path, monkeypatch, kernel_copy):
+    import errno
+
+    from toolkernel._rewind_parts import copy_part
+
+    data = os.urandom(_LARGE)
+    (tmp_path / "src").write_bytes(data)
+    real = os.copy_file_range
+
+    def refused(*args):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    def stops_short(src, dst, count, *rest):  # one piece, then "done" (as some filesystems answer)
+        return real(src, dst, min(count, 4096), *rest) if os.lseek(src, 0, os.SEEK_CUR) == 0 else 0
+
+    monkeypatch.setattr(os, "copy_file_range", refused if kernel_copy == "refused" else stops_short)
+    fd = os.open(tmp_path / "src", os.O_RDONLY)
+    try:
+        part = copy_part(tmp_path, fd)
+    finally:
+        os.close(fd)
+    assert part.read_bytes() == data
+
+
+_KILLED_AFTER_THE_COPY = """
+import os, signal, sys, threading
+import toolkernel._rewind_parts as parts
+from toolkernel._rewind import Journal
+from toolkernel._rewind_scan import Comparison
+
+workdir, stage = sys.argv[1], sys.argv[2]
+if stage == "copied":  # killed before the thread hashed the part
+    parts.Hashing._run = lambda self: threading.Event().wait()
+journal = Journal(workdir)
+run = journal.start_run("cell")
+compared = Comparison(journal, run)
+if stage != "copied":
+    compared.hashing.hashes()  # hashed (and renamed), never made a stored content
+with open(os.path.join(workdir, "big.bin"), "r+b") as big:
+    big.write(b"rewritten in place by the run")
+with open(os.path.join(workdir, "small.txt"), "w") as small:
+    small.write("changed too")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("stage", ["copied", "hashed", "damaged", "missing"])
+def test_a_run_killed_after_its_large_copy_is_settled_by_the_next_reader(workspace, stage):
+    """The process dies before the run's end: the next reader stores its part (hashing it if the
+    thread had not, checking it against the hash its name took if it had), or says why not."""
+    import signal
+    import subprocess
+    import sys
+
+    original = os.urandom(_LARGE)
+    (workspace / "big.bin").write_bytes(original)
+    (workspace / "small.txt").write_text("small before\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    died = subprocess.run([sys.executable, "-c", _KILLED_AFTER_THE_COPY, str(workspace),
+                           "copied" if stage == "copied" else "hashed"], env=env, timeout=120)
+    assert died.returncode == -signal.SIGKILL
+    journal = Journal(workspace)
+    [part] = _parts(journal)
+    assert (part.count(".") == 1) == (stage == "copied")  # `.part-<id>`, or `.part-<id>.<hash>` once hashed
+    if stage == "damaged":
+        (journal.root / "blobs" / part).write_bytes(os.urandom(_LARGE))
+    elif stage == "missing":
+        (journal.root / "blobs" / part).unlink()
+    [run] = journal.runs()  # read first here: settled
+    assert run.settled is not None and _parts(journal) == []
+    files = run.files()
+    assert files["big.bin"].kind == files["small.txt"].kind == "changed"
+    done = rewind(journal, run.id)
+    assert (workspace / "small.txt").read_text() == "small before\n"
+    if stage in ("copied", "hashed"):
+        assert sorted(done.restored) == ["big.bin", "small.txt"]
+        assert (workspace / "big.bin").read_bytes() == original
+    else:
+        why = "damaged in the journal" if stage == "damaged" else "missing from the journal"
+        assert why in files["big.bin"].not_restorable and why in done.skipped[0]
+        assert (workspace / "big.bin").read_bytes().startswith(b"rewritten in place by the run")

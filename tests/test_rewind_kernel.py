@@ -155,6 +155,32 @@ def test_a_killed_kernel_leaves_what_a_cells_own_commands_changed_before_the_kil
     assert (work / "keep.txt").stat().st_mode & 0o777 == 0o640 and not (work / "made.txt").exists()
 
 
+def test_a_killed_kernel_leaves_a_large_file_its_cell_rewrote_in_place_restorable(tmp_path):
+    # Its content was copied as the cell started and hashed while it ran; the run never ended, so
+    # the next reader of the journal stores that copy, and a rewind puts the file back whole.
+    work = tmp_path / "work"
+    work.mkdir()
+    write_config(work, '[policy]\nmode = "accept-edits"\n')
+    original = os.urandom(3 * 1024 * 1024 + 5)
+    (work / "big.bin").write_bytes(original)
+    k = Kernel(work, _env(tmp_path))
+    try:
+        k.execute_ok("%load_ext toolkernel")
+        k.start("%%bash\ndd if=/dev/urandom of=big.bin bs=1M count=2 conv=notrunc status=none\n"
+                "echo > killed.marker\nsleep 60")
+        deadline = time.monotonic() + 60
+        while not (work / "killed.marker").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        k.manager.signal_kernel(signal.SIGKILL)
+    finally:
+        k.shutdown()
+    assert (work / "big.bin").read_bytes() != original
+    rewound = subprocess.run([sys.executable, "-m", "toolkernel", "rewind", "--last", "--workdir", str(work)],
+                             env={**os.environ, **_env(tmp_path)}, capture_output=True, text=True, timeout=120)
+    assert rewound.returncode == 0, rewound.stderr
+    assert "big.bin" in rewound.stdout and (work / "big.bin").read_bytes() == original
+
+
 def test_a_background_cell_is_recorded_when_it_ends(kernel, project):
     (project / "bg.txt").write_text("before\n")
     kernel.execute_ok("%%bash --bg --proc bg_proc\necho after > bg.txt")

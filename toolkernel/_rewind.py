@@ -7,6 +7,8 @@ hides (`_runners/_sandbox_plan.hidden_places`), so no script can rewrite what it
 
     $XDG_STATE_HOME/toolkernel/journal/<project>/
         blobs/<sha256>       a prior content, stored once by its hash (written atomically)
+        blobs/.part-<id>     a large one copied as a shell run started, until hashed and stored
+                             (`.part-<id>.<sha256>` once hashed: `_rewind_parts`)
         runs/<run id>.jsonl  the run's head line, then one line per file, then its end line
 
 `<project>` is a digest of the workspace's real path, as for pending approvals. A run's file
@@ -54,6 +56,7 @@ from ._atomic import write_atomic
 from ._config._rewind import RewindLimits
 from ._config._trust import store_path
 from ._errors import ToolkernelError, printable
+from ._rewind_parts import PART, checked as checked_part, copy_part, is_part, name_of, remove as remove_part
 
 FOLDER = "journal"
 INDEX = "index.json"  # the workspace as the last shell run's comparison saw it (`_rewind_scan`)
@@ -68,6 +71,9 @@ _VERSION = 1
 _MIB = 1024 * 1024
 _DAY = 24 * 3600
 _CHUNK = 1 << 20
+# From this size, a shell run's prior content is copied by the kernel and hashed while the run
+# works (`_rewind_parts`); a smaller one costs less stored whole at once than a thread to hash it.
+_COPIED_SOON = 1 * _MIB
 _NAMED = 20  # files a refusal names; the rest are counted
 
 
@@ -292,16 +298,55 @@ class Journal:
             return None, "a symbolic link (its target is not recorded)"
         if state["type"] != "file":
             return None, "not a regular file"
-        if state["size"] > self.limits.max_file_mb * _MIB:
-            return None, f"larger than the {self.limits.max_file_mb} MiB limit ([rewind] max_file_mb)"
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as exc:
-            return None, f"could not be read ({exc.strerror})"
+        fd, why = self._opened(path, state)
+        if fd is None:
+            return None, why
         try:
             return self._copied(fd)
         finally:
             os.close(fd)
+
+    def copy_soon(self, path: str, state: Mapping[str, Any]) -> tuple[str | None, str | None] | Path:
+        """As `store`, for a file a shell run is about to start with: a large one is only copied
+        into a part of the store (returned), for a thread to hash while the run works and
+        `file_part` to make a stored content of; a smaller one is stored now."""
+        if state["type"] != "file" or state["size"] < _COPIED_SOON:
+            return self.store(path, state)
+        fd, why = self._opened(path, state)
+        if fd is None:
+            return None, why
+        try:
+            return copy_part(self._folder("blobs"), fd)
+        finally:
+            os.close(fd)
+
+    def _opened(self, path: str, state: Mapping[str, Any]) -> tuple[int | None, str | None]:
+        """The file opened to be stored, or why it is not restorable."""
+        if state["size"] > self.limits.max_file_mb * _MIB:
+            return None, f"larger than the {self.limits.max_file_mb} MiB limit ([rewind] max_file_mb)"
+        try:
+            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), None
+        except OSError as exc:
+            return None, f"could not be read ({exc.strerror})"
+
+    def file_part(self, part: Path, digest: str) -> tuple[str | None, str | None]:
+        """A part hashed to `digest` made that stored content, within the day's limit: a second
+        name for it (the part itself stays until its run's end is written)."""
+        blob = part.parent / digest
+        if blob.exists():
+            return digest, None
+        try:
+            if not self._room_for(os.lstat(part).st_size):
+                return None, self._past_the_day()
+            os.link(part, blob)
+        except FileExistsError:
+            pass  # stored meanwhile: the same content
+        except FileNotFoundError:
+            return None, "its copy from before the run is missing from the journal"
+        return digest, None
+
+    def _past_the_day(self) -> str:
+        return f"past the day's limit of {self.limits.max_day_mb} MiB ([rewind] max_day_mb)"
 
     def _copied(self, fd: int) -> tuple[str | None, str | None]:
         """The open file copied into the stored contents a piece at a time, hashed as it goes: a
@@ -322,7 +367,7 @@ class Journal:
             if blob.exists():
                 return blob.name, None
             if not self._room_for(size):
-                return None, f"past the day's limit of {self.limits.max_day_mb} MiB ([rewind] max_day_mb)"
+                return None, self._past_the_day()
             os.chmod(part, 0o600)
             os.replace(part, blob)
             return blob.name, None
@@ -349,7 +394,7 @@ class Journal:
             cutoff = time.time() - _DAY
             seen: set[str] = set()
             day = []
-            for run in self.runs():
+            for run in self.runs(settle=False):  # (settling one may store a content: `_room_for`)
                 if run.time < cutoff:
                     continue
                 for entry in run.entries:
@@ -362,7 +407,7 @@ class Journal:
 
     def _drop_oldest(self) -> bool:
         """Remove the oldest ended run and the contents no other run holds; False when none is left."""
-        ended = [run for run in reversed(self.runs()) if run.after is not None]
+        ended = [run for run in reversed(self.runs(settle=False)) if run.after is not None]
         if not ended:
             return False
         self.drop(ended[0].id)
@@ -370,8 +415,9 @@ class Journal:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def runs(self) -> list[RunRecord]:
-        """Every readable run, newest first (a damaged run file is skipped)."""
+    def runs(self, *, settle: bool = True) -> list[RunRecord]:
+        """Every readable run, newest first (a damaged run file is skipped). `settle=False`: a run
+        whose process died is read as it stands (see `run`)."""
         try:
             names = os.listdir(self.root / "runs")
         except FileNotFoundError:
@@ -381,10 +427,13 @@ class Journal:
             run_id = name.removesuffix(".jsonl")
             if name.endswith(".jsonl") and _RUN_ID.fullmatch(run_id):
                 with contextlib.suppress(RewindError):
-                    found.append(self.run(run_id))
+                    found.append(self.run(run_id, settle=settle))
         return sorted(found, key=lambda run: (run.time, run.id), reverse=True)
 
-    def run(self, run_id: str) -> RunRecord:
+    def run(self, run_id: str, *, settle: bool = True) -> RunRecord:
+        """Run `run_id`; one whose process died before its end is settled first (`_settled`),
+        unless `settle` is False: the journal's own keeping reads runs so, as settling may store a
+        content, which takes the lock that keeping holds."""
         if not _RUN_ID.fullmatch(run_id):
             raise RewindError(f"no run {run_id!r} in the journal (`toolkernel changes` lists them)")
         try:
@@ -395,7 +444,7 @@ class Journal:
             run = _parse_run(run_id, lines)
         except (ValueError, KeyError, TypeError, AttributeError):
             raise RewindError(f"the journal's record of run {run_id} is damaged; nothing was restored") from None
-        if run.after is None and run.scan is not None and not _still_running(run.owner):
+        if settle and run.after is None and run.scan is not None and not _still_running(run.owner):
             return self._settled(run)
         return run
 
@@ -417,16 +466,30 @@ class Journal:
                 return again
             scan = json.loads(self.blob(run.scan))
             skip, known = set(scan["skip"]), {entry.path for entry in again.entries}
+            files = self._with_parts(scan["files"], scan.get("parts", {}))
             now = {name: seen for name, seen in walk(self.workdir, self.relative_name).items() if name not in skip}
-            found = [e for e in compared_entries(scan["files"], now) if e.path not in known]
+            found = [e for e in compared_entries(files, now) if e.path not in known]
             lines = [entry.to_json() for entry in found]
             lines.append({"end": _states_after([*again.entries, *found], self.workdir), "settled": time.time()})
             os.write(fd, b"".join(json.dumps(line, separators=(",", ":")).encode() + b"\n" for line in lines))
+            for part in scan.get("parts", {}).values():
+                remove_part(self.root / "blobs", part)  # its content is stored, or the reason it is not
             return _parse_run(run.id, path.read_bytes().splitlines())
         except (OSError, RewindError, ValueError, KeyError, TypeError, AttributeError):
             return run  # being settled by another reader, or a damaged scan: shown as not ended
         finally:
             os.close(fd)
+
+    def _with_parts(self, files: dict[str, list[Any]], parts: Mapping[str, str]) -> dict[str, list[Any]]:
+        """A dead run's scan with each file it copied but had not stored yet as it started (its
+        `parts`) made a stored content, or given the reason it cannot be (`_rewind_parts`)."""
+        for name, part in parts.items():
+            if not isinstance(part, str) or not PART.fullmatch(part) or not isinstance(files.get(name), list):
+                raise ValueError("bad part")
+            hashed, said = checked_part(self._folder("blobs"), part)
+            digest, why = self.file_part(hashed, said) if hashed else (None, said)
+            files[name][3], files[name][5] = digest, why
+        return files
 
     def last(self) -> RunRecord:
         runs = [run for run in self.runs() if run.entries or run.cells]
@@ -476,27 +539,49 @@ class Journal:
 
     def _collect(self) -> None:
         """Remove the contents neither a run nor the workspace's index (`_rewind_scan`) holds."""
-        runs = self.runs()
+        runs = self.runs(settle=False)  # a dead run not settled yet holds its scan's contents and parts
         held = {(e.before or {}).get("hash") for run in runs for e in run.entries}
         held |= {cell.before for run in runs for cell in run.cells}
         held |= self._held_by_scans(runs)
         held |= self._indexed()
         with contextlib.suppress(FileNotFoundError):
             for name in os.listdir(self.root / "blobs"):
-                if _HASH.fullmatch(name) and name not in held:
+                if self._unheld(name, held) or self._stale_part(name, held):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(self.root / "blobs" / name)
         self._day = None
 
+    def _unheld(self, name: str, held: set[str]) -> bool:
+        """A stored content nothing holds. One that is a second name of a part belongs to a run
+        still going, whose lines name it once written (`file_part`: a run storing two large
+        contents may drop old runs for the second after storing the first)."""
+        if not _HASH.fullmatch(name) or name in held:
+            return False
+        with contextlib.suppress(FileNotFoundError):
+            return os.lstat(self.root / "blobs" / name).st_nlink == 1
+        return False
+
+    def _stale_part(self, name: str, held: set[str]) -> bool:
+        """A part no run still going names, left `keep_days` ago (its process died before its
+        scan was written, or while a reader settled its run): a live run's is never that old."""
+        if not is_part(name) or name_of(name) in held:
+            return False
+        with contextlib.suppress(FileNotFoundError):
+            return os.lstat(self.root / "blobs" / name).st_mtime < time.time() - self.limits.keep_days * _DAY
+        return False
+
 
     def _held_by_scans(self, runs: list[RunRecord]) -> set[str]:
-        """What a run not ended yet may still need: its stored workspace and the contents in it."""
+        """What a run not ended yet may still need: its stored workspace, the contents in it, and
+        its parts (contents still being stored as it started)."""
         held: set[str] = set()
         for run in runs:
             if run.after is None and run.scan is not None:
                 held.add(run.scan)
                 with contextlib.suppress(RewindError, ValueError, TypeError, AttributeError):
-                    held |= {line[3] for line in json.loads(self.blob(run.scan))["files"].values() if line[3]}
+                    scan = json.loads(self.blob(run.scan))
+                    held |= {line[3] for line in scan["files"].values() if line[3]}
+                    held |= {part for part in scan.get("parts", {}).values() if isinstance(part, str)}
         return held
 
     def _indexed(self) -> set[str]:
@@ -618,6 +703,7 @@ class RunJournal:
         self._cells: dict[tuple[str, str, str], tuple[str, str | None]] = {}  # key -> (before, after)
         self._lock = threading.Lock()
         self._file: Any = None
+        self._at_end: list[Callable[[], None]] = []
 
     @property
     def files(self) -> int:
@@ -671,17 +757,26 @@ class RunJournal:
         moved = self.journal.relative(to) if to is not None else None
         return Entry(relative, kind or "changed", before, moved, why, after_the_fact)
 
-    def note_scan(self, before: Mapping[str, Any], skip: Iterable[str] = ()) -> None:
+    def note_scan(self, before: Mapping[str, Any], skip: Iterable[str] = (),
+                  parts: Mapping[str, str] | None = None) -> None:
         """The workspace as this shell run starts (see `compared_entries`), and the files its
         comparison leaves out, stored, so that a run whose process dies can still be compared with
-        it. Past the day's limit: not noted (a killed run then keeps only what its tools recorded)."""
-        scan = {"files": before, "skip": sorted(skip)}
+        it. `parts`: the files whose content is copied but not yet stored (`_rewind_parts`), by the
+        part that holds it, for a reader settling the run to store (kept until its end is written).
+        Past the day's limit: not noted (a killed run then keeps only what its tools recorded)."""
+        scan: dict[str, Any] = {"files": before, "skip": sorted(skip)}
+        if parts:
+            scan["parts"] = dict(parts)
         digest = self.journal.store_bytes(json.dumps(scan, separators=(",", ":"), sort_keys=True).encode())
         if digest is None:
             return
         with self._lock:
             self._open()
             self._write({"scan": digest})
+
+    def when_ended(self, done: Callable[[], None]) -> None:
+        """`done()` once the run's end is written (or its file removed: it changed nothing)."""
+        self._at_end.append(done)
 
     def record_known(self, entry: Entry) -> None:
         """An entry worked out elsewhere (the workspace compared before and after a shell run)."""
@@ -711,20 +806,27 @@ class RunJournal:
         """End the run: each recorded file's state now, for a later rewind to compare; returns how
         many files the run changed."""
         with self._lock:
-            if self._file is None:
-                return 0
-            if not self._seen and not self._cells:  # only its scan: nothing to keep
-                self._file.close()
-                self._file = None
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.journal.root / "runs" / f"{self.id}.jsonl")
-                return 0
-            after = _states_after(self._seen.values(), self.journal.workdir)
-            self._write({"end": after})
+            changed = self._finished()
+        for done in self._at_end:
+            done()
+        self._at_end = []
+        return changed
+
+    def _finished(self) -> int:
+        if self._file is None:
+            return 0
+        if not self._seen and not self._cells:  # only its scan: nothing to keep
             self._file.close()
             self._file = None
-            cells = sum(after_cell not in (None, before) for before, after_cell in self._cells.values())
-            return sum(not _unchanged(entry, after) for entry in self._seen.values()) + cells
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.journal.root / "runs" / f"{self.id}.jsonl")
+            return 0
+        after = _states_after(self._seen.values(), self.journal.workdir)
+        self._write({"end": after})
+        self._file.close()
+        self._file = None
+        cells = sum(after_cell not in (None, before) for before, after_cell in self._cells.values())
+        return sum(not _unchanged(entry, after) for entry in self._seen.values()) + cells
 
 
 # -- rewinding -----------------------------------------------------------------------------------

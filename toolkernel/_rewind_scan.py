@@ -12,7 +12,9 @@ A rewind needs the content from before the run. The journal keeps an index of th
 files that moved since the index was written are read and stored (`Journal.store`, by hash,
 within `[rewind]`'s limits), so a run pays for what changed, not for the whole workspace. The
 first run in a workspace stores every file once (a file past the limits is marked "not
-restorable" in the index, and so in any run that changes it).
+restorable" in the index, and so in any run that changes it). A large file is only copied before
+the run (by the kernel), and hashed on a thread while the run works (`_rewind_parts`): its hash
+is needed only when the run's entries and the index are written, after the run.
 
 Not looked at: `.toolkernel/`, `tool-images/`, `[rewind] ignore` globs, `.git/` (a repository's
 own store, which git already keeps), and what lies behind a link to a folder.
@@ -20,14 +22,20 @@ own store, which git already keeps), and what lies behind a link to a folder.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 from ._atomic import write_atomic
 from ._rewind import INDEX as _INDEX, Journal, RunJournal, Seen, compared_entries, walk
+from ._rewind_parts import Hashing
 
 _INDEX_VERSION = 1
+# A scan line's reason while its content is being hashed: replaced once it is (here, or by the
+# reader settling the run), and what a reader that knows no parts (an older toolkernel) says.
+_BEING_STORED = "its copy from before the run was still being stored when its process died"
 
 
 def _walk(journal: Journal) -> Seen:
@@ -46,8 +54,10 @@ def _load_index(journal: Journal) -> dict[str, Any]:
 
 def _save_index(journal: Journal, files: dict[str, Any]) -> None:
     journal.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # Not fsynced (20-30 ms a run on a busy disk): the contents it names are not either, and an
+    # index a crash cut short is read as none (every file is stored again).
     write_atomic(journal.root / _INDEX, json.dumps({"version": _INDEX_VERSION, "files": files},
-                                                    separators=(",", ":")))
+                                                    separators=(",", ":")), durable=False)
 
 
 def _same(seen: tuple, indexed: Any) -> bool:
@@ -57,37 +67,80 @@ def _same(seen: tuple, indexed: Any) -> bool:
 class Comparison:
     """The workspace before a shell run, and afterwards the run's entries from what moved."""
 
-    def __init__(self, journal: Journal, run: RunJournal | None = None, skip: frozenset[str] = frozenset()) -> None:
+    def __init__(self, journal: Journal, run: RunJournal, skip: frozenset[str] = frozenset()) -> None:
         self.journal = journal
         self.skip = skip  # files the server saves meanwhile (the notebook the cell runs in): not the run's
         self.before = self._walk()
         self.index = _load_index(journal)
-        moved = False
+        self.parts: dict[str, Path] = {}  # file -> the part holding its content, hashed while the run works
+        changed = False
         for name, seen in self.before.items():
             if not _same(seen, self.index.get(name)):
-                self.index[name] = self._stored(name, seen)
-                moved = True
+                changed |= self._store(name, seen)
         gone = [name for name in self.index if name not in self.before]
         for name in gone:
             del self.index[name]
-        if moved or gone:
+        self.hashing = Hashing(list(self.parts.values())) if self.parts else None
+        if changed or gone:
             _save_index(journal, self.index)
         # Each file before the run: its index line (state, stored hash, why not) and its inode.
-        self.lines = {name: [*self.index[name][:6], seen[3]] for name, seen in self.before.items()}
-        if run is not None:  # kept with the run: a run whose process dies is compared with it later
-            run.note_scan(self.lines, skip)
+        self.lines = {name: self._line(name, seen) for name, seen in self.before.items()}
+        # Kept with the run: a run whose process dies is compared with it later.
+        run.note_scan(self.lines, skip, {name: part.name for name, part in self.parts.items()})
+        if self.hashing is not None:
+            run.when_ended(self._remove_parts)
 
     def _walk(self) -> Seen:
         return {name: seen for name, seen in _walk(self.journal).items() if name not in self.skip}
 
-    def _stored(self, name: str, seen: tuple) -> list[Any]:
-        """The index line of a file that moved: its state, and its content stored (or why not)."""
+    def _store(self, name: str, seen: tuple) -> bool:
+        """A file that moved: its content stored and its index line made, or (a large one) its
+        content copied into a part, for `record` to name once hashed, and its old line dropped
+        (a state gone). Whether the index changed."""
         size, mtime_ns, mode, _, kind = seen
         state = {"size": size, "mtime_ns": mtime_ns, "mode": mode, "type": kind}
-        digest, why = self.journal.store(os.path.join(self.journal.workdir, name), state)
-        return [size, mtime_ns, mode, digest, kind, why]
+        stored = self.journal.copy_soon(os.path.join(self.journal.workdir, name), state)
+        if isinstance(stored, Path):
+            self.parts[name] = stored
+            return self.index.pop(name, None) is not None
+        digest, why = stored
+        self.index[name] = [size, mtime_ns, mode, digest, kind, why]
+        return True
+
+    def _line(self, name: str, seen: tuple) -> list[Any]:
+        if name in self.parts:  # its hash (or why none) once worked out: `_named_parts`
+            size, mtime_ns, mode, inode, kind = seen
+            return [size, mtime_ns, mode, None, kind, _BEING_STORED, inode]
+        return [*self.index[name][:6], seen[3]]
 
     def record(self, run: RunJournal) -> None:
         """After the run: each file that was created, changed, deleted or renamed, as an entry."""
-        for entry in compared_entries(self.lines, self._walk()):
+        after = self._walk()
+        if self.hashing is not None:
+            self._named_parts(after)  # waits for the thread, if the run was quicker
+        for entry in compared_entries(self.lines, after):
             run.record_known(entry)
+
+    def _named_parts(self, after: Seen) -> None:
+        """The contents hashed while the run worked, made stored contents (or given the reason
+        they are not), in the lines, and in the index for a file the run left as it was. Their
+        parts go when the run's end is written."""
+        hashes = self.hashing.hashes()
+        for name, part in self.parts.items():
+            hashed, said = hashes[part.name]
+            digest, why = self.journal.file_part(hashed, said) if hashed else (None, said)
+            self.lines[name][3], self.lines[name][5] = digest, why
+            self.index[name] = self.lines[name][:6]
+        # A file the run changed is stored again before the next run: its line here would be
+        # of no use, and replacing the index right after a large write waits for it (ext4 flushes
+        # a file renamed over another: 25 ms after a 50 MB write).
+        if any(name in after and _same(after[name], self.index[name]) for name in self.parts):
+            _save_index(self.journal, self.index)
+
+    def _remove_parts(self) -> None:
+        """Once the run's end is written: each content is stored by now, or said not to be. (The
+        stored content is a second name of its part: removing the part frees nothing then.)"""
+        self.hashing.hashes()
+        for path in self.hashing.files():
+            with contextlib.suppress(OSError):  # one left is swept once old (`Journal._collect`)
+                os.unlink(path)
