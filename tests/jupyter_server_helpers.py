@@ -70,7 +70,11 @@ def start_gateway(tmp_path_factory, port: int | None = None) -> tuple[subprocess
     gateway = subprocess.Popen(
         [sys.executable, "-m", "kernel_gateway", "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={port}",
          f"--KernelGatewayApp.auth_token={GATEWAY_TOKEN}", "--KernelGatewayApp.port_retries=0",
-         "--JupyterWebsocketPersonality.list_kernels=True"],
+         "--JupyterWebsocketPersonality.list_kernels=True",
+         # Its kernels talk over Unix sockets: on TCP a kernel lost its port to another worker's
+         # process between the gateway's pick and its bind, died at start, and the pairing waited
+         # out its minute (one fresh-clone run failed so).
+         "--KernelManager.transport=ipc"],
         stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=tmp_path_factory.mktemp("gateway-cwd"))
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + SERVER_START_SECONDS
