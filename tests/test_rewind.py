@@ -712,3 +712,29 @@ def test_a_run_killed_after_its_large_copy_is_settled_by_the_next_reader(workspa
         why = "damaged in the journal" if stage == "damaged" else "missing from the journal"
         assert why in files["big.bin"].not_restorable and why in done.skipped[0]
         assert (workspace / "big.bin").read_bytes().startswith(b"rewritten in place by the run")
+
+
+def test_contents_stored_before_a_run_are_kept_when_the_days_limit_drops_an_older_run(workspace):
+    # Small files that moved are stored one by one before a shell run, and the workspace's index
+    # that names them is written after the last: making room for a later one drops an older run
+    # and collects what nothing holds, which must not be the contents stored a moment before.
+    from toolkernel._rewind_scan import Comparison
+
+    journal = Journal(workspace, RewindLimits(max_day_mb=1))
+    (workspace / "old").write_bytes(b"o" * 600 * 1024)
+    older = journal.start_run("cell")
+    older.before_change(workspace / "old")
+    (workspace / "old").unlink()
+    older.finish()
+    before = {"a.bin": b"a" * 300 * 1024, "b.bin": b"b" * 300 * 1024}
+    for name, data in before.items():
+        (workspace / name).write_bytes(data)
+    run = journal.start_run("cell")
+    compared = Comparison(journal, run)
+    for name in before:
+        (workspace / name).write_bytes(b"changed")
+    compared.record(run)
+    run.finish()
+    assert [r.id for r in journal.runs()] == [run.id]  # the older run went to make room
+    rewind(journal, run.id)
+    assert {name: (workspace / name).read_bytes() for name in before} == before

@@ -254,6 +254,10 @@ class Journal:
         self.limits = limits
         self._lock = threading.Lock()
         self._day: list[tuple[float, int]] | None = None  # (time, bytes) of blobs stored in the last day
+        # Contents stored within `pinned()` blocks still open, kept from collection (see there).
+        self._pins: dict[str, int] = {}
+        self._pins_lock = threading.Lock()
+        self._pinning = threading.local()
 
     # -- recording -----------------------------------------------------------------------------
 
@@ -281,6 +285,32 @@ class Journal:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         return folder
 
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Contents this thread stores within the block are not collected until it ends: a caller
+        that stores several before it writes what names them (the workspace's index, after its
+        last file) would otherwise lose the first ones when a later one's room drops older runs."""
+        mine: list[str] = []
+        self._pinning.stored = mine
+        try:
+            yield
+        finally:
+            self._pinning.stored = None
+            with self._pins_lock:
+                for digest in mine:
+                    self._pins[digest] -= 1
+                    if not self._pins[digest]:
+                        del self._pins[digest]
+
+    def _kept(self, digest: str) -> str:
+        """`digest`, stored or found just now; pinned when the thread is within `pinned()`."""
+        mine = getattr(self._pinning, "stored", None)
+        if mine is not None:
+            with self._pins_lock:
+                self._pins[digest] = self._pins.get(digest, 0) + 1
+            mine.append(digest)
+        return digest
+
     def store_bytes(self, data: bytes) -> str | None:
         """`data` stored by its hash; None when past the day's limit."""
         digest = hashlib.sha256(data).hexdigest()
@@ -290,7 +320,7 @@ class Journal:
                 return None
             write_atomic(blob, data, durable=False)
             os.chmod(blob, 0o600)
-        return digest
+        return self._kept(digest)
 
     def store(self, path: str, state: Mapping[str, Any]) -> tuple[str | None, str | None]:
         """The file's content stored by its hash: (hash, None), or (None, why it is not restorable)."""
@@ -365,12 +395,12 @@ class Journal:
                     size += len(chunk)
             blob = blobs / digest.hexdigest()
             if blob.exists():
-                return blob.name, None
+                return self._kept(blob.name), None
             if not self._room_for(size):
                 return None, self._past_the_day()
             os.chmod(part, 0o600)
             os.replace(part, blob)
-            return blob.name, None
+            return self._kept(blob.name), None
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(part)
@@ -544,6 +574,8 @@ class Journal:
         held |= {cell.before for run in runs for cell in run.cells}
         held |= self._held_by_scans(runs)
         held |= self._indexed()
+        with self._pins_lock:
+            held |= set(self._pins)
         with contextlib.suppress(FileNotFoundError):
             for name in os.listdir(self.root / "blobs"):
                 if self._unheld(name, held) or self._stale_part(name, held):

@@ -73,16 +73,17 @@ class Comparison:
         self.before = self._walk()
         self.index = _load_index(journal)
         self.parts: dict[str, Path] = {}  # file -> the part holding its content, hashed while the run works
-        changed = False
-        for name, seen in self.before.items():
-            if not _same(seen, self.index.get(name)):
-                changed |= self._store(name, seen)
-        gone = [name for name in self.index if name not in self.before]
-        for name in gone:
-            del self.index[name]
-        self.hashing = Hashing(list(self.parts.values())) if self.parts else None
-        if changed or gone:
-            _save_index(journal, self.index)
+        with journal.pinned():  # what is stored here is named only once the index is written
+            changed = False
+            for name, seen in self.before.items():
+                if not _same(seen, self.index.get(name)):
+                    changed |= self._store(name, seen)
+            gone = [name for name in self.index if name not in self.before]
+            for name in gone:
+                del self.index[name]
+            self.hashing = Hashing(list(self.parts.values())) if self.parts else None
+            if changed or gone:
+                _save_index(journal, self.index)
         # Each file before the run: its index line (state, stored hash, why not) and its inode.
         self.lines = {name: self._line(name, seen) for name, seen in self.before.items()}
         # Kept with the run: a run whose process dies is compared with it later.
