@@ -180,13 +180,21 @@ class HostRun:
             self._timer.start()
 
     def end_group_soon(self, ladder=_LADDER[1:]) -> None:
-        threading.Thread(target=self.end_group, args=(ladder,), name="toolkernel-bash-stop", daemon=True).start()
+        """The first signal here, the rest of the ladder on a thread. Sent from the thread, the
+        first came after the answer to the call that stopped the run (or the interrupt cancelled)
+        reached the shim, and bash ran a quick `echo` after the call (one fresh-clone run)."""
+        try:
+            os.killpg(self.proc.pid, ladder[0][0])
+        except (ProcessLookupError, PermissionError):
+            return
+        threading.Thread(target=self.end_group, args=(ladder, True), name="toolkernel-bash-stop", daemon=True).start()
 
-    def end_group(self, ladder=_LADDER[1:]) -> None:
+    def end_group(self, ladder=_LADDER[1:], first_sent: bool = False) -> None:
         """Signal the whole process group (grandchildren too) up the ladder until it is gone."""
-        for sig, wait in ladder:
+        for step, (sig, wait) in enumerate(ladder):
             try:
-                os.killpg(self.proc.pid, sig)
+                if step or not first_sent:
+                    os.killpg(self.proc.pid, sig)
             except (ProcessLookupError, PermissionError):
                 return
             deadline = time.monotonic() + wait

@@ -16,9 +16,14 @@ _channel.py). It may answer and close before it has read the whole request,
 so a failed send is followed by a look for that answer.
 """
 
+import _signal
 import _socket
 import posix
 import sys
+
+# ^C ends the shim as it ends any program, by the signal: bash, told of the same ^C, then stops
+# the script too (a shim that exited with a status let bash run on to the next line).
+_signal.signal(_signal.SIGINT, _signal.SIG_DFL)
 
 _S_IFMT, _FIFO, _REG, _SOCK = 0o170000, 0o010000, 0o100000, 0o140000
 
