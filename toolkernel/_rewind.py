@@ -56,7 +56,7 @@ from ._atomic import write_atomic
 from ._config._rewind import RewindLimits
 from ._config._trust import store_path
 from ._errors import ToolkernelError, printable
-from ._rewind_parts import PART, checked as checked_part, copy_part, is_part, name_of, remove as remove_part
+from ._rewind_parts import PART, checked as checked_part, copy_part, is_part, name_of, new_part, remove as remove_part
 
 FOLDER = "journal"
 INDEX = "index.json"  # the workspace as the last shell run's comparison saw it (`_rewind_scan`)
@@ -314,12 +314,11 @@ class Journal:
     def store_bytes(self, data: bytes) -> str | None:
         """`data` stored by its hash; None when past the day's limit."""
         digest = hashlib.sha256(data).hexdigest()
-        blob = self._folder("blobs") / digest
-        if not blob.exists():
+        blobs = self._folder("blobs")
+        if not (blobs / digest).exists():
             if not self._room_for(len(data)):
                 return None
-            write_atomic(blob, data, durable=False)
-            os.chmod(blob, 0o600)
+            _write_blob(blobs, digest, data)
         return self._kept(digest)
 
     def store(self, path: str, state: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -332,7 +331,13 @@ class Journal:
         if fd is None:
             return None, why
         try:
-            return self._copied(fd)
+            data = _small_content(fd) if state["size"] < _COPIED_SOON else None
+            if data is None:
+                return self._copied(fd)
+            # Whole in memory: a content stored before (a file written again the same) is not
+            # written again, where a copy made on the way was made only to be removed.
+            digest = self.store_bytes(data)
+            return (digest, None) if digest else (None, self._past_the_day())
         finally:
             os.close(fd)
 
@@ -623,6 +628,37 @@ class Journal:
             return {line[3] for line in files.values() if isinstance(line, list) and len(line) > 3 and line[3]}
         except (OSError, ValueError, AttributeError):
             return set()
+
+
+def _write_blob(blobs: Path, digest: str, data: bytes) -> None:
+    """`data` stored as `blobs/<digest>` in one step: written to a part, then renamed (not
+    fsynced: a content a crash cut short fails its hash when read back, a clear error)."""
+    part = new_part(blobs)
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(part, blobs / digest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(part)
+        raise
+
+
+def _small_content(fd: int) -> bytes | None:
+    """The open file's content when it is below `_COPIED_SOON` (it may have grown since its
+    `stat`): else None, read from the start again."""
+    data = os.read(fd, _COPIED_SOON)
+    while len(data) < _COPIED_SOON and (more := os.read(fd, _COPIED_SOON - len(data))):
+        data += more
+    if len(data) < _COPIED_SOON:
+        return data
+    os.lseek(fd, 0, os.SEEK_SET)
+    return None
 
 
 def _read_all(fd: int) -> bytes:
