@@ -738,3 +738,26 @@ def test_contents_stored_before_a_run_are_kept_when_the_days_limit_drops_an_olde
     assert [r.id for r in journal.runs()] == [run.id]  # the older run went to make room
     rewind(journal, run.id)
     assert {name: (workspace / name).read_bytes() for name in before} == before
+
+
+def test_a_long_lived_journal_counts_out_of_the_days_limit_what_is_a_day_old(workspace, monkeypatch):
+    # One kernel across two days: what it stored yesterday no longer counts against today's limit,
+    # so today's content does not push yesterday's run out.
+    import toolkernel._rewind as journal_module
+
+    journal = Journal(workspace, RewindLimits(max_day_mb=1))
+    (workspace / "a.bin").write_bytes(b"a" * 600 * 1024)
+    yesterday = journal.start_run("cell")
+    yesterday.before_change(workspace / "a.bin")
+    (workspace / "a.bin").unlink()
+    yesterday.finish()
+    later = time.time() + 25 * 3600
+    monkeypatch.setattr(journal_module.time, "time", lambda: later)
+    (workspace / "b.bin").write_bytes(b"b" * 600 * 1024)
+    today = journal.start_run("cell")
+    today.before_change(workspace / "b.bin")
+    (workspace / "b.bin").unlink()
+    today.finish()
+    assert {run.id for run in journal.runs()} == {yesterday.id, today.id}
+    [entry] = journal.run(today.id).entries
+    assert entry.not_restorable is None

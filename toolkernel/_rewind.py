@@ -36,6 +36,7 @@ checks every file first and writes nothing when one check fails.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import difflib
@@ -253,7 +254,8 @@ class Journal:
         self.root = journal_root(self.workdir, environ)
         self.limits = limits
         self._lock = threading.Lock()
-        self._day: list[tuple[float, int]] | None = None  # (time, bytes) of blobs stored in the last day
+        self._day: collections.deque[tuple[float, int]] | None = None  # (time, bytes) stored in the last day, oldest first
+        self._day_bytes = 0
         # Contents stored within `pinned()` blocks still open, kept from collection (see there).
         self._pins: dict[str, int] = {}
         self._pins_lock = threading.Lock()
@@ -416,29 +418,41 @@ class Journal:
         if size > budget:
             return False
         with self._lock:
-            day = self._stored_today()
-            while sum(n for _, n in day) + size > budget and self._drop_oldest():
-                day = self._stored_today(again=True)
-            if sum(n for _, n in day) + size > budget:
+            used = self._used_today()
+            while used + size > budget and self._drop_oldest():
+                used = self._used_today(again=True)
+            if used + size > budget:
                 return False
-            day.append((time.time(), size))
+            self._day.append((time.time(), size))
+            self._day_bytes += size
             return True
 
-    def _stored_today(self, again: bool = False) -> list[tuple[float, int]]:
+    def _used_today(self, again: bool = False) -> int:
+        """The bytes stored in the last day: read from the runs once (or `again`), then counted as
+        contents are stored, each out of the count once a day old. (Summed again at each store, a
+        day of many small files made each store slower than the last: 1,000 took 3.7 s, not 0.2.)"""
         if self._day is None or again:
-            cutoff = time.time() - _DAY
-            seen: set[str] = set()
-            day = []
-            for run in self.runs(settle=False):  # (settling one may store a content: `_room_for`)
-                if run.time < cutoff:
-                    continue
-                for entry in run.entries:
-                    digest = (entry.before or {}).get("hash")
-                    if digest and digest not in seen:
-                        seen.add(digest)
-                        day.append((run.time, (entry.before or {}).get("size", 0)))
-            self._day = day
-        return self._day
+            self._day = collections.deque(sorted(self._stored_in_runs()))
+            self._day_bytes = sum(size for _, size in self._day)
+        cutoff = time.time() - _DAY
+        while self._day and self._day[0][0] < cutoff:
+            self._day_bytes -= self._day.popleft()[1]
+        return self._day_bytes
+
+    def _stored_in_runs(self) -> list[tuple[float, int]]:
+        """(time, bytes) of each content the last day's runs hold, once each."""
+        cutoff = time.time() - _DAY
+        seen: set[str] = set()
+        day = []
+        for run in self.runs(settle=False):  # (settling one may store a content: `_room_for`)
+            if run.time < cutoff:
+                continue
+            for entry in run.entries:
+                digest = (entry.before or {}).get("hash")
+                if digest and digest not in seen:
+                    seen.add(digest)
+                    day.append((run.time, (entry.before or {}).get("size", 0)))
+        return day
 
     def _drop_oldest(self) -> bool:
         """Remove the oldest ended run and the contents no other run holds; False when none is left."""
