@@ -78,3 +78,15 @@ def test_a_request_for_a_script_outside_the_fixtures_is_refused(zygote, tmp_path
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONSAFEPATH": "1"})
     assert done.returncode == 1 and "ran here" not in done.stdout
+
+
+def test_a_connection_that_says_nothing_does_not_hold_up_the_next_fixture(zygote, tmp_path):
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.connect(_zygote.address())
+    try:
+        process, said = start(tmp_path, code=3)  # waits out the silent one's time, then runs
+        assert said["pid"] != process.pid
+        process.stdin.close()
+        assert process.wait(timeout=60) == 3
+    finally:
+        silent.close()

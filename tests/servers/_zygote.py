@@ -130,15 +130,21 @@ def _preload() -> None:
     import mcp_types  # noqa: F401
 
 
+_REQUEST_SECONDS = 2  # a stand-in sends its request as it connects
+
+
 def _accept(listener, selector, children) -> None:
     import selectors
 
     conn, _ = listener.accept()
+    # One request at a time: a connection that says nothing must not hold every fixture start up.
+    conn.settimeout(_REQUEST_SECONDS)
     try:
         request, fds = _request(conn)
     except (OSError, ValueError):
         conn.close()
         return
+    conn.settimeout(None)
     if not _ours(conn, request):
         for fd in fds:
             os.close(fd)
