@@ -761,3 +761,17 @@ def test_a_long_lived_journal_counts_out_of_the_days_limit_what_is_a_day_old(wor
     assert {run.id for run in journal.runs()} == {yesterday.id, today.id}
     [entry] = journal.run(today.id).entries
     assert entry.not_restorable is None
+
+
+def test_a_run_file_made_a_moment_ago_and_still_empty_is_no_run_yet(workspace):
+    # A run's file is made, then its head line written: a reader between the two (another
+    # thread's listing, the day's limit counted after a run) skips it instead of failing.
+    journal = Journal(workspace)
+    done = journal.start_run("cell")
+    done.before_change(workspace / "made.txt")
+    (workspace / "made.txt").write_text("made\n")
+    done.finish()
+    (journal.root / "runs" / "20261206-120000-abcdef.jsonl").write_bytes(b"")
+    assert [run.id for run in journal.runs()] == [done.id]
+    with pytest.raises(RewindError, match="damaged"):
+        journal.run("20261206-120000-abcdef")

@@ -683,6 +683,8 @@ def _read_all(fd: int) -> bytes:
 
 
 def _parse_run(run_id: str, lines: list[bytes]) -> RunRecord:
+    if not lines:  # made a moment ago, its head line not written yet (or emptied): not a run yet
+        raise ValueError("an empty run file")
     head = json.loads(lines[0])
     if head.get("version") != _VERSION or head["run"] != run_id:
         raise ValueError("not this run")
