@@ -566,7 +566,9 @@ def test_a_large_file_rewritten_in_place_by_a_host_cell_is_restored_byte_for_byt
     second = _host_cell(session, "dd if=/dev/urandom of=big.bin bs=1M count=1 seek=1 conv=notrunc status=none")
     [entry] = session.journal.run(first.changes["run"]).entries
     assert entry.after_the_fact and entry.before["hash"] == hashlib.sha256(original).hexdigest()
-    assert _parts(session.journal) == []  # each run's part went once its end was written
+    # Each run's part went once its end was written; the second run's output is copied for the next.
+    session.journal.wait_for_copies()
+    assert len(_parts(session.journal)) == 1
     rewind(session.journal, second.changes["run"])
     assert big.read_bytes() == after_first
     rewind(session.journal, first.changes["run"])
@@ -625,9 +627,134 @@ def test_two_large_contents_stored_as_the_days_limit_drops_an_older_run_are_both
             f.write(b"rewritten in place")
     compared.record(run)
     run.finish()
+    journal.wait_for_copies()  # the files the run left are copied after it: that drops no later run
     assert [r.id for r in journal.runs()] == [run.id]  # the older run went to make room
     rewind(journal, run.id)
     assert {name: (workspace / name).read_bytes() for name in before} == before
+
+
+def _copies_before_runs(monkeypatch) -> list[str]:
+    """The large files copied as a shell run starts (not those copied after the run before)."""
+    import toolkernel._rewind as journal_module
+
+    copied, real = [], journal_module.copy_part
+
+    def counted(blobs, fd):
+        copied.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(blobs, fd)
+
+    monkeypatch.setattr(journal_module, "copy_part", counted)
+    return copied
+
+
+def test_a_large_file_a_run_wrote_is_copied_after_it_and_the_next_run_starts_without_a_copy(session, monkeypatch):
+    copied = _copies_before_runs(monkeypatch)
+    big = session.workdir / "big.bin"
+    first = _host_cell(session, "head -c 3000000 /dev/urandom > big.bin")
+    assert session.journal.run(first.changes["run"]).files()["big.bin"].kind == "created"
+    session.journal.wait_for_copies()
+    written = big.read_bytes()
+    second = _host_cell(session, "dd if=/dev/urandom of=big.bin bs=1M count=1 conv=notrunc status=none")
+    assert copied == []  # the first run's output was copied after it, not as the second started
+    rewind(session.journal, second.changes["run"])
+    assert big.read_bytes() == written
+    session.journal.wait_for_copies()
+    assert len(_parts(session.journal)) == 1  # the rewind's own output, kept for a next run
+    session.close()
+    assert _parts(session.journal) == []  # no run comes now: the copy went
+
+
+def test_a_copy_made_after_a_run_is_not_taken_once_the_file_changed_again(session, monkeypatch):
+    # Rewritten in place with the same size, its mtime put back: only its ctime says it moved.
+    copied = _copies_before_runs(monkeypatch)
+    big = session.workdir / "big.bin"
+    _host_cell(session, "head -c 3000000 /dev/urandom > big.bin")
+    session.journal.wait_for_copies()
+    stamp = big.stat()
+    changed = os.urandom(3_000_000)
+    with open(big, "r+b") as f:
+        f.write(changed)
+    os.utime(big, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    second = _host_cell(session, "printf 'in place' | dd of=big.bin conv=notrunc status=none")
+    assert copied == [str(big)]  # not the copy made after the first run: copied again
+    rewind(session.journal, second.changes["run"])
+    assert big.read_bytes() == changed
+
+
+def test_a_file_written_while_it_is_copied_after_a_run_is_copied_again_by_the_next(workspace, monkeypatch):
+    import toolkernel._rewind_parts as parts
+    from toolkernel._rewind import walk
+    from toolkernel._rewind_scan import Comparison
+
+    big = workspace / "big.bin"
+    big.write_bytes(os.urandom(_LARGE))
+    journal = Journal(workspace)
+    real = parts.copy_into
+
+    def written_meanwhile(src, dst):
+        real(src, dst)
+        with open(big, "ab") as f:
+            f.write(b"more")
+
+    monkeypatch.setattr(parts, "copy_into", written_meanwhile)
+    journal.copy_after(walk(journal.workdir, journal.relative_name), time.time())
+    journal.wait_for_copies()
+    monkeypatch.setattr(parts, "copy_into", real)
+    assert _parts(journal) == []  # the copy did not match the file: gone
+    now = big.read_bytes()
+    run = journal.start_run("cell")
+    compared = Comparison(journal, run)
+    big.write_bytes(b"the run's")
+    compared.record(run)
+    run.finish()
+    rewind(journal, run.id)
+    assert big.read_bytes() == now
+
+
+_KILLED_AFTER_TAKING_A_COPY = """
+import os, signal, sys, threading
+import toolkernel._rewind_parts as parts
+from toolkernel._rewind import Journal
+from toolkernel._rewind_scan import Comparison
+
+workdir = sys.argv[1]
+big = os.path.join(workdir, "big.bin")
+journal = Journal(workdir)
+run = journal.start_run("cell")
+compared = Comparison(journal, run)
+with open(big, "r+b") as f:
+    f.write(b"the first run")
+compared.record(run)
+run.finish()
+journal.wait_for_copies()
+with open(sys.argv[2], "wb") as f:
+    f.write(open(big, "rb").read())
+run = journal.start_run("cell")
+compared = Comparison(journal, run)
+assert compared.taken == {"big.bin"}, compared.taken
+with open(big, "r+b") as f:
+    f.write(b"the second run")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_run_killed_after_taking_a_copy_made_after_the_run_before_is_settled(workspace):
+    import signal
+    import subprocess
+    import sys
+
+    (workspace / "big.bin").write_bytes(os.urandom(_LARGE))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    kept = workspace.parent / "after-first"
+    died = subprocess.run([sys.executable, "-c", _KILLED_AFTER_TAKING_A_COPY, str(workspace), str(kept)],
+                          env=env, timeout=120)
+    assert died.returncode == -signal.SIGKILL
+    after_first = kept.read_bytes()
+    journal = Journal(workspace)
+    second, first = journal.runs()
+    assert second.settled is not None and _parts(journal) == []
+    rewind(journal, second.id)
+    assert (workspace / "big.bin").read_bytes() == after_first
 
 
 @pytest.mark.parametrize("kernel_copy", ["refused", "stops short"])
@@ -775,3 +902,28 @@ def test_a_run_file_made_a_moment_ago_and_still_empty_is_no_run_yet(workspace):
     assert [run.id for run in journal.runs()] == [done.id]
     with pytest.raises(RewindError, match="damaged"):
         journal.run("20261206-120000-abcdef")
+
+
+def test_back_to_back_runs_at_the_days_limit_each_end_and_rewind_with_copies_made_after_them(workspace):
+    # Each run takes the copy made after the one before, while that copy's thread drops old runs
+    # for it; the runs begin and end as it does (a reader once met a run file still empty there).
+    from toolkernel._rewind_scan import Comparison
+
+    big = workspace / "big.bin"
+    big.write_bytes(os.urandom(_LARGE))
+    journal = Journal(workspace, RewindLimits(max_day_mb=10))
+    contents = []
+    for _ in range(40):
+        contents.append(big.read_bytes())
+        run = journal.start_run("cell")
+        compared = Comparison(journal, run)
+        with open(big, "r+b") as f:
+            f.write(os.urandom(4096))
+        compared.record(run)
+        run.finish()
+    journal.wait_for_copies()
+    kept = journal.runs()
+    assert 1 < len(kept) < 40  # the day's limit dropped the oldest
+    for run, before in zip(kept, reversed(contents)):
+        rewind(journal, run.id)
+        assert big.read_bytes() == before

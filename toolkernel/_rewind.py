@@ -41,8 +41,10 @@ import contextlib
 import dataclasses
 import difflib
 import fnmatch
+import functools
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
@@ -57,7 +59,7 @@ from ._atomic import write_atomic
 from ._config._rewind import RewindLimits
 from ._config._trust import store_path
 from ._errors import ToolkernelError, printable
-from ._rewind_parts import PART, checked as checked_part, copy_part, is_part, name_of, new_part, remove as remove_part
+from ._rewind_parts import PART, Ahead, checked as checked_part, copy_part, is_part, name_of, new_part, remove as remove_part
 
 FOLDER = "journal"
 INDEX = "index.json"  # the workspace as the last shell run's comparison saw it (`_rewind_scan`)
@@ -260,6 +262,8 @@ class Journal:
         self._pins: dict[str, int] = {}
         self._pins_lock = threading.Lock()
         self._pinning = threading.local()
+        self._ahead: Ahead | None = None  # large files the last shell run left changed, being copied
+        self._ahead_lock = threading.Lock()
 
     # -- recording -----------------------------------------------------------------------------
 
@@ -357,6 +361,42 @@ class Journal:
         finally:
             os.close(fd)
 
+    def copy_after(self, files: Mapping[str, tuple], run_time: float) -> None:
+        """Large files a shell run (begun at `run_time`) left changed (name -> a walk's state),
+        copied into parts of the store now, while the run's output is read, for the next run to
+        take (`take_copies`) instead of copying them before it starts. Those of the run before that
+        no run took go."""
+        limit = self.limits.max_file_mb * _MIB
+        chosen = {name: (os.path.join(self.workdir, name), seen) for name, seen in files.items()
+                  if seen[4] == "file" and _COPIED_SOON <= seen[0] <= limit}
+        make_room = functools.partial(self.make_room, before=run_time)
+        ahead = Ahead(self._folder("blobs"), chosen, make_room) if chosen else None
+        with self._ahead_lock:
+            older, self._ahead = self._ahead, ahead
+        if older is not None:
+            older.discard()
+
+    def take_copies(self) -> Ahead | None:
+        """The copies made after the last shell run, for one run to take from (`Ahead.take`)
+        before it discards the rest; None when there are none."""
+        with self._ahead_lock:
+            ahead, self._ahead = self._ahead, None
+        return ahead
+
+    def wait_for_copies(self) -> None:
+        """Until the copies made after the last shell run are done (a benchmark's or a test's pause)."""
+        with self._ahead_lock:
+            ahead = self._ahead
+        if ahead is not None:
+            ahead.wait()
+
+    def close(self) -> None:
+        """The copies made after the last shell run removed: no run of this journal comes now."""
+        ahead = self.take_copies()
+        if ahead is not None:
+            ahead.discard()
+            ahead.wait()  # the file being copied, at most: a daemon thread would leave its part
+
     def _opened(self, path: str, state: Mapping[str, Any]) -> tuple[int | None, str | None]:
         """The file opened to be stored, or why it is not restorable."""
         if state["size"] > self.limits.max_file_mb * _MIB:
@@ -414,18 +454,28 @@ class Journal:
 
     def _room_for(self, size: int) -> bool:
         """Whether `size` more bytes fit in the day's limit, the oldest runs dropped to make room."""
-        budget = self.limits.max_day_mb * _MIB
-        if size > budget:
-            return False
         with self._lock:
-            used = self._used_today()
-            while used + size > budget and self._drop_oldest():
-                used = self._used_today(again=True)
-            if used + size > budget:
+            if not self._made_room(size):
                 return False
             self._day.append((time.time(), size))
             self._day_bytes += size
             return True
+
+    def make_room(self, size: int, before: float) -> None:
+        """The oldest runs begun `before` dropped until `size` more bytes fit in the day's limit
+        (counted when they are stored): for copies made after the run begun then, so that storing
+        them in the next run drops none. The run that made them, and any later, are kept."""
+        with self._lock:
+            self._made_room(size, before)
+
+    def _made_room(self, size: int, before: float = math.inf) -> bool:
+        budget = self.limits.max_day_mb * _MIB
+        if size > budget:
+            return False
+        used = self._used_today()
+        while used + size > budget and self._drop_oldest(before):
+            used = self._used_today(again=True)
+        return used + size <= budget
 
     def _used_today(self, again: bool = False) -> int:
         """The bytes stored in the last day: read from the runs once (or `again`), then counted as
@@ -454,9 +504,10 @@ class Journal:
                     day.append((run.time, (entry.before or {}).get("size", 0)))
         return day
 
-    def _drop_oldest(self) -> bool:
-        """Remove the oldest ended run and the contents no other run holds; False when none is left."""
-        ended = [run for run in reversed(self.runs(settle=False)) if run.after is not None]
+    def _drop_oldest(self, before: float = math.inf) -> bool:
+        """Remove the oldest ended run (begun `before`) and the contents no other run holds; False
+        when none is left."""
+        ended = [run for run in reversed(self.runs(settle=False)) if run.after is not None and run.time < before]
         if not ended:
             return False
         self.drop(ended[0].id)

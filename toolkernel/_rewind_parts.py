@@ -23,6 +23,7 @@ import re
 import secrets
 import threading
 from pathlib import Path
+from typing import Callable
 
 PART = re.compile(r"\.part-[0-9a-f]{16}")  # a part's name, as a scan holds it
 _HASHED = re.compile(r"(\.part-[0-9a-f]{16})\.([0-9a-f]{64})")  # a part once hashed: `<part>.<hash>`
@@ -130,6 +131,25 @@ def name_of(file_name: str) -> str:
     return match[1] if match else file_name
 
 
+def _hashed_and_renamed(part: Path) -> tuple[Path | None, str]:
+    """The part hashed, then renamed `<part>.<hash>`: so that a reader settling its run if its
+    process dies checks it against the hash it had here, instead of storing whatever it holds
+    then. (A rename to a new name: no file made or freed, which waits after a large write.)"""
+    try:
+        digest = hash_of(part)
+        hashed = part.with_name(f"{part.name}.{digest}")
+        os.rename(part, hashed)
+        return hashed, digest
+    except OSError as exc:
+        return None, f"its copy could not be hashed ({exc.strerror})"
+
+
+def _removed(part: Path, done: tuple[Path | None, str] | None) -> None:
+    """The part gone, under the name it has now (hashed or not)."""
+    with contextlib.suppress(OSError):  # one left is swept once old (`Journal._collect`)
+        os.unlink((done or (None, ""))[0] or part)
+
+
 class Hashing:
     """Parts hashed on a thread while the run works, each renamed `<part>.<hash>` when done.
     `hashes()` waits for the thread: each part's hashed file and hash, or why there is none."""
@@ -143,21 +163,130 @@ class Hashing:
 
     def _run(self) -> None:
         for part in self._parts:
-            try:
-                digest = hash_of(part)
-                # Named by it, so that a reader settling the run if its process dies checks the
-                # part against the hash it had here, instead of storing whatever it holds then.
-                # (A rename to a new name: no file made or freed, which waits after a large write.)
-                hashed = part.with_name(f"{part.name}.{digest}")
-                os.rename(part, hashed)
-                self._done[part.name] = (hashed, digest)
-            except OSError as exc:
-                self._done[part.name] = (None, f"its copy could not be hashed ({exc.strerror})")
+            self._done[part.name] = _hashed_and_renamed(part)
 
     def hashes(self) -> dict[str, tuple[Path | None, str]]:
         self._thread.join()
         return self._done
 
-    def files(self) -> list[Path]:
-        """Each part's file as it is named now (once `hashes()` returned: hashed or not)."""
-        return [self._done.get(part.name, (None, ""))[0] or part for part in self._parts]
+    def remove(self, part: Path) -> None:
+        """`part` gone, hashed or not (once `hashes()` returned)."""
+        _removed(part, self._done.get(part.name))
+
+
+# (size, mtime_ns, ctime_ns, inode) of an open file: what a copy of it was made from
+def _identity(fd: int) -> tuple[int, int, int, int]:
+    info = os.fstat(fd)
+    return info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino
+
+
+def identity_of(path: str) -> tuple[int, int, int, int] | None:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino
+
+
+class Ahead:
+    """Large files a shell run left changed, copied into parts right after it (while its output
+    is read) and hashed: the next run, which must keep each file that moved before it starts,
+    takes the part of one still as it was copied instead of copying it then (`_rewind_scan`).
+
+    A copy is kept only when the file was the same (size, mtime, ctime, inode) before and after
+    it was made, and as the run's end saw it; `take` also wants it the same now. What no run
+    takes is removed (`discard`), by the thread if it is still at work."""
+
+    def __init__(self, blobs: Path, files: dict[str, tuple[str, tuple]], make_room: Callable[[int], None]) -> None:
+        self._blobs = blobs
+        self._files = files  # name -> (path, (size, mtime_ns, mode, inode, kind) as the run's end saw it)
+        self._make_room = make_room  # the oldest runs dropped for the copies, here rather than in the next run
+        self._copies: dict[str, tuple[tuple, Path]] = {}  # name -> (identity copied, part), until taken
+        self._taken: set[Path] = set()
+        self._done: dict[str, tuple[Path | None, str]] = {}
+        self._copied = threading.Event()
+        self._lock = threading.Lock()
+        self._discarded = self._finished = False
+        self._thread = threading.Thread(target=self._run, name="toolkernel-rewind-ahead", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        made = []
+        try:
+            for name, (path, seen) in self._files.items():
+                if self._discarded:  # no run comes (the session closes): stop at once
+                    break
+                copy = self._copy(path, seen)
+                if copy is not None:
+                    self._copies[name] = copy
+                    made.append(copy[1])
+        finally:
+            self._copied.set()
+        if made and not self._discarded:
+            try:
+                self._make_room(sum(os.lstat(part).st_size for part in made))
+            except Exception:  # noqa: BLE001 - tried again as the content is stored; a part taken must be hashed
+                pass
+        for part in made:
+            with self._lock:
+                wanted = part in self._taken or not self._discarded
+            if wanted:
+                self._done[part.name] = _hashed_and_renamed(part)
+        with self._lock:
+            self._finished = True
+            if self._discarded:
+                self._remove_untaken()
+
+    def _copy(self, path: str, seen: tuple) -> tuple[tuple, Path] | None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            before = _identity(fd)
+            if (before[0], before[1], before[3]) != (seen[0], seen[1], seen[3]):
+                return None  # changed since the run's end: the next run copies it
+            part = copy_part(self._blobs, fd)
+            if _identity(fd) != before:  # written while it was copied
+                os.unlink(part)
+                return None
+            return before, part
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def take(self, name: str, seen: tuple, now: tuple | None) -> Path | None:
+        """The part of `name` when the file is as it was copied: `seen`, a walk's (size, mtime_ns,
+        mode, inode, kind), and `now`, its `identity_of`. Waits for the copies, not the hashes."""
+        self._copied.wait()
+        with self._lock:
+            copy = self._copies.get(name)
+            if self._discarded or copy is None or now != copy[0] or (seen[0], seen[1], seen[3]) != now[:2] + now[3:]:
+                return None
+            del self._copies[name]
+            self._taken.add(copy[1])
+            return copy[1]
+
+    def hashes(self) -> dict[str, tuple[Path | None, str]]:
+        """As `Hashing.hashes`, for the parts taken."""
+        self._thread.join()
+        return self._done
+
+    def remove(self, part: Path) -> None:
+        _removed(part, self._done.get(part.name))
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def discard(self) -> None:
+        """The parts no run took removed, now or once the thread is done."""
+        with self._lock:
+            self._discarded = True
+            if self._finished:
+                self._remove_untaken()
+
+    def _remove_untaken(self) -> None:
+        for _, part in self._copies.values():
+            _removed(part, self._done.get(part.name))
+        self._copies.clear()

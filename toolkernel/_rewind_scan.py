@@ -14,7 +14,9 @@ within `[rewind]`'s limits), so a run pays for what changed, not for the whole w
 first run in a workspace stores every file once (a file past the limits is marked "not
 restorable" in the index, and so in any run that changes it). A large file is only copied before
 the run (by the kernel), and hashed on a thread while the run works (`_rewind_parts`): its hash
-is needed only when the run's entries and the index are written, after the run.
+is needed only when the run's entries and the index are written, after the run. And a large file
+a run left changed is copied right after it, while its output is read (`Journal.copy_after`):
+the next run takes that copy when the file is still as it was, and copies nothing as it starts.
 
 Not looked at: `.toolkernel/`, `tool-images/`, `[rewind] ignore` globs, `.git/` (a repository's
 own store, which git already keeps), and what lies behind a link to a folder.
@@ -22,7 +24,6 @@ own store, which git already keeps), and what lies behind a link to a folder.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Any
 
 from ._atomic import write_atomic
 from ._rewind import INDEX as _INDEX, Journal, RunJournal, Seen, compared_entries, walk
-from ._rewind_parts import Hashing
+from ._rewind_parts import Hashing, identity_of
 
 _INDEX_VERSION = 1
 # A scan line's reason while its content is being hashed: replaced once it is (here, or by the
@@ -73,6 +74,8 @@ class Comparison:
         self.before = self._walk()
         self.index = _load_index(journal)
         self.parts: dict[str, Path] = {}  # file -> the part holding its content, hashed while the run works
+        self.ahead = journal.take_copies()  # large files copied after the run before this one
+        self.taken: set[str] = set()  # the files whose part is one of those
         with journal.pinned():  # what is stored here is named only once the index is written
             changed = False
             for name, seen in self.before.items():
@@ -81,14 +84,17 @@ class Comparison:
             gone = [name for name in self.index if name not in self.before]
             for name in gone:
                 del self.index[name]
-            self.hashing = Hashing(list(self.parts.values())) if self.parts else None
+            if self.ahead is not None:
+                self.ahead.discard()  # what moved since it was copied, or is gone
+            own = [part for name, part in self.parts.items() if name not in self.taken]
+            self.hashing = Hashing(own) if own else None
             if changed or gone:
                 _save_index(journal, self.index)
         # Each file before the run: its index line (state, stored hash, why not) and its inode.
         self.lines = {name: self._line(name, seen) for name, seen in self.before.items()}
         # Kept with the run: a run whose process dies is compared with it later.
         run.note_scan(self.lines, skip, {name: part.name for name, part in self.parts.items()})
-        if self.hashing is not None:
+        if self.parts:
             run.when_ended(self._remove_parts)
 
     def _walk(self) -> Seen:
@@ -100,13 +106,22 @@ class Comparison:
         (a state gone). Whether the index changed."""
         size, mtime_ns, mode, _, kind = seen
         state = {"size": size, "mtime_ns": mtime_ns, "mode": mode, "type": kind}
-        stored = self.journal.copy_soon(os.path.join(self.journal.workdir, name), state)
+        stored = self._taken(name, seen) or self.journal.copy_soon(os.path.join(self.journal.workdir, name), state)
         if isinstance(stored, Path):
             self.parts[name] = stored
             return self.index.pop(name, None) is not None
         digest, why = stored
         self.index[name] = [size, mtime_ns, mode, digest, kind, why]
         return True
+
+    def _taken(self, name: str, seen: tuple) -> Path | None:
+        """The part copied after the run before, when the file is still as it was then."""
+        if self.ahead is None:
+            return None
+        part = self.ahead.take(name, seen, identity_of(os.path.join(self.journal.workdir, name)))
+        if part is not None:
+            self.taken.add(name)
+        return part
 
     def _line(self, name: str, seen: tuple) -> list[Any]:
         if name in self.parts:  # its hash (or why none) once worked out: `_named_parts`
@@ -117,16 +132,19 @@ class Comparison:
     def record(self, run: RunJournal) -> None:
         """After the run: each file that was created, changed, deleted or renamed, as an entry."""
         after = self._walk()
-        if self.hashing is not None:
+        if self.parts:
             self._named_parts(after)  # waits for the thread, if the run was quicker
         for entry in compared_entries(self.lines, after):
             run.record_known(entry)
+        # What the next run would copy before it starts, copied now (a large file the run wrote).
+        moved = {name: seen for name, seen in after.items() if not _same(seen, self.index.get(name))}
+        self.journal.copy_after(moved, run.time)
 
     def _named_parts(self, after: Seen) -> None:
         """The contents hashed while the run worked, made stored contents (or given the reason
         they are not), in the lines, and in the index for a file the run left as it was. Their
         parts go when the run's end is written."""
-        hashes = self.hashing.hashes()
+        hashes = self._hashes()
         for name, part in self.parts.items():
             hashed, said = hashes[part.name]
             digest, why = self.journal.file_part(hashed, said) if hashed else (None, said)
@@ -141,7 +159,14 @@ class Comparison:
     def _remove_parts(self) -> None:
         """Once the run's end is written: each content is stored by now, or said not to be. (The
         stored content is a second name of its part: removing the part frees nothing then.)"""
-        self.hashing.hashes()
-        for path in self.hashing.files():
-            with contextlib.suppress(OSError):  # one left is swept once old (`Journal._collect`)
-                os.unlink(path)
+        self._hashes()
+        for name, part in self.parts.items():
+            (self.ahead if name in self.taken else self.hashing).remove(part)
+
+    def _hashes(self) -> dict[str, tuple[Path | None, str]]:
+        """Each part's hashed file and hash, or why none (waiting for the threads at work)."""
+        hashes = {}
+        for source in (self.hashing, self.ahead if self.taken else None):
+            if source is not None:
+                hashes.update(source.hashes())
+        return hashes
