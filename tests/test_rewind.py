@@ -927,3 +927,27 @@ def test_back_to_back_runs_at_the_days_limit_each_end_and_rewind_with_copies_mad
     for run, before in zip(kept, reversed(contents)):
         rewind(journal, run.id)
         assert big.read_bytes() == before
+
+
+def test_a_rewind_sweeps_each_folder_it_writes_of_killed_writers_leftovers_once(workspace, monkeypatch):
+    import toolkernel._atomic as atomic
+
+    (workspace / "out").mkdir()
+    for i in range(3):
+        (workspace / "out" / f"f{i}.txt").write_text(f"before {i}\n")
+    journal = Journal(workspace)
+    run = journal.start_run("cell")
+    for i in range(3):
+        run.before_change(workspace / "out" / f"f{i}.txt")
+        (workspace / "out" / f"f{i}.txt").write_text(f"after {i}\n")
+    run.finish()
+    leftover = workspace / "out" / ".f0.txt.abcd1234.toolkernel.tmp"  # a writer killed mid-write
+    leftover.write_text("half")
+    long_ago = time.time() - atomic.STALE_TEMP_SECONDS - 60
+    os.utime(leftover, (long_ago, long_ago))
+    swept = []
+    real = atomic._remove_stale_temps
+    monkeypatch.setattr(atomic, "_remove_stale_temps", lambda folder: (swept.append(folder), real(folder)))
+    rewind(journal, run.id)
+    assert not leftover.exists() and len(swept) == 1
+    assert [(workspace / "out" / f"f{i}.txt").read_text() for i in range(3)] == [f"before {i}\n" for i in range(3)]

@@ -40,7 +40,7 @@ _TEMP_NAME = re.compile(r"\..+\.[a-z0-9_]{8}" + re.escape(_TEMP_SUFFIX))  # mkst
 
 def write_atomic(path: Path | str, data: bytes | str | LongText, *, check: Callable[[], None] | None = None,
                  replaces: Callable[[Path], bool] | None = None, resolved: bool = False,
-                 durable: bool = True) -> None:
+                 durable: bool = True, sweep: bool = True) -> None:
     """Replace `path` with `data` (str is written as UTF-8) in one step.
 
     Missing parent folders are created. An existing file keeps its permission
@@ -52,6 +52,8 @@ def write_atomic(path: Path | str, data: bytes | str | LongText, *, check: Calla
     (a tool hands the path the dispatcher resolved and checked). `durable=False` skips the fsyncs:
     still all or nothing for a reader, but a power loss may leave the old file or an empty one
     (for content that is checked when read back, such as the journal's hash-named contents).
+    `sweep=False` leaves the folder's leftover temporary files to another write: a caller writing
+    many files in one folder sweeps it once (each sweep lists the whole folder).
 
     Every step after the folder is opened works in that open folder, not by its name: a
     folder on the way swapped for a link meanwhile raises `PathChanged` before anything is
@@ -61,15 +63,16 @@ def write_atomic(path: Path | str, data: bytes | str | LongText, *, check: Calla
     target.parent.mkdir(parents=True, exist_ok=True)
     folder = open_checked(str(target.parent), os.O_RDONLY | os.O_DIRECTORY)
     try:
-        _write_in(folder, target, data, check, replaces, durable)
+        _write_in(folder, target, data, check, replaces, durable, sweep)
     finally:
         os.close(folder)
 
 
 def _write_in(folder: int, target: Path, payload: bytes | str | LongText, check: Callable[[], None] | None,
-              replaces: Callable[[Path], bool] | None, durable: bool = True) -> None:
+              replaces: Callable[[Path], bool] | None, durable: bool = True, sweep: bool = True) -> None:
     """`write_atomic` in the open folder `folder`, which holds `target`."""
-    _remove_stale_temps(folder)
+    if sweep:
+        _remove_stale_temps(folder)
     existing = _stat_or_none(target.name, folder)
     fd, tmp_name = _make_temp(folder, target.name)
     try:

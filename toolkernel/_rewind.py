@@ -1005,11 +1005,12 @@ def rewind(journal: Journal, run_id: str | None, *, force: bool = False,
     contents = {p: journal.blob(e.before["hash"]) for p, e in chosen.items() if _restorable(e) and e.before}
     own = into or journal.start_run("rewind")
     restored, skipped = [], []
+    swept: set[str] = set()  # folders whose killed writers' leftovers were looked for
     for relative, entry in chosen.items():
         if not _restorable(entry):
             skipped.append(f"{relative}: {entry.not_restorable}")
             continue
-        _put_back(journal, own, relative, entry, contents.get(relative))
+        _put_back(journal, own, relative, entry, contents.get(relative), swept)
         restored.append(relative)
     if restored:
         os.sync()  # durable when it says so: once, not two fsyncs a file (1,000 files took seconds)
@@ -1062,7 +1063,8 @@ def _refuse_changed_since(journal: Journal, run: RunRecord, chosen: Mapping[str,
                           "anyway (the newer content is recorded, so that rewind can be undone too)")
 
 
-def _put_back(journal: Journal, own: RunJournal, relative: str, entry: Entry, data: bytes | None) -> None:
+def _put_back(journal: Journal, own: RunJournal, relative: str, entry: Entry, data: bytes | None,
+              swept: set[str]) -> None:
     full = os.path.join(journal.workdir, relative)
     if entry.to is not None:  # the renamed file's new name goes when the old one comes back
         target = os.path.join(journal.workdir, entry.to)
@@ -1077,7 +1079,11 @@ def _put_back(journal: Journal, own: RunJournal, relative: str, entry: Entry, da
     with contextlib.suppress(FileNotFoundError, IsADirectoryError):
         if stat.S_ISLNK(os.lstat(full).st_mode):
             os.unlink(full)  # a link put there since: replaced, not written through
-    write_atomic(full, data or b"", durable=False)  # one sync for the whole rewind (`rewind`)
+    # One sync for the whole rewind (`rewind`), and one sweep a folder: each lists the folder, so
+    # 1,000 files put back in one took 1,000,000 name matches (1.3 s of a 3 s rewind).
+    folder = os.path.dirname(full)
+    write_atomic(full, data or b"", durable=False, sweep=folder not in swept)
+    swept.add(folder)
     os.chmod(full, entry.before["mode"])
     # Its time too: the file is as it was, and a rewind of an earlier run then finds it unchanged.
     with contextlib.suppress(KeyError, TypeError, OSError):
