@@ -337,7 +337,7 @@ class Journal:
         if fd is None:
             return None, why
         try:
-            data = _small_content(fd) if state["size"] < _COPIED_SOON else None
+            data = _small_content(fd, state["size"]) if state["size"] < _COPIED_SOON else None
             if data is None:
                 return self._copied(fd)
             # Whole in memory: a content stored before (a file written again the same) is not
@@ -714,14 +714,17 @@ def _write_blob(blobs: Path, digest: str, data: bytes) -> None:
         raise
 
 
-def _small_content(fd: int) -> bytes | None:
+def _small_content(fd: int, size: int) -> bytes | None:
     """The open file's content when it is below `_COPIED_SOON` (it may have grown since its
-    `stat`): else None, read from the start again."""
-    data = os.read(fd, _COPIED_SOON)
-    while len(data) < _COPIED_SOON and (more := os.read(fd, _COPIED_SOON - len(data))):
+    `stat` said `size`): else None, read from the start again. Read `size` and one byte more, not
+    a whole `_COPIED_SOON` each time; only an empty read says the end came."""
+    data = b""
+    while len(data) < _COPIED_SOON:
+        want = size + 1 - len(data) if len(data) <= size else _CHUNK
+        more = os.read(fd, min(want, _COPIED_SOON - len(data)))
+        if not more:
+            return data
         data += more
-    if len(data) < _COPIED_SOON:
-        return data
     os.lseek(fd, 0, os.SEEK_SET)
     return None
 

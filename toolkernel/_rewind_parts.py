@@ -174,18 +174,16 @@ class Hashing:
         _removed(part, self._done.get(part.name))
 
 
-# (size, mtime_ns, ctime_ns, inode) of an open file: what a copy of it was made from
-def _identity(fd: int) -> tuple[int, int, int, int]:
-    info = os.fstat(fd)
+def _identity(info: os.stat_result) -> tuple[int, int, int, int]:
+    """(size, mtime_ns, ctime_ns, inode): what a copy of a file was made from."""
     return info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino
 
 
 def identity_of(path: str) -> tuple[int, int, int, int] | None:
     try:
-        info = os.lstat(path)
+        return _identity(os.lstat(path))
     except OSError:
         return None
-    return info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino
 
 
 class Ahead:
@@ -219,15 +217,15 @@ class Ahead:
                 copy = self._copy(path, seen)
                 if copy is not None:
                     self._copies[name] = copy
-                    made.append(copy[1])
+                    made.append(copy)
         finally:
             self._copied.set()
         if made and not self._discarded:
             try:
-                self._make_room(sum(os.lstat(part).st_size for part in made))
+                self._make_room(sum(identity[0] for identity, _ in made))
             except Exception:  # noqa: BLE001 - tried again as the content is stored; a part taken must be hashed
                 pass
-        for part in made:
+        for _, part in made:
             with self._lock:
                 wanted = part in self._taken or not self._discarded
             if wanted:
@@ -243,11 +241,11 @@ class Ahead:
         except OSError:
             return None
         try:
-            before = _identity(fd)
+            before = _identity(os.fstat(fd))
             if (before[0], before[1], before[3]) != (seen[0], seen[1], seen[3]):
                 return None  # changed since the run's end: the next run copies it
             part = copy_part(self._blobs, fd)
-            if _identity(fd) != before:  # written while it was copied
+            if _identity(os.fstat(fd)) != before:  # written while it was copied
                 os.unlink(part)
                 return None
             return before, part

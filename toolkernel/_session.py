@@ -286,8 +286,10 @@ class Session:
 
     def close(self) -> None:
         """Close the MCP servers and the paired kernel of this session."""
-        _loop.run(self._close(), timeout=30)
-        self.journal.close()
+        try:
+            _loop.run(self._close(), timeout=30)
+        finally:
+            self.journal.close()
 
     async def _close(self) -> None:
         from ._providers._notebook import unpair
