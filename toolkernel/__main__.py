@@ -62,24 +62,40 @@ def run_demo(notebook: Path, timeout: int = 300) -> int:
             failed = None
         except CellExecutionError as exc:
             failed = exc
-    print_outputs(nb)
+    print_outputs(nb, notebook.name)
     for index, prompt in client.unanswered:
-        print(f"\ncell {index + 1} asked, and its metadata gives no answer for: {prompt}", file=sys.stderr)
+        print(f"\ncell [{_code_number(nb, index)}] asked, and its metadata gives no answer for: {prompt}", file=sys.stderr)
     if failed is not None:
         print(f"\nthe notebook stopped at a failing cell:\n{failed}", file=sys.stderr)
         return 1
     return 0
 
 
-def print_outputs(nb) -> None:
-    for index, cell in enumerate(nb.cells, 1):
+def print_outputs(nb, name: str = "") -> None:
+    """The notebook as a person reads it: its name, markdown as written, code cells numbered as
+    Lab numbers them (1, 2, 3 over the code cells only), each with what it printed."""
+    if name:
+        print(f"═══ {name} ═══\n")
+    number = 0
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            print(cell.source.rstrip() + "\n")
+            continue
         if cell.cell_type != "code":
             continue
-        print(f"── cell {index} ─" + "─" * 40)
+        number += 1
+        print(f"── [{number}] " + "─" * 40)
         print(cell.source)
-        print("── output:")
-        for output in cell.get("outputs", []):
-            print(_output_text(output), end="")
+        outputs = "".join(_output_text(output) for output in cell.get("outputs", []))
+        if outputs:
+            print("── output:")
+            print(outputs, end="" if outputs.endswith("\n") else "\n")
+        print()
+
+
+def _code_number(nb, index: int) -> int:
+    """The number `print_outputs` shows for the notebook's cell at `index` (code cells counted)."""
+    return sum(1 for cell in nb.cells[:index + 1] if cell.cell_type == "code")
 
 
 def _output_text(output) -> str:
