@@ -34,21 +34,24 @@ This module only builds and checks the command line: what to protect is worked o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 BWRAP = "bwrap"
 # "0" refuses the sandbox (agent host code then asks a person every time, as where none
 # exists); "landlock" skips bubblewrap (tests of the fallback; a machine whose bwrap misbehaves).
 DISABLE_VARIABLE = "TOOLKERNEL_SANDBOX"
 _LANDLOCK_EXEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_landlock_exec.py")
+_NETBRIDGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_netbridge.py")
 
 
 @dataclass(frozen=True)
@@ -58,18 +61,45 @@ class Mechanism:
     available: bool
 
 
+# What passes into a sandboxed process from the kernel's environment, beside the `tools`
+# channel's own variables and what a `[sandbox] env` list adds (`NAME*`: a prefix).
+DEFAULT_ENV = ("PATH", "HOME", "LANG", "LC_*", "TERM", "USER", "TZ")
+# Inside, a network grant's programs reach the host's proxy (`_egress.py`) through a bridge
+# (`_netbridge.py`) on the sandbox's own loopback, at this port, and the bridge reaches the
+# proxy's Unix socket bound at PROXY_SOCKET.
+PROXY_PORT = 3128
+PROXY_SOCKET = "/run/toolkernel/proxy.sock"
+_PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
 @dataclass(frozen=True)
 class Plan:
     """What one sandboxed process may see and write. Paths are real (links resolved)."""
 
     writable: tuple[str, ...]            # the workspace (bound writable over a read-only root)
     read_only: tuple[str, ...] = ()      # inside `writable`: bound read-only over it
-    hidden: tuple[str, ...] = ()         # folders shown empty; files shown as /dev/null
-    visible: tuple[str, ...] = ()        # inside /tmp, bound read-only (the `tools` channel)
-    network: bool = False
+    hidden: tuple[str, ...] = ()         # folders shown empty; files (and sockets) shown as /dev/null
+    visible: tuple[str, ...] = ()        # inside /tmp, /run or the home folder, bound read-only
+    network: bool = False                # through the proxy to `domains` only (never the host's own)
+    home: str | None = None              # the home folder, shown empty but for `home_shown`
+    home_shown: tuple[tuple[str, str, bool], ...] = ()  # (place, what shows there, writable) bound back
+    stand_ins: tuple[str, ...] = ()      # missing folders shown empty and read-only (a top `.git`)
+    env: tuple[str, ...] = DEFAULT_ENV   # the variables that pass (`NAME*`: every NAME...)
+    domains: tuple[str, ...] = ()        # where a network grant reaches (`_egress.allows`)
 
     def with_network(self, network: bool) -> "Plan":
-        return Plan(self.writable, self.read_only, self.hidden, self.visible, network)
+        return dataclasses.replace(self, network=network)
+
+    def environment(self, environ: Mapping[str, str], channel: Mapping[str, str] = {}) -> dict[str, str]:
+        """The variables a process in this sandbox gets: `environ`'s that the allow-list names,
+        the `channel`'s, and with the network the proxy's."""
+        names = tuple(name for name in self.env if not name.endswith("*"))
+        prefixes = tuple(name[:-1] for name in self.env if name.endswith("*"))
+        passed = {name: value for name, value in environ.items() if name in names or name.startswith(prefixes)}
+        if self.network:
+            passed.update(dict.fromkeys(_PROXY_VARIABLES, f"http://127.0.0.1:{PROXY_PORT}"))
+            passed["NO_PROXY"] = passed["no_proxy"] = ""
+        return {**passed, **channel}
 
 
 def mechanism() -> Mechanism:
@@ -88,7 +118,7 @@ def mechanism() -> Mechanism:
 
 @functools.lru_cache(maxsize=1)
 def _probe_landlock() -> Mechanism:
-    from ._landlock_exec import abi
+    from ._landlock_exec import MIN_ABI, abi
 
     try:
         version = abi()
@@ -96,8 +126,21 @@ def _probe_landlock() -> Mechanism:
         return Mechanism("none", f"no Landlock here ({exc})", False)
     if version < 1:
         return Mechanism("none", "the kernel offers no Landlock (off, or older than Linux 5.13)", False)
-    how = "writes and TCP" if version >= 4 else "writes only (no network control before ABI 4)"
-    return Mechanism("landlock", f"Landlock ABI {version}: holds {how}; hides nothing from reading", True)
+    if version < MIN_ABI:
+        return Mechanism("none", f"the kernel's Landlock (ABI {version}) cannot refuse TCP: {MIN_ABI} or later is"
+                         " needed", False)
+    # One real start, as a cell's: where its capabilities cannot all be dropped, none runs.
+    spec = json.dumps({"writable": [], "network": False})
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", _LANDLOCK_EXEC, spec, "true"], capture_output=True,
+                              timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Mechanism("none", f"the Landlock sandbox did not start ({exc})", False)
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
+        return Mechanism("none", f"the Landlock sandbox cannot be made here: {said[0]}", False)
+    return Mechanism("landlock", f"Landlock ABI {version}: holds writes, TCP and capabilities; hides nothing"
+                     " from reading", True)
 
 
 @functools.lru_cache(maxsize=4)
@@ -119,23 +162,47 @@ def _probe_bwrap(path: str | None) -> Mechanism:
 
 def wrap(argv: Sequence[str], plan: Plan) -> list[str]:
     """`argv` as it runs inside the sandbox `plan` describes (call only where `mechanism()` is
-    available)."""
+    available; under Landlock only without the network, which it cannot hold: the callers ask)."""
     if mechanism().name == "landlock":
+        if plan.network:
+            raise RuntimeError("Landlock cannot hold a network grant: the call must ask a person")
         return _landlocked(argv, plan)
     return _bubblewrapped(argv, plan)
 
 
 def _landlocked(argv: Sequence[str], plan: Plan) -> list[str]:
-    protected = set(plan.read_only)
-    writable = [_private_tmp(), "/dev"]
-    for root in plan.writable:
-        try:
-            names = os.listdir(root)
-        except OSError:
-            continue
-        writable += [path for path in (os.path.join(root, name) for name in names) if path not in protected]
-    spec = json.dumps({"writable": writable, "network": plan.network})
+    spec = json.dumps({"writable": _landlock_writable(plan), "network": False})
     return [sys.executable, "-I", "-S", _LANDLOCK_EXEC, spec, "env", f"TMPDIR={_private_tmp()}", *argv]
+
+
+def _landlock_writable(plan: Plan) -> list[str]:
+    """Every entry of the workspace but the protected ones, each granted whole, and below an
+    entry that holds a protected path (an inner `.git`) its own entries again: Landlock only
+    grants, so a protected path is one never granted. A link is never granted (`me -> .` would
+    grant the whole workspace, `data -> /elsewhere` a place outside it)."""
+    from ._landlock_exec import DEVICES
+
+    protected = set(plan.read_only) | set(plan.hidden)
+    writable = [_private_tmp(), *DEVICES]
+    for root in plan.writable:
+        writable += _grantable(root, protected)
+    return writable
+
+
+def _grantable(folder: str, protected: set[str]) -> list[str]:
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    granted = []
+    for entry in entries:
+        if entry.path in protected or entry.is_symlink():
+            continue
+        if any(_inside(place, entry.path) for place in protected) and entry.is_dir(follow_symlinks=False):
+            granted += _grantable(entry.path, protected)
+        else:
+            granted.append(entry.path)
+    return granted
 
 
 @functools.lru_cache(maxsize=1)
@@ -145,11 +212,15 @@ def _private_tmp() -> str:
 
 
 def _bubblewrapped(argv: Sequence[str], plan: Plan) -> list[str]:
-    """The order matters: later mounts go over earlier ones. What is `visible` under the new
-    /tmp comes before the workspace (which may lie inside it), and again after the hidden
-    places for what lies inside one (the channel in `$XDG_RUNTIME_DIR`)."""
-    path = _bwrap_path()
-    args = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    """The order matters: later mounts go over earlier ones. The private places (/tmp, /run,
+    the home folder) come first, then what is shown in them again (the interpreter, the home
+    folder's allow-list), the workspace (which may lie inside one), what is read-only or hidden
+    in it, and again what is `visible` inside a hidden place (the channel in `$XDG_RUNTIME_DIR`)."""
+    args = [_bwrap_path(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for place in _private_places(plan):
+        args += ["--tmpfs", place]
+    for place, source, writable in plan.home_shown:
+        args += ["--bind" if writable else "--ro-bind", source, place]
     for place in plan.visible:
         args += ["--ro-bind", place, place]
     for place in plan.writable:
@@ -159,18 +230,39 @@ def _bubblewrapped(argv: Sequence[str], plan: Plan) -> list[str]:
             args += ["--ro-bind", place, place]
     for place in plan.hidden:
         args += _hide(place)
+    for place in plan.stand_ins:
+        if os.path.isdir(place) and not os.path.islink(place):  # made on the host by the plan
+            args += ["--tmpfs", place, "--remount-ro", place]
     for place in plan.visible:
         if any(_inside(place, hidden) for hidden in plan.hidden):
             args += ["--ro-bind", place, place]
+    for place, source, writable in plan.home_shown:  # what the allow-list shows in a hidden folder
+        if any(_inside(place, hidden) for hidden in plan.hidden):
+            args += ["--bind" if writable else "--ro-bind", source, place]
     # No `--new-session`: the caller's process group holds bwrap and what it runs, so one
     # `killpg` still ends them all (none has a terminal to abuse: they start in a session
     # of their own).
     # Every capability dropped: run as root (a container, CI), bwrap keeps them all, and
     # CAP_SYS_ADMIN remounts the read-only binds writable (`mount -o remount,bind,rw /`).
-    args += ["--unshare-pid", "--unshare-ipc", "--die-with-parent", "--cap-drop", "ALL"]
+    # The network namespace is always its own: a grant reaches the proxy's socket alone.
+    args += ["--unshare-pid", "--unshare-ipc", "--unshare-net", "--die-with-parent", "--cap-drop", "ALL"]
     if not plan.network:
-        args += ["--unshare-net"]
-    return [*args, "--", *argv]
+        return [*args, "--", *argv]
+    from ._egress import proxy_for
+
+    args += ["--ro-bind", proxy_for(plan.domains), PROXY_SOCKET]
+    return [*args, "--", sys.executable, "-I", "-S", _NETBRIDGE, PROXY_SOCKET, str(PROXY_PORT), *argv]
+
+
+def _private_places(plan: Plan) -> list[str]:
+    """/tmp, /run (and /var/run where it is no link to it) and the home folder: a private empty
+    folder each, where host sockets, kernels' files and credentials would be."""
+    places = ["/tmp", "/run"]
+    if os.path.isdir("/var/run") and not os.path.islink("/var/run"):
+        places.append("/var/run")
+    if plan.home is not None and os.path.isdir(plan.home):
+        places.append(plan.home)
+    return places
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -183,8 +275,12 @@ def _bwrap_path() -> str:
 
 
 def _hide(place: str) -> list[str]:
-    if os.path.isdir(place) and not os.path.islink(place):
+    try:
+        mode = os.lstat(place).st_mode
+    except OSError:
+        return []  # nothing there to hide
+    if stat.S_ISDIR(mode):
         return ["--tmpfs", place]
-    if os.path.isfile(place) and not os.path.islink(place):
+    if stat.S_ISREG(mode) or stat.S_ISSOCK(mode):  # a socket as /dev/null: connecting is refused
         return ["--ro-bind", "/dev/null", place]
-    return []  # nothing there to hide (a link: its target is hidden, or read-only, in its own place)
+    return []  # a link: its target is hidden, or read-only, in its own place

@@ -167,6 +167,7 @@ class Session:
             not_trusted=not_trusted(config.to_trust, self.workdir, self.trust_advice) if config.to_trust else "",
             shell=config.shell,
             agent=agent,
+            sandbox_settings=config.sandbox,
         )
         if agent:
             env.sandbox = functools.partial(_agent_sandbox, env)
@@ -303,4 +304,4 @@ def _agent_sandbox(env: CallEnv) -> Plan | None:
     """The OS sandbox of the host programs an agent's run starts; None where there is none."""
     if not sandbox_mechanism().available:
         return None
-    return sandbox_plan(env.protection() or mount_plan(env.workdir))
+    return sandbox_plan(env.protection() or mount_plan(env.workdir), env.sandbox_settings)

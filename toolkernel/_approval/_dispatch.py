@@ -22,6 +22,7 @@ from ._approver import Answer, ApprovalRequest, Approver, stop_and_report
 from .._errors import CallError, CallLimit, Denied, InvalidInput, NeedsApproval, Stopped, ToolFailed
 from ._hooks import HookOutcome, Hooks
 from .._config._limits import ShellLimits
+from .._config._sandbox import SandboxSettings
 from .._config._tools import own_settings
 from ._policy import CallInfo, Decision, Policy, canonical_call_key, decide
 from ._run import NO_EVENTS, Run, RunEvents
@@ -60,6 +61,7 @@ class CallEnv:
     # the OS sandbox that `sandbox` works out (None where the machine has none: they ask).
     agent: bool = False
     sandbox: Callable[[], Plan | None] | None = None
+    sandbox_settings: SandboxSettings = SandboxSettings()  # [sandbox]: what the OS sandbox shows more
     _plan: Plan | None = None
 
     def protection(self) -> Protection | None:
@@ -82,9 +84,21 @@ class CallEnv:
             return self._plan.with_network(True)
         return self._plan
 
-    def unsandboxed(self, tool: Tool) -> bool:
-        """An agent's call that would start a host program on a machine with no OS sandbox."""
-        return self.starts_host_code(tool) and not sandbox_mechanism().available
+    def unsandboxed(self, tool: Tool, arguments: Mapping[str, Any] | None = None) -> bool:
+        """An agent's call that would start a host program on a machine with no OS sandbox, or
+        with the network under Landlock, which cannot hold it (both ask a person)."""
+        if not self.starts_host_code(tool):
+            return False
+        found = sandbox_mechanism()
+        return not found.available or (found.name == "landlock" and self.wants_network(tool, arguments or {}))
+
+    def wants_network(self, tool: Tool, arguments: Mapping[str, Any]) -> bool:
+        """Whether `tool`'s program gets the network: its config says so, or a `[policy]
+        network` rule names the call."""
+        if getattr(getattr(tool, "config", None), "network", False):
+            return True
+        info = CallInfo(tool.qualified_name, tool.command, arguments, tool.kind)
+        return self.policy.grants_network(info)
 
 
 def _schema_keys(tool: Tool) -> frozenset[str] | None:
@@ -217,7 +231,7 @@ class Dispatcher:
         paths = real_paths(local, arguments, workdir, guarded and str(guarded.workdir)) if local.path_keys else {}
         if not paths:  # most calls name no path: none of the path checks below
             return CallInfo(tool.qualified_name, tool.command, arguments, tool.kind,
-                            schema_keys=_schema_keys(tool), unsandboxed=self.env.unsandboxed(tool),
+                            schema_keys=_schema_keys(tool), unsandboxed=self.env.unsandboxed(tool, arguments),
                             shown=functools.partial(_shown, tool, arguments, server, functools.partial(self._context, tool)))
         root = guarded.workdir if guarded else real_path(workdir)
         return CallInfo(
@@ -227,7 +241,7 @@ class Dispatcher:
             kind=tool.kind,
             outside_workspace=outside_workspace(local, arguments, workdir, paths, root=root),
             protected=touches_protected(local, arguments, workdir, guarded, paths),
-            unsandboxed=self.env.unsandboxed(tool),
+            unsandboxed=self.env.unsandboxed(tool, arguments),
             shadows=_shadows(local, paths, str(root)),
             schema_keys=_schema_keys(tool),
             shown=functools.partial(_shown, tool, arguments, server, functools.partial(self._context, tool)),

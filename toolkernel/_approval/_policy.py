@@ -72,7 +72,8 @@ Kind = Literal["read", "edit", "execute"]
 Action = Literal["allow", "ask", "deny"]
 
 UNSANDBOXED = ("an agent's run would start a program on the host, and this machine has no OS sandbox to hold"
-               " it (`toolkernel doctor` says why), so a person is asked every time")
+               " it (none, or Landlock asked for the network, which it cannot hold: `toolkernel doctor`"
+               " says why), so a person is asked every time")
 
 
 @dataclass(frozen=True)

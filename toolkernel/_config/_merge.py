@@ -7,12 +7,12 @@ highest-precedence `mode` wins; the admin file's `[policy]` is kept apart
 settings merge key by key, the nearer file winning, except a command tool: like a
 server, it replaces an earlier definition whole. `[tools_in_shell]` and `[shell]`
 and `[rewind]`
-merge key by key.
+merge key by key; `[sandbox]` lists join.
 
 A file with a doubt (an untrusted project folder, `_sources.Doubts`) is checked all
 the same, but only what tightens is kept: its deny and ask rules and a stricter mode.
 Servers and hooks start code, and allow rules, `[tools]` settings, command tools,
-raised `[shell]` limits and a looser mode loosen.
+raised `[shell]` limits, `[sandbox]` and a looser mode loosen.
 """
 
 from __future__ import annotations
@@ -32,12 +32,13 @@ from ._hooks import HookConfig, hooks_section
 from ._limits import ShellLimits, shell_section
 from ._policy import PolicySection, policy_section, stricter
 from ._rewind import RewindLimits, rewind_section
+from ._sandbox import SandboxSettings, sandbox_section
 from ._servers import ServerConfig, digest, servers_section
 from ._sources import Source
 from ._tools import freeze, merge_settings, own_settings, tools_section
 from ._tools_in_shell import ToolsInShell, tools_in_shell_section
 
-SECTIONS = ("mcp_servers", "policy", "hooks", "tools", "tools_in_shell", "shell", "approvals", "rewind")
+SECTIONS = ("mcp_servers", "policy", "hooks", "tools", "tools_in_shell", "shell", "approvals", "rewind", "sandbox")
 
 
 def _no_mapping() -> Mapping[str, Any]:
@@ -77,6 +78,8 @@ class Config:
     code_paths: tuple[str, ...] = ()
     # [approvals] mid_run: "ask" (the default) or "stop" (`_approvals.py`).
     mid_run: str = "ask"
+    # [sandbox]: what an agent's host processes see beyond the sandbox's defaults (trusted files').
+    sandbox: SandboxSettings = SandboxSettings()
 
     def server(self, name: str) -> ServerConfig | None:
         """The server called `name`, hyphens and underscores being the same."""
@@ -103,6 +106,7 @@ class Builder:
         self.shell: dict[str, int] = {}
         self.mid_run = "ask"
         self.rewind: dict[str, object] = {}
+        self.sandbox = SandboxSettings()
         self.files: list[str] = []
         self.strictest: str | None = None  # the strictest mode of an untrusted file
 
@@ -128,8 +132,10 @@ class Builder:
         self.mid_run = source.attempt(approvals_section, source, data.get("approvals", {})) or self.mid_run
         shell = source.attempt(shell_section, source, data.get("shell", {}), default={})
         rewind = source.attempt(rewind_section, source, data.get("rewind", {}), default={})
+        sandbox = source.attempt(sandbox_section, source, data.get("sandbox", {}))
         if trusted:  # raising a limit loosens, as [tools] settings do
             self.shell.update(shell)
+            self.sandbox = self.sandbox.then(sandbox or SandboxSettings())
             self.rewind.update(rewind)  # recording less (an ignore glob) must not come from a clone
             # hooks and command tools run code: only from trusted config
             self.hooks.extend(hooks)
@@ -178,6 +184,7 @@ class Builder:
             approvals_trusted=approvals_trusted,
             code_paths=code_paths,
             mid_run=self.mid_run,
+            sandbox=self.sandbox,
         )
 
 

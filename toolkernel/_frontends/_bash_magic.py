@@ -17,6 +17,8 @@ from ._ipython import IPythonSink, ScriptFailed, _stdin_allowed, interrupted, sh
 
 # The name toolkernel's notebook-run gives an agent's `%%bash` cell (`_notebook/_connection.py`).
 AGENT_BASH_MAGIC = "toolkernel_agent_bash"
+# The only variables an agent's cell may set (`--out`, `--err`, `--proc`): never a person's.
+AGENT_PREFIX = "agent_"
 
 
 class _CapturingSink(IPythonSink):
@@ -89,6 +91,8 @@ class HostBashMagics(Magics):
             raise UsageError("%%bash: --timeout takes a number of seconds above 0")
         if args.proc and not args.bg:
             raise UsageError("%%bash: --proc needs --bg")
+        if agent:
+            refuse_persons_variables(args)
         from .._runners._hostbash._runner import HostBashRunner
 
         runner = HostBashRunner(self.channel, timeout=args.timeout, agent=agent)
@@ -139,3 +143,13 @@ class HostBashMagics(Magics):
             self.shell.user_ns[args.err] = started.stderr
         if args.proc:
             self.shell.user_ns[args.proc] = started
+
+
+def refuse_persons_variables(args) -> None:
+    """An agent's cell keeps output only in variables named `agent_...`: one that set the
+    person's `build_dir` changed what the person's next `!rm -rf {build_dir}` runs."""
+    for flag in ("out", "err", "proc"):
+        name = getattr(args, flag)
+        if name and not name.startswith(AGENT_PREFIX):
+            raise UsageError(f"%%bash: an agent's cell keeps --{flag} only in a variable named {AGENT_PREFIX}..."
+                             f" (not {name!r}): the person's variables are theirs")

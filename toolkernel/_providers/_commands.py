@@ -331,8 +331,13 @@ async def run_command(config: CommandToolConfig, arguments: Mapping[str, Any], w
                                 "the PATH of its env allow-list (add PATH = \"${PATH}\" to env)")
     await slots.take()
     try:
-        run = argv if sandbox is None else wrap(argv, sandbox.with_network(sandbox.network or config.network))
-        done = await run_capped(run, env=config.env, cwd=cwd, timeout=config.timeout,
+        env = config.env
+        if sandbox is not None:
+            sandbox = sandbox.with_network(sandbox.network or config.network)
+            # An `env` list is the person's own allow-list; without one, the sandbox's.
+            env = sandbox.environment(os.environ) if env is None else sandbox.environment({}, env)
+        run = argv if sandbox is None else wrap(argv, sandbox)
+        done = await run_capped(run, env=env, cwd=cwd, timeout=config.timeout,
                                 stdout_cap=OUTPUT_CAP, stderr_cap=OUTPUT_CAP)
     except OSError as exc:
         return ToolResult.error(f"tool__{config.name}: could not start {argv[0]!r}: "

@@ -1,13 +1,26 @@
-"""What the OS sandbox of an agent's host process protects in this workspace (`_sandbox.Plan`).
+"""What an agent's host process may see and write here (`_sandbox.Plan`): hide by default,
+show by allow-list.
 
-The same list as the Bashkit mounts (`_guard.protection`: config, `.toolkernel/`, `.git/`,
-what hooks, servers and command tools execute, home dotfiles when the workspace is the home
-folder), each made read-only through its top-level folder, since a folder that holds a mount
-point can still be renamed with the protected file in it. Top-level entries that shadow an
-installed module are read-only too; new ones are moved aside when the run ends (`_shadows`).
-A protected name that does not exist yet cannot be mounted without making it on the host:
-a new config file is caught by trust (never trusted until a person says so), a new module or
-`.git` by the run's end (`_shadows`).
+- **The workspace** is writable but for what decides policy or runs later: the list the
+  Bashkit mounts use (`_guard.protection`: config, `.toolkernel/`, `.git/`, what hooks,
+  servers and command tools execute, home dotfiles when the workspace is the home folder),
+  each made read-only through its top-level folder, since a folder that holds a mount point
+  can still be renamed with the protected file in it; every repository's `.git` below the top
+  (folder or gitdir file) with what its hooks run; the folders of the PATH that lie in the
+  workspace (`~/bin` when it is the home folder); and top-level modules that shadow installed
+  ones, at the top and in every `sys.path`/`PYTHONPATH` folder of the workspace. A top-level
+  `.git` that does not exist is shown as an empty read-only folder (`stand_in`), so none can
+  be planted while the run goes on (git passes over an empty one); what else is new at a
+  protected name when the run ends is moved aside (`_shadows`).
+- **The home folder** is empty but for `HOME_SHOWN` and the person's `[sandbox] home` and
+  `home_writable` (read-only unless named writable); when the workspace is the home folder,
+  its dot entries are hidden but those. What the kernel runs from there (its interpreter,
+  the folders of its PATH and `sys.path`) is shown read-only.
+- **/tmp, /run and /var/run** are private; so is every host socket still in sight (found in
+  `/proc/net/unix`, shown as /dev/null): only the `tools` channel and a grant's proxy remain.
+- **The environment** passes by allow-list (`_sandbox.DEFAULT_ENV` and `[sandbox] env`).
+- **The network**, when granted, reaches `[sandbox] domains` (default: the package indexes)
+  through the proxy (`_egress.py`).
 """
 
 from __future__ import annotations
@@ -18,42 +31,91 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
+from .._config._sandbox import SandboxSettings
 from .._config._trust import store_path
-from .._sandbox import Plan
-from .._approval._protected import STATE_DIR, Protection, make_state_dir
-from ._shadows import installed, module_of
+from .._sandbox import DEFAULT_ENV, Plan
+from .._approval._links import found_in
+from .._approval._protected import STATE_DIR, Protection, _inner_git, make_state_dir
+from ._shadows import GIT, installed, is_stand_in, module_of, stand_in
 
-# Credentials an agent's process has no business reading, under the home folder.
+# Credentials an agent's process has no business reading, under the home folder (hidden also
+# where the home folder is the workspace, or shown through the allow-list's parent).
 _SECRETS = (".ssh", ".gnupg", ".aws", ".azure", ".config/gcloud", ".config/gh", ".docker", ".kube",
-            ".netrc", ".git-credentials", ".pypirc")
+            ".netrc", ".git-credentials", ".pypirc", ".npmrc")
+# What a sandboxed process sees of the home folder unless the person's config says more:
+# git's own settings, and the package caches (read-only: a cell uses them, never fills them).
+HOME_SHOWN = (".gitconfig", ".config/git", ".cache/pip", ".cache/uv", ".condarc", ".inputrc")
 
 
-def sandbox_plan(protection: Protection, *, visible: tuple[str, ...] = (),
-                 environ: Mapping[str, str] | None = None) -> Plan:
+def sandbox_plan(protection: Protection, settings: SandboxSettings = SandboxSettings(), *,
+                 visible: tuple[str, ...] = (), environ: Mapping[str, str] | None = None) -> Plan:
     environ = os.environ if environ is None else environ
     root = protection.workdir
     make_state_dir(root / STATE_DIR)  # it must exist to be mounted read-only
+    if not os.path.lexists(root / GIT):
+        stand_in(root / GIT)  # made before the run's first look at the top: the run did not make it
     try:
         top = os.stat(root)
     except OSError:
         top = None
     # The same while the protection (kept while nothing it looked at moved) and the top's entries do.
     status = None if top is None else (top.st_ino, top.st_mtime_ns, top.st_ctime_ns)
-    shown = (*_installed_in_tmp(str(root), tuple(sys.path), environ.get("PATH", "")), *visible)
-    return _plan(protection, shown, hidden_places(environ), status)
+    home = os.path.realpath(environ.get("HOME") or Path.home())
+    searched = _searched(str(root), tuple(sys.path), environ.get("PATH", ""), environ.get("PYTHONPATH", ""))
+    private = _private_roots(home, str(root))
+    shown = (*_runs_from(str(root), home, private, tuple(sys.path), environ.get("PATH", "")), *visible)
+    repositories = tuple(found_in(root, [])[1])
+    return _plan(protection, settings, shown, tuple(visible), hidden_places(environ), _host_sockets(), home,
+                 searched, repositories, status, _domains(settings, environ))
+
+
+def _domains(settings: SandboxSettings, environ: Mapping[str, str]) -> tuple[str, ...]:
+    if settings.domains:
+        return settings.domains
+    from .._egress import package_indexes
+
+    return package_indexes(environ)
 
 
 @functools.lru_cache(maxsize=8)
-def _installed_in_tmp(root: str, path: tuple[str, ...], programs: str) -> tuple[str, ...]:
-    """What runs from under /tmp, which the sandbox replaces by an empty folder of its own:
-    the interpreter and its environment (a venv made in /tmp), the folders Python imports from
-    and the PATH's; shown read-only. The workspace itself is bound apart."""
-    places = [sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(sys.executable), *path,
-              *programs.split(os.pathsep)]
+def _searched(root: str, path: tuple[str, ...], programs: str, pythonpath: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The folders of the workspace (not its top) that programs are looked up in (PATH) and
+    that Python imports from first (the kernel's `sys.path`, `PYTHONPATH`): a program or module
+    made there runs in the person's next shell or kernel."""
+    def inside(entries) -> tuple[str, ...]:
+        found = [os.path.realpath(entry) for entry in entries if entry and os.path.isabs(entry)]
+        return tuple(dict.fromkeys(p for p in found if p != root and _inside(p, root)))
+
+    return inside(programs.split(os.pathsep)), inside([*path, *pythonpath.split(os.pathsep)])
+
+
+def _private_roots(home: str, root: str) -> tuple[str, ...]:
+    """The places the sandbox replaces by empty folders (`_sandbox._private_places`)."""
+    places = ["/tmp", "/run", os.path.realpath("/var/run")]
+    if _home_apart(home, root):
+        places.append(home)
+    return tuple(dict.fromkeys(places))
+
+
+def _home_apart(home: str, root: str) -> bool:
+    """Whether the home folder is shown empty (it is no part of the workspace, nor `/`)."""
+    return home != "/" and not _inside(home, root) and os.path.isdir(home)
+
+
+@functools.lru_cache(maxsize=8)
+def _runs_from(root: str, home: str, private: tuple[str, ...], path: tuple[str, ...], programs: str) -> tuple[str, ...]:
+    """What runs from a private place: the interpreter and its environment (a venv in /tmp, a
+    pyenv in the home folder), the folders Python imports from and the PATH's; shown read-only.
+    Never the home folder itself, a credential or the workspace (bound apart)."""
+    places = [sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(sys.executable),
+              os.path.dirname(os.path.realpath(sys.executable)), *path, *programs.split(os.pathsep)]
+    secrets = [os.path.join(home, name) for name in _SECRETS]
     found = []
     for place in places:
-        real = os.path.realpath(place) if place else ""
-        if real.startswith("/tmp/") and os.path.isdir(real) and not _inside(real, root):
+        real = os.path.realpath(place) if place and os.path.isabs(place) else ""
+        if not real or not os.path.isdir(real) or _inside(real, root) or real in private:
+            continue
+        if any(_inside(real, top) for top in private) and not any(_inside(real, s) for s in secrets):
             found.append(real)
     outer = [p for p in dict.fromkeys(found) if not any(p != q and _inside(p, q) for q in found)]
     return tuple(sorted(outer))
@@ -64,11 +126,78 @@ def _inside(path: str, folder: str) -> bool:
 
 
 @functools.lru_cache(maxsize=16)
-def _plan(protection: Protection, visible: tuple[str, ...], hidden: tuple[str, ...], status: tuple | None) -> Plan:
+def _plan(protection: Protection, settings: SandboxSettings, shown: tuple[str, ...], channel: tuple[str, ...],
+          hidden: tuple[str, ...], sockets: tuple[str, ...], home: str,
+          searched: tuple[tuple[str, ...], tuple[str, ...]], repositories: tuple[Path, ...], status: tuple | None,
+          domains: tuple[str, ...]) -> Plan:
     root = protection.workdir
-    tops = {str(root / path.relative_to(root).parts[0]) for path in protection.protected}
-    tops |= set(_shadowing_tops(str(root)))
-    return Plan(writable=(str(root),), read_only=tuple(sorted(tops)), hidden=hidden, visible=visible)
+    top = str(root)
+    programs, imports = searched
+    inner = [str(path) for path in _inner_git(root, list(repositories)) if os.path.lexists(path)]
+    read_only = {_top_of(top, str(path)) for path in protection.protected}
+    read_only |= {_top_of(top, folder) for folder in programs}
+    read_only |= set(_shadowing(top))
+    for folder in imports:
+        read_only |= set(_shadowing(folder))
+    home_shown, home_hidden = _home(home, top, settings)
+    private = _private_roots(home, top)
+    bound = [top, *shown, *(place for place, _, _ in home_shown)]
+    in_sight = [place for place in (*hidden, *home_hidden, *sockets)
+                if not any(_inside(place, p) for p in private) or any(_inside(place, b) for b in bound)]
+    in_sight = [place for place in in_sight if not any(_inside(place, c) for c in channel)]
+    return Plan(writable=(top,), read_only=tuple(sorted(read_only | set(inner))),
+                hidden=tuple(dict.fromkeys(in_sight)), visible=shown,
+                home=home if _home_apart(home, top) else None, home_shown=home_shown,
+                stand_ins=(str(root / GIT),) if is_stand_in(root / GIT) else (), env=tuple(dict.fromkeys((*DEFAULT_ENV, *settings.env))),
+                domains=domains)
+
+
+def _top_of(root: str, path: str) -> str:
+    return os.path.join(root, os.path.relpath(path, root).split(os.sep)[0])
+
+
+def _home(home: str, root: str, settings: SandboxSettings) -> tuple[tuple[tuple[str, str, bool], ...], tuple[str, ...]]:
+    """(what is bound back into the home folder: its place, the file or folder shown there,
+    whether it is writable; what of a home folder that lies in the workspace is hidden: each
+    dot entry at its top but one the allow-list names whole, and the folder above one it names
+    deeper, which is bound back after it)."""
+    wanted = [(name, False) for name in (*HOME_SHOWN, *settings.home)] + [(n, True) for n in settings.home_writable]
+    if not _home_apart(home, root) and not _inside(home, root):
+        return (), ()
+    shown = []
+    for name, writable in wanted:
+        place = os.path.join(home, name)
+        real = os.path.realpath(place)
+        # Read-only, a link may lead where it is shown from; writable, never through a link; and
+        # never from the workspace, where a process of the sandbox could swap it.
+        if not os.path.exists(place) or (writable and real != place) or (real != place and _inside(real, root)):
+            continue
+        shown.append((place, real, writable))
+    if _home_apart(home, root):
+        return tuple(dict.fromkeys(shown)), ()
+    whole = {name for name, _ in wanted if "/" not in name}
+    try:
+        dots = [name for name in os.listdir(home) if name.startswith(".") and name not in whole]
+    except OSError:
+        dots = []
+    return tuple(dict.fromkeys(shown)), tuple(sorted(os.path.join(home, name) for name in dots if name != STATE_DIR))
+
+
+def _host_sockets() -> tuple[str, ...]:
+    """Every Unix socket bound to a path on this machine (`/proc/net/unix` of the kernel's
+    network namespace), where the sandbox could connect to it by its path: a docker daemon's, an
+    ssh or password agent's. The caller hides those in sight."""
+    try:
+        with open("/proc/net/unix", "rb") as table:
+            lines = table.read().splitlines()[1:]
+    except OSError:
+        return ()
+    found = set()
+    for line in lines:
+        fields = line.split(None, 7)
+        if len(fields) == 8 and fields[7].startswith(b"/"):
+            found.add(os.fsdecode(fields[7]))
+    return tuple(sorted(found))
 
 
 def hidden_places(environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -99,10 +228,12 @@ def _jupyter_runtime() -> Path:
     return Path(jupyter_runtime_dir())
 
 
-def _shadowing_tops(root: str) -> list[str]:
-    found = installed(root)
+def _shadowing(folder: str) -> list[str]:
+    """The entries of `folder` (the workspace's top, or a folder Python imports from in it)
+    whose names make them modules that shadow installed ones."""
+    found = installed(folder)
     try:
-        entries = list(os.scandir(root))
+        entries = list(os.scandir(folder))
     except OSError:
         return []
     shadowing = []
@@ -115,24 +246,88 @@ def _shadowing_tops(root: str) -> list[str]:
     return shadowing
 
 
-def doctor(workdir: Path) -> str:
-    """`toolkernel doctor`: which OS sandbox holds an agent's host code here, what it protects."""
+def doctor(workdir: Path, environ: Mapping[str, str] | None = None) -> str:
+    """`toolkernel doctor`: which OS sandbox holds an agent's host code here, and what it shows,
+    hides, passes and reaches."""
     from .._sandbox import mechanism
     from .._approval._protected import mount_plan
 
+    environ = os.environ if environ is None else environ
     found = mechanism()
     head = f"OS sandbox for an agent's host code: {found.name} ({found.detail})"
     if not found.available:
         return "\n".join([head, "  none here: every %%bash cell an agent sends and every command tool an agent's",
                           "  run calls asks a person, whatever the Bash(...) and allow rules say"])
-    plan = sandbox_plan(mount_plan(Path(workdir)))
+    settings, problem = _settings(workdir, environ)
+    plan = sandbox_plan(mount_plan(Path(workdir)), settings, environ=environ)
     root = plan.writable[0]
     inside = [os.path.relpath(p, root) for p in plan.read_only if os.path.lexists(p)]
-    return "\n".join([
+    passed = sorted(name for name in plan.environment(environ) if name in environ)
+    withheld = sorted(set(environ) - set(passed))
+    lines = [
         head,
+        *([f"  ({problem}: the defaults below)"] if problem else []),
         "  runs: %%bash cells an agent sends, and command tools an agent's run calls",
-        f"  writable: {root} (the workspace) and a private /tmp; everything else read-only",
+        f"  writable: {root} (the workspace); everything else read-only, /tmp, /run and /var/run private",
         f"  read-only in the workspace: {', '.join(inside) or '(nothing there yet)'}",
         f"  hidden (shown empty): {', '.join(p for p in plan.hidden if os.path.lexists(p)) or '(none present)'}",
-        "  network: off (a command tool with `network = true` keeps it)",
-    ])
+    ]
+    if found.name == "bubblewrap":
+        home = os.path.realpath(environ.get("HOME") or Path.home())
+        shown = [f"{os.path.relpath(p, home)}{' (writable)' if w else ''}" for p, _, w in plan.home_shown]
+        lines += [f"  home folder: {'empty' if plan.home else 'the workspace, its dot entries hidden'} but"
+                  f" {', '.join(shown) or 'nothing'} ([sandbox] home, home_writable add)",
+                  f"  host sockets in sight: hidden ({sum(1 for p in plan.hidden if _is_socket(p))});"
+                  " only the `tools` channel and a grant's proxy are reached",
+                  f"  network: off; a [policy] network grant reaches {', '.join(plan.domains)} through the proxy"
+                  " ([sandbox] domains), never loopback or private addresses"]
+    else:
+        lines += landlock_lines()
+    lines += [f"  environment passed: {', '.join(passed) or '(none)'} ([sandbox] env adds)",
+              f"  environment withheld: {', '.join(withheld) or '(none)'}"]
+    return "\n".join(lines)
+
+
+def _settings(workdir: Path, environ: Mapping[str, str]) -> tuple[SandboxSettings, str]:
+    from .._config._config import load_config
+    from .._errors import ConfigError
+
+    try:
+        return load_config(Path(workdir), environ=environ).sandbox, ""
+    except ConfigError as exc:
+        return SandboxSettings(), f"the config has a problem ({exc.message.splitlines()[0]})"
+
+
+def _is_socket(path: str) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def landlock_lines() -> list[str]:
+    """What the Landlock fallback holds on this machine (`_landlock_exec.holds`)."""
+    from .._landlock_exec import holds
+
+    return [f"  landlock: {line}" for line in holds()]
+
+
+def run_watch(workdir: Path, protection: Protection | None, cancel=lambda: None,
+              environ: Mapping[str, str] | None = None) -> "Watch":
+    """The watch of a sandboxed run (`_shadows.Watch`): the top, the folders Python imports
+    from in the workspace, every protected path that is not there yet (but config files, which
+    trust holds: a new one is never trusted) and a new `.git` anywhere below the top."""
+    from ._shadows import Watch
+    from .._approval._protected import CONFIG_FILES
+
+    environ = os.environ if environ is None else environ
+    root = str(workdir)
+    programs, imports = _searched(root, tuple(sys.path), environ.get("PATH", ""), environ.get("PYTHONPATH", ""))
+    guarded: list[str] = list(programs)
+    if protection is not None:
+        repositories = found_in(protection.workdir, [])[1]
+        guarded += [str(path) for path in (*protection.protected, *_inner_git(protection.workdir, repositories))
+                    if path.name not in CONFIG_FILES]
+    return Watch(root, cancel, folders=imports, guarded=dict.fromkeys(guarded), deep=True)

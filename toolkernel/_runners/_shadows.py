@@ -31,6 +31,17 @@ A module that shadows nothing (a person's `helpers.py`) is left alone, and so is
 the run did not touch. Files deeper than the top (`pkg/mod.py` of a package that is the
 person's) are not looked at: a name deeper down shadows nothing installed unless its
 top-level folder does. What "installed" means is `_shadowing.installed()`.
+
+A watch may be told more (`folders`, `guarded`, `deep`): the folders of the workspace Python
+imports from first (`src/` on the PYTHONPATH) are watched as the top is; a protected path that
+did not exist as the run began (a `toolkernel.toml`, a hooks folder `core.hooksPath` names, a
+program a server's PATH lookup would find, `~/bin`) and exists when it ends is moved aside
+whatever it is, since no mount could hold a name that was not there; and so is a `.git` (a
+folder, a gitdir file or a link) made anywhere below the top, where git would run what it says.
+
+An empty read-only folder the OS sandbox shows in place of a missing top-level `.git`
+(`stand_in`) is made on the host as its mount point; it is no repository (git passes over an
+empty `.git`), and it is removed when the process ends if it is still empty.
 """
 
 from __future__ import annotations
@@ -43,7 +54,8 @@ import secrets
 import stat
 import threading
 import time
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Iterable
 
 from .._checked_open import open_checked, open_folder_below
 from .._errors import printable
@@ -65,16 +77,21 @@ class Moved:
 
     name: str
     module: str  # the installed module it shadows (folded where importlib folds case)
-    # "module", "package", "bytecode", "git" (a new `.git`), or "folder": a bare folder a
-    # namespace package takes in; "unlisted":
+    # "module", "package", "bytecode", "git" (a new `.git`), "folder": a bare folder a
+    # namespace package takes in, "protected": a protected name that was not there; "unlisted":
     # the top could not be looked at, so nothing was moved
     kind: str
     to: str | None
     problem: str | None = None
+    folder: bool | None = None  # None: as its kind says (all but a module are folders)
+
+    @property
+    def is_folder(self) -> bool:
+        return self.kind != "module" if self.folder is None else self.folder
 
     @property
     def shown(self) -> str:
-        return printable(self.name) + ("" if self.kind == "module" else "/")
+        return printable(self.name) + ("/" if self.is_folder else "")
 
 
 class Watch:
@@ -84,17 +101,33 @@ class Watch:
     interrupt (`last=False`), at the run's own end, and at the interpreter's exit. Each call
     moves what is there to move now and returns only that. Thread-safe."""
 
-    def __init__(self, workdir: str | os.PathLike[str], cancel: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, workdir: str | os.PathLike[str], cancel: Callable[[], None] = lambda: None, *,
+                 folders: Iterable[str] = (), guarded: Iterable[str] = (), deep: bool = False,
+                 workspace: str | None = None) -> None:
         self.root = os.fspath(workdir)  # a real path (the session resolved it)
+        self.workspace = workspace or self.root  # where the quarantine is (a watched folder's is its workspace's)
         self.cancel = cancel  # ends the run: at the interpreter's exit, before the last look
         self.installed = Installed(frozenset(), frozenset())
         self.before: dict[str, tuple | None] | None = None  # identities of the entries that may shadow
+        self.folders = [Watch(folder, workspace=self.root) for folder in folders if folder != self.root]
+        self.guarded = tuple(guarded)  # real paths in the workspace no run may make
+        self.missing: list[str] = []  # those that were not there as the run began
+        self.deep = deep
+        self.repositories: set[str] = set()  # every `.git` below the top as the run began
         self._lock = threading.Lock()
 
     def start(self) -> None:
         """Note the top before the run; raises OSError when the workspace cannot be listed."""
         self.installed = installed(self.root)
         self.before = dict(self._candidates())
+        for folder in self.folders:
+            try:
+                folder.start()
+            except OSError:
+                folder.before = None  # gone, or no folder: nothing there to import from
+        self.missing = [path for path in self.guarded if not os.path.lexists(path)]
+        if self.deep:
+            self.repositories = set(_git_below(self.root))
         _running.add(self)
 
     def end(self, *, last: bool = True) -> list[Moved]:
@@ -109,15 +142,31 @@ class Watch:
                     return [Moved(".", "", "unlisted", None, _reason(exc))]
                 planted = [(name, module, kind) for name, module, kind, identity in after
                            if self._planted(name, module, kind, identity)]
-                return _move_aside(self.root, planted) if planted else []
+                moved = _move_aside(self.root, planted, self.workspace) if planted else []
+                for folder in self.folders:
+                    where = os.path.relpath(folder.root, self.root)
+                    moved += [dataclasses.replace(m, name=os.path.join(where, m.name)) for m in folder.end(last=last)]
+                return moved + self._beyond()
             finally:
                 if last:
                     _running.discard(self)
 
+    def _beyond(self) -> list[Moved]:
+        """What the run made at a guarded name, and the `.git`s it made below the top."""
+        made = [(os.path.relpath(path, self.root), "protected") for path in self.missing
+                if os.path.lexists(path) and not is_stand_in(path)]
+        if self.deep:
+            made += [(os.path.relpath(path, self.root), "git") for path in _git_below(self.root)
+                     if path not in self.repositories]
+        made = [(relative, kind) for relative, kind in dict.fromkeys(made)
+                if relative != GIT and not any(relative.startswith(other + os.sep) for other, _ in made)]
+        return _move_deep(self.root, made) if made else []
+
     def _planted(self, name: str, module: str, kind: str, identity: tuple) -> bool:
         assert self.before is not None
         if kind == "git":
-            return self.before.get(GIT) is None  # one that was there is the person's (and read-only)
+            # One that was there is the person's (and read-only); the sandbox's stand-in is no repository.
+            return self.before.get(GIT) is None and not is_stand_in(os.path.join(self.root, GIT))
         return identity != self.before.get(name, ()) and (kind == "bytecode" or self.installed.shadowed_by(module, kind))
 
     def _candidates(self) -> list[tuple[str, tuple | None]]:
@@ -258,15 +307,16 @@ def _kind(identity: tuple) -> str:
     return "folder" if identity[-1] is None else "package"
 
 
-def _move_aside(root: str, planted: list[tuple[str, str, str]]) -> list[Moved]:
-    """Move each planted entry into a new quarantine folder; a failure is said, never raised."""
+def _move_aside(root: str, planted: list[tuple[str, str, str]], workspace: str | None = None) -> list[Moved]:
+    """Move each planted entry into a new quarantine folder (in `workspace`, when `root` is one
+    of its folders); a failure is said, never raised."""
     try:
         top = _open_top(root)
     except OSError as exc:
         return [Moved(*item, None, _reason(exc)) for item in planted]
     try:
         try:
-            folder, where = _new_quarantine(root)
+            folder, where = _new_quarantine(workspace or root)
         except OSError as exc:
             return [Moved(*item, None, _reason(exc)) for item in planted]
         try:
@@ -309,6 +359,89 @@ def _move(top: int, folder: int, where: str, name: str, module: str, kind: str) 
     return Moved(name, module, kind, f"{where}/{name}")
 
 
+def _move_deep(root: str, made: list[tuple[str, str]]) -> list[Moved]:
+    """Move each path (relative to `root`) into a new quarantine folder, under the same
+    relative path there; the folders on the way are opened without following a link."""
+    try:
+        quarantine, where = _new_quarantine(root)
+    except OSError as exc:
+        return [Moved(relative, "", kind, None, _reason(exc)) for relative, kind in made]
+    os.close(quarantine)
+    moved = []
+    for relative, kind in made:
+        parent, name = os.path.split(relative)
+        folder = None
+        try:
+            source = open_folder_below(root, parent, create=False) if parent else _open_top(root)
+            try:
+                folder = stat.S_ISDIR(os.stat(name, dir_fd=source, follow_symlinks=False).st_mode)
+                target = open_folder_below(root, f"{where}/{parent}" if parent else where, mode=0o700)
+                try:
+                    os.rename(name, name, src_dir_fd=source, dst_dir_fd=target)
+                finally:
+                    os.close(target)
+            finally:
+                os.close(source)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            moved.append(Moved(relative, "", kind, None, _reason(exc), folder))
+            continue
+        moved.append(Moved(relative, "", kind, f"{where}/{relative}", folder=folder))
+    return moved
+
+
+def _git_below(root: str) -> list[str]:
+    """Every `.git` below the top of `root` (folders, gitdir files and links of that name)."""
+    from .._approval._links import found_in
+
+    links, repositories = found_in(Path(root), [])
+    return sorted({str(git) for git in repositories} | {str(link) for link, _ in links if link.name == GIT})
+
+
+# -- stand-ins ---------------------------------------------------------------------------
+
+_stand_ins: dict[str, tuple[int, int]] = {}  # path: (device, inode) of the empty folder made there
+_stand_ins_lock = threading.Lock()
+
+
+def stand_in(path: str | os.PathLike[str]) -> None:
+    """An empty folder at `path`, where nothing is, for the OS sandbox to mount an empty
+    read-only folder on (it would make one there itself, a moment later)."""
+    try:
+        os.mkdir(path, 0o755)
+        info = os.lstat(path)
+    except OSError:
+        return  # something is there (then it is no stand-in), or the folder cannot be written
+    with _stand_ins_lock:
+        _stand_ins[os.fspath(path)] = (info.st_dev, info.st_ino)
+
+
+def is_stand_in(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is still the folder `stand_in` made (the host may have filled it since:
+    then it is the person's, as the sandbox could not write it)."""
+    with _stand_ins_lock:
+        kept = _stand_ins.get(os.fspath(path))
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return kept == (info.st_dev, info.st_ino) and stat.S_ISDIR(info.st_mode)
+
+
+@atexit.register
+def remove_stand_ins() -> None:
+    """The stand-ins still empty, removed (a sandbox still waiting loses its mount there)."""
+    with _stand_ins_lock:
+        kept = list(_stand_ins)
+    for path in kept:
+        if is_stand_in(path):
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass  # filled by the person meanwhile: theirs
+
+
 def _reason(exc: OSError) -> str:
     return printable(exc.strerror if exc.strerror else str(exc))
 
@@ -333,7 +466,7 @@ def _unlisted_line(m: Moved) -> str:
 
 def _moved_lines(done: list[Moved]) -> list[str]:
     if len(done) <= _SAY_EACH:
-        return [f"toolkernel: moved {'the folder ' if m.kind != 'module' else ''}{m.shown}, written while this"
+        return [f"toolkernel: moved {'the folder ' if m.is_folder else ''}{m.shown}, written while this"
                 f" script ran, to {printable(m.to)}: {_consequence(m)}. Move it back if you meant it." for m in done]
     return [f"toolkernel: moved {len(done)} entries written while this script ran ({_few(done)}) to"
             f" {printable(os.path.dirname(done[0].to))}/: a Python started in this folder imports each instead"
@@ -353,6 +486,9 @@ def _failed_line(failed: list[Moved]) -> str:
 
 
 def _consequence(m: Moved) -> str:
+    if m.kind == "protected":
+        return ("toolkernel protects that name (it decides policy, or the host runs it), and no mount could hold"
+                " it while it did not exist")
     if m.kind == "git":
         return "git run in this folder (by you, or JupyterLab's git panel) reads its config and runs what it names"
     return f"a Python started in this folder imports {_instead(m)}"

@@ -240,7 +240,11 @@ class _Shadows:
     Host bash has no sandbox by design: only a runner that says `sandboxed` is watched."""
 
     def __init__(self, command: ToolsCommand, runner: ScriptRunner) -> None:
-        self.watch = Watch(command.workdir, runner.cancel) if getattr(runner, "sandboxed", False) else None
+        self.watch = None
+        if getattr(runner, "sandboxed", False):
+            from ._sandbox_plan import run_watch
+
+            self.watch = run_watch(command.workdir, command.dispatcher.env.protection(), runner.cancel)
         self._moved: list[Moved] = []
         self._late: Sink | None = None  # where moves made after the cell returned are said
         self._lock = threading.Lock()

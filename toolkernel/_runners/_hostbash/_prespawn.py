@@ -309,7 +309,7 @@ def _mounts_hold(child: int, plan: Plan) -> bool:
         fields = line.split()
         if len(fields) > 5:
             mounted[fields[4]] = mounted.get(fields[4], False) or b"ro" in fields[5].split(b",")
-    wanted = [(place, True) for place in plan.read_only] + [(place, False) for place in plan.hidden]
+    wanted = [(place, True) for place in (*plan.read_only, *plan.stand_ins)] + [(place, False) for place in plan.hidden]
     for place, read_only in wanted:
         if not os.path.lexists(place) or (not read_only and os.path.islink(place)):
             continue  # nothing mounted there (see `_sandbox.wrap`)
@@ -330,7 +330,8 @@ def _mountinfo_path(place: str) -> bytes:
 def _key(plan: Plan, workdir: Path) -> tuple:
     """What the sandbox's command line is made from (`_sandbox.wrap`: the plan, and what is at
     each of its places, a link or not), without making it: a cell waits while this is taken."""
-    places = (str(workdir), *plan.writable, *plan.read_only, *plan.hidden, *plan.visible)
+    places = (str(workdir), *plan.writable, *plan.read_only, *plan.hidden, *plan.visible, *plan.stand_ins,
+              *(source for _, source, _ in plan.home_shown))
     return plan, tuple(_loader()), str(workdir), tuple(_identity(place) for place in places)
 
 

@@ -26,11 +26,10 @@ from ..._errors import Unavailable
 from ..._approval._bash_rules import bash_network, literal_commands
 from ..._approval._run import NO_EVENTS, RunEvents
 from .._preflight import preflight
-from .._shadows import Watch
 from .._shell import ShellResult, workspace_before
 from ..._sandbox import Plan, mechanism, wrap
 from ..._approval._protected import mount_plan
-from .._sandbox_plan import sandbox_plan
+from .._sandbox_plan import run_watch, sandbox_plan
 from ._cell import agent_refusal
 from ._channel import SECRET_ENV, Channel, RunChannel
 
@@ -103,7 +102,7 @@ class HostBashRunner:
         once-grant that let the cell start is spent when it is decided."""
         if not self.agent or self._cleared == (script, command):
             return None
-        refused = agent_refusal(command, script, sandboxed=mechanism().available)
+        refused = agent_refusal(command, script, sandboxed=self._holds(command, script))
         if refused is None:
             self._cleared = (script, command)
         return refused
@@ -128,14 +127,22 @@ class HostBashRunner:
             host.end_group_soon(_LADDER)
         return host
 
+    @staticmethod
+    def _holds(command: ToolsCommand, script: str) -> bool:
+        """Whether the OS sandbox holds this cell: there is one, and it is not Landlock asked to
+        keep the network (which it cannot: its processes would reach the host's own services)."""
+        found = mechanism()
+        return found.available and not (found.name == "landlock" and bash_network(script, command.dispatcher.env.policy))
+
     def _sandbox(self, command: ToolsCommand, script: str) -> Plan | None:
-        """An agent's cell runs in the OS sandbox, with the network only where `[policy] network`
-        names each of its commands; where there is none a person allowed it (`refusal`), and
-        it runs as theirs."""
-        if not self.agent or not mechanism().available:
+        """An agent's cell runs in the OS sandbox, with the network (through the proxy) only
+        where `[policy] network` names each of its commands; where it cannot hold the cell a
+        person allowed it (`refusal`), and it runs as theirs."""
+        if not self.agent or not self._holds(command, script):
             return None
         env = command.dispatcher.env
-        plan = sandbox_plan(env.protection() or mount_plan(command.workdir), visible=(str(self.channel.folder),))
+        plan = sandbox_plan(env.protection() or mount_plan(command.workdir), env.sandbox_settings,
+                            visible=(str(self.channel.folder),))
         return plan.with_network(bash_network(script, env.policy))
 
     def _timed_out(self, host: HostRun) -> None:
@@ -157,10 +164,13 @@ class HostRun:
         fd = os.open(self.script_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(script if script.endswith("\n") else script + "\n")
-        env = {**os.environ, **channel.env(self.run)}
+        env = {**os.environ, **channel.env(self.run)} if sandbox is None else \
+            sandbox.environment(os.environ, channel.env(self.run))
         self._timer: threading.Timer | None = None
-        # A cell whose output is read (not `--bg`'s) may run in the sandbox made ahead for it.
-        self._ahead = sandbox is not None and stdout is subprocess.PIPE and stderr is subprocess.PIPE
+        # A cell whose output is read (not `--bg`'s) may run in the sandbox made ahead for it; one
+        # with the network starts its own (its proxy's bridge is its first process).
+        self._ahead = sandbox is not None and not sandbox.network and stdout is subprocess.PIPE \
+            and stderr is subprocess.PIPE
         taken = channel.sandboxes.take(sandbox, workdir, self.script_file, env, frozenset({SECRET_ENV})) \
             if self._ahead else None
         self._taken = taken
@@ -265,7 +275,8 @@ def start_background(session, runner: HostBashRunner, script: str, *, keep_stdou
     compared = workspace_before(runner, command) if refused is None else None
     # An agent's: what it leaves at the top to run later is moved aside when it ends, unsaid
     # (nobody watches the cell), as for a cell that is watched (`_shell._Shadows`).
-    watch = Watch(command.workdir, runner.cancel) if runner.sandboxed and refused is None else None
+    watch = run_watch(command.workdir, command.dispatcher.env.protection(), runner.cancel) \
+        if runner.sandboxed and refused is None else None
     if watch is not None:
         try:
             watch.start()
