@@ -93,7 +93,8 @@ def protection(workdir: Path, config: Any = None, environ: Mapping[str, str] | N
 
 def _home_dotfiles(root: Path, environ: Mapping[str, str], looked_at: list[str]) -> list[Path]:
     """In a workspace that is the home folder, every entry at its top whose name starts with a
-    dot: shells, IPython, git and ssh read their config there and run what it says on the host."""
+    dot: shells, IPython, git and ssh read their config there and run what it says on the host;
+    and `bin`, which Debian's stock `.profile` puts first on a login shell's PATH."""
     if root != _real(Path(environ.get("HOME") or Path.home()), looked_at):
         return []
     try:
@@ -101,7 +102,7 @@ def _home_dotfiles(root: Path, environ: Mapping[str, str], looked_at: list[str])
     except OSError:
         present = []
     # The usual ones even before they exist (a plan is kept while no path it names moves).
-    return [root / name for name in sorted({*present, *_HOME_CONFIG})]
+    return [root / name for name in sorted({*present, *_HOME_CONFIG, "bin"})]
 
 
 def _inner_projects(root: Path, environ: Mapping[str, str], looked_at: list[str]) -> list[Path]:
