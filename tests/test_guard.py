@@ -450,15 +450,37 @@ def test_ordinary_files_stay_writable_and_chmod_works_on_them(project):
     assert "PROTECTED" in result.stdout
 
 
-def test_a_stand_in_holds_only_its_note(project):
-    # The stand-ins over `toolkernel.toml`, `.git` and `.mcp.json` (none of which exists here):
-    # a `find .` listed Bashkit's /dev, /home and /tmp under each of them.
+def test_a_stand_in_holds_only_its_note_and_no_protected_name_is_invented(project):
+    # The stand-in over the existing `toolkernel.toml`: a `find .` listed Bashkit's /dev, /home
+    # and /tmp under it. A protected name that is not on disk is not listed (issue 48: `ls -a`
+    # showed `toolkernel.py/`, `ipykernel_launcher/`, `.git/` and `.mcp.json/` folders).
     work, _, session = project
-    result, err = run(session(), "find .")
+    result, err = run(session(), "find .; echo --; ls -a")
     assert result.exit_code == 0, err
-    listed = result.stdout.split()
-    for name in (".git", ".mcp.json", "toolkernel.toml"):
-        assert [path for path in listed if path.startswith(f"./{name}/")] == [f"./{name}/PROTECTED"]
+    listed, shown = result.stdout.split("--\n")
+    assert [path for path in listed.split() if path.startswith("./toolkernel.toml/")] == ["./toolkernel.toml/PROTECTED"]
+    assert set(shown.split()) - {".", ".."} == set(os.listdir(work))
+
+
+def test_what_a_script_makes_at_a_protected_name_is_moved_aside_as_the_run_ends(project):
+    work, _, session = project
+    result, err = run(session(), "mkdir -p .git/hooks && echo 'touch pwned' > .git/hooks/pre-commit;"
+                                 f" echo '{EVIL_SERVER}' > .mcp.json; echo 'import os' > toolkernel.py;"
+                                 " mkdir ipykernel_launcher; echo x > ipykernel_launcher/__init__.py; echo done")
+    assert result.stdout.split() == ["done"], err
+    assert "toolkernel: moved" in err and not any((work / name).exists() for name in (".git", ".mcp.json",
+                                                                                      "toolkernel.py", "ipykernel_launcher"))
+    assert sorted(p.name for p in (work / ".toolkernel" / "quarantine").glob("*/*")) == \
+        [".git", ".mcp.json", "ipykernel_launcher", "toolkernel.py"], err
+
+
+def test_an_agents_run_sees_an_empty_read_only_git_in_place_of_a_missing_one(project):
+    work, _, session = project
+    sink = CollectingSink()
+    result = session().run_script("ls -a; mkdir .git/hooks 2>/dev/null || echo refused; echo x > .git/config ||"
+                                  " echo refused", sink, agent=True)
+    assert ".git" in result.stdout.split() and result.stdout.split()[-2:] == ["refused", "refused"], sink.err
+    assert (work / ".git").is_dir() and os.listdir(work / ".git") == []  # on disk: the stand-in, empty
 
 
 def test_a_state_folder_that_is_a_symlink_stops_every_script(project):

@@ -53,11 +53,19 @@ fi
 
 
 def _listening(path: Path) -> socket.socket:
+    """A service on a Unix socket, as a docker daemon or an ssh agent is: it answers whoever connects."""
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))
     server.listen()
-    threading.Thread(target=lambda: [server.accept()[0].sendall(b"host service\n") for _ in range(100)],
-                     daemon=True).start()
+
+    def serve() -> None:
+        try:
+            while True:
+                server.accept()[0].sendall(b"host service\n")
+        except OSError:  # closed
+            pass
+
+    threading.Thread(target=serve, daemon=True).start()
     return server
 
 

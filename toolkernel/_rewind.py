@@ -885,6 +885,14 @@ class RunJournal:
                 return
             self._record(self._entry(relative, kind, to, after_the_fact))
 
+    def written_by_a_call(self, path: str | os.PathLike[str]) -> bool:
+        """Whether a tool call of this run recorded `path` before changing it (a script's own
+        writes are found after the fact)."""
+        relative = self.journal.relative(path)
+        with self._lock:
+            entry = self._seen.get(relative) if relative is not None else None
+        return entry is not None and not entry.after_the_fact
+
     def _entry(self, relative: str, kind: str | None, to: Any, after_the_fact: bool) -> Entry:
         full = os.path.join(self.journal.workdir, relative)
         state = _state_of(full)

@@ -258,8 +258,15 @@ class Dispatcher:
         info = self._admit(tool, arguments, run)
         if only_if_allowed and self.decide(info).action != "allow":
             self._not_here(info, run)
-        info = await self._before(info, tool, run)
-        result = await self._invoke(tool, info, payload or {}, run, events)
+        guard = None if run is None else run.guard
+        if guard is not None:  # before a hook or the tool may run what the script left there
+            guard.before_call()
+        try:
+            info = await self._before(info, tool, run)
+            result = await self._invoke(tool, info, payload or {}, run, events)
+        finally:
+            if guard is not None:
+                guard.after_call()
         if self.env.hooks.any("after_call"):
             result.texts = [whole(text) for text in result.texts]  # a hook reads, and may change, all of it
             if type(result.structured) is LongJSON:
@@ -289,11 +296,17 @@ class Dispatcher:
         if decision.action != "allow":
             wait(self._enforce(decision, info, run))
         arguments, ctx = self._call_args(tool, info, {}, run, events)
+        guard = None if run is None else run.guard
+        if guard is not None:  # before the tool may run what the script left there
+            guard.before_call()
         try:
             result = tool.call_now(arguments, ctx) if tool.call_now is not None else wait(tool.call(arguments, ctx))
         except CallError as exc:
             self._failed(tool, arguments, run, exc)
             raise
+        finally:
+            if guard is not None:
+                guard.after_call()
         self._record(tool, info, result, run)
         return result
 

@@ -49,7 +49,7 @@ class Unprotectable(ConfigError):
 @dataclass(frozen=True)
 class Mount:
     """One read-only mount over the workspace: the host folder itself (`real`),
-    or an empty stand-in that hides a protected file."""
+    or an empty stand-in that hides a protected file (one that exists)."""
 
     path: Path
     real: bool
@@ -157,23 +157,30 @@ def _real(path: Path, looked_at: list[str]) -> Path:
 
 def mount_plan(workdir: Path, config: Any = None, environ: Mapping[str, str] | None = None,
                looked_at: list[str] | None = None) -> Protection:
-    """`protection` plus the read-only mounts that enforce it; raises `Unprotectable`."""
+    """`protection` plus the read-only mounts that enforce it; raises `Unprotectable`. A
+    protected name that does not exist gets no mount: a mount would show it (`ls -a` listed a
+    `toolkernel.py/` that is nowhere), so what a run makes there is moved aside as it ends
+    (`_runners/_shadows.Watch`) and a new config file is never trusted."""
     found = protection(workdir, config, environ, looked_at)
     make_state_dir(found.workdir / STATE_DIR)
     tops: dict[Path, Mount] = {}
     for path in found.protected:
         top = found.workdir / path.relative_to(found.workdir).parts[0]
-        tops[top] = _mount_for(top, path)
+        mount = _mount_for(top, path)
+        if mount is not None:
+            tops[top] = mount
     return Protection(found.workdir, found.protected, tuple(tops.values()))
 
 
-def _mount_for(top: Path, path: Path) -> Mount:
+def _mount_for(top: Path, path: Path) -> Mount | None:
     if top.is_symlink():
         raise Unprotectable(top, f"is a symlink, so {path} cannot be protected through it;"
                             " replace it by the folder or file itself")
     if top.is_dir():
         return Mount(top, real=True)
-    return Mount(top, real=False)  # a file, or the place of one that does not exist yet
+    if top.exists():
+        return Mount(top, real=False)  # a file: Bashkit mounts only folders, so a stand-in covers it
+    return None
 
 
 def make_state_dir(state: Path) -> None:

@@ -170,6 +170,10 @@ class Run:
     # A direct call's run: it ends with its one call.
     one_call: bool = False
     changes: Mapping[str, Any] | None = None  # {"run": ID, "files": N} once ended ({} when nothing changed)
+    # A sandboxed run's watch (`_runners/_shadows.Watch`): `before_call()` moves aside what the
+    # script made at a protected name before a call may run it; `after_call()` takes what the
+    # call itself made as the call's.
+    guard: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def is_cancelled(self) -> bool:

@@ -67,7 +67,7 @@ class BashkitRunner:
         live = _LiveTools(builtin, watch)
         relay = _Relay(builtin, live) if way == "relayed" else None
         bash = _new_bash(builtin, live if way == "live" else None, relay, command.workdir,
-                         env.guarded, self.read_only, env.shell)
+                         env.guarded, self.read_only, env.shell, agent=env.agent)
         with self._lock:
             self._bash = bash
         if command.interrupted:  # the interrupt came before there was a Bash to cancel
@@ -323,7 +323,7 @@ def _keep_thread_state() -> None:
 
 
 def _new_bash(builtin: _Builtin, live: "_LiveTools | None", relay: "_Relay | None", workdir: Path,
-              plan: Protection, read_only: bool, limits: ShellLimits):
+              plan: Protection, read_only: bool, limits: ShellLimits, *, agent: bool = False):
     from bashkit import Bash, ExecutionProfile, FileSystem
 
     builtins = {"chmod": GuardedChmod(plan, read_only), "curl": _no_network, "wget": _no_network,
@@ -343,7 +343,7 @@ def _new_bash(builtin: _Builtin, live: "_LiveTools | None", relay: "_Relay | Non
     # Mounted at run time rather than through `mounts=`: the constructor prints a warning
     # for every writable mount to the process's stderr, which a kernel shows in the cell.
     bash.mount(str(workdir), FileSystem.real(str(workdir), writable=not read_only))
-    mount(bash, plan)  # what no script may write (see _guard.py)
+    mount(bash, plan, agent=agent)  # what no script may write (see _guard.py)
     if not read_only:
         mount_links(bash, plan)  # and the links that would lead past those mounts
     return bash

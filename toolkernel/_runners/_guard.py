@@ -9,8 +9,15 @@ built to refuse those writes up front (prevention, not undo):
 - a protected file at the top of the workspace is covered by a read-only
   stand-in folder holding only a note, `PROTECTED` (a mount point: it cannot
   be written, removed, renamed over or linked to; scripts read the file with
-  `tools read-file`); so is the place of one that does not exist yet, such
-  as `toolkernel.toml` in a fresh project;
+  `tools read-file`), since Bashkit mounts only folders;
+- a protected name that does not exist gets no mount, so a listing shows only
+  what is on disk: what a script makes there (`toolkernel.toml` in a fresh
+  project, `toolkernel.py`, `.git`) is moved aside when the run ends
+  (`_shadows.Watch`; a new config file is untrusted besides). In an agent's run
+  (`serve`, a cell an agent sent) a missing top-level `.git` is made as an empty
+  folder on disk and mounted read-only, as the OS sandbox of an agent's host
+  bash does (`_shadows.stand_in`): git passes over it, and nothing can be
+  planted in it for a git poller to run while the run goes on;
 - a protected path deeper down makes its top-level folder read-only, since a
   folder that holds a mount point can still be renamed or replaced by a
   symlink on the host, the protected file with it;
@@ -30,19 +37,28 @@ one (`json.py`, `pandas/`): the run's end moves those aside instead (`_shadows`)
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import shlex
 from pathlib import Path
 
+from .._approval._git import GIT
 from .._approval._protected import Protection, Unprotectable, _inner_git, _inner_hooks
+from ._shadows import is_stand_in, stand_in
 from .._providers._tools._paths import is_inside, real_path
 
 
 # -- in the sandbox --------------------------------------------------------------------
 
-def mount(bash, plan: Protection) -> None:
-    """Lay the read-only mounts of `plan` over the writable workspace."""
+def mount(bash, plan: Protection, *, agent: bool = False) -> None:
+    """Lay the read-only mounts of `plan` over the writable workspace (an agent's run: and
+    the empty `.git` that stands in for a missing one)."""
     for item in plan.mounts:
         _mount(bash, item.path, real=item.real)
+    git = plan.workdir / GIT
+    if agent and not os.path.lexists(git):
+        stand_in(git)
+    if agent and is_stand_in(git):
+        _mount(bash, git, real=True)
 
 
 def mount_links(bash, plan: Protection) -> None:
@@ -65,7 +81,8 @@ def mount_links(bash, plan: Protection) -> None:
     for link, real in links:
         _mount(bash, link, real=real)
     for path in git:  # an inner repository's .git and hooks folder: git runs what they say
-        _mount(bash, path, real=path.is_dir())
+        if os.path.lexists(path):  # one not there yet is moved aside if a run makes it (`_shadows`)
+            _mount(bash, path, real=path.is_dir())
 
 
 def _mount(bash, path: Path, *, real: bool, writable: bool = False) -> None:

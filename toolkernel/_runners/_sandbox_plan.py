@@ -64,7 +64,7 @@ def sandbox_plan(protection: Protection, settings: SandboxSettings = SandboxSett
     searched = _searched(str(root), tuple(sys.path), environ.get("PATH", ""), environ.get("PYTHONPATH", ""))
     private = _private_roots(home, str(root))
     shown = (*_runs_from(str(root), home, private, tuple(sys.path), environ.get("PATH", "")), *visible)
-    repositories = tuple(found_in(root, [])[1])
+    repositories = tuple(_repositories(protection))
     return _plan(protection, settings, shown, tuple(visible), hidden_places(environ), _host_sockets(), home,
                  searched, repositories, status, _domains(settings, environ))
 
@@ -315,19 +315,35 @@ def landlock_lines() -> list[str]:
 
 
 def run_watch(workdir: Path, protection: Protection | None, cancel=lambda: None,
-              environ: Mapping[str, str] | None = None) -> "Watch":
+              environ: Mapping[str, str] | None = None, journal=lambda: None) -> "Watch":
     """The watch of a sandboxed run (`_shadows.Watch`): the top, the folders Python imports
-    from in the workspace, every protected path that is not there yet (but config files, which
-    trust holds: a new one is never trusted) and a new `.git` anywhere below the top."""
+    from in the workspace, every protected path that is not there yet (but what a tool call of
+    the run wrote, which a person allowed: `journal()` is the run's, which knows) and a new
+    `.git` anywhere below the top."""
     from ._shadows import Watch
-    from .._approval._protected import CONFIG_FILES
 
     environ = os.environ if environ is None else environ
     root = str(workdir)
     programs, imports = _searched(root, tuple(sys.path), environ.get("PATH", ""), environ.get("PYTHONPATH", ""))
     guarded: list[str] = list(programs)
+    skip: tuple[str, ...] = ()
     if protection is not None:
-        repositories = found_in(protection.workdir, [])[1]
-        guarded += [str(path) for path in (*protection.protected, *_inner_git(protection.workdir, repositories))
-                    if path.name not in CONFIG_FILES]
-    return Watch(root, cancel, folders=imports, guarded=dict.fromkeys(guarded), deep=True)
+        guarded += [str(path) for path in (*protection.protected, *_inner_git(protection.workdir,
+                                                                              _repositories(protection)))]
+        skip = tuple(str(path) for path in _walk_skips(protection))
+
+    def by_a_call(path: str) -> bool:
+        kept = journal()
+        return kept is not None and kept.written_by_a_call(path)
+
+    return Watch(root, cancel, folders=imports, guarded=dict.fromkeys(guarded), deep=skip, by_a_call=by_a_call)
+
+
+def _walk_skips(protection: Protection) -> list[Path]:
+    """The folders a walk for repositories passes by: read-only already (the guard's mounts,
+    whose walk skips the same, so the walk's kept listings serve both) and the state folder."""
+    return [*(mount.path for mount in protection.mounts), protection.workdir / STATE_DIR]
+
+
+def _repositories(protection: Protection) -> list[Path]:
+    return found_in(protection.workdir, _walk_skips(protection))[1]

@@ -102,8 +102,8 @@ class Watch:
     moves what is there to move now and returns only that. Thread-safe."""
 
     def __init__(self, workdir: str | os.PathLike[str], cancel: Callable[[], None] = lambda: None, *,
-                 folders: Iterable[str] = (), guarded: Iterable[str] = (), deep: bool = False,
-                 workspace: str | None = None) -> None:
+                 folders: Iterable[str] = (), guarded: Iterable[str] = (), deep: Iterable[str] | None = None,
+                 workspace: str | None = None, by_a_call: Callable[[str], bool] = lambda path: False) -> None:
         self.root = os.fspath(workdir)  # a real path (the session resolved it)
         self.workspace = workspace or self.root  # where the quarantine is (a watched folder's is its workspace's)
         self.cancel = cancel  # ends the run: at the interpreter's exit, before the last look
@@ -112,8 +112,12 @@ class Watch:
         self.folders = [Watch(folder, workspace=self.root) for folder in folders if folder != self.root]
         self.guarded = tuple(guarded)  # real paths in the workspace no run may make
         self.missing: list[str] = []  # those that were not there as the run began
-        self.deep = deep
+        self.deep = None if deep is None else tuple(deep)  # walk below the top, not into these folders
         self.repositories: set[str] = set()  # every `.git` below the top as the run began
+        self.by_a_call = by_a_call  # a tool call wrote it: a person allowed that write (it was asked)
+        self.made_by_calls: set[str] = set()  # guarded paths that came while a call ran: the call's
+        self._early: list[Moved] = []  # moved before a call, said at the end
+        self._parents: dict[str, tuple | None] = {}  # the folders of `missing`, as last looked at
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -126,8 +130,9 @@ class Watch:
             except OSError:
                 folder.before = None  # gone, or no folder: nothing there to import from
         self.missing = [path for path in self.guarded if not os.path.lexists(path)]
-        if self.deep:
-            self.repositories = set(_git_below(self.root))
+        self._parents = {parent: _folder_status(parent) for parent in {os.path.dirname(p) for p in self.missing}}
+        if self.deep is not None:
+            self.repositories = set(_git_below(self.root, self.deep))
         _running.add(self)
 
     def end(self, *, last: bool = True) -> list[Moved]:
@@ -142,7 +147,8 @@ class Watch:
                     return [Moved(".", "", "unlisted", None, _reason(exc))]
                 planted = [(name, module, kind) for name, module, kind, identity in after
                            if self._planted(name, module, kind, identity)]
-                moved = _move_aside(self.root, planted, self.workspace) if planted else []
+                moved, self._early = self._early + (_move_aside(self.root, planted, self.workspace) if planted
+                                                    else []), []
                 for folder in self.folders:
                     where = os.path.relpath(folder.root, self.root)
                     moved += [dataclasses.replace(m, name=os.path.join(where, m.name)) for m in folder.end(last=last)]
@@ -151,12 +157,36 @@ class Watch:
                 if last:
                     _running.discard(self)
 
-    def _beyond(self) -> list[Moved]:
+    def before_call(self) -> None:
+        """Before a tool call (a hook, a server's start, a command tool may run what lies at a
+        protected name): what the script made there since the last look is moved aside now.
+        A few `stat`s: only a folder of those names whose times moved is looked into."""
+        with self._lock:
+            if self.before is not None and self._changed_parents():
+                self._early += self._beyond(deep=False)
+
+    def after_call(self) -> None:
+        """What came at a protected name while a call ran is the call's (a command tool's output
+        file the config names), not the script's."""
+        with self._lock:
+            if self.before is not None and self._changed_parents():
+                self.made_by_calls.update(path for path in self.missing if os.path.lexists(path))
+
+    def _changed_parents(self) -> bool:
+        changed = False
+        for parent, status in self._parents.items():
+            now = _folder_status(parent)
+            if now != status:
+                self._parents[parent], changed = now, True
+        return changed
+
+    def _beyond(self, deep: bool = True) -> list[Moved]:
         """What the run made at a guarded name, and the `.git`s it made below the top."""
         made = [(os.path.relpath(path, self.root), "protected") for path in self.missing
-                if os.path.lexists(path) and not is_stand_in(path)]
-        if self.deep:
-            made += [(os.path.relpath(path, self.root), "git") for path in _git_below(self.root)
+                if os.path.lexists(path) and path not in self.made_by_calls and not is_stand_in(path)
+                and not self.by_a_call(path)]
+        if deep and self.deep is not None:
+            made += [(os.path.relpath(path, self.root), "git") for path in _git_below(self.root, self.deep)
                      if path not in self.repositories]
         made = [(relative, kind) for relative, kind in dict.fromkeys(made)
                 if relative != GIT and not any(relative.startswith(other + os.sep) for other, _ in made)]
@@ -391,11 +421,22 @@ def _move_deep(root: str, made: list[tuple[str, str]]) -> list[Moved]:
     return moved
 
 
-def _git_below(root: str) -> list[str]:
-    """Every `.git` below the top of `root` (folders, gitdir files and links of that name)."""
+def _folder_status(folder: str) -> tuple | None:
+    """What moves when an entry is made in `folder` (None: it is not there)."""
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _git_below(root: str, skip: Iterable[str]) -> list[str]:
+    """Every `.git` below the top of `root` (folders, gitdir files and links of that name), but
+    in the folders `skip` names (read-only to the run: the same the guard's walk skips, whose
+    listings it keeps) and in the quarantine."""
     from .._approval._links import found_in
 
-    links, repositories = found_in(Path(root), [])
+    links, repositories = found_in(Path(root), [Path(path) for path in (*skip, os.path.join(root, ".toolkernel"))])
     return sorted({str(git) for git in repositories} | {str(link) for link, _ in links if link.name == GIT})
 
 

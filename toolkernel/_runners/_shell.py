@@ -244,7 +244,9 @@ class _Shadows:
         if getattr(runner, "sandboxed", False):
             from ._sandbox_plan import run_watch
 
-            self.watch = run_watch(command.workdir, command.dispatcher.env.protection(), runner.cancel)
+            self.watch = run_watch(command.workdir, command.dispatcher.env.protection(), runner.cancel,
+                                   journal=lambda: command.run.journal)
+        self.run = command.run
         self._moved: list[Moved] = []
         self._late: Sink | None = None  # where moves made after the cell returned are said
         self._lock = threading.Lock()
@@ -258,6 +260,7 @@ class _Shadows:
         except OSError as exc:
             return ShellResult(1, "", f"toolkernel: the workspace's top cannot be listed ({exc}), so what a"
                                " script leaves there could not be checked: scripts do not run until it can\n")
+        self.run.guard = self.watch  # each call first moves aside what the script made to run
         try:
             return run()
         finally:

@@ -275,8 +275,8 @@ def start_background(session, runner: HostBashRunner, script: str, *, keep_stdou
     compared = workspace_before(runner, command) if refused is None else None
     # An agent's: what it leaves at the top to run later is moved aside when it ends, unsaid
     # (nobody watches the cell), as for a cell that is watched (`_shell._Shadows`).
-    watch = run_watch(command.workdir, command.dispatcher.env.protection(), runner.cancel) \
-        if runner.sandboxed and refused is None else None
+    watch = run_watch(command.workdir, command.dispatcher.env.protection(), runner.cancel,
+                      journal=lambda: command.run.journal) if runner.sandboxed and refused is None else None
     if watch is not None:
         try:
             watch.start()
@@ -284,6 +284,7 @@ def start_background(session, runner: HostBashRunner, script: str, *, keep_stdou
             command.run.end()
             return ShellResult(1, "", f"toolkernel: the workspace's top cannot be listed ({exc}), so what this cell"
                                " leaves there could not be checked: it does not start until it can\n")
+        command.run.guard = watch
 
     def ended() -> None:  # what the cell's own commands changed, recorded when it ends
         if watch is not None:
