@@ -93,6 +93,7 @@ def home(tmp_path_factory):
     (home / ".local" / "bin").mkdir(parents=True)
     _git("init", "-q", str(home / "projects" / "app"))
     (home / "projects" / "app" / "main.py").write_text("print('app')\n")
+    _git("init", "-q", "--separate-git-dir", str(home / "projects" / "lib-gitdir"), str(home / "projects" / "lib"))
     (home / ".1password").mkdir()
     sockets = [_listening(home / ".1password" / "agent.sock")]
     outside = Path(tempfile.mkdtemp(prefix="tk-", dir="/var/tmp"))  # neither /tmp, /run nor the home folder
@@ -172,6 +173,8 @@ def test_nested_repositories_keep_their_hooks_and_config_and_a_new_one_is_moved_
 echo 'touch pwned' > projects/app/.git/hooks/pre-commit 2>/dev/null && echo WROTE-hook
 printf '[core]\\n\\tfsmonitor = touch pwned\\n' >> projects/app/.git/config 2>/dev/null && echo WROTE-config
 mv projects/app/.git projects/app/git-old 2>/dev/null && echo MOVED-git
+echo 'touch pwned' > projects/lib-gitdir/hooks/post-checkout 2>/dev/null && echo WROTE-gitdir-hook
+echo 'gitdir: /elsewhere' > projects/lib/.git 2>/dev/null && echo WROTE-gitdir-file
 git init -q projects/fresh && echo made-fresh
 mkdir -p projects/linked && echo 'gitdir: ../app/.git' > projects/linked/.git && echo made-gitdir-file
 git init -q --separate-git-dir projects/own-gitdir projects/elsewhere && echo made-separate

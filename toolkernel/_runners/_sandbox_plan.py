@@ -34,6 +34,7 @@ from typing import Mapping
 from .._config._sandbox import SandboxSettings
 from .._config._trust import store_path
 from .._sandbox import DEFAULT_ENV, Plan
+from .._approval._git import git_config
 from .._approval._links import found_in
 from .._approval._protected import STATE_DIR, Protection, _inner_git, make_state_dir
 from ._shadows import GIT, installed, is_stand_in, module_of, stand_in
@@ -134,6 +135,7 @@ def _plan(protection: Protection, settings: SandboxSettings, shown: tuple[str, .
     top = str(root)
     programs, imports = searched
     inner = [str(path) for path in _inner_git(root, list(repositories)) if os.path.lexists(path)]
+    inner += _gitdirs(root, [root / GIT, *repositories])
     read_only = {_top_of(top, str(path)) for path in protection.protected}
     read_only |= {_top_of(top, folder) for folder in programs}
     read_only |= set(_shadowing(top))
@@ -150,6 +152,18 @@ def _plan(protection: Protection, settings: SandboxSettings, shown: tuple[str, .
                 home=home if _home_apart(home, top) else None, home_shown=home_shown,
                 stand_ins=(str(root / GIT),) if is_stand_in(root / GIT) else (), env=tuple(dict.fromkeys((*DEFAULT_ENV, *settings.env))),
                 domains=domains)
+
+
+def _gitdirs(root: Path, gits: list[Path]) -> list[str]:
+    """Where a `.git` file (a submodule's, a linked work tree's, `--separate-git-dir`'s) leads,
+    when that lies in the workspace: its config and hooks run on the host as a `.git`'s do."""
+    found = []
+    for git in gits:
+        if os.path.isfile(git) and not os.path.islink(git):
+            gitdir = os.path.realpath(git_config(git.parent, []).parent)
+            if _inside(gitdir, str(root)) and gitdir != str(root) and os.path.isdir(gitdir):
+                found.append(gitdir)
+    return found
 
 
 def _top_of(root: str, path: str) -> str:
