@@ -879,3 +879,12 @@ def test_a_file_nested_too_deeply_is_a_config_error_naming_it(tree, name, text):
     path = tree.write(tree.project / name, text)
     error = tree.error()
     assert error.path == str(path) and "nested too deeply" in error.problem, error
+
+
+def test_sandbox_counts_only_from_trusted_files(tree):
+    tree.user('[sandbox]\nenv = ["HF_TOKEN"]\n')
+    tree.toml(tree.project, '[sandbox]\nenv = ["GITHUB_TOKEN"]\nhome = [".config/tool"]\n')
+    assert tree.load().sandbox.env == ("HF_TOKEN", "GITHUB_TOKEN")
+    del tree.environ["TOOLKERNEL_TRUST_ALL"]  # the project's file is not trusted now: it only tightens
+    config = tree.load()
+    assert config.sandbox.env == ("HF_TOKEN",) and config.sandbox.home == ()

@@ -173,3 +173,19 @@ def test_a_problem_is_a_config_error_naming_file_and_key():
     shell_section(source, {"timeout": -1})
     (problem,) = source.problems
     assert isinstance(problem, ConfigError) and str(problem).startswith(f"{TOML}: shell.timeout: ")
+
+
+# -- [sandbox] ----------------------------------------------------------------------------------
+
+def test_sandbox_lists_note_every_bad_entry_and_join_across_files():
+    from toolkernel._config._sandbox import SandboxSettings, sandbox_section
+
+    source = toml()
+    section = sandbox_section(source, {"env": ["HF_TOKEN", "CONDA_*", "A B"], "home": [".cache/pip", "/etc", "../x"],
+                                       "domains": ["pypi.org", "*.example.org:8443", "http://x", "a:99999"],
+                                       "homes": []})
+    assert keys(source) == ["sandbox.homes", "sandbox.env[2]", "sandbox.home[1]", "sandbox.home[2]",
+                            "sandbox.domains[2]", "sandbox.domains[3]"]
+    assert section.env[:2] == ("HF_TOKEN", "CONDA_*") and section.domains[:2] == ("pypi.org", "*.example.org:8443")
+    joined = SandboxSettings(env=("A",)).then(SandboxSettings(env=("A", "B"), home=(".x",)))
+    assert joined == SandboxSettings(env=("A", "B"), home=(".x",))
