@@ -23,7 +23,9 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -391,6 +393,14 @@ def test_an_agents_cell_writes_no_variable_of_the_persons(home, session_in, bubb
     assert shell.user_ns["agent_build"] == "/tmp/agents-choice\n"
     if magics._channel is not None:
         magics._channel.close()
+    from toolkernel._frontends._magic import ToolsMagics
+
+    # A `%%tools` cell an agent sent: the request's mark (as notebook-run sends it) is the kernel's parent.
+    agents_request = types.SimpleNamespace(get_parent=lambda channel: {"metadata": {"toolkernel": {"started_by": "agent"}}})
+    with mock.patch.object(shell, "kernel", agents_request, create=True):
+        with pytest.raises(UsageError, match="agent_"):
+            ToolsMagics(shell, future).tools("--out build_dir", "echo /tmp/agents-choice")
+    assert shell.user_ns["build_dir"] == "/home/person/build"
 
 
 def test_a_module_left_in_a_pythonpath_folder_of_the_workspace_is_moved_aside(home, session_in, bubblewrap):

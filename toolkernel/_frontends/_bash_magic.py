@@ -13,12 +13,11 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from . import _lab
 from .._errors import ConfigError, Unavailable
-from ._ipython import IPythonSink, ScriptFailed, _stdin_allowed, interrupted, shell_args, stop_after_denial
+from ._ipython import (IPythonSink, ScriptFailed, _stdin_allowed, interrupted, refuse_persons_variables, shell_args,
+                       stop_after_denial)
 
 # The name toolkernel's notebook-run gives an agent's `%%bash` cell (`_notebook/_connection.py`).
 AGENT_BASH_MAGIC = "toolkernel_agent_bash"
-# The only variables an agent's cell may set (`--out`, `--err`, `--proc`): never a person's.
-AGENT_PREFIX = "agent_"
 
 
 class _CapturingSink(IPythonSink):
@@ -144,12 +143,3 @@ class HostBashMagics(Magics):
         if args.proc:
             self.shell.user_ns[args.proc] = started
 
-
-def refuse_persons_variables(args) -> None:
-    """An agent's cell keeps output only in variables named `agent_...`: one that set the
-    person's `build_dir` changed what the person's next `!rm -rf {build_dir}` runs."""
-    for flag in ("out", "err", "proc"):
-        name = getattr(args, flag)
-        if name and not name.startswith(AGENT_PREFIX):
-            raise UsageError(f"%%bash: an agent's cell keeps --{flag} only in a variable named {AGENT_PREFIX}..."
-                             f" (not {name!r}): the person's variables are theirs")

@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 
+from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument
 
 from . import _report
@@ -119,3 +120,17 @@ def _stdin_allowed(shell) -> bool:
     if kernel is not None:
         return bool(getattr(kernel, "_allow_stdin", False))
     return sys.stdin is not None and sys.stdin.isatty()
+
+
+# The only variables a cell an agent sent may set (`--out`, `--err`, `--proc`): never a person's.
+AGENT_PREFIX = "agent_"
+
+
+def refuse_persons_variables(args) -> None:
+    """A cell an agent sent keeps output only in variables named `agent_...`: one that set the
+    person's `build_dir` changed what the person's next `!rm -rf {build_dir}` runs."""
+    for flag in ("out", "err", "proc"):
+        name = getattr(args, flag, None)
+        if name and not name.startswith(AGENT_PREFIX):
+            raise UsageError(f"an agent's cell keeps --{flag} only in a variable named {AGENT_PREFIX}..."
+                             f" (not {name!r}): the person's variables are theirs")

@@ -22,8 +22,8 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.core.magic_arguments import magic_arguments, parse_argstring
 
 from .._errors import CallError, ConfigError
-from ._ipython import (IPythonSink, KeptSink, ScriptFailed, _stdin_allowed, interrupted, shell_args, show_image,
-                       stop_after_denial)
+from ._ipython import (IPythonSink, KeptSink, ScriptFailed, _stdin_allowed, interrupted, refuse_persons_variables,
+                       shell_args, show_image, stop_after_denial)
 
 
 class CallFailed(ScriptFailed):
@@ -73,6 +73,9 @@ class ToolsMagics(Magics):
         from .._config._untrusted import NotNow, ask_to_trust, ignored_config_notes
         from .._runners._hostbash._cell import started_by_agent
 
+        agent = started_by_agent(self.shell)
+        if agent:
+            refuse_persons_variables(args)
         ask = asking_with_buttons(self.session, input) if _stdin_allowed(self.shell) else None
         try:
             for note in ignored_config_notes(self.session.workdir, self._noted):
@@ -81,8 +84,7 @@ class ToolsMagics(Magics):
             for said in ask_to_trust(self.session.workdir, ask, self._not_now) if ask else ():
                 print(said)
             sink = KeptSink() if args.out else IPythonSink()
-            result = self.session.run_script(script, sink, read_only=args.read_only, ask=ask,
-                                             agent=started_by_agent(self.shell))
+            result = self.session.run_script(script, sink, read_only=args.read_only, ask=ask, agent=agent)
         except ConfigError as exc:
             raise ScriptFailed(f"configuration error: {exc}") from None
         if result.denied_by_person:  # "denied; nothing ran" was the answer's line: no report after it
