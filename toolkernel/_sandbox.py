@@ -5,23 +5,29 @@ host. A checker of bash text cannot be the line between what the agent may do an
 person decides (bash always has one more way to run a command), so these processes run
 inside an OS sandbox that holds the line whatever the text says:
 
-- everything outside the workspace is read-only, `/tmp` is a private empty folder, and the
-  workspace is writable except `Plan.read_only` (what decides policy or runs later: config,
-  `.toolkernel/`, `.git/`, the programs hooks, servers and command tools run, existing
-  top-level modules that shadow installed ones);
+- everything outside the workspace is read-only; `/tmp`, `/run`, `/var/run` and the home
+  folder (`Plan.home`) are private empty folders, with only `Plan.home_shown` and
+  `Plan.visible` (what runs from there, the `tools` channel) bound back in; the workspace is
+  writable except `Plan.read_only` (what decides policy or runs later);
 - `Plan.hidden` (the state folder that holds approvals, pending requests and trust; the
-  Jupyter runtime folder with the kernels' connection files; ssh and cloud credentials) is
-  an empty folder inside;
-- a process table of its own (no other process's `/proc`, environment or command line) and,
-  unless the plan allows it, no network: only a loopback device of its own.
+  Jupyter runtime folder with the kernels' connection files; credentials; every host socket
+  still in sight) is empty, or `/dev/null`, inside; `Plan.stand_ins` (a missing top-level
+  `.git`) are empty read-only folders;
+- only the environment variables `Plan.env` names pass (`Plan.environment`);
+- a process table of its own (no other process's `/proc`, environment or command line), no
+  capability, and a network namespace of its own: with a grant (`Plan.network`), its way out
+  is the proxy (`_egress.py`) for `Plan.domains`, whose socket is bound in and reached through
+  `_netbridge.py` on the sandbox's own loopback.
 
 The mechanism is bubblewrap (`bwrap`, Debian's `bubblewrap`), as in Anthropic's sandbox
 runtime and Flatpak: it needs unprivileged user namespaces (or root). Where it cannot run,
-Landlock (`_landlock_exec.py`, as in Codex CLI) holds what it can: writes only to the
-workspace's unprotected entries, a private temporary folder and /dev, no TCP; it hides
-nothing from reading, and no new top-level name can be made. Where neither works there is
-no sandbox (`mechanism().available` is False), and the callers ask a person for every such
-process instead (they fail closed). `toolkernel doctor` says which holds and why.
+Landlock (`_landlock_exec.py`, ABI 4 or later) holds what it can: writes only to the
+workspace's unprotected entries (never through a link), a private temporary folder and
+/dev/null and the like, no TCP, no device ioctl, no capability; it hides nothing from
+reading, reaches Unix sockets by path, and cannot hold a network grant (the callers ask).
+Where neither works there is no sandbox (`mechanism().available` is False), and the callers
+ask a person for every such process instead (they fail closed). `toolkernel doctor` says
+which holds and why.
 
 A protected file that the host renames over while a sandbox runs (an editor's atomic save of
 `toolkernel.toml`) loses its mount inside for the rest of that run: Linux detaches it. What
@@ -29,7 +35,8 @@ then changes is caught after the fact, by trust (a config's bytes) and by `_shad
 module); a sandbox made ahead is not used once one of its mounts is gone.
 
 This module only builds and checks the command line: what to protect is worked out above it
-(`_runners/_sandbox_plan.py`), and no I/O happens here but the one probe of `bwrap`.
+(`_runners/_sandbox_plan.py`), and no I/O happens here but the probes, the look at what is
+at each place, and the start of a grant's proxy.
 """
 
 from __future__ import annotations
