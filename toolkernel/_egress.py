@@ -34,9 +34,11 @@ from pathlib import Path
 from typing import Iterable, Mapping
 from urllib.parse import urlsplit
 
+from ._netbridge import pipe
+
 _HEAD_LIMIT = 65536
 _DEFAULT_PORTS = (443, 80)
-_CHUNK = 65536
+_CHUNK = 65536  # what one read of a request's head takes
 _CONNECT_TIMEOUT = 30.0
 
 
@@ -189,9 +191,9 @@ class _Handler(socketserver.BaseRequestHandler):
         with upstream:
             if first:
                 upstream.sendall(first)
-            other = threading.Thread(target=_pipe, args=(upstream, client), daemon=True)
+            other = threading.Thread(target=pipe, args=(upstream, client), daemon=True)
             other.start()
-            _pipe(client, upstream)
+            pipe(client, upstream)
             other.join()
 
 
@@ -240,19 +242,6 @@ def _refuse(client: socket.socket, why: str) -> None:
                        b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
     except OSError:
         pass
-
-
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
-    try:
-        while chunk := source.recv(_CHUNK):
-            sink.sendall(chunk)
-    except OSError:
-        pass
-    finally:
-        try:
-            sink.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):

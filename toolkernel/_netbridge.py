@@ -21,18 +21,18 @@ import threading
 _CHUNK = 65536
 
 
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
+def pipe(source: socket.socket, sink: socket.socket) -> None:
+    """Copy one way until `source` ends, then end `sink`'s writing (the other way goes on)."""
     try:
         while chunk := source.recv(_CHUNK):
             sink.sendall(chunk)
     except OSError:
         pass
     finally:
-        for end in (sink, source):
-            try:
-                end.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        try:
+            sink.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
 
 
 def _relay(client: socket.socket, path: str) -> None:
@@ -43,9 +43,9 @@ def _relay(client: socket.socket, path: str) -> None:
         client.close()
         upstream.close()
         return
-    other = threading.Thread(target=_pipe, args=(upstream, client), daemon=True)
+    other = threading.Thread(target=pipe, args=(upstream, client), daemon=True)
     other.start()
-    _pipe(client, upstream)
+    pipe(client, upstream)
     other.join()
     client.close()
     upstream.close()
