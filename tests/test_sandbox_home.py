@@ -463,6 +463,8 @@ def test_tokens_in_the_environment_do_not_reach_the_cell_unless_config_names_the
 def test_doctor_says_what_the_sandbox_shows_hides_and_reaches(home, session_in, bubblewrap):
     from toolkernel._runners._sandbox_plan import doctor
 
-    said = doctor(session_in("work").workdir)
+    work = session_in("doctor").workdir
+    said = doctor(work)
     assert "home folder: empty but .gitconfig" in said and "host sockets in sight: hidden" in said
     assert "pypi.org" in said and "never loopback" in said
+    assert "an empty read-only .git in place of the missing one" in said and not (work / ".git").exists()

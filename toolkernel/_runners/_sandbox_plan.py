@@ -49,12 +49,15 @@ HOME_SHOWN = (".gitconfig", ".config/git", ".cache/pip", ".cache/uv", ".condarc"
 
 
 def sandbox_plan(protection: Protection, settings: SandboxSettings = SandboxSettings(), *,
-                 visible: tuple[str, ...] = (), environ: Mapping[str, str] | None = None) -> Plan:
+                 visible: tuple[str, ...] = (), environ: Mapping[str, str] | None = None,
+                 for_a_run: bool = True) -> Plan:
+    """The plan of a sandboxed process in the workspace of `protection`; `for_a_run` (not a
+    description of it: `doctor`) makes what it mounts on (the stand-in of a missing `.git`)."""
     environ = os.environ if environ is None else environ
     root = protection.workdir
     make_state_dir(root / STATE_DIR)  # it must exist to be mounted read-only
-    if not os.path.lexists(root / GIT):
-        stand_in(root / GIT)  # made before the run's first look at the top: the run did not make it
+    if for_a_run and not os.path.lexists(root / GIT):
+        stand_in(root / GIT)
     try:
         top = os.stat(root)
     except OSError:
@@ -273,17 +276,18 @@ def doctor(workdir: Path, environ: Mapping[str, str] | None = None) -> str:
         return "\n".join([head, "  none here: every %%bash cell an agent sends and every command tool an agent's",
                           "  run calls asks a person, whatever the Bash(...) and allow rules say"])
     settings, problem = _settings(workdir, environ)
-    plan = sandbox_plan(mount_plan(Path(workdir)), settings, environ=environ)
+    plan = sandbox_plan(mount_plan(Path(workdir)), settings, environ=environ, for_a_run=False)
     root = plan.writable[0]
     inside = [os.path.relpath(p, root) for p in plan.read_only if os.path.lexists(p)]
     passed = sorted(name for name in plan.environment(environ) if name in environ)
     withheld = sorted(set(environ) - set(passed))
+    git = "" if os.path.lexists(Path(root, GIT)) else ", and an empty read-only .git in place of the missing one"
     lines = [
         head,
         *([f"  ({problem}: the defaults below)"] if problem else []),
         "  runs: %%bash cells an agent sends, and command tools an agent's run calls",
         f"  writable: {root} (the workspace); everything else read-only, /tmp, /run and /var/run private",
-        f"  read-only in the workspace: {', '.join(inside) or '(nothing there yet)'}",
+        f"  read-only in the workspace: {', '.join(inside) or '(nothing there yet)'}{git}",
         f"  hidden (shown empty): {', '.join(p for p in plan.hidden if os.path.lexists(p)) or '(none present)'}",
     ]
     if found.name == "bubblewrap":
