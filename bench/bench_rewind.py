@@ -51,7 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from toolkernel._rewind import rewind  # noqa: E402
+from toolkernel._journal import rewind  # noqa: E402
 from toolkernel._session import Session  # noqa: E402
 
 

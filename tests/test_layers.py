@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("command", ("toolkernel._command",)),
     ("approval", ("toolkernel._approval",)),
     ("providers", ("toolkernel._providers",)),
-    ("journal", ("toolkernel._rewind", "toolkernel._rewind_scan", "toolkernel._rewind_parts")),
+    ("journal", ("toolkernel._journal",)),
     ("config", ("toolkernel._config",)),
     ("shared", ("toolkernel._errors", "toolkernel._tool", "toolkernel._longtext", "toolkernel._names",
                 "toolkernel._imports", "toolkernel._loop", "toolkernel._process", "toolkernel._atomic",
@@ -32,7 +32,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # (importer, imported) imports under TYPE_CHECKING that only feed annotations and may close a
 # circle (or go up): the value checks name the `Source` they report against, and `Source`
 # checks a JSON file's top level with one of them (`table`).
-ALLOWED_TYPE_ONLY: set[tuple[str, str]] = {("toolkernel._config._check", "toolkernel._config._sources")}
+ALLOWED_TYPE_ONLY: set[tuple[str, str]] = {("toolkernel._config._check", "toolkernel._config._sources"),
+                                           # a run's record and a shell run's comparison name the
+                                           # journal they store in
+                                           ("toolkernel._journal._record", "toolkernel._journal._store"),
+                                           ("toolkernel._journal._scan", "toolkernel._journal._store")}
 
 
 def module_name(path: Path) -> str:

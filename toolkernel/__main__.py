@@ -186,7 +186,7 @@ def _add_journal_commands(sub) -> None:
 
 def run_journal_command(args: argparse.Namespace) -> int:
     from ._frontends._changes import changes_text, journal_for, rewind_text
-    from ._rewind import RewindError
+    from ._journal import RewindError
 
     journal = journal_for(args.workdir)
     try:

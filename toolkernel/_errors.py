@@ -4,6 +4,8 @@
      ├── ConfigError            a config file is unreadable or wrong (names file and key),
      │   │                      or two sources of tools claim one name
      │   └── ConfigErrors       several at once (`errors`), reported together
+     ├── RewindError            a rewind that cannot be done (no such run, files changed since,
+     │                          a damaged entry): nothing was restored, or the files named were not
      ├── ToolInputError         raised by a tool's own function for input it cannot use;
      │                          the `tool()` wrapper turns it into the tool's error result
      └── CallError              a `tools` call did not produce a result; `code` is the
@@ -38,6 +40,10 @@ from typing import Any
 
 class ToolkernelError(Exception):
     """Base of every toolkernel error."""
+
+
+class RewindError(ToolkernelError):
+    """A rewind that cannot be done (no such run, files changed since, a damaged entry)."""
 
 
 def printable(text: str, *, keep: str = "") -> str:

@@ -33,7 +33,7 @@ from ._approval._policy import Policy
 from ._runners._preflight import preflight
 from ._providers._base import ToolProvider, ToolSet, broken_servers, mcp_providers
 from ._approval._run import NO_EVENTS, Run, RunEvents
-from ._rewind import Journal
+from ._journal import Journal
 from ._saved import remove_old as remove_old_outputs
 from ._runners._shell import ScriptEvents, ScriptRunner, ShellResult, Sink, execute
 from ._tool import Tool

@@ -15,7 +15,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Literal, Mapping
+from typing import Any, Awaitable, Callable, Literal, Mapping, Protocol
 
 from ._errors import CallError, ToolInputError
 from ._longtext import LongJSON, LongText, whole
@@ -92,6 +92,37 @@ def never_cancelled() -> bool:
     return False
 
 
+class Recorder(Protocol):
+    """A run's part of the journal of changes (`_journal.RunJournal`): what a tool, the run's
+    record and a runner may ask of it. Defined here, below every layer that holds one."""
+
+    id: str
+
+    def before_change(self, path: str | os.PathLike[str], kind: str | None = None, *,
+                      to: str | os.PathLike[str] | None = None, after_the_fact: bool = False) -> None:
+        """Record `path` before this run first changes it (`to`: where a rename takes it)."""
+
+    def before_cell(self, server: str, notebook: str, cell_id: str, source: str) -> None:
+        """Record a notebook cell on a Jupyter Server before this run first changes its source."""
+
+    def after_cell(self, server: str, notebook: str, cell_id: str, source: str) -> None:
+        """The cell's source once the change was made."""
+
+    def before_shell(self, script: str | None, skip: frozenset[str]) -> Callable[[], None]:
+        """A shell run is about to start (`script`: its text, when its runner can show what it
+        names): returns what to call once the run's writers are done, to record what they changed."""
+
+    def written_by_a_call(self, path: str | os.PathLike[str]) -> bool:
+        """Whether a tool call of this run recorded `path` before changing it."""
+
+    def finish(self) -> int:
+        """End the run; how many files (and served cells) it changed."""
+
+    def said(self) -> list[str]:
+        """What the run's cell should say about the journal (runs the day's limit dropped, files
+        that are not restorable and why): lines for a person, once the run ended."""
+
+
 @dataclass
 class ToolContext:
     """What a tool may know about the call it serves."""
@@ -116,9 +147,9 @@ class ToolContext:
     # command tool an agent's run calls; None for a person's run.
     sandbox: Any = None
 
-    # The run's journal of changes (`_rewind.RunJournal`), None where nothing records: a tool
-    # that changes a workspace file calls `journal.before_change(path)` before it does.
-    journal: Any = None
+    # The run's journal of changes, None where nothing records: a tool that changes a workspace
+    # file calls `journal.before_change(path)` before it does.
+    journal: Recorder | None = None
 
     def check_cancelled(self) -> None:
         """Raise `asyncio.CancelledError` once the run was interrupted or ran out of time.

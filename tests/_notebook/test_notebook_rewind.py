@@ -19,7 +19,7 @@ from test_notebook_live import Person, pair_with, wait_until, write_notebook
 from toolkernel._loop import run
 from toolkernel._providers._notebook import notebook_tools, unpair
 from toolkernel._providers._tools.rewind import changes, rewind_tool
-from toolkernel._rewind import Journal, RewindError, rewind
+from toolkernel._journal import Journal, RewindError, rewind
 from toolkernel._tool import ToolContext
 
 read, edit, _ = notebook_tools()

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 from .._config._limits import CALL_LIMIT
 from .._errors import printable
+from .._tool import Recorder
 
 REPORT_VERSION = 1
 NOT_REACHED = "the stopped call and everything after it; write a new script for the rest"
@@ -165,8 +166,8 @@ class Run:
     # Interrupted, or out of time: a tool still working sees it (`ToolContext.check_cancelled`).
     cancelled: bool = False
     asked: list[AskRecord] = field(default_factory=list)  # questions a person was asked mid-run
-    # The journal of the files this run changes (`_rewind.RunJournal`); None: nothing records.
-    journal: Any = None
+    # The journal of the files this run changes; None: nothing records.
+    journal: Recorder | None = None
     # A direct call's run: it ends with its one call.
     one_call: bool = False
     changes: Mapping[str, Any] | None = None  # {"run": ID, "files": N} once ended ({} when nothing changed)

@@ -19,7 +19,7 @@ from .._approval._policy import Policy
 from .._config._config import load_config
 from .._errors import Denied, printable
 from .._approval._pending import DECISIONS, PendingError, PendingStore
-from .._rewind import RewindError
+from .._journal import RewindError
 from .._approval._policy import CallInfo, canonical_call_key
 
 COMM_TARGET = "toolkernel.approval"

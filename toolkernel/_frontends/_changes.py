@@ -1,6 +1,6 @@
 """`changes` and `rewind` for a person: `%tools changes|rewind ...` and `toolkernel changes|rewind`.
 
-The journal itself is `_rewind.py`; this is the one parser both front ends share and the text
+The journal itself is `_journal/`; this is the one parser both front ends share and the text
 they print. An agent lists changes and rewinds through the `changes` and `rewind` tools
 (`_providers/_tools/rewind.py`), where a rewind is a write that asks.
 """
@@ -14,7 +14,7 @@ from typing import Callable
 from .._config._config import load_config
 from .._config._rewind import RewindLimits
 from .._errors import ConfigError
-from .._rewind import CellEntry, Journal, Rewound, chosen_cells, describe_rewind, describe_runs, iter_changes, rewind
+from .._journal import CellEntry, Journal, Rewound, chosen_cells, describe_rewind, describe_runs, iter_changes, rewind
 
 
 def add_changes_arguments(parser: argparse.ArgumentParser) -> None:

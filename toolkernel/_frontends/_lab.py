@@ -33,7 +33,7 @@ from ._answers import AnswerError, answer_message, list_approvals
 from .._approval._approvals import lasting_rule_covers
 from .._approval._approver import ApprovalRequest, reply_answer
 from .._errors import CallError, ConfigError
-from .._rewind import RewindError, diff_of, iter_changes
+from .._journal import RewindError, diff_of, iter_changes
 from .._approval._run import RunReport, described_call
 
 APPROVAL_MIME = "application/vnd.toolkernel.approval+json"

@@ -30,7 +30,6 @@ from ._shadows import Moved, Watch, moved_notice
 if TYPE_CHECKING:
     from .._command._command import ToolsCommand
     from .._approval._run import RunEvents, RunReport
-    from .._rewind_scan import Comparison
 
 _STOP_GRACE = 0.5
 # After the run's timeout: longer than after an interrupt, as Bashkit, ending the script at the
@@ -142,12 +141,12 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
         if not before_start() or command.interrupted:
             return None
         overdue.start()  # a person answering the question before the start is not the run's time
-        compared = workspace_before(runner, command)
+        recorded = workspace_before(runner, command, script)
         try:
             return shadows.around(lambda: runner.run(script, command, events))
         finally:
-            if compared is not None:
-                compared.record(command.run.journal)  # what the script's own commands changed
+            if recorded is not None:
+                recorded()  # what the script's own commands changed
             command.run.end()  # on the script's thread: after all the run did, also past an interrupt
 
     try:
@@ -167,14 +166,13 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
     return result
 
 
-def workspace_before(runner: ScriptRunner, command: ToolsCommand) -> "Comparison | None":
-    """The workspace looked at before a run that may write it through its own commands."""
+def workspace_before(runner: ScriptRunner, command: ToolsCommand, script: str | None) -> Callable[[], None] | None:
+    """The journal told a run that may write the workspace through its own commands is about to
+    start: what to call once its writers are done (None: nothing records)."""
     journal = command.run.journal
     if journal is None or getattr(runner, "read_only", False):
         return None
-    from .._rewind_scan import Comparison
-
-    return Comparison(journal.journal, journal, _own_notebook(journal.journal.workdir))
+    return journal.before_shell(script, _own_notebook(os.path.realpath(command.workdir)))
 
 
 def _own_notebook(workdir: str) -> frozenset[str]:

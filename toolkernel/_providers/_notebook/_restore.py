@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from ..._errors import CallError, printable
-from ..._rewind import CellEntry, Journal, RewindError, Rewound, RunJournal, chosen_files, rewind, source_hash
+from ..._journal import CellEntry, Journal, RewindError, Rewound, RunJournal, chosen_files, rewind, source_hash
 from ..._tool import ToolInputError
 from ._pairing import pairings
 from ._stores import CellEdit, Loaded, NotebookStore, cell_source

@@ -1,4 +1,4 @@
-"""changes and rewind: the journal of changes (`_rewind.py`, issue 38) as tools an agent calls.
+"""changes and rewind: the journal of changes (`_journal/`, issue 38) as tools an agent calls.
 
 Listing is a read. A rewind writes the workspace like any edit, so it is an ordinary call of kind
 "edit" that the policy asks about (a person rewinds with `%tools rewind` or `toolkernel rewind`).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._rewind import Journal, RewindError, chosen_cells, describe_rewind, describe_runs, iter_changes, rewind
+from ..._journal import Journal, RewindError, chosen_cells, describe_rewind, describe_runs, iter_changes, rewind
 from ..._config._trust import NAMING
 from ..._tool import ToolContext, ToolInputError, tool
 

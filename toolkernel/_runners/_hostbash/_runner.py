@@ -272,7 +272,7 @@ def start_background(session, runner: HostBashRunner, script: str, *, keep_stdou
     it writes out in full that asks keeps it from starting."""
     command = _loop.run(session.prepare(agent=runner.agent))
     refused = _loop.run(preflight(runner.literal_calls(script), command))
-    compared = workspace_before(runner, command) if refused is None else None
+    recorded = workspace_before(runner, command, script) if refused is None else None
     # An agent's: what it leaves at the top to run later is moved aside when it ends, unsaid
     # (nobody watches the cell), as for a cell that is watched (`_shell._Shadows`).
     watch = run_watch(command.workdir, command.dispatcher.env.protection(), runner.cancel,
@@ -289,8 +289,8 @@ def start_background(session, runner: HostBashRunner, script: str, *, keep_stdou
     def ended() -> None:  # what the cell's own commands changed, recorded when it ends
         if watch is not None:
             watch.end()
-        if compared is not None:
-            compared.record(command.run.journal)
+        if recorded is not None:
+            recorded()
         command.run.end()
 
     started = refused if refused is not None else runner.start(script, command, NO_EVENTS, keep_stdout=keep_stdout,

@@ -1,4 +1,4 @@
-"""The journal of changes (`_rewind.py`, issue 38): recording, listing, rewinding, limits, damage."""
+"""The journal of changes (`_journal/`, issue 38): recording, listing, rewinding, limits, damage."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from toolkernel._config._config import load_config
 from toolkernel._config._rewind import RewindLimits
-from toolkernel._rewind import Journal, RewindError, diff_of, iter_changes, journal_root, rewind
+from toolkernel._journal import Journal, RewindError, diff_of, iter_changes, journal_root, rewind
 
 from kernel_helpers import project_with
 
@@ -387,7 +387,7 @@ def test_the_run_report_names_the_runs_changes(session):
 
     import jsonschema
 
-    schema = json.loads((Path(__file__).parent.parent / "docs" / "report.schema.json").read_text())
+    schema = json.loads((Path(__file__).parent.parent.parent / "docs" / "report.schema.json").read_text())
     jsonschema.validate(result.report, schema)
 
 
@@ -500,7 +500,7 @@ def test_an_edit_that_never_completed_changed_no_cell(workspace):
 
 
 def test_a_listing_counts_files_and_cells_apart():
-    from toolkernel._rewind import CellEntry, Entry, RunRecord, describe_runs
+    from toolkernel._journal import CellEntry, Entry, RunRecord, describe_runs
 
     run = RunRecord("20261206-120000-abcdef", time.time(), "serve",
                     entries=[Entry("a.txt", "created"), Entry("b.txt", "created")], after={},
@@ -592,7 +592,7 @@ def test_a_large_files_damaged_content_fails_its_restore_and_touches_nothing(ses
 
 
 def test_a_large_file_past_the_days_limit_is_not_restorable_and_leaves_no_copy(workspace):
-    from toolkernel._rewind_scan import Comparison
+    from toolkernel._journal._scan import Comparison
 
     (workspace / "big.bin").write_bytes(os.urandom(_LARGE))
     journal = Journal(workspace, RewindLimits(max_day_mb=2))
@@ -609,7 +609,7 @@ def test_a_large_file_past_the_days_limit_is_not_restorable_and_leaves_no_copy(w
 def test_two_large_contents_stored_as_the_days_limit_drops_an_older_run_are_both_kept(workspace):
     # Making room for the second drops the older run and collects what nothing holds; the first,
     # stored a moment before, is not yet named by any line: its part (a second name) holds it.
-    from toolkernel._rewind_scan import Comparison
+    from toolkernel._journal._scan import Comparison
 
     journal = Journal(workspace, RewindLimits(max_day_mb=8))
     (workspace / "old.bin").write_bytes(os.urandom(2 * 1024 * 1024))  # the first fits beside it, not the second
@@ -635,7 +635,7 @@ def test_two_large_contents_stored_as_the_days_limit_drops_an_older_run_are_both
 
 def _copies_before_runs(monkeypatch) -> list[str]:
     """The large files copied as a shell run starts (not those copied after the run before)."""
-    import toolkernel._rewind as journal_module
+    import toolkernel._journal._store as journal_module
 
     copied, real = [], journal_module.copy_part
 
@@ -682,9 +682,9 @@ def test_a_copy_made_after_a_run_is_not_taken_once_the_file_changed_again(sessio
 
 
 def test_a_file_written_while_it_is_copied_after_a_run_is_copied_again_by_the_next(workspace, monkeypatch):
-    import toolkernel._rewind_parts as parts
-    from toolkernel._rewind import walk
-    from toolkernel._rewind_scan import Comparison
+    import toolkernel._journal._parts as parts
+    from toolkernel._journal._scan import walk
+    from toolkernel._journal._scan import Comparison
 
     big = workspace / "big.bin"
     big.write_bytes(os.urandom(_LARGE))
@@ -713,9 +713,9 @@ def test_a_file_written_while_it_is_copied_after_a_run_is_copied_again_by_the_ne
 
 _KILLED_AFTER_TAKING_A_COPY = """
 import os, signal, sys, threading
-import toolkernel._rewind_parts as parts
-from toolkernel._rewind import Journal
-from toolkernel._rewind_scan import Comparison
+import toolkernel._journal._parts as parts
+from toolkernel._journal import Journal
+from toolkernel._journal._scan import Comparison
 
 workdir = sys.argv[1]
 big = os.path.join(workdir, "big.bin")
@@ -761,7 +761,7 @@ def test_a_run_killed_after_taking_a_copy_made_after_the_run_before_is_settled(w
 def test_a_copy_the_kernel_cannot_finish_is_finished_by_reading(tmp_path, monkeypatch, kernel_copy):
     import errno
 
-    from toolkernel._rewind_parts import copy_part
+    from toolkernel._journal._parts import copy_part
 
     data = os.urandom(_LARGE)
     (tmp_path / "src").write_bytes(data)
@@ -784,9 +784,9 @@ def test_a_copy_the_kernel_cannot_finish_is_finished_by_reading(tmp_path, monkey
 
 _KILLED_AFTER_THE_COPY = """
 import os, signal, sys, threading
-import toolkernel._rewind_parts as parts
-from toolkernel._rewind import Journal
-from toolkernel._rewind_scan import Comparison
+import toolkernel._journal._parts as parts
+from toolkernel._journal import Journal
+from toolkernel._journal._scan import Comparison
 
 workdir, stage = sys.argv[1], sys.argv[2]
 if stage == "copied":  # killed before the thread hashed the part
@@ -845,7 +845,7 @@ def test_contents_stored_before_a_run_are_kept_when_the_days_limit_drops_an_olde
     # Small files that moved are stored one by one before a shell run, and the workspace's index
     # that names them is written after the last: making room for a later one drops an older run
     # and collects what nothing holds, which must not be the contents stored a moment before.
-    from toolkernel._rewind_scan import Comparison
+    from toolkernel._journal._scan import Comparison
 
     journal = Journal(workspace, RewindLimits(max_day_mb=1))
     (workspace / "old").write_bytes(b"o" * 600 * 1024)
@@ -870,7 +870,7 @@ def test_contents_stored_before_a_run_are_kept_when_the_days_limit_drops_an_olde
 def test_a_long_lived_journal_counts_out_of_the_days_limit_what_is_a_day_old(workspace, monkeypatch):
     # One kernel across two days: what it stored yesterday no longer counts against today's limit,
     # so today's content does not push yesterday's run out.
-    import toolkernel._rewind as journal_module
+    import toolkernel._journal._store as journal_module
 
     journal = Journal(workspace, RewindLimits(max_day_mb=1))
     (workspace / "a.bin").write_bytes(b"a" * 600 * 1024)
@@ -907,7 +907,7 @@ def test_a_run_file_made_a_moment_ago_and_still_empty_is_no_run_yet(workspace):
 def test_back_to_back_runs_at_the_days_limit_each_end_and_rewind_with_copies_made_after_them(workspace):
     # Each run takes the copy made after the one before, while that copy's thread drops old runs
     # for it; the runs begin and end as it does (a reader once met a run file still empty there).
-    from toolkernel._rewind_scan import Comparison
+    from toolkernel._journal._scan import Comparison
 
     big = workspace / "big.bin"
     big.write_bytes(os.urandom(_LARGE))

@@ -13,7 +13,7 @@ files that moved since the index was written are read and stored (`Journal.store
 within `[rewind]`'s limits), so a run pays for what changed, not for the whole workspace. The
 first run in a workspace stores every file once (a file past the limits is marked "not
 restorable" in the index, and so in any run that changes it). A large file is only copied before
-the run (by the kernel), and hashed on a thread while the run works (`_rewind_parts`): its hash
+the run (by the kernel), and hashed on a thread while the run works (`_parts`): its hash
 is needed only when the run's entries and the index are written, after the run. And a large file
 a run left changed is copied right after it, while its output is read (`Journal.copy_after`):
 the next run takes that copy when the file is still as it was, and copies nothing as it starts.
@@ -27,11 +27,68 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
-from ._atomic import write_atomic
-from ._rewind import INDEX as _INDEX, Journal, RunJournal, Seen, compared_entries, walk
-from ._rewind_parts import Hashing, identity_of
+import stat
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from .._atomic import write_atomic
+from ._parts import Hashing, identity_of
+from ._record import Entry, RunJournal
+
+if TYPE_CHECKING:
+    from ._store import Journal
+
+INDEX = "index.json"  # the workspace as the last shell run's comparison saw it
+
+# path -> (size, mtime_ns, mode, inode, kind) as one walk saw it
+Seen = dict[str, tuple[int, int, int, int, str]]
+_SKIPPED_FOLDERS = (".git",)  # a repository's own store, which git already keeps
+
+
+def walk(workdir: str, recorded: Callable[[str], str | None]) -> Seen:
+    """Every file (and link) of the workspace that `recorded` keeps, by relative path (one
+    `stat` a file; not behind a link to a folder)."""
+    seen: Seen = {}
+    folders = [""]
+    while folders:
+        relative = folders.pop()
+        try:
+            entries = list(os.scandir(os.path.join(workdir, relative)))
+        except OSError:
+            continue
+        for entry in entries:
+            name = f"{relative}/{entry.name}" if relative else entry.name
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                if entry.name not in _SKIPPED_FOLDERS and recorded(name) is not None:
+                    folders.append(name)
+            elif recorded(name) is not None:
+                kind = "file" if stat.S_ISREG(info.st_mode) else "link" if stat.S_ISLNK(info.st_mode) else "other"
+                seen[name] = (info.st_size, info.st_mtime_ns, stat.S_IMODE(info.st_mode), info.st_ino, kind)
+    return seen
+
+
+def compared_entries(before: Mapping[str, Any], after: Seen) -> list[Entry]:
+    """What moved between the workspace `before` a shell run (path -> [size, mtime_ns, mode,
+    stored hash, kind, why not stored, inode]) and `after` it: each an entry "after the fact"."""
+    # A rename keeps the inode, the size and the mtime; a new file may reuse a deleted one's inode.
+    by_inode = {(seen[3], seen[0], seen[1]): name for name, seen in after.items() if name not in before}
+    entries = []
+    for name, line in before.items():
+        size, mtime_ns, mode, digest, kind, why, inode = line
+        now = after.get(name)
+        if now is not None and now[:3] == (size, mtime_ns, mode) and now[4] == kind:
+            continue
+        to = by_inode.get((inode, size, mtime_ns)) if now is None else None
+        change = "renamed" if to else "deleted" if now is None else "changed"
+        state = {"size": size, "mtime_ns": mtime_ns, "mode": mode, "type": kind, "hash": digest}
+        entries.append(Entry(name, change, state, to, why, after_the_fact=True))
+    entries += [Entry(name, "created", None, after_the_fact=True) for name in after if name not in before]
+    return entries
+
 
 _INDEX_VERSION = 1
 # A scan line's reason while its content is being hashed: replaced once it is (here, or by the
@@ -45,7 +102,7 @@ def _walk(journal: Journal) -> Seen:
 
 def _load_index(journal: Journal) -> dict[str, Any]:
     try:
-        data = json.loads((journal.root / _INDEX).read_bytes())
+        data = json.loads((journal.root / INDEX).read_bytes())
         if data.get("version") == _INDEX_VERSION and isinstance(data.get("files"), dict):
             return data["files"]
     except (OSError, ValueError, AttributeError):
@@ -57,7 +114,7 @@ def _save_index(journal: Journal, files: dict[str, Any]) -> None:
     journal.root.mkdir(parents=True, exist_ok=True, mode=0o700)
     # Not fsynced (20-30 ms a run on a busy disk): the contents it names are not either, and an
     # index a crash cut short is read as none (every file is stored again).
-    write_atomic(journal.root / _INDEX, json.dumps({"version": _INDEX_VERSION, "files": files},
+    write_atomic(journal.root / INDEX, json.dumps({"version": _INDEX_VERSION, "files": files},
                                                     separators=(",", ":")), durable=False)
 
 

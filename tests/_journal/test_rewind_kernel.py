@@ -14,7 +14,7 @@ import pytest
 
 from kernel_helpers import Kernel, RecordingSink, isolated_env, project_with, write_config
 
-from toolkernel._rewind import Journal
+from toolkernel._journal import Journal
 
 
 def _env(tmp: Path) -> dict[str, str]:

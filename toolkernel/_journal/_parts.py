@@ -189,7 +189,7 @@ def identity_of(path: str) -> tuple[int, int, int, int] | None:
 class Ahead:
     """Large files a shell run left changed, copied into parts right after it (while its output
     is read) and hashed: the next run, which must keep each file that moved before it starts,
-    takes the part of one still as it was copied instead of copying it then (`_rewind_scan`).
+    takes the part of one still as it was copied instead of copying it then (`_scan`).
 
     A copy is kept only when the file was the same (size, mtime, ctime, inode) before and after
     it was made, and as the run's end saw it; `take` also wants it the same now. What no run
