@@ -68,6 +68,29 @@ def write_atomic(path: Path | str, data: bytes | str | LongText, *, check: Calla
         os.close(folder)
 
 
+def write_at(folder: int, name: str, data: bytes, *, mode: int, mtime_ns: int | None = None,
+             sweep: bool = True) -> None:
+    """`data` as the file `name` in the open `folder`, in one step, with the permission bits
+    `mode` and (given) the modification time `mtime_ns`; what was there (a file, or a link,
+    which is replaced, not followed) goes. Not fsynced: the caller syncs once for many files.
+    Every step works in the open folder, never by a path (a rewind puts files back so)."""
+    if sweep:
+        _remove_stale_temps(folder)
+    fd, tmp_name = _make_temp(folder, name)
+    try:
+        try:
+            _write_all(fd, data)
+            os.fchmod(fd, mode)
+            if mtime_ns is not None:
+                os.utime(fd, ns=(mtime_ns, mtime_ns))
+        finally:
+            os.close(fd)
+        os.replace(tmp_name, name, src_dir_fd=folder, dst_dir_fd=folder)
+    except BaseException:
+        _unlink_quietly(tmp_name, folder)
+        raise
+
+
 def _write_in(folder: int, target: Path, payload: bytes | str | LongText, check: Callable[[], None] | None,
               replaces: Callable[[Path], bool] | None, durable: bool = True, sweep: bool = True) -> None:
     """`write_atomic` in the open folder `folder`, which holds `target`."""

@@ -15,9 +15,11 @@ the file opened: that catches a swap still in place, not one undone in between.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import io
 import os
+import platform
 import stat
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -178,6 +180,79 @@ def _open_child_folder(parent: int, name: str, create: bool, mode: int, shown: s
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # a link, or a file, holds the name
             raise NotAFolder(shown) from exc
         raise
+
+
+class LinkOnTheWay(OSError):
+    """A folder on the way to a path below a workspace is a link now, or no folder: a write
+    there would lead where nobody checked, so nothing is written."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(errno.ELOOP, f"a folder on its way ({path}) is a link or not a folder now (it changed "
+                                      "since it was checked): not followed, nothing written there")
+        self.path = path
+
+
+# openat2(2) (Linux 5.6): the kernel resolves the whole path below a folder's descriptor, refusing
+# any link and any way out, in one call. The same number on every architecture of the generic table.
+_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "armv7l": 437, "ppc64le": 437, "s390x": 437, "riscv64": 437}
+_RESOLVE_NO_SYMLINKS = 0x04
+_RESOLVE_BENEATH = 0x08
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+_openat2_missing = platform.system() != "Linux" or platform.machine() not in _SYS_OPENAT2
+
+
+def _openat2(folder: int, relative: str, flags: int) -> int | None:
+    """`relative` opened below the open `folder` by openat2, no link and no `..` out followed;
+    None where the kernel (or a seccomp filter) has no openat2. Raises OSError as open does."""
+    global _openat2_missing
+    if _openat2_missing:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    how = _OpenHow(flags | _CLOEXEC, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS)
+    fd = libc.syscall(ctypes.c_long(_SYS_OPENAT2[platform.machine()]), ctypes.c_int(folder),
+                      ctypes.c_char_p(os.fsencode(relative)), ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+    if fd >= 0:
+        return fd
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EPERM, errno.E2BIG):  # no openat2 here: the walk below does it
+        _openat2_missing = True
+        return None
+    raise OSError(code, os.strerror(code), relative)
+
+
+def folder_beneath(root: int, relative: str, *, create: bool = False, walk_only: bool = False) -> int:
+    """A descriptor for the folder `relative` (a plain relative path, `/`-separated) below the
+    open folder `root`, reached without following any link: by openat2 where the kernel has it,
+    else name by name with O_NOFOLLOW (`walk_only` forces that). Missing folders are made with
+    `create`, else FileNotFoundError. A link, or a file, on the way raises `LinkOnTheWay`."""
+    if relative in ("", "."):
+        return os.dup(root)
+    if not walk_only:
+        try:
+            fd = _openat2(root, relative, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR):
+                raise LinkOnTheWay(relative) from exc
+            if exc.errno != errno.ENOENT or not create:
+                raise
+            fd = None  # made below, name by name
+        if fd is not None:
+            return fd
+    fd = os.dup(root)
+    for name in relative.split("/"):
+        try:
+            child = _open_child_folder(fd, name, create, 0o777, relative)
+        except NotAFolder as exc:
+            raise LinkOnTheWay(relative) from exc
+        finally:
+            os.close(fd)
+        fd = child
+    return fd
 
 
 def named_in(folder: int, name: str) -> bool:

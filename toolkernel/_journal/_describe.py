@@ -128,6 +128,7 @@ def describe_rewind(done: Rewound) -> str:
     lines = [f"rewound run {done.run}: {len(done.restored)} file{'s' if len(done.restored) != 1 else ''} put back"]
     lines += [f"  {printable(name)}" for name in done.restored]
     lines += [f"  not restored: {printable(line)}" for line in done.skipped]
+    lines += [f"  NOT restored, stopped: {printable(line)}" for line in done.failed]
     if done.recorded_as:
         lines.append(f"(recorded as run {done.recorded_as}: `rewind {done.recorded_as}` undoes this)")
     return "\n".join(lines)

@@ -102,10 +102,11 @@ class RunRecord:
         return first
 
 
-def state_of(path: str) -> dict[str, Any] | None:
-    """size, mtime and mode of the file at `path` (not through a link), None when absent."""
+def state_of(path: str, at: tuple[int, str] | None = None) -> dict[str, Any] | None:
+    """size, mtime and mode of the file at `path` (not through a link), None when absent; `at`:
+    the file as (an open folder, its name there), reached without its path."""
     try:
-        info = os.lstat(path)
+        info = os.lstat(path) if at is None else os.stat(at[1], dir_fd=at[0], follow_symlinks=False)
     except (FileNotFoundError, NotADirectoryError):
         return None
     return {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "mode": stat.S_IMODE(info.st_mode),
@@ -273,17 +274,19 @@ class RunJournal:
             self._cells[key] = (self._cells[key][0], digest)
 
     def before_change(self, path: str | os.PathLike[str], kind: str | None = None, *,
-                      to: str | os.PathLike[str] | None = None, after_the_fact: bool = False) -> None:
+                      to: str | os.PathLike[str] | None = None, after_the_fact: bool = False,
+                      at: tuple[int, str] | None = None) -> None:
         """Record `path` before this run first changes it (later changes in the run add nothing:
         a rewind goes back to the state before the run). `kind`: worked out when not given
-        (created when the file is absent, else changed); `to`: where a rename takes it."""
+        (created when the file is absent, else changed); `to`: where a rename takes it; `at`: the
+        file read as (an open folder, its name there), not by its path (a rewind's own record)."""
         relative = self.journal.relative(path)
         if relative is None:
             return
         with self._lock:
             if relative in self._seen:
                 return
-            self._record(self._entry(relative, kind, to, after_the_fact))
+            self._record(self._entry(relative, kind, to, after_the_fact, at))
 
     def written_by_a_call(self, path: str | os.PathLike[str]) -> bool:
         """Whether a tool call of this run recorded `path` before changing it (a script's own
@@ -293,12 +296,13 @@ class RunJournal:
             entry = self._seen.get(relative) if relative is not None else None
         return entry is not None and not entry.after_the_fact
 
-    def _entry(self, relative: str, kind: str | None, to: Any, after_the_fact: bool) -> Entry:
+    def _entry(self, relative: str, kind: str | None, to: Any, after_the_fact: bool,
+               at: tuple[int, str] | None = None) -> Entry:
         full = os.path.join(self.journal.workdir, relative)
-        state = state_of(full)
+        state = state_of(full, at)
         if state is None:
             return Entry(relative, "created", None, after_the_fact=after_the_fact)
-        digest, why = self.journal.store(full, state)
+        digest, why = self.journal.store(full, state, at)
         before = {**state, "hash": digest}
         moved = self.journal.relative(to) if to is not None else None
         return Entry(relative, kind or "changed", before, moved, why, after_the_fact)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
-import stat
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
-from .._atomic import write_atomic
+from .._atomic import write_at
+from .._checked_open import LinkOnTheWay, folder_beneath, open_checked
 from .._errors import RewindError, printable
 from ._record import CellEntry, Entry, RunJournal, RunRecord, state_of
 
@@ -25,6 +25,7 @@ class Rewound:
     restored: tuple[str, ...]
     skipped: tuple[str, ...]  # not restorable, with the reason
     recorded_as: str | None  # the run that recorded the rewind itself
+    failed: tuple[str, ...] = ()  # stopped as they were being put back, with the reason
 
 
 def rewind(journal: Journal, run_id: str | None, *, force: bool = False,
@@ -57,19 +58,29 @@ def rewind(journal: Journal, run_id: str | None, *, force: bool = False,
         _refuse_changed_since(journal, run, chosen)
     contents = {p: journal.blob(e.before["hash"]) for p, e in chosen.items() if _restorable(e) and e.before}
     own = into or journal.start_run("rewind")
-    restored, skipped = [], []
-    swept: set[str] = set()  # folders whose killed writers' leftovers were looked for
-    for relative, entry in chosen.items():
-        if not _restorable(entry):
-            skipped.append(f"{relative}: {entry.not_restorable}")
-            continue
-        _put_back(journal, own, relative, entry, contents.get(relative), swept)
-        restored.append(relative)
+    restored, skipped, failed = [], [], []
+    workspace = _Workspace(journal.workdir)
+    try:
+        for relative, entry in chosen.items():
+            if not _restorable(entry):
+                skipped.append(f"{relative}: {entry.not_restorable}")
+                continue
+            try:
+                _put_back(own, workspace, relative, entry, contents.get(relative))
+            except LinkOnTheWay as exc:  # swapped in since the checks above: that file stops here
+                failed.append(f"{relative}: {exc.strerror}")
+                continue
+            except OSError as exc:
+                failed.append(f"{relative}: {exc.strerror or exc}")
+                continue
+            restored.append(relative)
+    finally:
+        workspace.close()
     if restored:
         os.sync()  # durable when it says so: once, not two fsyncs a file (1,000 files took seconds)
     if into is None:
         own.finish()
-    return Rewound(run.id, tuple(restored), tuple(skipped), own.id if own.files else None)
+    return Rewound(run.id, tuple(restored), tuple(skipped), own.id if own.files else None, tuple(failed))
 
 
 def chosen_files(run: RunRecord, globs: Iterable[str]) -> dict[str, Entry]:
@@ -116,28 +127,58 @@ def _refuse_changed_since(journal: Journal, run: RunRecord, chosen: Mapping[str,
                           "anyway (the newer content is recorded, so that rewind can be undone too)")
 
 
-def _put_back(journal: Journal, own: RunJournal, relative: str, entry: Entry, data: bytes | None,
-              swept: set[str]) -> None:
-    full = os.path.join(journal.workdir, relative)
+class _Workspace:
+    """The workspace opened once for a rewind: every folder a file is put back in is reached from
+    its descriptor, never by a path (`folder_beneath`: openat2 without links, or name by name
+    without following one), so a folder swapped for a link after the checks, say to the person's
+    home, stops that file with `LinkOnTheWay` instead of leading the write there. Each folder is
+    swept of killed writers' leftover temporary files once (a sweep lists the folder: 1,000 files
+    put back in one made 1,000,000 name matches, 1.3 s of a 3 s rewind)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.fd = open_checked(root, os.O_RDONLY | os.O_DIRECTORY)
+        self.swept: set[str] = set()
+
+    @contextlib.contextmanager
+    def folder(self, relative: str, *, create: bool) -> Iterator[int]:
+        fd = folder_beneath(self.fd, os.path.dirname(relative), create=create)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def sweep(self, relative: str) -> bool:
+        """Whether the folder of `relative` is still to be swept (then it counts as swept)."""
+        folder = os.path.dirname(relative)
+        if folder in self.swept:
+            return False
+        self.swept.add(folder)
+        return True
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _put_back(own: RunJournal, workspace: _Workspace, relative: str, entry: Entry, data: bytes | None) -> None:
+    """One file as it was before the run: its content, mode bits and time (or gone, if the run
+    made it), the name a rename gave it removed. Each step is recorded in `own` first."""
     if entry.to is not None:  # the renamed file's new name goes when the old one comes back
-        target = os.path.join(journal.workdir, entry.to)
-        own.before_change(target, "deleted")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(target)
-    own.before_change(full)
+        with contextlib.suppress(FileNotFoundError), workspace.folder(entry.to, create=False) as folder:
+            name = os.path.basename(entry.to)
+            own.before_change(os.path.join(workspace.root, entry.to), "deleted", at=(folder, name))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=folder)
+    full, name = os.path.join(workspace.root, relative), os.path.basename(relative)
     if entry.before is None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(full)
+        with contextlib.suppress(FileNotFoundError), workspace.folder(relative, create=False) as folder:
+            own.before_change(full, at=(folder, name))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=folder)
         return
-    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-        if stat.S_ISLNK(os.lstat(full).st_mode):
-            os.unlink(full)  # a link put there since: replaced, not written through
-    # One sync for the whole rewind (`rewind`), and one sweep a folder: each lists the folder, so
-    # 1,000 files put back in one took 1,000,000 name matches (1.3 s of a 3 s rewind).
-    folder = os.path.dirname(full)
-    write_atomic(full, data or b"", durable=False, sweep=folder not in swept)
-    swept.add(folder)
-    os.chmod(full, entry.before["mode"])
-    # Its time too: the file is as it was, and a rewind of an earlier run then finds it unchanged.
-    with contextlib.suppress(KeyError, TypeError, OSError):
-        os.utime(full, ns=(entry.before["mtime_ns"], entry.before["mtime_ns"]), follow_symlinks=False)
+    with workspace.folder(relative, create=True) as folder:
+        own.before_change(full, at=(folder, name))
+        # Its time too: the file is as it was, and a rewind of an earlier run then finds it unchanged.
+        mtime = entry.before.get("mtime_ns")
+        write_at(folder, name, data or b"", mode=entry.before["mode"],
+                 mtime_ns=mtime if isinstance(mtime, int) else None, sweep=workspace.sweep(relative))

@@ -163,13 +163,15 @@ class Journal:
             _write_blob(blobs, digest, data)
         return self._kept(digest)
 
-    def store(self, path: str, state: Mapping[str, Any]) -> tuple[str | None, str | None]:
-        """The file's content stored by its hash: (hash, None), or (None, why it is not restorable)."""
+    def store(self, path: str, state: Mapping[str, Any],
+              at: tuple[int, str] | None = None) -> tuple[str | None, str | None]:
+        """The file's content stored by its hash: (hash, None), or (None, why it is not restorable).
+        `at`: the file as (an open folder, its name there), opened without its path."""
         if state["type"] == "link":
             return None, "a symbolic link (its target is not recorded)"
         if state["type"] != "file":
             return None, "not a regular file"
-        fd, why = self._opened(path, state)
+        fd, why = self._opened(path, state, at)
         if fd is None:
             return None, why
         try:
@@ -233,12 +235,14 @@ class Journal:
             ahead.discard()
             ahead.wait()  # the file being copied, at most: a daemon thread would leave its part
 
-    def _opened(self, path: str, state: Mapping[str, Any]) -> tuple[int | None, str | None]:
+    def _opened(self, path: str, state: Mapping[str, Any],
+                at: tuple[int, str] | None = None) -> tuple[int | None, str | None]:
         """The file opened to be stored, or why it is not restorable."""
         if state["size"] > self.limits.max_file_mb * MIB:
             return None, f"larger than the {self.limits.max_file_mb} MiB limit ([rewind] max_file_mb)"
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
         try:
-            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), None
+            return (os.open(path, flags) if at is None else os.open(at[1], flags, dir_fd=at[0])), None
         except OSError as exc:
             return None, f"could not be read ({exc.strerror})"
 
