@@ -120,7 +120,9 @@ class Session:
             self.journal.limits = config.rewind
             self.journal.remove_old()  # kept `keep_days`, as saved outputs are kept 7 days
         route = route or ("direct" if one_call else "agent" if agent else "cell")
-        return Run(limit=config.shell.call_limit, journal=self.journal.start_run(route), one_call=one_call)
+        # `[rewind] enabled = false` (the person's own config only): no run records anything.
+        journal = self.journal.start_run(route) if config.rewind.enabled else None
+        return Run(limit=config.shell.call_limit, journal=journal, one_call=one_call)
 
     def prepare_now(self, approver: Approver = stop_and_report, *, agent: bool = False) -> ToolsCommand:
         """`prepare(one_call=True)` from sync code on a thread where `_loop.run_in_place` may run

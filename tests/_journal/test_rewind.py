@@ -697,7 +697,7 @@ def test_a_file_written_while_it_is_copied_after_a_run_is_copied_again_by_the_ne
             f.write(b"more")
 
     monkeypatch.setattr(parts, "copy_into", written_meanwhile)
-    journal.copy_after(walk(journal.workdir, journal.relative_name), time.time())
+    journal.copy_after(walk(journal.workdir, journal.ignores), time.time())
     journal.wait_for_copies()
     monkeypatch.setattr(parts, "copy_into", real)
     assert _parts(journal) == []  # the copy did not match the file: gone

@@ -5,9 +5,13 @@
     max_day_mb = 1024     # content stored per day; past it the oldest runs go, then "not restorable"
     keep_days = 7         # runs older than this are dropped
     ignore = ["data/raw/**"]   # globs (relative to the workspace) never recorded
+    default_ignores = true     # false: virtual environments, caches, node_modules... recorded too
+    enabled = true             # false (only in your own config): nothing is recorded
 
 A model module (no I/O). Only trusted files count: a smaller limit or an `ignore` glob records
-less, and a cloned repository's config must not quietly turn the way back off.
+less, and a cloned repository's config must not quietly turn the way back off: `enabled` counts
+only in the person's own file, and is a problem anywhere else. What the journal leaves out by
+default, and never records: `_journal/_ignore.py`.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ if TYPE_CHECKING:
     from ._sources import Source
 
 _NUMBERS = ("max_file_mb", "max_day_mb", "keep_days")
-_KEYS = (*_NUMBERS, "ignore")
+_SWITCHES = ("default_ignores", "enabled")
+_KEYS = (*_NUMBERS, *_SWITCHES, "ignore")
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,8 @@ class RewindLimits:
     max_day_mb: int = 1024
     keep_days: int = 7
     ignore: tuple[str, ...] = ()
+    default_ignores: bool = True
+    enabled: bool = True
 
 
 def rewind_section(source: "Source", raw: Any) -> dict[str, Any]:
@@ -45,6 +52,17 @@ def rewind_section(source: "Source", raw: Any) -> dict[str, Any]:
             source.problems.append(source.error(f"rewind.{key}", "expected a whole number greater than 0"))
         else:
             found[key] = value
+    for key in _SWITCHES:
+        if key not in checked:
+            continue
+        if not isinstance(checked[key], bool):
+            source.problems.append(source.error(f"rewind.{key}", "expected true or false"))
+        elif key == "enabled" and (source.project or source.admin):
+            source.problems.append(source.error("rewind.enabled", "counts only in your own config file "
+                                                "(~/.config/toolkernel/toolkernel.toml): a project or an "
+                                                "admin file cannot turn the journal of changes off"))
+        else:
+            found[key] = checked[key]
     if "ignore" in checked:
         globs = source.attempt(string_list, source, "rewind.ignore", checked["ignore"])
         if globs is not None:

@@ -29,9 +29,10 @@ import os
 from pathlib import Path
 
 import stat
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .._atomic import write_atomic
+from ._ignore import Ignores
 from ._parts import Hashing, identity_of
 from ._record import Entry, RunJournal
 
@@ -42,32 +43,35 @@ INDEX = "index.json"  # the workspace as the last shell run's comparison saw it
 
 # path -> (size, mtime_ns, mode, inode, kind) as one walk saw it
 Seen = dict[str, tuple[int, int, int, int, str]]
-_SKIPPED_FOLDERS = (".git",)  # a repository's own store, which git already keeps
 
 
-def walk(workdir: str, recorded: Callable[[str], str | None]) -> Seen:
-    """Every file (and link) of the workspace that `recorded` keeps, by relative path (one
-    `stat` a file; not behind a link to a folder)."""
+def walk(workdir: str, ignores: Ignores, below: str = "") -> Seen:
+    """Every file (and link) of the workspace (or of its folder `below`) the journal records, by
+    relative path, in one pass: a folder's decision once, from its listing (`Ignores`), a `stat`
+    a file and none a folder; not behind a link to a folder."""
     seen: Seen = {}
-    folders = [""]
+    folders = [below]
     while folders:
         relative = folders.pop()
         try:
             entries = list(os.scandir(os.path.join(workdir, relative)))
         except OSError:
             continue
+        if relative and ignores.folder_left_out(relative, [entry.name for entry in entries]):
+            continue
         for entry in entries:
             name = f"{relative}/{entry.name}" if relative else entry.name
             try:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(name)
+                    continue
+                if ignores.file_left_out(name):
+                    continue
                 info = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if stat.S_ISDIR(info.st_mode):
-                if entry.name not in _SKIPPED_FOLDERS and recorded(name) is not None:
-                    folders.append(name)
-            elif recorded(name) is not None:
-                kind = "file" if stat.S_ISREG(info.st_mode) else "link" if stat.S_ISLNK(info.st_mode) else "other"
-                seen[name] = (info.st_size, info.st_mtime_ns, stat.S_IMODE(info.st_mode), info.st_ino, kind)
+            kind = "file" if stat.S_ISREG(info.st_mode) else "link" if stat.S_ISLNK(info.st_mode) else "other"
+            seen[name] = (info.st_size, info.st_mtime_ns, stat.S_IMODE(info.st_mode), info.st_ino, kind)
     return seen
 
 
@@ -97,7 +101,7 @@ _BEING_STORED = "its copy from before the run was still being stored when its pr
 
 
 def _walk(journal: Journal) -> Seen:
-    return walk(journal.workdir, journal.relative_name)
+    return walk(journal.workdir, journal.ignores)
 
 
 def _load_index(journal: Journal) -> dict[str, Any]:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import fcntl
-import fnmatch
 import functools
 import hashlib
 import json
@@ -54,15 +53,12 @@ from typing import Any, Iterator, Mapping
 from .._config._rewind import RewindLimits
 from .._config._trust import store_path
 from .._errors import RewindError
+from ._ignore import Ignores
 from ._parts import PART, Ahead, checked as checked_part, copy_part, is_part, name_of, new_part, remove as remove_part
 from ._record import HASH, RUN_ID, RunJournal, RunRecord, parse_run, states_after, still_running
 from ._scan import INDEX, Comparison, compared_entries, walk
 
 FOLDER = "journal"
-NEVER_RECORDED = (".toolkernel", "tool-images")
-# A Jupyter Server's own state, written while any cell runs: put back, it would be written behind
-# the server's back (its collaboration store, its checkpoints).
-SERVERS_OWN = (".jupyter_ystore.db*", ".ipynb_checkpoints")
 MIB = 1024 * 1024
 _DAY = 24 * 3600
 _CHUNK = 1 << 20
@@ -86,6 +82,7 @@ class Journal:
                  environ: Mapping[str, str] | None = None) -> None:
         self.workdir = os.path.realpath(workdir)
         self.root = journal_root(self.workdir, environ)
+        self._environ = environ
         self.limits = limits
         self._lock = threading.Lock()
         self._day: collections.deque[tuple[float, int]] | None = None  # (time, bytes) stored in the last day, oldest first
@@ -115,12 +112,17 @@ class Journal:
 
     def relative_name(self, relative: str) -> str | None:
         """`relative` (a path inside the workspace) when the journal records it, else None."""
-        parts = relative.split(os.sep)
-        if parts[0] in NEVER_RECORDED or any(fnmatch.fnmatch(part, own) for part in parts for own in SERVERS_OWN):
-            return None
-        if any(fnmatch.fnmatch(relative, glob) for glob in self.limits.ignore):
-            return None
-        return relative
+        return None if self.ignores.left_out(relative) else relative
+
+    @property
+    def limits(self) -> RewindLimits:
+        return self._limits
+
+    @limits.setter
+    def limits(self, limits: RewindLimits) -> None:
+        """`[rewind]` as the config says now; what is left out is decided again with it."""
+        self._limits = limits
+        self.ignores = Ignores(self.workdir, limits, self._environ)
 
     def _folder(self, name: str) -> Path:
         folder = self.root / name
@@ -405,7 +407,7 @@ class Journal:
             scan = json.loads(self.blob(run.scan))
             skip, known = set(scan["skip"]), {entry.path for entry in again.entries}
             files = self._with_parts(scan["files"], scan.get("parts", {}))
-            now = {name: seen for name, seen in walk(self.workdir, self.relative_name).items() if name not in skip}
+            now = {name: seen for name, seen in walk(self.workdir, self.ignores).items() if name not in skip}
             found = [e for e in compared_entries(files, now) if e.path not in known]
             lines = [entry.to_json() for entry in found]
             lines.append({"end": states_after([*again.entries, *found], self.workdir), "settled": time.time()})
