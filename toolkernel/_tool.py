@@ -97,6 +97,8 @@ class Recorder(Protocol):
     record and a runner may ask of it. Defined here, below every layer that holds one."""
 
     id: str
+    # Once finished: the runs the day's limit dropped to make room for this one (their records).
+    dropped: list[Mapping[str, Any]]
 
     def before_change(self, path: str | os.PathLike[str], kind: str | None = None, *,
                       to: str | os.PathLike[str] | None = None, after_the_fact: bool = False) -> None:

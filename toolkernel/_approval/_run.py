@@ -225,7 +225,10 @@ class Run:
         """End the run's journal (each file's state after the run is written); the changes it holds."""
         if self.journal is not None and self.changes is None:
             files = self.journal.finish()
-            self.changes = {"run": self.journal.id, "files": files} if files else {}
+            dropped = [tomb["run"] for tomb in self.journal.dropped]
+            self.changes = {"run": self.journal.id, "files": files} if files or dropped else {}
+            if dropped:  # the day's limit dropped these runs to make room for this one: said, not silent
+                self.changes["dropped"] = dropped
         return self.changes or None
 
     def asking(self, tool: str, input: Mapping[str, Any], shown: Mapping[str, Any]) -> AskRecord:

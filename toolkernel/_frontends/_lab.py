@@ -232,7 +232,8 @@ def _run(record) -> dict[str, Any]:
     files = [{"path": e.path, "kind": e.kind, "to": e.to, "after_the_fact": e.after_the_fact,
               "not_restorable": e.not_restorable} for e in record.files().values()]
     return {"id": record.id, "time": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.time)),
-            "route": record.route, "ended": record.after is not None, "files": files}
+            "route": record.route, "ended": record.after is not None, "files": files,
+            "dropped": record.dropped is not None}
 
 
 def _search(session, words: str) -> str:

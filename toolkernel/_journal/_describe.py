@@ -21,11 +21,13 @@ if TYPE_CHECKING:
 def iter_changes(journal: Journal, run_id: str | None = None, path_glob: str | None = None) -> Iterator[RunRecord]:
     """The runs that changed files, newest first, filtered as `changes` asks."""
     runs = [journal.run(run_id)] if run_id else journal.runs()
+    if not run_id and not path_glob:  # a dropped run names no files: listed as dropped, among the rest
+        runs = sorted([*runs, *journal.dropped_runs()], key=lambda run: (run.time, run.id), reverse=True)
     for run in runs:
         if path_glob:
             run.entries = [e for e in run.entries if fnmatch.fnmatch(e.path, path_glob)]
             run.cells = chosen_cells(run, [path_glob])
-        if run.entries or run.cells:
+        if run.entries or run.cells or run.dropped:
             yield run
 
 
@@ -100,6 +102,9 @@ def describe_runs(runs: Iterable[RunRecord]) -> str:
     for run in runs:
         files = run.files()
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.time))
+        if run.dropped is not None:
+            lines.append(f"run {run.id}  {when}  {run.route}  DROPPED {_dropped(run.dropped)}")
+            continue
         ended = "" if run.after is not None else "  (did not end: killed or still running)"
         if run.settled is not None:
             ended = ("  (its process died before the end: what its commands changed was found at "
@@ -110,6 +115,14 @@ def describe_runs(runs: Iterable[RunRecord]) -> str:
         for cell in run.cells:
             lines.append(f"  {'cell':<8}  {printable(cell.name)}  (on {printable(cell.server)})")
     return "\n".join(lines) if lines else "no changes recorded"
+
+
+def _dropped(tomb) -> str:
+    """When and why the day's limit dropped a run, for a listing."""
+    by = f" to make room for run {tomb['by']}" if tomb.get("by") else ""
+    count = _counted(int(tomb.get("files", 0)), int(tomb.get("cells", 0)))
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(tomb.get("dropped", 0))))
+    return f"at {when}{by} (past {tomb.get('why', 'the day limit')}): its {count} can no longer be rewound"
 
 
 def _counted(files: int, cells: int) -> str:

@@ -93,6 +93,8 @@ class RunRecord:
     settled: float | None = None  # when a reader ended the run its dead process left open
     owner: tuple[int, str | None] | None = None  # the pid that ran it, and that process's start
     cells: list[CellEntry] = field(default_factory=list)  # each cell once: first before, last after
+    # A run the day's limit dropped: when, for which run, why (`Journal.dropped_runs`); no entries.
+    dropped: Mapping[str, Any] | None = None
 
     def files(self) -> dict[str, Entry]:
         """The first entry of each path: the state before the run."""
@@ -135,6 +137,11 @@ def still_running(owner: tuple[int, str | None] | None) -> bool:
         pass
     return started is None or _process_start(pid) in (None, started)
 
+
+
+def _counted_files(tomb: Mapping[str, Any]) -> str:
+    files = tomb.get("files", 0)
+    return f"{files} file{'s' if files != 1 else ''}"
 
 
 def parse_run(run_id: str, lines: list[bytes]) -> RunRecord:
@@ -243,6 +250,7 @@ class RunJournal:
         self._lock = threading.Lock()
         self._file: Any = None
         self._at_end: list[Callable[[], None]] = []
+        self.dropped: list[Mapping[str, Any]] = []  # runs the day's limit dropped for this one (`finish`)
 
     @property
     def files(self) -> int:
@@ -251,7 +259,7 @@ class RunJournal:
     def before_cell(self, server: str, notebook: str, cell_id: str, source: str) -> None:
         """Record a notebook cell on a Jupyter Server before this run first changes its source."""
         key = (server, notebook, cell_id)
-        with self._lock:
+        with self._lock, self.journal.storing_for(self.id):
             if key in self._cells:
                 return
             digest = self.journal.store_bytes(source.encode())
@@ -283,7 +291,7 @@ class RunJournal:
         relative = self.journal.relative(path)
         if relative is None:
             return
-        with self._lock:
+        with self._lock, self.journal.storing_for(self.id):
             if relative in self._seen:
                 return
             self._record(self._entry(relative, kind, to, after_the_fact, at))
@@ -317,7 +325,8 @@ class RunJournal:
         scan: dict[str, Any] = {"files": before, "skip": sorted(skip)}
         if parts:
             scan["parts"] = dict(parts)
-        digest = self.journal.store_bytes(json.dumps(scan, separators=(",", ":"), sort_keys=True).encode())
+        with self.journal.storing_for(self.id):
+            digest = self.journal.store_bytes(json.dumps(scan, separators=(",", ":"), sort_keys=True).encode())
         if digest is None:
             return
         with self._lock:
@@ -327,12 +336,23 @@ class RunJournal:
     def before_shell(self, script: str | None, skip: frozenset[str]) -> Callable[[], None]:
         """A shell run is about to start: the workspace as it starts is noted (`_scan`); returns
         what records the run's own changes once its writers are done."""
-        compared = self.journal.compared(self, skip)
-        return lambda: compared.record(self)
+        with self.journal.storing_for(self.id):
+            compared = self.journal.compared(self, skip)
+
+        def recorded() -> None:
+            with self.journal.storing_for(self.id):
+                compared.record(self)
+
+        return recorded
 
     def said(self) -> list[str]:
-        """What the run's cell says about the journal once the run ended (see `_tool.Recorder`)."""
-        return []
+        """What the run's cell says about the journal once the run ended (see `_tool.Recorder`):
+        each run the day's limit dropped to make room for it, never in silence."""
+        limit = self.journal.limits.max_day_mb
+        return [f"toolkernel: the journal's limit of {limit} MiB a day ([rewind] max_day_mb) dropped run "
+                f"{tomb['run']} ({tomb['route']}, {_counted_files(tomb)}, begun "
+                f"{time.strftime('%H:%M:%S', time.localtime(tomb['time']))}) to make room for this run: it can no "
+                "longer be rewound (`%tools changes` lists it as dropped)\n" for tomb in self.dropped]
 
     def when_ended(self, done: Callable[[], None]) -> None:
         """`done()` once the run's end is written (or its file removed: it changed nothing)."""
@@ -370,6 +390,7 @@ class RunJournal:
         for done in self._at_end:
             done()
         self._at_end = []
+        self.dropped = self.journal.take_dropped(self.id)
         return changed
 
     def _finished(self) -> int:

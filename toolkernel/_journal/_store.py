@@ -59,6 +59,7 @@ from ._record import HASH, RUN_ID, RunJournal, RunRecord, parse_run, states_afte
 from ._scan import INDEX, Comparison, compared_entries, walk
 
 FOLDER = "journal"
+DROPPED = ".dropped"  # `runs/<run id>.dropped`: a run the day's limit dropped, and why
 MIB = 1024 * 1024
 _DAY = 24 * 3600
 _CHUNK = 1 << 20
@@ -93,6 +94,9 @@ class Journal:
         self._pinning = threading.local()
         self._ahead: Ahead | None = None  # large files the last shell run left changed, being copied
         self._ahead_lock = threading.Lock()
+        self._for = threading.local()  # the run this thread stores for (`storing_for`)
+        self._unsaid: list[dict[str, Any]] = []  # runs the day's limit dropped, not yet said by a run
+        self._unsaid_lock = threading.Lock()
 
     # -- recording -----------------------------------------------------------------------------
 
@@ -128,6 +132,25 @@ class Journal:
         folder = self.root / name
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         return folder
+
+    @contextlib.contextmanager
+    def storing_for(self, run_id: str) -> Iterator[None]:
+        """What this thread stores within the block is for run `run_id`: a run the day's limit
+        drops to make room is that run's to say (`take_dropped`)."""
+        outer = getattr(self._for, "run", None)
+        self._for.run = run_id
+        try:
+            yield
+        finally:
+            self._for.run = outer
+
+    def take_dropped(self, run_id: str) -> list[dict[str, Any]]:
+        """The runs dropped to make room for run `run_id`, and those dropped for no run (copies
+        made after a run, for the next): said once, by the run that takes them."""
+        with self._unsaid_lock:
+            mine = [tomb for tomb in self._unsaid if tomb["by"] in (run_id, None)]
+            self._unsaid = [tomb for tomb in self._unsaid if tomb["by"] not in (run_id, None)]
+        return mine
 
     @contextlib.contextmanager
     def pinned(self) -> Iterator[None]:
@@ -352,8 +375,49 @@ class Journal:
         ended = [run for run in reversed(self.runs(settle=False)) if run.after is not None and run.time < before]
         if not ended:
             return False
-        self.drop(ended[0].id)
+        self._dropped_for_room(ended[0])
         return True
+
+    def _dropped_for_room(self, run: RunRecord) -> None:
+        """`run` dropped for the day's limit, never in silence: a record of it stays (`dropped_runs`,
+        as long as runs are kept) and the run it made room for says so (`take_dropped`)."""
+        tomb = {"run": run.id, "time": run.time, "route": run.route, "files": len(run.files()),
+                "cells": len(run.cells), "dropped": time.time(), "by": getattr(self._for, "run", None),
+                "why": f"the day's limit of {self.limits.max_day_mb} MiB ([rewind] max_day_mb)"}
+        fd = os.open(self.root / "runs" / f"{run.id}{DROPPED}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, json.dumps(tomb).encode())
+        finally:
+            os.close(fd)
+        self.drop(run.id)
+        with self._unsaid_lock:
+            self._unsaid.append(tomb)
+
+    def dropped_runs(self) -> list[RunRecord]:
+        """The runs the day's limit dropped (kept as long as runs are), newest first: no entries,
+        their record in `dropped`."""
+        try:
+            names = [name for name in os.listdir(self.root / "runs") if name.endswith(DROPPED)]
+        except FileNotFoundError:
+            return []
+        found = []
+        for name in names:
+            tomb = self._tomb(name.removesuffix(DROPPED))
+            if tomb is not None:
+                found.append(RunRecord(tomb["run"], float(tomb["time"]), str(tomb["route"]), after={}, dropped=tomb))
+        return sorted(found, key=lambda run: (run.time, run.id), reverse=True)
+
+    def _tomb(self, run_id: str) -> dict[str, Any] | None:
+        if not RUN_ID.fullmatch(run_id):
+            return None
+        try:
+            tomb = json.loads((self.root / "runs" / f"{run_id}{DROPPED}").read_bytes())
+            if tomb["run"] == run_id and isinstance(tomb["time"], (int, float)) and isinstance(tomb["route"], str):
+                return tomb
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return None
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -381,6 +445,11 @@ class Journal:
         try:
             lines = (self.root / "runs" / f"{run_id}.jsonl").read_bytes().splitlines()
         except FileNotFoundError:
+            tomb = self._tomb(run_id)
+            if tomb is not None:
+                by = f" to make room for run {tomb['by']}" if tomb.get("by") else ""
+                raise RewindError(f"run {run_id} was dropped at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(tomb['dropped']))}"
+                                  f"{by}: past {tomb['why']}. It can no longer be rewound") from None
             raise RewindError(f"no run {run_id} in the journal (`toolkernel changes` lists them)") from None
         try:
             run = parse_run(run_id, lines)
@@ -468,7 +537,9 @@ class Journal:
         old = []
         for name in names:
             with contextlib.suppress(OSError):
-                if name.endswith(".jsonl") and os.lstat(self.root / "runs" / name).st_mtime < cutoff:
+                if name.endswith(DROPPED) and os.lstat(self.root / "runs" / name).st_mtime < cutoff:
+                    os.unlink(self.root / "runs" / name)
+                elif name.endswith(".jsonl") and os.lstat(self.root / "runs" / name).st_mtime < cutoff:
                     old.append(name.removesuffix(".jsonl"))
         for run_id in old:
             with contextlib.suppress(FileNotFoundError):
