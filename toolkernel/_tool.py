@@ -110,9 +110,11 @@ class Recorder(Protocol):
     def after_cell(self, server: str, notebook: str, cell_id: str, source: str) -> None:
         """The cell's source once the change was made."""
 
-    def before_shell(self, script: str | None, skip: frozenset[str]) -> Callable[[], None]:
-        """A shell run is about to start (`script`: its text, when its runner can show what it
-        names): returns what to call once the run's writers are done, to record what they changed."""
+    def before_shell(self, script: str | None, skip: frozenset[str], *,
+                     builtins_only: bool = False) -> Callable[[], None]:
+        """A shell run is about to start (`script`: its text; `builtins_only`: its commands are the
+        shell's own, which write only what they name): returns what to call once the run's writers
+        are done, to record what they changed."""
 
     def written_by_a_call(self, path: str | os.PathLike[str]) -> bool:
         """Whether a tool call of this run recorded `path` before changing it."""

@@ -23,6 +23,28 @@ def workspace(tmp_path, monkeypatch) -> Path:
     return root
 
 
+def _damage(journal: Journal, digest: str | None = None) -> None:
+    """A stored content (every one, without `digest`) rewritten behind the journal's back."""
+    import sqlite3
+    import zlib
+
+    db = sqlite3.connect(journal.packs.path, isolation_level=None)
+    try:
+        where = ("WHERE hash = ?", (digest,)) if digest else ("", ())
+        db.execute(f"UPDATE contents SET codec = 1, data = ? {where[0]}", (zlib.compress(b"tampered"), *where[1]))
+    finally:
+        db.close()
+
+
+def _stored(journal: Journal) -> dict[str, bytes]:
+    """Every content the journal holds, by hash (read as the journal reads it, unchecked)."""
+    found = {digest: journal.packs.get(digest) for digest in journal.packs.hashes()}
+    blobs = journal.root / "blobs"
+    if blobs.exists():
+        found.update({p.name: p.read_bytes() for p in blobs.iterdir() if not p.name.startswith(".")})
+    return found
+
+
 def _files(root: Path) -> dict[str, tuple[bytes, int]]:
     """Every file below `root` (the journal's own places aside): content and mode bits."""
     found = {}
@@ -127,8 +149,9 @@ def test_a_diff_sums_up_binary_large_and_unkept_contents_and_names_a_damaged_one
     big = diff_of(journal, run.id, "big.txt")
     assert "-(its content before the run was not kept: larger than the 1 MiB limit" in big and "+short" in big
     assert "+no end\n\\ No newline at end of file" in diff_of(journal, run.id, "text.txt")
-    blob = next((journal.root / "blobs").iterdir())
-    blob.write_bytes(b"tampered")
+    import hashlib
+
+    _damage(journal, hashlib.sha256(b"\x00\x01").hexdigest())
     with pytest.raises(RewindError, match="damaged"):
         diff_of(journal, run.id, "bin.dat")
 
@@ -168,8 +191,7 @@ def test_a_damaged_entry_fails_that_restore_cleanly_and_touches_nothing(workspac
     run = _run_that_changes_everything(journal, workspace)
     run.finish()
     after_run = _files(workspace)
-    blobs = list((journal_root(workspace) / "blobs").iterdir())
-    blobs[0].write_bytes(b"rewritten by someone")
+    _damage(journal)
     with pytest.raises(RewindError, match="damaged"):
         rewind(journal, run.id)
     assert _files(workspace) == after_run
@@ -206,7 +228,7 @@ def test_old_runs_are_dropped_after_keep_days(workspace):
     run.finish()
     assert journal.remove_old(now=run.time + 3600) == 0
     assert journal.remove_old(now=run.time + 2 * 86400) == 1
-    assert journal.runs() == [] and list((journal_root(workspace) / "blobs").iterdir()) == []
+    assert journal.runs() == [] and _stored(journal) == {}
 
 
 def test_rewind_config_is_read_from_a_trusted_file(tmp_path, monkeypatch):
@@ -352,7 +374,7 @@ def test_a_hostile_agent_cell_cannot_see_or_corrupt_the_journal(session, tmp_pat
     (root / "precious.txt").write_text("v1\n")
     deleted = session.run_script("rm precious.txt", RecordingSink()).changes["run"]
     journal = journal_root(root)
-    stored = sorted(p.read_bytes() for p in (journal / "blobs").iterdir())
+    stored = _stored(session.journal)
     channel = Channel()
     try:
         script = (f"ls -R {tmp_path / 'state'} > seen.txt 2>&1; "
@@ -362,9 +384,10 @@ def test_a_hostile_agent_cell_cannot_see_or_corrupt_the_journal(session, tmp_pat
                            approver=_allow_all)
     finally:
         channel.close()
-    assert "blobs" not in (root / "seen.txt").read_text()
-    now = [p.read_bytes() for p in (journal / "blobs").iterdir()]
-    assert all(blob in now for blob in stored) and b"evil\n" not in now  # (the cell's own start is stored too)
+    assert "contents.sqlite" not in (root / "seen.txt").read_text() and "runs" not in (root / "seen.txt").read_text()
+    now = _stored(session.journal)
+    assert all(now.get(digest) == data for digest, data in stored.items())  # (the cell's own start is stored too)
+    assert b"evil\n" not in now.values()
     rewind(session.journal, deleted)
     assert (root / "precious.txt").read_text() == "v1\n"
 
@@ -847,6 +870,8 @@ def test_contents_stored_before_a_run_are_kept_when_the_days_limit_drops_an_olde
     # and collects what nothing holds, which must not be the contents stored a moment before.
     from toolkernel._journal._scan import Comparison
 
+    from toolkernel._journal._named import Named
+
     journal = Journal(workspace, RewindLimits(max_day_mb=1))
     (workspace / "old").write_bytes(b"o" * 600 * 1024)
     older = journal.start_run("cell")
@@ -857,7 +882,7 @@ def test_contents_stored_before_a_run_are_kept_when_the_days_limit_drops_an_olde
     for name, data in before.items():
         (workspace / name).write_bytes(data)
     run = journal.start_run("cell")
-    compared = Comparison(journal, run)
+    compared = Comparison(journal, run, named=Named(frozenset(before), True))  # the run names them
     for name in before:
         (workspace / name).write_bytes(b"changed")
     compared.record(run)

@@ -4,6 +4,8 @@
     max_file_mb = 64      # a larger file is recorded "not restorable"
     max_day_mb = 1024     # content stored per day; past it the oldest runs go, then "not restorable"
     keep_days = 7         # runs older than this are dropped
+    shell_mb = 32         # recently changed files kept ahead of a shell run that may write what it
+                          # does not name (a host %%bash cell): past it, "not restorable", said
     ignore = ["data/raw/**"]   # globs (relative to the workspace) never recorded
     default_ignores = true     # false: virtual environments, caches, node_modules... recorded too
     enabled = true             # false (only in your own config): nothing is recorded
@@ -24,7 +26,7 @@ from ._check import known_keys, string_list, table
 if TYPE_CHECKING:
     from ._sources import Source
 
-_NUMBERS = ("max_file_mb", "max_day_mb", "keep_days")
+_NUMBERS = ("max_file_mb", "max_day_mb", "keep_days", "shell_mb")
 _SWITCHES = ("default_ignores", "enabled")
 _KEYS = (*_NUMBERS, *_SWITCHES, "ignore")
 
@@ -34,6 +36,7 @@ class RewindLimits:
     max_file_mb: int = 64
     max_day_mb: int = 1024
     keep_days: int = 7
+    shell_mb: int = 32
     ignore: tuple[str, ...] = ()
     default_ignores: bool = True
     enabled: bool = True

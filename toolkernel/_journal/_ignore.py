@@ -78,17 +78,18 @@ class Ignores:
         self._folders.pop(relative, None)
 
     def _folder(self, relative: str, names: Iterable[str] | None) -> bool:
+        return self.named_out(relative) or (self.defaults and self._environment(relative, names))
+
+    def named_out(self, relative: str) -> bool:
+        """Whether the folder `relative` is left out by its name and place alone (no I/O)."""
         name = relative.rpartition("/")[2]
         if relative in self.never or name in NEVER_FOLDERS or _servers_own(name):
             return True
         if "/" not in relative and name in TOOLKERNELS_OWN:
             return True
-        if self.defaults:
-            if relative in self.by_default or name in DEFAULT_FOLDERS or self._environment(relative, names):
-                return True
-        if self._glob is not None and all(self._glob.match(f"{relative}/{probe}") for probe in _PROBES):
+        if self.defaults and (relative in self.by_default or name in DEFAULT_FOLDERS):
             return True
-        return False
+        return self._glob is not None and all(self._glob.match(f"{relative}/{probe}") for probe in _PROBES)
 
     def _environment(self, relative: str, names: Iterable[str] | None) -> bool:
         if names is not None:

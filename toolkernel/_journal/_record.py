@@ -89,7 +89,9 @@ class RunRecord:
     route: str
     entries: list[Entry] = field(default_factory=list)
     after: dict[str, Any] | None = None  # path -> state after the run; None: the run never ended
-    scan: str | None = None  # the stored workspace as the run started (a shell run's)
+    scan: str | None = None  # the stored workspace as the run started (a shell run's, before issue 44)
+    # The workspace as the run started, in the tree on disk: generation, offset, skip, parts (`_tree`).
+    tree: Mapping[str, Any] | None = None
     settled: float | None = None  # when a reader ended the run its dead process left open
     owner: tuple[int, str | None] | None = None  # the pid that ran it, and that process's start
     cells: list[CellEntry] = field(default_factory=list)  # each cell once: first before, last after
@@ -166,6 +168,13 @@ def parse_run(run_id: str, lines: list[bytes]) -> RunRecord:
             if not HASH.fullmatch(item["scan"]):
                 raise ValueError("bad scan")
             run.scan = item["scan"]
+            continue
+        if "tree" in item:
+            generation, offset = item["tree"]
+            if not isinstance(generation, str) or not isinstance(offset, int):
+                raise ValueError("bad tree")
+            run.tree = {"generation": generation, "offset": offset, "skip": list(item.get("skip", [])),
+                        "parts": dict(item.get("parts", {}))}
             continue
         if "cell" in item or "cell_after" in item:
             _parse_cell(item, cells)
@@ -333,11 +342,19 @@ class RunJournal:
             self._open()
             self._write({"scan": digest})
 
-    def before_shell(self, script: str | None, skip: frozenset[str]) -> Callable[[], None]:
-        """A shell run is about to start: the workspace as it starts is noted (`_scan`); returns
-        what records the run's own changes once its writers are done."""
+    def before_shell(self, script: str | None, skip: frozenset[str], *,
+                     builtins_only: bool = False) -> Callable[[], None]:
+        """A shell run is about to start: what it must find stored is stored (`_scan`), and the
+        workspace as it starts noted. `builtins_only`: its commands are the shell's own (Bashkit),
+        which write only what they name. Returns what records the run's own changes once its
+        writers are done."""
+        from ._named import Named, named
+
+        said = named(script) if script is not None else None
+        if said is not None and not builtins_only:  # a host program writes where it likes
+            said = Named(said.paths, False, said.folders)
         with self.journal.storing_for(self.id):
-            compared = self.journal.compared(self, skip)
+            compared = self.journal.compared(self, skip, said)
 
         def recorded() -> None:
             with self.journal.storing_for(self.id):
@@ -353,6 +370,22 @@ class RunJournal:
                 f"{tomb['run']} ({tomb['route']}, {_counted_files(tomb)}, begun "
                 f"{time.strftime('%H:%M:%S', time.localtime(tomb['time']))}) to make room for this run: it can no "
                 "longer be rewound (`%tools changes` lists it as dropped)\n" for tomb in self.dropped]
+
+    def note_tree(self, where: tuple[str, int] | None, skip: Iterable[str] = (),
+                  parts: Mapping[str, str] | None = None) -> None:
+        """The workspace as this shell run starts, as the tree on disk holds it (`_tree`: its
+        generation and log length), the files its comparison leaves out, and the files whose
+        content is copied but not yet stored (`_parts`), by part: so that a run whose process dies
+        can still be compared, by the next reader. None: past the day's limit, not noted (a killed
+        run then keeps only what its tools recorded)."""
+        if where is None:
+            return
+        line: dict[str, Any] = {"tree": list(where), "skip": sorted(skip)}
+        if parts:
+            line["parts"] = dict(parts)
+        with self._lock:
+            self._open()
+            self._write(line)
 
     def when_ended(self, done: Callable[[], None]) -> None:
         """`done()` once the run's end is written (or its file removed: it changed nothing)."""

@@ -1,45 +1,48 @@
-"""What a shell run changed, found by comparing the workspace before and after it (issue 38).
+"""What a shell run changed, and what must be kept before it starts (issues 38, 44).
 
 A script's own commands (Bashkit's `rm`, `mv`, `>` through the workspace mount; any program of a
 host `%%bash` cell) change files without telling anyone: Bashkit's Python API gives a mount no
-per-write hook (`FileSystem.real` is Rust's), and a host process writes where it likes. So the
-workspace is looked at before the run and after it (size, mtime, mode and inode of each file:
-one `stat` a file), and what moved becomes the run's entries, marked "after the fact": a
-process may have changed a file more than once, and only the state before the run is known.
+per-write hook, and a host process writes where it likes. So the kernel keeps what it knows of
+the workspace between runs (`_watch.Workspace`: inotify, else a walk), and what moved during a
+run becomes the run's entries, marked "after the fact": a process may have changed a file more
+than once, and only the state before the run is known.
 
-A rewind needs the content from before the run. The journal keeps an index of the workspace
-(`index.json`: each file's size, mtime, mode and stored content hash); before a run, only the
-files that moved since the index was written are read and stored (`Journal.store`, by hash,
-within `[rewind]`'s limits), so a run pays for what changed, not for the whole workspace. The
-first run in a workspace stores every file once (a file past the limits is marked "not
-restorable" in the index, and so in any run that changes it). A large file is only copied before
-the run (by the kernel), and hashed on a thread while the run works (`_parts`): its hash
-is needed only when the run's entries and the index are written, after the run. And a large file
-a run left changed is copied right after it, while its output is read (`Journal.copy_after`):
-the next run takes that copy when the file is still as it was, and copies nothing as it starts.
+A rewind needs each file's content from before the run, stored before the run can touch it
+(`Knowledge`, one per journal): an index of the contents kept ahead of shell runs, by path,
+valid while the file's state (size, mtime, mode, kind) is the one stored. Before a shell run the
+journal stores, and only these:
+- the files that changed since their content was kept (between runs: the person's own edits;
+  in the run before: its output);
+- what the script names as it writes (`_named`: the targets of `rm`, `mv`, `>`, `sed -i`...,
+  a folder with all it holds);
+- for a run whose writes cannot all be named (a host `%%bash` cell, a script with a variable
+  target or a program that writes where it likes), the most recently changed files, newest
+  first, up to `[rewind] shell_mb` (the index keeps no more than that: its oldest go first).
+A file such a run changes that none of these kept is recorded "not restorable", with the reason,
+and the cell says so. Small contents go in the packs (`_packs`), a large one (1 MiB and up) is
+copied by the kernel and hashed on a thread while the run works (`_parts`), and a large file a
+run left changed is copied right after it (`Journal.copy_after`).
 
-Not looked at: `.toolkernel/`, `tool-images/`, `[rewind] ignore` globs, `.git/` (a repository's
-own store, which git already keeps), and what lies behind a link to a folder.
+For a run whose process dies before its end, the workspace as the run started is on disk
+(`_tree`): the next reader walks the workspace then and compares.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-
 import stat
 from typing import TYPE_CHECKING, Any, Mapping
 
-from .._atomic import write_atomic
 from ._ignore import Ignores
+from ._named import Named
 from ._parts import Hashing, identity_of
 from ._record import Entry, RunJournal
+from ._tree import TreeRecord
+from ._watch import Change, Workspace
 
 if TYPE_CHECKING:
     from ._store import Journal
-
-INDEX = "index.json"  # the workspace as the last shell run's comparison saw it
 
 # path -> (size, mtime_ns, mode, inode, kind) as one walk saw it
 Seen = dict[str, tuple[int, int, int, int, str]]
@@ -94,86 +97,246 @@ def compared_entries(before: Mapping[str, Any], after: Seen) -> list[Entry]:
     return entries
 
 
-_INDEX_VERSION = 1
-# A scan line's reason while its content is being hashed: replaced once it is (here, or by the
-# reader settling the run), and what a reader that knows no parts (an older toolkernel) says.
+# A line's reason while its content is being hashed: replaced once it is (here, or by the reader
+# settling the run), and what a reader that knows no parts (an older toolkernel) says.
 _BEING_STORED = "its copy from before the run was still being stored when its process died"
-
-
-def _walk(journal: Journal) -> Seen:
-    return walk(journal.workdir, journal.ignores)
-
-
-def _load_index(journal: Journal) -> dict[str, Any]:
-    try:
-        data = json.loads((journal.root / INDEX).read_bytes())
-        if data.get("version") == _INDEX_VERSION and isinstance(data.get("files"), dict):
-            return data["files"]
-    except (OSError, ValueError, AttributeError):
-        pass  # none yet, or damaged: every file is read again
-    return {}
-
-
-def _save_index(journal: Journal, files: dict[str, Any]) -> None:
-    journal.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    # Not fsynced (20-30 ms a run on a busy disk): the contents it names are not either, and an
-    # index a crash cut short is read as none (every file is stored again).
-    write_atomic(journal.root / INDEX, json.dumps({"version": _INDEX_VERSION, "files": files},
-                                                    separators=(",", ":")), durable=False)
+_MIB = 1024 * 1024
 
 
 def _same(seen: tuple, indexed: Any) -> bool:
-    return isinstance(indexed, list) and len(indexed) == 6 and tuple(indexed[:3]) == seen[:3] and indexed[4] == seen[4]
+    return isinstance(indexed, list) and len(indexed) >= 6 and tuple(indexed[:3]) == tuple(seen[:3]) and \
+        indexed[4] == seen[4]
+
+
+class Knowledge:
+    """What one journal knows of its workspace between runs: every file's state (`workspace`),
+    the contents kept ahead of shell runs (`index`: path -> [size, mtime_ns, mode, hash, kind,
+    why not]), the files changed since their content was kept (`pending`), and the record of it
+    all on disk for a dead run's reader (`tree`)."""
+
+    def __init__(self, journal: Journal, *, watch: bool = True) -> None:
+        self.journal = journal
+        self.workspace = Workspace(journal.workdir, journal.ignores, watch=watch)
+        self.tree = TreeRecord(journal.root)
+        self.index: dict[str, list[Any]] = {}
+        self.pending: set[str] = set()
+        self.unwritten: set[str] = set()  # paths whose line moved since the tree on disk
+        self.kept_bytes = 0  # the sizes of the contents the index holds (within `[rewind] shell_mb`)
+        self.baseline = False  # the most recent files kept ahead (once a run that needs it came)
+
+    @property
+    def budget(self) -> int:
+        return self.journal.limits.shell_mb * _MIB
+
+    def look(self) -> dict[str, Change]:
+        """What changed since the last look; the first learns the workspace, and takes the index a
+        kernel before this one left (the contents of files that did not change since)."""
+        fresh = not self.workspace.started
+        changes = self.workspace.look()
+        if fresh:
+            self._adopt()
+        self.moved(changes)
+        return changes
+
+    def _adopt(self) -> None:
+        """The contents a kernel before this one kept, for the files that did not change since."""
+        files = self.workspace.files
+        latest = self.tree.latest()
+        lines: dict[str, list[Any]] = {}
+        if latest is not None:
+            try:
+                lines = self.tree.load(*latest)
+                self.tree.adopt(*latest)
+            except (OSError, ValueError, KeyError, TypeError):
+                lines = {}
+        for path, line in lines.items():
+            if path in files and line[3] and _same(files[path], line):
+                self.index[path] = line[:6]
+                self.kept_bytes += line[0]
+        # Kept once and changed since: recent, wanted again. Every line that moved is written again.
+        self.pending = {path for path, line in lines.items() if line[3] and path in files and path not in self.index}
+        self.unwritten = {path for path in files if path not in lines or not _same(files[path], lines[path])}
+        self.unwritten |= {path for path in lines if path not in files}
+
+    def moved(self, changes: Mapping[str, Change]) -> None:
+        """Files that changed: their kept content no longer theirs, to be kept again before a run."""
+        for path, (_, now) in changes.items():
+            self._unindex(path)
+            if now is not None:
+                self.pending.add(path)
+            else:
+                self.pending.discard(path)
+            self.unwritten.add(path)
+
+    def _unindex(self, path: str) -> None:
+        line = self.index.pop(path, None)
+        if line is not None and line[3]:
+            self.kept_bytes -= line[0]
+
+    def kept(self, path: str, line: list[Any]) -> None:
+        self._unindex(path)
+        self.index[path] = line
+        if line[3]:
+            self.kept_bytes += line[0]
+        self.pending.discard(path)
+        self.unwritten.add(path)
+
+    def wanted(self, named: Named | None) -> tuple[list[str], set[str]]:
+        """The files to keep before a shell run, most wanted first, and those the run named."""
+        files = self.workspace.files
+        chosen = _expanded(named, files) if named is not None else set()
+        wants = [path for path in chosen if path in files and not _same(files[path], self.index.get(path))]
+        recent = sorted((path for path in self.pending if path in files and path not in chosen),
+                        key=lambda path: -files[path][1])
+        wants += recent
+        if (named is None or not named.complete) and not self.baseline:
+            self.baseline = True
+            seen = set(wants)
+            wants += sorted((path for path in files if path not in self.index and path not in seen),
+                            key=lambda path: -files[path][1])
+        return wants, chosen
+
+    def within_budget(self, keep: set[str]) -> None:
+        """The oldest contents out of the index until it holds no more than `[rewind] shell_mb`
+        (what a run named stays: it is about to be changed)."""
+        if self.kept_bytes <= self.budget:
+            return
+        files = self.workspace.files
+        for path in sorted((p for p in self.index if p not in keep), key=lambda p: files.get(p, (0, 0))[1]):
+            if self.kept_bytes <= self.budget:
+                break
+            self._unindex(path)
+            self.unwritten.add(path)
+
+    def line(self, path: str, state: tuple) -> list[Any]:
+        """A file's line as the tree holds it: its kept content's, or its state with none."""
+        indexed = self.index.get(path)
+        if indexed is not None and _same(state, indexed):
+            return [*indexed[:6], state[3]]
+        size, mtime_ns, mode, inode, kind = state
+        return [size, mtime_ns, mode, None, kind, self.unkept_why(), inode]
+
+    def unkept_why(self) -> str:
+        return (f"its content before the run was not kept: the run could write files it does not name, and this one "
+                f"was past the {self.journal.limits.shell_mb} MiB of recently changed files kept ahead of such runs "
+                "([rewind] shell_mb)")
+
+    def write(self) -> tuple[str, int] | None:
+        """The tree on disk brought up to now; its generation and the log's length (None: past
+        the day's limit, so a run whose process dies keeps only what its tools recorded)."""
+        files = self.workspace.files
+        if self.tree.generation is not None and not self.unwritten:
+            return self.tree.generation, self.tree.offset
+        if self.tree.generation is not None:
+            delta = {path: (self.line(path, files[path]) if path in files else None) for path in self.unwritten}
+            if self.journal.room_for_record(len(delta) * 80):
+                done = self.tree.append(delta)
+                if done is not None:
+                    self.unwritten = set()
+                    return done
+            else:
+                return None
+        lines = {path: self.line(path, state) for path, state in files.items()}
+        if not self.journal.room_for_record(len(lines) * 20):
+            return None
+        done = self.tree.write(lines)
+        self.unwritten = set()
+        return done
+
+    def hashes(self) -> set[str]:
+        return {line[3] for line in self.index.values() if line[3]}
+
+    def close(self) -> None:
+        self.workspace.close()
+
+
+def _expanded(named: Named, files: Mapping[str, Any]) -> set[str]:
+    """The workspace's files a script's named paths cover: a file, all a folder holds, what a
+    glob matches; each also below every folder the script `cd`s to."""
+    import fnmatch
+
+    found: set[str] = set()
+    bases = [""] + sorted(_normal(folder) for folder in named.folders if _normal(folder) is not None)
+    for written in named.paths:
+        for base in bases:
+            path = _normal(f"{base}/{written}" if base else written)
+            if path is None:
+                continue
+            if path in files:
+                found.add(path)
+            elif any(ch in path for ch in "*?["):
+                found |= {name for name in files if fnmatch.fnmatchcase(name, path)}
+            else:
+                prefix = f"{path}/" if path else ""
+                found |= {name for name in files if name.startswith(prefix)}
+    return found
+
+
+def _normal(path: str) -> str | None:
+    """A path as the script wrote it, relative to the workspace (None: outside it)."""
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not parts:
+                return None
+            parts.pop()
+        else:
+            parts.append(part)
+    return "/".join(parts) if not path.startswith("/") else None
 
 
 class Comparison:
-    """The workspace before a shell run, and afterwards the run's entries from what moved."""
+    """The workspace before a shell run (what must be kept stored), and afterwards the run's
+    entries from what moved during it."""
 
-    def __init__(self, journal: Journal, run: RunJournal, skip: frozenset[str] = frozenset()) -> None:
+    def __init__(self, journal: Journal, run: RunJournal, skip: frozenset[str] = frozenset(),
+                 named: Named | None = None) -> None:
         self.journal = journal
         self.skip = skip  # files the server saves meanwhile (the notebook the cell runs in): not the run's
-        self.before = self._walk()
-        self.index = _load_index(journal)
+        self.known = journal.knowledge()
+        self.known.look()
         self.parts: dict[str, Path] = {}  # file -> the part holding its content, hashed while the run works
+        self.part_states: dict[str, tuple] = {}  # file -> its state as its part was made
         self.ahead = journal.take_copies()  # large files copied after the run before this one
         self.taken: set[str] = set()  # the files whose part is one of those
-        with journal.pinned():  # what is stored here is named only once the index is written
-            changed = False
-            for name, seen in self.before.items():
-                if not _same(seen, self.index.get(name)):
-                    changed |= self._store(name, seen)
-            gone = [name for name in self.index if name not in self.before]
-            for name in gone:
-                del self.index[name]
+        files = self.known.workspace.files
+        with journal.pinned(), journal.packs.batch():  # what is stored here is named only once the tree is written
+            wants, chosen = self.known.wanted(named)
+            for path in wants:
+                if path in skip:
+                    continue
+                if path not in chosen and path not in self.known.pending and \
+                        self.known.kept_bytes + files[path][0] > self.known.budget:
+                    continue  # the most recent first: past the budget, the older ones are not kept
+                self._store(path, files[path], drop=path in chosen or path in self.known.pending)
+            self.known.within_budget(chosen)
             if self.ahead is not None:
                 self.ahead.discard()  # what moved since it was copied, or is gone
             own = [part for name, part in self.parts.items() if name not in self.taken]
             self.hashing = Hashing(own) if own else None
-            if changed or gone:
-                _save_index(journal, self.index)
-        # Each file before the run: its index line (state, stored hash, why not) and its inode.
-        self.lines = {name: self._line(name, seen) for name, seen in self.before.items()}
-        # Kept with the run: a run whose process dies is compared with it later.
-        run.note_scan(self.lines, skip, {name: part.name for name, part in self.parts.items()})
+            where = self.known.write()
+        # Kept with the run: a run whose process dies is compared with the workspace then.
+        run.note_tree(where, skip, {name: part.name for name, part in self.parts.items()})
         if self.parts:
             run.when_ended(self._remove_parts)
 
-    def _walk(self) -> Seen:
-        return {name: seen for name, seen in _walk(self.journal).items() if name not in self.skip}
-
-    def _store(self, name: str, seen: tuple) -> bool:
-        """A file that moved: its content stored and its index line made, or (a large one) its
-        content copied into a part, for `record` to name once hashed, and its old line dropped
-        (a state gone). Whether the index changed."""
+    def _store(self, name: str, seen: tuple, drop: bool) -> None:
+        """A file's content stored and its index line made, or (a large one) its content copied
+        into a part, for `record` to name once hashed."""
         size, mtime_ns, mode, _, kind = seen
         state = {"size": size, "mtime_ns": mtime_ns, "mode": mode, "type": kind}
-        stored = self._taken(name, seen) or self.journal.copy_soon(os.path.join(self.journal.workdir, name), state)
+        full = os.path.join(self.journal.workdir, name)
+        stored = self._taken(name, seen) or self.journal.copy_soon(full, state, drop=drop)
         if isinstance(stored, Path):
             self.parts[name] = stored
-            return self.index.pop(name, None) is not None
+            self.part_states[name] = seen
+            return
         digest, why = stored
-        self.index[name] = [size, mtime_ns, mode, digest, kind, why]
-        return True
+        if digest is None and not drop and "day's limit" in (why or ""):
+            return  # kept on a chance only: not "not restorable" for it
+        self.known.kept(name, [size, mtime_ns, mode, digest, kind, why])
 
     def _taken(self, name: str, seen: tuple) -> Path | None:
         """The part copied after the run before, when the file is still as it was then."""
@@ -184,38 +347,41 @@ class Comparison:
             self.taken.add(name)
         return part
 
-    def _line(self, name: str, seen: tuple) -> list[Any]:
-        if name in self.parts:  # its hash (or why none) once worked out: `_named_parts`
-            size, mtime_ns, mode, inode, kind = seen
-            return [size, mtime_ns, mode, None, kind, _BEING_STORED, inode]
-        return [*self.index[name][:6], seen[3]]
-
     def record(self, run: RunJournal) -> None:
         """After the run: each file that was created, changed, deleted or renamed, as an entry."""
-        after = self._walk()
-        if self.parts:
-            self._named_parts(after)  # waits for the thread, if the run was quicker
-        for entry in compared_entries(self.lines, after):
+        changes = {path: change for path, change in self.known.workspace.look().items() if path not in self.skip}
+        hashed = self._named_parts() if self.parts else {}
+        lines = {}
+        for path, (was, _) in changes.items():
+            if was is None:
+                continue
+            if path in hashed:
+                digest, why = hashed[path]
+                lines[path] = [was[0], was[1], was[2], digest, was[4], why, was[3]]
+            else:
+                lines[path] = self.known.line(path, was)
+        after = {path: now for path, (_, now) in changes.items() if now is not None}
+        for entry in compared_entries(lines, after):
             run.record_known(entry)
+        self.known.moved(changes)
+        for path, (digest, why) in hashed.items():  # a large file the run left as it was: kept still
+            state = self.part_states[path]
+            if path not in changes and self.known.workspace.files.get(path) == state:
+                self.known.kept(path, [state[0], state[1], state[2], digest, state[4], why])
         # What the next run would copy before it starts, copied now (a large file the run wrote).
-        moved = {name: seen for name, seen in after.items() if not _same(seen, self.index.get(name))}
-        self.journal.copy_after(moved, run.time)
+        self.journal.copy_after(after, run.time)
 
-    def _named_parts(self, after: Seen) -> None:
+    def _named_parts(self) -> dict[str, tuple[str | None, str | None]]:
         """The contents hashed while the run worked, made stored contents (or given the reason
-        they are not), in the lines, and in the index for a file the run left as it was. Their
-        parts go when the run's end is written."""
+        they are not), and in the index for a file the run left as it was. Their parts go when
+        the run's end is written."""
         hashes = self._hashes()
+        found = {}
         for name, part in self.parts.items():
             hashed, said = hashes[part.name]
             digest, why = self.journal.file_part(hashed, said) if hashed else (None, said)
-            self.lines[name][3], self.lines[name][5] = digest, why
-            self.index[name] = self.lines[name][:6]
-        # A file the run changed is stored again before the next run: its line here would be
-        # of no use, and replacing the index right after a large write waits for it (ext4 flushes
-        # a file renamed over another: 25 ms after a 50 MB write).
-        if any(name in after and _same(after[name], self.index[name]) for name in self.parts):
-            _save_index(self.journal, self.index)
+            found[name] = (digest, why)
+        return found
 
     def _remove_parts(self) -> None:
         """Once the run's end is written: each content is stored by now, or said not to be. (The

@@ -54,9 +54,12 @@ from .._config._rewind import RewindLimits
 from .._config._trust import store_path
 from .._errors import RewindError
 from ._ignore import Ignores
+from ._packs import Packs
 from ._parts import PART, Ahead, checked as checked_part, copy_part, is_part, name_of, new_part, remove as remove_part
 from ._record import HASH, RUN_ID, RunJournal, RunRecord, parse_run, states_after, still_running
-from ._scan import INDEX, Comparison, compared_entries, walk
+from ._named import Named
+from ._scan import Comparison, Knowledge, compared_entries, walk
+from ._tree import TreeRecord
 
 FOLDER = "journal"
 DROPPED = ".dropped"  # `runs/<run id>.dropped`: a run the day's limit dropped, and why
@@ -97,15 +100,41 @@ class Journal:
         self._for = threading.local()  # the run this thread stores for (`storing_for`)
         self._unsaid: list[dict[str, Any]] = []  # runs the day's limit dropped, not yet said by a run
         self._unsaid_lock = threading.Lock()
+        self.packs = Packs(self.root)
+        self.watch = True  # inotify where it can (a test turns it off to walk)
+        self._knowledge: Knowledge | None = None
+        self._knowledge_lock = threading.Lock()
 
     # -- recording -----------------------------------------------------------------------------
 
     def start_run(self, route: str) -> "RunJournal":
         return RunJournal(self, route)
 
-    def compared(self, run: RunJournal, skip: frozenset[str]) -> Comparison:
-        """The workspace as a shell run of `run` starts, to compare with once it ends (`_scan`)."""
-        return Comparison(self, run, skip)
+    def compared(self, run: RunJournal, skip: frozenset[str], named: Named | None = None) -> Comparison:
+        """The workspace as a shell run of `run` starts, to compare with once it ends (`_scan`);
+        `named`: what its script names as it writes (`_named`)."""
+        return Comparison(self, run, skip, named)
+
+    def knowledge(self) -> Knowledge:
+        """What this journal knows of its workspace between runs (made at the first shell run)."""
+        with self._knowledge_lock:
+            if self._knowledge is None:
+                self._knowledge = Knowledge(self, watch=self.watch)
+            return self._knowledge
+
+    def doctor_lines(self) -> list[str]:
+        """Which way this kernel follows the workspace's changes: inotify, or a walk, and where."""
+        if self._knowledge is None:
+            from ._watch import how_it_would_watch
+
+            return [f"journal of changes: follows the workspace from this kernel's first shell run on "
+                    f"({how_it_would_watch()})"]
+        return self._knowledge.workspace.doctor_lines()
+
+    def room_for_record(self, size: int) -> bool:
+        """Whether the journal's record of the workspace (`_tree`, about `size` bytes) fits in
+        the day's limit: it counts, as every byte the journal stores does (no run dropped for it)."""
+        return self._room_for(size, drop=False)
 
     def relative(self, path: str | os.PathLike[str]) -> str | None:
         """`path` relative to the workspace when the journal records it, else None."""
@@ -124,9 +153,17 @@ class Journal:
 
     @limits.setter
     def limits(self, limits: RewindLimits) -> None:
-        """`[rewind]` as the config says now; what is left out is decided again with it."""
+        """`[rewind]` as the config says now; what is left out is decided again with it, and the
+        workspace learnt again (from the tree on disk: what is kept stays kept)."""
+        old = getattr(self, "_limits", None)
         self._limits = limits
+        if old is not None and (old.ignore, old.default_ignores) == (limits.ignore, limits.default_ignores):
+            return
         self.ignores = Ignores(self.workdir, limits, self._environ)
+        knowledge, self._knowledge = getattr(self, "_knowledge", None), None
+        if knowledge is not None:
+            knowledge.write()
+            knowledge.close()
 
     def _folder(self, name: str) -> Path:
         folder = self.root / name
@@ -178,18 +215,25 @@ class Journal:
             mine.append(digest)
         return digest
 
-    def store_bytes(self, data: bytes) -> str | None:
-        """`data` stored by its hash; None when past the day's limit."""
+    def store_bytes(self, data: bytes, *, drop: bool = True) -> str | None:
+        """`data` stored by its hash (a small one in the packs, `_packs`); None when past the day's
+        limit. `drop=False`: no older run is dropped to make room (a content kept on the chance a
+        run changes its file, not one a run is about to change)."""
         digest = hashlib.sha256(data).hexdigest()
-        blobs = self._folder("blobs")
-        if not (blobs / digest).exists():
-            if not self._room_for(len(data)):
+        if not self._holds(digest):
+            if not self._room_for(len(data), drop=drop):
                 return None
-            _write_blob(blobs, digest, data)
+            if len(data) < _COPIED_SOON:
+                self.packs.put(digest, data)
+            else:
+                _write_blob(self._folder("blobs"), digest, data)
         return self._kept(digest)
 
-    def store(self, path: str, state: Mapping[str, Any],
-              at: tuple[int, str] | None = None) -> tuple[str | None, str | None]:
+    def _holds(self, digest: str) -> bool:
+        return self.packs.has(digest) or (self.root / "blobs" / digest).exists()
+
+    def store(self, path: str, state: Mapping[str, Any], at: tuple[int, str] | None = None, *,
+              drop: bool = True) -> tuple[str | None, str | None]:
         """The file's content stored by its hash: (hash, None), or (None, why it is not restorable).
         `at`: the file as (an open folder, its name there), opened without its path."""
         if state["type"] == "link":
@@ -205,17 +249,18 @@ class Journal:
                 return self._copied(fd)
             # Whole in memory: a content stored before (a file written again the same) is not
             # written again, where a copy made on the way was made only to be removed.
-            digest = self.store_bytes(data)
+            digest = self.store_bytes(data, drop=drop)
             return (digest, None) if digest else (None, self._past_the_day())
         finally:
             os.close(fd)
 
-    def copy_soon(self, path: str, state: Mapping[str, Any]) -> tuple[str | None, str | None] | Path:
+    def copy_soon(self, path: str, state: Mapping[str, Any], *,
+                  drop: bool = True) -> tuple[str | None, str | None] | Path:
         """As `store`, for a file a shell run is about to start with: a large one is only copied
         into a part of the store (returned), for a thread to hash while the run works and
         `file_part` to make a stored content of; a smaller one is stored now."""
         if state["type"] != "file" or state["size"] < _COPIED_SOON:
-            return self.store(path, state)
+            return self.store(path, state, drop=drop)
         fd, why = self._opened(path, state)
         if fd is None:
             return None, why
@@ -259,6 +304,11 @@ class Journal:
         if ahead is not None:
             ahead.discard()
             ahead.wait()  # the file being copied, at most: a daemon thread would leave its part
+        with self._knowledge_lock:
+            knowledge, self._knowledge = self._knowledge, None
+        if knowledge is not None:
+            knowledge.close()
+        self.packs.close()
 
     def _opened(self, path: str, state: Mapping[str, Any],
                 at: tuple[int, str] | None = None) -> tuple[int | None, str | None]:
@@ -317,10 +367,11 @@ class Journal:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(part)
 
-    def _room_for(self, size: int) -> bool:
-        """Whether `size` more bytes fit in the day's limit, the oldest runs dropped to make room."""
+    def _room_for(self, size: int, drop: bool = True) -> bool:
+        """Whether `size` more bytes fit in the day's limit, the oldest runs dropped to make room
+        (unless not to `drop`)."""
         with self._lock:
-            if not self._made_room(size):
+            if not self._made_room(size, -math.inf if not drop else math.inf):
                 return False
             self._day.append((time.time(), size))
             self._day_bytes += size
@@ -343,30 +394,33 @@ class Journal:
         return used + size <= budget
 
     def _used_today(self, again: bool = False) -> int:
-        """The bytes stored in the last day: read from the runs once (or `again`), then counted as
-        contents are stored, each out of the count once a day old. (Summed again at each store, a
-        day of many small files made each store slower than the last: 1,000 took 3.7 s, not 0.2.)"""
+        """The bytes stored in the last day, whatever holds them (a run, the index of contents
+        kept ahead of shell runs, the workspace's record for a dead run: `_scan`): read once (or
+        `again`), then counted as contents are stored, each out of the count once a day old.
+        (Summed again at each store, a day of many small files made each store slower than the
+        last: 1,000 took 3.7 s, not 0.2.)"""
         if self._day is None or again:
-            self._day = collections.deque(sorted(self._stored_in_runs()))
+            self._day = collections.deque(sorted(self._stored_today()))
             self._day_bytes = sum(size for _, size in self._day)
         cutoff = time.time() - _DAY
         while self._day and self._day[0][0] < cutoff:
             self._day_bytes -= self._day.popleft()[1]
         return self._day_bytes
 
-    def _stored_in_runs(self) -> list[tuple[float, int]]:
-        """(time, bytes) of each content the last day's runs hold, once each."""
+    def _stored_today(self) -> list[tuple[float, int]]:
+        """(time, bytes) of each content stored in the last day, and of the workspace's records."""
         cutoff = time.time() - _DAY
-        seen: set[str] = set()
-        day = []
-        for run in self.runs(settle=False):  # (settling one may store a content: `_room_for`)
-            if run.time < cutoff:
+        day = [(when, size) for when, size in self.packs.stored_since(cutoff)]
+        for folder in ("blobs", "tree"):
+            try:
+                names = os.listdir(self.root / folder)
+            except FileNotFoundError:
                 continue
-            for entry in run.entries:
-                digest = (entry.before or {}).get("hash")
-                if digest and digest not in seen:
-                    seen.add(digest)
-                    day.append((run.time, (entry.before or {}).get("size", 0)))
+            for name in names:
+                with contextlib.suppress(OSError):
+                    info = os.lstat(self.root / folder / name)
+                    if info.st_mtime >= cutoff and (folder == "tree" or HASH.fullmatch(name)):
+                        day.append((info.st_mtime, info.st_size))
         return day
 
     def _drop_oldest(self, before: float = math.inf) -> bool:
@@ -455,7 +509,7 @@ class Journal:
             run = parse_run(run_id, lines)
         except (ValueError, KeyError, TypeError, AttributeError):
             raise RewindError(f"the journal's record of run {run_id} is damaged; nothing was restored") from None
-        if settle and run.after is None and run.scan is not None and not still_running(run.owner):
+        if settle and run.after is None and (run.scan or run.tree) is not None and not still_running(run.owner):
             return self._settled(run)
         return run
 
@@ -473,7 +527,7 @@ class Journal:
             again = parse_run(run.id, path.read_bytes().splitlines())
             if again.after is not None:
                 return again
-            scan = json.loads(self.blob(run.scan))
+            scan = self._scan_of(run)
             skip, known = set(scan["skip"]), {entry.path for entry in again.entries}
             files = self._with_parts(scan["files"], scan.get("parts", {}))
             now = {name: seen for name, seen in walk(self.workdir, self.ignores).items() if name not in skip}
@@ -488,6 +542,14 @@ class Journal:
             return run  # being settled by another reader, or a damaged scan: shown as not ended
         finally:
             os.close(fd)
+
+    def _scan_of(self, run: RunRecord) -> dict[str, Any]:
+        """The workspace as a shell run started: from the tree on disk (`_tree`), or the whole
+        stored scan of a run from before issue 44."""
+        if run.tree is not None:
+            files = TreeRecord(self.root).load(run.tree["generation"], run.tree["offset"])
+            return {"files": files, "skip": run.tree["skip"], "parts": run.tree["parts"]}
+        return json.loads(self.blob(run.scan))
 
     def _with_parts(self, files: dict[str, list[Any]], parts: Mapping[str, str]) -> dict[str, list[Any]]:
         """A dead run's scan with each file it copied but had not stored yet as it started (its
@@ -511,12 +573,18 @@ class Journal:
         if not isinstance(digest, str) or not HASH.fullmatch(digest):
             raise RewindError("a damaged journal entry (a bad content hash)")
         try:
-            data = (self.root / "blobs" / digest).read_bytes()
+            data = self._read_blob(digest)
         except OSError:
             raise RewindError(f"the stored content {digest[:12]} is missing from the journal") from None
         if hashlib.sha256(data).hexdigest() != digest:
             raise RewindError(f"the stored content {digest[:12]} is damaged (its hash does not match)")
         return data
+
+    def _read_blob(self, digest: str) -> bytes:
+        data = self.packs.get(digest)
+        if data is not None:
+            return data
+        return (self.root / "blobs" / digest).read_bytes()
 
     # -- keeping -------------------------------------------------------------------------------
 
@@ -557,6 +625,7 @@ class Journal:
         held |= self._indexed()
         with self._pins_lock:
             held |= set(self._pins)
+        self.packs.remove(digest for digest in self.packs.hashes() if digest not in held)
         with contextlib.suppress(FileNotFoundError):
             for name in os.listdir(self.root / "blobs"):
                 if self._unheld(name, held) or self._stale_part(name, held):
@@ -589,21 +658,27 @@ class Journal:
         its parts (contents still being stored as it started)."""
         held: set[str] = set()
         for run in runs:
-            if run.after is None and run.scan is not None:
-                held.add(run.scan)
-                with contextlib.suppress(RewindError, ValueError, TypeError, AttributeError):
-                    scan = json.loads(self.blob(run.scan))
+            if run.after is None and (run.scan or run.tree) is not None:
+                if run.scan is not None:
+                    held.add(run.scan)
+                with contextlib.suppress(RewindError, OSError, ValueError, TypeError, AttributeError, KeyError):
+                    scan = self._scan_of(run)
                     held |= {line[3] for line in scan["files"].values() if line[3]}
                     held |= {part for part in scan.get("parts", {}).values() if isinstance(part, str)}
         return held
 
     def _indexed(self) -> set[str]:
-        """The hashes of the workspace's index: the contents before the next shell run."""
-        try:
-            files = json.loads((self.root / INDEX).read_bytes()).get("files", {})
-            return {line[3] for line in files.values() if isinstance(line, list) and len(line) > 3 and line[3]}
-        except (OSError, ValueError, AttributeError):
-            return set()
+        """The contents kept ahead of the next shell run: this kernel's, and what the tree on disk
+        names (another process's kernel keeps them too)."""
+        if self._knowledge is not None:  # this kernel's, fresher than its tree on disk
+            return self._knowledge.hashes()
+        held: set[str] = set()
+        tree = TreeRecord(self.root)
+        latest = tree.latest()
+        if latest is not None:
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                held |= {line[3] for line in tree.load(*latest).values() if line[3]}
+        return held
 
 
 def _write_blob(blobs: Path, digest: str, data: bytes) -> None:

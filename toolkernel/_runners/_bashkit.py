@@ -38,6 +38,9 @@ class BashkitRunner:
     # Its scripts are untrusted code: a module one leaves at the workspace's top in place of an
     # installed one is moved aside when the run ends (`_shell.execute`, _shadows.py).
     sandboxed = True
+    # Its commands are the shell's own builtins: they write only what they name (the journal
+    # stores what a script names just before it runs, `_journal/_named.py`).
+    builtins_only = True
 
     def __init__(self, *, read_only: bool = False) -> None:
         self.read_only = read_only

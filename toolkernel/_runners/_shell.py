@@ -174,7 +174,8 @@ def workspace_before(runner: ScriptRunner, command: ToolsCommand, script: str | 
     journal = command.run.journal
     if journal is None or getattr(runner, "read_only", False):
         return None
-    return journal.before_shell(script, _own_notebook(os.path.realpath(command.workdir)))
+    return journal.before_shell(script, _own_notebook(os.path.realpath(command.workdir)),
+                                builtins_only=getattr(runner, "builtins_only", False))
 
 
 def _own_notebook(workdir: str) -> frozenset[str]:
