@@ -166,9 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "install-kernel":
         return _install_kernel(args)
     if args.command == "doctor":
+        from ._journal import doctor_line
         from ._runners._sandbox_plan import doctor
 
-        print(doctor(args.workdir))
+        print(doctor(args.workdir), doctor_line(), sep="\n")
         return 0
     return 2
 

@@ -254,7 +254,7 @@ def _apply(session, args: argparse.Namespace) -> str:
     if args.what == "doctor":
         from .._runners._sandbox_plan import doctor
 
-        return doctor(session.workdir)
+        return "\n".join([doctor(session.workdir), *session.journal.doctor_lines()])
     from .._errors import CallError
     from .._providers._notebook import unpair
 

@@ -260,6 +260,7 @@ class RunJournal:
         self._file: Any = None
         self._at_end: list[Callable[[], None]] = []
         self.dropped: list[Mapping[str, Any]] = []  # runs the day's limit dropped for this one (`finish`)
+        self.unrestorable: list[tuple[str, str]] = []  # (path, why) of what it changed, once finished
 
     @property
     def files(self) -> int:
@@ -364,9 +365,18 @@ class RunJournal:
 
     def said(self) -> list[str]:
         """What the run's cell says about the journal once the run ended (see `_tool.Recorder`):
-        each run the day's limit dropped to make room for it, never in silence."""
+        the files it changed that cannot be put back, and why; each run the day's limit dropped to
+        make room for it. Never in silence."""
         limit = self.journal.limits.max_day_mb
-        return [f"toolkernel: the journal's limit of {limit} MiB a day ([rewind] max_day_mb) dropped run "
+        by_reason: dict[str, list[str]] = {}
+        for path, why in self.unrestorable:
+            by_reason.setdefault(why, []).append(path)
+        lines = []
+        for why, paths in by_reason.items():
+            shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+            lines.append(f"toolkernel: {len(paths)} file{'s' if len(paths) != 1 else ''} this run changed "
+                         f"{'are' if len(paths) != 1 else 'is'} not restorable ({why}): {shown}\n")
+        return lines + [f"toolkernel: the journal's limit of {limit} MiB a day ([rewind] max_day_mb) dropped run "
                 f"{tomb['run']} ({tomb['route']}, {_counted_files(tomb)}, begun "
                 f"{time.strftime('%H:%M:%S', time.localtime(tomb['time']))}) to make room for this run: it can no "
                 "longer be rewound (`%tools changes` lists it as dropped)\n" for tomb in self.dropped]
@@ -437,6 +447,8 @@ class RunJournal:
             return 0
         after = states_after(self._seen.values(), self.journal.workdir)
         self._write({"end": after})
+        self.unrestorable = [(entry.path, entry.not_restorable) for entry in self._seen.values()
+                             if entry.not_restorable and not unchanged(entry, after)]
         self._file.close()
         self._file = None
         cells = sum(after_cell not in (None, before) for before, after_cell in self._cells.values())

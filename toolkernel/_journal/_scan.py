@@ -264,8 +264,10 @@ def _expanded(named: Named, files: Mapping[str, Any]) -> set[str]:
                 continue
             if path in files:
                 found.add(path)
-            elif any(ch in path for ch in "*?["):
-                found |= {name for name in files if fnmatch.fnmatchcase(name, path)}
+            elif any(ch in path for ch in "*?["):  # as the shell globs (a `*` stays within a name),
+                parts = path.split("/")          # a folder it matches with all it holds
+                found |= {name for name in files if name.count("/") >= len(parts) - 1 and
+                          all(fnmatch.fnmatchcase(a, b) for a, b in zip(name.split("/"), parts))}
             else:
                 prefix = f"{path}/" if path else ""
                 found |= {name for name in files if name.startswith(prefix)}

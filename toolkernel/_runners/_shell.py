@@ -148,8 +148,9 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
             if recorded is not None:
                 recorded()  # what the script's own commands changed
             command.run.end()  # on the script's thread: after all the run did, also past an interrupt
-            if command.run.journal is not None and command.run.journal.dropped:
-                events.output("", "".join(command.run.journal.said()))  # runs dropped for this one
+            said = command.run.journal.said() if command.run.journal is not None else []
+            if said:  # what cannot be put back, and runs dropped for this one: never in silence
+                events.output("", "".join(said))
 
     try:
         # Started inside the `try`: an interrupt can land while this thread still waits in
