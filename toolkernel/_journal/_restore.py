@@ -56,7 +56,9 @@ def rewind(journal: Journal, run_id: str | None, *, force: bool = False,
         raise RewindError("nothing was restored: " + "; ".join(refused))
     if not force:
         _refuse_changed_since(journal, run, chosen)
-    contents = {p: journal.blob(e.before["hash"]) for p, e in chosen.items() if _restorable(e) and e.before}
+    wanted = {p: e.before["hash"] for p, e in chosen.items() if _restorable(e) and e.before}
+    stored = journal.blobs(wanted.values())
+    contents = {p: stored[digest] for p, digest in wanted.items()}
     own = into or journal.start_run("rewind")
     restored, skipped, failed = [], [], []
     workspace = _Workspace(journal.workdir)

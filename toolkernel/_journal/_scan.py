@@ -34,6 +34,7 @@ from pathlib import Path
 import stat
 from typing import TYPE_CHECKING, Any, Mapping
 
+from . import _git
 from ._ignore import Ignores
 from ._named import Named
 from ._parts import Hashing, identity_of
@@ -152,7 +153,7 @@ class Knowledge:
         for path, line in lines.items():
             if path in files and line[3] and _same(files[path], line):
                 self.index[path] = line[:6]
-                self.kept_bytes += line[0]
+                self.kept_bytes += 0 if _git.is_ref(line[3]) else line[0]
         # Kept once and changed since: recent, wanted again. Every line that moved is written again.
         self.pending = {path for path, line in lines.items() if line[3] and path in files and path not in self.index}
         self.unwritten = {path for path in files if path not in lines or not _same(files[path], lines[path])}
@@ -170,31 +171,47 @@ class Knowledge:
 
     def _unindex(self, path: str) -> None:
         line = self.index.pop(path, None)
-        if line is not None and line[3]:
+        if line is not None and line[3] and not _git.is_ref(line[3]):
             self.kept_bytes -= line[0]
 
     def kept(self, path: str, line: list[Any]) -> None:
+        """A file's content kept (stored, or in git: free) as its state is now."""
         self._unindex(path)
         self.index[path] = line
-        if line[3]:
+        if line[3] and not _git.is_ref(line[3]):
             self.kept_bytes += line[0]
         self.pending.discard(path)
         self.unwritten.add(path)
 
-    def wanted(self, named: Named | None) -> tuple[list[str], set[str]]:
-        """The files to keep before a shell run, most wanted first, and those the run named."""
+    def wanted(self, named: Named | None) -> tuple[list[str], set[str], bool]:
+        """The files to keep before a shell run, most wanted first; those the run named; whether
+        the most recently changed files of the workspace are among them (the first run that may
+        write what it does not name)."""
         files = self.workspace.files
         chosen = _expanded(named, files) if named is not None else set()
         wants = [path for path in chosen if path in files and not _same(files[path], self.index.get(path))]
         recent = sorted((path for path in self.pending if path in files and path not in chosen),
                         key=lambda path: -files[path][1])
         wants += recent
-        if (named is None or not named.complete) and not self.baseline:
+        baseline = (named is None or not named.complete) and not self.baseline
+        if baseline:
             self.baseline = True
             seen = set(wants)
             wants += sorted((path for path in files if path not in self.index and path not in seen),
                             key=lambda path: -files[path][1])
-        return wants, chosen
+        return wants, chosen, baseline
+
+    def in_git(self) -> dict[str, str]:
+        """The files git's index holds as they are now, by path: their blob references (`_git`)."""
+        workdir = self.journal.workdir
+        repositories = {os.path.join(workdir, folder) if folder else workdir for folder in self.workspace.repositories}
+        above = _git.repository_above(workdir)
+        if above is not None:
+            repositories.add(above)
+        found: dict[str, str] = {}
+        for repository in sorted(repositories):  # a nested repository's files are its own
+            found.update(_git.unmodified(repository, workdir, self.workspace.files))
+        return found
 
     def within_budget(self, keep: set[str]) -> None:
         """The oldest contents out of the index until it holds no more than `[rewind] shell_mb`
@@ -244,7 +261,7 @@ class Knowledge:
         return done
 
     def hashes(self) -> set[str]:
-        return {line[3] for line in self.index.values() if line[3]}
+        return {line[3] for line in self.index.values() if line[3] and not _git.is_ref(line[3])}
 
     def close(self) -> None:
         self.workspace.close()
@@ -305,9 +322,14 @@ class Comparison:
         self.taken: set[str] = set()  # the files whose part is one of those
         files = self.known.workspace.files
         with journal.pinned(), journal.packs.batch():  # what is stored here is named only once the tree is written
-            wants, chosen = self.known.wanted(named)
+            wants, chosen, baseline = self.known.wanted(named)
+            in_git = self.known.in_git() if baseline else {}
             for path in wants:
                 if path in skip:
+                    continue
+                if path in in_git:  # git keeps it: named, not copied
+                    size, mtime_ns, mode, _, kind = files[path]
+                    self.known.kept(path, [size, mtime_ns, mode, in_git[path], kind, None])
                     continue
                 if path not in chosen and path not in self.known.pending and \
                         self.known.kept_bytes + files[path][0] > self.known.budget:

@@ -48,11 +48,12 @@ import secrets
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from .._config._rewind import RewindLimits
 from .._config._trust import store_path
 from .._errors import RewindError
+from . import _git
 from ._ignore import Ignores
 from ._packs import Packs
 from ._parts import PART, Ahead, checked as checked_part, copy_part, is_part, name_of, new_part, remove as remove_part
@@ -568,8 +569,28 @@ class Journal:
             raise RewindError("the journal holds no run that changed files")
         return runs[0]
 
+    def blobs(self, digests: Iterable[str]) -> dict[str, bytes]:
+        """Several stored contents, each checked (those in git read at once, `_git`)."""
+        digests = list(digests)
+        found: dict[str, bytes] = {}
+        refs = [digest for digest in digests if _git.is_ref(digest)]
+        if refs:
+            for reference, data in _git.read(refs).items():
+                if isinstance(data, str):
+                    raise RewindError(f"the content {reference.split(':')[1][:12]} kept by git is {data}")
+                found[reference] = data
+            missing = [reference for reference in refs if reference not in found]
+            if missing:
+                raise RewindError(f"a damaged journal entry (a bad git reference {missing[0][:60]!r})")
+        for digest in digests:
+            if digest not in found:
+                found[digest] = self.blob(digest)
+        return found
+
     def blob(self, digest: str) -> bytes:
-        """A stored content, checked against its hash."""
+        """A stored content, checked against its hash (or its blob id, kept by git)."""
+        if _git.is_ref(digest):
+            return self.blobs([digest])[digest]
         if not isinstance(digest, str) or not HASH.fullmatch(digest):
             raise RewindError("a damaged journal entry (a bad content hash)")
         try:

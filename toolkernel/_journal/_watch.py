@@ -68,6 +68,7 @@ class Workspace:
         self.files: dict[str, State] = {}
         self.folders: set[str] = set()  # every folder below the workspace it records
         self.unwatched: set[str] = set()  # folders listed at each look: no watch could be had
+        self.repositories: set[str] = set()  # folders holding a `.git` (git keeps their tracked files)
         self.started = False
         self.rescans = 0  # whole walks after an overflow
         self.why_walked: str | None = None  # why some (or all) folders are walked, not watched
@@ -226,6 +227,8 @@ class Workspace:
                 continue
             self.folders.add(relative)
             for entry in entries:
+                if entry.name == ".git":
+                    self.repositories.add(relative)
                 name = f"{relative}/{entry.name}" if relative else entry.name
                 try:
                     if entry.is_dir(follow_symlinks=False):
