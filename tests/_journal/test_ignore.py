@@ -41,7 +41,7 @@ def test_lab_started_in_home_records_neither_the_journal_nor_what_the_kernel_wri
         second = session.run_script("echo more > notes.txt", RecordingSink())  # stores, writes its run file
         listed = describe_runs(iter_changes(session.journal))
         recorded = {e.path for run in session.journal.runs() for e in run.entries}
-        assert recorded == {"data/d1/f0.csv", "data/d1/f1.csv", "data/d1/f2.csv", "notes.txt"}, listed
+        assert recorded == {"data/d1/f0.csv", "data/d1/f1.csv", "data/d1/f2.csv", "data/d1", "notes.txt"}, listed
         rewind(session.journal, second.changes["run"])
         rewind(session.journal, first.changes["run"])  # not refused as "changed since" by the journal's own files
         assert sorted(p.name for p in (home / "data" / "d1").iterdir()) == ["f0.csv", "f1.csv", "f2.csv"]

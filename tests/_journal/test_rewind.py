@@ -277,11 +277,11 @@ def test_own_tools_record_a_cells_run_and_its_rewind_restores_it(session):
     sink = RecordingSink()
     result = session.run_script(script, sink)
     assert result.exit_code == 0, sink.stderr_text
-    assert result.changes == {"run": result.changes["run"], "files": 3}
+    assert result.changes == {"run": result.changes["run"], "files": 4}
     run = session.journal.run(result.changes["run"])
     assert run.route == "cell"
     assert {e.path: e.kind for e in run.files().values()} == {
-        "a.txt": "changed", "sub/new.txt": "created", "n.ipynb": "changed"}
+        "a.txt": "changed", "sub/new.txt": "created", "n.ipynb": "changed", "sub": "created"}  # the folder it made
     rewind(session.journal, run.id)
     assert _files(root) == before
 

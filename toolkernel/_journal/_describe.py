@@ -131,7 +131,7 @@ def _counted(files: int, cells: int) -> str:
 
 
 def _describe_entry(entry: Entry) -> str:
-    name = printable(entry.path) + (f" -> {printable(entry.to)}" if entry.to else "")
+    name = printable(entry.path) + ("/" if entry.folder else "") + (f" -> {printable(entry.to)}" if entry.to else "")
     notes = [note for note in ("after the fact" if entry.after_the_fact else "",
                                f"not restorable: {entry.not_restorable}" if entry.not_restorable else "") if note]
     return f"{entry.kind:<8}  {name}" + (f"  ({'; '.join(notes)})" if notes else "")

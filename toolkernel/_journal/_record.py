@@ -45,9 +45,12 @@ class Entry:
     to: str | None = None
     not_restorable: str | None = None
     after_the_fact: bool = False
+    folder: bool = False  # a folder the run made or removed (its files are entries of their own)
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"path": self.path, "kind": self.kind, "before": self.before}
+        if self.folder:
+            body["folder"] = True
         if self.to is not None:
             body["to"] = self.to
         if self.not_restorable:
@@ -114,7 +117,17 @@ def state_of(path: str, at: tuple[int, str] | None = None) -> dict[str, Any] | N
     except (FileNotFoundError, NotADirectoryError):
         return None
     return {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "mode": stat.S_IMODE(info.st_mode),
-            "type": "file" if stat.S_ISREG(info.st_mode) else "link" if stat.S_ISLNK(info.st_mode) else "other"}
+            "type": "file" if stat.S_ISREG(info.st_mode) else "link" if stat.S_ISLNK(info.st_mode)
+            else "folder" if stat.S_ISDIR(info.st_mode) else "other"}
+
+
+def compared_state(entry: "Entry", path: str) -> dict[str, Any] | None:
+    """What a rewind compares of `path` now with the run's end: a folder's being there, as a
+    folder (its time moves with every file made in it), else the file's whole state."""
+    now = state_of(path)
+    if entry.folder and now is not None and now["type"] == "folder":
+        return {"type": "folder"}
+    return now
 
 
 
@@ -187,7 +200,7 @@ def parse_run(run_id: str, lines: list[bytes]) -> RunRecord:
         if before is not None and not isinstance(before, dict):
             raise ValueError("bad entry")
         run.entries.append(Entry(item["path"], item["kind"], before, item.get("to"),
-                                 item.get("not_restorable"), bool(item.get("after_the_fact"))))
+                                 item.get("not_restorable"), bool(item.get("after_the_fact")), bool(item.get("folder"))))
     if run.after is not None:
         run.entries = [_as_ended(e, run.after) for e in run.entries if not unchanged(e, run.after)]
     # An edit that never completed in a run that ended changed nothing; one that changed nothing either.
@@ -226,6 +239,8 @@ def unchanged(entry: Entry, after: Mapping[str, Any]) -> bool:
     now, before = after[entry.path], entry.before
     if before is None or now is None:
         return before is None and now is None
+    if entry.folder:
+        return now.get("type") == "folder"
     return all(before.get(key) == now.get(key) for key in ("size", "mtime_ns", "mode", "type"))
 
 
@@ -233,7 +248,7 @@ def states_after(entries: Iterable[Entry], workdir: str) -> dict[str, Any]:
     """Each file's state now, and where a renamed one went: what a later rewind compares with."""
     after: dict[str, Any] = {}
     for entry in entries:
-        after[entry.path] = state_of(os.path.join(workdir, entry.path))
+        after[entry.path] = compared_state(entry, os.path.join(workdir, entry.path))
         if entry.to is not None:
             after.setdefault(entry.to, state_of(os.path.join(workdir, entry.to)))
     return after

@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
+import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
 from .._atomic import write_at
 from .._checked_open import LinkOnTheWay, folder_beneath, open_checked
 from .._errors import RewindError, printable
-from ._record import CellEntry, Entry, RunJournal, RunRecord, state_of
+from ._record import CellEntry, Entry, RunJournal, RunRecord, compared_state
 
 if TYPE_CHECKING:
     from ._store import Journal
@@ -56,14 +57,20 @@ def rewind(journal: Journal, run_id: str | None, *, force: bool = False,
         raise RewindError("nothing was restored: " + "; ".join(refused))
     if not force:
         _refuse_changed_since(journal, run, chosen)
-    wanted = {p: e.before["hash"] for p, e in chosen.items() if _restorable(e) and e.before}
+    wanted = {p: e.before["hash"] for p, e in chosen.items() if _restorable(e) and e.before and not e.folder}
     stored = journal.blobs(wanted.values())
     contents = {p: stored[digest] for p, digest in wanted.items()}
     own = into or journal.start_run("rewind")
     restored, skipped, failed = [], [], []
     workspace = _Workspace(journal.workdir)
+    folders = {relative: entry for relative, entry in chosen.items() if entry.folder}
     try:
+        for relative, entry in sorted(folders.items(), key=lambda item: item[0].count("/")):
+            if entry.before is not None:  # removed by the run: made again first, its files go in it
+                _made_again(own, workspace, relative, entry, failed)
         for relative, entry in chosen.items():
+            if entry.folder:
+                continue
             if not _restorable(entry):
                 skipped.append(f"{relative}: {entry.not_restorable}")
                 continue
@@ -76,6 +83,9 @@ def rewind(journal: Journal, run_id: str | None, *, force: bool = False,
                 failed.append(f"{relative}: {exc.strerror or exc}")
                 continue
             restored.append(relative)
+        for relative, entry in sorted(folders.items(), key=lambda item: -item[0].count("/")):
+            _folder_put_back(own, workspace, relative, entry, failed)
+        restored += [relative for relative in folders if not any(line.startswith(f"{relative}: ") for line in failed)]
     finally:
         workspace.close()
     if restored:
@@ -109,7 +119,7 @@ def leads_out(journal: Journal, relative: str, to: str | None) -> str | None:
 
 
 def _restorable(entry: Entry) -> bool:
-    return not entry.not_restorable and (entry.before is None or bool(entry.before.get("hash")))
+    return not entry.not_restorable and (entry.before is None or entry.folder or bool(entry.before.get("hash")))
 
 
 def _refuse_changed_since(journal: Journal, run: RunRecord, chosen: Mapping[str, Entry]) -> None:
@@ -119,7 +129,7 @@ def _refuse_changed_since(journal: Journal, run: RunRecord, chosen: Mapping[str,
     moved = []
     for relative, entry in chosen.items():
         for name in (relative, entry.to) if entry.to else (relative,):
-            if name in run.after and state_of(os.path.join(journal.workdir, name)) != run.after[name]:
+            if name in run.after and compared_state(entry, os.path.join(journal.workdir, name)) != run.after[name]:
                 moved.append(name)
     if moved:
         shown = sorted(set(moved))
@@ -160,6 +170,43 @@ class _Workspace:
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def _made_again(own: RunJournal, workspace: _Workspace, relative: str, entry: Entry, failed: list[str]) -> None:
+    """A folder the run removed, made again (its mode set once its files are back)."""
+    try:
+        os.close(folder_beneath(workspace.fd, relative, create=True))
+    except OSError as exc:
+        failed.append(f"{relative}: {exc.strerror or exc}")
+        return
+    own.record_known(Entry(relative, "created", None, folder=True))
+
+
+def _folder_put_back(own: RunJournal, workspace: _Workspace, relative: str, entry: Entry, failed: list[str]) -> None:
+    """After the files: a folder the run made removed when it is empty again (what another hand
+    put in it stays, and the folder with it); one it removed given its mode bits again."""
+    name = os.path.basename(relative)
+    try:
+        with workspace.folder(relative, create=False) as parent:
+            if entry.before is None:
+                try:
+                    mode = stat.S_IMODE(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)
+                    os.rmdir(name, dir_fd=parent)
+                    own.record_known(Entry(relative, "deleted", {"type": "folder", "mode": mode}, folder=True))
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    failed.append(f"{relative}: the folder the run made holds files the run did not make: kept")
+                return
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+            try:
+                os.fchmod(fd, entry.before.get("mode", 0o755))
+            finally:
+                os.close(fd)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        failed.append(f"{relative}: {exc.strerror or exc}")
 
 
 def _put_back(own: RunJournal, workspace: _Workspace, relative: str, entry: Entry, data: bytes | None) -> None:

@@ -117,6 +117,9 @@ class Knowledge:
 
     def __init__(self, journal: Journal, *, watch: bool = True) -> None:
         self.journal = journal
+        # The journal's own folder made before the workspace is learnt: when it lies in the
+        # workspace (Lab started in ~), its making is no run's.
+        journal.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.workspace = Workspace(journal.workdir, journal.ignores, watch=watch)
         self.tree = TreeRecord(journal.root)
         self.index: dict[str, list[Any]] = {}
@@ -387,6 +390,12 @@ class Comparison:
         after = {path: now for path, (_, now) in changes.items() if now is not None}
         for entry in compared_entries(lines, after):
             run.record_known(entry)
+        workspace = self.known.workspace
+        for folder, (was, now) in workspace.moved_folders.items():  # made or removed whole
+            if folder not in self.skip and not (was is None and workspace.holds_left_out(folder)):
+                before = None if was is None else {"type": "folder", "mode": was}
+                run.record_known(Entry(folder, "created" if was is None else "deleted", before,
+                                       after_the_fact=True, folder=True))
         self.known.moved(changes)
         for path, (digest, why) in hashed.items():  # a large file the run left as it was: kept still
             state = self.part_states[path]

@@ -66,9 +66,11 @@ class Workspace:
         self.workdir = workdir
         self.ignores = ignores
         self.files: dict[str, State] = {}
-        self.folders: set[str] = set()  # every folder below the workspace it records
+        self.folders: dict[str, int] = {}  # every folder below the workspace it records: its mode bits
+        self.moved_folders: dict[str, tuple[int | None, int | None]] = {}  # since the last look: modes before, after
         self.unwatched: set[str] = set()  # folders listed at each look: no watch could be had
         self.repositories: set[str] = set()  # folders holding a `.git` (git keeps their tracked files)
+        self.holding_left_out: set[str] = set()  # folders that hold something the journal leaves out
         self.started = False
         self.rescans = 0  # whole walks after an overflow
         self.why_walked: str | None = None  # why some (or all) folders are walked, not watched
@@ -89,6 +91,7 @@ class Workspace:
                 self._start()
                 return {}
             changes: dict[str, Change] = {}
+            self.moved_folders = {}
             events = self._drain()
             if events is None:  # the queue overflowed: walked again, all of it
                 self.rescans += 1
@@ -112,6 +115,7 @@ class Workspace:
             self.why_walked = "watching is off"
         self.started = True
         self._scan("", {})
+        self.moved_folders = {}
 
     def close(self) -> None:
         with self._lock:
@@ -139,6 +143,7 @@ class Workspace:
         arrived: set[str] = set()  # folders made or moved in: listed whole
         left: set[str] = set()  # folders deleted or moved out: all they held goes
         dirty: set[str] = set()
+        environments: set[str] = set()
         for event in events:
             if event.mask & _IGNORED:
                 folder = self._wd.pop(event.wd, None)
@@ -158,15 +163,18 @@ class Workspace:
             else:
                 dirty.add(path)
                 if event.name in ENVIRONMENT_MARKERS and event.mask & _ARRIVED:
-                    left.add(folder)  # a virtual environment now: left out whole, said by no run
+                    environments.add(folder)  # a virtual environment now: left out whole, said by no run
                     self.ignores.forget(folder)
         if left:
             self._drop_below(left, changes)
+        if environments:
+            self._drop_below(environments, {}, said=False)
         for folder in sorted(arrived):
             if not _below_any(folder, arrived - {folder}):
                 self._scan(folder, changes)
         for path in dirty:
-            if not _below_any(path, arrived) and path.rpartition("/")[0] in self.folders | {""}:
+            parent = path.rpartition("/")[0]
+            if not _below_any(path, arrived) and (parent == "" or parent in self.folders):
                 self._restat(path, changes)
 
     def _restat(self, path: str, changes: dict[str, Change]) -> None:
@@ -195,14 +203,15 @@ class Workspace:
         else:
             self.files[path] = now
 
-    def _drop_below(self, folders: Iterable[str], changes: dict[str, Change]) -> None:
-        """Every file in `folders` gone (deleted, moved out, or left out now), and their watches'
-        names: one pass over what the workspace holds."""
+    def _drop_below(self, folders: Iterable[str], changes: dict[str, Change], said: bool = True) -> None:
+        """Every file in `folders` gone (deleted, moved out, or left out now: not `said`), and
+        their watches' names: one pass over what the workspace holds."""
         prefixes = tuple(f"{folder}/" for folder in folders)
         for path in [path for path in self.files if path.startswith(prefixes)]:
             self._set(path, None, changes)
         gone = {folder for folder in self.folders if folder.startswith(prefixes) or f"{folder}/" in prefixes}
-        self.folders -= gone
+        for folder in gone:
+            self._folder_set(folder, None, said)
         self.unwatched -= gone
         for folder in gone:
             wd = self._wd_of.pop(folder, None)
@@ -219,13 +228,20 @@ class Workspace:
         while folders:
             relative = folders.pop()
             if relative and self.ignores.named_out(relative):
+                self.holding_left_out.add(relative.rpartition("/")[0])
                 continue
             self._watch(relative)
             entries = self._listed(relative)
             if entries is None or (relative and self.ignores.folder_left_out(relative, [e.name for e in entries])):
                 self._unwatch(relative)
+                if entries is not None:
+                    self.holding_left_out.add(relative.rpartition("/")[0])
                 continue
-            self.folders.add(relative)
+            if relative:
+                try:
+                    self._folder_set(relative, stat.S_IMODE(os.lstat(os.path.join(self.workdir, relative)).st_mode))
+                except OSError:
+                    continue
             for entry in entries:
                 if entry.name == ".git":
                     self.repositories.add(relative)
@@ -235,6 +251,8 @@ class Workspace:
                         folders.append(name)
                     elif not self.ignores.file_left_out(name):
                         found[name] = state_of_entry(entry.stat(follow_symlinks=False))
+                    else:
+                        self.holding_left_out.add(relative)
                 except OSError:
                     continue
         if below:
@@ -243,6 +261,26 @@ class Workspace:
                 self._set(path, None, changes)
         for path, now in found.items():
             self._set(path, now, changes)
+
+    def holds_left_out(self, folder: str) -> bool:
+        """Whether `folder`, or a folder in it, holds something the journal leaves out (a folder
+        made for a cache or the journal's own state: no run's to remove)."""
+        prefix = f"{folder}/"
+        return any(held == folder or held.startswith(prefix) for held in self.holding_left_out)
+
+    def _folder_set(self, relative: str, mode: int | None, said: bool = True) -> None:
+        was = self.folders.get(relative)
+        if mode is None:
+            self.folders.pop(relative, None)
+        else:
+            self.folders[relative] = mode
+        if not said or was == mode:
+            return
+        first = self.moved_folders[relative][0] if relative in self.moved_folders else was
+        if (first is None) == (mode is None):  # there before and now (a mode change: no entry), or neither
+            self.moved_folders.pop(relative, None)
+        else:
+            self.moved_folders[relative] = (first, mode)
 
     def _listed(self, relative: str) -> list[os.DirEntry] | None:
         try:
@@ -279,10 +317,13 @@ class Workspace:
 
     def _rescan_all(self, changes: dict[str, Change]) -> None:
         """After an overflow: the whole workspace learnt again and compared with what was known."""
-        before = self.files
+        before, folders = self.files, self.folders
         self.files = {}
-        self.folders, self.unwatched = set(), set()
+        self.folders, self.unwatched = {}, set()
         self._scan("", {})
+        self.moved_folders = {folder: (folders.get(folder), self.folders.get(folder))
+                              for folder in folders.keys() | self.folders.keys()
+                              if (folder in folders) != (folder in self.folders)}
         for path in before.keys() | self.files.keys():
             was, now = before.get(path), self.files.get(path)
             if was != now:
