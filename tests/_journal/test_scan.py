@@ -82,3 +82,62 @@ def test_a_file_a_run_wrote_is_kept_before_the_next_run(session):
     second, _ = _host(session, "echo second > made.txt")
     rewind(session.journal, second.changes["run"])
     assert (root / "made.txt").read_text() == "first\n"
+
+
+def test_runs_at_once_each_see_what_changed_while_they_ran(tmp_path, monkeypatch):
+    # A background cell and a person's cell overlapping: what changed while both ran is in both.
+    from toolkernel._journal import Journal
+    from toolkernel._journal._scan import Comparison
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.txt").write_text("a before\n")
+    journal = Journal(root)
+    try:
+        background = journal.start_run("cell")
+        long = Comparison(journal, background)
+        person = journal.start_run("cell")
+        short = Comparison(journal, person)
+        (root / "a.txt").write_text("while both ran\n")
+        short.record(person)
+        person.finish()
+        (root / "b.txt").write_text("after the short one\n")
+        long.record(background)
+        background.finish()
+        assert set(journal.run(person.id).files()) == {"a.txt"}
+        assert set(journal.run(background.id).files()) == {"a.txt", "b.txt"}
+        rewind(journal, person.id)
+        assert (root / "a.txt").read_text() == "a before\n"
+    finally:
+        journal.close()
+
+
+def test_a_new_kernel_takes_the_contents_the_last_one_kept(tmp_path, monkeypatch):
+    from toolkernel._journal import Journal
+    from toolkernel._journal._scan import Comparison
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "kept.txt").write_text("kept by the first kernel\n")
+    first = Journal(root)
+    run = first.start_run("cell")
+    Comparison(first, run).record(run)  # a host cell's run: the newest files kept ahead of it
+    run.finish()
+    first.close()
+    second = Journal(root)
+    stored = []
+    real = second.store
+    monkeypatch.setattr(second, "store", lambda *args, **kwargs: stored.append(args[0]) or real(*args, **kwargs))
+    try:
+        run = second.start_run("cell")
+        compared = Comparison(second, run)
+        assert stored == []  # nothing moved since: what the first kernel kept is taken as it is
+        (root / "kept.txt").write_text("changed\n")
+        compared.record(run)
+        run.finish()
+        rewind(second, run.id)
+        assert (root / "kept.txt").read_text() == "kept by the first kernel\n"
+    finally:
+        second.close()

@@ -30,8 +30,9 @@ For a run whose process dies before its end, the workspace as the run started is
 from __future__ import annotations
 
 import os
-from pathlib import Path
 import stat
+import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from . import _git
@@ -127,20 +128,40 @@ class Knowledge:
         self.unwritten: set[str] = set()  # paths whose line moved since the tree on disk
         self.kept_bytes = 0  # the sizes of the contents the index holds (within `[rewind] shell_mb`)
         self.baseline = False  # the most recent files kept ahead (once a run that needs it came)
+        self.lock = threading.RLock()  # runs at once (`serve`, a background cell) share what is known
+        self._runs: list[RunChanges] = []
 
     @property
     def budget(self) -> int:
         return self.journal.limits.shell_mb * _MIB
 
     def look(self) -> dict[str, Change]:
-        """What changed since the last look; the first learns the workspace, and takes the index a
-        kernel before this one left (the contents of files that did not change since)."""
-        fresh = not self.workspace.started
-        changes = self.workspace.look()
-        if fresh:
-            self._adopt()
-        self.moved(changes)
-        return changes
+        """What changed since the last look, handed to every run going on (runs at once, a
+        background cell beside a person's, each see what changed while they ran); the first look
+        learns the workspace, and takes the index a kernel before this one left (the contents
+        of files that did not change since)."""
+        with self.lock:
+            fresh = not self.workspace.started
+            changes = self.workspace.look()
+            if fresh:
+                self._adopt()
+            for run in self._runs:
+                run.add(changes, self.workspace.moved_folders, self.index)
+            self.moved(changes)
+            return changes
+
+    def run_started(self) -> "RunChanges":
+        """What changes from now on, gathered for one run (call with `lock` held, after a look)."""
+        watched = RunChanges()
+        self._runs.append(watched)
+        return watched
+
+    def run_ended(self, watched: "RunChanges") -> "RunChanges":
+        """The run's writers are done: a last look (the barrier), and what changed while it ran."""
+        with self.lock:
+            self.look()
+            self._runs.remove(watched)
+            return watched
 
     def _adopt(self) -> None:
         """The contents a kernel before this one kept, for the files that did not change since."""
@@ -264,10 +285,39 @@ class Knowledge:
         return done
 
     def hashes(self) -> set[str]:
-        return {line[3] for line in self.index.values() if line[3] and not _git.is_ref(line[3])}
+        """The contents the index holds. Read without the lock (the day's limit, on another thread,
+        asks while a run that holds the lock waits for it): `list()` of a dict's values is one
+        step of C, which no other Python thread interrupts."""
+        return {line[3] for line in list(self.index.values()) if line[3] and not _git.is_ref(line[3])}
 
     def close(self) -> None:
         self.workspace.close()
+
+
+class RunChanges:
+    """What changed while one run went on: each path's state before and after, its index line as
+    the run began (its content kept ahead, if it was), and the folders made or removed."""
+
+    def __init__(self) -> None:
+        self.changes: dict[str, Change] = {}
+        self.lines: dict[str, list[Any] | None] = {}
+        self.folders: dict[str, tuple[int | None, int | None]] = {}
+
+    def add(self, changes: Mapping[str, Change], folders: Mapping[str, tuple], index: Mapping[str, Any]) -> None:
+        for path, (was, now) in changes.items():
+            if path not in self.changes:
+                self.lines[path] = index.get(path)
+                self.changes[path] = (was, now)
+            elif self.changes[path][0] == now:
+                del self.changes[path]
+            else:
+                self.changes[path] = (self.changes[path][0], now)
+        for folder, (was, now) in folders.items():
+            first = self.folders[folder][0] if folder in self.folders else was
+            if (first is None) == (now is None):
+                self.folders.pop(folder, None)
+            else:
+                self.folders[folder] = (first, now)
 
 
 def _expanded(named: Named, files: Mapping[str, Any]) -> set[str]:
@@ -318,7 +368,18 @@ class Comparison:
         self.journal = journal
         self.skip = skip  # files the server saves meanwhile (the notebook the cell runs in): not the run's
         self.known = journal.knowledge()
+        self.known.lock.acquire()  # what is known, and the contents kept, are one run's at a time here
+        try:
+            self._before_run(run, skip, named)
+        finally:
+            self.known.lock.release()
+        if self.parts:
+            run.when_ended(self._remove_parts)
+
+    def _before_run(self, run: RunJournal, skip: frozenset[str], named: Named | None) -> None:
+        journal = self.journal
         self.known.look()
+        self.watched = self.known.run_started()
         self.parts: dict[str, Path] = {}  # file -> the part holding its content, hashed while the run works
         self.part_states: dict[str, tuple] = {}  # file -> its state as its part was made
         self.ahead = journal.take_copies()  # large files copied after the run before this one
@@ -346,8 +407,6 @@ class Comparison:
             where = self.known.write()
         # Kept with the run: a run whose process dies is compared with the workspace then.
         run.note_tree(where, skip, {name: part.name for name, part in self.parts.items()})
-        if self.parts:
-            run.when_ended(self._remove_parts)
 
     def _store(self, name: str, seen: tuple, drop: bool) -> None:
         """A file's content stored and its index line made, or (a large one) its content copied
@@ -376,30 +435,37 @@ class Comparison:
 
     def record(self, run: RunJournal) -> None:
         """After the run: each file that was created, changed, deleted or renamed, as an entry."""
-        changes = {path: change for path, change in self.known.workspace.look().items() if path not in self.skip}
+        watched = self.known.run_ended(self.watched)
         hashed = self._named_parts() if self.parts else {}
+        with self.known.lock:
+            self._record(run, watched, hashed)
+
+    def _record(self, run: RunJournal, watched: RunChanges, hashed: Mapping[str, tuple]) -> None:
+        changes = {path: change for path, change in watched.changes.items() if path not in self.skip}
         lines = {}
         for path, (was, _) in changes.items():
             if was is None:
                 continue
+            kept = watched.lines.get(path)
             if path in hashed:
                 digest, why = hashed[path]
                 lines[path] = [was[0], was[1], was[2], digest, was[4], why, was[3]]
+            elif kept is not None and _same(was, kept):
+                lines[path] = [*kept[:6], was[3]]
             else:
                 lines[path] = self.known.line(path, was)
         after = {path: now for path, (_, now) in changes.items() if now is not None}
         for entry in compared_entries(lines, after):
             run.record_known(entry)
         workspace = self.known.workspace
-        for folder, (was, now) in workspace.moved_folders.items():  # made or removed whole
+        for folder, (was, now) in watched.folders.items():  # made or removed whole
             if folder not in self.skip and not (was is None and workspace.holds_left_out(folder)):
                 before = None if was is None else {"type": "folder", "mode": was}
                 run.record_known(Entry(folder, "created" if was is None else "deleted", before,
                                        after_the_fact=True, folder=True))
-        self.known.moved(changes)
         for path, (digest, why) in hashed.items():  # a large file the run left as it was: kept still
             state = self.part_states[path]
-            if path not in changes and self.known.workspace.files.get(path) == state:
+            if path not in changes and workspace.files.get(path) == state:
                 self.known.kept(path, [state[0], state[1], state[2], digest, state[4], why])
         # What the next run would copy before it starts, copied now (a large file the run wrote).
         self.journal.copy_after(after, run.time)
