@@ -32,12 +32,14 @@ def test_lab_started_in_home_records_neither_the_journal_nor_what_the_kernel_wri
     session = Session(home)
     try:
         assert session.journal.root.is_relative_to(home / ".local" / "state")
-        script = ("rm -rf data/d1\nmkdir -p .cache/pip .ipython/profile_default .local/share/jupyter/runtime\n"
-                  "echo wheel > .cache/pip/x.whl\necho db > .ipython/profile_default/history.sqlite\n"
-                  "echo '{}' > .local/share/jupyter/runtime/kernel-1.json\necho hist >> .bash_history")
         sink = RecordingSink()
-        first = session.run_script(script, sink)
+        first = session.run_script("rm -rf data/d1", sink)
         assert first.exit_code == 0, sink.stderr_text
+        # What a kernel, pip and a shell write meanwhile (a script may not make these protected names).
+        for path, text in ((".cache/pip/x.whl", "wheel"), (".ipython/profile_default/history.sqlite", "db"),
+                           (".local/share/jupyter/runtime/kernel-1.json", "{}"), (".bash_history", "hist")):
+            (home / path).parent.mkdir(parents=True, exist_ok=True)
+            (home / path).write_text(text)
         second = session.run_script("echo more > notes.txt", RecordingSink())  # stores, writes its run file
         listed = describe_runs(iter_changes(session.journal))
         recorded = {e.path for run in session.journal.runs() for e in run.entries}
