@@ -125,6 +125,7 @@ class Knowledge:
         self.tree = TreeRecord(journal.root)
         self.index: dict[str, list[Any]] = {}
         self.pending: set[str] = set()
+        self.unkept: dict[str, str] = {}  # why a file wanted before a run was not kept, when not the budget
         self.unwritten: set[str] = set()  # paths whose line moved since the tree on disk
         self.kept_bytes = 0  # the sizes of the contents the index holds (within `[rewind] shell_mb`)
         self.baseline = False  # the most recent files kept ahead (once a run that needs it came)
@@ -200,6 +201,7 @@ class Knowledge:
 
     def kept(self, path: str, line: list[Any]) -> None:
         """A file's content kept (stored, or in git: free) as its state is now."""
+        self.unkept.pop(path, None)
         self._unindex(path)
         self.index[path] = line
         if line[3] and not _git.is_ref(line[3]):
@@ -255,7 +257,7 @@ class Knowledge:
         if indexed is not None and _same(state, indexed):
             return [*indexed[:6], state[3]]
         size, mtime_ns, mode, inode, kind = state
-        return [size, mtime_ns, mode, None, kind, self.unkept_why(), inode]
+        return [size, mtime_ns, mode, None, kind, self.unkept.get(path) or self.unkept_why(), inode]
 
     def unkept_why(self) -> str:
         return (f"its content before the run was not kept: the run could write files it does not name, and this one "
@@ -395,10 +397,11 @@ class Comparison:
                     size, mtime_ns, mode, _, kind = files[path]
                     self.known.kept(path, [size, mtime_ns, mode, in_git[path], kind, None])
                     continue
-                if path not in chosen and path not in self.known.pending and \
-                        self.known.kept_bytes + files[path][0] > self.known.budget:
-                    continue  # the most recent first: past the budget, the older ones are not kept
-                self._store(path, files[path], drop=path in chosen or path in self.known.pending)
+                if path not in chosen and self.known.kept_bytes + files[path][0] > self.known.budget:
+                    self.known.pending.discard(path)  # the most recent first: past the budget, not kept
+                    continue
+                # Only what the run names may drop an older run to make room in the day's limit.
+                self._store(path, files[path], drop=path in chosen)
             self.known.within_budget(chosen)
             if self.ahead is not None:
                 self.ahead.discard()  # what moved since it was copied, or is gone
@@ -421,7 +424,8 @@ class Comparison:
             return
         digest, why = stored
         if digest is None and not drop and "day's limit" in (why or ""):
-            return  # kept on a chance only: not "not restorable" for it
+            self.known.unkept[name] = f"its content before the run was not kept: {why}"  # no run dropped for it
+            return
         self.known.kept(name, [size, mtime_ns, mode, digest, kind, why])
 
     def _taken(self, name: str, seen: tuple) -> Path | None:
