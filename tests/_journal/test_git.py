@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from kernel_helpers import RecordingSink, project_with
+from kernel_helpers import project_with
 
 from toolkernel._journal import RewindError, rewind
 
@@ -46,17 +46,9 @@ def repository(tmp_path, monkeypatch):
 
 
 def _host(session, script: str):
-    from toolkernel._runners._hostbash._channel import Channel
-    from toolkernel._runners._hostbash._runner import HostBashRunner
+    from journal_helpers import host_cell
 
-    channel = Channel()
-    try:
-        sink = RecordingSink()
-        result = session.run_script(script, sink, runner=HostBashRunner(channel))
-    finally:
-        channel.close()
-    assert result.exit_code == 0, sink.stderr_text
-    return result
+    return host_cell(session, script)[0]
 
 
 def test_a_tracked_unmodified_file_is_referenced_from_git_not_copied(repository):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -11,14 +10,6 @@ import toolkernel._checked_open as checked
 import toolkernel._journal._restore as restore
 from toolkernel._checked_open import LinkOnTheWay, folder_beneath
 from toolkernel._journal import Journal, describe_rewind, rewind
-
-
-@pytest.fixture
-def workspace(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
 
 
 @pytest.fixture(params=["openat2", "walk"])

@@ -15,14 +15,6 @@ from toolkernel._journal import Journal, RewindError, diff_of, iter_changes, jou
 from kernel_helpers import project_with
 
 
-@pytest.fixture
-def workspace(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
-
-
 def _damage(journal: Journal, digest: str | None = None) -> None:
     """A stored content (every one, without `digest`) rewritten behind the journal's back."""
     import sqlite3
@@ -243,14 +235,8 @@ def test_rewind_config_is_read_from_a_trusted_file(tmp_path, monkeypatch):
 # -- recording from the own tools (a script's calls, a direct call) --------------------------------
 
 @pytest.fixture
-def session(tmp_path, monkeypatch):
-    from toolkernel._session import Session
-
-    project = project_with(tmp_path, monkeypatch, '[policy]\nmode = "accept-edits"\n')
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    session = Session(project)
-    yield session
-    session.close()
+def session(session_with):
+    return session_with()
 
 
 def _notebook(path: Path) -> None:
@@ -556,18 +542,9 @@ _LARGE = 3 * 1024 * 1024 + 123  # past `_COPIED_SOON` (1 MiB), and not a whole n
 
 
 def _host_cell(session, script: str):
-    from kernel_helpers import RecordingSink
-    from toolkernel._runners._hostbash._channel import Channel
-    from toolkernel._runners._hostbash._runner import HostBashRunner
+    from journal_helpers import host_cell
 
-    channel = Channel()
-    try:
-        sink = RecordingSink()
-        result = session.run_script(script, sink, runner=HostBashRunner(channel))
-    finally:
-        channel.close()
-    assert result.exit_code == 0, sink.stderr_text
-    return result
+    return host_cell(session, script)[0]
 
 
 def _parts(journal: Journal) -> list[str]:

@@ -8,34 +8,20 @@ import time
 
 import pytest
 
-from kernel_helpers import RecordingSink, project_with
+from kernel_helpers import RecordingSink
 
 from toolkernel._journal import rewind
 
 
 @pytest.fixture
-def session(tmp_path, monkeypatch):
-    from toolkernel._session import Session
-
-    project = project_with(tmp_path, monkeypatch, '[policy]\nmode = "accept-edits"\n[rewind]\nshell_mb = 1\n')
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    session = Session(project)
-    yield session
-    session.close()
+def session(session_with):
+    return session_with('[policy]\nmode = "accept-edits"\n[rewind]\nshell_mb = 1\n')
 
 
 def _host(session, script: str):
-    from toolkernel._runners._hostbash._channel import Channel
-    from toolkernel._runners._hostbash._runner import HostBashRunner
+    from journal_helpers import host_cell
 
-    channel = Channel()
-    try:
-        sink = RecordingSink()
-        result = session.run_script(script, sink, runner=HostBashRunner(channel))
-    finally:
-        channel.close()
-    assert result.exit_code == 0, sink.stderr_text
-    return result, sink
+    return host_cell(session, script)
 
 
 def _aged(root, count: int, size: int) -> None:

@@ -10,20 +10,14 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from kernel_helpers import RecordingSink, project_with
+from kernel_helpers import RecordingSink
 
 from toolkernel._journal import RewindError, describe_runs, iter_changes, rewind
 
 
 @pytest.fixture
-def session(tmp_path, monkeypatch):
-    from toolkernel._session import Session
-
-    project = project_with(tmp_path, monkeypatch, '[policy]\nmode = "accept-edits"\n[rewind]\nmax_day_mb = 1\n')
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    session = Session(project)
-    yield session
-    session.close()
+def session(session_with):
+    return session_with('[policy]\nmode = "accept-edits"\n[rewind]\nmax_day_mb = 1\n')
 
 
 def test_the_run_that_makes_room_says_which_runs_went_in_the_cell_its_report_and_the_listing(session):

@@ -60,7 +60,7 @@ from ._parts import PART, Ahead, checked as checked_part, copy_part, is_part, na
 from ._record import HASH, RUN_ID, RunJournal, RunRecord, parse_run, states_after, still_running
 from ._named import Named
 from ._scan import Comparison, Knowledge, compared_entries, walk
-from ._tree import TreeRecord
+from ._tree import TreeRecord, write_new
 
 FOLDER = "journal"
 DROPPED = ".dropped"  # `runs/<run id>.dropped`: a run the day's limit dropped, and why
@@ -706,14 +706,8 @@ def _write_blob(blobs: Path, digest: str, data: bytes) -> None:
     """`data` stored as `blobs/<digest>` in one step: written to a part, then renamed (not
     fsynced: a content a crash cut short fails its hash when read back, a clear error)."""
     part = new_part(blobs)
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
+        write_new(part, data)
         os.replace(part, blobs / digest)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -40,8 +40,8 @@ class TreeRecord:
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         generation = f"{time.time_ns():020d}-{secrets.token_hex(4)}"
         body = zlib.compress(json.dumps({"version": _VERSION, "files": lines}, separators=(",", ":")).encode(), 1)
-        _write_new(self.folder / f"{generation}.base", body)
-        _write_new(self.folder / f"{generation}.log", b"")
+        write_new(self.folder / f"{generation}.base", body)
+        write_new(self.folder / f"{generation}.log", b"")
         previous, self.generation, self.offset, self._base_size = self.generation, generation, 0, len(body)
         self._remove_older_than(previous or generation)
         return generation, 0
@@ -115,7 +115,8 @@ def _plain(generation: Any) -> bool:
     return isinstance(generation, str) and len(generation) == 29 and all(c.isalnum() or c == "-" for c in generation)
 
 
-def _write_new(path: Path, body: bytes) -> None:
+def write_new(path: Path, body: bytes) -> None:
+    """`body` as the new file `path` (never one that is there, nor through a link)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         view = memoryview(body)
