@@ -109,7 +109,9 @@ def describe_runs(runs: Iterable[RunRecord]) -> str:
         if run.settled is not None:
             ended = ("  (its process died before the end: what its commands changed was found at "
                      f"{time.strftime('%H:%M:%S', time.localtime(run.settled))})")
-        lines.append(f"run {run.id}  {when}  {run.route}  {_counted(len(files), len(run.cells))}{ended}")
+        folders = sum(entry.folder for entry in files.values())
+        lines.append(f"run {run.id}  {when}  {run.route}  {_counted(len(files) - folders, len(run.cells), folders)}"
+                     f"{ended}")
         for entry in files.values():
             lines.append("  " + _describe_entry(entry))
         for cell in run.cells:
@@ -125,8 +127,9 @@ def _dropped(tomb) -> str:
     return f"at {when}{by} (past {tomb.get('why', 'the day limit')}): its {count} can no longer be rewound"
 
 
-def _counted(files: int, cells: int) -> str:
-    said = [f"{n} {what}{'s' if n != 1 else ''}" for n, what in ((files, "file"), (cells, "cell")) if n]
+def _counted(files: int, cells: int, folders: int = 0) -> str:
+    said = [f"{n} {what}{'s' if n != 1 else ''}" for n, what in ((files, "file"), (folders, "folder"), (cells, "cell"))
+            if n]
     return ", ".join(said) or "0 files"
 
 
