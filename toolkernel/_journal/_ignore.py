@@ -57,6 +57,7 @@ class Ignores:
         self.never = frozenset(_below(workdir, _never_places(environ)))
         self.by_default = frozenset(_below(workdir, _default_places(environ))) if self.defaults else frozenset()
         self._glob = re.compile("|".join(fnmatch.translate(g) for g in limits.ignore)) if limits.ignore else None
+        self._files_out = self.never | self.by_default | frozenset(TOOLKERNELS_OWN)
         self._folders: dict[str, bool] = {"": False}
 
     def reason(self) -> str:
@@ -96,14 +97,16 @@ class Ignores:
             return any(name in ENVIRONMENT_MARKERS for name in names)
         return any(os.path.lexists(os.path.join(self.workdir, relative, marker)) for marker in ENVIRONMENT_MARKERS)
 
-    def file_left_out(self, relative: str) -> bool:
-        """Whether the file `relative`, in a folder not left out, is left out itself."""
-        name = relative.rpartition("/")[2]
-        if relative in self.never or _servers_own(name) or relative in self.by_default:
+    def file_left_out(self, relative: str, name: str | None = None) -> bool:
+        """Whether the file `relative` (its `name`, when the caller has it), in a folder not left
+        out, is left out itself. Asked of every file a walk finds: the usual answer in a few steps."""
+        if self._glob is not None and self._glob.match(relative) is not None:
             return True
-        if "/" not in relative and name in TOOLKERNELS_OWN:
+        if relative in self._files_out:
             return True
-        return self._glob is not None and self._glob.match(relative) is not None
+        if name is None:
+            name = relative.rpartition("/")[2]
+        return name[:1] == "." and _servers_own(name)
 
     def left_out(self, relative: str) -> bool:
         """Whether any path `relative` below the workspace is left out (each folder on its way

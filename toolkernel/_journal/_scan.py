@@ -99,6 +99,9 @@ def compared_entries(before: Mapping[str, Any], after: Seen) -> list[Entry]:
     return entries
 
 
+# Why a file of the tree on disk has no content kept (a reader settling a dead run says it).
+UNKEPT = ("its content before the run was not kept: the run could write files it does not name, and this one was "
+          "not among those kept ahead of it ([rewind] shell_mb)")
 # A line's reason while its content is being hashed: replaced once it is (here, or by the reader
 # settling the run), and what a reader that knows no parts (an older toolkernel) says.
 _BEING_STORED = "its copy from before the run was still being stored when its process died"
@@ -251,13 +254,14 @@ class Knowledge:
             self._unindex(path)
             self.unwritten.add(path)
 
-    def line(self, path: str, state: tuple) -> list[Any]:
-        """A file's line as the tree holds it: its kept content's, or its state with none."""
+    def line(self, path: str, state: tuple, why: bool = True) -> list[Any]:
+        """A file's line: its kept content's, or its state with none and why (`why=False`, as the
+        tree on disk holds it: a reader says why then, `UNKEPT`)."""
         indexed = self.index.get(path)
         if indexed is not None and _same(state, indexed):
             return [*indexed[:6], state[3]]
         size, mtime_ns, mode, inode, kind = state
-        return [size, mtime_ns, mode, None, kind, self.unkept.get(path) or self.unkept_why(), inode]
+        return [size, mtime_ns, mode, None, kind, (self.unkept.get(path) or self.unkept_why()) if why else None, inode]
 
     def unkept_why(self) -> str:
         return (f"its content before the run was not kept: the run could write files it does not name, and this one "
@@ -271,7 +275,7 @@ class Knowledge:
         if self.tree.generation is not None and not self.unwritten:
             return self.tree.generation, self.tree.offset
         if self.tree.generation is not None:
-            delta = {path: (self.line(path, files[path]) if path in files else None) for path in self.unwritten}
+            delta = {path: (self.line(path, files[path], False) if path in files else None) for path in self.unwritten}
             if self.journal.room_for_record(len(delta) * 80):
                 done = self.tree.append(delta)
                 if done is not None:
@@ -279,7 +283,10 @@ class Knowledge:
                     return done
             else:
                 return None
-        lines = {path: self.line(path, state) for path, state in files.items()}
+        index = self.index
+        lines = {path: ([*index[path][:6], state[3]] if path in index and _same(state, index[path])
+                        else [state[0], state[1], state[2], None, state[4], None, state[3]])
+                 for path, state in files.items()}
         if not self.journal.room_for_record(len(lines) * 20):
             return None
         done = self.tree.write(lines)

@@ -59,7 +59,7 @@ from ._packs import Packs
 from ._parts import PART, Ahead, checked as checked_part, copy_part, is_part, name_of, new_part, remove as remove_part
 from ._record import HASH, RUN_ID, RunJournal, RunRecord, parse_run, states_after, still_running
 from ._named import Named
-from ._scan import Comparison, Knowledge, compared_entries, walk
+from ._scan import UNKEPT, Comparison, Knowledge, compared_entries, walk
 from ._tree import TreeRecord, write_new
 
 FOLDER = "journal"
@@ -549,6 +549,9 @@ class Journal:
         stored scan of a run from before issue 44."""
         if run.tree is not None:
             files = TreeRecord(self.root).load(run.tree["generation"], run.tree["offset"])
+            for line in files.values():
+                if not line[3] and not line[5]:
+                    line[5] = UNKEPT
             return {"files": files, "skip": run.tree["skip"], "parts": run.tree["parts"]}
         return json.loads(self.blob(run.scan))
 

@@ -114,7 +114,7 @@ class Workspace:
         else:
             self.why_walked = "watching is off"
         self.started = True
-        self._scan("", {})
+        self._scan("", {}, learning=True)
         self.moved_folders = {}
 
     def close(self) -> None:
@@ -220,7 +220,7 @@ class Workspace:
 
     # -- walking, where it must ------------------------------------------------------------------
 
-    def _scan(self, below: str, changes: dict[str, Change]) -> None:
+    def _scan(self, below: str, changes: dict[str, Change], learning: bool = False) -> None:
         """The folder `below` and all it holds learnt (a watch on each folder before its listing,
         so that nothing made meanwhile is missed): the files found set, those no longer there gone."""
         found: dict[str, State] = {}
@@ -249,12 +249,15 @@ class Workspace:
                 try:
                     if entry.is_dir(follow_symlinks=False):
                         folders.append(name)
-                    elif not self.ignores.file_left_out(name):
+                    elif not self.ignores.file_left_out(name, entry.name):
                         found[name] = state_of_entry(entry.stat(follow_symlinks=False))
                     else:
                         self.holding_left_out.add(relative)
                 except OSError:
                     continue
+        if learning:  # the workspace learnt anew: nothing to compare with
+            self.files = found
+            return
         if below:
             prefix = f"{below}/"
             for path in [path for path in self.files if path.startswith(prefix) and path not in found]:
@@ -320,7 +323,7 @@ class Workspace:
         before, folders = self.files, self.folders
         self.files = {}
         self.folders, self.unwatched = {}, set()
-        self._scan("", {})
+        self._scan("", {}, learning=True)
         self.moved_folders = {folder: (folders.get(folder), self.folders.get(folder))
                               for folder in folders.keys() | self.folders.keys()
                               if (folder in folders) != (folder in self.folders)}
