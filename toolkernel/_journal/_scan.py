@@ -29,6 +29,7 @@ For a run whose process dies before its end, the workspace as the run started is
 
 from __future__ import annotations
 
+import heapq
 import os
 import stat
 import threading
@@ -106,6 +107,9 @@ UNKEPT = ("its content before the run was not kept: the run could write files it
 # settling the run), and what a reader that knows no parts (an older toolkernel) says.
 _BEING_STORED = "its copy from before the run was still being stored when its process died"
 _MIB = 1024 * 1024
+# The newest files kept ahead of the first run whose writes cannot all be named, at most: within
+# `[rewind] shell_mb`, and this many (small files: 32 MiB of 200-byte files is 160,000 of them).
+AHEAD_FILES = 10_000
 
 
 def _same(seen: tuple, indexed: Any) -> bool:
@@ -225,9 +229,12 @@ class Knowledge:
         baseline = (named is None or not named.complete) and not self.baseline
         if baseline:
             self.baseline = True
+            for path, reference in self.in_git().items():  # git keeps them: named, not copied, all
+                size, mtime_ns, mode, _, kind = files[path]
+                self.kept(path, [size, mtime_ns, mode, reference, kind, None])
             seen = set(wants)
-            wants += sorted((path for path in files if path not in self.index and path not in seen),
-                            key=lambda path: -files[path][1])
+            wants += heapq.nlargest(AHEAD_FILES, (path for path in files if path not in self.index and path not in seen),
+                                    key=lambda path: files[path][1])
         return wants, chosen, baseline
 
     def in_git(self) -> dict[str, str]:
@@ -395,14 +402,9 @@ class Comparison:
         self.taken: set[str] = set()  # the files whose part is one of those
         files = self.known.workspace.files
         with journal.pinned(), journal.packs.batch():  # what is stored here is named only once the tree is written
-            wants, chosen, baseline = self.known.wanted(named)
-            in_git = self.known.in_git() if baseline else {}
+            wants, chosen, _ = self.known.wanted(named)
             for path in wants:
                 if path in skip:
-                    continue
-                if path in in_git:  # git keeps it: named, not copied
-                    size, mtime_ns, mode, _, kind = files[path]
-                    self.known.kept(path, [size, mtime_ns, mode, in_git[path], kind, None])
                     continue
                 if path not in chosen and self.known.kept_bytes + files[path][0] > self.known.budget:
                     self.known.pending.discard(path)  # the most recent first: past the budget, not kept
