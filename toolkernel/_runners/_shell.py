@@ -331,11 +331,16 @@ def _start(body: Callable[[], ShellResult | None], future: concurrent.futures.Fu
     """
     def run() -> None:
         try:
-            future.set_result(body())
+            try:
+                result = body()
+            finally:
+                # The `tools` calls of this run used this thread's loop: closed before the cell
+                # returns (the thread is kept, and a waiter must find the run's loops closed).
+                _loop.close_here()
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             future.set_exception(exc)
-        finally:
-            _loop.close_here()  # the `tools` calls of this run used this thread's loop
+        else:
+            future.set_result(result)
 
     _ScriptThread.take().give(run)
 
