@@ -1208,10 +1208,12 @@ def _describe_entry(entry: Entry) -> str:
     return f"{entry.kind:<8}  {name}" + (f"  ({'; '.join(notes)})" if notes else "")
 
 
-def describe_rewind(done: Rewound) -> str:
+def describe_rewind(done: Rewound, undo: str = "rewind {run}") -> str:
+    """What a rewind did; `undo`: the command that rewinds a run where this is read (`%tools rewind
+    {run}` in a notebook, `toolkernel rewind {run}` in a terminal, `tools rewind run={run}` in a script)."""
     lines = [f"rewound run {done.run}: {len(done.restored)} file{'s' if len(done.restored) != 1 else ''} put back"]
     lines += [f"  {printable(name)}" for name in done.restored]
     lines += [f"  not restored: {printable(line)}" for line in done.skipped]
     if done.recorded_as:
-        lines.append(f"(recorded as run {done.recorded_as}: `rewind {done.recorded_as}` undoes this)")
+        lines.append(f"(recorded as run {done.recorded_as}: `{undo.format(run=done.recorded_as)}` undoes this)")
     return "\n".join(lines)

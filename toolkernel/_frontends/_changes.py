@@ -47,7 +47,7 @@ def changes_text(journal: Journal, args: argparse.Namespace) -> str:
 
 
 def rewind_text(journal: Journal, args: argparse.Namespace,
-                cells: Callable[[str, list[CellEntry]], Rewound] | None = None) -> str:
+                cells: Callable[[str, list[CellEntry]], Rewound] | None = None, undo: str = "toolkernel rewind {run}") -> str:
     """Raises `_rewind.RewindError` (nothing restored) or ValueError (no run named). `cells`: how a
     front end paired with Jupyter Servers puts back a run that changed cells through one (the
     files too); without it such a run is refused (`rewind` says where it can be done)."""
@@ -57,5 +57,5 @@ def rewind_text(journal: Journal, args: argparse.Namespace,
         run = journal.last() if args.last else journal.run(args.run)
         served = chosen_cells(run, args.path)
         if served:
-            return describe_rewind(cells(run.id, served))
-    return describe_rewind(rewind(journal, args.run, force=args.force, paths=args.path))
+            return describe_rewind(cells(run.id, served), undo)
+    return describe_rewind(rewind(journal, args.run, force=args.force, paths=args.path), undo)
