@@ -5,7 +5,9 @@
      │   │                      or two sources of tools claim one name
      │   └── ConfigErrors       several at once (`errors`), reported together
      ├── ToolInputError         raised by a tool's own function for input it cannot use;
-     │                          the `tool()` wrapper turns it into the tool's error result
+     │   │                      the `tool()` wrapper turns it into the tool's error result
+     │   └── NotReadYet         a notebook to change that this session has not read (the
+     │                          before-start check knows a read earlier in the script does)
      └── CallError              a `tools` call did not produce a result; `code` is the
          │                      seed's error code, shown as one JSON line on stderr
          ├── UnknownCommand         unknown_command
@@ -94,6 +96,14 @@ class ConfigErrors(ConfigError):
 
 class ToolInputError(ToolkernelError):
     """Raise it from a tool function for a failure the caller should read as the tool's result."""
+
+
+class NotReadYet(ToolInputError):
+    """The call changes a notebook this session has not read (`path`, as the call names it)."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class CallError(ToolkernelError):
