@@ -149,6 +149,9 @@ class RunRecord:
     settled: float | None = None  # when a reader ended the run its dead process left open
     owner: tuple[int, str | None] | None = None  # the pid that ran it, and that process's start
     cells: list[CellEntry] = field(default_factory=list)  # each cell once: first before, last after
+    # Where the run came from, for a person (a notebook cell: notebook, cell_id, count, first_line, who).
+    about: dict[str, Any] = field(default_factory=dict)
+    rewinds: list[str] = field(default_factory=list)  # the runs this one put back (a rewind's)
 
     def files(self) -> dict[str, Entry]:
         """The first entry of each path: the state before the run."""
@@ -267,8 +270,9 @@ class Journal:
 
     # -- recording -----------------------------------------------------------------------------
 
-    def start_run(self, route: str) -> "RunJournal":
-        return RunJournal(self, route)
+    def start_run(self, route: str, about: Mapping[str, Any] | None = None) -> "RunJournal":
+        """`about`: where the run came from, as a person names it (see `RunRecord.about`)."""
+        return RunJournal(self, route, about)
 
     def relative(self, path: str | os.PathLike[str]) -> str | None:
         """`path` relative to the workspace when the journal records it, else None."""
@@ -743,6 +747,8 @@ def _parse_run(run_id: str, lines: list[bytes]) -> RunRecord:
     if head.get("version") != _VERSION or head["run"] != run_id:
         raise ValueError("not this run")
     run = RunRecord(run_id, float(head["time"]), str(head["route"]))
+    if isinstance(head.get("about"), dict):
+        run.about = {k: v for k, v in head["about"].items() if isinstance(v, (str, int)) and not isinstance(v, bool)}
     if isinstance(head.get("pid"), int):
         run.owner = (head["pid"], head.get("started") if isinstance(head.get("started"), str) else None)
     cells: dict[tuple[str, str, str], CellEntry] = {}
@@ -753,6 +759,10 @@ def _parse_run(run_id: str, lines: list[bytes]) -> RunRecord:
         if "end" in item:
             run.after = dict(item["end"])
             run.settled = float(item["settled"]) if "settled" in item else None
+            continue
+        if "rewinds" in item:
+            if isinstance(item["rewinds"], str):
+                run.rewinds.append(item["rewinds"])
             continue
         if "scan" in item:
             if not _HASH.fullmatch(item["scan"]):
@@ -832,9 +842,10 @@ def _as_ended(entry: Entry, after: Mapping[str, Any]) -> Entry:
 class RunJournal:
     """What one run records: each workspace file before its first change in the run."""
 
-    def __init__(self, journal: Journal, route: str) -> None:
+    def __init__(self, journal: Journal, route: str, about: Mapping[str, Any] | None = None) -> None:
         self.journal = journal
         self.route = route
+        self.about = dict(about or {})
         self.id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         self.time = time.time()
         self._seen: dict[str, Entry] = {}
@@ -920,6 +931,12 @@ class RunJournal:
             self._open()
             self._write({"scan": digest})
 
+    def note_rewinds(self, run_id: str) -> None:
+        """This run put back what run `run_id` changed (a listing marks that run rewound)."""
+        with self._lock:
+            self._open()
+            self._write({"rewinds": run_id})
+
     def when_ended(self, done: Callable[[], None]) -> None:
         """`done()` once the run's end is written (or its file removed: it changed nothing)."""
         self._at_end.append(done)
@@ -941,8 +958,11 @@ class RunJournal:
             fd = os.open(folder / f"{self.id}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
                          | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             self._file = os.fdopen(fd, "ab", buffering=0)
-            self._write({"version": _VERSION, "run": self.id, "time": self.time, "route": self.route,
-                         "pid": os.getpid(), "started": _process_start(os.getpid())})
+            head = {"version": _VERSION, "run": self.id, "time": self.time, "route": self.route,
+                    "pid": os.getpid(), "started": _process_start(os.getpid())}
+            if self.about:
+                head["about"] = self.about
+            self._write(head)
 
     def _write(self, item: Mapping[str, Any]) -> None:
         # One write per line, unbuffered: a kill after it leaves the line whole in the file.
@@ -1024,6 +1044,7 @@ def rewind(journal: Journal, run_id: str | None, *, force: bool = False,
         _put_back(journal, own, relative, entry, contents.get(relative), swept)
         restored.append(relative)
     if restored:
+        own.note_rewinds(run.id)
         os.sync()  # durable when it says so: once, not two fsyncs a file (1,000 files took seconds)
     if into is None:
         own.finish()
@@ -1101,6 +1122,18 @@ def _put_back(journal: Journal, own: RunJournal, relative: str, entry: Entry, da
         os.utime(full, ns=(entry.before["mtime_ns"], entry.before["mtime_ns"]), follow_symlinks=False)
 
 
+def rewound_by(runs: Iterable[RunRecord]) -> dict[str, str]:
+    """Each run whose changes a later rewind put back, and that rewind, while it stands: a rewind
+    that was itself rewound gives its runs' changes back to them."""
+    by: dict[str, str] = {}
+    for run in sorted(runs, key=lambda r: (r.time, r.id)):
+        for target in run.rewinds:
+            for undone in [name for name, rewind in by.items() if rewind == target]:
+                del by[undone]
+            by[target] = run.id
+    return by
+
+
 def iter_changes(journal: Journal, run_id: str | None = None, path_glob: str | None = None) -> Iterator[RunRecord]:
     """The runs that changed files, newest first, filtered as `changes` asks."""
     runs = [journal.run(run_id)] if run_id else journal.runs()
@@ -1117,9 +1150,11 @@ def iter_changes(journal: Journal, run_id: str | None = None, path_glob: str | N
 _DIFF_MAX = 1 * _MIB  # each side of a diff: a larger file is summed up, not shown
 
 
-def diff_of(journal: Journal, run_id: str, relative: str) -> str:
+def diff_of(journal: Journal, run_id: str, relative: str,
+            notebook: Callable[[str, str], str | None] | None = None) -> str:
     """One file of a run, old against new: a unified diff of its content before run `run_id` and
     its content now (what a rewind would replace), for a person to look at before restoring.
+    `notebook(old, new)`: a notebook's diff cell by cell (None where a side is no notebook).
     Raises `RewindError` for an unknown run or file, or a stored content that is damaged."""
     run = journal.run(run_id)
     entry = run.files().get(relative)
@@ -1131,6 +1166,9 @@ def diff_of(journal: Journal, run_id: str, relative: str) -> str:
     moved = run.after is not None and now_name in run.after and \
         _state_of(os.path.join(journal.workdir, now_name)) != run.after[now_name]
     note = [f"(changed again since run {run.id}: a rewind refuses it)"] if moved else []
+    cells = notebook(old, new) if notebook is not None and now_name.endswith(".ipynb") else None
+    if cells is not None:
+        return "\n".join(note + [cells or f"{printable(relative)}: no difference in its cells"])
     lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                  f"a/{relative} (before run {run.id})", f"b/{now_name} (now)")
     text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
@@ -1178,22 +1216,38 @@ def _current_side(journal: Journal, relative: str) -> str:
 
 
 
-def describe_runs(runs: Iterable[RunRecord]) -> str:
-    """`changes`: each run, newest first, with its files and the kind of each change."""
+def describe_runs(runs: Iterable[RunRecord], rewound: Mapping[str, str] | None = None) -> str:
+    """`changes`: each run, newest first, where it came from, with its files and the kind of each
+    change; `rewound`: the runs a later rewind put back (`rewound_by`), marked so."""
     lines = []
     for run in runs:
+        if rewound and run.id in rewound:
+            ended_by = f"  (rewound by run {rewound[run.id]})"
+        else:
+            ended_by = ""
         files = run.files()
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.time))
         ended = "" if run.after is not None else "  (did not end: killed or still running)"
         if run.settled is not None:
             ended = ("  (its process died before the end: what its commands changed was found at "
                      f"{time.strftime('%H:%M:%S', time.localtime(run.settled))})")
-        lines.append(f"run {run.id}  {when}  {run.route}  {_counted(len(files), len(run.cells))}{ended}")
+        lines.append(f"run {run.id}  {when}  {run.route}  {_counted(len(files), len(run.cells))}{ended}{ended_by}")
+        if run.about:
+            lines.append(f"  from {describe_about(run.about)}")
         for entry in files.values():
             lines.append("  " + _describe_entry(entry))
         for cell in run.cells:
             lines.append(f"  {'cell':<8}  {printable(cell.name)}  (on {printable(cell.server)})")
     return "\n".join(lines) if lines else "no changes recorded"
+
+
+def describe_about(about: Mapping[str, Any]) -> str:
+    """Where a run came from, in a line: `analysis.ipynb [4] by a person: tools write-file ...`."""
+    where = " ".join(part for part in (printable(str(about.get("notebook", ""))),
+                                        f"[{about['count']}]" if "count" in about else "") if part) or "a cell"
+    who = {"person": " by a person", "agent": " by an agent"}.get(str(about.get("who")), "")
+    first = f": {printable(str(about['first_line']))}" if about.get("first_line") else ""
+    return f"{where}{who}{first}"
 
 
 def _counted(files: int, cells: int) -> str:

@@ -13,7 +13,7 @@ import functools
 import os
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from . import _loop
 from ._approval._approvals import Approvals
@@ -99,28 +99,30 @@ class Session:
 
     async def prepare(self, events: RunEvents = NO_EVENTS, approver: Approver = stop_and_report,
                       *, read_only: bool = False, one_call: bool = False, agent: bool = False,
-                      route: str | None = None) -> ToolsCommand:
+                      route: str | None = None, about: Mapping[str, Any] | None = None) -> ToolsCommand:
         """Read the config and wire a fresh `tools` command. Raises ConfigError
         (`_protected.Unprotectable` too: what scripts must not write cannot be protected).
         `one_call` (a direct call): no script runs, so the mount plan is worked out only
         if the call names paths (the plan's check is a fifth of a direct call's cost).
         `agent`: an agent's run, whose host programs run in the OS sandbox (`_sandbox.py`).
-        `route`: how the run came, as the journal of changes lists it (else worked out)."""
+        `route`: how the run came, as the journal of changes lists it (else worked out); `about`:
+        where it came from, for a person reading that list (a notebook's cell)."""
         config, env = self._config_and_env(approver, read_only, one_call, agent)
         if self._retiring(config):
             await _loop.on_private(self.pool.retire(set(config.servers)))  # its sessions live there
         providers = self._run_providers(config)
         catalog = self.catalogs.kept(providers) or await self.catalogs.open(providers)
-        return ToolsCommand(catalog, Dispatcher(env), self._new_run(config, one_call, agent, route), self.workdir,
-                            events)
+        return ToolsCommand(catalog, Dispatcher(env), self._new_run(config, one_call, agent, route, about),
+                            self.workdir, events)
 
-    def _new_run(self, config: Config, one_call: bool, agent: bool, route: str | None) -> Run:
+    def _new_run(self, config: Config, one_call: bool, agent: bool, route: str | None,
+                 about: Mapping[str, Any] | None = None) -> Run:
         """A run's record, with its own part of the journal (`[rewind]` as the config says now)."""
         if self.journal.limits is not config.rewind:  # the first run, or [rewind] changed
             self.journal.limits = config.rewind
             self.journal.remove_old()  # kept `keep_days`, as saved outputs are kept 7 days
         route = route or ("direct" if one_call else "agent" if agent else "cell")
-        return Run(limit=config.shell.call_limit, journal=self.journal.start_run(route), one_call=one_call)
+        return Run(limit=config.shell.call_limit, journal=self.journal.start_run(route, about), one_call=one_call)
 
     def prepare_now(self, approver: Approver = stop_and_report, *, agent: bool = False) -> ToolsCommand:
         """`prepare(one_call=True)` from sync code on a thread where `_loop.run_in_place` may run
@@ -131,7 +133,7 @@ class Session:
 
     def _prepared(self, approver: Approver, *, events: RunEvents = NO_EVENTS, read_only: bool = False,
                   one_call: bool = False, agent: bool = False, route: str | None = None,
-                  opening: Callable[[Any], Catalog] | None = None) -> ToolsCommand:
+                  opening: Callable[[Any], Catalog] | None = None, about: Mapping[str, Any] | None = None) -> ToolsCommand:
         """`prepare` from sync code: a loop (`opening` one for the catalog, the private one for
         servers to retire) only where something must wait. A script's run made two trips to the
         private loop for work that never waits (about 0.1-0.3 ms of a 3 ms run)."""
@@ -140,8 +142,8 @@ class Session:
             _loop.run(self.pool.retire(set(config.servers)))
         providers = self._run_providers(config)
         catalog = self.catalogs.kept(providers) or (opening or _loop.run)(self.catalogs.open(providers))
-        return ToolsCommand(catalog, Dispatcher(env), self._new_run(config, one_call, agent, route), self.workdir,
-                            events)
+        return ToolsCommand(catalog, Dispatcher(env), self._new_run(config, one_call, agent, route, about),
+                            self.workdir, events)
 
     def _retiring(self, config: Config) -> bool:
         """Whether servers no longer in `config` are to be closed (a trip to the private loop,
@@ -228,7 +230,7 @@ class Session:
     def run_script(self, script: str, sink: Sink, *, read_only: bool = False,
                    runner: ScriptRunner | None = None, approver: Approver | None = None,
                    ask: Callable[[str], str] | None = None, agent: bool = False,
-                   route: str | None = None) -> ShellResult:
+                   route: str | None = None, about: Mapping[str, Any] | None = None) -> ShellResult:
         """Run `script` in `runner` (Bashkit by default). Who answers a call that asks:
         `approver`, or else a person at `ask(prompt)` (such as `input`), or else nobody
         (the run stops and reports). The report lists what a person was asked mid-run."""
@@ -244,7 +246,7 @@ class Session:
             approver = StdinApprover(lambda prompt, request: events.on_pump_thread(asking, ask, prompt, request),
                                      lambda line: events.on_pump_thread(print, line), mid_run=in_place)
         command = self._prepared(approver or stop_and_report, events=events, read_only=read_only, agent=agent,
-                                 route=route)
+                                 route=route, about=about)
         result = execute(runner, command, script, events, sink,
                          before_start=lambda: self._may_start(script, command, runner, events))
         stopped = command.run.stopped

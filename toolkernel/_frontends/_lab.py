@@ -37,7 +37,7 @@ from .._approval._approvals import lasting_rule_covers
 from .._approval._approver import (ApprovalRequest, Questions, edits_hint, questions_text, replies_answers,
                                    reply_answer)
 from .._errors import CallError, ConfigError
-from .._rewind import RewindError, diff_of, iter_changes
+from .._rewind import RewindError, diff_of, rewound_by
 from .._approval._run import RunReport, described_call
 
 APPROVAL_MIME = "application/vnd.toolkernel.approval+json"
@@ -398,27 +398,35 @@ SHOWN_RUNS = 30
 
 
 def _journal_action(session, action: str, data: Mapping[str, Any]) -> dict[str, Any]:
-    """The sidebar's "Changes": the runs, one file's diff, and "Rewind", which is `%tools rewind ID`
-    itself (a person's; refused, touching nothing, when a file changed since the run)."""
-    from ._changes import journal_for
+    """The sidebar's "Changes": the runs (where each came from, which a rewind put back), one
+    file's diff (a notebook's cell by cell), and "Rewind", which is `%tools rewind ID` itself (a
+    person's; refused, touching nothing, when a file changed since the run, unless `force`, which
+    the page asks the person to confirm first)."""
+    from ._changes import journal_for, notebook_diff
 
     journal = journal_for(session.workdir, getattr(session, "journal", None))
     run = str(data.get("run", ""))
     if action == "diff":
-        return {"diff": diff_of(journal, run, str(data.get("path", "")))}
+        return {"diff": diff_of(journal, run, str(data.get("path", "")), notebook=notebook_diff)}
     if action == "rewind":
         if not run:
             raise RewindError("name the run to rewind")
-        args = argparse.Namespace(what="rewind", run=run, last=False, force=False, path=[])
+        args = argparse.Namespace(what="rewind", run=run, last=False, force=data.get("force") is True, path=[])
         return {"message": _answers.journal_line(session, args)}
-    return {"runs": [_run(record) for record in itertools.islice(iter_changes(journal), SHOWN_RUNS)]}
+    runs = journal.runs()  # newest first, as `iter_changes` lists them
+    by = rewound_by(runs)
+    listed = itertools.islice((run for run in runs if run.entries or run.cells), SHOWN_RUNS)
+    return {"runs": [_run(record, by.get(record.id)) for record in listed]}
 
 
-def _run(record) -> dict[str, Any]:
+def _run(record, rewound_by_run: str | None = None) -> dict[str, Any]:
     files = [{"path": e.path, "kind": e.kind, "to": e.to, "after_the_fact": e.after_the_fact,
               "not_restorable": e.not_restorable} for e in record.files().values()]
+    files += [{"path": c.name, "kind": "cell", "to": None, "after_the_fact": False, "not_restorable": None}
+              for c in record.cells]
     return {"id": record.id, "time": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.time)),
-            "route": record.route, "ended": record.after is not None, "files": files}
+            "route": record.route, "ended": record.after is not None, "files": files,
+            "about": dict(record.about), "rewound_by": rewound_by_run, "rewinds": list(record.rewinds)}
 
 
 def _search(session, words: str) -> str:
