@@ -298,10 +298,10 @@ def test_the_sidebar_lists_a_cells_changes_shows_a_diff_and_rewinds_the_run(lab)
             expect(steps.outputs(1)).to_contain_text("wrote")
             assert (workdir / "data.txt").read_text() == "new line\n"
 
-            page.locator('.jp-SideBar [data-id="toolkernel-tools"]').click()
-            run = page.locator("#toolkernel-tools .toolkernel-run")
+            page.locator('.jp-SideBar [data-id="toolkernel-changes"]').click()
+            run = page.locator("#toolkernel-changes .toolkernel-run")
             expect(run).to_have_count(1)
-            expect(run.locator(".toolkernel-run-head")).to_contain_text("cell")
+            expect(run.locator(".toolkernel-run-head")).to_contain_text("changes.ipynb, cell 2")
             expect(run.locator(".toolkernel-file").filter(has_text="data.txt")).to_contain_text("changed")
             made = run.locator(".toolkernel-file").filter(has_text="<b>made.txt")  # text, not markup
             expect(made).to_contain_text("created")
@@ -314,9 +314,9 @@ def test_the_sidebar_lists_a_cells_changes_shows_a_diff_and_rewinds_the_run(lab)
             steps.shot("diff-shown")
 
             run.get_by_role("button", name="Rewind").click()
-            expect(page.locator("#toolkernel-tools .toolkernel-rewound")).to_contain_text("rewound run")
-            expect(page.locator("#toolkernel-tools .toolkernel-run")).to_have_count(2)  # the rewind: a run of its own
-            expect(page.locator("#toolkernel-tools .toolkernel-run").first).to_contain_text("rewind")
+            expect(page.locator("#toolkernel-changes .toolkernel-rewound")).to_contain_text("rewound run")
+            expect(page.locator("#toolkernel-changes .toolkernel-run")).to_have_count(2)  # the rewind: a run of its own
+            expect(page.locator("#toolkernel-changes .toolkernel-run").first).to_contain_text("Rewind of run")
             steps.shot("rewound")
             assert (workdir / "data.txt").read_text() == "old line\n"
             assert not (workdir / "<b>made.txt").exists()
