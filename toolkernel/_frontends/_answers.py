@@ -258,9 +258,9 @@ def _apply(session, args: argparse.Namespace) -> str:
 
         return report(*check(session.workdir)).rstrip("\n")
     if args.what == "doctor":
-        from .._runners._sandbox_plan import doctor
+        from ._doctor import doctor
 
-        return doctor(session.workdir)
+        return doctor(session.workdir, session)[0]
     from .._errors import CallError
     from .._providers._notebook import unpair
 
@@ -312,7 +312,8 @@ def usage() -> str:
              " `!toolkernel approve` lists them)",
              "%tools approvals [--revoke RULE_OR_NUMBER]      list or revoke lasting approvals",
              "%tools lint                                     check the config without starting anything",
-             "%tools doctor                                   which OS sandbox holds an agent's host code here",
+             "%tools doctor                                   check the setup: extension, kernelspec, trust, servers,"
+             " sandbox",
              "%tools changes [--run ID] [--path GLOB]         what runs changed in the workspace, newest first",
              "%tools rewind ID|--last [--force] [--path GLOB]  put back the files a run changed",
              *pairing_args_usage().splitlines(),
