@@ -1,7 +1,7 @@
 """The approvals demo as a person meets it: `notebooks/` copied as a cloned folder (its config not
 trusted), opened in JupyterLab in a real browser, **Run All**, every question answered with its
 buttons (the trust question first), as each cell's metadata says a person answers it. The deny
-before the start at its end fails that cell, so Run All stops there."""
+before the start at its end runs nothing."""
 
 from __future__ import annotations
 
@@ -102,9 +102,9 @@ def test_the_approvals_demo_runs_all_in_jupyterlab_answered_with_the_buttons(unt
                     expect(button).to_be_enabled()
                     steps.shot(f"cell-{index}-asks")
                     button.click()
-            # The last cell ran: Run All stopped at no cell before it (it stops at a failed cell).
+            # The last cell ran: Run All stopped at no cell before it (it stops at a failed cell). Its
+            # deny ran nothing; `--no-raise-error` keeps the cell from failing (as headless runners need).
             expect(steps.outputs(last)).to_contain_text("denied; nothing ran")
-            expect(steps.outputs(last)).to_contain_text("ScriptFailed")
             expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle")
             steps.shot("ran-all")
             shown = {i: steps.outputs(i).inner_text() for i, c in enumerate(cells) if c["cell_type"] == "code"}
