@@ -41,7 +41,7 @@ EDIT = "tools notebook-edit notebook_path=n.ipynb cell_id=a new_source='x = 2'"
 
 def test_an_edit_of_a_notebook_not_read_fails_at_once_and_nobody_is_asked(session, tmp_path):
     approver, sink = Asked(), RecordingSink()
-    result = session.run_script(f"{EDIT}\necho after", sink, approver=approver)
+    session.run_script(f"{EDIT}\necho after", sink, approver=approver)
     assert approver.asked == []
     assert "has not been read in this session; read it first" in sink.stderr_text
     assert '"code": "tool_error"' in sink.stderr_text

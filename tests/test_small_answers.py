@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import types
-from pathlib import Path
 
 import pytest
 from IPython.core.error import UsageError

@@ -7,16 +7,13 @@ diff, marks a rewound run, and forces a refused rewind after a confirmation."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
-from jupyter_server_helpers import free_port, keep_waiting_for_slow_documents, stop_server
-from test_browser import CHROMIUM, REPO, WAIT_MS, Steps, _cells, _extension_path, _wait_for, browser_ready  # noqa: F401
+from jupyter_server_helpers import keep_waiting_for_slow_documents
+from test_browser import CHROMIUM, WAIT_MS, Steps, _cells, browser_ready, running_lab  # noqa: F401
 
 
 @pytest.fixture(scope="module")
@@ -26,26 +23,8 @@ def shared_lab(browser_ready, tmp_path_factory):
     workdir.mkdir()
     (workdir / "toolkernel.toml").write_text(
         f'[mcp_servers.github]\ncommand = {json.dumps(sys.executable)}\nargs = ["-m", "toolkernel.demo_server"]\n')
-    settings = tmp / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
-                                                                           "checkForUpdates": False}))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"), "XDG_CONFIG_HOME": str(tmp / "xdg"),
-           "TOOLKERNEL_ADMIN_CONFIG": str(tmp / "no-admin.toml"), **_extension_path(tmp)}
-    port = free_port()
-    log = open(tmp / "lab.log", "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
-         "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={workdir}"],
-        cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for(f"{base}/api/status", server, tmp / "lab.log")
+    with running_lab(tmp, workdir) as base:
         yield base, workdir
-    finally:
-        stop_server(server)
-        log.close()
 
 
 class Browser:

@@ -1,19 +1,22 @@
-"""The kernel side of the JupyterLab extension: the approval question and the comm.
+"""The kernel side of the JupyterLab extension: the questions, the comm, the sidebars.
 
 Two ways the page talks to the kernel:
 
-- While a cell asks (before the start, or mid-run where a call waits), the kernel
-  is blocked in `input()`, so it cannot read a comm message. Just before asking,
-  it displays the question as an `application/vnd.toolkernel.approval+json`
-  bundle; the extension shows the buttons and answers the pending stdin request
-  with the key of the plain prompt (`o`, `a`, `d`), which then asks only for the
-  answer. When the question ends (answered, interrupted), the kernel updates that
-  display with `answered`, and the buttons go off. Frontends without the
-  extension show the text.
-- After the cell has finished (a stop report, the "Tools" sidebar), the
+- While a cell asks (before the start, or mid-run where a call waits), the kernel's main
+  thread waits, so it reads no comm message (those wait on the shell channel behind the cell).
+  It displays the question as an `application/vnd.toolkernel.approval+json` bundle (one
+  question for every call of a script before it starts; the trust question is
+  `application/vnd.toolkernel.trust+json`) with an id, and waits. The page that sent the cell,
+  if it has the extension, says on the kernel's control channel (read on a thread of its own:
+  `PageAnswers`, `CONTROL_REQUEST`) that it shows it, and its buttons answer there with the key
+  of the text prompt: no stdin box appears. Where no page says so in time (another front end,
+  the extension missing), the text prompt asks with `input()`, and a page that draws the
+  question late answers that box for the person. When the question ends (answered,
+  interrupted), the kernel updates its display with `answered`, and the buttons go off.
+- After the cell has finished (a stop report, the "Tools" and "Changes" sidebars), the
   page opens a comm on `COMM_TARGET` and sends one request per message:
   the answers of `_answers.answer_message`, plus `overview`, `search`,
-  `revoke`, `changes`, `diff` and `rewind` for the sidebar. Every reply is
+  `revoke`, `changes`, `diff` and `rewind` for the sidebars. Every reply is
   {"ok": bool, ...}.
 """
 
