@@ -44,6 +44,7 @@ def jupyter_dirs(tmp_path, monkeypatch):
     return data, config
 
 
+@pytest.mark.slow  # starts the MCP servers it checks
 def test_each_line_says_what_it_found_and_what_to_do(tmp_path, monkeypatch, jupyter_dirs):
     data, config = jupyter_dirs
     work = _project(tmp_path)
@@ -76,6 +77,7 @@ def test_without_node_or_the_extension_the_lines_say_how_to_get_them(tmp_path, m
     assert line.state == _doctor.FAIL and "not installed where JupyterLab looks" in line.said and "pip install" in line.fix
 
 
+@pytest.mark.slow  # a process of its own
 def test_the_command_and_the_magic_run_the_same_checks(tmp_path):
     work = _project(tmp_path)
     (work / "toolkernel.toml").write_text("")  # no servers: a quick run

@@ -126,3 +126,19 @@ def test_an_interrupt_cancels_a_question_the_page_shows_and_nothing_waits(kernel
     [ended] = [m["content"]["data"][APPROVAL_MIME] for m in outputs if m["msg_type"] == "update_display_data"]
     assert ended["answered"] == "cancelled" and stdin == []
     assert not (kernel.workdir / "other.txt").exists()
+
+
+def test_an_interrupt_of_a_question_about_several_calls_names_the_first_and_ends_it(kernel):
+    page = Page(kernel)
+    stdin: list = []
+    two = "%%tools\ntools write-file path=a1.txt content=x\ntools github create-issue title=U\n"
+    cell = page.send(two, LAB_METADATA)
+    question = _question(page.until(cell, _question, stdin))
+    assert page.control({"action": "seen", "question": question["id"]}) == {"ok": True}
+    kernel.manager.interrupt_kernel()
+    outputs = page.outputs_until_idle(cell, stdin)
+    [ended] = [m["content"]["data"][APPROVAL_MIME] for m in outputs if m["msg_type"] == "update_display_data"]
+    assert ended["answered"] == "cancelled" and stdin == []
+    [error] = [m["content"] for m in outputs if m["msg_type"] == "error"]
+    assert "interrupted while a person was asked about tools write-file" in error["evalue"], error
+    assert not (kernel.workdir / "a1.txt").exists()

@@ -185,8 +185,12 @@ class ButtonsAsk:
             return
         handle, bundle, what = self._open
         self._open = None
-        if isinstance(answered, str) and answered == "cancelled" and isinstance(what, Mapping) and "tool" in what:
-            self.cancelled = what
+        if isinstance(answered, str) and answered == "cancelled":
+            if isinstance(what, Questions):  # the cell's line names the first call asked about
+                request = what.requests[0]
+                what = {"tool": request.call.command, "input": dict(request.call.input)}
+            if isinstance(what, Mapping) and "tool" in what:
+                self.cancelled = what
         handle.update(bundle(answered), raw=True)
 
     def show_trust(self, question: Mapping[str, Any]) -> bool:
