@@ -49,7 +49,8 @@ def papermill(notebook: Path, env: dict[str, str]) -> tuple[subprocess.Completed
 
 def nbmake(notebook: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path]:
     # --overwrite keeps the outputs in the notebook; no plugins of this suite's own run (xdist, randomly).
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:xdist", "-p", "no:cacheprovider",
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:xdist",
+                           "-p", "no:cacheprovider",
                            "--nbmake", "--overwrite", f"--nbmake-timeout={RUN_SECONDS}", "-q", "--rootdir",
                            str(notebook.parent), "-c", os.devnull, str(notebook)],
                           cwd=notebook.parent, env=env, capture_output=True, text=True, timeout=RUN_SECONDS + 60)

@@ -133,7 +133,8 @@ class Session:
 
     def _prepared(self, approver: Approver, *, events: RunEvents = NO_EVENTS, read_only: bool = False,
                   one_call: bool = False, agent: bool = False, route: str | None = None,
-                  opening: Callable[[Any], Catalog] | None = None, about: Mapping[str, Any] | None = None) -> ToolsCommand:
+                  opening: Callable[[Any], Catalog] | None = None,
+                  about: Mapping[str, Any] | None = None) -> ToolsCommand:
         """`prepare` from sync code: a loop (`opening` one for the catalog, the private one for
         servers to retire) only where something must wait. A script's run made two trips to the
         private loop for work that never waits (about 0.1-0.3 ms of a 3 ms run)."""

@@ -48,7 +48,8 @@ def changes_text(journal: Journal, args: argparse.Namespace) -> str:
 
 
 def rewind_text(journal: Journal, args: argparse.Namespace,
-                cells: Callable[[str, list[CellEntry]], Rewound] | None = None, undo: str = "toolkernel rewind {run}") -> str:
+                cells: Callable[[str, list[CellEntry]], Rewound] | None = None,
+                undo: str = "toolkernel rewind {run}") -> str:
     """Raises `_rewind.RewindError` (nothing restored) or ValueError (no run named). `cells`: how a
     front end paired with Jupyter Servers puts back a run that changed cells through one (the
     files too); without it such a run is refused (`rewind` says where it can be done)."""

@@ -200,7 +200,8 @@ class ButtonsAsk:
         return self._show(lambda answered, qid: trust_bundle(question, answered, qid), {"trust": question})
 
 
-def trust_bundle(question: Mapping[str, Any], answered: str | None = None, question_id: str | None = None) -> dict[str, Any]:
+def trust_bundle(question: Mapping[str, Any], answered: str | None = None,
+                 question_id: str | None = None) -> dict[str, Any]:
     text = question["text"]
     shown = dict(question)
     if question_id is not None:
