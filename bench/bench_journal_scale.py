@@ -141,7 +141,8 @@ def main() -> None:
               f"%%bash {found['bash'] * 1000:.1f} ms ({found['bash'] / base['bash']:.2f}x), "
               f"Python {found['python'] * 1000:.1f} ms; journal {found['journal MB']:.1f} MB "
               f"({100 * found['journal MB'] / max(found['folder MB'], 1e-9):.1f}% of the folder)")
-        print("   " + found.get("doctor", "").strip().splitlines()[-1] if found.get("doctor") else "")
+        said = [line.strip() for line in found.get("doctor", "").splitlines() if "changes:" in line]
+        print("   " + (said[0] if said else "(doctor said nothing of changes)"))
     print(f"load average: {os.getloadavg()[0]:.1f}")
 
 

@@ -56,7 +56,8 @@ def test_approve_always_persists_and_can_be_revoked(session, tmp_path):
     assert manage(session, ["approvals"]) == "1. mcp_github__delete_branch"
     assert run(session, DELETE)[0].exit_code == 0
     assert run(session, DELETE)[0].exit_code == 0
-    assert manage(session, ["approvals", "--revoke", "1"]) == "no lasting approvals"
+    assert manage(session, ["approvals", "--revoke", "1"]) == (
+        "revoked mcp_github__delete_branch\nno lasting approvals left")
     assert run(session, DELETE)[0].report["tools"]["stopped"]["reason"] == "needs_approval"
 
 

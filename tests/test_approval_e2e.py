@@ -230,11 +230,14 @@ def test_always_allow_persists_in_the_project_is_listed_and_revocable(start_kern
     made = other.run(tools_cell('tools github create-issue "title=Two" | jq -r .title'))
     assert made.ok and made.stdout == "Two\n", made
 
-    for missing in ("2", "0", "mcp_github__delete_branch"):
+    for missing in ("2", "0"):
         refused = other.run(f"%tools approvals --revoke {missing}")
         assert "UsageError: no lasting approval" in refused.stderr + str(refused.error), refused
+    absent = other.run("%tools approvals --revoke mcp_github__delete_branch")  # said; nothing allows it
+    assert absent.ok and absent.stdout.startswith("nothing to revoke: no lasting approval"), absent
     revoked = other.run("%tools approvals --revoke 1")
-    assert revoked.ok and revoked.stdout.strip() == "no lasting approvals", revoked
+    assert revoked.ok and revoked.stdout.strip() == (
+        "revoked mcp_github__create_issue\nno lasting approvals left"), revoked
     asks = kernel.run(tools_cell('tools github create-issue "title=Three"'))
     assert assert_failed_with_report(asks)["tools"]["stopped"]["call"]["tool"] == "tools github create-issue"
 

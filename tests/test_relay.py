@@ -15,7 +15,7 @@ from approval_helpers import Answering
 from kernel_helpers import RecordingSink, error_lines, github_toml, isolated_env, write_config
 from toolkernel import tool
 from toolkernel._approval._approver import Answer
-from toolkernel._runners._bashkit import _Relay, _way
+from toolkernel._runners._bashkit import _analyze, _Relay, _way, streams_to_a_file
 from toolkernel._session import Session
 
 pytestmark = pytest.mark.timeout(600)
@@ -75,6 +75,23 @@ def run(session: Session, script: str, **kwargs):
 ])
 def test_which_way_a_script_runs(script, way):
     assert _way(script) == way
+
+
+@pytest.mark.parametrize("script, way", [
+    ("cat big.txt > copy.txt", "sync"),  # Bashkit streams `cat` into a file 4 KiB at a time
+    ("seq 1 10 | grep 1 >> hits.txt", "sync"),
+    ("tools sized size=3 > out.txt", "sync"),
+    ("for i in 1 2; do tools sized size=3; done > out.txt", "sync"),
+    ("tools sized size=3 &>> log.txt", "sync"),
+    ("cat x >& out.txt", "sync"),
+    ("$cmd x > out.txt", "sync"),  # a command the analysis cannot name
+    ("for i in 1 2; do tools sized size=3 > $i.txt & done; wait", "live"),  # jobs' calls at once
+    ("cat big.txt | wc -c", "streamed"),
+    ("echo hi > note.txt; sed -i s/a/b/ x; jq . a.json > b.json", "streamed"),  # none of them streams
+    ("cat x > /dev/null; tools sized size=3 2>&1 >/dev/stderr", "live"),
+])
+def test_a_script_that_may_stream_into_a_file_runs_whole(script, way):
+    assert _way(script, streams_to_a_file(_analyze(script), script)) == way
 
 
 @pytest.mark.slow

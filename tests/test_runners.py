@@ -6,6 +6,7 @@ soak run that keeps descriptors and memory flat.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -647,3 +648,93 @@ def test_the_runs_timeout_counts_from_the_start_not_from_the_question_before_it(
         session.close()
     assert result.exit_code == 0, sink.stderr_text
     assert sink.stdout_text.strip().endswith("after") and (project / "a.txt").read_text() == "x"
+
+
+# -- the fixed cost of a run: one `Bash`, no trip it does not need, a thread kept (issue 44) --------
+
+
+def test_a_run_builds_one_bash_and_goes_to_the_private_loop_only_when_it_must(project, monkeypatch):
+    import bashkit
+
+    built, trips = [], []
+    real_bash, real_submit = bashkit.Bash, _loop.submit
+    monkeypatch.setattr(bashkit, "Bash", lambda *a, **k: built.append(1) or real_bash(*a, **k))
+    monkeypatch.setattr(_loop, "submit", lambda coro: trips.append(1) or real_submit(coro))
+    session = Session(project)
+    try:
+        session.run_script("echo first", RecordingSink())  # the first run makes the kept parser
+        built.clear(), trips.clear()
+        sink = RecordingSink()
+        assert session.run_script("echo hi", sink).exit_code == 0, sink.err
+        # The config and the before-start check (with no call to check) each took a trip to the
+        # private loop, with nothing to wait for there.
+        assert trips == []
+        assert session.run_script("tools --help > /dev/null", sink).exit_code == 0, sink.err
+        # A second `Bash` parsed each script before it ran (0.23 ms).
+        assert len(built) == 2
+    finally:
+        session.close()
+
+
+def _on_a_script_thread(body) -> concurrent.futures.Future:
+    from toolkernel._runners._shell import _start
+
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    _start(body, future)
+    return future
+
+
+def test_a_script_thread_is_kept_for_the_next_run_and_a_busy_one_is_not_taken():
+    import contextvars
+
+    seen: list[threading.Thread] = []
+    mark = contextvars.ContextVar("mark", default="unset")
+    release = threading.Event()
+
+    def busy():
+        seen.append(threading.current_thread())
+        mark.set("set by the first run")
+        release.wait(30)
+
+    def quick():
+        seen.append(threading.current_thread())
+        return mark.get()
+
+    first = _on_a_script_thread(busy)
+    assert _on_a_script_thread(quick).result(30) == "unset"  # a run still going keeps its thread
+    release.set()
+    first.result(30)
+    for _ in range(3):
+        assert _on_a_script_thread(quick).result(30) == "unset"  # nothing of a run reaches the next
+    assert seen[1] is not seen[0] and len(set(seen)) == 2  # each run after the first two took a kept one
+    assert all(thread.name == "toolkernel-script" and thread.daemon for thread in seen)
+
+
+def test_a_kept_loop_carries_nothing_of_a_run_into_the_next(project):
+    # The script thread keeps its event loop between runs: a task a tool left running there
+    # is cancelled as the run ends (as `asyncio.Runner` did, closing a loop each run).
+    loops, left, generators = [], [], []
+
+    async def endless():
+        while True:
+            yield await asyncio.sleep(0)
+
+    @tool("leave", description="Starts a task that never ends.", kind="read", input_schema={"type": "object"})
+    async def leave(arguments, ctx):
+        loops.append(asyncio.get_running_loop())
+        left.append(asyncio.get_running_loop().create_task(asyncio.sleep(3600)))
+        generators.append(endless())
+        await generators[-1].__anext__()  # left open, mid-way
+        return "ok"
+
+    session = Session(project)
+    session.register_tools([leave])
+    try:
+        for _ in range(2):
+            result = session.run_script("tools leave", RecordingSink())
+            assert result.exit_code == 0, result.stderr
+    finally:
+        session.close()
+    assert loops[0] is loops[1] and not loops[0].is_closed()
+    assert all(task.cancelled() for task in left)
+    assert all(generator.ag_frame is None for generator in generators)  # closed

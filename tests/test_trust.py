@@ -155,6 +155,8 @@ def test_a_prompt_trusts_what_the_person_says_yes_to_and_asks_again_later(tmp_pa
     said = ask_to_trust(work, Buttons(), not_now)
     assert said and len(questions) == 3 and load_config(work).policy["allow"] == ("edit_file",)
     told = questions[0].removesuffix(" Trust it as it is now? [y/N] ")
+    [config] = shown_first[0].pop("config")
+    assert config["name"] == "toolkernel.toml" and "edit_file" in config["text"]
     assert shown_first == [{"folder": str(work), "files": ["toolkernel.toml"], "changed": [],
                             "keys": {"trust": "y", "not_now": "n"}, "text": told}]
     assert questions[2] == "Trust it as it is now? [y/N] "  # the question shown is not said twice

@@ -3,7 +3,7 @@
 `toolkernel lint [DIR]`: check the config that applies to DIR without starting anything.
 `toolkernel serve [--http HOST:PORT] [--token T]`: Tools in Shell for any MCP client (see `_serve`).
 `toolkernel approve [ID once|always|deny]`: list or answer the calls a `serve` client waits on.
-`toolkernel doctor`: which OS sandbox holds an agent's host code here (`_sandbox`).
+`toolkernel doctor`: the whole setup checked, each failing line with what to do (`_frontends._doctor`).
 
 With no notebook, runs the quickstart that ships with the package (or another shipped demo
 by name), in a fresh temporary folder holding the demos' toolkernel.toml (the demo server,
@@ -142,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     paired.add_argument("--server-token", metavar="T", default=None,
                         help="the Jupyter Server's token (or ?token= in URL, or $JUPYTER_TOKEN);"
                              " --token is serve's own bearer token")
-    doctor = sub.add_parser("doctor", help="say which OS sandbox holds an agent's host code here, and why")
+    doctor = sub.add_parser("doctor", help="check the setup here: the JupyterLab extension, the kernelspec, the"
+                            " config and its trust, the servers, node, the OS sandbox; each failing line says"
+                            " what to do (exit 1 when one fails)")
     doctor.add_argument("--workdir", type=Path, default=Path.cwd(), help="the project folder (default: here)")
     approve = sub.add_parser("approve", help="list the calls that wait for a person (from `toolkernel serve`),"
                              " or answer one: toolkernel approve ID once|always|deny")
@@ -166,11 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "install-kernel":
         return _install_kernel(args)
     if args.command == "doctor":
-        from ._journal import doctor_line
-        from ._runners._sandbox_plan import doctor
+        from ._frontends._doctor import doctor
 
-        print(doctor(args.workdir), doctor_line(), sep="\n")
-        return 0
+        report, passed = doctor(args.workdir)
+        print(report)
+        return 0 if passed else 1
     return 2
 
 

@@ -7,7 +7,9 @@
      ├── RewindError            a rewind that cannot be done (no such run, files changed since,
      │                          a damaged entry): nothing was restored, or the files named were not
      ├── ToolInputError         raised by a tool's own function for input it cannot use;
-     │                          the `tool()` wrapper turns it into the tool's error result
+     │   │                      the `tool()` wrapper turns it into the tool's error result
+     │   └── NotReadYet         a notebook to change that this session has not read (the
+     │                          before-start check knows a read earlier in the script does)
      └── CallError              a `tools` call did not produce a result; `code` is the
          │                      seed's error code, shown as one JSON line on stderr
          ├── UnknownCommand         unknown_command
@@ -100,6 +102,14 @@ class ConfigErrors(ConfigError):
 
 class ToolInputError(ToolkernelError):
     """Raise it from a tool function for a failure the caller should read as the tool's result."""
+
+
+class NotReadYet(ToolInputError):
+    """The call changes a notebook this session has not read (`path`, as the call names it)."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class CallError(ToolkernelError):

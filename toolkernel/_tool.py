@@ -237,6 +237,10 @@ class Tool:
     # A check that needs no person and no I/O, made before anyone is asked about the call
     # (notebook-run with nothing paired): it raises a CallError; None when there is none.
     precheck: Callable[[Mapping[str, Any], ToolContext], None] | None = None
+    # A check of what the call needs that may need I/O (a notebook read in this session, a server
+    # that keeps a notebook open without collaboration), made after `precheck` and still before
+    # anyone is asked: a call that cannot succeed fails at once. It raises a ToolInputError.
+    ready: Callable[[Mapping[str, Any], ToolContext], Awaitable[None]] | None = None
     # The same call as `call`, made at once on the calling thread, for a tool of plain sync code
     # (None for any tool that may wait): a call that needs no event loop is made without one.
     call_now: CallNowFn | None = None
@@ -298,6 +302,7 @@ def tool(
     path_keys: tuple[str, ...] = (),
     loop_bound: bool = False,
     precheck: Callable[[Mapping[str, Any], ToolContext], None] | None = None,
+    ready: Callable[[Mapping[str, Any], ToolContext], Awaitable[None]] | None = None,
     server_paths: ServerPathsFn | None = None,
     cut: Callable[[ToolResult, ToolContext], ToolResult] | None = None,
     describe: Callable[[Mapping[str, Any], ToolContext], Mapping[str, Any]] | None = None,
@@ -319,7 +324,7 @@ def tool(
             call_now = _call_now(fn)
             call = _sync_call(fn, call_now)
         return Tool(name, description, dict(input_schema), call, kind=kind, path_keys=path_keys,
-                    loop_bound=loop_bound, precheck=precheck, server_paths=server_paths, call_now=call_now,
+                    loop_bound=loop_bound, precheck=precheck, ready=ready, server_paths=server_paths, call_now=call_now,
                     cut=cut, describe=describe)
 
     return wrap

@@ -13,6 +13,8 @@ export const REPORT_MIME = 'application/vnd.toolkernel.report+json';
 /** What a renderer needs from the notebook it sits in. */
 export interface IHost {
   request(data: Record<string, any>): Promise<IReply>;
+  /** A question while the cell runs: said on the kernel's control channel (`comm.control`). */
+  control(content: { action: 'seen' | 'answer'; question: string; reply?: string }): Promise<IReply>;
   rerun(node: HTMLElement): Promise<void>;
   answered(): void;
 }

@@ -1,12 +1,12 @@
 /**
  * The "Tools" sidebar: the current notebook's MCP servers with their state and tools,
- * `tools search`, each tool's input schema, the lasting approvals with "Revoke", and the
- * journal's "Changes": each run's files, one file's diff, and "Rewind" (`%tools rewind ID`).
+ * `tools search`, each tool's input schema, and the lasting approvals with "Revoke". What runs
+ * changed has a sidebar entry of its own ("Changes", changes.ts).
  */
 import { Widget } from '@lumino/widgets';
 
 import { IReply } from './comm';
-import { button, el, json, shown } from './dom';
+import { button, el, json } from './dom';
 
 interface ITool {
   command: string;
@@ -29,25 +29,7 @@ interface IOverview extends IReply {
   approvals: Array<{ rule: string; added: string }>;
 }
 
-interface IChangedFile {
-  path: string;
-  kind: 'created' | 'changed' | 'deleted' | 'renamed';
-  to: string | null;
-  after_the_fact: boolean;
-  not_restorable: string | null;
-}
-
-interface IRun {
-  id: string;
-  time: string;
-  route: string;
-  ended: boolean;
-  files: IChangedFile[];
-}
-
 export class ToolsSidebar extends Widget {
-  // What the last rewind said (done, or refused): kept across the refresh that follows it.
-  private rewound = el('pre', 'toolkernel-rewound');
   private body = el('div', 'toolkernel-sidebar-body');
   private results = el('pre', 'toolkernel-search-results');
   private searchBox = el('input', 'jp-mod-styled toolkernel-search') as HTMLInputElement;
@@ -91,61 +73,8 @@ export class ToolsSidebar extends Widget {
       el('h3', '', "toolkernel's own tools"),
       ...reply.own_tools.map(t => this.tool(t)),
       el('h3', '', 'Lasting approvals'),
-      this.approvals(reply.approvals),
-      el('h3', '', 'Changes'),
-      this.rewound,
-      await this.changes()
+      this.approvals(reply.approvals)
     );
-  }
-
-  private async changes(): Promise<HTMLElement> {
-    const reply = await this.request({ action: 'changes' });
-    if (!reply.ok) {
-      return el('div', 'toolkernel-refused', reply.message ?? 'no answer');
-    }
-    const runs = reply.runs as IRun[];
-    if (!runs.length) {
-      return el('div', 'toolkernel-changes', 'none recorded');
-    }
-    return el('ul', 'toolkernel-changes', '', runs.map(run => this.run(run)));
-  }
-
-  private run(run: IRun): HTMLElement {
-    const diff = el('pre', 'toolkernel-diff');
-    const rewind = button('Rewind', async () => {
-      rewind.disabled = true;
-      const reply = await this.request({ action: 'rewind', run: run.id });
-      this.rewound.className = `toolkernel-rewound ${reply.ok ? 'toolkernel-taken' : 'toolkernel-refused'}`;
-      this.rewound.textContent = shown(reply.message ?? 'no answer');
-      await this.refresh();
-    });
-    const ended = run.ended ? '' : ' (did not end: killed or still running)';
-    const head = el('div', 'toolkernel-run-head', '', [
-      el('code', '', run.id),
-      el('span', '', `${run.time} ${run.route}${ended}`),
-      rewind
-    ]);
-    const files = el('ul', 'toolkernel-run-files', '', run.files.map(file => this.file(run, file, diff)));
-    return el('li', 'toolkernel-run', '', [head, files, diff]);
-  }
-
-  private file(run: IRun, file: IChangedFile, diff: HTMLElement): HTMLElement {
-    const name = file.to ? `${file.path} -> ${file.to}` : file.path;
-    const notes = [
-      file.after_the_fact ? 'after the fact' : '',
-      file.not_restorable ? `not restorable: ${file.not_restorable}` : ''
-    ]
-      .filter(note => note)
-      .join('; ');
-    const show = button('Diff', async () => {
-      const reply = await this.request({ action: 'diff', run: run.id, path: file.path });
-      diff.textContent = shown((reply.ok ? reply.diff : reply.message) ?? 'no answer');
-    });
-    const parts = [el('span', 'toolkernel-kind', file.kind), el('code', '', name)];
-    if (notes) {
-      parts.push(el('span', 'toolkernel-description', `(${notes})`));
-    }
-    return el('li', 'toolkernel-file', '', [...parts, show]);
   }
 
   private server(server: IServer): HTMLElement {

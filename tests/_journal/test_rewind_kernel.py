@@ -74,7 +74,7 @@ def test_rewind_of_a_file_changed_since_is_refused_then_forced_then_undone(kerne
     assert (project / "table.csv").read_text() == "the person's edit\n"
     forced = kernel.execute_ok(f"%tools rewind {run} --force").stdout
     assert (project / "table.csv").read_text() == "a,b\n1,2\n"
-    undo = forced.split("`rewind ")[1].split("`")[0]
+    undo = forced.split("`%tools rewind ")[1].split("`")[0]
     kernel.execute_ok(f"%tools rewind {undo}")
     assert (project / "table.csv").read_text() == "the person's edit\n"
 

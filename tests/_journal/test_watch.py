@@ -4,6 +4,7 @@ impossible (`_journal/_watch.py`, issue 44 item 1)."""
 from __future__ import annotations
 
 import errno
+import re
 import os
 import shutil
 from pathlib import Path
@@ -133,3 +134,20 @@ def test_a_folder_that_becomes_a_virtual_environment_is_left_out(tmp_path):
         assert not any(path.startswith("tools/") for path in workspace.files)
     finally:
         workspace.close()
+
+
+def test_doctor_says_how_a_kernel_follows_the_workspace(session_with):
+    from kernel_helpers import RecordingSink
+    from toolkernel._frontends._doctor import doctor
+
+    session = session_with()
+    before, _ = doctor(session.workdir, session)
+    assert "changes: a kernel watches the workspace with inotify from its first shell run on" in before or \
+        watch.INotify is None
+    session.run_script("echo hi > made.txt", RecordingSink())
+    after, _ = doctor(session.workdir, session)
+    line = next(line for line in after.splitlines() if "changes:" in line)
+    if watch.INotify is not None:
+        assert re.search(r"\[  ok\] changes: watches the workspace with inotify \(\d+ folders, \d+ files", line), line
+    else:
+        assert "walks the workspace at each shell run" in line

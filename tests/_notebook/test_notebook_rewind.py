@@ -145,7 +145,7 @@ def test_a_person_rewinds_a_served_cell_with_percent_tools_rewind_in_a_paired_ke
             said = await asyncio.to_thread(percent_tools_rewind, run_id)
             assert f"rewound run {run_id}: 1 file put back" in said and f"{path}#{ids[1]}" in said, said
             await wait_until(lambda: person.cell(1)["source"] == "x = 20", "the old source at the person's")
-            undo = said.rsplit("`rewind ", 1)[1].split("`")[0]
+            undo = said.rsplit("`%tools rewind ", 1)[1].split("`")[0]
             await asyncio.to_thread(percent_tools_rewind, undo)
             await wait_until(lambda: person.cell(1)["source"] == "x = 50", "the rewind undone at the person's")
 

@@ -3,6 +3,7 @@ driven by Playwright. Screenshots of each step are kept (the path is printed).""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from jupyter_server_helpers import free_port, keep_waiting_for_slow_documents, stop_server
@@ -87,23 +89,32 @@ def lab(browser_ready, tmp_path):
         '%%tools\nfor b in wip-auth; do tools github delete-branch "branch=$b"; done',
     )
     (workdir / "approve.ipynb").write_text(json.dumps(notebook))
-    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
+    with running_lab(tmp_path, workdir) as base:
+        yield base, workdir
+
+
+@contextlib.contextmanager
+def running_lab(tmp: Path, workdir: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """JupyterLab on loopback serving `workdir`, with this tree's extension and no news pop-up,
+    its settings and workspaces under `tmp`; its base URL. `env`: the server's environment."""
+    settings = tmp / "settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
                                                                            "checkForUpdates": False}))
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
-           "TOOLKERNEL_ADMIN_CONFIG": str(tmp_path / "no-admin.toml"), **_extension_path(tmp_path)}
-    log = open(tmp_path / "lab.log", "w")
+    env = {**(os.environ if env is None else env), "PYTHONPATH": str(REPO),
+           "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
+           "XDG_CONFIG_HOME": str(tmp / "xdg"), "TOOLKERNEL_ADMIN_CONFIG": str(tmp / "no-admin.toml"),
+           **_extension_path(tmp)}
+    log = open(tmp / "lab.log", "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
          "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={workdir}"],
         cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_for(f"{base}/api/status", server, tmp_path / "lab.log")
-        yield base, workdir
+        _wait_for(f"{base}/api/status", server, tmp / "lab.log")
+        yield base
     finally:
         stop_server(server)
         log.close()
@@ -298,10 +309,10 @@ def test_the_sidebar_lists_a_cells_changes_shows_a_diff_and_rewinds_the_run(lab)
             expect(steps.outputs(1)).to_contain_text("wrote")
             assert (workdir / "data.txt").read_text() == "new line\n"
 
-            page.locator('.jp-SideBar [data-id="toolkernel-tools"]').click()
-            run = page.locator("#toolkernel-tools .toolkernel-run")
+            page.locator('.jp-SideBar [data-id="toolkernel-changes"]').click()
+            run = page.locator("#toolkernel-changes .toolkernel-run")
             expect(run).to_have_count(1)
-            expect(run.locator(".toolkernel-run-head")).to_contain_text("cell")
+            expect(run.locator(".toolkernel-run-head")).to_contain_text("changes.ipynb, cell 2")
             expect(run.locator(".toolkernel-file").filter(has_text="data.txt")).to_contain_text("changed")
             made = run.locator(".toolkernel-file").filter(has_text="<b>made.txt")  # text, not markup
             expect(made).to_contain_text("created")
@@ -314,9 +325,9 @@ def test_the_sidebar_lists_a_cells_changes_shows_a_diff_and_rewinds_the_run(lab)
             steps.shot("diff-shown")
 
             run.get_by_role("button", name="Rewind").click()
-            expect(page.locator("#toolkernel-tools .toolkernel-rewound")).to_contain_text("rewound run")
-            expect(page.locator("#toolkernel-tools .toolkernel-run")).to_have_count(2)  # the rewind: a run of its own
-            expect(page.locator("#toolkernel-tools .toolkernel-run").first).to_contain_text("rewind")
+            expect(page.locator("#toolkernel-changes .toolkernel-rewound")).to_contain_text("rewound run")
+            expect(page.locator("#toolkernel-changes .toolkernel-run")).to_have_count(2)  # the rewind: a run of its own
+            expect(page.locator("#toolkernel-changes .toolkernel-run").first).to_contain_text("Rewind of run")
             steps.shot("rewound")
             assert (workdir / "data.txt").read_text() == "old line\n"
             assert not (workdir / "<b>made.txt").exists()

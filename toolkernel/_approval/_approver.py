@@ -53,6 +53,24 @@ class Approver(Protocol):
     async def __call__(self, request: ApprovalRequest) -> Answer: ...
 
 
+# Said under a question about an edit (a person's cells): the way to stop being asked about them.
+ACCEPT_EDITS_HINT = ('To run edits in this folder unasked, set mode = "accept-edits" under [policy] in'
+                     " toolkernel.toml.")
+
+
+def edits_hint(requests: "tuple[ApprovalRequest, ...] | list[ApprovalRequest]") -> str:
+    """The hint, when a question before the start is about an edit."""
+    return ACCEPT_EDITS_HINT if any(r.before_start and r.call.kind == "edit" for r in requests) else ""
+
+
+def questions_text(requests: "tuple[ApprovalRequest, ...] | list[ApprovalRequest]") -> str:
+    """Every call a cell's script makes that needs a person, one line each, as one question."""
+    lines = [f"This script makes {len(requests)} calls that need your approval before it starts:"]
+    lines += [f"  {n}. {r.question().removesuffix('.')}" for n, r in enumerate(requests, 1)]
+    hint = edits_hint(requests)
+    return "\n".join(lines + ([hint] if hint else []))
+
+
 async def stop_and_report(request: ApprovalRequest) -> Answer:
     """The headless default: nobody can answer now."""
     return Answer.LATER
@@ -68,6 +86,42 @@ ANSWER_PROMPT = f"Allow? {CHOICES}: "
 ASK_AGAIN = "Please answer o (allow once), a (allow always) or d (deny): "
 # A person mistypes; a stream that never says o, a or d is not a person: stop and report.
 _MAX_ASKS = 5
+
+
+def all_choices(requests: "list[ApprovalRequest]") -> str:
+    """The prompt's choices for a list: one answer for all, or a letter a call, in order."""
+    always = "[a]lways / " if all(r.always_offered for r in requests) else ""
+    return (f"[o]nce / {always}[d]eny for all {len(requests)}, or a letter a call in order"
+            f" (e.g. {'o' * (len(requests) - 1)}d; a: always, where offered) (no default)")
+
+
+def replies_answers(reply: Any, requests: "list[ApprovalRequest]") -> "list[Answer] | None":
+    """The answers a typed reply gives to a list of calls: one word for all of them, or one letter
+    a call (`oad`); None when it gives none (the prompt asks again). "always" is taken only for a
+    call that offers it: for another one it would keep asking."""
+    text = str(reply).strip().lower()
+    whole = _REPLIES.get(text)
+    if whole is not None:
+        answers = [whole] * len(requests)
+    else:
+        letters = [c for c in text if c not in " ,"]
+        if len(letters) != len(requests) or any(c not in "oad" for c in letters):
+            return None
+        answers = [_REPLIES[c] for c in letters]
+    if any(a is Answer.ALWAYS and not r.always_offered for a, r in zip(answers, requests)):
+        return None
+    return answers
+
+
+def said_all(answers: "list[Answer]") -> str:
+    """The line after a list's answers: what happens now."""
+    if Answer.DENY in answers:
+        return "denied; nothing ran"
+    if Answer.LATER in answers:
+        return "no answer; nothing ran"
+    kinds = [kind for answer, kind in ((Answer.ONCE, "allowed once"), (Answer.ALWAYS, "always allowed"))
+             if answer in answers]
+    return f"{' and '.join(kinds)} ({len(answers)} calls); running the script"
 
 
 def said(answer: Answer, request: ApprovalRequest) -> str:
@@ -87,16 +141,37 @@ class StdinApprover:
 
     tells_the_answer = True  # the person reads what happened from `tell`: nothing needs repeating it
 
-    def __init__(self, ask: Callable[[str, ApprovalRequest | None], concurrent.futures.Future],
+    def __init__(self, ask: Callable[[str, "ApprovalRequest | Questions | None"], concurrent.futures.Future],
                  tell: Callable[[str], Any] = lambda line: None, *, mid_run: bool = True) -> None:
         self._ask, self._tell, self._mid_run = ask, tell, mid_run
 
     async def __call__(self, request: ApprovalRequest) -> Answer:
         if not request.before_start and not self._mid_run:
             return Answer.LATER  # the script stops there and reports (seed 000); asked on the report
-        answer = await self._answer(f"{request.question()} Allow? {CHOICES}: ", request)
+        hint = edits_hint([request])
+        answer = await self._answer(f"{request.question()}{' ' + hint if hint else ''} Allow? {CHOICES}: ", request)
         self._tell(said(answer, request))
         return answer
+
+    async def ask_all(self, requests: list[ApprovalRequest]) -> list[Answer]:
+        """Before the start: one question for every call that needs a person (see `questions_text`),
+        answered for all at once or a call at a time."""
+        batch = Questions(tuple(requests))
+        prompt = f"{questions_text(requests)}\nAllow? {all_choices(requests)}: "
+        shown: Questions | None = batch
+        answers = None
+        for _ in range(_MAX_ASKS):
+            try:
+                reply = await asyncio.wrap_future(self._ask(prompt, shown))
+            except EOFError:  # stdin closed: nobody can answer now
+                break
+            if (answers := replies_answers(reply, requests)) is not None:
+                break
+            prompt, shown = f"Please answer o, {'a, ' if all(r.always_offered for r in requests) else ''}d for all," \
+                            f" or one letter a call ({len(requests)} letters): ", None
+        answers = answers or [Answer.LATER] * len(requests)
+        self._tell(said_all(answers))
+        return answers
 
     async def _answer(self, prompt: str, request: ApprovalRequest) -> Answer:
         shown: ApprovalRequest | None = request  # the question is shown once; asking again is text
@@ -111,18 +186,25 @@ class StdinApprover:
         return Answer.LATER
 
 
+@dataclass(frozen=True)
+class Questions:
+    """The calls of one script asked about together before it starts (`StdinApprover.ask_all`)."""
+
+    requests: tuple[ApprovalRequest, ...]
+
+
 def reply_answer(reply: Any) -> Answer | None:
     """The answer a typed reply gives; None when it gives none (the prompt asks again)."""
     return _REPLIES.get(str(reply).strip().lower())
 
 
-def asking(ask: Callable[[str], str], prompt: str, request: ApprovalRequest | None) -> str:
+def asking(ask: Callable[[str], str], prompt: str, request: "ApprovalRequest | Questions | None") -> str:
     """`ask(prompt)` on the thread where it works; an `ask` with `show_question(request)`
     shows the question first (the JupyterLab extension turns it into buttons), and when it
     did, the prompt under it only asks for the answer."""
     show = getattr(ask, "show_question", None)
     if show is not None and request is not None and show(request):
-        prompt = ANSWER_PROMPT
+        prompt = f"Allow? {all_choices(list(request.requests))}: " if isinstance(request, Questions) else ANSWER_PROMPT
     return ask(prompt)
 
 

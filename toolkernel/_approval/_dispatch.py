@@ -19,7 +19,7 @@ from typing import Any, Callable, Coroutine, TypeVar
 
 from ._approvals import Approvals, lasting_rule_covers
 from ._approver import Answer, ApprovalRequest, Approver, stop_and_report
-from .._errors import CallError, CallLimit, Denied, InvalidInput, NeedsApproval, Stopped, ToolFailed
+from .._errors import CallError, CallLimit, Denied, InvalidInput, NeedsApproval, Stopped, ToolFailed, ToolInputError
 from ._hooks import HookOutcome, Hooks
 from .._config._limits import ShellLimits
 from .._config._sandbox import SandboxSettings
@@ -256,6 +256,8 @@ class Dispatcher:
         report only see as their stand-ins in `arguments` (a 256 MB `--save` content).
         `only_if_allowed` (with no hooks): see `WouldAsk`."""
         info = self._admit(tool, arguments, run)
+        if tool.ready is not None:
+            await self.ready(tool, arguments)
         if only_if_allowed and self.decide(info).action != "allow":
             self._not_here(info, run)
         guard = None if run is None else run.guard
@@ -290,6 +292,8 @@ class Dispatcher:
         plain sync code (`Tool.call_now`) then runs with no event loop at all: a loop and its task
         cost a call of a small tool a sixth of its time. `only_if_allowed`: see `WouldAsk`."""
         info = self._admit(tool, arguments, run)
+        if tool.ready is not None:
+            wait(self.ready(tool, arguments))
         decision = decide(info, self.env.policy)
         if decision.action != "allow" and only_if_allowed:
             self._not_here(info, run)
@@ -368,6 +372,17 @@ class Dispatcher:
         """The tool's own check that can fail before a person is asked (raises a CallError)."""
         if tool.precheck is not None:
             tool.precheck(arguments, self._context(tool))
+
+    async def ready(self, tool: Tool, arguments: Mapping[str, Any]) -> None:
+        """The tool's own check of what the call needs that may need I/O, before a person is asked
+        (a notebook to edit that was not read): a call that cannot succeed fails at once, as the
+        tool would fail it (`tool_error`), and nobody approves it in vain."""
+        if tool.ready is None:
+            return
+        try:
+            await tool.ready(arguments, self._context(tool))
+        except ToolInputError as exc:
+            raise ToolFailed(str(exc)) from exc
 
     def _context(self, tool: Tool, events: RunEvents = NO_EVENTS,
                  paths: Mapping[str, str] | None = None, run: Run | None = None,

@@ -90,8 +90,10 @@ class ToolsCommand:
         self._inflight: set[concurrent.futures.Future | asyncio.Task] = set()
         self.interrupted = False
         self.stop_reason = "interrupted"  # what a cancelled line reports (see `interrupt`)
-        # Characters of one result a script may take in; a runner sets it (None: no limit).
+        # Characters of one result a script may take in; a runner sets it (None: no limit), and
+        # says why when it is not the config's (`result_limit_why`).
         self.result_limit: int | None = None
+        self.result_limit_why = ""
         # Lines of own-tool calls parsed before, by argv (see `_keep`).
         self._known: dict[tuple[str, ...], _Known] = {}
 
@@ -320,19 +322,19 @@ class ToolsCommand:
         if limit is None or len(outcome.stdout) <= limit:
             return outcome
         name = " ".join(p for p in (command.server, command.tool) if p)
-        size = (f"the result of `tools {name}` has {len(outcome.stdout):,} characters, above"
-                f" [shell] max_result_mb = {limit // 1_000_000}")
+        why = self.result_limit_why or f"[shell] max_result_mb = {limit // 1_000_000}"
+        size = f"the result of `tools {name}` has {len(outcome.stdout):,} characters, above {why}"
+        instead = "add `--save PATH` to the call" + ("" if self.result_limit_why else ", or raise max_result_mb")
         try:
             path = _save_whole(self.workdir, outcome.stdout)
         except OSError as exc:  # a full disk, or a link where the outputs folder goes
             self.run.stop("result_too_large", name, {})
             error = Stopped(f"{size}, and it could not be saved ({exc}): the script stopped before"
-                            f" using it. Add `--save PATH` to the call, or raise max_result_mb")
+                            f" using it. {instead[:1].upper()}{instead[1:]}")
         else:
             self.run.stop("result_too_large", name, {}, shown={"saved_to": str(path)})
             error = Stopped(f"{size}: it is saved whole in {path} and the script stopped before using it."
-                            f" Load that file in the next cell (from Python), add `--save PATH` to the"
-                            f" call, or raise max_result_mb")
+                            f" Load that file in the next cell (from Python), or {instead}")
         return Outcome(stderr=outcome.stderr + error.json_line() + "\n", exit_code=1, images=outcome.images)
 
     def _listed(self, tool: Tool) -> bool:

@@ -21,7 +21,7 @@ Usage:
 Input: a JSON object '{...}', key=value pairs, --key value, --flag (true); or JSON on stdin
 (`-`, or no input arguments). Output: text as is, other results as JSON.
 Large results: `tools <tool> [input] --save PATH` writes the result to a file (a write-file call);
-`> PATH` is slow past a few MB (the sandbox rewrites the file whole every 4 KB).
+`> PATH` holds the result whole first: up to 10 million characters.
 Errors: one JSON line on stderr, exit code 1: {"error":{"code":...,"message":...,"retryable":...}}
 """
 

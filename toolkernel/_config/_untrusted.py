@@ -10,7 +10,7 @@ from typing import Callable
 
 from .._errors import printable
 from ._config import load_config
-from ._trust import TrustStore, fingerprints, trust_command
+from ._trust import FINGERPRINTED, TrustStore, fingerprints, read_config_file, trust_command
 
 # The replies the text prompt understands, which JupyterLab's buttons type for the person.
 TRUST_KEYS = {"trust": "y", "not_now": "n"}
@@ -55,6 +55,30 @@ class NotNow:
         self._said[folder] = (self._clock(), tuple(sorted(files.items())))
 
 
+SHOWN_CONFIG_BYTES = 16 * 1024  # of each config file, in the question; the path names the whole
+
+
+def config_texts(folder: Path, files: dict[str, str]) -> list[dict[str, str]]:
+    """The config files of `folder` the question is about, each with its path and its text (the
+    first SHOWN_CONFIG_BYTES, each character that is not printable escaped): what trusting lets
+    run is read where it is decided. The files that config runs are named, not shown."""
+    shown = []
+    for name in FINGERPRINTED:
+        if name not in files:
+            continue
+        path = folder / name
+        try:
+            data = read_config_file(path)
+        except (OSError, ValueError) as exc:
+            text = f"(cannot be read: {exc})"
+        else:
+            text = data[:SHOWN_CONFIG_BYTES].decode("utf-8", errors="replace")
+            if len(data) > SHOWN_CONFIG_BYTES:
+                text += f"\n… ({len(data) - SHOWN_CONFIG_BYTES} more bytes in the file)"
+        shown.append({"name": name, "path": printable(str(path)), "text": printable(text, keep="\n\t")})
+    return shown
+
+
 def ask_to_trust(workdir: Path, ask: Callable[[str], str], not_now: NotNow,
                  store: TrustStore | None = None) -> list[str]:
     """Ask a person about each project folder of `workdir` whose config is not trusted (unless
@@ -69,12 +93,14 @@ def ask_to_trust(workdir: Path, ask: Callable[[str], str], not_now: NotNow,
         names = printable(", ".join(sorted(files)))
         changed = store.changed(Path(folder))[1]
         since = f"; changed since it was trusted: {printable(', '.join(changed))}" if changed else ""
+        config = config_texts(Path(folder), files)
         told = (f"toolkernel: {printable(folder)} has config that is not trusted ({names}{since}); its servers,"
-                " hooks, allow rules and lasting approvals are not used.")
+                " hooks, allow rules and lasting approvals are not used. Read it first: "
+                + ", ".join(item["path"] for item in config) + ".")
         show = getattr(ask, "show_trust", None)
         shown = show is not None and show({"folder": printable(folder), "files": sorted(map(printable, files)),
                                            "changed": [printable(name) for name in changed], "keys": TRUST_KEYS,
-                                           "text": told})
+                                           "config": config, "text": told})
         try:  # what was shown is not said again by the prompt (JupyterLab echoes it under the buttons)
             reply = ask(f"{'' if shown else told + ' '}Trust it as it is now? [y/N] ")
         except EOFError:  # stdin closed: nobody can answer now

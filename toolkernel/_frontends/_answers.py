@@ -93,17 +93,23 @@ def deny(session, *, call: Mapping[str, Any] | None = None) -> str:
 
 
 def list_approvals(session, *, revoke: str | None = None) -> str:
+    """The lasting approvals; with `revoke` (a rule, or its number in the list), first what was
+    revoked. A rule that is not there is said, not an error: what the person wanted holds (it
+    does not allow); a number names a line of the list, so one past its end is."""
+    said = []
     if revoke is not None:
         # The list below numbers from 1; the store counts from 0.
         target: Any = int(revoke) - 1 if revoke.isdigit() else revoke
         try:
-            session.approvals.revoke(target)
-        except (KeyError, IndexError):
-            raise AnswerError(f"no lasting approval {revoke!r}; `%tools approvals` lists them") from None
+            said.append(f"revoked {printable(session.approvals.revoke(target))}")
+        except IndexError:
+            raise AnswerError(f"no lasting approval number {revoke}; `%tools approvals` lists them") from None
+        except KeyError:
+            said.append(f"nothing to revoke: no lasting approval {printable(revoke.strip())}")
     rules = session.approvals.lasting_rules()
     if not rules:
-        return "no lasting approvals"
-    return "\n".join(f"{i}. {rule}" for i, rule in enumerate(rules, 1))
+        return "\n".join([*said, "no lasting approvals" + (" left" if said else "")])
+    return "\n".join([*said, *(["left:"] if said else []), *(f"{i}. {rule}" for i, rule in enumerate(rules, 1))])
 
 
 def _take_pending(session, call: Mapping[str, Any] | None) -> CallInfo:
@@ -252,9 +258,9 @@ def _apply(session, args: argparse.Namespace) -> str:
 
         return report(*check(session.workdir)).rstrip("\n")
     if args.what == "doctor":
-        from .._runners._sandbox_plan import doctor
+        from ._doctor import doctor
 
-        return "\n".join([doctor(session.workdir), *session.journal.doctor_lines()])
+        return doctor(session.workdir, session)[0]
     from .._errors import CallError
     from .._providers._notebook import unpair
 
@@ -280,7 +286,8 @@ def journal_line(session, args: argparse.Namespace) -> str:
     refuse_agents("%tools rewind", "a rewind here is a person's",
                   "an agent rewinds with `tools rewind ID`, a call that asks like any write")
     return rewind_text(journal, args, cells=lambda run_id, cells: _loop.run(rewind_with_cells(
-        session.state, journal, run_id, cells, force=args.force, paths=args.path, into=None)))
+        session.state, journal, run_id, cells, force=args.force, paths=args.path, into=None)),
+        undo="%tools rewind {run}")
 
 
 def _pair(session, args: argparse.Namespace) -> str:
@@ -305,7 +312,8 @@ def usage() -> str:
              " `!toolkernel approve` lists them)",
              "%tools approvals [--revoke RULE_OR_NUMBER]      list or revoke lasting approvals",
              "%tools lint                                     check the config without starting anything",
-             "%tools doctor                                   which OS sandbox holds an agent's host code here",
+             "%tools doctor                                   check the setup: extension, kernelspec, trust, servers,"
+             " sandbox",
              "%tools changes [--run ID] [--path GLOB]         what runs changed in the workspace, newest first",
              "%tools rewind ID|--last [--force] [--path GLOB]  put back the files a run changed",
              *pairing_args_usage().splitlines(),

@@ -13,8 +13,8 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from . import _lab
 from .._errors import ConfigError, Unavailable
-from ._ipython import (IPythonSink, ScriptFailed, _stdin_allowed, interrupted, refuse_persons_variables, shell_args,
-                       stop_after_denial)
+from ._ipython import (IPythonSink, ScriptFailed, _stdin_allowed, cell_about, interrupted, refuse_persons_variables,
+                       shell_args, stop_after_denial)
 
 # The name toolkernel's notebook-run gives an agent's `%%bash` cell (`_notebook/_connection.py`).
 AGENT_BASH_MAGIC = "toolkernel_agent_bash"
@@ -108,7 +108,9 @@ class HostBashMagics(Magics):
         sink = _CapturingSink(bool(args.out), bool(args.err))
         # The question with its buttons ("Always allow" where it would hold), as a %%tools cell asks.
         ask = _lab.asking_with_buttons(self._session.result(), input) if _stdin_allowed(self.shell) else None
-        result = self._session.result().run_script(cell, sink, runner=runner, ask=ask, agent=runner.agent)
+        session = self._session.result()
+        result = session.run_script(cell, sink, runner=runner, ask=ask, agent=runner.agent,
+                                    about=cell_about(self.shell, cell, runner.agent, session.workdir))
         if result.denied_by_person:  # the person was told "denied; nothing ran": no report after it
             return stop_after_denial(args.no_raise_error)
         if result.run_report is not None:  # with "Always allow" offered as a %%tools cell's report has it

@@ -14,7 +14,8 @@ from typing import Callable
 from .._config._config import load_config
 from .._config._rewind import RewindLimits
 from .._errors import ConfigError
-from .._journal import CellEntry, Journal, Rewound, chosen_cells, describe_rewind, describe_runs, iter_changes, rewind
+from .._journal import (CellEntry, Journal, Rewound, chosen_cells, describe_rewind, describe_runs, iter_changes,
+                        rewind, rewound_by)
 
 
 def add_changes_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,11 +44,12 @@ def journal_for(workdir: Path, journal: Journal | None = None) -> Journal:
 
 def changes_text(journal: Journal, args: argparse.Namespace) -> str:
     """Raises `_rewind.RewindError` for an unknown run."""
-    return describe_runs(iter_changes(journal, args.run, args.path))
+    return describe_runs(iter_changes(journal, args.run, args.path), rewound_by(journal.runs()))
 
 
 def rewind_text(journal: Journal, args: argparse.Namespace,
-                cells: Callable[[str, list[CellEntry]], Rewound] | None = None) -> str:
+                cells: Callable[[str, list[CellEntry]], Rewound] | None = None,
+                undo: str = "toolkernel rewind {run}") -> str:
     """Raises `_rewind.RewindError` (nothing restored) or ValueError (no run named). `cells`: how a
     front end paired with Jupyter Servers puts back a run that changed cells through one (the
     files too); without it such a run is refused (`rewind` says where it can be done)."""
@@ -57,5 +59,76 @@ def rewind_text(journal: Journal, args: argparse.Namespace,
         run = journal.last() if args.last else journal.run(args.run)
         served = chosen_cells(run, args.path)
         if served:
-            return describe_rewind(cells(run.id, served))
-    return describe_rewind(rewind(journal, args.run, force=args.force, paths=args.path))
+            return describe_rewind(cells(run.id, served), undo)
+    return describe_rewind(rewind(journal, args.run, force=args.force, paths=args.path), undo)
+
+
+def notebook_diff(old: str, new: str) -> str | None:
+    """A notebook's change cell by cell: nbdime's diff where it is installed, else each cell
+    added, deleted or changed (its source as a unified diff; outputs are said to have changed).
+    None when a side is not a notebook (the caller shows its lines)."""
+    import json
+
+    try:
+        before = json.loads(old) if old.strip() else {"cells": [], "nbformat": 4, "nbformat_minor": 5, "metadata": {}}
+        after = json.loads(new) if new.strip() else {"cells": [], "nbformat": 4, "nbformat_minor": 5, "metadata": {}}
+        if not isinstance(before.get("cells"), list) or not isinstance(after.get("cells"), list):
+            return None
+    except (ValueError, AttributeError):
+        return None
+    try:
+        return _nbdime_diff(before, after)
+    except ImportError:
+        pass
+    except Exception:  # noqa: BLE001 - a notebook nbdime cannot take (an odd field): shown our way
+        pass
+    return _cell_diff(before["cells"], after["cells"])
+
+
+def _nbdime_diff(before: dict, after: dict) -> str:
+    import io
+    import json
+
+    import nbdime
+    from nbdime.prettyprint import PrettyPrintConfig, pretty_print_diff
+
+    import nbformat
+
+    # As nbformat reads a file: a source given as a list of lines is one string, as nbdime wants it.
+    before, after = (nbformat.from_dict(nbformat.reads(json.dumps(side), as_version=4)) for side in (before, after))
+    out = io.StringIO()
+    # No git, no external diff, no colour codes: the page colours the lines by their first character.
+    pretty_print_diff(before, nbdime.diff_notebooks(before, after), "",
+                      PrettyPrintConfig(out=out, use_git=False, use_diff=False, use_color=False))
+    return out.getvalue().rstrip("\n")
+
+
+def _cell_diff(before: list, after: list) -> str:
+    import difflib
+
+    def source(cell) -> str:
+        text = cell.get("source", "")
+        return "".join(text) if isinstance(text, list) else str(text)
+
+    def name(number: int, cell) -> str:
+        return f"cell {number} ({cell.get('cell_type', '?')}, id {cell.get('id', '?')})"
+
+    old = {cell.get("id"): (n, cell) for n, cell in enumerate(before, 1) if isinstance(cell, dict)}
+    lines: list[str] = []
+    for number, cell in enumerate(after, 1):
+        if not isinstance(cell, dict):
+            continue
+        if cell.get("id") not in old:
+            lines.append(f"## {name(number, cell)} added:")
+            lines += [f"+{line}" for line in source(cell).splitlines()]
+            continue
+        _, was = old.pop(cell.get("id"))
+        diff = list(difflib.unified_diff(source(was).splitlines(), source(cell).splitlines(), lineterm="", n=2))[2:]
+        outputs = was.get("outputs") != cell.get("outputs")
+        if diff or outputs or was.get("cell_type") != cell.get("cell_type"):
+            lines.append(f"## {name(number, cell)} changed:")
+            lines += diff + (["(its outputs changed)"] if outputs else [])
+    for number, cell in old.values():
+        lines.append(f"## {name(number, cell)} deleted:")
+        lines += [f"-{line}" for line in source(cell).splitlines()]
+    return "\n".join(lines)

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument
@@ -134,3 +136,29 @@ def refuse_persons_variables(args) -> None:
         if name and not name.startswith(AGENT_PREFIX):
             raise UsageError(f"an agent's cell keeps --{flag} only in a variable named {AGENT_PREFIX}..."
                              f" (not {name!r}): the person's variables are theirs")
+
+
+def cell_about(shell, script: str, agent: bool, workdir: Path) -> dict[str, Any]:
+    """Where a script magic's run came from, as the journal keeps it for a person's list of changes:
+    the notebook (the one a Jupyter Server started this kernel for), the cell (its id, and its count
+    as `In [n]` shows it), the script's first line, and whether a person or an agent sent it."""
+    about: dict[str, Any] = {"who": "agent" if agent else "person"}
+    first = next((line.strip() for line in script.splitlines() if line.strip()), "")
+    if first:
+        about["first_line"] = first[:200]
+    count = getattr(shell, "execution_count", None)
+    if isinstance(count, int):
+        about["count"] = count
+    kernel = getattr(shell, "kernel", None)
+    try:
+        metadata = (kernel.get_parent("shell") or {}).get("metadata") or {} if kernel is not None else {}
+    except Exception:  # noqa: BLE001 - no cell id: the list names the cell by its count
+        metadata = {}
+    if isinstance(metadata.get("cellId"), str):
+        about["cell_id"] = metadata["cellId"]
+    named = os.environ.get("JPY_SESSION_NAME")
+    if named:
+        path = os.path.realpath(named if os.path.isabs(named) else os.path.join(os.getcwd(), os.path.basename(named)))
+        relative = os.path.relpath(path, os.path.realpath(workdir))
+        about["notebook"] = relative if not relative.startswith("..") else path
+    return about

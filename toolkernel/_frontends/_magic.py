@@ -22,8 +22,8 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.core.magic_arguments import magic_arguments, parse_argstring
 
 from .._errors import CallError, ConfigError
-from ._ipython import (IPythonSink, KeptSink, ScriptFailed, _stdin_allowed, interrupted, refuse_persons_variables,
-                       shell_args, show_image, stop_after_denial)
+from ._ipython import (IPythonSink, KeptSink, ScriptFailed, _stdin_allowed, cell_about, interrupted,
+                       refuse_persons_variables, shell_args, show_image, stop_after_denial)
 
 
 class CallFailed(ScriptFailed):
@@ -84,7 +84,8 @@ class ToolsMagics(Magics):
             for said in ask_to_trust(self.session.workdir, ask, self._not_now) if ask else ():
                 print(said)
             sink = KeptSink() if args.out else IPythonSink()
-            result = self.session.run_script(script, sink, read_only=args.read_only, ask=ask, agent=agent)
+            result = self.session.run_script(script, sink, read_only=args.read_only, ask=ask, agent=agent,
+                                             about=cell_about(self.shell, script, agent, self.session.workdir))
         except ConfigError as exc:
             raise ScriptFailed(f"configuration error: {exc}") from None
         if result.denied_by_person:  # "denied; nothing ran" was the answer's line: no report after it

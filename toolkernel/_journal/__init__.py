@@ -12,18 +12,12 @@ The layers above reach it through these names; a tool reaches a run's journal on
 """
 
 from .._errors import RewindError
-from ._describe import describe_rewind, describe_runs, diff_of, iter_changes
+from ._describe import describe_about, describe_rewind, describe_runs, diff_of, iter_changes, rewound_by
 from ._record import CellEntry, Entry, RunJournal, RunRecord, source_hash
 from ._restore import Rewound, chosen_cells, chosen_files, rewind
 from ._store import Journal, journal_root
-from ._watch import how_it_would_watch
-
-
-def doctor_line() -> str:
-    """How a kernel here follows the workspace's changes (`toolkernel doctor`, with no kernel)."""
-    return f"journal of changes: a kernel follows the workspace with {how_it_would_watch()}"
-
+from ._watch import doctor_line
 
 __all__ = ["CellEntry", "Entry", "Journal", "RewindError", "Rewound", "RunJournal", "RunRecord", "chosen_cells",
-           "chosen_files", "describe_rewind", "describe_runs", "diff_of", "doctor_line", "iter_changes", "journal_root", "rewind",
+           "chosen_files", "describe_about", "describe_rewind", "describe_runs", "diff_of", "doctor_line", "iter_changes", "journal_root", "rewind", "rewound_by",
            "source_hash"]

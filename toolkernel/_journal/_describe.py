@@ -7,7 +7,7 @@ import fnmatch
 import hashlib
 import os
 import time
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from .._errors import RewindError, printable
 from ._record import Entry, RunRecord, state_of
@@ -16,6 +16,18 @@ from ._store import MIB, read_all
 
 if TYPE_CHECKING:
     from ._store import Journal
+
+
+def rewound_by(runs: Iterable[RunRecord]) -> dict[str, str]:
+    """Each run whose changes a later rewind put back, and that rewind, while it stands: a rewind
+    that was itself rewound gives its runs' changes back to them."""
+    by: dict[str, str] = {}
+    for run in sorted(runs, key=lambda r: (r.time, r.id)):
+        for target in run.rewinds:
+            for undone in [name for name, rewind in by.items() if rewind == target]:
+                del by[undone]
+            by[target] = run.id
+    return by
 
 
 def iter_changes(journal: Journal, run_id: str | None = None, path_glob: str | None = None) -> Iterator[RunRecord]:
@@ -35,9 +47,11 @@ def iter_changes(journal: Journal, run_id: str | None = None, path_glob: str | N
 _DIFF_MAX = 1 * MIB  # each side of a diff: a larger file is summed up, not shown
 
 
-def diff_of(journal: Journal, run_id: str, relative: str) -> str:
+def diff_of(journal: Journal, run_id: str, relative: str,
+            notebook: Callable[[str, str], str | None] | None = None) -> str:
     """One file of a run, old against new: a unified diff of its content before run `run_id` and
     its content now (what a rewind would replace), for a person to look at before restoring.
+    `notebook(old, new)`: a notebook's diff cell by cell (None where a side is no notebook).
     Raises `RewindError` for an unknown run or file, or a stored content that is damaged."""
     run = journal.run(run_id)
     entry = run.files().get(relative)
@@ -49,6 +63,9 @@ def diff_of(journal: Journal, run_id: str, relative: str) -> str:
     moved = run.after is not None and now_name in run.after and \
         state_of(os.path.join(journal.workdir, now_name)) != run.after[now_name]
     note = [f"(changed again since run {run.id}: a rewind refuses it)"] if moved else []
+    cells = notebook(old, new) if notebook is not None and now_name.endswith(".ipynb") else None
+    if cells is not None:
+        return "\n".join(note + [cells or f"{printable(relative)}: no difference in its cells"])
     lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                  f"a/{relative} (before run {run.id})", f"b/{now_name} (now)")
     text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
@@ -96,10 +113,13 @@ def _current_side(journal: Journal, relative: str) -> str:
 
 
 
-def describe_runs(runs: Iterable[RunRecord]) -> str:
-    """`changes`: each run, newest first, with its files and the kind of each change."""
+def describe_runs(runs: Iterable[RunRecord], rewound: Mapping[str, str] | None = None) -> str:
+    """`changes`: each run, newest first, where it came from, with its files and the kind of each
+    change; `rewound`: the runs a later rewind put back (`rewound_by`), marked so; a run the day's
+    limit dropped, as dropped."""
     lines = []
     for run in runs:
+        ended_by = f"  (rewound by run {rewound[run.id]})" if rewound and run.id in rewound else ""
         files = run.files()
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.time))
         if run.dropped is not None:
@@ -111,12 +131,23 @@ def describe_runs(runs: Iterable[RunRecord]) -> str:
                      f"{time.strftime('%H:%M:%S', time.localtime(run.settled))})")
         folders = sum(entry.folder for entry in files.values())
         lines.append(f"run {run.id}  {when}  {run.route}  {_counted(len(files) - folders, len(run.cells), folders)}"
-                     f"{ended}")
+                     f"{ended}{ended_by}")
+        if run.about:
+            lines.append(f"  from {describe_about(run.about)}")
         for entry in files.values():
             lines.append("  " + _describe_entry(entry))
         for cell in run.cells:
             lines.append(f"  {'cell':<8}  {printable(cell.name)}  (on {printable(cell.server)})")
     return "\n".join(lines) if lines else "no changes recorded"
+
+
+def describe_about(about: Mapping[str, Any]) -> str:
+    """Where a run came from, in a line: `analysis.ipynb [4] by a person: tools write-file ...`."""
+    where = " ".join(part for part in (printable(str(about.get("notebook", ""))),
+                                        f"[{about['count']}]" if "count" in about else "") if part) or "a cell"
+    who = {"person": " by a person", "agent": " by an agent"}.get(str(about.get("who")), "")
+    first = f": {printable(str(about['first_line']))}" if about.get("first_line") else ""
+    return f"{where}{who}{first}"
 
 
 def _dropped(tomb) -> str:
@@ -140,11 +171,13 @@ def _describe_entry(entry: Entry) -> str:
     return f"{entry.kind:<8}  {name}" + (f"  ({'; '.join(notes)})" if notes else "")
 
 
-def describe_rewind(done: Rewound) -> str:
+def describe_rewind(done: Rewound, undo: str = "rewind {run}") -> str:
+    """What a rewind did; `undo`: the command that rewinds a run where this is read (`%tools rewind
+    {run}` in a notebook, `toolkernel rewind {run}` in a terminal, `tools rewind run={run}` in a script)."""
     lines = [f"rewound run {done.run}: {len(done.restored)} file{'s' if len(done.restored) != 1 else ''} put back"]
     lines += [f"  {printable(name)}" for name in done.restored]
     lines += [f"  not restored: {printable(line)}" for line in done.skipped]
     lines += [f"  NOT restored, stopped: {printable(line)}" for line in done.failed]
     if done.recorded_as:
-        lines.append(f"(recorded as run {done.recorded_as}: `rewind {done.recorded_as}` undoes this)")
+        lines.append(f"(recorded as run {done.recorded_as}: `{undo.format(run=done.recorded_as)}` undoes this)")
     return "\n".join(lines)

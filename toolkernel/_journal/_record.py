@@ -100,6 +100,9 @@ class RunRecord:
     cells: list[CellEntry] = field(default_factory=list)  # each cell once: first before, last after
     # A run the day's limit dropped: when, for which run, why (`Journal.dropped_runs`); no entries.
     dropped: Mapping[str, Any] | None = None
+    # Where the run came from, for a person (a notebook cell: notebook, cell_id, count, first_line, who).
+    about: dict[str, Any] = field(default_factory=dict)
+    rewinds: list[str] = field(default_factory=list)  # the runs this one put back (a rewind's)
 
     def files(self) -> dict[str, Entry]:
         """The first entry of each path: the state before the run."""
@@ -166,6 +169,8 @@ def parse_run(run_id: str, lines: list[bytes]) -> RunRecord:
     if head.get("version") != _VERSION or head["run"] != run_id:
         raise ValueError("not this run")
     run = RunRecord(run_id, float(head["time"]), str(head["route"]))
+    if isinstance(head.get("about"), dict):
+        run.about = {k: v for k, v in head["about"].items() if isinstance(v, (str, int)) and not isinstance(v, bool)}
     if isinstance(head.get("pid"), int):
         run.owner = (head["pid"], head.get("started") if isinstance(head.get("started"), str) else None)
     cells: dict[tuple[str, str, str], CellEntry] = {}
@@ -176,6 +181,10 @@ def parse_run(run_id: str, lines: list[bytes]) -> RunRecord:
         if "end" in item:
             run.after = dict(item["end"])
             run.settled = float(item["settled"]) if "settled" in item else None
+            continue
+        if "rewinds" in item:
+            if isinstance(item["rewinds"], str):
+                run.rewinds.append(item["rewinds"])
             continue
         if "scan" in item:
             if not HASH.fullmatch(item["scan"]):
@@ -264,9 +273,10 @@ def _as_ended(entry: Entry, after: Mapping[str, Any]) -> Entry:
 class RunJournal:
     """What one run records: each workspace file before its first change in the run."""
 
-    def __init__(self, journal: Journal, route: str) -> None:
+    def __init__(self, journal: Journal, route: str, about: Mapping[str, Any] | None = None) -> None:
         self.journal = journal
         self.route = route
+        self.about = dict(about or {})
         self.id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         self.time = time.time()
         self._seen: dict[str, Entry] = {}
@@ -412,6 +422,12 @@ class RunJournal:
             self._open()
             self._write(line)
 
+    def note_rewinds(self, run_id: str) -> None:
+        """This run put back what run `run_id` changed (a listing marks that run rewound)."""
+        with self._lock:
+            self._open()
+            self._write({"rewinds": run_id})
+
     def when_ended(self, done: Callable[[], None]) -> None:
         """`done()` once the run's end is written (or its file removed: it changed nothing)."""
         self._at_end.append(done)
@@ -433,8 +449,11 @@ class RunJournal:
             fd = os.open(folder / f"{self.id}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
                          | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             self._file = os.fdopen(fd, "ab", buffering=0)
-            self._write({"version": _VERSION, "run": self.id, "time": self.time, "route": self.route,
-                         "pid": os.getpid(), "started": _process_start(os.getpid())})
+            head = {"version": _VERSION, "run": self.id, "time": self.time, "route": self.route,
+                    "pid": os.getpid(), "started": _process_start(os.getpid())}
+            if self.about:
+                head["about"] = self.about
+            self._write(head)
 
     def _write(self, item: Mapping[str, Any]) -> None:
         # One write per line, unbuffered: a kill after it leaves the line whole in the file.

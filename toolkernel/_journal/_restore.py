@@ -89,6 +89,7 @@ def rewind(journal: Journal, run_id: str | None, *, force: bool = False,
     finally:
         workspace.close()
     if restored:
+        own.note_rewinds(run.id)
         os.sync()  # durable when it says so: once, not two fsyncs a file (1,000 files took seconds)
     if into is None:
         own.finish()

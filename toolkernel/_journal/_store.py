@@ -108,8 +108,9 @@ class Journal:
 
     # -- recording -----------------------------------------------------------------------------
 
-    def start_run(self, route: str) -> "RunJournal":
-        return RunJournal(self, route)
+    def start_run(self, route: str, about: Mapping[str, Any] | None = None) -> "RunJournal":
+        """`about`: where the run came from, as a person names it (see `RunRecord.about`)."""
+        return RunJournal(self, route, about)
 
     def compared(self, run: RunJournal, skip: frozenset[str], named: Named | None = None) -> Comparison:
         """The workspace as a shell run of `run` starts, to compare with once it ends (`_scan`);
@@ -122,15 +123,6 @@ class Journal:
             if self._knowledge is None:
                 self._knowledge = Knowledge(self, watch=self.watch)
             return self._knowledge
-
-    def doctor_lines(self) -> list[str]:
-        """Which way this kernel follows the workspace's changes: inotify, or a walk, and where."""
-        if self._knowledge is None:
-            from ._watch import how_it_would_watch
-
-            return [f"journal of changes: follows the workspace from this kernel's first shell run on "
-                    f"({how_it_would_watch()})"]
-        return self._knowledge.workspace.doctor_lines()
 
     def room_for_record(self, size: int) -> bool:
         """Whether the journal's record of the workspace (`_tree`, about `size` bytes) fits in

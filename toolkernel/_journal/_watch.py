@@ -374,7 +374,7 @@ class Workspace:
     def doctor_lines(self) -> list[str]:
         if not self.started:
             return [f"journal of changes: watching starts at this kernel's first shell run ({how_it_would_watch()})"]
-        watched = len(self.folders) - len(self.unwatched)
+        watched = len(self._wd)
         if self._inotify is None:
             head = (f"journal of changes: walks the workspace at each shell run ({len(self.files)} files in "
                     f"{len(self.folders)} folders): {self.why_walked}")
@@ -387,6 +387,24 @@ class Workspace:
             lines.append(f"  walked whole {self.rescans} time(s) after the event queue overflowed "
                          "(more changes at once than /proc/sys/fs/inotify/max_queued_events)")
         return lines
+
+
+def doctor_line(journal=None) -> tuple[str, str, str]:
+    """`toolkernel doctor`'s line on how a shell run's changes are found: (state, what, what to do),
+    state "ok" or "note". `journal`: a kernel's, whose watch says what it does now."""
+    knowledge = getattr(journal, "_knowledge", None)
+    workspace = knowledge.workspace if knowledge is not None else None
+    if workspace is None or not workspace.started:
+        if INotify is None:
+            return "note", "no inotify here: each shell run walks the workspace (a cell costs more as it grows)", ""
+        return "ok", (f"a kernel watches the workspace with inotify from its first shell run on (up to "
+                      f"{watch_limit()} watches for this user)"), ""
+    lines = workspace.doctor_lines()
+    said = "; ".join(line.strip().removeprefix("journal of changes: ") for line in lines)
+    if workspace._inotify is None or workspace.unwatched:
+        return "note", said, ("raise fs.inotify.max_user_watches (sysctl) to watch every folder"
+                              if "limit" in (workspace.why_walked or "") else "")
+    return "ok", said, ""
 
 
 def _below_any(path: str, folders: Iterable[str]) -> bool:

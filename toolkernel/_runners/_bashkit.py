@@ -27,9 +27,15 @@ from .._approval._protected import Protection
 from ._guard import GuardedChmod, mount, mount_links, refuse_links
 from .._config._limits import ShellLimits, limit_notice
 from .._approval._run import RunEvents
-from ._shell import ShellResult
+from ._shell import ShellResult, kept_here
 
 CALLS_AT_ONCE = 8  # a script's calls of sync tools at once, as of command tools (seed 003)
+# Characters of one result a sync builtin returns: Bashkit (0.20.1) holds three copies of it
+# against a budget of 32 MB ("live intermediate bytes"), and past that fails the run, the
+# result lost. Above this a result is saved whole instead (`ToolsCommand._kept_out`).
+WHOLE_RESULT = 10_000_000
+WHOLE_RESULT_WHY = ("10,000,000, the most a call returns where it is held whole: in a script that writes a"
+                    " file with `>` (or pipes a function in a loop that reads)")
 
 
 class BashkitRunner:
@@ -46,14 +52,12 @@ class BashkitRunner:
         self.read_only = read_only
         self._bash = None
         self._lock = threading.Lock()
+        self._parsed: tuple[str, object] | None = None  # the last script and its analysis
 
     def literal_calls(self, script: str) -> list[list[str]]:
         """The `tools` calls the script writes out in full (advisory: see _preflight)."""
-        from bashkit import Bash
-
-        try:
-            analysis = Bash().analyze(script)
-        except Exception:  # noqa: BLE001 - a script Bashkit cannot parse fails when it runs
+        analysis = self._analysis(script)
+        if analysis is None:
             return []
         return [
             list(c.args)
@@ -61,10 +65,20 @@ class BashkitRunner:
             if c.name == "tools" and c.context != "function_body" and all(a is not None for a in c.args)
         ]
 
+    def _analysis(self, script: str):
+        """Bashkit's analysis of `script` (None: it cannot be parsed), made once for the
+        before-start check and the way the script runs."""
+        parsed = self._parsed
+        if parsed is None or parsed[0] != script:
+            parsed = self._parsed = (script, _analyze(script))
+        return parsed[1]
+
     def run(self, script: str, command: ToolsCommand, events: RunEvents) -> ShellResult:
         env = command.dispatcher.env
+        way = _way(script, streams_to_a_file(self._analysis(script), script))
         command.result_limit = env.shell.max_result_mb * 1_000_000
-        way = _way(script)
+        if way == "sync" and command.result_limit > WHOLE_RESULT:
+            command.result_limit, command.result_limit_why = WHOLE_RESULT, WHOLE_RESULT_WHY
         watch = _CapWatch(events)
         builtin = _Builtin(command, events, weakref.ref(self))
         live = _LiveTools(builtin, watch)
@@ -352,6 +366,57 @@ def _new_bash(builtin: _Builtin, live: "_LiveTools | None", relay: "_Relay | Non
     return bash
 
 
+class _Analyzer:
+    """One `Bash` kept for parsing scripts (`Bash.analyze`): making one costs about 0.23 ms,
+    parsing a short script with it about 2 us. Runs of several threads share it, in turns."""
+
+    def __init__(self) -> None:
+        self._bash = None
+        self._lock = threading.Lock()
+
+    def __call__(self, script: str):
+        """The analysis of `script`; None when Bashkit cannot parse it (it then fails as it runs)."""
+        with self._lock:
+            if self._bash is None:
+                from bashkit import Bash
+
+                self._bash = Bash()
+            try:
+                return self._bash.analyze(script)
+            except Exception:  # noqa: BLE001 - any failure to parse is the run's to report
+                return None
+
+
+_analyze = _Analyzer()
+
+# The commands Bashkit (0.20.1) streams: under the async `execute` (its byte sinks), the output
+# of `cat`, `grep`, `tr`, `seq`, `yes` and of a live command (`tools`) that goes to a file is
+# appended to it 4 KiB at a time, and its real filesystem appends by writing the whole file anew
+# (copied to a temporary sibling, synced, renamed): `cat` of 2 MB into a file took 5.6 s, of 6.9
+# MB 51.5 s, and wrote 124 times the file's size. Under `execute_sync` these commands do not
+# stream and a sync builtin returns its result whole: the file is written once.
+_STREAMING = frozenset({"cat", "grep", "tr", "seq", "yes", "tools"})
+_NOT_FILES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
+# `>& file` and `&>> file`, which the analysis (bashkit 0.20.1) leaves out
+_DUP_TO_FILE = re.compile(r">&\s*[^\s\d-]|&>>")
+
+
+def streams_to_a_file(analysis, script: str) -> bool:
+    """Whether the script may redirect a command Bashkit streams into a file (see _STREAMING):
+    it writes a file by redirection (anywhere in it), and names a streaming command, or one
+    the analysis cannot name (`$cmd`, `eval`)."""
+    if analysis is None:
+        return False
+    unknown = analysis.truncated or analysis.is_opaque
+    writes = (any(r.is_write and _a_file(r.path) for r in analysis.redirects)
+              or bool(_DUP_TO_FILE.search(script)) or (unknown and ">" in script))
+    return writes and bool(unknown or analysis.has_dynamic_commands or _STREAMING.intersection(analysis.command_names))
+
+
+def _a_file(path: str | None) -> bool:
+    return path is None or (path not in _NOT_FILES and not path.startswith("/dev/fd/"))
+
+
 _LOOPS = re.compile(r"\b(for|while|until|select|xargs)\b")
 # A loop that reads its input: `read`, or a loop a pipe or a redirection feeds.
 _READS = re.compile(r"(?<![\w-])(read|mapfile|readarray)(?![\w-])|\|\s*(for|while|until|select)\b|\bdone\s*<")
@@ -362,7 +427,7 @@ _BACKGROUND = re.compile(r"(?<![&|<>])&(?![&>])")
 _MANY_CALLS = 10
 
 
-def _way(script: str) -> str:
+def _way(script: str, to_a_file: bool = False) -> str:
     """How Bashkit runs the script: "live", "relayed", "sync" or "streamed".
 
     A script that calls `tools` (literally: a name built at run time, such as `$t`, reaches
@@ -379,7 +444,15 @@ def _way(script: str) -> str:
     at about 8x its size, but Bashkit's function trap (`_Relay`) needs a live command, which
     this way has not; its background jobs' calls are all made, one after another.
     A script that calls no tool just streams ("streamed").
+
+    A script that may redirect a streaming command into a file (`to_a_file`, see
+    `streams_to_a_file`) keeps `execute_sync` too, where the file is written once (`cat` of 2 MB
+    into a file: 5.6 s streamed), unless it has background jobs, whose calls run at once only
+    live. So does a loop with such a redirect: under the relay, `tools` is a shell function, and
+    Bashkit holds a function's redirected output whole, cut at 10 MiB without a word.
     """
+    if to_a_file and not _BACKGROUND.search(script):
+        return "sync"
     if "tools" not in script:
         return "streamed"
     if _READS.search(script):
@@ -419,10 +492,35 @@ def _streamed(bash, script: str, watch: "_CapWatch", prelude: str = "", settle=N
                 await settle()
 
     try:
-        with asyncio.Runner(loop_factory=_CallbackLoop) as runner:
-            return runner.run(execute())
+        loop = kept_here("bashkit-loop", _CallbackLoop)
+        if loop is None:  # not on a script thread (a bench, a test): a loop of its own
+            with asyncio.Runner(loop_factory=_CallbackLoop) as runner:
+                return runner.run(execute())
+        return _run_on(loop, execute())
     finally:
         watch.output(out.decode(b"", final=True), err.decode(b"", final=True))
+
+
+def _run_on(loop: asyncio.AbstractEventLoop, coro):
+    """Run `coro` to its end on `loop`, kept by the script thread between runs (making and
+    closing one cost a run about 0.1-0.2 ms), and leave nothing of the run on it: a task still
+    pending is cancelled and awaited, and an async generator left open is closed, as
+    `asyncio.Runner` does before it closes a loop."""
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        try:
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            # The loop's own record of the async generators it started (asyncio keeps it for
+            # `shutdown_asyncgens`, which a loop that runs again cannot call).
+            closing = [generator.aclose() for generator in list(getattr(loop, "_asyncgens", ()))]
+            if left or closing:
+                loop.run_until_complete(asyncio.gather(*left, *closing, return_exceptions=True))
+        finally:
+            asyncio.set_event_loop(None)
 
 
 class _CallbackLoop(asyncio.SelectorEventLoop):
@@ -439,11 +537,17 @@ class _CallbackLoop(asyncio.SelectorEventLoop):
 
     keep_free = True  # it runs the byte sinks: a sync tool runs on a thread (`_loop.may_block`)
 
-    def __init__(self) -> None:
-        super().__init__()
+    def run_in_executor(self, executor, func, *args):
         # Background jobs' calls of sync tools run at once on these threads: asyncio's own pool
         # has min(32, CPUs + 4), which held the seventh of 8 calls on a machine of two cores.
-        self.set_default_executor(concurrent.futures.ThreadPoolExecutor(CALLS_AT_ONCE, "toolkernel-call"))
+        # Made at the first such call: a pool made for every run, and the thread that shuts it
+        # down as the run ends, cost a run without one about 0.15 ms.
+        if executor is None and not self._pool_set:
+            self._pool_set = True
+            self.set_default_executor(concurrent.futures.ThreadPoolExecutor(CALLS_AT_ONCE, "toolkernel-call"))
+        return super().run_in_executor(executor, func, *args)
+
+    _pool_set = False
 
     def call_soon_threadsafe(self, callback, *args, context=None):
         return super().call_soon_threadsafe(callback, *args, context=None if context is None else context.copy())

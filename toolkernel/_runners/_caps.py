@@ -19,10 +19,8 @@ _BUILTIN_CAP = re.compile(r"^(?P<who>[\w.-]+): (?:.*limit \(\d+\) exceeded; outp
 # The run's own budget (`error` of the result): the script ended there.
 _BUDGET = re.compile(r"resource limit exceeded|execution budget exhausted")
 
-# A redirect is slow past a few MB: Bashkit (0.20.1) appends to a real file by rewriting it whole,
-# 4 KB at a time (8 MB took about a minute); `--save` writes once.
 TO_FILE = ("save a tool's result with `tools <tool> ... --save PATH`, or write large data to a file"
-           " inside the script (`... > data.txt`; slow past a few MB) and read it in parts")
+           " inside the script (`... > data.txt`) and read it in parts")
 
 
 def builtin_cap(stderr: str) -> str | None:

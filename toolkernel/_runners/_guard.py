@@ -39,6 +39,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import shlex
+import threading
 from pathlib import Path
 
 from .._approval._git import GIT
@@ -92,7 +93,7 @@ def _mount(bash, path: Path, *, real: bool, writable: bool = False) -> None:
     from bashkit import FileSystem
 
     try:
-        fs = FileSystem.real(str(path), writable=writable) if real else _stand_in(FileSystem())
+        fs = FileSystem.real(str(path), writable=writable) if real else _stand_in()
         bash.mount(str(path), fs, read_only=not writable)
     except RuntimeError as exc:
         raise Unprotectable(path, f"cannot be mounted over ({exc})") from exc
@@ -107,7 +108,24 @@ def _folders_above(root: Path, links: list[Path]) -> list[Path]:
     return sorted(folders, key=lambda folder: len(folder.parts))
 
 
-def _stand_in(fs):
+_stand_ins: list = []  # the one stand-in, made once: a run lays it at every place it hides
+_stand_in_lock = threading.Lock()
+
+
+def _stand_in():
+    """The folder laid over a protected path: only a note. One serves every place and every run:
+    it is only ever mounted read-only, so no script can change it (making one for each place cost
+    a run about 0.1 ms)."""
+    with _stand_in_lock:
+        if not _stand_ins:
+            _stand_ins.append(_new_stand_in())
+        return _stand_ins[0]
+
+
+def _new_stand_in():
+    from bashkit import FileSystem
+
+    fs = FileSystem()
     # A new FileSystem holds Bashkit's skeleton (/dev, /home, /tmp): every `find .` or `grep -r`
     # of the workspace listed it under each protected name.
     for entry in fs.read_dir("/"):

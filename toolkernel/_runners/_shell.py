@@ -10,6 +10,8 @@ interrupt (KeyboardInterrupt) lands here and cancels the run.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import contextvars
 import ctypes
 import math
 import os
@@ -331,13 +333,87 @@ def _start(body: Callable[[], ShellResult | None], future: concurrent.futures.Fu
     """
     def run() -> None:
         try:
-            future.set_result(body())
+            try:
+                result = body()
+            finally:
+                # The `tools` calls of this run used this thread's loop: closed before the cell
+                # returns (the thread is kept, and a waiter must find the run's loops closed).
+                _loop.close_here()
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             future.set_exception(exc)
-        finally:
-            _loop.close_here()  # the `tools` calls of this run used this thread's loop
+        else:
+            future.set_result(result)
 
-    threading.Thread(target=run, name="toolkernel-script", daemon=True).start()
+    _ScriptThread.take().give(run)
+
+
+def kept_here(name: str, make: Callable[[], Any]) -> Any:
+    """What the script thread this runs on keeps for its next runs under `name` (made by
+    `make()` once, closed when the thread ends); None on any other thread."""
+    worker = _ScriptThread.current()
+    if worker is None:
+        return None
+    kept = worker.kept.get(name)
+    if kept is None:
+        kept = worker.kept[name] = make()
+    return kept
+
+
+class _ScriptThread(threading.Thread):
+    """A thread that runs scripts, one at a time, kept for the next run once one ends: starting
+    a thread for each run cost a run about 0.1 ms, and what a thread keeps (`kept_here`: the
+    shell's event loop) as much again. A run left to end on its own after an interrupt keeps
+    its thread; the next run takes an idle one, or a new one. At most `IDLE` wait idle, each
+    for `IDLE_SECONDS` at most; a thread that ends closes what it kept."""
+
+    IDLE = 2
+    IDLE_SECONDS = 600.0
+    _idle: list["_ScriptThread"] = []
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        super().__init__(name="toolkernel-script", daemon=True)
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.kept: dict[str, Any] = {}
+
+    @classmethod
+    def take(cls) -> "_ScriptThread":
+        with cls._lock:
+            if cls._idle:
+                return cls._idle.pop()
+        worker = cls()
+        worker.start()
+        return worker
+
+    @classmethod
+    def current(cls) -> "_ScriptThread | None":
+        thread = threading.current_thread()
+        return thread if isinstance(thread, cls) else None
+
+    def give(self, work: Callable[[], None]) -> None:
+        self.inbox.put(work)
+
+    def run(self) -> None:
+        try:
+            while True:
+                try:
+                    work = self.inbox.get(timeout=self.IDLE_SECONDS)
+                except queue.Empty:
+                    with self._lock:
+                        if self in self._idle:  # else taken just now: its work is on the way
+                            self._idle.remove(self)
+                            return
+                    work = self.inbox.get()
+                # A fresh context each run: a value one run set must not reach the next.
+                contextvars.Context().run(work)
+                with self._lock:
+                    if len(self._idle) >= self.IDLE:
+                        return
+                    self._idle.append(self)
+        finally:
+            for kept in self.kept.values():
+                with contextlib.suppress(Exception):
+                    kept.close()
 
 
 class _Pump:

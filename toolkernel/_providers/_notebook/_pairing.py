@@ -60,7 +60,9 @@ class Pairing:
     _opening: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     def describe(self) -> str:
-        where = f"; notebook {self.store.describe()}" if self.store is not None else ""
+        # A local file describes itself by the name it was paired by: said once, not twice.
+        store = self.store.describe() if self.store is not None else self.notebook_arg
+        where = f"; notebook {store}" if store != self.notebook_arg else ""
         return f"{self.notebook_arg} paired with {self.connection.describe()}{where}"
 
     async def notebook_store(self) -> NotebookStore:

@@ -120,6 +120,8 @@ async def rewind_with_cells(state: dict[str, Any], journal: Journal, run_id: str
             done = rewind(journal, run_id, force=force, paths=paths, into=own, refuse=refuse,
                           cells_put_back_by_caller=True)
         restored = await put_back(targets, own)
+        if restored and not done.restored:  # the files' rewind notes it when it put any back
+            own.note_rewinds(run_id)
     finally:
         if into is None:
             own.finish()

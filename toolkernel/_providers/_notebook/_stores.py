@@ -32,6 +32,7 @@ from urllib.parse import quote
 import nbformat
 from nbformat import NotebookNode
 
+from ..._errors import NotReadYet
 from ..._tool import ToolInputError
 from . import _document as doc
 from ._connection import Execution
@@ -161,8 +162,8 @@ class NotebookStore(ABC):
     def last_read(self, state: dict[str, Any]) -> Read:
         seen = state.get(READS_KEY, {}).get(self.key)
         if seen is None:
-            raise ToolInputError(
-                f"{self.name} has not been read in this session; read it first ({doc.read_hint(self.name)}) and then edit it")
+            raise NotReadYet(f"{self.name} has not been read in this session; read it first "
+                             f"({doc.read_hint(self.name)}) and then edit it", self.name)
         return seen
 
     def stale_error(self, what: str) -> ToolInputError:
@@ -289,10 +290,10 @@ class ContentsStore(WholeDocumentStore):
         if loaded.overwritten:
             raise ToolInputError(f"{loaded.overwritten}; read it again ({doc.read_hint(self.name)}) before running")
         await super().check_runnable(state, loaded, cell_id)
-        await self._require_not_open()  # its outputs are written back when it ends
+        await self.require_not_open()  # its outputs are written back when it ends
 
     async def _write(self, nb: NotebookNode, expected: str | None) -> str:
-        await self._require_not_open()
+        await self.require_not_open()
         written = await self.api.request("PUT", "api/contents", quote(self.path),  # a name may hold `?` or `#`
                                          body={"type": "notebook", "format": "json", "content": nb})
         # The server normalises what it stores; its copy is what the next stale check compares with. If
@@ -305,7 +306,7 @@ class ContentsStore(WholeDocumentStore):
 
     # -- a browser's copy -----------------------------------------------------------
 
-    async def _require_not_open(self) -> None:
+    async def require_not_open(self) -> None:
         """Refuse to write while someone has the notebook open: JupyterLab without collaboration shows
         its own copy, never this write, and its next save (or autosave) puts that copy back."""
         sessions = await self.api.request("GET", "api/sessions") or []

@@ -143,8 +143,27 @@ def _output_label(output: NotebookNode) -> str:
 
 # --- notebook_edit ---------------------------------------------------------
 
+async def _edit_ready(arguments: Mapping[str, Any], ctx: ToolContext) -> None:
+    """What an edit needs, said before anyone is asked to allow it: the notebook read in this
+    session (an insert may make a new one), and, on a server without collaboration, nobody else
+    with it open."""
+    if not arguments.get("notebook_path"):
+        return  # the call itself says what is missing
+    store = await _store(dict(arguments), ctx)
+    if (arguments.get("edit_mode") or "replace") != "insert":
+        store.last_read(ctx.state)
+    await _not_open_elsewhere(store)
+
+
+async def _not_open_elsewhere(store: NotebookStore) -> None:
+    from ._stores import ContentsStore
+
+    if isinstance(store, ContentsStore):  # no collaboration there: an open copy would save over the change
+        await store.require_not_open()
+
+
 @tool("notebook_edit", kind="edit", path_keys=("notebook_path",), loop_bound=True,
-      server_paths=_server_notebook_paths,
+      server_paths=_server_notebook_paths, ready=_edit_ready,
       input_schema=EDIT_SCHEMA, description=(
     "Edit a notebook cell by id: replace its source (default), insert a new cell after cell_id (at the top when "
     "cell_id is empty; needs cell_type), or delete it. Editing a code cell clears its outputs. Refused if the "
@@ -259,8 +278,18 @@ def _code_to_run(arguments: Mapping[str, Any], ctx: ToolContext) -> dict[str, An
     return {"code": code if code is not None else "(not read in this session: the run will be refused)"}
 
 
+async def _run_ready(arguments: Mapping[str, Any], ctx: ToolContext) -> None:
+    """A cell run needs what an edit does (it writes the cell's outputs): said before anyone is asked."""
+    path, cell_id = arguments.get("notebook_path"), arguments.get("cell_id")
+    if not path or not cell_id:
+        return  # code runs in the kernel alone
+    store = await _pairings(ctx.state).require(ctx.workdir, path).notebook_store()
+    store.last_read(ctx.state)
+    await _not_open_elsewhere(store)
+
+
 @tool("notebook_run", kind="execute", loop_bound=True, server_paths=_server_notebook_paths,
-      input_schema=RUN_SCHEMA, precheck=_paired, describe=_code_to_run, description=(
+      input_schema=RUN_SCHEMA, precheck=_paired, ready=_run_ready, describe=_code_to_run, description=(
     "Run code in the paired notebook's kernel, sharing its variables and imports; or run one code cell of the "
     "paired notebook by cell_id and write its outputs into the notebook. Returns stream text, the result, errors "
     "and images. Default timeout 120 s, at most 600; on timeout the kernel is interrupted."))

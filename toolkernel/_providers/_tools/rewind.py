@@ -56,6 +56,9 @@ def changes(arguments: dict[str, Any], ctx: ToolContext) -> str:
         raise ToolInputError(str(exc)) from None
 
 
+UNDO = "tools rewind run={run}"  # how a script undoes a rewind it made
+
+
 @tool(
     "rewind",
     description=(
@@ -85,10 +88,10 @@ async def rewind_tool(arguments: dict[str, Any], ctx: ToolContext) -> str:
         cells = chosen_cells(run, paths)
         if not cells:
             return describe_rewind(rewind(journal, run.id, force=force, paths=paths, into=ctx.journal,
-                                          refuse=_a_persons))
+                                          refuse=_a_persons), UNDO)
         from .._notebook._restore import rewind_with_cells
 
         return describe_rewind(await rewind_with_cells(ctx.state, journal, run.id, cells, force=force, paths=paths,
-                                                       into=ctx.journal, refuse=_a_persons))
+                                                       into=ctx.journal, refuse=_a_persons), UNDO)
     except RewindError as exc:
         raise ToolInputError(str(exc)) from None
