@@ -205,7 +205,8 @@ def test_the_sidebar_lists_a_cells_changes_shows_a_diff_and_rewinds_as_tools_rew
         [run] = kernel.comm_request(TARGET, {"action": "changes"})["runs"]
         assert run["route"] == "cell" and run["ended"] and run["time"][:2] == "20"
         kinds = {f["path"]: f["kind"] for f in run["files"]}
-        assert kinds == {"table.csv": "changed", "<b>new</b>.txt": "created", "link.csv": "deleted"}
+        assert kinds == {"table.csv": "changed", "<b>new</b>.txt": "created", "link.csv": "deleted",
+                         "<b>new<": "created"}  # the folder its name made
 
         diff = kernel.comm_request(TARGET, {"action": "diff", "run": run["id"], "path": "table.csv"})
         assert diff["ok"] and "-1,2\n+3,4\n" in diff["diff"] and "changed again" not in diff["diff"], diff

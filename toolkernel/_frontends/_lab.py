@@ -429,7 +429,7 @@ def _journal_action(session, action: str, data: Mapping[str, Any]) -> dict[str, 
 
 def _run(record, rewound_by_run: str | None = None) -> dict[str, Any]:
     files = [{"path": e.path, "kind": e.kind, "to": e.to, "after_the_fact": e.after_the_fact,
-              "not_restorable": e.not_restorable} for e in record.files().values()]
+              "not_restorable": e.not_restorable, "folder": e.folder} for e in record.files().values()]
     files += [{"path": c.name, "kind": "cell", "to": None, "after_the_fact": False, "not_restorable": None}
               for c in record.cells]
     return {"id": record.id, "time": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.time)),
