@@ -20,6 +20,9 @@ Figures, 2026-12-07, this machine shared with four other engineers (2 CPUs), eac
 - 100,000 files of 4 KB (790 MB on disk), load 3.4: first %%tools 1.25 s, first %%bash 0.65 s;
   then %%tools 0.83x, %%bash 1.03x; journal 11.8 MB (1.5% of the folder). Again at load 8.8:
   first 1.56 s and 0.69 s; 0.69x and 0.33x (the 10-file row was the noisier); 11.7 MB.
+- After merging main's issue-48 work, 100,000 files of 4 KB, 15 rounds at load 4.9-6.7: first
+  %%tools 1.50 s, first %%bash 0.55 s; then %%tools 1.16x, %%bash 0.98x; journal 11.7 MB (1.5%).
+  (7 rounds at load 5.6 gave 0.90x and 1.36x: the 10-file %%bash median was 10.7 ms there.)
 - 100,000 files of 1 KB (410 MB), load 8.1: first 1.68 s and 0.87 s; 0.62x and 0.72x; 5.9 MB
   (1.4%). On main the same cells took 3.3-3.5 s each and the first 23.8 s (issue 44).
 - 1,000,000 files of 1 KB (4,096 MB; built in 225 s), same run: first %%tools 27.0 s (one stat
