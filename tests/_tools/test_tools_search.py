@@ -246,3 +246,59 @@ def test_glob_and_the_builtin_grep_stop_when_the_run_is_cancelled(tmp_path):
     with pytest.raises(asyncio.CancelledError):
         search_builtin(query, ctx.check_cancelled)
     assert len(asked) == 3
+
+
+# ---- toolkernel's own state and cache folders (issue 49)
+
+
+def _home_workspace(tmp_path, monkeypatch, xdg: bool):
+    """A workspace that is the home folder, with toolkernel's state (the journal's copies of the
+    workspace's files among it) and cache inside: at the defaults, or where XDG_* put them."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    for variable in ("XDG_STATE_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(variable, raising=False)
+    state, cache = home / ".local/state/toolkernel", home / ".cache/toolkernel"
+    if xdg:
+        state, cache = home / "my state/toolkernel", home / "c[1]/toolkernel"
+        monkeypatch.setenv("XDG_STATE_HOME", str(state.parent))
+        monkeypatch.setenv("XDG_CACHE_HOME", str(cache.parent))
+    write(home, "notes.txt", "needle\n")
+    write(state, "journal/p/contents/ab/notes.txt", "needle\n")
+    write(cache, "labextension/x/notes.txt", "needle\n")
+    write(home, ".local/share/other/notes.txt", "needle\n")  # not toolkernel's: searched
+    return home
+
+
+@pytest.mark.parametrize("xdg", [False, True], ids=["defaults", "xdg"])
+@pytest.mark.parametrize("engine", ["rg", "builtin"])
+def test_grep_and_glob_skip_toolkernels_state_and_cache(tmp_path, monkeypatch, engine, xdg):
+    if engine == "rg" and not HAS_RG:
+        pytest.skip("rg is not installed")
+    home = _home_workspace(tmp_path, monkeypatch, xdg)
+    out, err = grep({"pattern": "needle"}, home, engine)
+    assert not err and sorted(out.splitlines()) == [".local/share/other/notes.txt", "notes.txt"]
+    out, err = grep({"pattern": "needle", "glob": "**/notes.txt"}, home, engine)  # no glob re-admits them
+    assert sorted(out.splitlines()) == [".local/share/other/notes.txt", "notes.txt"]
+    out, err = call(glob_search, {"pattern": "**/notes.txt"}, home)
+    assert not err and sorted(out.splitlines()) == [".local/share/other/notes.txt", "notes.txt"]
+
+
+def test_the_state_folder_at_its_default_is_skipped_while_xdg_points_elsewhere(tmp_path, monkeypatch):
+    # A kernel started with XDG_STATE_HOME set and a serve started without it share one home.
+    home = _home_workspace(tmp_path, monkeypatch, xdg=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "elsewhere"))
+    (tmp_path / "elsewhere/toolkernel").mkdir(parents=True)
+    out, _ = call(glob_search, {"pattern": "**/notes.txt"}, home)
+    assert sorted(out.splitlines()) == [".local/share/other/notes.txt", "notes.txt"]
+
+
+def test_a_search_inside_the_state_folder_by_name_searches_it(tmp_path, monkeypatch):
+    home = _home_workspace(tmp_path, monkeypatch, xdg=False)
+    out, err = call(glob_search, {"pattern": "**/notes.txt", "path": ".local/state/toolkernel"}, home)
+    assert not err and out == ".local/state/toolkernel/journal/p/contents/ab/notes.txt"
+
+
+def test_the_tools_help_says_what_is_skipped():
+    for tool in (grep_search, glob_search):
+        assert ".git" in tool.description and "toolkernel's own state and cache folders" in tool.description

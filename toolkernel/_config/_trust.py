@@ -33,6 +33,7 @@ from .._atomic import write_atomic
 from .._checked_open import read_regular
 from .._errors import ConfigError, printable
 from ._code import named_files
+from ._places import state_folder
 
 TRUST_ALL_VARIABLE = "TOOLKERNEL_TRUST_ALL"
 # What a folder's trust covers, relative to the folder.
@@ -48,10 +49,7 @@ def trust_all(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def store_path(environ: Mapping[str, str] | None = None) -> Path:
-    environ = os.environ if environ is None else environ
-    home = Path(environ.get("HOME") or Path.home())
-    state = environ.get("XDG_STATE_HOME") or str(home / ".local" / "state")
-    return Path(state) / "toolkernel" / "trust.json"
+    return state_folder(environ) / "trust.json"
 
 
 def read_config_file(path: Path) -> bytes:

@@ -6,8 +6,10 @@ context, text) under the same rules, and one formatter turns records into
 text, so the output does not depend on which engine ran:
 
   * files, not folders, named `.git`, `node_modules`, `vendor`, `__pycache__`,
-    `.next`, `dist` are skipped along with everything under them; hidden files are
-    searched; `.gitignore` files are NOT consulted (rg gets `--no-ignore`);
+    `.next`, `dist` are skipped along with everything under them, and so are toolkernel's
+    own state and cache folders where they lie below the search (`_config/_places.py`: with
+    the workspace in `~`, the journal's copies of its files would be found beside them);
+    hidden files are searched; `.gitignore` files are NOT consulted (rg gets `--no-ignore`);
   * a file containing a NUL byte is binary and skipped (rg stops at the first
     NUL it sees, so a file over 64 KB with a late NUL may differ);
   * UTF-8 and UTF-16 byte-order marks are honoured, other bytes are read as
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..._checked_open import PathChanged, open_checked, read_checked
+from ..._config._places import own_folders_below
 from ..._process import run_capped
 from ..._tool import ToolContext, ToolInputError, tool
 from ._glob import FilterGlob, GlobError, compile_path_glob, name_matcher
@@ -91,7 +94,9 @@ FILE_TYPES: dict[str, tuple[str, ...]] = {
     description=(
         "Find files by name pattern. `**` matches across folders and `{a,b}` matches "
         "alternatives, as in `**/*.{ts,tsx}`. Returns up to 100 paths, most recently "
-        "modified first. .git, node_modules, vendor, __pycache__, .next and dist are skipped."
+        "modified first. .git, node_modules, vendor, __pycache__, .next and dist are skipped, "
+        "and so are toolkernel's own state and cache folders (~/.local/state/toolkernel, "
+        "~/.cache/toolkernel, or where $XDG_STATE_HOME and $XDG_CACHE_HOME put them)."
     ),
     input_schema={
         "type": "object",
@@ -117,8 +122,9 @@ def glob_search(arguments: dict[str, Any], ctx: ToolContext) -> str:
     pattern = arguments["pattern"]
     regex = _compile_search_glob(pattern)
     max_depth = None if "**" in pattern else pattern.count("/") + 1
+    skipped = frozenset(own_folders_below(root))
     with _open_folder(root, ctx.workdir) as root_fd:
-        found = [(mtime, rel) for rel, mtime in _walk_files(root_fd, max_depth, ctx.check_cancelled)
+        found = [(mtime, rel) for rel, mtime in _walk_files(root_fd, max_depth, ctx.check_cancelled, skipped)
                  if regex.match(rel)]
     if not found:
         return f"No files found matching {pattern}"
@@ -162,11 +168,12 @@ def _open_search_root(folder: Path, shown: str) -> int:
                              "was replaced); nothing was searched") from None
 
 
-def _walk_files(root_fd: int, max_depth: int | None,
-                check_cancelled: Callable[[], None]) -> Iterator[tuple[str, float]]:
+def _walk_files(root_fd: int, max_depth: int | None, check_cancelled: Callable[[], None],
+                skipped: frozenset[str] = frozenset()) -> Iterator[tuple[str, float]]:
     """(path relative to the root, mtime) of every file below the open folder `root_fd`,
-    skipped folders pruned. `os.fwalk` goes from open folder to open folder and never
-    follows a link to one: a folder swapped for a link during the walk is not listed."""
+    skipped folders pruned (by name, and `skipped` by their path relative to the root).
+    `os.fwalk` goes from open folder to open folder and never follows a link to one: a
+    folder swapped for a link during the walk is not listed."""
     for folder, subfolders, names, fd in os.fwalk(".", dir_fd=root_fd):
         check_cancelled()
         rel_dir = folder[2:]  # "./a/b" -> "a/b"
@@ -174,7 +181,8 @@ def _walk_files(root_fd: int, max_depth: int | None,
         if max_depth is not None and depth >= max_depth:
             subfolders.clear()
         else:
-            subfolders[:] = [name for name in subfolders if name not in SKIPPED_DIRS]
+            subfolders[:] = [name for name in subfolders if name not in SKIPPED_DIRS
+                             and not (skipped and (f"{rel_dir}/{name}" if rel_dir else name) in skipped)]
         for count, name in enumerate(names, start=1):
             if not count % 512:  # a folder of a million files
                 check_cancelled()
@@ -251,7 +259,10 @@ _GREP_PROPERTIES: dict[str, Any] = {
     "grep_search",
     description=(
         "Search file contents with a regular expression (ripgrep when installed, a built-in "
-        "search otherwise, same results). Output like rg: paths, path:line:text, or path:N."
+        "search otherwise, same results). Output like rg: paths, path:line:text, or path:N. "
+        ".git, node_modules, vendor, __pycache__, .next and dist are skipped, and so are "
+        "toolkernel's own state and cache folders (~/.local/state/toolkernel, ~/.cache/toolkernel, "
+        "or where $XDG_STATE_HOME and $XDG_CACHE_HOME put them)."
     ),
     input_schema={
         "type": "object",
@@ -309,7 +320,7 @@ def build_query(arguments: dict[str, Any], ctx: ToolContext) -> GrepQuery:
         multiline=multiline,
         head_limit=_int_arg(arguments, "head_limit", DEFAULT_HEAD_LIMIT),
         offset=_int_arg(arguments, "offset", 0),
-        globs=_filter_globs(arguments.get("glob")),
+        globs=_filter_globs(arguments.get("glob"), own_folders_below(root)),
         type_globs=_type_globs(arguments.get("type")),
     )
 
@@ -323,13 +334,21 @@ def _int_arg(arguments: dict[str, Any], key: str, default: int) -> int:
     return value
 
 
-def _filter_globs(glob: str | None) -> tuple[FilterGlob, ...]:
+def _filter_globs(glob: str | None, skipped: tuple[str, ...] = ()) -> tuple[FilterGlob, ...]:
+    """The user's glob, then the skip list: folders by name, and `skipped` (paths relative to the
+    search root) anchored there, as `!/PATH/`."""
     # The skip list comes last: a later glob wins, so no user glob re-admits .git.
     sources = ([glob] if glob else []) + [f"!{name}" for name in SKIPPED_DIRS]
+    sources += [f"!/{_glob_escaped(rel)}/" for rel in skipped]
     try:
         return tuple(FilterGlob.parse(source) for source in sources)
     except GlobError as exc:
         raise ToolInputError(str(exc)) from exc
+
+
+def _glob_escaped(path: str) -> str:
+    """`path` as a glob that matches only itself (rg's globs and ours take `\\` escapes)."""
+    return re.sub(r"([\\*?\[\]{}!,])", r"\\\1", path)
 
 
 def _type_globs(name: str | None) -> tuple[str, ...]:
