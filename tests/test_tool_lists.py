@@ -65,6 +65,23 @@ def test_a_kept_list_answers_help_and_search_without_starting_the_server(workdir
     assert not started(later)
 
 
+@pytest.mark.parametrize("naming", ["tools docs --help", "tools search mergeable"])
+def test_a_server_named_by_a_help_or_search_is_listed_like_any_other_from_the_next_step_on(workdir, sessions,
+                                                                                            naming):
+    # Seed 000: the first command that names an on-demand server loads its tools in the same
+    # shell call; from the next step on the server is listed like any other.
+    run(sessions(workdir), "tools docs --help")  # its list is kept
+    later = sessions(workdir)
+    code, out, err = run(later, "tools --help")
+    assert "docs (not loaded)" in out, out
+    code, out, err = run(later, naming)
+    assert code == 0 and "get-pull" in out, err
+    code, out, err = run(later, "tools --help")
+    assert code == 0 and "docs (4 tools)" in out and "not loaded" not in out, out
+    assert not started(later)  # counted from the kept list: nothing started for a help
+    assert "docs (not loaded)" in run(sessions(workdir), "tools --help")[1]  # another session named nothing
+
+
 @pytest.mark.slow
 def test_a_call_starts_the_server_and_uses_its_own_list(workdir, sessions):
     run(sessions(workdir), "tools docs --help")

@@ -72,13 +72,24 @@ class Catalog:
         there is one for its config (it is not started for this), else its tools."""
         entry = self.servers[fold(server)]
         if entry.tools is None and _kept(entry) is not None:
+            _note_named(entry)
             return entry.kept or []
         return await self.server_tools(server)
 
     async def load_listed(self) -> None:
-        """Fetch the tools of every server `tools --help` lists with a count."""
-        wanted = [e for e in self.servers.values() if not e.provider.on_demand or e.provider.loaded]
+        """Fetch the tools of every server `tools --help` lists with a count: an on-demand one
+        a command of this session named unstarted shows its kept list (started if none is kept)."""
+        wanted = [e for e in self.servers.values()
+                  if not e.provider.on_demand or e.provider.loaded or (_was_named(e) and _kept(e) is None)]
         await asyncio.gather(*(self._try_load(e) for e in wanted))
+
+    @staticmethod
+    def listing(entry: ServerEntry) -> list[Tool] | None:
+        """The tools `tools --help` counts for a server: its own once listed in this run, else
+        the kept list of an unstarted on-demand server a command of this session named."""
+        if entry.tools is not None:
+            return entry.tools
+        return entry.kept if _was_named(entry) and entry.kept_read else None
 
     async def _try_load(self, entry: ServerEntry) -> None:
         try:
@@ -163,6 +174,9 @@ class Catalog:
             if score > 0:
                 scored.append((score, tool))
         scored.sort(key=lambda st: (-st[0], st[1].command))
+        for entry in self.servers.values():  # a match in a kept list names its server
+            if entry.tools is None and entry.kept and any(t.server == entry.name for _, t in scored):
+                _note_named(entry)
         return scored
 
     async def _load_matching_on_demand(self, terms: list[str]) -> None:
@@ -214,6 +228,16 @@ def _kept(entry: ServerEntry) -> list[Tool] | None:
         kept = getattr(entry.provider, "kept", None)
         entry.kept, entry.kept_read = (kept() if kept is not None else None), True
     return entry.kept
+
+
+def _was_named(entry: ServerEntry) -> bool:
+    return bool(getattr(entry.provider, "named", False))
+
+
+def _note_named(entry: ServerEntry) -> None:
+    note = getattr(entry.provider, "note_named", None)
+    if note is not None:
+        note()
 
 
 def same_items(a: tuple[object, ...], b: tuple[object, ...]) -> bool:

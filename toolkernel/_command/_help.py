@@ -62,13 +62,13 @@ def _server_line(entry: ServerEntry, listed: Callable[[Tool], bool]) -> str:
     name = display(entry.name)
     if entry.error is not None:
         status = f"(unavailable: {entry.error.message.splitlines()[0]})"
-    elif entry.tools is None and entry.provider.error is not None:
+    elif (tools := Catalog.listing(entry)) is None and entry.provider.error is not None:
         # An on-demand server not started this run, whose last start failed (the pool remembers why).
         status = f"(not loaded; last start failed: {entry.provider.error.message.splitlines()[0]})"
-    elif entry.tools is None:
+    elif tools is None:
         status = "(not loaded)"
     else:
-        count = sum(1 for tool in entry.tools if listed(tool))
+        count = sum(1 for tool in tools if listed(tool))
         status = f"({count} tool{'s' if count != 1 else ''})"
     description = printable(entry.provider.description or "")
     return f"  {name} {status}" + (f"  {description}" if description else "")

@@ -128,6 +128,15 @@ class McpProvider:
             return None
         return self._lists.kept(self.config)
 
+    @property
+    def named(self) -> bool:
+        """A command of this session named it while it was unstarted (answered from its kept list)."""
+        return self._lists is not None and self._lists.named(self.config)
+
+    def note_named(self) -> None:
+        if self._lists is not None:
+            self._lists.note_named(self.config)
+
     async def close(self) -> None:
         """The connection is the pool's and outlives a run; closing a run's provider keeps it."""
 

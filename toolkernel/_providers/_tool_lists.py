@@ -45,6 +45,16 @@ class ToolLists:
         self.path = state_dir / FILE_NAME
         self._lock = threading.Lock()
         self._written: dict[str, dict[str, Any]] = {}  # what this process last wrote or found, by server
+        # Servers a command of this session named while unstarted (a help, a search answered from
+        # the kept list), by name: the config's fingerprint then. Seed 000: from the next step on
+        # such a server is listed like any other, with its tools counted (from the kept list).
+        self._named: dict[str, str] = {}
+
+    def named(self, cfg: ServerConfig) -> bool:
+        return self._named.get(cfg.name) == cfg.fingerprint
+
+    def note_named(self, cfg: ServerConfig) -> None:
+        self._named[cfg.name] = cfg.fingerprint
 
     def kept(self, cfg: ServerConfig) -> list[Tool] | None:
         """The server's tools as last listed under this very config (to show, not to call);
