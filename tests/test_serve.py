@@ -107,7 +107,7 @@ def test_the_list_is_bash_the_file_tools_and_keep_visible(tmp_path):
     listed, called = run(body)
     names = [t.name for t in listed]
     assert names[0] == "bash"
-    assert sorted(names[1:]) == ["edit_file", "mcp_github__list_pulls", "read_file", "write_file"]
+    assert sorted(names[1:]) == ["edit_file", "mcp_github__list_pulls", "read_file", "todo_write", "write_file"]
     pulls = next(t for t in listed if t.name == "mcp_github__list_pulls")
     assert pulls.input_schema["properties"]["repo"]["type"] == "string"  # its own schema
     assert not called.is_error and "toolkernel" in called.content[0].text
@@ -118,6 +118,21 @@ def call_error_codes() -> set[str]:
         return [cls] + [c for sub in cls.__subclasses__() for c in below(sub)]
 
     return {c.code for c in below(CallError)}
+
+
+def test_the_task_list_is_a_direct_tool(tmp_path):
+    # Seed 000 keeps write_todos direct: it shapes the turn, and the agent must see it exists.
+    work = project(tmp_path, "")
+
+    async def body():
+        async with connected(work) as client:
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+            todos = [{"content": "Run the tests", "status": "in_progress", "activeForm": "Running the tests"}]
+            return listed, await client.call_tool("todo_write", {"todos": todos})
+
+    listed, called = run(body)
+    assert "todo_write" in listed and "todos" in listed["todo_write"].input_schema["properties"]
+    assert not called.is_error and "[~] Run the tests (Running the tests)" in called.content[0].text
 
 
 @pytest.mark.slow
@@ -602,7 +617,8 @@ def test_over_http_the_list_images_and_large_outputs_are_as_over_stdio(http_serv
             return listed, await bash(client, "tools pics red_square size=3"), await bash(client, BIG_OUTPUT)
 
     listed, image, big = run(body)
-    assert sorted(t.name for t in listed) == ["bash", "edit_file", "mcp_github__list_pulls", "read_file", "write_file"]
+    assert sorted(t.name for t in listed) == ["bash", "edit_file", "mcp_github__list_pulls", "read_file", "todo_write",
+                                              "write_file"]
     assert next(t for t in listed if t.name == "mcp_github__list_pulls").input_schema["required"] == ["repo"]
     assert_one_image(image, work)
     assert_head_and_tail(big.structured_content["stdout"], work)
@@ -854,4 +870,4 @@ def test_keep_visible_reads_a_tool_as_the_rules_do(tmp_path, spelling):
             return [t.name for t in (await client.list_tools()).tools]
 
     names = run(body)
-    assert sorted(names) == ["bash", "edit_file", "mcp_github__list_pulls", "read_file", "write_file"]
+    assert sorted(names) == ["bash", "edit_file", "mcp_github__list_pulls", "read_file", "todo_write", "write_file"]

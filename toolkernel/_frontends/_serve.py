@@ -2,8 +2,8 @@
 
 The client sees a handful of tools instead of every configured tool: `bash`
 (a Bashkit script with `tools` inside, the same run as `%%tools`), the file
-tools that stay direct (seed 000: editing through a shell is error-prone),
-and what `[tools_in_shell] keep_visible` names. With `enabled = false` every
+tools and the task list that stay direct (seed 000: structured file editing, and
+write_todos, which shapes the turn), and what `[tools_in_shell] keep_visible` names. With `enabled = false` every
 tool is listed directly (the classic behaviour, for side-by-side measures).
 
 Every call goes through `Session`: the same dispatcher, policy and approvals
@@ -54,7 +54,9 @@ from .._providers._notebook._pairing import STATE_KEY as PAIRINGS_KEY
 from .._session import Session
 from .._tool import Tool
 
-DIRECT = ("read_file", "write_file", "edit_file")
+# Seed 000 keeps these direct: structured file editing, and write_todos (here `todo_write`),
+# which shapes the turn: the agent must see there is a task list to keep.
+DIRECT = ("read_file", "write_file", "edit_file", "todo_write")
 NOTEBOOK = ("notebook_read", "notebook_edit", "notebook_run")
 # How a notebook tool's message says to pair again, to an agent that cannot: the one who started serve pairs.
 PAIR_AGAIN = ("ask whoever started `toolkernel serve` to start it again: its options --notebook, --kernel, "
