@@ -63,7 +63,7 @@ def test_a_planted_request_and_answer_grant_nothing(tmp_path):
 
     first, again = run(body)
     for result in (first, again):
-        assert result.structured_content["report"]["tools"]["stopped"]["reason"] == "needs_approval"
+        assert result.structured_content["tools"]["stopped"]["reason"] == "needs_approval"
     assert recorded(record) == []
 
 
@@ -87,7 +87,7 @@ def test_a_rewritten_request_shows_one_call_and_grants_nothing_else(tmp_path):
     again = run(body)
     assert 'tools github list-pulls {"repo": "docs"}' in seen["listed"].stdout  # what the person saw
     assert seen["once"].returncode == 0
-    assert again.structured_content["report"]["tools"]["stopped"]["reason"] == "needs_approval"
+    assert again.structured_content["tools"]["stopped"]["reason"] == "needs_approval"
     assert recorded(record) == []
 
 
@@ -108,7 +108,7 @@ def test_always_on_a_rewritten_request_allows_only_the_tool_the_person_saw(tmp_p
     assert said.returncode == 0 and "mcp_github__create_issue" in said.stdout
     rules = [e["rule"] for e in json.loads((work / ".toolkernel" / "approvals.json").read_text())["allow"]]
     assert rules == ["mcp_github__create_issue"]
-    assert again.structured_content["report"]["tools"]["stopped"]["reason"] == "needs_approval"
+    assert again.structured_content["tools"]["stopped"]["reason"] == "needs_approval"
     assert recorded(record) == []
 
 

@@ -229,8 +229,34 @@ def test_bash_runs_a_script_with_tools_inside(tmp_path):
     result = run(body)
     assert result.structured_content["exit_code"] == 0
     assert result.structured_content["stdout"] == "toolkernel\ndone\n"
-    assert "report" not in result.structured_content
-    assert result.content[0].text.startswith("toolkernel\ndone")
+    assert result.content[0].text == "toolkernel\ndone\n"  # nothing stopped or failed: no report in the text
+
+
+def test_the_bash_result_has_the_seeds_shape(tmp_path):
+    # Seed 000: {"exit_code", "success", "tools": {"done", "read_only_calls", "stopped", "not_reached"}}
+    # at the top, where agents and examples written from the seed read `result.tools.stopped`.
+    record = tmp_path / "record.jsonl"
+    work = project(tmp_path, recorder_server_section(record), policy_section(allow=["mcp_github__create_issue"]))
+
+    async def body():
+        async with connected(work) as client:
+            done = await bash(client, "tools github list_pulls repo=a >/dev/null; tools github create_issue title=x")
+            stopped = await bash(client, "tools github create_issue title=y\nb=z; tools github delete_branch branch=$b")
+            return done.structured_content, stopped
+
+    done, stopped = run(body)
+    assert done["exit_code"] == 0 and done["success"] is True and "report" not in done
+    assert done["tools"]["read_only_calls"] == 1
+    assert [(d["tool"], d["input"], d["ok"]) for d in done["tools"]["done"]] == \
+        [("tools github create-issue", {"title": "x"}, True)]
+    body_ = stopped.structured_content
+    assert body_["exit_code"] == 1 and body_["success"] is False
+    assert body_["tools"]["stopped"]["reason"] == "needs_approval"
+    assert body_["tools"]["stopped"]["call"] == {"tool": "tools github delete-branch", "input": {"branch": "z"}}
+    assert body_["tools"]["not_reached"].startswith("the stopped call and everything after it")
+    assert [d["input"] for d in body_["tools"]["done"]] == [{"title": "y"}]
+    shown = json.loads(stopped.content[0].text.split("[report]\n", 1)[1].split("\n[waiting", 1)[0])
+    assert set(shown) == {"exit_code", "success", "tools"} and shown["tools"] == body_["tools"]
 
 
 @pytest.mark.slow
@@ -339,7 +365,7 @@ def test_elicitation_that_denies_runs_nothing_and_the_report_says_so(tmp_path):
     result = run(body).structured_content
     assert len(asked) == 1 and recorded(record) == []
     assert not (work / "started.txt").exists()  # before the start: nothing ran
-    stopped = result["report"]["tools"]["stopped"]
+    stopped = result["tools"]["stopped"]
     assert stopped["approval"] == "denied" and stopped["before_start"] is True
 
 
@@ -353,7 +379,7 @@ def test_a_client_without_elicitation_gets_needs_approval(tmp_path):
             return await bash(client, "tools github delete_branch branch=old")
 
     result = run(body)
-    stopped = result.structured_content["report"]["tools"]["stopped"]
+    stopped = result.structured_content["tools"]["stopped"]
     assert stopped["reason"] == "needs_approval" and stopped["call"]["input"] == {"branch": "old"}
     assert recorded(record) == []
     assert "needs_approval" in result.content[0].text
@@ -535,10 +561,10 @@ def test_two_http_sessions_do_not_see_each_others_runs(http_server):
 
     run(body)
     a, b = results["a"].structured_content, results["b"].structured_content
-    assert a["report"]["tools"]["stopped"]["reason"] == "needs_approval"  # a client without elicitation
-    assert a["report"]["tools"]["stopped"]["call"]["input"] == {"branch": "a"}
+    assert a["tools"]["stopped"]["reason"] == "needs_approval"  # a client without elicitation
+    assert a["tools"]["stopped"]["call"]["input"] == {"branch": "a"}
     assert [w["call"]["input"] for w in a["waiting"]] == [{"branch": "a"}]
-    assert "report" not in b and b["exit_code"] == 0 and "waiting" not in b  # a's pending call is a's
+    assert "stopped" not in b["tools"] and b["exit_code"] == 0 and "waiting" not in b  # a's pending call is a's
     assert "from-b" not in a["stdout"] and "from-a" not in b["stdout"] and b["stdout"] == "from-b\nb\n"
     assert recorded(record) == []
 
@@ -558,10 +584,10 @@ def test_elicitation_over_http_asks_the_client_that_made_the_call(http_server, d
     assert len(asked) == 1 and '"over-http"' in asked[0].message
     assert asked[0].requested_schema["properties"]["decision"]["enum"] == ["once", "always", "deny"]
     if decision == "once":  # before the start: allowed, so the script ran in the same call
-        assert result["exit_code"] == 0 and "after" in result["stdout"] and "report" not in result
+        assert result["exit_code"] == 0 and "after" in result["stdout"] and "stopped" not in result["tools"]
         assert recorded(record) == [{"tool": "delete_branch", "input": {"branch": "over-http"}}]
     else:
-        assert result["report"]["tools"]["stopped"]["approval"] == "denied" and recorded(record) == []
+        assert result["tools"]["stopped"]["approval"] == "denied" and recorded(record) == []
 
 
 @pytest.mark.slow
@@ -577,7 +603,7 @@ def test_mid_run_the_script_stops_and_the_report_carries_the_answer(tmp_path, de
             return await bash(client, script), await bash(client, script)
 
     first, again = run(body)
-    stopped = first.structured_content["report"]["tools"]["stopped"]
+    stopped = first.structured_content["tools"]["stopped"]
     assert stopped["approval"] == approval and stopped["call"]["input"] == {"branch": "old"}
     assert "after" not in first.structured_content["stdout"]
     # The answer in the words every other line uses ("allowed once", "denied"), not "approval granted"
@@ -601,7 +627,7 @@ def test_mid_run_over_http_the_person_is_asked_and_the_report_says_granted(http_
             return await bash(client, script), await bash(client, script)
 
     first, again = run(body)
-    stopped = first.structured_content["report"]["tools"]["stopped"]
+    stopped = first.structured_content["tools"]["stopped"]
     assert stopped["approval"] == "granted" and "after" not in first.structured_content["stdout"]
     assert len(asked) == 1 and again.structured_content["exit_code"] == 0  # the once-grant: that call, unasked
     assert recorded(record) == [{"tool": "delete_branch", "input": {"branch": "mid-run"}}]
@@ -659,8 +685,8 @@ def test_a_once_answer_counts_only_for_the_http_session_that_asked(http_server):
 
     first, other, again = run(body)
     assert seen["answer"].returncode == 0, seen["answer"].stderr
-    assert first.structured_content["report"]["tools"]["stopped"]["reason"] == "needs_approval"
-    assert other.structured_content["report"]["tools"]["stopped"]["reason"] == "needs_approval"
+    assert first.structured_content["tools"]["stopped"]["reason"] == "needs_approval"
+    assert other.structured_content["tools"]["stopped"]["reason"] == "needs_approval"
     assert again.structured_content["exit_code"] == 0 and "deleted" in again.structured_content["stdout"]
     assert recorded(record) == [{"tool": "delete_branch", "input": {"branch": "shared"}}]
 
@@ -710,7 +736,7 @@ def test_a_person_answers_in_a_terminal_while_the_agent_waits(tmp_path, decision
     assert seen["answered"].returncode == 0, seen["answered"].stderr
     assert "no call waits" in seen["after"].stdout
     if decision == "deny":
-        assert again.structured_content["report"]["tools"]["stopped"]["reason"] == "needs_approval"
+        assert again.structured_content["tools"]["stopped"]["reason"] == "needs_approval"
         assert recorded(record) == []
     else:
         assert again.structured_content["exit_code"] == 0 and "deleted" in again.structured_content["stdout"]

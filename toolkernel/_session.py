@@ -233,10 +233,12 @@ class Session:
     def run_script(self, script: str, sink: Sink, *, read_only: bool = False,
                    runner: ScriptRunner | None = None, approver: Approver | None = None,
                    ask: Callable[[str], str] | None = None, agent: bool = False,
-                   route: str | None = None, about: Mapping[str, Any] | None = None) -> ShellResult:
+                   route: str | None = None, about: Mapping[str, Any] | None = None,
+                   always_report: bool = False) -> ShellResult:
         """Run `script` in `runner` (Bashkit by default). Who answers a call that asks:
         `approver`, or else a person at `ask(prompt)` (such as `input`), or else nobody
-        (the run stops and reports). The report lists what a person was asked mid-run."""
+        (the run stops and reports). The report lists what a person was asked mid-run;
+        it is made when the run needs one, or for every run with `always_report`."""
         from ._runners._bashkit import BashkitRunner
 
         runner = runner or BashkitRunner(read_only=read_only)
@@ -256,7 +258,7 @@ class Session:
         result.denied_by_person = (stopped is not None and stopped.before_start and stopped.approval == "denied"
                                    and getattr(approver, "tells_the_answer", False))
         result.changes = command.run.end()  # ended on the script's thread already, unless it never started
-        if command.run.needs_report(result.exit_code):
+        if always_report or command.run.needs_report(result.exit_code):
             result.run_report = command.run.report(result.exit_code)
         return result
 

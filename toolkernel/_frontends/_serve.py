@@ -266,14 +266,17 @@ class ToolServer:
                               " lists every tool directly")  # not listed, so not callable (fail closed)
             with self.running(key) as session:
                 before = _waiting_ids(session)
-                result = session.run_script(script, sink, approver=approver, agent=True, route="serve")
+                result = session.run_script(script, sink, approver=approver, agent=True, route="serve",
+                                            always_report=True)
         except ConfigError as exc:
             return _error("config_error", str(exc))
-        body: dict[str, Any] = {"exit_code": result.exit_code, "stdout": "".join(sink.out),
-                                "stderr": result.stderr}
-        if result.report is not None:
-            body["report"] = result.report
-        if waiting := _waiting(session, before, _stopped_call(result.report)):
+        report = result.report or {}
+        # Seed 000's shape (`result.tools.stopped`), with what the script printed beside it.
+        body: dict[str, Any] = {"exit_code": result.exit_code, "success": report.get("success", False),
+                                "stdout": "".join(sink.out), "stderr": result.stderr, "tools": report.get("tools", {})}
+        if report.get("changes"):
+            body["changes"] = report["changes"]  # the journal's run: `tools rewind ID` undoes it
+        if waiting := _waiting(session, before, _stopped_call(report)):
             body["waiting"] = waiting
         content: list[Any] = [types.TextContent(type="text", text=_bash_text(body))]
         content += [_image(self.workdir / p) for p in result.images]
@@ -482,10 +485,17 @@ def _waiting(session: Session, before: frozenset[str] = frozenset(),
     return [w for w in waiting if w["id"] not in before or w["call"] == stopped]
 
 
-def _stopped_call(report: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+def _stopped_call(report: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The call a run stopped at for want of a person, as its report names it."""
-    stopped = ((report or {}).get("tools") or {}).get("stopped") or {}
+    stopped = (report.get("tools") or {}).get("stopped") or {}
     return stopped.get("call") if stopped.get("reason") == "needs_approval" else None
+
+
+def _worth_telling(body: Mapping[str, Any]) -> bool:
+    """Whether the text of a result shows the report: the run stopped, a person was asked, or it
+    failed after changing something (seed 000), as a cell shows it."""
+    tools = body["tools"]
+    return bool(tools.get("stopped") or tools.get("asked") or (body["exit_code"] and tools.get("done")))
 
 
 def _answer_with(waiting: Mapping[str, Any], again: str = "write a new script") -> str:
@@ -500,9 +510,10 @@ def _bash_text(body: Mapping[str, Any]) -> str:
         text += ("\n" if text and not text.endswith("\n") else "") + "[stderr]\n" + body["stderr"]
     if body["exit_code"]:
         text += f"\n[exit code {body['exit_code']}]"
-    if "report" in body:
+    if _worth_telling(body):
+        shown = {key: body[key] for key in ("exit_code", "success", "tools", "changes") if key in body}
         # Tool names and inputs of a server's and a script's choosing: escaped where not printable.
-        text += "\n[report]\n" + printable_json(json.dumps(body["report"], indent=1, ensure_ascii=False, default=str))
+        text += "\n[report]\n" + printable_json(json.dumps(shown, indent=1, ensure_ascii=False, default=str))
     text += "".join(f"\n{_answer_with(w)}" for w in body.get("waiting", ()))
     return text
 
