@@ -451,8 +451,45 @@ def test_under_serve_the_error_says_what_serves_user_runs(tmp_path):
                 return "".join(getattr(c, "text", "") for c in result.content)
 
     text = anyio.run(body)
-    assert "no server or tool named 'github' (this folder's config is not trusted: toolkernel trust)" in text, text
+    assert "no server or tool named 'github' (this folder's config is not trusted: toolkernel trust (serve reads" \
+        in text, text
     assert "%tools" not in text
+
+
+@pytest.mark.slow
+def test_serve_started_by_an_mcp_client_finds_trust_given_the_documented_env(tmp_path):
+    # Issue 48 item 7: the SDK's stdio client passes HOME, LOGNAME, PATH, SHELL, TERM and USER
+    # only; a folder trusted where XDG_STATE_HOME is set was "not trusted" for serve.
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    import toolkernel
+
+    work = write_project(tmp_path / "project", f'[mcp_servers.github]\ncommand = "{sys.executable}"\n'
+                         'args = ["-m", "toolkernel.demo_server"]\n').parent
+    trusted = subprocess.run([sys.executable, "-m", "toolkernel", "trust", str(work)],
+                             env=untrusted_env(work, tmp_path), capture_output=True, text=True, timeout=120)
+    assert trusted.returncode == 0, trusted.stderr
+    repo = str(Path(__file__).resolve().parent.parent)
+
+    async def call(env: dict[str, str]) -> tuple[str, str]:
+        # Only `env` over the SDK's own few variables, as an agent's MCP config gives it.
+        params = StdioServerParameters(command=sys.executable, args=["-m", "toolkernel", "serve"], env=env,
+                                       cwd=str(work))
+        with anyio.fail_after(180):
+            async with stdio_client(params) as (read, write):
+                async with ClientSession(read, write) as client:
+                    hello = await client.initialize()
+                    result = await client.call_tool("bash", {"script": "tools github list-pulls repo=acme/api >/dev/null && echo reached"})
+                    return hello.server_info.version, "".join(getattr(c, "text", "") for c in result.content)
+
+    version, bare = anyio.run(call, {"PYTHONPATH": repo})
+    assert version == toolkernel.__version__ != ""
+    assert "not trusted" in bare and str(tmp_path / ".local/state/toolkernel/trust.json") in bare, bare
+    assert "pass it to serve in the MCP client's `env`" in bare
+    _, given = anyio.run(call, {"PYTHONPATH": repo, "XDG_STATE_HOME": str(tmp_path / "state")})
+    assert given.startswith("reached\n"), given
 
 
 def test_a_question_the_untrusted_config_may_have_caused_says_so(tmp_path):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import re
 import threading
 import time
@@ -45,6 +46,7 @@ from .._command._cli import parse_input
 from .._command._command import Called
 from .._config._config import load_config
 from .._config._tools_in_shell import ToolsInShell
+from .._config._trust import store_path
 from .._errors import CallError, ConfigError, UnknownCommand, printable, printable_json
 from .._longtext import whole
 from .._names import fold
@@ -163,7 +165,7 @@ class ToolServer:
         with self._clients_guard:
             if key not in self._clients:
                 session = Session(self.workdir)
-                session.trust_advice = "toolkernel trust"  # what serve's user runs; no notebook here
+                session.trust_advice = trust_advice()  # what serve's user runs; no notebook here
                 # A client that cannot be asked leaves its calls where a person can answer them.
                 session.approvals.share_pending(PendingStore(self.workdir))
                 # No other notebook is reachable: this serve's pairing, never another session's.
@@ -214,7 +216,9 @@ class ToolServer:
         _loop.run(unpair(self._notebook_state), timeout=30)  # a kernel serve started is shut down
 
     def server(self) -> Server:
-        return Server("toolkernel", instructions=_INSTRUCTIONS,
+        from .. import __version__
+
+        return Server("toolkernel", version=__version__, instructions=_INSTRUCTIONS,
                       on_list_tools=self._on_list_tools, on_call_tool=self._on_call_tool)
 
     # -- listing -------------------------------------------------------------
@@ -341,6 +345,20 @@ class ToolServer:
         if notebook:
             places.insert(0, (self.workdir / notebook).resolve().parent)
         return list(dict.fromkeys(places))
+
+
+def trust_advice(environ: Mapping[str, str] | None = None) -> str:
+    """What an error the untrusted config caused tells serve's user: `toolkernel trust`, and where
+    serve reads trust. An MCP client starts serve with a small environment of its own (the SDK's
+    stdio client passes HOME, LOGNAME, PATH, SHELL, TERM and USER), so a folder trusted in a
+    shell or a Lab whose $XDG_STATE_HOME points elsewhere is not trusted here until the client's
+    `env` passes that variable."""
+    environ = os.environ if environ is None else environ
+    where = printable(str(store_path(environ)))
+    if environ.get("XDG_STATE_HOME"):
+        return f"toolkernel trust (serve reads trust from {where})"
+    return (f"toolkernel trust (serve reads trust from {where}, as $XDG_STATE_HOME is not set for it: where"
+            " your shell sets it, pass it to serve in the MCP client's `env`)")
 
 
 def _cell_request(called: Called) -> str | None:
