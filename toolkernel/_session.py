@@ -35,7 +35,7 @@ from ._providers._base import ToolProvider, ToolSet, broken_servers, mcp_provide
 from ._approval._run import NO_EVENTS, Run, RunEvents
 from ._journal import Journal
 from ._saved import remove_old as remove_old_outputs
-from ._runners._shell import ScriptEvents, ScriptRunner, ShellResult, Sink, execute
+from ._runners._shell import RunControl, ScriptEvents, ScriptRunner, ShellResult, Sink, execute
 from ._tool import Tool
 from ._providers._tools import own_tools
 from ._providers._tool_lists import ToolLists
@@ -234,15 +234,19 @@ class Session:
                    runner: ScriptRunner | None = None, approver: Approver | None = None,
                    ask: Callable[[str], str] | None = None, agent: bool = False,
                    route: str | None = None, about: Mapping[str, Any] | None = None,
-                   always_report: bool = False) -> ShellResult:
+                   always_report: bool = False, control: RunControl | None = None,
+                   description: str | None = None, events: ScriptEvents | None = None) -> ShellResult:
         """Run `script` in `runner` (Bashkit by default). Who answers a call that asks:
         `approver`, or else a person at `ask(prompt)` (such as `input`), or else nobody
         (the run stops and reports). The report lists what a person was asked mid-run;
-        it is made when the run needs one, or for every run with `always_report`."""
+        it is made when the run needs one, or for every run with `always_report`.
+        `control`: the run as other threads hold it (stop, a time limit, its calls so far);
+        `description`: its label, in its report and the questions it asks; `events`: a
+        `ScriptEvents` that also watches the output as it comes."""
         from ._runners._bashkit import BashkitRunner
 
         runner = runner or BashkitRunner(read_only=read_only)
-        events = ScriptEvents()
+        events = events or ScriptEvents()
         if approver is None and ask is not None:
             # A person is at the cell: a call built at run time waits there for their answer
             # ([approvals] mid_run = "ask"). An agent's cell, or "stop", stops the script at it
@@ -252,8 +256,9 @@ class Session:
                                      lambda line: events.on_pump_thread(print, line), mid_run=in_place)
         command = self._prepared(approver or stop_and_report, events=events, read_only=read_only, agent=agent,
                                  route=route, about=about)
+        command.run.description = description
         result = execute(runner, command, script, events, sink,
-                         before_start=lambda: self._may_start(script, command, runner, events))
+                         before_start=lambda: self._may_start(script, command, runner, events), control=control)
         stopped = command.run.stopped
         result.denied_by_person = (stopped is not None and stopped.before_start and stopped.approval == "denied"
                                    and getattr(approver, "tells_the_answer", False))

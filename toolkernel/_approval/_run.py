@@ -132,10 +132,12 @@ class RunReport:
     changes: Mapping[str, Any] | None = None  # the journal's run, where the run changed files
     version: int = REPORT_VERSION
     asked: tuple[AskRecord, ...] = ()
+    cancelled: str | None = None  # why the run was ended from outside: an interrupt, a cancel, a time limit
+    description: str | None = None  # the run's label, as its caller gave it
 
     @property
     def success(self) -> bool:
-        return self.exit_code == 0 and self.stopped is None
+        return self.exit_code == 0 and self.stopped is None and self.cancelled is None
 
     def to_json(self) -> dict[str, Any]:
         tools: dict[str, Any] = {"done": [d.to_json() for d in self.done], "read_only_calls": self.read_only_calls}
@@ -147,6 +149,10 @@ class RunReport:
         body = {"version": self.version, "exit_code": self.exit_code, "success": self.success, "tools": tools}
         if self.changes is not None:
             body["changes"] = dict(self.changes)
+        if self.cancelled is not None:
+            body["cancelled"] = self.cancelled
+        if self.description is not None:
+            body["description"] = self.description
         return body
 
 
@@ -163,8 +169,10 @@ class Run:
     done: list[CallRecord] = field(default_factory=list)
     read_only_calls: int = 0
     stopped: StopInfo | None = None
-    # Interrupted, or out of time: a tool still working sees it (`ToolContext.check_cancelled`).
+    # Interrupted, cancelled or out of time: a tool still working sees it (`ToolContext.check_cancelled`).
     cancelled: bool = False
+    cancel_reason: str | None = None  # the first reason given (`cancel`)
+    description: str | None = None  # the run's label (serve's `description`): in its report
     asked: list[AskRecord] = field(default_factory=list)  # questions a person was asked mid-run
     # The journal of the files this run changes; None: nothing records.
     journal: Recorder | None = None
@@ -179,6 +187,14 @@ class Run:
 
     def is_cancelled(self) -> bool:
         return self.cancelled
+
+    def cancel(self, reason: str) -> None:
+        """The run is ended from outside (an interrupt, a client's cancel, a time limit): the
+        first reason stands, and the report says it."""
+        with self._lock:
+            self.cancelled = True
+            if self.cancel_reason is None:
+                self.cancel_reason = reason
 
     def admit(self, tool: str, input: Mapping[str, Any]) -> str | None:
         """Count a call about to be made: None when it may go on, else why not ("stopped": an
@@ -254,7 +270,8 @@ class Run:
         with self._lock:
             asked = tuple(dataclasses.replace(record) for record in self.asked)  # as they stand now
             return RunReport(exit_code, tuple(self.done), self.read_only_calls, self.stopped,
-                             self.changes or None, asked=asked)
+                             self.changes or None, asked=asked, cancelled=self.cancel_reason,
+                             description=self.description)
 
 
 def described_call(call: Mapping[str, Any]) -> str:

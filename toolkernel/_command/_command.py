@@ -259,7 +259,7 @@ class ToolsCommand:
         the call in flight is cancelled, and later lines are not run."""
         self.stop_reason = reason
         self.interrupted = True
-        self.run.cancelled = True  # seen by a sync tool still at work (`ToolContext.check_cancelled`)
+        self.run.cancel(reason)  # seen by a sync tool still at work (`ToolContext.check_cancelled`)
         for inflight in list(self._inflight):
             _loop.cancel(inflight)
 

@@ -124,20 +124,69 @@ class ScriptEvents:
         return future
 
 
+class RunControl:
+    """A run as other threads hold it (`serve`: a client's cancel, its time limit, `kill_shell`).
+
+    `stop(reason)` ends the run as an interrupt does: the script is cancelled, and so is
+    each call in flight (an MCP call is cancelled downstream, a command tool's process
+    group killed, a notebook cell's kernel interrupted); the reason is what the cancelled
+    line and the run's report say. `timeout` (seconds) ends it so when it is lower than the
+    runner's own limit, `timeout_label` naming it. From the start on, `calls()` counts the
+    calls made so far; `done` is set once the run is over."""
+
+    def __init__(self, *, timeout: float | None = None, timeout_label: str = "") -> None:
+        self.timeout = timeout
+        self.timeout_label = timeout_label
+        self.reason: str | None = None  # why it was stopped from outside; None while not
+        self.timed_out: str | None = None  # which limit ended it ("timeout" label or "[shell] timeout")
+        self.done = threading.Event()
+        self._queue: queue.SimpleQueue | None = None
+        self._command: ToolsCommand | None = None
+        self._lock = threading.Lock()
+
+    def stop(self, reason: str) -> bool:
+        """Stop the run (any thread, also before it started); False when it was over or stopped already."""
+        with self._lock:
+            if self.reason is not None or self.done.is_set():
+                return False
+            self.reason = reason
+            waiting = self._queue
+        if waiting is not None:
+            waiting.put(("stop", reason))
+        return True
+
+    def calls(self) -> int:
+        command = self._command
+        return 0 if command is None else command.run.calls
+
+    def _attach(self, waiting: queue.SimpleQueue, command: ToolsCommand) -> str | None:
+        """The run's pump listens from now on; the reason it was stopped before, if it was."""
+        with self._lock:
+            self._queue, self._command = waiting, command
+            return self.reason
+
+
+class _StopRequested(Exception):
+    """The pump took a `RunControl.stop`: the run ends as after an interrupt."""
+
+
 def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: ScriptEvents, sink: Sink,
-            *, before_start: Callable[[], bool] = lambda: True) -> ShellResult:
-    """Run `script` to the end (or to an interrupt) and stream what it prints.
+            *, before_start: Callable[[], bool] = lambda: True, control: RunControl | None = None) -> ShellResult:
+    """Run `script` to the end (or to an interrupt, or `control.stop`) and stream what it prints.
 
     `before_start()` runs first on the script's thread (it may ask the person);
     False means the script does not start.
     """
+    control = control or RunControl()
     future: concurrent.futures.Future = concurrent.futures.Future()
     # Wakes the pump at once when the script ends, instead of at its next poll (up to 50 ms a run).
     future.add_done_callback(lambda _: events.queue.put(("done", None)))
     pump = _Pump(sink, command.workdir)
     interrupted = False
-    overdue = _Overdue(command, runner)
+    overdue = _Overdue(command, runner, control)
     shadows = _Shadows(command, runner)
+    if (stopped_before := control._attach(events.queue, command)) is not None:
+        stop_run(command, runner, stopped_before)  # a cancel before the start: nothing starts
 
     def body() -> ShellResult | None:
         if not before_start() or command.interrupted:
@@ -159,12 +208,14 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
         # `Thread.start`, when the script may be running already.
         _start(body, future)
         pump.until_done(events.queue, future, overdue)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _StopRequested) as exc:
         interrupted = True
-        stop_run(command, runner)
-        # A builtin such as `sleep` only sees the cancel when it ends: past the grace
-        # the run is left to finish on its own thread, and the cell returns now.
+        stop_run(command, runner, control.reason if isinstance(exc, _StopRequested) else "interrupted")
+        # A builtin such as `sleep` under `execute_sync` only sees the cancel when it ends: past
+        # the grace the run is left to finish on its own thread, and the cell returns now.
         pump.drain(events.queue, deadline=time.monotonic() + _STOP_GRACE, future=future)
+    finally:
+        future.add_done_callback(lambda _: control.done.set())  # the run is over, on its thread too
     result = shadows.said(overdue.said(pump.finish(future, interrupted), sink), sink, future)
     if pump.limiter.size >= _GIVE_BACK_ABOVE and future.done():
         give_back_memory()
@@ -204,15 +255,20 @@ def stop_run(command: ToolsCommand, runner: ScriptRunner, reason: str = "interru
 
 
 class _Overdue:
-    """The run's timeout ([shell] timeout in Bashkit), kept while a tool call runs: Bashkit's
-    own only ends a script between commands, so a call still running when the time is up is
-    cancelled here (and the script with it), and the run fails saying which limit ended it."""
+    """The run's timeout ([shell] timeout in Bashkit, or a lower one `RunControl` gives), kept
+    while a tool call runs: Bashkit's own only ends a script between commands, so a call still
+    running when the time is up is cancelled here (and the script with it), and the run fails
+    saying which limit ended it."""
 
-    def __init__(self, command: ToolsCommand, runner: ScriptRunner) -> None:
-        self.command, self.runner = command, runner
+    def __init__(self, command: ToolsCommand, runner: ScriptRunner, control: RunControl) -> None:
+        self.command, self.runner, self.control = command, runner, control
         # Host bash keeps its own `--timeout`; a runner with a run timeout names it.
         limit = getattr(runner, "run_timeout", None)
         self.seconds = math.inf if limit is None else limit(command)
+        self.label = f"the [shell] timeout ({self.seconds:g} s)"
+        self.shell = True  # the [shell] table's own limit (not a caller's lower one)
+        if control.timeout is not None and control.timeout < self.seconds:
+            self.seconds, self.label, self.shell = control.timeout, control.timeout_label, False
         self.fired = False
         self._started: float | None = None  # when the runner started (the pump's thread reads it)
 
@@ -226,12 +282,16 @@ class _Overdue:
 
     def __call__(self) -> None:
         self.fired = True
-        stop_run(self.command, self.runner, f"ended by the run's [shell] timeout ({self.seconds} s)")
+        self.control.timed_out = self.label
+        stop_run(self.command, self.runner, f"ended by {self.label}")
 
     def said(self, result: ShellResult, sink: Sink) -> ShellResult:
         if not self.fired or "timeout" in result.stderr:
             return result
-        notice = limit_notice(f"execution timeout ({self.seconds}s)")
+        if self.shell:
+            notice = limit_notice(f"execution timeout ({self.seconds}s)")
+        else:
+            notice = f"toolkernel: the script was ended by {self.label}.\n"
         sink.stderr(notice)
         return dataclasses.replace(result, exit_code=result.exit_code or 1, stderr=result.stderr + notice)
 
@@ -439,13 +499,16 @@ class _Pump:
 
     def drain(self, events: queue.SimpleQueue, deadline: float, future) -> None:
         while time.monotonic() < deadline and not (future.done() and events.empty()):
-            self._next(events, timeout=0.05)
+            self._next(events, timeout=0.05, stopping=True)
 
-    def _next(self, events: queue.SimpleQueue, timeout: float) -> None:
+    def _next(self, events: queue.SimpleQueue, timeout: float, stopping: bool = False) -> None:
         try:
             kind, payload = events.get(timeout=timeout)
         except queue.Empty:
             return
+        if kind == "stop":
+            if not stopping:  # (stopping already: the run is ending)
+                raise _StopRequested(payload)
         if kind == "output":
             self._output(*payload)
         elif kind == "image":
