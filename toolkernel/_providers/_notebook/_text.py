@@ -25,6 +25,25 @@ def run_reports(outputs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             found.append(report)
     return found
 
+def newest_line(outputs: Iterable[Mapping[str, Any]]) -> str | None:
+    """The last line of text the outputs hold (a stream's, a result's plain text, an error's
+    headline), as a terminal shows it; None when they hold none."""
+    for output in reversed(list(outputs)):
+        kind = output.get("output_type")
+        if kind == "stream":
+            text = output.get("text", "")
+        elif kind == "error":
+            text = f"{output.get('ename', '')}: {output.get('evalue', '')}"
+        else:
+            data = output.get("data")
+            text = data.get("text/plain", "") if isinstance(data, Mapping) else ""
+        text = "".join(text) if isinstance(text, list) else str(text)
+        lines = [line for line in clean_stream(text).splitlines() if line.strip()]
+        if lines:
+            return lines[-1].strip()
+    return None
+
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _RULE = re.compile(r"^-{20,}$")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..._tool import Image, Tool, ToolContext, ToolInputError, ToolResult, tool
-from ._text import describe_output, join_source, run_reports
+from ._text import describe_output, join_source, newest_line, run_reports
 
 if TYPE_CHECKING:
     from nbformat import NotebookNode
@@ -305,11 +305,12 @@ async def notebook_run(arguments: dict[str, Any], ctx: ToolContext) -> ToolResul
         if code is None and not cell_id:
             return ToolResult.text(notice or f"restarted the {pairing.connection.label} kernel")
     if cell_id:
-        result, seen = await _run_cell(pairing, cell_id, timeout, ctx.state), pairing.store
+        result, seen = await _run_cell(pairing, cell_id, timeout, ctx.state, ctx), pairing.store
     elif code is None:
         raise ToolInputError("give code to run, or the cell_id of a code cell of the notebook")
     else:
-        result, seen = _execution_result(await pairing.connection.execute(code, timeout), timeout, where="output"), None
+        execution = await pairing.connection.execute(code, timeout, _reporting(ctx))
+        result, seen = _execution_result(execution, timeout, where="output"), None
     if notice:
         result.texts = ["\n".join(part for part in (*result.texts, notice) if part)]
     return await _with_warnings(result, ctx.state, seen)
@@ -323,7 +324,23 @@ async def _with_warnings(result: ToolResult, state: dict[str, Any], seen: Notebo
     return result
 
 
-async def _run_cell(pairing: Pairing, cell_id: str, timeout: float, state: dict[str, Any]) -> ToolResult:
+def _reporting(ctx: ToolContext, then: Any = None) -> Any:
+    """The kernel's outputs as the call's progress, as they change: how many reports so far, and
+    the newest line of text (a client of `serve` hears them while the cell runs); then `then`."""
+    reports = 0
+
+    async def report(execution: Any) -> None:
+        nonlocal reports
+        reports += 1
+        ctx.progress(float(reports), None, newest_line(execution.outputs))
+        if then is not None:
+            await then(execution)
+
+    return report
+
+
+async def _run_cell(pairing: Pairing, cell_id: str, timeout: float, state: dict[str, Any],
+                    ctx: ToolContext | None = None) -> ToolResult:
     store = await pairing.notebook_store()
     notebook = await store.load()
     cell = notebook.nb.cells[notebook.find(cell_id)]
@@ -335,7 +352,8 @@ async def _run_cell(pairing: Pairing, cell_id: str, timeout: float, state: dict[
         await store.output_changed(cell_id, execution)
 
     try:
-        execution = await pairing.connection.execute(join_source(cell.source), timeout, show)
+        execution = await pairing.connection.execute(join_source(cell.source), timeout,
+                                                     show if ctx is None else _reporting(ctx, show))
     except BaseException:
         await store.run_stopped(cell_id)
         raise
