@@ -107,7 +107,8 @@ def test_the_list_is_bash_the_file_tools_and_keep_visible(tmp_path):
     listed, called = run(body)
     names = [t.name for t in listed]
     assert names[0] == "bash"
-    assert sorted(names[1:]) == ["edit_file", "mcp_github__list_pulls", "read_file", "todo_write", "write_file"]
+    assert sorted(names[1:]) == ["bash_output", "edit_file", "kill_shell", "mcp_github__list_pulls", "read_file",
+                                 "todo_write", "write_file"]
     pulls = next(t for t in listed if t.name == "mcp_github__list_pulls")
     assert pulls.input_schema["properties"]["repo"]["type"] == "string"  # its own schema
     assert not called.is_error and "toolkernel" in called.content[0].text
@@ -643,8 +644,8 @@ def test_over_http_the_list_images_and_large_outputs_are_as_over_stdio(http_serv
             return listed, await bash(client, "tools pics red_square size=3"), await bash(client, BIG_OUTPUT)
 
     listed, image, big = run(body)
-    assert sorted(t.name for t in listed) == ["bash", "edit_file", "mcp_github__list_pulls", "read_file", "todo_write",
-                                              "write_file"]
+    assert sorted(t.name for t in listed) == ["bash", "bash_output", "edit_file", "kill_shell", "mcp_github__list_pulls",
+                                              "read_file", "todo_write", "write_file"]
     assert next(t for t in listed if t.name == "mcp_github__list_pulls").input_schema["required"] == ["repo"]
     assert_one_image(image, work)
     assert_head_and_tail(big.structured_content["stdout"], work)
@@ -896,4 +897,5 @@ def test_keep_visible_reads_a_tool_as_the_rules_do(tmp_path, spelling):
             return [t.name for t in (await client.list_tools()).tools]
 
     names = run(body)
-    assert sorted(names) == ["bash", "edit_file", "mcp_github__list_pulls", "read_file", "todo_write", "write_file"]
+    assert sorted(names) == ["bash", "bash_output", "edit_file", "kill_shell", "mcp_github__list_pulls", "read_file",
+                             "todo_write", "write_file"]

@@ -38,6 +38,13 @@ async def wait(steps: int, ctx: Context, step_seconds: float = 0.1) -> str:
 
 
 @server.tool()
+async def wait_marked(marker: str, steps: int, ctx: Context, step_seconds: float = 0.1) -> str:
+    """`wait`, having first written `marker` (a file): a test then knows the call reached the server."""
+    Path(marker).write_text("started\n")
+    return await wait(steps, ctx, step_seconds)
+
+
+@server.tool()
 def history() -> list[str]:
     """How each earlier `wait` call ended: "finished" or "cancelled"."""
     return outcomes

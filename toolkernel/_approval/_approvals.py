@@ -261,6 +261,37 @@ class Approvals(ApprovalStore):
             # "always": `toolkernel approve` saved the rule; "deny": nothing to grant.
             self._shared.withdraw(request_id)
 
+    def take_answer(self, request_id: str) -> str | None:
+        """The answer a person gave elsewhere to the request `request_id` this process published,
+        taken: the request is withdrawn and nothing is granted here (its waiting caller applies
+        the answer, `_approver.PendingApprover`); None while there is none. "" when the request
+        is no longer published (answered and applied meanwhile, as `collect_answers` does)."""
+        if self._shared is None:
+            return ""
+        with self._guard:
+            entry = self._published.get(request_id)
+        if entry is None:
+            return ""
+        request, call = entry
+        answer = self._shared.answer_for(request)
+        if answer is None:
+            return None
+        with self._guard:
+            if self._published.pop(request_id, None) is None:
+                return ""  # another thread applied it: one answer, one grant
+            self._pending = [info for info in self._pending if info is not call]
+        self._shared.withdraw(request_id)
+        return answer
+
+    def withdraw(self, request_id: str) -> None:
+        """Remove one of this process's requests (its caller stopped waiting for the answer)."""
+        with self._guard:
+            entry = self._published.pop(request_id, None)
+            if entry is not None:
+                self._pending = [info for info in self._pending if info is not entry[1]]
+        if entry is not None and self._shared is not None:
+            self._shared.withdraw(request_id)
+
     def withdraw_published(self) -> None:
         """Remove this process's requests from the folder (it ends: nobody could use an answer)."""
         if self._shared is None:

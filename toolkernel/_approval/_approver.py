@@ -8,6 +8,8 @@ as the MCP SDK injects its elicitation callback:
     stop_and_report   headless default: "later" (the run stops, the report asks)
     StdinApprover     a terminal, or a notebook frontend that offers stdin
     ElicitApprover    an MCP client, through elicitation (`toolkernel serve`)
+    PendingApprover   a run nobody waits on (`serve`'s background runs): the call is published
+                      where `toolkernel approve` answers it, and the run waits for the answer
 
 Where a person is at the cell (stdin offered), a question asks there, before the start
 and mid-run alike: JupyterLab's buttons answer the same stdin request. A "later" question
@@ -24,7 +26,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping, Protocol
 
-from ._policy import CallInfo
+from ._policy import CallInfo, canonical_call_key
 from ._run import described_call
 
 
@@ -214,6 +216,42 @@ ELICIT_SCHEMA = {
                               "description": "Allow this call once, allow the tool always, or deny it"}},
     "required": ["decision"],
 }
+
+
+class PendingApprover:
+    """Asks where a person answers from a terminal (`toolkernel approve ID once|always|deny`,
+    or `%tools approve ID`): the call is published as a stopped run's is (`Approvals`, which
+    must share a pending store), and the call waits, polling every `poll` seconds, until the
+    answer comes or the run is cancelled (the request is then withdrawn). `waiting` holds the
+    ids still waiting, for whoever reports on the run."""
+
+    def __init__(self, approvals: Any, poll: float = 0.25) -> None:
+        self.approvals, self.poll = approvals, poll
+        self.waiting: list[str] = []
+
+    async def __call__(self, request: ApprovalRequest) -> Answer:
+        call = request.call
+        self.approvals.add_pending(call, request.reason, before_start=request.before_start)
+        request_id = self.approvals.published_id(call)
+        if request_id is None:  # nothing shares the pending store: nobody could answer
+            return Answer.LATER
+        self.waiting.append(request_id)
+        answered = False
+        try:
+            while True:
+                answer = self.approvals.take_answer(request_id)
+                if answer == "":  # answered and applied meanwhile by another reader of the folder
+                    key = canonical_call_key(call.qualified_name, call.input)
+                    answered = True
+                    return Answer.ONCE if self.approvals.consume_once(key) else Answer.LATER
+                if answer is not None:
+                    answered = True
+                    return Answer(answer)
+                await asyncio.sleep(self.poll)
+        finally:
+            self.waiting.remove(request_id)
+            if not answered:
+                self.approvals.withdraw(request_id)
 
 
 class ElicitApprover:

@@ -23,22 +23,30 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import json
 import os
 import re
 import threading
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
 
 from .. import _loop
-from .._approval._approver import Answer, ApprovalRequest, Approver, ElicitApprover, stop_and_report
+from .._approval._approver import (Answer, ApprovalRequest, Approver, ElicitApprover, PendingApprover,
+                                   stop_and_report)
+from .._approval._run import NO_EVENTS, NoEvents, RunEvents
+from .._runners._background import BackgroundRun, BackgroundRuns, KeepingEvents
+from .._runners._shell import RunControl, ShellResult
+from ._serve_bash import (BACKGROUND_TOOLS, BASH_INPUT, CANCEL_WAIT, BashInput, Newest, progress_token,
+                          send_progress, watched)
 from .._approval._pending import PendingError, PendingStore
 from ._answers import answer_request
 from .._command._catalog import Catalog
@@ -84,7 +92,6 @@ denied: refused, do not retry; needs_approval: a person is asked; the script sto
 connection_required: the person must connect that server; call_limit: over 50 calls in one script; \
 unavailable: cannot run now, retryable says if it may later"""
 
-BASH_INPUT = {"type": "object", "properties": {"script": {"type": "string"}}, "required": ["script"]}
 
 # The file tools stay direct (seed 000); in the Tools-in-Shell list they are shown this short.
 # Calls are checked against each tool's own full schema all the same.
@@ -191,13 +198,23 @@ class ToolServer:
                         self._used[key] = time.monotonic()
 
     def forget(self, key: str) -> None:
-        """The client's MCP session ended (an HTTP DELETE): its Session is closed."""
+        """The client's MCP session ended (an HTTP DELETE): its runs are stopped, its background
+        runs killed, and its Session closed."""
         with self._clients_guard:
             gone = self._clients.pop(key, None)
             self._used.pop(key, None)
         if gone is not None:
+            gone[1].stop_all("killed: the client's session ended")
             gone[1].wait_idle()  # after the runs it may still be making
             _close_client(gone[0])
+
+    def gone(self, key: str, request_id: object) -> None:
+        """The client went away from one call (an HTTP request it dropped): that call's run is stopped."""
+        with self._clients_guard:
+            client = self._clients.get(key)
+        stop = client[1].stopping.get(request_id) if client is not None else None
+        if stop is not None:
+            stop("cancelled: the client went away")
 
     def _stale(self) -> list[Session]:
         """Sessions of clients idle past `forget_after`, none of them running, taken out (under the guard)."""
@@ -211,15 +228,21 @@ class ToolServer:
         return [self._clients.pop(key)[0] for key in keys]
 
     def close(self) -> None:
-        for session, _ in self._clients.values():
+        for session, runs in list(self._clients.values()):
+            runs.stop_all("killed: serve ended")
             _close_client(session)
         _loop.run(unpair(self._notebook_state), timeout=30)  # a kernel serve started is shut down
 
     def server(self) -> Server:
         from .. import __version__
 
+        # Declared (with a handler for `logging/setLevel`): a background run that ends by itself
+        # is told to the client as `notifications/message` (seed 002). The SDK warns on each use
+        # that the capability is deprecated from protocol 2026-07-28 on; the older ones have it.
+        warnings.filterwarnings("ignore", message="The logging capability is deprecated")
         return Server("toolkernel", version=__version__, instructions=_INSTRUCTIONS,
-                      on_list_tools=self._on_list_tools, on_call_tool=self._on_call_tool)
+                      on_list_tools=self._on_list_tools, on_call_tool=self._on_call_tool,
+                      on_set_logging_level=_set_logging_level)
 
     # -- listing -------------------------------------------------------------
 
@@ -240,7 +263,8 @@ class ToolServer:
             return [_mcp_tool(t) for t in tools]
         # No outputSchema: the structured content comes anyway, and the schema would only cost bytes.
         bash = types.Tool(name="bash", description=BASH_DESCRIPTION, input_schema=BASH_INPUT)
-        return [bash] + [_terse_tool(t) if t.name in TERSE and not t.server else _mcp_tool(t) for t in tools]
+        return ([bash, *BACKGROUND_TOOLS]
+                + [_terse_tool(t) if t.name in TERSE and not t.server else _mcp_tool(t) for t in tools])
 
     async def _direct_tools(self, catalog: Catalog, settings: ShellSettings) -> list[Tool]:
         everything = await _all_tools(catalog)
@@ -253,44 +277,157 @@ class ToolServer:
     # -- calling -------------------------------------------------------------
 
     async def _on_call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        arguments = dict(params.arguments or {})
-        approver = _approver_for(ctx, asyncio.get_running_loop(), stops_first=params.name == "bash")
-        if params.name == "bash":
-            script = arguments.get("script")
-            if not isinstance(script, str):
-                return _error("invalid_input", "bash needs {\"script\": \"...\"}")
-            return await anyio.to_thread.run_sync(self.run_bash, _client_key(ctx), script, approver)
-        return await anyio.to_thread.run_sync(self.call_direct, _client_key(ctx), params.name, arguments, approver)
+        arguments, key, name = dict(params.arguments or {}), _client_key(ctx), params.name
+        if name in _BACKGROUND_NAMES:
+            return await anyio.to_thread.run_sync(self.background_tool, key, name, arguments)
+        loop = asyncio.get_running_loop()
+        token = progress_token(ctx, params)
+        newest = Newest()
+        if name == "bash":
+            try:
+                bash = BashInput.parse(arguments)
+            except CallError as exc:
+                return _error(exc.code, exc.message)
+            if bash.background:
+                approver = _approver_for(ctx, loop, stops_first=False, label=bash.description, background=True,
+                                         session=lambda: self.client(key)[0])
+                notify = _notifier(ctx, loop)
+                return await anyio.to_thread.run_sync(self.start_background, key, bash, approver, notify)
+            control = bash.control()
+            approver = _approver_for(ctx, loop, stops_first=True, label=bash.description)
+            return await self._watched(ctx, key, lambda: self.run_bash(key, bash, approver, control, newest),
+                                       control.stop, newest, control.calls, token)
+        approver = _approver_for(ctx, loop, stops_first=False)
+        call = _DirectCall(newest)
+        return await self._watched(ctx, key, lambda: self.call_direct(key, name, arguments, approver, call),
+                                   call.stop, newest, call.count, token)
 
-    def run_bash(self, key: str, script: str, approver: Approver) -> types.CallToolResult:
+    async def _watched(self, ctx: Any, key: str, work: Callable[[], types.CallToolResult], stop: Callable[[str], Any],
+                       newest: Newest, count: Callable[[], int], token: Any) -> types.CallToolResult:
+        """`work()` on a worker thread: the client's cancel (or its going away) stops it, and a
+        client that sent a progress token hears how it goes."""
+        progress = None
+        if token is not None:
+            async def send(value: float, message: str | None) -> None:
+                await ctx.session.send_progress_notification(token, value, None, message,
+                                                             related_request_id=ctx.request_id)
+
+            async def progress() -> None:
+                await send_progress(send, newest, count)
+
+        async def cancelled(result: types.CallToolResult) -> None:  # said to a client still there
+            body = result.structured_content or {}
+            await ctx.session.send_log_message("notice", {"event": "cancelled", **body}, logger="toolkernel.bash")
+
+        runs = self.client(key)[1]
+        runs.stopping[ctx.request_id] = stop
+        try:
+            return await watched(work, stop, progress=progress, on_cancelled=cancelled)
+        finally:
+            runs.stopping.pop(ctx.request_id, None)
+
+    def run_bash(self, key: str, bash: BashInput | str, approver: Approver, control: RunControl | None = None,
+                 newest: Newest | None = None) -> types.CallToolResult:
+        """One foreground run, its result in seed 000's shape."""
+        bash = bash if isinstance(bash, BashInput) else BashInput(bash)
+        control = control or bash.control()
         sink = _Collected()
+        events = KeepingEvents(on_output=newest.printed if newest is not None else None)
         try:
             if not ShellSettings.from_config(load_config(self.workdir).tools_in_shell).enabled:
                 return _error("unknown_command", "no tool named 'bash': [tools_in_shell] enabled = false"
                               " lists every tool directly")  # not listed, so not callable (fail closed)
             with self.running(key) as session:
                 before = _waiting_ids(session)
-                result = session.run_script(script, sink, approver=approver, agent=True, route="serve",
-                                            always_report=True)
+                result = session.run_script(bash.script, sink, approver=approver, agent=True, route="serve",
+                                            always_report=True, control=control, description=bash.description,
+                                            events=events)
         except ConfigError as exc:
             return _error("config_error", str(exc))
-        report = result.report or {}
-        # Seed 000's shape (`result.tools.stopped`), with what the script printed beside it.
-        body: dict[str, Any] = {"exit_code": result.exit_code, "success": report.get("success", False),
-                                "stdout": "".join(sink.out), "stderr": result.stderr, "tools": report.get("tools", {})}
-        if report.get("changes"):
-            body["changes"] = report["changes"]  # the journal's run: `tools rewind ID` undoes it
-        if waiting := _waiting(session, before, _stopped_call(report)):
+        body = _bash_body(result, "".join(sink.out), control)
+        if waiting := _waiting(session, before, _stopped_call(result.report or {})):
             body["waiting"] = waiting
         content: list[Any] = [types.TextContent(type="text", text=_bash_text(body))]
         content += [_image(self.workdir / p) for p in result.images]
         return types.CallToolResult(content=content, structured_content=body, is_error=result.exit_code != 0)
 
-    def call_direct(self, key: str, name: str, arguments: dict[str, Any], approver: Approver) -> types.CallToolResult:
+    # -- background runs (seed 002: run_in_background, BashOutput, KillShell) ---------------
+
+    def start_background(self, key: str, bash: BashInput, approver: Approver,
+                         notify: Callable[[Mapping[str, Any]], None]) -> types.CallToolResult:
+        """Start the run and return its id at once; `notify` tells the client when it ends by itself."""
+        try:
+            if not ShellSettings.from_config(load_config(self.workdir).tools_in_shell).enabled:
+                return _error("unknown_command", "no tool named 'bash': [tools_in_shell] enabled = false"
+                              " lists every tool directly")
+        except ConfigError as exc:
+            return _error("config_error", str(exc))
+        session, runs = self.client(key)
+        give_back = runs.take_turn()
+        if give_back is None:
+            return _error("unavailable", f"{RUNS_AT_ONCE} runs of this client go on already (background runs"
+                          " count): end one with kill_shell, or wait for one to end")
+
+        def run(background: BackgroundRun) -> ShellResult:
+            events = KeepingEvents(background.output)
+            return session.run_script(bash.script, _Discarded(), approver=approver, agent=True, route="serve",
+                                      always_report=True, control=background.control, description=bash.description,
+                                      events=events)
+
+        def ended(background: BackgroundRun) -> None:
+            if not background.killed:  # ended by itself, or by its time limit: the client is told
+                notify({"event": "background run ended", **_background_state(background)})
+
+        try:
+            background = runs.background.start(bash.script, bash.control(), run, description=bash.description,
+                                               on_end=ended, after=give_back)
+        except RuntimeError as exc:  # the client's session ended meanwhile
+            give_back()
+            return _error("unavailable", str(exc))
+        background.waiting = getattr(approver, "waiting", None)  # the requests it waits on for a person
+        body = {"id": background.id, "status": background.status}
+        if bash.description:
+            body["description"] = bash.description
+        text = (f"started {background.id} in the background; read its output with bash_output"
+                f" bash_id={background.id}, end it with kill_shell shell_id={background.id}")
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=body)
+
+    def background_tool(self, key: str, name: str, arguments: Mapping[str, Any]) -> types.CallToolResult:
+        """`bash_output` and `kill_shell`."""
+        runs = self.client(key)[1]
+        wanted = arguments.get("bash_id" if name == "bash_output" else "shell_id")
+        background = runs.background.get(wanted) if isinstance(wanted, str) else None
+        if background is None:
+            known = ", ".join(run.id for run in runs.background.all()) or "none"
+            return _error("unknown_command", f"no background run {wanted!r} in this session (its runs: {known})")
+        if name == "kill_shell":
+            killed = background.kill("killed (kill_shell)")
+            background.ended.wait(CANCEL_WAIT)
+            body = dict(_background_state(background))
+            text = (f"{background.id} was killed; what it printed stays readable with bash_output" if killed
+                    else f"{background.id} had ended already ({background.status})")
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=body)
+        pattern = arguments.get("filter")
+        try:
+            regex = re.compile(pattern) if isinstance(pattern, str) and pattern else None
+        except re.error as exc:
+            return _error("invalid_input", f"filter is not a regular expression: {exc}")
+        body = {**background.read(regex), **_background_state(background)}
+        asking = background.waiting or ()
+        if waiting := [w for w in _waiting(self.client(key)[0]) if w["id"] in asking]:
+            body["waiting"] = waiting
+        return types.CallToolResult(content=[types.TextContent(type="text", text=_output_text(body))],
+                                    structured_content=body)
+
+    def call_direct(self, key: str, name: str, arguments: dict[str, Any], approver: Approver,
+                    call: _DirectCall | None = None) -> types.CallToolResult:
+        call = call or _DirectCall()
         with self.running(key) as session:
             before = _waiting_ids(session)
             try:
-                return _loop.run(self._call_direct(session, name, arguments, approver))
+                return call.run(self._call_direct(session, name, arguments, approver, call.events))
+            except concurrent.futures.CancelledError:
+                return _error("stopped", f"{name} was {call.reason or 'cancelled'}")
             except CallError as exc:
                 asked = exc.details.get("request")  # a call still waiting since an earlier try
                 waiting = "".join(f"\n{_answer_with(w, again='make the call again')}"
@@ -301,9 +438,9 @@ class ToolServer:
                 return _error("config_error", str(exc))
 
     async def _call_direct(self, session: Session, name: str, arguments: dict[str, Any],
-                           approver: Approver) -> types.CallToolResult:
+                           approver: Approver, events: RunEvents = NO_EVENTS) -> types.CallToolResult:
         # One call, no script: the mount plan is worked out only if the call names paths.
-        command = await session.prepare(approver=approver, one_call=True, agent=True, route="serve")
+        command = await session.prepare(events, approver=approver, one_call=True, agent=True, route="serve")
         try:
             tool = await _find_listed(self, command.catalog, name)
         except CallError as exc:
@@ -382,31 +519,179 @@ _REQUEST_ID = re.compile(r"[0-9a-f]{12}")
 
 
 RUNS_AT_ONCE = 8  # a client's runs and direct calls at once; more wait their turn
+_BACKGROUND_NAMES = frozenset(tool.name for tool in BACKGROUND_TOOLS)
+
+
+class _DirectCall:
+    """One direct call (`notebook_run`, `read_file`, ...) on the private loop, as the client holds
+    it: `stop` cancels it there (a kernel's cell is interrupted: `KernelConnection.execute`), and
+    what it reports as it goes (a cell's newest output line) feeds its progress."""
+
+    def __init__(self, newest: Newest | None = None) -> None:
+        self.newest = newest or Newest()
+        self.reason: str | None = None
+        self._future: concurrent.futures.Future | None = None
+        self._lock = threading.Lock()
+        self._reported = 0
+        self.events = _CallEvents(self)
+
+    def run(self, coro: Any) -> Any:
+        with self._lock:
+            stopped = self.reason is not None
+            self._future = future = _loop.submit(coro)
+        if stopped:
+            future.cancel()
+        return _loop.wait(future)
+
+    def stop(self, reason: str) -> None:
+        with self._lock:
+            self.reason = self.reason or reason
+            future = self._future
+        if future is not None:
+            future.cancel()
+
+    def count(self) -> int:
+        return self._reported
+
+
+class _CallEvents(NoEvents):
+    """A direct call's events: its tool's progress (a cell's newest output) noted for the client."""
+
+    def __init__(self, call: _DirectCall) -> None:
+        self.call = call
+
+    def progress(self, tool: str, progress: float, total: float | None, message: str | None) -> None:
+        self.call._reported += 1
+        if message:
+            self.call.newest.printed(message + "\n")
+
+
+class _Discarded(_Collected):
+    """The sink of a background run: its output is kept by its events (`KeepingEvents`)."""
+
+    def stdout(self, text: str) -> None:
+        pass
+
+
+def _bash_body(result: ShellResult, stdout: str, control: RunControl) -> dict[str, Any]:
+    """A run's result in seed 000's shape (`result.tools.stopped`), with what the script
+    printed beside it, and which limit ended it, if one did."""
+    report = result.report or {}
+    body: dict[str, Any] = {"exit_code": result.exit_code, "success": report.get("success", False),
+                            "stdout": stdout, "stderr": result.stderr, "tools": report.get("tools", {})}
+    if report.get("changes"):
+        body["changes"] = report["changes"]  # the journal's run: `tools rewind ID` undoes it
+    if control.timed_out is not None:
+        body["timed_out"] = control.timed_out
+    elif report.get("cancelled"):
+        body["cancelled"] = report["cancelled"]
+    if report.get("description"):
+        body["description"] = report["description"]
+    return body
+
+
+def _background_state(background: BackgroundRun) -> dict[str, Any]:
+    """What a background run's status says, and once it ended, its result's shape."""
+    state: dict[str, Any] = {"id": background.id, "status": background.status, "exit_code": background.exit_code}
+    if background.description:
+        state["description"] = background.description
+    if background.result is not None:
+        body = _bash_body(background.result, "", background.control)
+        state.update({key: body[key] for key in ("success", "tools", "changes", "timed_out", "cancelled")
+                      if key in body})
+        if background.result.stderr:
+            state["stderr"] = background.result.stderr[-2000:]
+    if background.failure is not None:
+        state["failure"] = background.failure
+    return state
+
+
+def _output_text(body: Mapping[str, Any]) -> str:
+    """`bash_output`'s text: the output, then a line of status."""
+    text = ""
+    if body.get("dropped"):
+        text += f"[{body['dropped']:,} characters of older output were dropped unread]\n"
+    text += body["output"]
+    if text and not text.endswith("\n"):
+        text += "\n"
+    status = f"[{body['id']}: {body['status']}"
+    status += f", exit code {body['exit_code']}]" if body["exit_code"] is not None else "]"
+    text += status
+    if body.get("timed_out"):
+        text += f"\n[ended by {body['timed_out']}]"
+    text += "".join(f"\n{_answer_with(w, again='the run goes on')}" for w in body.get("waiting", ()))
+    return text
+
+
+async def _set_logging_level(ctx: Any, params: Any) -> types.EmptyResult:
+    return types.EmptyResult()
+
+
+def _notifier(ctx: Any, loop: asyncio.AbstractEventLoop) -> Callable[[Mapping[str, Any]], None]:
+    """Tells the client (a `notifications/message`) from any thread, once the call that started
+    a background run is over: on the session's own channel, not the call's."""
+    def notify(data: Mapping[str, Any]) -> None:
+        try:
+            asyncio.run_coroutine_threadsafe(
+                ctx.session.send_log_message("info", dict(data), logger="toolkernel.bash"), loop)
+        except RuntimeError:  # the server's loop is gone: nobody to tell
+            pass
+
+    return notify
 
 
 class _Runs:
-    """A client's runs going on: at most `RUNS_AT_ONCE` at once, counted so that its Session is
-    closed only once none is left (`wait_idle`), and not while one goes on (`busy`)."""
+    """A client's runs going on: at most `RUNS_AT_ONCE` at once, its background runs among them,
+    counted so that its Session is closed only once none is left (`wait_idle`), and not while one
+    goes on (`busy`). `stopping` holds how to stop each run and call in flight (the client's
+    end stops them all), `background` the runs that go on past their call."""
 
     def __init__(self) -> None:
         self._turns = threading.Semaphore(RUNS_AT_ONCE)
         self._changed = threading.Condition()
         self._going = 0
+        self.background = BackgroundRuns()
+        self.stopping: dict[object, Callable[[str], Any]] = {}
 
     @contextmanager
     def one(self) -> Iterator[None]:
         with self._turns:
-            with self._changed:
-                self._going += 1
-            try:
+            with self._took():
                 yield
-            finally:
-                with self._changed:
-                    self._going -= 1
-                    self._changed.notify_all()
+
+    def take_turn(self) -> Callable[[], None] | None:
+        """A turn taken now, without waiting (a background run's), and the function that gives it
+        back; None when all `RUNS_AT_ONCE` are taken."""
+        if not self._turns.acquire(blocking=False):
+            return None
+        taking = self._took()
+        taking.__enter__()
+
+        def give_back() -> None:
+            taking.__exit__(None, None, None)
+            self._turns.release()
+
+        return give_back
+
+    @contextmanager
+    def _took(self) -> Iterator[None]:
+        with self._changed:
+            self._going += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._going -= 1
+                self._changed.notify_all()
 
     def busy(self) -> bool:
         return self._going > 0
+
+    def stop_all(self, reason: str) -> None:
+        """Stop every run of the client: those in flight, and its background runs (their end waited for)."""
+        for stop in list(self.stopping.values()):
+            stop(reason)
+        self.background.close(reason)
 
     def wait_idle(self) -> None:
         with self._changed:
@@ -473,15 +758,22 @@ def _client_key(ctx: Any) -> str:
     return (headers.get("mcp-session-id") if headers is not None else None) or "stdio"
 
 
-def _approver_for(ctx: Any, loop: asyncio.AbstractEventLoop, *, stops_first: bool) -> Approver:
-    """Elicitation when the client offers it, else the run stops and reports."""
+def _approver_for(ctx: Any, loop: asyncio.AbstractEventLoop, *, stops_first: bool, label: str | None = None,
+                  background: bool = False, session: Callable[[], Session] | None = None) -> Approver:
+    """Elicitation when the client offers it, else the run stops and reports; a background run's
+    waits for the answer instead (`PendingApprover`: `toolkernel approve` answers). `label`
+    (the call's description) heads the question."""
     wanted = types.ClientCapabilities(elicitation=types.ElicitationCapability())
     if not ctx.session.check_client_capability(wanted):
+        if background and session is not None:
+            return PendingApprover(session().approvals)
         return stop_and_report
+    related = None if background else ctx.request_id  # a background run's call has ended
 
     async def elicit(message: str, schema: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        asked = asyncio.run_coroutine_threadsafe(
-            ctx.session.elicit_form(message, dict(schema), ctx.request_id), loop)
+        if label:
+            message = f"[{printable(label)}] {message}"
+        asked = asyncio.run_coroutine_threadsafe(ctx.session.elicit_form(message, dict(schema), related), loop)
         result = await asyncio.wrap_future(asked)
         return result.content if result.action == "accept" else None
 
@@ -528,6 +820,8 @@ def _bash_text(body: Mapping[str, Any]) -> str:
         text += ("\n" if text and not text.endswith("\n") else "") + "[stderr]\n" + body["stderr"]
     if body["exit_code"]:
         text += f"\n[exit code {body['exit_code']}]"
+    if body.get("timed_out"):
+        text += f"\n[ended by {body['timed_out']}]"
     if _worth_telling(body):
         shown = {key: body[key] for key in ("exit_code", "success", "tools", "changes") if key in body}
         # Tool names and inputs of a server's and a script's choosing: escaped where not printable.
@@ -623,8 +917,56 @@ def http_app(tool_server: ToolServer, host: str, token: str | None) -> Any:
     app = tool_server.server().streamable_http_app(streamable_http_path="/mcp", host=host,
                                                    session_idle_timeout=SESSION_IDLE_SECONDS)
     tool_server.forget_after = SESSION_IDLE_SECONDS + 60
-    app = _SessionEnds(app, tool_server)
+    app = _CallsGone(_SessionEnds(app, tool_server), tool_server)
     return app if token is None else _TokenCheck(app, token)
+
+
+_MAX_CALL_BODY = 1 << 20  # bytes of a POST read for the ids of its calls (a call's input is small)
+
+
+class _CallsGone:
+    """A client that drops the HTTP request of a call still going (it went away mid-call) is
+    taken as cancelling it: the call's run is stopped, as on `notifications/cancelled`. The SDK
+    would let the run go on for a client that may come back for its answer."""
+
+    def __init__(self, app: Any, tool_server: ToolServer) -> None:
+        self.app, self.tool_server = app, tool_server
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            return await self.app(scope, receive, send)
+        body, calls, answered = bytearray(), [], [False]
+        key = dict(scope.get("headers") or ()).get(b"mcp-session-id", b"").decode("latin-1")
+
+        async def receiving() -> dict:
+            message = await receive()
+            if message["type"] == "http.request":
+                if len(body) <= _MAX_CALL_BODY:
+                    body.extend(message.get("body", b""))
+                if not message.get("more_body"):
+                    calls.extend(_call_ids(bytes(body)))
+            elif message["type"] == "http.disconnect" and calls and key and not answered[0]:
+                for request_id in calls:
+                    await anyio.to_thread.run_sync(self.tool_server.gone, key, request_id)
+            return message
+
+        async def sending(message: dict) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                answered[0] = True
+            await send(message)
+
+        await self.app(scope, receiving, sending)
+
+
+def _call_ids(body: bytes) -> list[Any]:
+    """The ids of the `tools/call` requests a POST's body holds (one, or a batch)."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return []
+    messages = parsed if isinstance(parsed, list) else [parsed]
+    return [m["id"] for m in messages if isinstance(m, dict) and m.get("method") == "tools/call"
+            and isinstance(m.get("id"), (int, str)) and not isinstance(m.get("id"), bool)]
 
 
 class _SessionEnds:
