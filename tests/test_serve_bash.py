@@ -553,6 +553,27 @@ def test_the_description_is_in_the_question_and_the_report(tmp_path):
     assert result["description"] == "Clean up old branches"
 
 
+def test_the_description_names_the_run_in_the_changes_list(tmp_path):
+    from toolkernel._frontends._lab import _run
+    from toolkernel._rewind import Journal, describe_runs, iter_changes
+
+    work = project(tmp_path, "")
+
+    async def body():
+        async with connected(work) as client:
+            return await client.bash("echo new > made.txt", description="Make the file")
+
+    assert run(body).structured_content["exit_code"] == 0
+    journal = Journal(work)
+    try:
+        (record,) = list(iter_changes(journal))
+        assert record.about["description"] == "Make the file"
+        assert _run(record)["about"]["description"] == "Make the file"  # what the Lab sidebar's Changes list shows
+        assert '"Make the file"' in describe_runs([record])
+    finally:
+        journal.close()
+
+
 # -- the list ------------------------------------------------------------------------------
 
 

@@ -254,6 +254,8 @@ class Session:
             in_place = not agent and self.config_cache.load().mid_run == "ask"
             approver = StdinApprover(lambda prompt, request: events.on_pump_thread(asking, ask, prompt, request),
                                      lambda line: events.on_pump_thread(print, line), mid_run=in_place)
+        if description:  # the journal's Changes list names the run by it too
+            about = {**(about or {}), "description": description}
         command = self._prepared(approver or stop_and_report, events=events, read_only=read_only, agent=agent,
                                  route=route, about=about)
         command.run.description = description

@@ -26,6 +26,7 @@ interface IAbout {
   count?: number;
   first_line?: string;
   who?: 'person' | 'agent';
+  description?: string;
 }
 
 interface IRun {
@@ -84,6 +85,9 @@ export class ChangesPanel extends Widget {
     const diff = el('div', 'toolkernel-diff');
     const head = el('div', 'toolkernel-run-head', '', [el('div', 'toolkernel-run-where', this.where(run))]);
     const about = run.about ?? {};
+    if (about.description) {
+      head.appendChild(el('div', 'toolkernel-run-description', about.description));
+    }
     if (about.first_line) {
       head.appendChild(el('code', 'toolkernel-run-first-line', about.first_line));
     }

@@ -147,7 +147,8 @@ def describe_about(about: Mapping[str, Any]) -> str:
                                         f"[{about['count']}]" if "count" in about else "") if part) or "a cell"
     who = {"person": " by a person", "agent": " by an agent"}.get(str(about.get("who")), "")
     first = f": {printable(str(about['first_line']))}" if about.get("first_line") else ""
-    return f"{where}{who}{first}"
+    said = f' "{printable(str(about["description"]))}"' if about.get("description") else ""
+    return f"{where}{who}{said}{first}"
 
 
 def _dropped(tomb) -> str:
