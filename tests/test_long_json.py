@@ -13,8 +13,8 @@ from pydantic_core import to_json
 
 from toolkernel._command._render import to_json as rendered
 from toolkernel._longtext import LongJSON, LongText, Spool, whole
-from toolkernel._providers import _long_json
-from toolkernel._providers._long_json import NotStreamed, indented, reply
+from toolkernel._providers._mcp import _long_json
+from toolkernel._providers._mcp._long_json import NotStreamed, indented, reply
 
 MARKER = b"\\u0000nonce:"
 KEYS = ["id", "name", "é", "中", "a\"b", "\\", "", "k\n", "\U0001f600"]
@@ -255,7 +255,7 @@ def _schema_for(value, rng: random.Random, defs: dict | None):
 def test_a_schema_check_a_run_at_a_time_agrees_with_the_whole(sizes):
     from jsonschema import Draft202012Validator
 
-    from toolkernel._providers._long_json import meets
+    from toolkernel._providers._mcp._long_json import meets
 
     rng = random.Random(13)
     agreed = {True: 0, False: 0}
@@ -285,7 +285,7 @@ def test_a_schema_check_a_run_at_a_time_agrees_with_the_whole(sizes):
 def test_a_schema_check_of_long_rows_reads_them_a_run_at_a_time(monkeypatch):
     from jsonschema import Draft202012Validator
 
-    from toolkernel._providers._long_json import meets
+    from toolkernel._providers._mcp._long_json import meets
 
     parsed = []
     loads = json.loads
@@ -308,7 +308,7 @@ def test_optional_rows_and_a_root_reference_are_checked_a_run_at_a_time(monkeypa
     # pydantic's schemas: `rows: Optional[list[Row]] = None`, and a model at the root as a `$ref`.
     from jsonschema import Draft202012Validator
 
-    from toolkernel._providers._long_json import meets
+    from toolkernel._providers._mcp._long_json import meets
 
     parsed = []
     loads = json.loads

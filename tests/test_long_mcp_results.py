@@ -117,7 +117,7 @@ def printed(value) -> str:
 @pytest.fixture
 def walked(monkeypatch):
     """The structured contents written to a file as their reply was parsed."""
-    from toolkernel._providers import _long_json
+    from toolkernel._providers._mcp import _long_json
 
     made = []
     indented = _long_json.indented
@@ -247,11 +247,11 @@ print(json.dumps({"rise": status_mb("VmHWM") - before, "exit": result.exit_code}
 """
 
 
-@pytest.fixture(params=["stdio", "http", "sse"])
+@pytest.fixture(params=["stdio", "http"])
 def big_toml(request, project):
-    """The config of the big fixture, over stdio, over streamable HTTP (`_http_lane`) or over the
-    older SSE transport (`_sse`, in a .mcp.json: toolkernel.toml has no key for it): a long reply
-    is taken in as it arrives every way."""
+    """The config of the big fixture, over stdio or over streamable HTTP (`_mcp._http`): a long
+    reply is taken in as it arrives either way. (The older SSE transport is the SDK's `sse_client`,
+    which takes no message over 1 MiB: tests/test_http_lane.py.)"""
     if request.param == "stdio":
         yield fixture_toml("big")
         return
@@ -259,12 +259,7 @@ def big_toml(request, project):
 
     port = free_port()
     process = start_http_server(port, f"--{request.param}", script="big.py")
-    if request.param == "sse":
-        servers = {"mcpServers": {"big": {"type": "sse", "url": f"http://127.0.0.1:{port}/sse"}}}
-        (project / ".mcp.json").write_text(json.dumps(servers))
-        yield ""
-    else:
-        yield f'[mcp_servers.big]\nurl = "http://127.0.0.1:{port}/mcp"\n\n'
+    yield f'[mcp_servers.big]\nurl = "http://127.0.0.1:{port}/mcp"\n\n'
     process.kill()
     process.wait()
 
@@ -306,7 +301,7 @@ def test_a_long_text_peaks_below_its_size_in_the_kernel(project, tmp_path, big_t
 
 @pytest.mark.slow
 def test_a_reply_past_the_line_cap_fails_its_call_and_the_server_serves_on(session, monkeypatch):
-    import toolkernel._providers._spool as spool_module
+    import toolkernel._providers._mcp._spool as spool_module
 
     monkeypatch.setattr(spool_module, "LINE_CAP", 3 << 20)
     result, sink = run(session, "tools big blob megabytes=4; echo \"exit $?\"; tools big ping")
@@ -317,7 +312,7 @@ def test_a_reply_past_the_line_cap_fails_its_call_and_the_server_serves_on(sessi
 @pytest.mark.slow
 def test_a_direct_call_gives_the_long_text_as_a_str(session, monkeypatch):
     from toolkernel._frontends._direct import call_argv
-    from toolkernel._providers._spool import LongLine
+    from toolkernel._providers._mcp._spool import LongLine
 
     finished = []
     finish = LongLine.finish
@@ -366,7 +361,7 @@ def test_a_loop_of_long_texts_leaves_no_file_open_and_the_report_names_their_len
 def test_a_long_reply_to_a_request_nobody_waits_for_is_dropped(project, monkeypatch):
     # A server answering a request the lane gave up on (a timeout; compliant servers send
     # nothing after the cancel): the line is not made whole again for the session.
-    from toolkernel._providers._spool import LongLine
+    from toolkernel._providers._mcp._spool import LongLine
 
     remade = []
     whole_line = LongLine.whole

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from toolkernel._longtext import LongText, Spool, pieces, whole
-from toolkernel._providers._spool import LONG, LongLine
+from toolkernel._providers._mcp._spool import LONG, LongLine
 
 NONCE = "0123abcd"
 # Every kind of character a JSON string writes differently: escapes, a pair of surrogates written
@@ -143,7 +143,7 @@ def test_a_string_shaped_like_a_marker_without_the_nonce_stays_a_string():
 
 
 def test_a_line_past_the_cap_is_dropped_and_names_its_request(monkeypatch):
-    import toolkernel._providers._spool as spool_module
+    import toolkernel._providers._mcp._spool as spool_module
 
     monkeypatch.setattr(spool_module, "LINE_CAP", LONG * 8)
     line = encoded(reply("w" * (LONG * 20)), True)
@@ -154,7 +154,7 @@ def test_a_line_past_the_cap_is_dropped_and_names_its_request(monkeypatch):
 
 
 def test_the_id_is_found_at_the_end_of_a_line_too(monkeypatch):
-    import toolkernel._providers._spool as spool_module
+    import toolkernel._providers._mcp._spool as spool_module
 
     monkeypatch.setattr(spool_module, "LINE_CAP", LONG * 8)
     message = {"result": reply("v" * (LONG * 20))["result"], "jsonrpc": "2.0", "id": "toolkernel-7"}
@@ -174,7 +174,7 @@ def test_a_disk_that_refuses_the_text_drops_the_line_saying_so(monkeypatch):
 
 
 def test_a_text_sent_twice_escaped_two_ways_is_still_the_result():
-    from toolkernel._providers._mcp import _converted, _long_text_kept
+    from toolkernel._providers._mcp._pool import _converted, _long_text_kept
 
     text = odd_text(LONG * 2, seed=9)
     raw, escaped = spooled(encoded(text, False)[1:-1], 1 << 18), spooled(encoded(text, True)[1:-1], 1 << 18)
@@ -189,7 +189,7 @@ def test_a_text_sent_twice_escaped_two_ways_is_still_the_result():
 
 
 def test_a_line_that_holds_too_much_outside_strings_is_dropped(monkeypatch):
-    import toolkernel._providers._spool as spool_module
+    import toolkernel._providers._mcp._spool as spool_module
 
     monkeypatch.setattr(spool_module, "HELD_CAP", 10_000)
     long = fed(encoded({"jsonrpc": "2.0", "id": "toolkernel-3", "result": {"n": list(range(5000))}}, True),
@@ -199,7 +199,7 @@ def test_a_line_that_holds_too_much_outside_strings_is_dropped(monkeypatch):
 
 
 def test_the_reply_gets_each_long_text_in_its_places_and_says_if_structured_content_has_one():
-    from toolkernel._providers._spool import placed
+    from toolkernel._providers._mcp._spool import placed
 
     text, key = odd_text(LONG * 2, seed=3), "k" * (LONG + 1)
     rows = [{"id": n} for n in range(3)]

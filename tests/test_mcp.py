@@ -469,7 +469,7 @@ def test_without_epoll_the_loop_of_the_session_reads_for_every_call(pool, monkey
     """Where no epoll set can be made, the private loop keeps the reading and hands replies on."""
     from types import SimpleNamespace
 
-    from toolkernel._providers import _stdio
+    from toolkernel._providers._mcp import _stdio
 
     monkeypatch.setattr(_stdio, "select", SimpleNamespace(EPOLLIN=1))  # no `epoll` in it
     tools = by_name(run(pool.tools(SLOW)))
@@ -704,7 +704,7 @@ def test_garbage_on_stdout_fails_fast(pool):
 def test_a_program_that_prints_a_line_and_exits_is_named_for_its_line_not_a_crash(pool, monkeypatch):
     # The session hands the line on in a task of its own, and the end of stdout may beat it (it
     # did once in CI, on a loaded machine): here it always does.
-    from toolkernel._providers._mcp import _Connection
+    from toolkernel._providers._mcp._pool import _Connection
 
     on_message = _Connection._on_message
 
@@ -880,9 +880,9 @@ def test_a_long_result_over_streamable_http_arrives_whole(pool, big_http_server)
 
 
 def test_a_call_s_reply_is_not_held_to_the_session_s_cap_on_one_message(pool, big_http_server, monkeypatch):
-    from toolkernel._providers import _mcp
+    from toolkernel._providers._mcp import _pool
 
-    monkeypatch.setattr(_mcp, "HTTP_EVENT_CAP", 1 << 20)  # what the SDK's session takes in at most
+    monkeypatch.setattr(_pool, "HTTP_EVENT_CAP", 1 << 20)  # what the SDK's session takes in at most
     text = call(pool, big_http_server, "blob", megabytes=2).texts
     assert type(text[0]) is LongText and len(text[0]) == 2_000_000
     assert call(pool, big_http_server, "ping").texts == ["pong"]
@@ -1082,7 +1082,7 @@ def test_a_call_past_the_session_reads_a_result_as_the_sdks_model_does(shape, wr
     out is what the model's way gives, and anything else still goes through the model."""
     from pydantic import ValidationError
 
-    from toolkernel._providers._mcp import _converted, _plain_texts
+    from toolkernel._providers._mcp._pool import _converted, _plain_texts
 
     raw = RAW_RESULTS[shape]
     texts = _plain_texts(raw)
@@ -1114,7 +1114,7 @@ def test_an_output_schema_any_object_meets_takes_objects_unchecked_and_nothing_e
     from jsonschema import SchemaError
     from jsonschema.validators import validator_for
 
-    from toolkernel._providers._mcp import _ToolCall
+    from toolkernel._providers._mcp._pool import _ToolCall
 
     check = _ToolCall(ServerPool(), PULLS, "t", wrapped=False, output_schema=schema)
     try:

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from toolkernel._command._render import result_text, to_json
-from toolkernel._providers._mcp import _converted
+from toolkernel._providers._mcp._pool import _converted
 from toolkernel._tool import ToolResult
 
 PLAIN_VALUES = [

@@ -4,13 +4,13 @@ An MCP server's tool result is one JSON line on its stdout. Read whole, 8 MB of 
 peaked at 10x its size in the kernel: the Python SDK sends a text twice (as text and
 as `{"result": text}`), the line was held, then decoded to a str, then parsed into
 both strings. A long line's long strings now go to an unnamed temporary file as the
-line arrives (`_providers._spool`), each one a `LongText`, and the text reaches the
+line arrives (`_providers._mcp._spool`), each one a `LongText`, and the text reaches the
 script from that file a piece at a time (`LongText.pieces`). `LongText` is not a str
 on purpose: code that needs the whole text says so (`str(text)`, `whole(text)`), and
 code that forgets fails loudly instead of holding the copy it was meant to avoid.
 
 Long structured content is kept the same way, as the indented JSON `tools` prints
-(`LongJSON`, written by `_providers._long_json`): the script reads its text in pieces,
+(`LongJSON`, written by `_providers._mcp._long_json`): the script reads its text in pieces,
 and who needs Python values asks for them (`LongJSON.parsed`).
 """
 
@@ -79,7 +79,7 @@ class LongText:
 
     @classmethod
     def written(cls, spool: Spool, start: int, end: int, chars: int, newlines: int, last: str) -> LongText:
-        """Plain UTF-8 that the kernel wrote to `spool` itself (indented JSON, `_providers._long_json`):
+        """Plain UTF-8 that the kernel wrote to `spool` itself (indented JSON, `_providers._mcp._long_json`):
         `chars` characters, `newlines` of them newlines, ending in `last`. Not checked again."""
         text = cls.__new__(cls)
         text._spool, text._start, text._end, text.suffix = spool, start, end, ""
@@ -170,7 +170,7 @@ class LongText:
 
 class LongJSON:
     """Structured content (a JSON object) too long to hold as Python values: its indented JSON,
-    as `_command._render.to_json` writes it, in a file (`_providers._long_json` writes it as the
+    as `_command._render.to_json` writes it, in a file (`_providers._mcp._long_json` writes it as the
     reply is parsed), made Python values only when asked (`parsed`). `wrapped`: the object is
     `{"result": X}` and the file holds X, ready to be shown alone (an SDK's wrapper)."""
 
@@ -198,7 +198,7 @@ class LongJSON:
         return text._spool.read(text._start, text._end - text._start)
 
     def mapped(self) -> Any:
-        """The file mapped (an `mmap`), to be walked, not held (`_providers._long_json.meets`)."""
+        """The file mapped (an `mmap`), to be walked, not held (`_providers._mcp._long_json.meets`)."""
         text = self._text
         assert text._start == 0 and text._end == text._spool.size
         return text._spool.mapped()

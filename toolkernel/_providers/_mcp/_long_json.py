@@ -37,7 +37,7 @@ from typing import Any, Callable, Generator
 
 from pydantic_core import to_json
 
-from .._longtext import LongJSON, LongText, Spool
+from ..._longtext import LongJSON, LongText, Spool
 
 BIG = 1 << 16  # bytes of a member or item past which it is walked, not parsed whole
 BATCH = 1 << 16  # bytes of small members or items parsed and written at once, at most

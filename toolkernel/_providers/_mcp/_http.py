@@ -3,7 +3,7 @@
 The SDK's streamable-HTTP transport holds each server-sent event whole (the bytes,
 the decoded text, the joined data lines) and then parses it whole: 8 MB of text
 took 217 MB of the kernel. `HttpLane` sends a `tools/call` past the SDK's session,
-as `_stdio.Lane` does over stdio: it POSTs the request itself on the session's
+as `_stdio.StdioLane` does over stdio (a `_lane.Lane`): it POSTs the request itself on the session's
 HTTP client, with the session's id and protocol version (seen on the session's own
 requests, `watch`), and reads the answer as it streams, an SSE event or a JSON body.
 A message past `_SPOOL_AT` bytes is taken in by a `LongLine` (`_spool.py`): its long
@@ -35,8 +35,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from ._lane import ID_PREFIX, ProgressFn, cancelled_message, closed, line_of, report_progress, request_message, send_soon
 from ._spool import LongLine, give_back_heap, long_reply, not_taken, placed
-from ._stdio import ProgressFn, report_progress
 
 _SESSION = "mcp-session-id"
 _VERSION = "mcp-protocol-version"
@@ -83,15 +83,22 @@ class HttpLane:
         """Send a request and await its result. Raises MCPError: the server's error, a reply that
         is not one, or CONNECTION_CLOSED; httpx2.TransportError when the connection fails.
         Cancelled (a timeout, an interrupt), it tells the server with `notifications/cancelled`."""
-        request_id = f"toolkernel-{next(self._ids)}"
-        body = line_of({"jsonrpc": "2.0", "id": request_id, "method": method,
-                      "params": {**params, "_meta": {"progressToken": request_id}}})
+        request_id = f"{ID_PREFIX}{next(self._ids)}"
+        body = line_of(request_message(request_id, method, params))
         try:
             return await self._post(body, request_id, on_progress)
         except asyncio.CancelledError:
-            self._notify({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                          "params": {"requestId": request_id, "reason": "caller cancelled"}})
+            self.cancel(request_id, "caller cancelled")
             raise
+
+    def cancel(self, request_id: str, reason: str) -> None:
+        """`notifications/cancelled`, POSTed and not waited for (on the lane's loop). A server on
+        the 2026 wire takes the closed stream as the cancel."""
+        if self._client is None or self._headers.get(_VERSION) in MODERN_PROTOCOL_VERSIONS:
+            return
+        client, headers = self._client, self._request_headers()
+        send_soon(self._notices, client.post(self.url, content=line_of(cancelled_message(request_id, reason)),
+                                             headers=headers))
 
     async def _post(self, body: bytes, request_id: str, on_progress: ProgressFn) -> dict[str, Any]:
         assert self._client is not None
@@ -149,24 +156,6 @@ class HttpLane:
             with contextlib.suppress(Exception):  # the session is gone
                 await self._to_session.send(SessionMessage(parsed))
 
-    def _notify(self, message: dict[str, Any]) -> None:
-        """Send a notification, not waited for (a cancelled call's notice)."""
-        if self._client is None or self._headers.get(_VERSION) in MODERN_PROTOCOL_VERSIONS:
-            return  # a 2026 server takes the closed stream as the cancel
-        client, headers = self._client, self._request_headers()
-        send_soon(self._notices, client.post(self.url, content=line_of(message), headers=headers))
-
-
-def send_soon(notices: set[asyncio.Task[Any]], sending: Any) -> None:
-    """Send a courtesy notice (a cancelled call's) without waiting for it; kept in `notices` until
-    done, and quiet when it fails: the call is over either way (a closed client raises RuntimeError)."""
-    async def quietly() -> None:
-        with contextlib.suppress(Exception):
-            await sending
-
-    task = asyncio.get_running_loop().create_task(quietly())
-    notices.add(task)
-    task.add_done_callback(notices.discard)
 
 
 class _Data:
@@ -345,11 +334,3 @@ class Events:
         data, kind = self._data, self._type.decode("utf-8", "replace") or "message"
         self._data, self._type = None, b""
         return None if data is None else (kind, data)
-
-
-def line_of(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def closed(why: str) -> MCPError:
-    return MCPError(code=types.CONNECTION_CLOSED, message=why)

@@ -15,17 +15,17 @@ therefore reach a server only when its config names them (`env = {TOKEN =
 "${TOKEN}"}`).
 
 Stdio servers run through `_stdio.stdio_transport` (the SDK's own reads a
-long message in quadratic time). A tool call goes past the session,
-through the transport's `Lane`: made on another thread than the private loop's
-(a script's `tools` line), it is awaited on that thread's own loop, without being
-handed to the private loop and back (see _stdio.py); made on the private loop
-(`serve`, a direct call that connected its server first), the transport's own
-reading hands it its reply. Its result is checked as the SDK's
-`call_tool` checks one (the result's shape, the tool's output schema). A long text of its
-reply may be a `LongText`, kept in a file (`_long_text_kept` says where it stays one).
-A call to a streamable-HTTP server goes past the session as well, on the private loop,
-through the connection's `HttpLane`, which reads its reply as it streams (`_http_lane.py`);
-the older SSE transport is toolkernel's own, and its `SseLane` does the same (`_sse.py`).
+long message in quadratic time), streamable-HTTP ones through the SDK's
+`streamable_http_client`, older-SSE ones through its `sse_client` (`_sse.py`). A tool call
+goes past the session, through the connection's `_lane.Lane`: over stdio, made on another
+thread than the private loop's (a script's `tools` line), it is awaited on that thread's
+own loop, without being handed to the private loop and back (see _stdio.py); made on the
+private loop (`serve`, a direct call that connected its server first, every HTTP or SSE
+call), the transport's own reading hands it its reply (`_http.HttpLane` reads it as it
+streams). Its result is checked as the SDK's `call_tool` checks one (the result's shape,
+the tool's output schema). A long text of its reply may be a `LongText`, kept in a file
+(`_long_text_kept` says where it stays one). A call cancelled while it waits (an interrupt,
+a client's cancel, its timeout) is cancelled on the server by its lane (`Lane.cancel`).
 
 A server's stderr goes to a temporary file, so its logs never land in a cell;
 the last lines are quoted when the server fails to start or dies. Every such
@@ -64,17 +64,18 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from .. import _tool
-from .. import _loop
-from .._errors import CallError, ConnectionRequired, Unavailable
-from .._longtext import LongJSON, LongText, whole
-from ._http_lane import SESSION_CAP, HttpLane
+from ... import _tool
+from ... import _loop
+from ..._errors import CallError, ConnectionRequired, Unavailable
+from ..._longtext import LongJSON, LongText, whole
+from ._http import SESSION_CAP, HttpLane
+from ._lane import Lane
 from ._sse import SseLane, sse_transport
-from ._stdio import Lane, stdio_transport
-from .._tool import Image, Kind, ProviderRef, Tool, ToolContext, ToolResult
+from ._stdio import StdioLane, stdio_transport
+from ..._tool import Image, Kind, ProviderRef, Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
-    from .._config._servers import ServerConfig
+    from ..._config._servers import ServerConfig
 
 DEFAULT_CONNECT_TIMEOUT = 30.0
 _STDERR_TAIL_BYTES = 2000
@@ -116,7 +117,7 @@ class ServerPool:
         """The server's connection when it is up as configured, over a lane, with a current tool list."""
         conn = self._connections.get(cfg.name)
         if (conn is not None and conn.usable and not conn.stale and (conn.cfg is cfg or conn.cfg == cfg)
-                and conn.lane is not None and conn.lane.usable):
+                and isinstance(conn.lane, StdioLane) and conn.lane.usable):
             return conn
         return None
 
@@ -216,13 +217,10 @@ class ServerPool:
         )
 
 
-_AnyLane = Lane | HttpLane | SseLane  # a call past the session, by transport: stdio, streamable HTTP, SSE
-
-
-def _lane_of(conn: _Connection) -> _AnyLane | None:
+def _lane_of(conn: _Connection) -> Lane | None:
     """How a call on the private loop goes past the session, reading its reply as it arrives;
     None where the session's own path is kept (HTTP on a protocol newer than the lane speaks)."""
-    lane = conn.lane or conn.http_lane
+    lane = conn.lane
     return lane if lane is not None and lane.usable else None
 
 
@@ -255,7 +253,7 @@ class _ToolCall:
         return await self._call(conn, arguments, ctx, conn.lane)
 
     async def _call(self, conn: _Connection, arguments: dict[str, Any], ctx: ToolContext,
-                    lane: _AnyLane | None = None) -> ToolResult:
+                    lane: Lane | None = None) -> ToolResult:
         """Through the session (on the private loop), or past it through `lane`. An error result
         is masked as the connection's own messages are: a server refused by its backend may
         quote the token it was handed (as a command tool's stderr may)."""
@@ -266,7 +264,7 @@ class _ToolCall:
         return result
 
     async def _made(self, conn: _Connection, arguments: dict[str, Any], ctx: ToolContext,
-                    lane: _AnyLane | None) -> ToolResult:
+                    lane: Lane | None) -> ToolResult:
         session = conn.session
         assert session is not None
         timeout = conn.cfg.timeout
@@ -285,14 +283,14 @@ class _ToolCall:
             raise
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED:
-                raise conn.lost(f"while running {self.name}") from exc
+                raise conn.lost(f"while running {self.name}", exc.message) from exc
             return ToolResult.error(exc.message)  # the server refused the request
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, httpx2.HTTPError) as exc:
             raise conn.lost(f"while running {self.name}") from exc  # (an HTTP body that does not decode too)
         except RuntimeError as exc:  # the SDK found the output does not match the tool's outputSchema
             return ToolResult.error(str(exc))
 
-    async def _call_past_session(self, lane: _AnyLane, arguments: dict[str, Any],
+    async def _call_past_session(self, lane: Lane, arguments: dict[str, Any],
                                  progress: _Progress) -> ToolResult:
         """`tools/call` through the lane, on this thread's loop; checked as `ClientSession.call_tool`
         checks its result (a RuntimeError for structured content that breaks the output schema)."""
@@ -391,8 +389,7 @@ class _Connection:
     tools: list[Tool] = field(default_factory=list)
     broken: str | None = None  # why this connection can no longer be used
     stale: bool = False  # the server said its tool list changed
-    lane: Lane | None = None  # stdio calls past the session, from any thread
-    http_lane: HttpLane | SseLane | None = None  # calls past the session, read as they stream (HTTP, SSE)
+    lane: Lane | None = None  # calls past the session (over stdio, from any thread)
     _stderr: Any = None
     _task: asyncio.Task[None] | None = None
     _ready: asyncio.Future[None] | None = None
@@ -464,14 +461,14 @@ class _Connection:
     def _transport(self) -> contextlib.AbstractAsyncContextManager[Any]:
         cfg = self.cfg
         if cfg.transport == "http":
-            self.http_lane = HttpLane(cfg.url or "")
-            return _http_transport(cfg, self.http_lane)
+            self.lane = lane = HttpLane(cfg.url or "")
+            return _http_transport(cfg, lane)
         if cfg.transport == "sse":
-            self.http_lane = SseLane()
-            return sse_transport(cfg.url or "", dict(cfg.headers), self.http_lane)
+            self.lane = lane = SseLane()
+            return sse_transport(cfg.url or "", dict(cfg.headers), lane)
         self._stderr = tempfile.TemporaryFile()
-        self.lane = Lane()
-        return stdio_transport(cfg.command or "", cfg.args, cfg.env, cfg.cwd, self._stderr, self.lane)
+        self.lane = lane = StdioLane()
+        return stdio_transport(cfg.command or "", cfg.args, cfg.env, cfg.cwd, self._stderr, lane)
 
     def _set_ready(self, error: BaseException | None = None) -> None:
         if self._ready is None or self._ready.done():
@@ -514,10 +511,12 @@ class _Connection:
             self._stderr.close()
             self._stderr = None
 
-    def lost(self, when: str) -> Unavailable:
-        """The error for a connection that broke mid-call; marks it for restart."""
+    def lost(self, when: str, why: str = "") -> Unavailable:
+        """The error for a connection that broke mid-call; marks it for restart. `why`: what
+        the lane saw, when it says more than that the connection closed."""
         self.broken = self.broken or "the connection broke"
-        return self._unavailable(f"stopped answering {when} (it will be restarted on the next call)")
+        said = f": {why}" if why and why != "Connection closed" else ""
+        return self._unavailable(f"stopped answering {when}{said} (it will be restarted on the next call)")
 
     def timed_out(self, tool: str, timeout: float) -> Unavailable:
         """The error for a call past its timeout; the SDK has told the server it is cancelled,
@@ -535,12 +534,14 @@ class _Connection:
             return self._unavailable(f"could not start: permission denied running {self.cfg.command}",
                                      retryable=False)
         if (isinstance(leaf, MCPError) and leaf.code == types.CONNECTION_CLOSED) or isinstance(leaf, ConnectionError):
-            if self.lane is not None and self.lane.stray is not None:
+            if isinstance(self.lane, StdioLane) and self.lane.stray is not None:
                 # Read before the end, but the session hands it on in a task of its own, which the
                 # end may beat: a program that prints a line and exits is named for its line.
                 return self._unavailable(f"wrote something that is not MCP (JSON-RPC) to stdout: "
                                          f"{_first_line(self.lane.stray)}")
             return self._unavailable("exited before it finished starting")
+        if self.cfg.transport == "sse" and isinstance(leaf, RuntimeError) and "task_status.started" in str(leaf):
+            return self._unavailable("closed its event stream before it named its endpoint")  # the SDK's words are its own
         if isinstance(leaf, httpx2.HTTPStatusError):
             return self._unavailable(f"answered HTTP {leaf.response.status_code} while starting")
         if isinstance(leaf, httpx2.TransportError):

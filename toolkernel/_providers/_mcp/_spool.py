@@ -28,7 +28,7 @@ import hashlib
 import re
 from typing import Any, Mapping
 
-from .._longtext import LongText, Spool, whole
+from ..._longtext import LongText, Spool, whole
 
 LONG = 4096  # characters (escapes count as one) of a string kept in the skeleton
 LINE_CAP = 2 << 30  # bytes of one line taken in, at most

@@ -6,8 +6,8 @@ one long message costs time quadratic in its size: a 40 MB tool result took
 44 s, 100 MB more than 150 s. This transport keeps the pieces of a partial line
 in a list and joins them once, when the newline arrives.
 
-Tool calls go past the session (`Lane`); one made on the transport's own loop
-gets its reply from that loop's reading. A script's `tools`
+Tool calls go past the session (`StdioLane`, a `_lane.Lane`); one made on the transport's
+own loop gets its reply from that loop's reading. A script's `tools`
 call runs on the script's own thread, writes its `tools/call` to the server's
 stdin itself, and, while it waits, reads the server's stdout on its own loop.
 Through the session, the call was handed to the private loop (a wake-up of
@@ -19,9 +19,7 @@ wake-up, as a bare client on its own loop does. The session's own traffic
 (handshake, lists, server-initiated requests, notifications) is read by
 whoever reads at the time and passed to the session in order; the lane's
 requests have ids of their own (`toolkernel-N`, strings) that the session's
-integer ids never take, and a server echoes ids as JSON-RPC requires. A call to
-a streamable-HTTP server goes past the session too, on the private loop
-(`_http_lane.py`), and so does one to an older-SSE server (`_sse.py`).
+integer ids never take, and a server echoes ids as JSON-RPC requires.
 
 A line that grows past 1 MiB while a lane request waits is taken in by a `LongLine`
 (`_spool.py`): its long strings go to a file as they arrive, and the reply reaches its
@@ -57,8 +55,9 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
-from .._longtext import LongText
-from .._process import program_env
+from ..._longtext import LongText
+from ..._process import program_env
+from ._lane import ID_PREFIX, ProgressFn, cancelled_message, closed, line_of, report_progress, request_message
 from ._spool import ENDS, LongLine, LongReply, lane_id, long_reply, not_taken, placed
 
 _READ_SIZE = 1 << 20
@@ -68,20 +67,17 @@ _FLUSH_GRACE = 0.5  # for messages already accepted to reach the server
 _POLL = 0.01
 _HIGH_WATER = 1 << 16  # unsent bytes above which the session's writer waits, as asyncio's pipes do
 _BACKLOG = 64  # session messages waiting to be passed on, above which a lane request gives the reading back
-_ID_PREFIX = "toolkernel-"  # of the lane's request ids
 _SPOOL_AT = 1 << 20  # bytes of a line past which, while a lane request waits, its long strings go to disk
-
-ProgressFn = Callable[[float, "float | None", "str | None"], None]
 
 
 @contextlib.asynccontextmanager
 async def stdio_transport(
     command: str, args: Sequence[str], env: Mapping[str, str], cwd: str | None, errlog: IO[bytes],
-    lane: Lane | None = None,
+    lane: StdioLane | None = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Start the server; yield the (read, write) stream pair a `ClientSession` takes.
     `lane`, when given, is opened on the server's stdin and stdout for calls from other threads."""
-    lane = lane or Lane()
+    lane = lane or StdioLane()
     stdin_read, stdin_write = os.pipe()
     stdout_read, stdout_write = os.pipe()
     try:
@@ -120,8 +116,8 @@ async def stdio_transport(
         lane.close_stdout()
 
 
-async def _read_stdout(lane: Lane, to_session: Any) -> None:
-    """The session's messages, in order, whoever read them from stdout (see `Lane.session_messages`)."""
+async def _read_stdout(lane: StdioLane, to_session: Any) -> None:
+    """The session's messages, in order, whoever read them from stdout (see `StdioLane.session_messages`)."""
     try:
         async with to_session:
             async for message in lane.session_messages():
@@ -132,7 +128,7 @@ async def _read_stdout(lane: Lane, to_session: Any) -> None:
         lane.end()
 
 
-async def _write_stdin(lane: Lane, from_session: Any, to_session: Any, flushed: anyio.Event) -> None:
+async def _write_stdin(lane: StdioLane, from_session: Any, to_session: Any, flushed: anyio.Event) -> None:
     try:
         async with from_session:
             async for message in from_session:
@@ -148,7 +144,7 @@ async def _write_stdin(lane: Lane, from_session: Any, to_session: Any, flushed: 
         flushed.set()
 
 
-class Lane:
+class StdioLane:
     """The server's stdin and stdout, shared by the session (on the transport's loop) and
     requests made past it from other threads.
 
@@ -290,24 +286,21 @@ class Lane:
         interrupt), it tells the server with `notifications/cancelled`, as the SDK does.
         """
         loop = asyncio.get_running_loop()
-        request_id = f"{_ID_PREFIX}{next(self._ids)}"
+        request_id = f"{ID_PREFIX}{next(self._ids)}"
         waiter = _Waiter(loop, on_progress)
         self._calls[request_id] = waiter
         try:
             if self._ended:  # checked after the waiter is in: `end` settles every waiter it finds
-                raise _closed()
+                raise closed()
             self._take_reading(loop)  # before the request goes: its reply must find this loop reading
             try:
-                self.send(_line({"jsonrpc": "2.0", "id": request_id, "method": method,
-                                 "params": {**params, "_meta": {"progressToken": request_id}}}))
+                self.send(line_of(request_message(request_id, method, params)) + b"\n")
             except OSError:
-                raise _closed() from None
+                raise closed() from None
             try:
                 outcome = await waiter.done
             except asyncio.CancelledError:
-                with contextlib.suppress(OSError):
-                    self.send(_line({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                     "params": {"requestId": request_id, "reason": "caller cancelled"}}))
+                self.cancel(request_id, "caller cancelled")
                 raise
         finally:
             del self._calls[request_id]
@@ -319,7 +312,12 @@ class Lane:
             return outcome.result
         if isinstance(outcome, types.JSONRPCError):
             raise MCPError.from_error_data(outcome.error)
-        raise _closed()
+        raise closed()
+
+    def cancel(self, request_id: str, reason: str) -> None:
+        """`notifications/cancelled` for a request of this lane, from any thread, never blocking."""
+        with contextlib.suppress(OSError):
+            self.send(line_of(cancelled_message(request_id, reason)) + b"\n")
 
     def _take_reading(self, loop: asyncio.AbstractEventLoop) -> None:
         """Read stdout on `loop` from now on, if the transport's loop has the reading (else the
@@ -487,7 +485,7 @@ class Lane:
             return False
         waiter = self._calls.get(request_id)
         if waiter is None and texts is not None:
-            return request_id.startswith(_ID_PREFIX) and "method" not in message
+            return request_id.startswith(ID_PREFIX) and "method" not in message
         if (waiter is None or message.get("jsonrpc") != "2.0" or type(result := message.get("result")) is not dict
                 or "error" in message or "method" in message):
             return False
@@ -609,14 +607,6 @@ class _Waiter:
             report_progress(params, self.on_progress)
 
 
-def report_progress(params: Mapping[str, Any], on_progress: ProgressFn) -> None:
-    """A `notifications/progress`'s params to `on_progress`, if they hold a number of progress."""
-    value, total, message = params.get("progress"), params.get("total"), params.get("message")
-    if isinstance(value, (int, float)):
-        on_progress(value, total if isinstance(total, (int, float)) else None,
-                    message if isinstance(message, str) else None)
-
-
 def _unwatch(loop: asyncio.AbstractEventLoop, watched: Any) -> None:
     """`loop` stops watching the epoll set `watched`, which is then closed. Its descriptor stays
     open until the loop forgot it: a number the loop still watched and the kernel gave to a new
@@ -652,14 +642,6 @@ def _settle_soon(future: asyncio.Future[Any], value: Any, here: asyncio.Abstract
 def _part(chunk: bytes, start: int, end: int) -> bytes | memoryview:
     """A part of a chunk read: a large one not copied (it holds the chunk, most of which it is)."""
     return memoryview(chunk)[start:end] if end - start > _READ_SIZE // 4 else chunk[start:end]
-
-
-def _line(message: Mapping[str, Any]) -> bytes:
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-
-
-def _closed() -> MCPError:
-    return MCPError(code=types.CONNECTION_CLOSED, message="Connection closed")
 
 
 def _parse(line: bytes) -> SessionMessage | Exception:
