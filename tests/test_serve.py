@@ -129,10 +129,13 @@ def test_the_task_list_is_a_direct_tool(tmp_path):
         async with connected(work) as client:
             listed = {t.name: t for t in (await client.list_tools()).tools}
             todos = [{"content": "Run the tests", "status": "in_progress", "activeForm": "Running the tests"}]
-            return listed, await client.call_tool("todo_write", {"todos": todos})
+            extra = [{**todos[0], "owner": "me"}]  # the terse listing leaves this open; the tool's schema does not
+            return (listed, await client.call_tool("todo_write", {"todos": todos}),
+                    await client.call_tool("todo_write", {"todos": extra}))
 
-    listed, called = run(body)
+    listed, called, refused = run(body)
     assert "todo_write" in listed and "todos" in listed["todo_write"].input_schema["properties"]
+    assert refused.is_error and json.loads(refused.content[0].text)["error"]["code"] == "invalid_input"
     assert not called.is_error and "[~] Run the tests (Running the tests)" in called.content[0].text
 
 

@@ -103,6 +103,11 @@ TERSE = {
     "edit_file": ("Replace old_string, which must occur once unless replace_all, with new_string.",
                   {"path": "string", "old_string": "string", "new_string": "string", "replace_all": "boolean"},
                   ["path", "old_string", "new_string"]),
+    "todo_write": ("Replace the session's task list (the full list each time; one item in_progress).",
+                   {"todos": {"type": "array", "items": {"type": "object", "properties": {
+                       "content": {"type": "string"}, "status": {"enum": ["pending", "in_progress", "completed"]},
+                       "activeForm": {"type": "string"}}, "required": ["content", "status", "activeForm"]}}},
+                   ["todos"]),
 }
 
 
@@ -742,7 +747,8 @@ def _mcp_tool(tool: Tool) -> types.Tool:
 
 def _terse_tool(tool: Tool) -> types.Tool:
     description, properties, required = TERSE[tool.name]
-    schema = {"type": "object", "properties": {k: {"type": t} for k, t in properties.items()}, "required": required}
+    schema = {"type": "object", "required": required,
+              "properties": {k: {"type": t} if isinstance(t, str) else t for k, t in properties.items()}}
     return types.Tool(name=tool.name, description=description, input_schema=schema)
 
 

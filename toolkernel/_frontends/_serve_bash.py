@@ -37,25 +37,23 @@ BASH_INPUT = {
     "type": "object",
     "properties": {
         "script": {"type": "string"},
-        "timeout": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS,
-                    "description": f"milliseconds; default {DEFAULT_TIMEOUT_MS} (none in the background)"},
-        "description": {"type": "string", "maxLength": DESCRIPTION_CHARS, "description": "a short label"},
-        "run_in_background": {"type": "boolean",
-                              "description": "return an id at once; read with bash_output, stop with kill_shell"},
+        "timeout": {"type": "integer", "maximum": MAX_TIMEOUT_MS, "description": f"ms, default {DEFAULT_TIMEOUT_MS}"},
+        "description": {"type": "string", "description": "a short label"},
+        "run_in_background": {"type": "boolean", "description": "an id at once: bash_output reads, kill_shell ends"},
     },
     "required": ["script"],
 }
 
 BASH_OUTPUT = types.Tool(
     name="bash_output",
-    description=("A background bash run's output since the last read, its status (running, exited, killed, "
-                 "timed_out) and exit code. With filter (a regex), only matching lines; the rest are consumed."),
+    description=("A background bash run's output since the last read, status and exit code; with filter (a regex)"
+                 " only matching lines, the rest consumed."),
     input_schema={"type": "object", "properties": {"bash_id": {"type": "string"}, "filter": {"type": "string"}},
                   "required": ["bash_id"]},
 )
 KILL_SHELL = types.Tool(
     name="kill_shell",
-    description="End a background bash run and its calls; what it printed stays readable with bash_output.",
+    description="End a background bash run; its output stays readable.",
     input_schema={"type": "object", "properties": {"shell_id": {"type": "string"}}, "required": ["shell_id"]},
 )
 BACKGROUND_TOOLS = (BASH_OUTPUT, KILL_SHELL)
