@@ -18,8 +18,8 @@ the figure to read. Target: at most 2x the output's size. Three more rows call a
 tool (its server started, and the SDK imported, before the measured run): a text, rows as
 structured content, and a list of rows (the Python SDK sends it as `{"result": [...]}` with
 an output schema, and as a text block per row beside it). Two more call the same server
-over streamable HTTP, and two over the older SSE transport (started by this bench on loopback
-ports). `--only` picks rows.
+over streamable HTTP (started by this bench on a loopback
+port). `--only` picks rows.
 
 History (8 MB output, peak rise over its size):
 - Until 2026-11-30 evening, scripts that call `tools` ran under execute_sync with a sync
@@ -77,7 +77,7 @@ History (8 MB output, peak rise over its size):
   `tools/call` reply over HTTP, as `_stdio.Lane` reads stdio: not built. Until today a reply
   over 1 MiB failed over HTTP (the SDK's cap on one event).
 - 2026-12-05, evening: a `tools/call` over streamable HTTP is sent and read past the SDK's
-  session (`_providers._http_lane`): an SSE event or JSON body past 1 MiB goes to a `LongLine`
+  session (`_providers._http_lane`, now `_mcp._http`): an SSE event or JSON body past 1 MiB goes to a `LongLine`
   as it arrives, as over stdio. HTTP text 2 MB 1.7x, 8 MB 0.4x; rows 2 MB 1.2x, 8 MB 0.3x;
   0.2-0.7 MB left after the cell; 32 MB over the cap a rise of 2.3-2.9 MB. Then the older SSE
   transport, made toolkernel's own (`_providers._sse`; the SDK's took no message over 1 MiB):
@@ -87,6 +87,9 @@ History (8 MB output, peak rise over its size):
   read freed while the script's thread printed (MALLOC_ARENA_MAX=1: 1.5-1.6x). With the free
   heap handed back after a long reply (`malloc_trim`, `_spool.give_back_heap`): text 2 MB
   1.9-2.0x, 8 MB 0.5x; rows 2 MB 1.2-1.3x, 8 MB 0.3x, both transports.
+- 2026-12-07: the older SSE transport is the SDK's `sse_client` again (issue 46: the
+  deprecated transport is not worth a transport of our own), which takes no message over
+  1 MiB: its rows are gone (such a reply fails its call, saying so).
 """
 
 from __future__ import annotations
@@ -150,10 +153,8 @@ SCRIPTS = {"no tools": "cat data.txt", "with tools": "cat data.txt\ntools --help
            # (an MCPServer sends it twice, as text and as {"result": text}), and structured content.
            "MCP text": "tools big blob megabytes={mb}",
            "MCP rows": "tools big rows megabytes={mb}", "MCP list": "tools big listing megabytes={mb}",
-           # The same server over streamable HTTP, and over the older SSE transport: each reply read
-           # as it streams (`_http_lane`, `_sse`).
-           "HTTP text": "tools big blob megabytes={mb}", "HTTP rows": "tools big rows megabytes={mb}",
-           "SSE text": "tools big blob megabytes={mb}", "SSE rows": "tools big rows megabytes={mb}"}
+           # The same server over streamable HTTP: each reply read as it streams (`_mcp._http`).
+           "HTTP text": "tools big blob megabytes={mb}", "HTTP rows": "tools big rows megabytes={mb}"}
 REMOTE_POLICY = """[policy]
 allow = ["big blob", "big rows", "big ping"]
 """

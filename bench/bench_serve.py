@@ -181,7 +181,7 @@ def main() -> None:
         small = toml_server("github", sys.executable, [str(REPO / "tests" / "servers" / "recorder.py")])
         work = Path(tmp) / "small"
         work.mkdir()
-        rows.append(measure("small: 1 server, 5 tools (+7 built-in)", work, small))
+        rows.append(measure("small: 1 server, 5 tools (+9 built-in)", work, small))
         ran = script_of_ten(work, small)
         print(f"one bash call made {ran} of {TASK_CALLS} calls", file=sys.stderr)
         if not args.skip_real:
@@ -189,7 +189,7 @@ def main() -> None:
             if servers is not None:
                 work = Path(tmp) / "six"
                 work.mkdir()
-                rows.append(measure("six real servers (+7 built-in)", work, servers))
+                rows.append(measure("six real servers (+9 built-in)", work, servers))
     print(table(rows))
 
 
