@@ -126,14 +126,13 @@ class BackgroundRuns:
 
     def start(self, script: str, control: RunControl, run: Callable[[BackgroundRun], ShellResult], *,
               description: str | None = None, on_end: Callable[[BackgroundRun], None] = lambda run: None,
-              before: Callable[[], None] = lambda: None, after: Callable[[], None] = lambda: None) -> BackgroundRun:
-        """Start `run(background)` on a thread of its own; `on_end` when it is over. `before`
-        runs first on the calling thread (it may raise: nothing starts), `after` last on the run's."""
+              after: Callable[[], None] = lambda: None) -> BackgroundRun:
+        """Start `run(background)` on a thread of its own; `after`, then `on_end`, when it is
+        over. RuntimeError once the runs are closed (the session ended)."""
         with self._lock:
             if self.closed:
                 raise RuntimeError("the session ended: no run starts in it any more")
             background = BackgroundRun(f"{self.prefix}-{next(self._ids)}", script, description, control)
-            before()
             self._runs[background.id] = background
 
         def body() -> None:
