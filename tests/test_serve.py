@@ -647,8 +647,8 @@ def test_over_http_the_list_images_and_large_outputs_are_as_over_stdio(http_serv
             return listed, await bash(client, "tools pics red_square size=3"), await bash(client, BIG_OUTPUT)
 
     listed, image, big = run(body)
-    assert sorted(t.name for t in listed) == ["bash", "bash_output", "edit_file", "kill_shell", "mcp_github__list_pulls",
-                                              "read_file", "todo_write", "write_file"]
+    assert sorted(t.name for t in listed) == ["bash", "bash_output", "edit_file", "kill_shell",
+                                              "mcp_github__list_pulls", "read_file", "todo_write", "write_file"]
     assert next(t for t in listed if t.name == "mcp_github__list_pulls").input_schema["required"] == ["repo"]
     assert_one_image(image, work)
     assert_head_and_tail(big.structured_content["stdout"], work)

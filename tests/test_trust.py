@@ -481,7 +481,8 @@ def test_serve_started_by_an_mcp_client_finds_trust_given_the_documented_env(tmp
             async with stdio_client(params) as (read, write):
                 async with ClientSession(read, write) as client:
                     hello = await client.initialize()
-                    result = await client.call_tool("bash", {"script": "tools github list-pulls repo=acme/api >/dev/null && echo reached"})
+                    script = "tools github list-pulls repo=acme/api >/dev/null && echo reached"
+                    result = await client.call_tool("bash", {"script": script})
                     return hello.server_info.version, "".join(getattr(c, "text", "") for c in result.content)
 
     version, bare = anyio.run(call, {"PYTHONPATH": repo})

@@ -35,7 +35,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ._lane import ID_PREFIX, ProgressFn, cancelled_message, closed, line_of, report_progress, request_message, send_soon
+from ._lane import (ID_PREFIX, ProgressFn, cancelled_message, closed, line_of, report_progress, request_message,
+                    send_soon)
 from ._spool import LongLine, give_back_heap, long_reply, not_taken, placed
 
 _SESSION = "mcp-session-id"

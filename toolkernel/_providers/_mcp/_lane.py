@@ -53,7 +53,8 @@ def request_message(request_id: str, method: str, params: Mapping[str, Any]) -> 
 
 
 def cancelled_message(request_id: str, reason: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request_id, "reason": reason}}
+    return {"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": request_id, "reason": reason}}
 
 
 def report_progress(params: Mapping[str, Any], on_progress: ProgressFn) -> None:

@@ -541,7 +541,8 @@ class _Connection:
                                          f"{_first_line(self.lane.stray)}")
             return self._unavailable("exited before it finished starting")
         if self.cfg.transport == "sse" and isinstance(leaf, RuntimeError) and "task_status.started" in str(leaf):
-            return self._unavailable("closed its event stream before it named its endpoint")  # the SDK's words are its own
+            # The SDK's own words name its task group, not what the server did.
+            return self._unavailable("closed its event stream before it named its endpoint")
         if isinstance(leaf, httpx2.HTTPStatusError):
             return self._unavailable(f"answered HTTP {leaf.response.status_code} while starting")
         if isinstance(leaf, httpx2.TransportError):

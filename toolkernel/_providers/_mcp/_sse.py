@@ -25,7 +25,8 @@ from mcp.client.sse import sse_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
-from ._lane import ID_PREFIX, ProgressFn, cancelled_message, closed, line_of, report_progress, request_message, send_soon
+from ._lane import (ID_PREFIX, ProgressFn, cancelled_message, closed, line_of, report_progress, request_message,
+                    send_soon)
 
 _TIMEOUT, _READ_TIMEOUT = 30.0, 300.0
 ENDED = ("the server's event stream ended; over the older SSE transport no message may pass 1 MiB (the SDK's"
