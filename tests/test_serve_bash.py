@@ -569,7 +569,7 @@ def test_the_description_is_in_the_question_and_the_report(tmp_path):
 
 def test_the_description_names_the_run_in_the_changes_list(tmp_path):
     from toolkernel._frontends._lab import _run
-    from toolkernel._rewind import Journal, describe_runs, iter_changes
+    from toolkernel._journal import Journal, describe_runs, iter_changes
 
     work = project(tmp_path, "")
 
