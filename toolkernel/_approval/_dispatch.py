@@ -256,8 +256,6 @@ class Dispatcher:
         report only see as their stand-ins in `arguments` (a 256 MB `--save` content).
         `only_if_allowed` (with no hooks): see `WouldAsk`."""
         info = self._admit(tool, arguments, run)
-        if tool.ready is not None:
-            await self.ready(tool, arguments)
         if only_if_allowed and self.decide(info).action != "allow":
             self._not_here(info, run)
         guard = None if run is None else run.guard
@@ -292,13 +290,11 @@ class Dispatcher:
         plain sync code (`Tool.call_now`) then runs with no event loop at all: a loop and its task
         cost a call of a small tool a sixth of its time. `only_if_allowed`: see `WouldAsk`."""
         info = self._admit(tool, arguments, run)
-        if tool.ready is not None:
-            wait(self.ready(tool, arguments))
         decision = decide(info, self.env.policy)
         if decision.action != "allow" and only_if_allowed:
             self._not_here(info, run)
         if decision.action != "allow":
-            wait(self._enforce(decision, info, run))
+            wait(self._enforce(decision, info, run, tool))
         arguments, ctx = self._call_args(tool, info, {}, run, events)
         guard = None if run is None else run.guard
         if guard is not None:  # before the tool may run what the script left there
@@ -426,15 +422,18 @@ class Dispatcher:
             info = self.call_info(tool, outcome.input)
         decision = self.decide(info, outcome)
         if decision.action != "allow":  # the common case spares a coroutine
-            await self._enforce(decision, info, run)
+            await self._enforce(decision, info, run, tool)
         return info
 
     def decide(self, info: CallInfo, hook: HookOutcome | None = None) -> Decision:
         return decide(info, self.env.policy, hook)
 
-    async def _enforce(self, decision: Decision, info: CallInfo, run: Run) -> None:
+    async def _enforce(self, decision: Decision, info: CallInfo, run: Run, tool: Tool) -> None:
         if decision.action == "deny":
             raise Denied(f"{info.command}: {decision.reason}")
+        # A call that cannot succeed whatever the answer fails before anyone is asked; a deny
+        # rule still decides first (a denied call says so, not why it could not have run).
+        await self.ready(tool, info.input)
         if getattr(self.env.approver, "stops_first", False):
             return await self._stop_then_ask(decision, info, run)
         answer = await self.ask(self.request(info, decision.reason), self._recorded_in(run))
