@@ -468,3 +468,27 @@ def test_doctor_says_what_the_sandbox_shows_hides_and_reaches(home, session_in, 
     assert "home folder: empty but .gitconfig" in said and "host sockets in sight: hidden" in said
     assert "pypi.org" in said and "never loopback" in said
     assert "an empty read-only .git in place of the missing one" in said and not (work / ".git").exists()
+
+
+# -- routes found by attacking the sandbox (a red team's) ---------------------------------------
+
+
+@pytest.fixture(params=["bubblewrap", "landlock"])
+def each_mechanism(request, monkeypatch):
+    if request.param == "landlock":
+        landlock(monkeypatch)
+    else:
+        monkeypatch.delenv("TOOLKERNEL_SANDBOX", raising=False)
+        if mechanism().name != "bubblewrap":
+            pytest.skip(f"bubblewrap is not available here: {mechanism().detail}")
+    return request.param
+
+
+def test_a_cell_writes_none_of_the_kernels_settings(home, session_in, each_mechanism):
+    """Run as root (a container, CI, Colab), uid 0 with no capability still owns /proc/sys: with
+    `kernel.core_pattern` a cell named a program the kernel then ran as root outside any sandbox.
+    The probe writes back the value it read, so it changes nothing even where it gets through."""
+    session = session_in("work")
+    result, out, err = agent_cell(home, session, 'v=$(cat /proc/sys/kernel/core_uses_pid)\n'
+                                  '(echo "$v" > /proc/sys/kernel/core_uses_pid) 2>/dev/null && echo WROTE || echo refused')
+    assert out.split() == ["refused"], (out, err)

@@ -154,8 +154,8 @@ def _probe_landlock() -> Mechanism:
 def _probe_bwrap(path: str | None) -> Mechanism:
     if path is None:
         return Mechanism("none", "bubblewrap (`bwrap`) is not installed: apt-get install bubblewrap", False)
-    probe = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-ipc",
-             "--unshare-net", "--die-with-parent", "--cap-drop", "ALL", "--", "true"]
+    probe = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
+             "--unshare-pid", "--unshare-ipc", "--unshare-net", "--die-with-parent", "--cap-drop", "ALL", "--", "true"]
     try:
         done = subprocess.run(probe, capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -223,7 +223,11 @@ def _bubblewrapped(argv: Sequence[str], plan: Plan) -> list[str]:
     the home folder) come first, then what is shown in them again (the interpreter, the home
     folder's allow-list), the workspace (which may lie inside one), what is read-only or hidden
     in it, and again what is `visible` inside a hidden place (the channel in `$XDG_RUNTIME_DIR`)."""
-    args = [_bwrap_path(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    # /proc/sys read-only: bwrap covers it only where its unprivileged half may write it, and run as
+    # root it may not, yet uid 0 with no capability still writes the kernel's settings as their
+    # owner (`kernel.core_pattern` names a program the kernel runs as root, outside any sandbox).
+    args = [_bwrap_path(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys",
+            "/proc/sys"]
     for place in _private_places(plan):
         args += ["--tmpfs", place]
     for place, source, writable in plan.home_shown:
