@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("shared", ("toolkernel._errors", "toolkernel._tool", "toolkernel._longtext", "toolkernel._names",
                 "toolkernel._imports", "toolkernel._loop", "toolkernel._process", "toolkernel._atomic",
                 "toolkernel._checked_open", "toolkernel._saved", "toolkernel._sandbox", "toolkernel._landlock_exec",
-                "toolkernel._egress", "toolkernel._netbridge",
+                "toolkernel._egress", "toolkernel._netbridge", "toolkernel._seccomp",
                 "toolkernel._pycode", "toolkernel._shadowing")),
 ]
 

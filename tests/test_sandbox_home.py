@@ -492,3 +492,48 @@ def test_a_cell_writes_none_of_the_kernels_settings(home, session_in, each_mecha
     result, out, err = agent_cell(home, session, 'v=$(cat /proc/sys/kernel/core_uses_pid)\n'
                                   '(echo "$v" > /proc/sys/kernel/core_uses_pid) 2>/dev/null && echo WROTE || echo refused')
     assert out.split() == ["refused"], (out, err)
+
+
+KEYRING_PROBE = """import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+KEYCTL = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
+for ring in (-4, -3):  # the user's keyring, the session's
+    key = libc.syscall(KEYCTL, 10, ctypes.c_long(ring), b"user", sys.argv[1].encode(), 0)  # KEYCTL_SEARCH
+    if key < 0:
+        print("refused")
+        continue
+    payload = ctypes.create_string_buffer(100)
+    size = libc.syscall(KEYCTL, 11, ctypes.c_long(key), payload, 100)  # KEYCTL_READ
+    print("READ", payload.raw[:max(size, 0)].decode())
+"""
+
+
+@pytest.fixture
+def token_in_the_users_keyring():
+    """A token in the kernel's keyring of this user, where Kerberos (KEYRING:persistent) and some
+    credential helpers keep theirs; taken out again after the test."""
+    import ctypes
+    import secrets
+
+    numbers = {"x86_64": (248, 250), "aarch64": (217, 219)}.get(os.uname().machine)
+    if numbers is None:
+        pytest.skip("the keyring's system call numbers are known here for x86-64 and arm64 only")
+    add_key, keyctl = numbers
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    name, token = f"toolkernel-test-{secrets.token_hex(4)}", b"krb5-ticket-0123"
+    key = libc.syscall(add_key, b"user", name.encode(), token, len(token), ctypes.c_long(-4))
+    if key < 0:  # a container whose own filter refuses keyrings (Docker's default)
+        pytest.skip(f"this process cannot use the kernel's keyring: {os.strerror(ctypes.get_errno())}")
+    try:
+        yield name
+    finally:
+        libc.syscall(keyctl, 9, ctypes.c_long(key), ctypes.c_long(-4))  # KEYCTL_UNLINK
+
+
+def test_the_users_keyring_is_out_of_reach(home, session_in, each_mechanism, token_in_the_users_keyring):
+    session = session_in("work")
+    (session.workdir / "keyring.py").write_text(KEYRING_PROBE)
+    result, out, err = agent_cell(home, session, f"{sys.executable} keyring.py {token_in_the_users_keyring}")
+    assert out.split() == ["refused", "refused"], (out, err)

@@ -10,7 +10,8 @@ A link is never granted (the grant would be its target's). Reading stays allowed
 (Landlock cannot hide a folder inside an allowed tree). TCP bind and connect are refused
 (ABI 4, required), ioctls on devices (ABI 5: no TIOCSTI into a terminal), and abstract Unix
 sockets and signals to processes outside (ABI 6). A network grant is none of Landlock's: the
-caller asks a person instead.
+caller asks a person instead. Last, the system call filter the spec carries (`_seccomp`: no
+keyring, no typing into a terminal) is installed.
 
 Before that, every capability goes: the ambient ones, the bounding set, the effective,
 permitted and inheritable ones, with the securebits locked so that running as uid 0 gives
@@ -37,6 +38,7 @@ _VERSION_FLAG = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_CAPBSET_DROP, _PR_GET_SECUREBITS, _PR_SET_SECUREBITS = 24, 27, 28
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _CAPSET = {"x86_64": 126, "aarch64": 91, "i686": 185, "armv7l": 185, "ppc64le": 184, "s390x": 185, "riscv64": 91}
 _CAPABILITY_V3 = 0x20080522
 # NOROOT, NO_SETUID_FIXUP, NO_CAP_AMBIENT_RAISE and KEEP_CAPS off, each locked.
@@ -193,11 +195,26 @@ def holds() -> list[str]:
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
 
+def filter_calls(program: bytes) -> None:
+    """Install the system call filter `program` (BPF, made by `_seccomp`: no keyring, no typing
+    into a terminal) on this process and what it starts; no_new_privs is set already."""
+    class _Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    code = ctypes.create_string_buffer(program, len(program))
+    fprog = _Program(len(program) // 8, ctypes.addressof(code))
+    libc = _libc()
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    if not program or libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "the system call filter could not be installed")
+
+
 def main(argv: list[str]) -> None:
     spec = json.loads(argv[1])
     program = argv[2:]
     try:
         restrict(spec["writable"], spec.get("network", False))
+        filter_calls(bytes.fromhex(spec.get("seccomp", "")))
     except OSError as exc:
         sys.stderr.write(f"toolkernel: the Landlock sandbox could not be set up ({exc}); nothing ran\n")
         sys.exit(126)

@@ -14,8 +14,9 @@ inside an OS sandbox that holds the line whatever the text says:
   still in sight) is empty, or `/dev/null`, inside; `Plan.stand_ins` (a missing top-level
   `.git`) are empty read-only folders;
 - only the environment variables `Plan.env` names pass (`Plan.environment`);
-- a process table of its own (no other process's `/proc`, environment or command line), no
-  capability, and a network namespace of its own: with a grant (`Plan.network`), its way out
+- a process table of its own (no other process's `/proc`, environment or command line), the
+  kernel's settings (`/proc/sys`) read-only, no capability, no system call `_seccomp` refuses
+  (the keyrings), and a network namespace of its own: with a grant (`Plan.network`), its way out
   is the proxy (`_egress.py`) for `Plan.domains`, whose socket is bound in and reached through
   `_netbridge.py` on the sandbox's own loopback.
 
@@ -23,8 +24,9 @@ The mechanism is bubblewrap (`bwrap`, Debian's `bubblewrap`), as in Anthropic's 
 runtime and Flatpak: it needs unprivileged user namespaces (or root). Where it cannot run,
 Landlock (`_landlock_exec.py`, ABI 4 or later) holds what it can: writes only to the
 workspace's unprotected entries (never through a link), a private temporary folder and
-/dev/null and the like, no TCP, no device ioctl, no capability; it hides nothing from
-reading, reaches Unix sockets by path, and cannot hold a network grant (the callers ask).
+/dev/null and the like, no TCP, no device ioctl, no capability, the same system call filter;
+it hides nothing from reading, reaches Unix sockets by path, and cannot hold a network grant
+(the callers ask).
 Where neither works there is no sandbox (`mechanism().available` is False), and the callers
 ask a person for every such process instead (they fail closed). `toolkernel doctor` says
 which holds and why.
@@ -52,6 +54,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from typing import Mapping, Sequence
+
+from . import _seccomp
 
 BWRAP = "bwrap"
 # "0" refuses the sandbox (agent host code then asks a person every time, as where none
@@ -114,6 +118,9 @@ def mechanism() -> Mechanism:
     choice = os.environ.get(DISABLE_VARIABLE, "").strip().lower()
     if choice == "0":
         return Mechanism("none", f"turned off ({DISABLE_VARIABLE}=0)", False)
+    calls = _seccomp.made()
+    if isinstance(calls, str):  # the keyrings would stay in reach: no sandbox, the callers ask
+        return Mechanism("none", calls, False)
     bwrap = _probe_bwrap(shutil.which(BWRAP)) if choice != "landlock" else None
     if bwrap is not None and bwrap.available:
         return bwrap
@@ -137,7 +144,7 @@ def _probe_landlock() -> Mechanism:
         return Mechanism("none", f"the kernel's Landlock (ABI {version}) cannot refuse TCP: {MIN_ABI} or later is"
                          " needed", False)
     # One real start, as a cell's: where its capabilities cannot all be dropped, none runs.
-    spec = json.dumps({"writable": [], "network": False})
+    spec = json.dumps({"writable": [], "network": False, "seccomp": _seccomp.program().hex()})
     try:
         done = subprocess.run([sys.executable, "-I", "-S", _LANDLOCK_EXEC, spec, "true"], capture_output=True,
                               timeout=30, stdin=subprocess.DEVNULL)
@@ -167,18 +174,31 @@ def _probe_bwrap(path: str | None) -> Mechanism:
     return Mechanism("bubblewrap", f"{version or 'bwrap'} at {path}", True)
 
 
-def wrap(argv: Sequence[str], plan: Plan) -> list[str]:
+def wrap(argv: Sequence[str], plan: Plan, options: Sequence[str] = ()) -> list[str]:
     """`argv` as it runs inside the sandbox `plan` describes (call only where `mechanism()` is
-    available; under Landlock only without the network, which it cannot hold: the callers ask)."""
+    available; under Landlock only without the network, which it cannot hold: the callers ask).
+    `options`: more of bubblewrap's (`--info-fd`)."""
     if mechanism().name == "landlock":
         if plan.network:
             raise RuntimeError("Landlock cannot hold a network grant: the call must ask a person")
         return _landlocked(argv, plan)
-    return _bubblewrapped(argv, plan)
+    return _filtered(_bubblewrapped(argv, plan, options))
+
+
+def _filtered(line: list[str]) -> list[str]:
+    """bubblewrap's command line with the system call filter (`_seccomp`), which it reads from a
+    descriptor (`--seccomp FD`): bash opens the filter's file on a free one, then is bwrap."""
+    return [_bash_path(), "--norc", "--noprofile", "-c", 'exec {calls}<"$0" && exec "$1" --seccomp "$calls" "${@:2}"',
+            _seccomp.program_file(), *line]
+
+
+@functools.lru_cache(maxsize=1)
+def _bash_path() -> str:
+    return shutil.which("bash") or "/bin/bash"
 
 
 def _landlocked(argv: Sequence[str], plan: Plan) -> list[str]:
-    spec = json.dumps({"writable": _landlock_writable(plan), "network": False})
+    spec = json.dumps({"writable": _landlock_writable(plan), "network": False, "seccomp": _seccomp.program().hex()})
     return [sys.executable, "-I", "-S", _LANDLOCK_EXEC, spec, "env", f"TMPDIR={_private_tmp()}", *argv]
 
 
@@ -218,7 +238,7 @@ def _private_tmp() -> str:
     return tempfile.mkdtemp(prefix="toolkernel-sandbox-tmp-")
 
 
-def _bubblewrapped(argv: Sequence[str], plan: Plan) -> list[str]:
+def _bubblewrapped(argv: Sequence[str], plan: Plan, options: Sequence[str] = ()) -> list[str]:
     """The order matters: later mounts go over earlier ones. The private places (/tmp, /run,
     the home folder) come first, then what is shown in them again (the interpreter, the home
     folder's allow-list), the workspace (which may lie inside one), what is read-only or hidden
@@ -256,7 +276,7 @@ def _bubblewrapped(argv: Sequence[str], plan: Plan) -> list[str]:
     # Every capability dropped: run as root (a container, CI), bwrap keeps them all, and
     # CAP_SYS_ADMIN remounts the read-only binds writable (`mount -o remount,bind,rw /`).
     # The network namespace is always its own: a grant reaches the proxy's socket alone.
-    args += ["--unshare-pid", "--unshare-ipc", "--unshare-net", "--die-with-parent", "--cap-drop", "ALL"]
+    args += ["--unshare-pid", "--unshare-ipc", "--unshare-net", "--die-with-parent", "--cap-drop", "ALL", *options]
     if not plan.network:
         return [*args, "--", *argv]
     from ._egress import proxy_for

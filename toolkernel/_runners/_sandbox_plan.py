@@ -301,6 +301,8 @@ def doctor(workdir: Path, environ: Mapping[str, str] | None = None) -> str:
                   " ([sandbox] domains), never loopback or private addresses"]
     else:
         lines += landlock_lines()
+    lines += ["  system calls refused: the kernel's keyrings (keyctl, add_key, request_key), typing into a terminal"
+              " (TIOCSTI, TIOCLINUX)"]
     lines += [f"  environment passed: {', '.join(passed) or '(none)'} ([sandbox] env adds)",
               f"  environment withheld: {', '.join(withheld) or '(none)'}"]
     return "\n".join(lines)

@@ -167,8 +167,7 @@ class Prespawned:
         try:
             # bwrap's own stderr (a sandbox that could not be made says why there) is read once it
             # has ended; its stdout is nobody's: the cell's output goes to FIFOs only the cell holds.
-            line = wrap(_loader(), plan)
-            argv = [line[0], "--info-fd", str(info_w), *line[1:]]
+            argv = wrap(_loader(), plan, options=("--info-fd", str(info_w)))
             proc = subprocess.Popen(argv, cwd=workdir, env={"PATH": os.environ.get("PATH", os.defpath)},
                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                     start_new_session=True, pass_fds=(info_w,))
