@@ -537,3 +537,54 @@ def test_the_users_keyring_is_out_of_reach(home, session_in, each_mechanism, tok
     (session.workdir / "keyring.py").write_text(KEYRING_PROBE)
     result, out, err = agent_cell(home, session, f"{sys.executable} keyring.py {token_in_the_users_keyring}")
     assert out.split() == ["refused", "refused"], (out, err)
+
+
+def test_a_repository_made_anew_where_a_renamed_folder_held_one_is_moved_aside(home, session_in, bubblewrap):
+    """The `.git` of a nested repository is read-only, but the folder that holds it can be renamed:
+    a cell moved `app` away, made `app/.git` with an fsmonitor (and `lib/.git` leading to a gitdir
+    of its own), and the end of the run took the person's repositories, now elsewhere, for the new
+    ones: the planted ones stayed where the person's `git status` runs them."""
+    session = session_in("renamed")
+    work = session.workdir
+    _git("init", "-q", str(work / "app"))
+    _git("init", "-q", "--separate-git-dir", str(work / "lib-gitdir"), str(work / "lib"))
+    person = {name: os.lstat(work / name / ".git").st_ino for name in ("app", "lib")}
+    try:
+        result, out, err = agent_cell(home, session, """
+mv app app-old && git init -q app && git -C app config core.fsmonitor 'touch pwned' && echo replanted-app
+mv lib lib-old && mkdir lib && git init -q --bare gd && git -C gd config core.worktree ../lib \\
+  && echo 'gitdir: ../gd' > lib/.git && echo replanted-lib""")
+        assert out.split() == ["replanted-app", "replanted-lib"], (out, err)
+        assert not os.path.lexists(work / "app" / ".git") and not os.path.lexists(work / "lib" / ".git"), err
+        assert {name: os.lstat(work / f"{name}-old" / ".git").st_ino for name in ("app", "lib")} == person
+        assert not os.path.lexists(work / "gd" / "HEAD") and "moved gd/HEAD" in err, err
+    finally:
+        shutil.rmtree(work)
+
+
+def test_a_folder_made_a_bare_repository_is_none_when_the_cell_ends_and_the_persons_are_read_only(
+        home, session_in, bubblewrap):
+    """Git takes a folder with no `.git` but a HEAD, `objects` and `refs` for a repository itself
+    (a bare one, or with `core.worktree` a work tree's): a cell wrote those at the workspace's top
+    (where bubblewrap's empty `.git` stands in) and the person's `git status` ran its fsmonitor."""
+    session = session_in("bare")
+    work = session.workdir
+    _git("init", "-q", "--bare", str(work / "remote.git"))
+    (work / "data").mkdir()
+    marker = work.parent / "bare-pwned"
+    plant = (f"mkdir -p objects refs && echo 'ref: refs/heads/main' > HEAD && printf '[core]\\n\\tbare = false\\n"
+             f"\\tworktree = .\\n\\tfsmonitor = \"touch {marker}; false\"\\n' > config")
+    try:
+        result, out, err = agent_cell(home, session, f"""
+{plant} && echo planted-top
+(cd data && {plant}) && echo planted-data
+echo 'touch {marker}' > remote.git/hooks/post-receive 2>/dev/null && echo WROTE-hook
+git -C remote.git config core.fsmonitor 'touch {marker}' 2>/dev/null && echo WROTE-config""")
+        assert out.split() == ["planted-top", "planted-data"], (out, err)
+        for folder in (work, work / "data"):
+            subprocess.run(["git", "status"], cwd=folder, capture_output=True)
+        assert not marker.exists(), err
+        assert "moved HEAD" in err and "data/HEAD" in err, err
+    finally:
+        shutil.rmtree(work)
+        marker.unlink(missing_ok=True)

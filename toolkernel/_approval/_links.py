@@ -37,6 +37,7 @@ class _Listed:
     links: tuple[str, ...]
     folders: tuple[str, ...]
     git: bool = False  # it holds a `.git` (a folder, or a file naming one): a repository's top
+    gitdir: bool = False  # it is a repository's folder itself, by its entries (`is_gitdir`)
 
 
 class LinkScan:
@@ -51,8 +52,10 @@ class LinkScan:
         return self.walk(root, skip)[0]
 
     def walk(self, root: str, skip: Collection[str] = ()) -> tuple[list[str], list[str]]:
-        """Every link below `root` (not below the folders in `skip`), and every `.git` below it
-        (the top's own left out), as paths."""
+        """Every link below `root` (not below the folders in `skip`), and every repository below
+        it (the top's own left out), as paths: each `.git`, and each folder that is a gitdir by
+        its entries without that name (a bare repository: git run in it, or in a folder below,
+        takes it for one, reads its config and runs what it names), but those inside a `.git`."""
         with self._lock:
             found: list[str] = []
             repositories: list[str] = []
@@ -67,6 +70,8 @@ class LinkScan:
                 found.extend(os.path.join(folder, name) for name in entry.links)
                 if entry.git and folder != root:
                     repositories.append(os.path.join(folder, ".git"))
+                if entry.gitdir and folder != root and ".git" not in os.path.relpath(folder, root).split(os.sep):
+                    repositories.append(folder)
                 stack.extend(path for name in entry.folders if (path := os.path.join(folder, name)) not in skip)
             self._listed = listed  # folders no longer reached are forgotten
             return found, repositories
@@ -87,10 +92,11 @@ class LinkScan:
 
 
 def _list(folder: str, status: tuple[Any, ...]) -> _Listed | None:
-    links, folders, git = [], [], False
+    links, folders, git, names = [], [], False, set()
     try:
         with os.scandir(folder) as entries:
             for entry in entries:
+                names.add(entry.name)
                 try:
                     if entry.is_symlink():
                         links.append(entry.name)
@@ -102,7 +108,14 @@ def _list(folder: str, status: tuple[Any, ...]) -> _Listed | None:
                     continue
     except OSError:  # unreadable: a script cannot list or write it either
         return None
-    return _Listed(status, tuple(links), tuple(folders), git)
+    return _Listed(status, tuple(links), tuple(folders), git, is_gitdir(names))
+
+
+def is_gitdir(names: Collection[str]) -> bool:
+    """Whether a folder holding entries of these names may be a gitdir, as git's discovery tells
+    one (`is_git_directory`): a `HEAD`, and `objects` and `refs`, or a `commondir` naming where
+    those are. Any kind of entry counts (git only tries to open HEAD and search the others)."""
+    return "HEAD" in names and ("commondir" in names or ("objects" in names and "refs" in names))
 
 
 _scans: dict[str, LinkScan] = {}

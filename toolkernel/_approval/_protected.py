@@ -330,10 +330,13 @@ def _inner_hook_places(root: Path, skip: Iterable[Path]) -> tuple[Path, ...]:
 
 def _inner_git(root: Path, repositories: list[Path]) -> list[Path]:
     """Each inner repository's `.git` (a folder, or a file naming the gitdir), and the folder
-    what its hooks run in its work tree, as the top's are protected (`_git.hook_places`)."""
+    what its hooks run in its work tree, as the top's are protected (`_git.hook_places`); a
+    bare repository's folder whole (its config and hooks are in it)."""
     found = []
     for git in repositories:
         found.append(git)
+        if git.name != GIT:
+            continue
         hooks = [real_path(folder) for folder in hook_places(git.parent, [])]
         found += [_mountable(folder) for folder in hooks if folder != root and is_inside(folder, root) and folder != git]
     return found

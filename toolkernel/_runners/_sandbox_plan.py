@@ -347,16 +347,18 @@ def run_watch(workdir: Path, protection: Protection | None, cancel=lambda: None,
     programs, imports = _searched(root, tuple(sys.path), environ.get("PATH", ""), environ.get("PYTHONPATH", ""))
     guarded: list[str] = list(programs)
     skip: tuple[str, ...] = ()
+    held: list[str] = []
     if protection is not None:
-        guarded += [str(path) for path in (*protection.protected, *_inner_git(protection.workdir,
-                                                                              _repositories(protection)))]
+        held = [str(path) for path in _inner_git(protection.workdir, _repositories(protection))]
+        guarded += [*map(str, protection.protected), *held]
         skip = tuple(str(path) for path in _walk_skips(protection))
 
     def by_a_call(path: str) -> bool:
         kept = journal()
         return kept is not None and kept.written_by_a_call(path)
 
-    return Watch(root, cancel, folders=imports, guarded=dict.fromkeys(guarded), deep=skip, by_a_call=by_a_call)
+    return Watch(root, cancel, folders=imports, guarded=dict.fromkeys(guarded), deep=skip, by_a_call=by_a_call,
+                 held=held)
 
 
 def _walk_skips(protection: Protection) -> list[Path]:

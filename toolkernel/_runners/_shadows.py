@@ -65,6 +65,7 @@ QUARANTINE = ".toolkernel/quarantine"
 # A repository made at the top where there was none: git, run here by the person or by
 # JupyterLab's git panel, reads its config and runs what it names (`core.fsmonitor`, hooks).
 GIT = ".git"
+HEAD = "HEAD"  # what makes a folder a gitdir to git's discovery, beside `objects` and `refs`
 _SAY_EACH = 3  # moves named one a line; past that, one line for all
 
 
@@ -103,7 +104,8 @@ class Watch:
 
     def __init__(self, workdir: str | os.PathLike[str], cancel: Callable[[], None] = lambda: None, *,
                  folders: Iterable[str] = (), guarded: Iterable[str] = (), deep: Iterable[str] | None = None,
-                 workspace: str | None = None, by_a_call: Callable[[str], bool] = lambda path: False) -> None:
+                 workspace: str | None = None, by_a_call: Callable[[str], bool] = lambda path: False,
+                 held: Iterable[str] = ()) -> None:
         self.root = os.fspath(workdir)  # a real path (the session resolved it)
         self.workspace = workspace or self.root  # where the quarantine is (a watched folder's is its workspace's)
         self.cancel = cancel  # ends the run: at the interpreter's exit, before the last look
@@ -113,7 +115,13 @@ class Watch:
         self.guarded = tuple(guarded)  # real paths in the workspace no run may make
         self.missing: list[str] = []  # those that were not there as the run began
         self.deep = None if deep is None else tuple(deep)  # walk below the top, not into these folders
-        self.repositories: set[str] = set()  # every `.git` below the top as the run began
+        # Every repository below the top as the run began (a `.git`; a bare one's HEAD), by identity:
+        # a folder that holds one can be renamed away, and one made anew at its path is no
+        # person's (the `.git` that moved with its folder still is).
+        self.repositories: set[tuple[int, int]] = set()
+        # Protected paths held by a mount of their own (an inner repository's hooks folder), whose
+        # folder can be renamed: their identities as the run began, against one made anew there.
+        self.held = {path: None for path in held}
         self.by_a_call = by_a_call  # a tool call wrote it: a person allowed that write (it was asked)
         self.made_by_calls: set[str] = set()  # guarded paths that came while a call ran: the call's
         self._early: list[Moved] = []  # moved before a call, said at the end
@@ -132,7 +140,8 @@ class Watch:
         self.missing = [path for path in self.guarded if not os.path.lexists(path)]
         self._parents = {parent: _folder_status(parent) for parent in {os.path.dirname(p) for p in self.missing}}
         if self.deep is not None:
-            self.repositories = set(_git_below(self.root, self.deep))
+            self.repositories = {found for path in _git_below(self.root, self.deep) if (found := _inode(path))}
+        self.held = {path: _inode(path) for path in self.held}
         _running.add(self)
 
     def end(self, *, last: bool = True) -> list[Moved]:
@@ -187,9 +196,14 @@ class Watch:
                 and not self.by_a_call(path)]
         if deep and self.deep is not None:
             made += [(os.path.relpath(path, self.root), "git") for path in _git_below(self.root, self.deep)
-                     if path not in self.repositories]
-        made = [(relative, kind) for relative, kind in dict.fromkeys(made)
-                if relative != GIT and not any(relative.startswith(other + os.sep) for other, _ in made)]
+                     if _inode(path) not in self.repositories]
+        made += [(os.path.relpath(path, self.root), "protected") for path, was in self.held.items()
+                 if was is not None and _inode(path) not in (was, None) and not self.by_a_call(path)]
+        kinds: dict[str, str] = {}
+        for relative, kind in made:
+            kinds.setdefault(relative, kind)  # a new `.git` at a held path is said as a repository
+        made = [(relative, kind) for relative, kind in kinds.items()
+                if relative != GIT and not any(relative.startswith(other + os.sep) for other in kinds)]
         return _move_deep(self.root, made) if made else []
 
     def _planted(self, name: str, module: str, kind: str, identity: tuple) -> bool:
@@ -431,13 +445,33 @@ def _folder_status(folder: str) -> tuple | None:
 
 
 def _git_below(root: str, skip: Iterable[str]) -> list[str]:
-    """Every `.git` below the top of `root` (folders, gitdir files and links of that name), but
-    in the folders `skip` names (read-only to the run: the same the guard's walk skips, whose
-    listings it keeps) and in the quarantine."""
-    from .._approval._links import found_in
+    """Every `.git` below the top of `root` (folders, gitdir files and links of that name), and
+    the `HEAD` of every folder that is a gitdir by its entries (the top's too: git run in a
+    folder with no `.git` takes the folder itself for a bare repository), but in the folders
+    `skip` names (read-only to the run: the same the guard's walk skips, whose listings it
+    keeps) and in the quarantine. A HEAD moved aside is enough: without it no git finds one."""
+    from .._approval._links import found_in, is_gitdir
 
     links, repositories = found_in(Path(root), [Path(path) for path in (*skip, os.path.join(root, ".toolkernel"))])
-    return sorted({str(git) for git in repositories} | {str(link) for link, _ in links if link.name == GIT})
+    found = {str(git) if git.name == GIT else str(git / HEAD) for git in repositories}
+    if os.path.lexists(os.path.join(root, HEAD)) and is_gitdir(_names(root)):
+        found.add(os.path.join(root, HEAD))
+    return sorted(found | {str(link) for link, _ in links if link.name == GIT})
+
+
+def _names(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def _inode(path: str) -> tuple[int, int] | None:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 # -- stand-ins ---------------------------------------------------------------------------
