@@ -548,16 +548,24 @@ def test_a_repository_made_anew_where_a_renamed_folder_held_one_is_moved_aside(h
     work = session.workdir
     _git("init", "-q", str(work / "app"))
     _git("init", "-q", "--separate-git-dir", str(work / "lib-gitdir"), str(work / "lib"))
+    _git("init", "-q", str(work / "svc"))
+    _git("-C", str(work / "svc"), "config", "core.hooksPath", "../tools/hooks")  # hooks shared by repositories
+    (work / "tools" / "hooks").mkdir(parents=True)
     person = {name: os.lstat(work / name / ".git").st_ino for name in ("app", "lib")}
     try:
         result, out, err = agent_cell(home, session, """
 mv app app-old && git init -q app && git -C app config core.fsmonitor 'touch pwned' && echo replanted-app
 mv lib lib-old && mkdir lib && git init -q --bare gd && git -C gd config core.worktree ../lib \\
-  && echo 'gitdir: ../gd' > lib/.git && echo replanted-lib""")
-        assert out.split() == ["replanted-app", "replanted-lib"], (out, err)
+  && echo 'gitdir: ../gd' > lib/.git && echo replanted-lib
+echo 'touch pwned' > tools/hooks/pre-commit 2>/dev/null && echo WROTE-hook
+mv tools tools-old && mkdir -p tools/hooks && echo 'touch pwned' > tools/hooks/pre-commit && echo replanted-hooks""")
+        assert out.split() == ["replanted-app", "replanted-lib", "replanted-hooks"], (out, err)
         assert not os.path.lexists(work / "app" / ".git") and not os.path.lexists(work / "lib" / ".git"), err
         assert {name: os.lstat(work / f"{name}-old" / ".git").st_ino for name in ("app", "lib")} == person
-        assert not os.path.lexists(work / "gd" / "HEAD") and "moved gd/HEAD" in err, err
+        quarantine = next((work / ".toolkernel" / "quarantine").iterdir())
+        moved = {"app/.git", "lib/.git", "gd/HEAD", "tools/hooks"}  # the hooks folder `svc` runs, made anew
+        assert {path for path in moved if (quarantine / path).exists()} == moved, err
+        assert str(quarantine.relative_to(work)) in err
     finally:
         shutil.rmtree(work)
 

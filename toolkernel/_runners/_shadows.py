@@ -544,9 +544,15 @@ def _moved_lines(done: list[Moved]) -> list[str]:
         return [f"toolkernel: moved {'the folder ' if m.is_folder else ''}{m.shown}, written while this"
                 f" script ran, to {printable(m.to)}: {_consequence(m)}. Move it back if you meant it." for m in done]
     return [f"toolkernel: moved {len(done)} entries written while this script ran ({_few(done)}) to"
-            f" {printable(os.path.dirname(done[0].to))}/: a Python started in this folder imports each instead"
-            " of the installed module of its name (or runs the bytecode in place of the sources; git run here"
-            " reads a new .git's config). Move back any you meant."]
+            f" {printable(_quarantine_of(done))}/, under the same paths: each would run on the host later (a"
+            " Python started in this folder imports a module instead of the installed one of its name, git run"
+            " here reads a new repository's config, the host runs what lies at a name toolkernel protects)."
+            " Move back any you meant."]
+
+
+def _quarantine_of(done: list[Moved]) -> str:
+    """The quarantine folder the moves went to (`.toolkernel/quarantine/<time>-<random>`)."""
+    return "/".join(str(done[0].to).split("/")[:3])
 
 
 def _failed_line(failed: list[Moved]) -> str:
