@@ -43,7 +43,7 @@ TOKENS = {"JUPYTER_TOKEN": "jt-0123456789", "GITHUB_TOKEN": "ghp_abcdefghij", "O
 SECRETS = [".ssh/id_ed25519", ".aws/credentials", ".config/gh/hosts.yml", ".npmrc", ".cargo/credentials.toml",
            ".claude/.credentials.json", ".config/hub", ".m2/settings.xml", ".bash_history", ".zsh_history",
            ".jupyter/jupyter_server_config.json", ".local/share/keyrings/login.keyring",
-           ".mozilla/firefox/p/cookies.sqlite"]
+           ".mozilla/firefox/p/cookies.sqlite", ".config/git/credentials"]
 DEBIAN_PROFILE = """# ~/.profile: executed by the command interpreter for login shells.
 if [ -d "$HOME/bin" ] ; then
     PATH="$HOME/bin:$PATH"

@@ -42,7 +42,8 @@ from ._shadows import GIT, installed, is_stand_in, module_of, stand_in
 # Credentials an agent's process has no business reading, under the home folder (hidden also
 # where the home folder is the workspace, or shown through the allow-list's parent).
 _SECRETS = (".ssh", ".gnupg", ".aws", ".azure", ".config/gcloud", ".config/gh", ".docker", ".kube",
-            ".netrc", ".git-credentials", ".pypirc", ".npmrc")
+            ".netrc", ".git-credentials", ".config/git/credentials", ".pypirc", ".npmrc")
+# (`.config/git/credentials` is git-credential-store's second file, in a folder the default shows.)
 # What a sandboxed process sees of the home folder unless the person's config says more:
 # git's own settings, and the package caches (read-only: a cell uses them, never fills them).
 HOME_SHOWN = (".gitconfig", ".config/git", ".cache/pip", ".cache/uv", ".condarc", ".inputrc")
