@@ -267,9 +267,13 @@ def _bubblewrapped(argv: Sequence[str], plan: Plan, options: Sequence[str] = ())
     for place in plan.visible:
         if any(_inside(place, hidden) for hidden in plan.hidden):
             args += ["--ro-bind", place, place]
+    rebound = [place for place, _, _ in plan.home_shown if any(_inside(place, hidden) for hidden in plan.hidden)]
     for place, source, writable in plan.home_shown:  # what the allow-list shows in a hidden folder
-        if any(_inside(place, hidden) for hidden in plan.hidden):
+        if place in rebound:
             args += ["--bind" if writable else "--ro-bind", source, place]
+    for place in plan.hidden:  # and a secret in what was shown again (`.config/git/credentials`)
+        if any(_inside(place, shown) and place != shown for shown in rebound):
+            args += _hide(place)
     # No `--new-session`: the caller's process group holds bwrap and what it runs, so one
     # `killpg` still ends them all (none has a terminal to abuse: they start in a session
     # of their own).
