@@ -358,8 +358,9 @@ def run_watch(workdir: Path, protection: Protection | None, cancel=lambda: None,
         kept = journal()
         return kept is not None and kept.written_by_a_call(path)
 
+    home = os.path.realpath(environ.get("HOME") or Path.home()) == root
     return Watch(root, cancel, folders=imports, guarded=dict.fromkeys(guarded), deep=skip, by_a_call=by_a_call,
-                 held=held)
+                 held=held, home=home)
 
 
 def _walk_skips(protection: Protection) -> list[Path]:

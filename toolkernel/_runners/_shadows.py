@@ -79,7 +79,8 @@ class Moved:
     name: str
     module: str  # the installed module it shadows (folded where importlib folds case)
     # "module", "package", "bytecode", "git" (a new `.git`), "folder": a bare folder a
-    # namespace package takes in, "protected": a protected name that was not there; "unlisted":
+    # namespace package takes in, "protected": a protected name that was not there; "home": a new
+    # dot entry at the top of a home folder; "unlisted":
     # the top could not be looked at, so nothing was moved
     kind: str
     to: str | None
@@ -105,7 +106,7 @@ class Watch:
     def __init__(self, workdir: str | os.PathLike[str], cancel: Callable[[], None] = lambda: None, *,
                  folders: Iterable[str] = (), guarded: Iterable[str] = (), deep: Iterable[str] | None = None,
                  workspace: str | None = None, by_a_call: Callable[[str], bool] = lambda path: False,
-                 held: Iterable[str] = ()) -> None:
+                 held: Iterable[str] = (), home: bool = False) -> None:
         self.root = os.fspath(workdir)  # a real path (the session resolved it)
         self.workspace = workspace or self.root  # where the quarantine is (a watched folder's is its workspace's)
         self.cancel = cancel  # ends the run: at the interpreter's exit, before the last look
@@ -122,6 +123,10 @@ class Watch:
         # Protected paths held by a mount of their own (an inner repository's hooks folder), whose
         # folder can be renamed: their identities as the run began, against one made anew there.
         self.held = {path: None for path in held}
+        # The workspace is the home folder: every dot entry at its top is config some program of
+        # the host reads (Debian's .bashrc sources a new ~/.bash_aliases), so a new one is moved.
+        self.home = home
+        self.dots: set[str] = set()  # the top's dot entries as the run began
         self.by_a_call = by_a_call  # a tool call wrote it: a person allowed that write (it was asked)
         self.made_by_calls: set[str] = set()  # guarded paths that came while a call ran: the call's
         self._early: list[Moved] = []  # moved before a call, said at the end
@@ -142,6 +147,8 @@ class Watch:
         if self.deep is not None:
             self.repositories = {found for path in _git_below(self.root, self.deep) if (found := _inode(path))}
         self.held = {path: _inode(path) for path in self.held}
+        if self.home:
+            self.dots = set(_dot_entries(self.root))
         _running.add(self)
 
     def end(self, *, last: bool = True) -> list[Moved]:
@@ -199,6 +206,10 @@ class Watch:
                      if _inode(path) not in self.repositories]
         made += [(os.path.relpath(path, self.root), "protected") for path, was in self.held.items()
                  if was is not None and _inode(path) not in (was, None) and not self.by_a_call(path)]
+        if self.home:
+            made += [(name, "home") for name in _dot_entries(self.root) if name not in self.dots
+                     and not is_stand_in(os.path.join(self.root, name))
+                     and not self.by_a_call(os.path.join(self.root, name))]
         kinds: dict[str, str] = {}
         for relative, kind in made:
             kinds.setdefault(relative, kind)  # a new `.git` at a held path is said as a repository
@@ -459,6 +470,14 @@ def _git_below(root: str, skip: Iterable[str]) -> list[str]:
     return sorted(found | {str(link) for link, _ in links if link.name == GIT})
 
 
+# Dot entries at a home folder's top that no program runs: toolkernel's state, the notebook server's checkpoints.
+_INERT_DOTS = frozenset({".toolkernel", ".ipynb_checkpoints"})
+
+
+def _dot_entries(folder: str) -> list[str]:
+    return [name for name in _names(folder) if name.startswith(".") and name not in _INERT_DOTS]
+
+
 def _names(folder: str) -> list[str]:
     try:
         return os.listdir(folder)
@@ -567,6 +586,9 @@ def _failed_line(failed: list[Moved]) -> str:
 
 
 def _consequence(m: Moved) -> str:
+    if m.kind == "home":
+        return ("in a home folder a dot entry is config that the host's programs read as they start (bash"
+                " sources ~/.bash_aliases, R runs ~/.Rprofile)")
     if m.kind == "protected":
         return ("toolkernel protects that name (it decides policy, or the host runs it), and no mount could hold"
                 " it while it did not exist")
