@@ -33,6 +33,11 @@ SUFFIXES = (*importlib.machinery.EXTENSION_SUFFIXES, *importlib.machinery.SOURCE
 FOLD = sys.platform.startswith(("win", "cygwin", "darwin"))
 
 
+# What `site` imports at every start of Python, from the first folder of `sys.path` that has it,
+# installed or not: one left in a folder of the PYTHONPATH runs in the person's next Python.
+STARTUP = ("sitecustomize", "usercustomize")
+
+
 def _fold(name: str) -> str:
     return name.lower() if FOLD else name
 
@@ -85,8 +90,8 @@ def installed(workdir: str) -> Installed:
     """What the workspace `workdir` (a real path) could shadow: the standard library
     (`sys.stdlib_module_names`, but the modules built into the interpreter, which no folder
     shadows), every top-level module found on the entries of `sys.path` that are neither the
-    workspace nor the working directory (a project's `.venv` inside it counts), and the names
-    setuptools' editable finders map to somewhere else.
+    workspace nor the working directory (a project's `.venv` inside it counts), the names
+    setuptools' editable finders map to somewhere else, and what `site` imports at start (`STARTUP`).
 
     Worked out once per process and workspace, and again when `sys.path` or `sys.meta_path`
     changes or any of those folders' times moves (a package installed while the kernel runs:
@@ -140,7 +145,7 @@ def _scan(entries: Iterable[str], workdir: str) -> Installed:
             _scan_folder(entry, regular, folders)
         elif os.path.isfile(entry):
             _scan_zip(entry, regular, folders)
-    regular |= _editable_names(workdir)
+    regular |= _editable_names(workdir) | {_fold(name) for name in STARTUP}
     regular -= {_fold(name) for name in builtin}
     return Installed(frozenset(regular), frozenset(folders - regular), frozenset(regular | folders))
 
