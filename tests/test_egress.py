@@ -43,7 +43,17 @@ def test_loopback_private_and_link_local_addresses_are_never_reached(address):
     assert _egress.forbidden(address)
 
 
+@pytest.mark.parametrize("address", ["64:ff9b::7f00:1", "64:ff9b::a00:1", "::7f00:1", "::ffff:0:7f00:1",
+                                     "2002:7f00:1::", "2002:c0a8:101::1", "64:ff9b:1::a00:1",
+                                     "2001:0:4136:e378:8000:63bf:3fff:fdd2"])  # Teredo, its server 65.54.227.120
+def test_an_ipv6_address_carrying_a_loopback_or_private_ipv4_one_is_never_reached(address):
+    """NAT64, 6to4, SIIT and IPv4-compatible forms lead a translator or tunnel to the IPv4 address
+    inside (and a Teredo one to its client, here 192.0.2.45: documentation, not global)."""
+    assert _egress.forbidden(address)
+
+
 def test_a_public_address_may_be_reached_unless_it_is_this_machines():
+    assert not _egress.forbidden("64:ff9b::808:808")  # 8.8.8.8 behind NAT64
     assert not _egress.forbidden("151.101.0.223")
     for own in _egress._own_addresses():
         assert _egress.forbidden(own)

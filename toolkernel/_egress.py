@@ -63,11 +63,29 @@ def allows(host: str, port: int, domains: Iterable[str]) -> bool:
 
 def forbidden(address: str) -> bool:
     """Whether the proxy refuses to connect to `address`: anything but a public unicast
-    address, and every address of this machine."""
+    address, and every address of this machine; for an IPv6 address that carries an IPv4 one
+    (mapped, compatible, 6to4, Teredo, NAT64), that one too, which a translator or tunnel on the
+    way would reach (`64:ff9b::7f00:1` is 127.0.0.1 behind NAT64)."""
     ip = ipaddress.ip_address(address.split("%")[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return not ip.is_global or ip.is_multicast or str(ip) in _own_addresses()
+    if ip.version == 6 and ip in _LOCAL_NAT64:  # a network's own translator, the IPv4 inside placed as it likes
+        return True
+    return any(not form.is_global or form.is_multicast or str(form) in _own_addresses() for form in _forms(ip))
+
+
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # the well-known prefix, the IPv4 address last
+_LOCAL_NAT64 = ipaddress.ip_network("64:ff9b:1::/48")
+_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # SIIT's translated addresses
+
+
+def _forms(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> list:
+    """The address and the IPv4 addresses it carries."""
+    if isinstance(ip, ipaddress.IPv4Address):
+        return [ip]
+    forms: list = [ip, ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]
+    low = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip in _NAT64 or ip in _TRANSLATED or int(ip) >> 32 == 0:  # the last one: IPv4-compatible (::a.b.c.d)
+        forms.append(low)
+    return [form for form in forms if form is not None]
 
 
 @functools.lru_cache(maxsize=1)
