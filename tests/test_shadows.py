@@ -497,3 +497,23 @@ def test_bytecode_a_run_does_not_touch_is_left_alone(session, work):
     result, sink = run(session, "ls __pycache__ > /dev/null; echo done")
     assert result.exit_code == 0 and sink.stdout_text == "done\n", sink.stderr_text
     assert (work / "__pycache__").is_dir() and not (work / QUARANTINE).exists()
+
+
+def test_a_repository_made_where_one_was_is_new_and_the_one_moved_with_its_folder_is_not(tmp_path):
+    """Repositories are known by identity: the run's end moves a `.git` made at the path of one that
+    was there (its folder renamed away meanwhile), not the person's, now at the renamed path; and a
+    folder made a gitdir by its entries (HEAD, objects, refs) loses its new HEAD."""
+    from toolkernel._runners._shadows import Watch
+
+    work = tmp_path / "w"
+    subprocess.run(["git", "init", "-q", str(work / "app")], check=True)
+    watch = Watch(work, deep=())
+    watch.start()
+    (work / "app").rename(work / "app-old")
+    subprocess.run(["git", "init", "-q", str(work / "app")], check=True)
+    (work / "data" / "objects").mkdir(parents=True)
+    (work / "data" / "refs").mkdir()
+    (work / "data" / "HEAD").write_text("ref: refs/heads/main\n")
+    moved = {m.name: m.kind for m in watch.end() if m.to is not None}
+    assert moved == {"app/.git": "git", "data/HEAD": "git"}
+    assert (work / "app-old" / ".git").is_dir() and not (work / "app" / ".git").exists()

@@ -89,6 +89,10 @@ class Plan:
 
     writable: tuple[str, ...]            # the workspace (bound writable over a read-only root)
     read_only: tuple[str, ...] = ()      # inside `writable`: bound read-only over it
+    # Inside `writable`, the folders above a read-only place below the top (`a` and `a/app` above
+    # `a/app/.git`): each bound onto itself, writable, since a mount point cannot be renamed, and a
+    # folder renamed away took the read-only `.git` along and left its path to a planted one.
+    pinned: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()         # folders shown empty; files (and sockets) shown as /dev/null
     visible: tuple[str, ...] = ()        # inside /tmp, /run or the home folder, bound read-only
     network: bool = False                # through the proxy to `domains` only (never the host's own)
@@ -256,6 +260,8 @@ def _bubblewrapped(argv: Sequence[str], plan: Plan, options: Sequence[str] = ())
         args += ["--ro-bind", place, place]
     for place in plan.writable:
         args += ["--bind", place, place]
+    for place in plan.pinned:
+        args += ["--bind-try", place, place]
     for place in plan.read_only:
         if os.path.lexists(place):  # a mount point that does not exist would be made on the host
             args += ["--ro-bind", place, place]

@@ -151,11 +151,24 @@ def _plan(protection: Protection, settings: SandboxSettings, shown: tuple[str, .
     in_sight = [place for place in (*hidden, *home_hidden, *sockets)
                 if not any(_inside(place, p) for p in private) or any(_inside(place, b) for b in bound)]
     in_sight = [place for place in in_sight if not any(_inside(place, c) for c in channel)]
-    return Plan(writable=(top,), read_only=tuple(sorted(read_only | set(inner))),
+    read_only |= set(inner)
+    return Plan(writable=(top,), read_only=tuple(sorted(read_only)), pinned=_above(top, read_only),
                 hidden=tuple(dict.fromkeys(in_sight)), visible=shown,
                 home=home if _home_apart(home, top) else None, home_shown=home_shown,
                 stand_ins=(str(root / GIT),) if is_stand_in(root / GIT) else (), env=tuple(dict.fromkeys((*DEFAULT_ENV, *settings.env))),
                 domains=domains)
+
+
+def _above(root: str, places: set[str]) -> tuple[str, ...]:
+    """The folders between `root` and each of the `places` there (both left out), outermost first,
+    but those inside a read-only place already."""
+    folders = set()
+    for place in places:
+        if os.path.lexists(place):
+            parts = os.path.relpath(place, root).split(os.sep)
+            folders.update(os.path.join(root, *parts[:depth]) for depth in range(1, len(parts)))
+    folders = {folder for folder in folders if not any(_inside(folder, place) for place in places)}
+    return tuple(sorted(folders, key=lambda folder: (folder.count(os.sep), folder)))
 
 
 def _gitdirs(root: Path, gits: list[Path]) -> list[str]:

@@ -329,7 +329,7 @@ def _mountinfo_path(place: str) -> bytes:
 def _key(plan: Plan, workdir: Path) -> tuple:
     """What the sandbox's command line is made from (`_sandbox.wrap`: the plan, and what is at
     each of its places, a link or not), without making it: a cell waits while this is taken."""
-    places = (str(workdir), *plan.writable, *plan.read_only, *plan.hidden, *plan.visible, *plan.stand_ins,
+    places = (str(workdir), *plan.writable, *plan.pinned, *plan.read_only, *plan.hidden, *plan.visible, *plan.stand_ins,
               *(source for _, source, _ in plan.home_shown))
     return plan, tuple(_loader()), str(workdir), tuple(_identity(place) for place in places)
 
