@@ -3,7 +3,9 @@
 Protected are: `toolkernel.toml` and `.mcp.json` (by name, anywhere, for tool
 calls; in the sandbox, at the top of the workspace),
 `.toolkernel/`, `.git/` (its config and hooks run on the host the next time git
-does) and what its hooks run in the work tree (`_git.py`), the user config folder, the admin
+does) and what its hooks run in the work tree (`_git.py`), the editors' folders at the top and
+beside every repository's `.git` (`EDITOR_CONFIG`: VS Code runs a task of `.vscode/tasks.json`
+as the folder opens, and its settings name the programs its terminals start), the user config folder, the admin
 file and the trust records when they lie in the workspace, in a workspace that is the home folder every dot entry at its
 top (shell, IPython, ssh and git config), and every workspace file a configured
 server, hook or command tool executes (named in its `command` or `args`, or a place its PATH
@@ -37,6 +39,10 @@ from .._pycode import imported_places
 
 STATE_DIR = ".toolkernel"
 CONFIG_FILES = ("toolkernel.toml", ".mcp.json")
+# Editors' project config that runs programs on the host when the folder is opened: VS Code's
+# tasks (`"runOn": "folderOpen"`) and settings (a terminal's shell and its environment), JetBrains'
+# startup tasks. A person opens the workspace, or a repository in it.
+EDITOR_CONFIG = (".vscode", ".idea")
 
 
 class Unprotectable(ConfigError):
@@ -78,7 +84,7 @@ def protection(workdir: Path, config: Any = None, environ: Mapping[str, str] | N
     environ = os.environ if environ is None else environ
     looked_at = [] if looked_at is None else looked_at
     root = _real(Path(workdir), looked_at)
-    paths = [root / STATE_DIR, *(root / name for name in CONFIG_FILES), root / ".git"]
+    paths = [root / STATE_DIR, *(root / name for name in (*CONFIG_FILES, *EDITOR_CONFIG)), root / ".git"]
     paths += [_user_config_dir(environ), store_path(environ).parent, _admin_file(environ)]
     paths += _home_dotfiles(root, environ, looked_at)
     paths += _own_code(root)
@@ -337,6 +343,7 @@ def _inner_git(root: Path, repositories: list[Path]) -> list[Path]:
         found.append(git)
         if git.name != GIT:
             continue
+        found += [git.parent / name for name in EDITOR_CONFIG]
         hooks = [real_path(folder) for folder in hook_places(git.parent, [])]
         found += [_mountable(folder) for folder in hooks if folder != root and is_inside(folder, root) and folder != git]
     return found
