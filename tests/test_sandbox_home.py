@@ -44,6 +44,14 @@ SECRETS = [".ssh/id_ed25519", ".aws/credentials", ".config/gh/hosts.yml", ".npmr
            ".claude/.credentials.json", ".config/hub", ".m2/settings.xml", ".bash_history", ".zsh_history",
            ".jupyter/jupyter_server_config.json", ".local/share/keyrings/login.keyring",
            ".mozilla/firefox/p/cookies.sqlite", ".config/git/credentials"]
+# Tokens people and CI images leave in git's settings, which the sandbox shows.
+GITCONFIG_TOKENS = """[url "https://x-access-token:ghp_url0@github.com/"]
+\tinsteadOf = https://github.com/
+[http "https://github.com/"]
+\textraheader = AUTHORIZATION: basic ghp_header0
+[github]
+\ttoken = ghp_github0
+"""
 DEBIAN_PROFILE = """# ~/.profile: executed by the command interpreter for login shells.
 if [ -d "$HOME/bin" ] ; then
     PATH="$HOME/bin:$PATH"
@@ -87,7 +95,8 @@ def home(tmp_path_factory):
         (home / relative).write_text(f"SECRET {relative}\n")
     (home / ".profile").write_text(DEBIAN_PROFILE)
     (home / ".bashrc").write_text("# the person's\n")
-    (home / ".gitconfig").write_text("[user]\n\tname = The Person\n")
+    (home / ".gitconfig").write_text("[user]\n\tname = The Person\n" + GITCONFIG_TOKENS)
+    (home / ".config" / "git" / "config").write_text('[credential]\n\thelper = "!f() { echo password=ghp_xdg0; }; f"\n')
     (home / ".config" / "tool").mkdir(parents=True)
     (home / ".config" / "tool" / "settings.ini").write_text("shown by the person's config\n")
     (home / "bin").mkdir()
@@ -643,3 +652,10 @@ mkdir -p app/.idea && echo x > app/.idea/workspace.xml && echo made-idea""")
         assert not (work / "app" / ".vscode").exists() and not (work / "app" / ".idea").exists(), err
     finally:
         shutil.rmtree(work)
+
+
+@pytest.mark.parametrize("folder", [".", "work"])
+def test_git_settings_are_shown_without_the_tokens_in_them(home, session_in, bubblewrap, folder):
+    session = session_in(folder)
+    result, out, err = agent_cell(home, session, "cat ~/.gitconfig ~/.config/git/config; git config user.name")
+    assert "The Person" in out and "ghp_" not in out, (out, err)

@@ -273,8 +273,11 @@ def _bubblewrapped(argv: Sequence[str], plan: Plan, options: Sequence[str] = ())
     for place in plan.visible:
         if any(_inside(place, hidden) for hidden in plan.hidden):
             args += ["--ro-bind", place, place]
-    rebound = [place for place, _, _ in plan.home_shown if any(_inside(place, hidden) for hidden in plan.hidden)]
-    for place, source, writable in plan.home_shown:  # what the allow-list shows in a hidden folder
+    # What the allow-list shows in a hidden folder, or in the workspace (a home folder's; git's
+    # settings are shown as a copy there, over the file itself)
+    rebound = [place for place, _, _ in plan.home_shown
+               if any(_inside(place, hidden) for hidden in plan.hidden) or any(_inside(place, w) for w in plan.writable)]
+    for place, source, writable in plan.home_shown:
         if place in rebound:
             args += ["--bind" if writable else "--ro-bind", source, place]
     for place in plan.hidden:  # and a secret in what was shown again (`.config/git/credentials`)

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
+import tempfile
 from pathlib import Path
 from typing import Mapping
 
@@ -71,7 +73,7 @@ def sandbox_plan(protection: Protection, settings: SandboxSettings = SandboxSett
     shown = (*_runs_from(str(root), home, private, tuple(sys.path), environ.get("PATH", "")), *visible)
     repositories = tuple(_repositories(protection))
     return _plan(protection, settings, shown, tuple(visible), hidden_places(environ), _host_sockets(), home,
-                 searched, repositories, status, _domains(settings, environ))
+                 searched, repositories, status, _domains(settings, environ), git_settings(home))
 
 
 def _domains(settings: SandboxSettings, environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -134,7 +136,7 @@ def _inside(path: str, folder: str) -> bool:
 def _plan(protection: Protection, settings: SandboxSettings, shown: tuple[str, ...], channel: tuple[str, ...],
           hidden: tuple[str, ...], sockets: tuple[str, ...], home: str,
           searched: tuple[tuple[str, ...], tuple[str, ...]], repositories: tuple[Path, ...], status: tuple | None,
-          domains: tuple[str, ...]) -> Plan:
+          domains: tuple[str, ...], git_copies: tuple[tuple[str, str], ...] = ()) -> Plan:
     root = protection.workdir
     top = str(root)
     programs, imports = searched
@@ -145,7 +147,7 @@ def _plan(protection: Protection, settings: SandboxSettings, shown: tuple[str, .
     read_only |= set(_shadowing(top))
     for folder in imports:
         read_only |= set(_shadowing(folder))
-    home_shown, home_hidden = _home(home, top, settings)
+    home_shown, home_hidden = _home(home, top, settings, dict(git_copies))
     private = _private_roots(home, top)
     bound = [top, *shown, *(place for place, _, _ in home_shown)]
     in_sight = [place for place in (*hidden, *home_hidden, *sockets)
@@ -187,11 +189,12 @@ def _top_of(root: str, path: str) -> str:
     return os.path.join(root, os.path.relpath(path, root).split(os.sep)[0])
 
 
-def _home(home: str, root: str, settings: SandboxSettings) -> tuple[tuple[tuple[str, str, bool], ...], tuple[str, ...]]:
+def _home(home: str, root: str, settings: SandboxSettings,
+          git_copies: Mapping[str, str] = {}) -> tuple[tuple[tuple[str, str, bool], ...], tuple[str, ...]]:
     """(what is bound back into the home folder: its place, the file or folder shown there,
     whether it is writable; what of a home folder that lies in the workspace is hidden: each
     dot entry at its top but one the allow-list names whole, and the folder above one it names
-    deeper, which is bound back after it)."""
+    deeper, which is bound back after it). git's settings show as their `git_copies`."""
     wanted = [(name, False) for name in (*HOME_SHOWN, *settings.home)] + [(n, True) for n in settings.home_writable]
     if not _home_apart(home, root) and not _inside(home, root):
         return (), ()
@@ -204,6 +207,7 @@ def _home(home: str, root: str, settings: SandboxSettings) -> tuple[tuple[tuple[
         if not os.path.exists(place) or (writable and real != place) or (real != place and _inside(real, root)):
             continue
         shown.append((place, real, writable))
+        shown += [(file, copy, False) for file, copy in git_copies.items() if _inside(file, place)]
     if _home_apart(home, root):
         return tuple(dict.fromkeys(shown)), ()
     whole = {name for name, _ in wanted if "/" not in name}
@@ -212,6 +216,72 @@ def _home(home: str, root: str, settings: SandboxSettings) -> tuple[tuple[tuple[
     except OSError:
         dots = []
     return tuple(dict.fromkeys(shown)), tuple(sorted(os.path.join(home, name) for name in dots if name != STATE_DIR))
+
+
+# git's settings the sandbox shows (`HOME_SHOWN`), as copies without what may carry a credential:
+# a token in `url.<base>.insteadOf`, an `http.extraHeader`, an inline credential helper.
+_GIT_SETTINGS = (".gitconfig", ".config/git/config")
+_GIT_SECRET_SECTIONS = frozenset({"credential", "http", "include", "includeif"})
+_GIT_SECRET_WORD = re.compile(r"token|pass|secret|header|cookie|auth|key", re.IGNORECASE)
+_USERINFO = re.compile(r"://[^/\s]*@")
+
+
+def git_settings(home: str) -> tuple[tuple[str, str], ...]:
+    """(the place of each of git's settings files in the home folder, its copy to show)."""
+    found = []
+    for name in _GIT_SETTINGS:
+        place = os.path.join(home, name)
+        try:
+            info = os.stat(place)
+        except OSError:
+            continue
+        found.append((place, _git_copy(os.path.realpath(place), (info.st_ino, info.st_mtime_ns, info.st_size))))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=8)
+def _git_copy(path: str, identity: tuple) -> str:
+    """A copy of the git config file `path` (as it is at `identity`), kept while the process lives,
+    with every entry that may carry a credential left out: the sections `credential`, `http`
+    (`extraHeader`), `include` and `includeIf` (a hidden file's entries would come in), a key
+    named like one (`github.token`), and a URL with a user in it (`url.https://TOKEN@host/`). git
+    reads it (so its syntax is git's); where it cannot, the copy is empty."""
+    import subprocess
+
+    try:
+        listed = subprocess.run(["git", "config", "--file", path, "--list", "-z"], capture_output=True,
+                                timeout=10, stdin=subprocess.DEVNULL, env={"PATH": os.environ.get("PATH", os.defpath)})
+        entries = listed.stdout.decode("utf-8", "replace").split("\0") if listed.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired):
+        entries = []
+    lines = []
+    for entry in entries:
+        key, _, value = entry.partition("\n")
+        section, _, rest = key.partition(".")
+        subsection, _, name = rest.rpartition(".")
+        if not name or section in _GIT_SECRET_SECTIONS or _GIT_SECRET_WORD.search(name) or _USERINFO.search(entry):
+            continue
+        head = f'[{section} "{_git_quoted(subsection)}"]' if subsection else f"[{section}]"
+        lines += [head, f'\t{name} = "{_git_quoted(value)}"' if "\n" in entry else f"\t{name}"]
+    folder = _git_copies_folder()
+    fd, copy = tempfile.mkstemp(dir=folder, suffix=".gitconfig")
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write("".join(line + "\n" for line in lines))
+    return copy
+
+
+def _git_quoted(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+
+
+@functools.lru_cache(maxsize=1)
+def _git_copies_folder() -> str:
+    import atexit
+    import shutil
+
+    folder = tempfile.mkdtemp(prefix="toolkernel-gitconfig-")  # 0700, outside any sandbox's sight
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
 
 
 def _host_sockets() -> tuple[str, ...]:
@@ -306,9 +376,11 @@ def doctor(workdir: Path, environ: Mapping[str, str] | None = None) -> str:
     ]
     if found.name == "bubblewrap":
         home = os.path.realpath(environ.get("HOME") or Path.home())
-        shown = [f"{os.path.relpath(p, home)}{' (writable)' if w else ''}" for p, _, w in plan.home_shown]
+        shown = [f"{os.path.relpath(p, home)}{' (writable)' if w else ''}" for p, source, w in plan.home_shown
+                 if not _inside(source, _git_copies_folder())]
         lines += [f"  home folder: {'empty' if plan.home else 'the workspace, its dot entries hidden'} but"
-                  f" {', '.join(shown) or 'nothing'} ([sandbox] home, home_writable add)",
+                  f" {', '.join(dict.fromkeys(shown)) or 'nothing'} ([sandbox] home, home_writable add); git's"
+                  " settings without what may carry a credential",
                   f"  host sockets in sight: hidden ({sum(1 for p in plan.hidden if _is_socket(p))});"
                   " only the `tools` channel and a grant's proxy are reached",
                   f"  network: off; a [policy] network grant reaches {', '.join(plan.domains)} through the proxy"
