@@ -659,3 +659,29 @@ def test_git_settings_are_shown_without_the_tokens_in_them(home, session_in, bub
     session = session_in(folder)
     result, out, err = agent_cell(home, session, "cat ~/.gitconfig ~/.config/git/config; git config user.name")
     assert "The Person" in out and "ghp_" not in out, (out, err)
+
+
+def test_nothing_a_cell_started_outlives_it(home, session_in, each_mechanism):
+    """A process that left the cell's group (`setsid`) went on after the cell under Landlock, and
+    made a `.git` once the end of the run had looked; bubblewrap's process table ends with the cell.
+    The process holds a FIFO open: the test's end of it hangs up when no such process is left."""
+    import select
+
+    session = session_in("work")
+    (session.workdir / "data").mkdir(exist_ok=True)
+    fifo = session.workdir / "data" / "alive"
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        result, out, err = agent_cell(home, session, "setsid sh -c 'exec 3>data/alive; echo >&3; until [ -e go ];"
+                                                     " do sleep 0.05; done; git init -q data/late' >/dev/null 2>&1"
+                                                     " </dev/null &\nuntil read -r -t 0.05 <&0; do :; done <data/alive"
+                                                     " 2>/dev/null; echo started")
+        assert out.split() == ["started"], (out, err)
+        poller = select.poll()
+        poller.register(reader, select.POLLHUP)
+        assert poller.poll(30_000), "a process the cell started is still running"
+    finally:
+        os.close(reader)
+        fifo.unlink()

@@ -11,7 +11,8 @@ A link is never granted (the grant would be its target's). Reading stays allowed
 (ABI 4, required), ioctls on devices (ABI 5: no TIOCSTI into a terminal), and abstract Unix
 sockets and signals to processes outside (ABI 6). A network grant is none of Landlock's: the
 caller asks a person instead. Last, the system call filter the spec carries (`_seccomp`: no
-keyring, no typing into a terminal) is installed.
+keyring, no typing into a terminal) is installed, and the program runs under this process, which
+ends whatever it left running when it ends (`supervise`).
 
 Before that, every capability goes: the ambient ones, the bounding set, the effective,
 permitted and inheritable ones, with the securebits locked so that running as uid 0 gives
@@ -28,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import signal
 import stat
 import struct
 import sys
@@ -39,6 +41,7 @@ _PR_SET_NO_NEW_PRIVS = 38
 _PR_CAPBSET_DROP, _PR_GET_SECUREBITS, _PR_SET_SECUREBITS = 24, 27, 28
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_PR_SET_CHILD_SUBREAPER = 36
 _CAPSET = {"x86_64": 126, "aarch64": 91, "i686": 185, "armv7l": 185, "ppc64le": 184, "s390x": 185, "riscv64": 91}
 _CAPABILITY_V3 = 0x20080522
 # NOROOT, NO_SETUID_FIXUP, NO_CAP_AMBIENT_RAISE and KEEP_CAPS off, each locked.
@@ -218,7 +221,53 @@ def main(argv: list[str]) -> None:
     except OSError as exc:
         sys.stderr.write(f"toolkernel: the Landlock sandbox could not be set up ({exc}); nothing ran\n")
         sys.exit(126)
-    os.execvp(program[0], program)
+    supervise(program)
+
+
+def supervise(program: list[str]) -> None:
+    """Run `program` and, once it has ended, end whatever it left running, then exit as it did.
+
+    Landlock makes no process table of its own (bubblewrap's ends every process in it with the
+    cell), so a process that left the cell's group (`setsid`, a double fork) outlived the cell and
+    wrote the workspace after the end of the run had looked (a `.git` made a minute later stayed).
+    This process is their subreaper: each orphan of the program's comes to it, and is ended."""
+    _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    child = os.fork()
+    if child == 0:
+        try:
+            os.execvp(program[0], program)
+        except OSError as exc:
+            sys.stderr.write(f"{program[0]}: {exc.strerror}\n")
+            os._exit(127)
+    # The program (in this process group) takes an interrupt as it would alone; this one follows it out.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_IGN)
+    _, status = os.waitpid(child, 0)
+    _end_orphans()
+    if os.WIFSIGNALED(status):
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status) if not os.WIFSIGNALED(status) else 128 + os.WTERMSIG(status))
+
+
+def _end_orphans() -> None:
+    """Kill this process's children until it has none: those of a killed one come here as it ends,
+    before it can be reaped, so the next look finds them."""
+    while True:
+        try:
+            with open(f"/proc/self/task/{os.getpid()}/children") as listed:
+                children = [int(pid) for pid in listed.read().split()]
+        except OSError:
+            children = []
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
 
 
 if __name__ == "__main__":
