@@ -685,3 +685,24 @@ def test_nothing_a_cell_started_outlives_it(home, session_in, each_mechanism):
     finally:
         os.close(reader)
         fifo.unlink()
+
+
+def test_a_module_left_at_a_nested_repositorys_top_for_its_git_filter_is_moved_aside(home, session_in, bubblewrap):
+    """Git runs a filter in the repository's top as the person adds a file: nbstripout's is
+    `python -m nbstripout`, which imports a `nbstripout.py` there first. Here `python3 -m json.tool`
+    and a `json.py` beside it: the person's `git add` ran the cell's code."""
+    session = session_in("filters")
+    work = session.workdir
+    app = work / "app"
+    _git("init", "-q", str(app))
+    _git("-C", str(app), "config", "filter.pretty.clean", f"{sys.executable} -m json.tool")
+    (app / ".git" / "info" / "attributes").write_text("*.json filter=pretty\n")
+    marker = work / "pwned"
+    try:
+        result, out, err = agent_cell(home, session, f"echo 'open(\"{marker}\", \"w\")' > app/json.py"
+                                                     " && echo '{}' > app/data.json && echo made")
+        assert out.split() == ["made"], (out, err)
+        subprocess.run(["git", "add", "data.json"], cwd=app, capture_output=True)
+        assert not marker.exists() and not (app / "json.py").exists(), err
+    finally:
+        shutil.rmtree(work)

@@ -147,6 +147,8 @@ def _plan(protection: Protection, settings: SandboxSettings, shown: tuple[str, .
     read_only |= set(_shadowing(top))
     for folder in imports:
         read_only |= set(_shadowing(folder))
+    for folder in _worktrees(repositories):  # git runs a `python -m` filter there (`_shadows.Watch`)
+        read_only |= set(_shadowing(str(folder), at=top))
     home_shown, home_hidden = _home(home, top, settings, dict(git_copies))
     private = _private_roots(home, top)
     bound = [top, *shown, *(place for place, _, _ in home_shown)]
@@ -329,10 +331,16 @@ def _jupyter_runtime() -> Path:
     return Path(jupyter_runtime_dir())
 
 
-def _shadowing(folder: str) -> list[str]:
-    """The entries of `folder` (the workspace's top, or a folder Python imports from in it)
-    whose names make them modules that shadow installed ones."""
-    found = installed(folder)
+def _worktrees(repositories) -> list[Path]:
+    """The work trees of the repositories below the top (a bare one has none)."""
+    return [Path(git).parent for git in repositories if Path(git).name == GIT]
+
+
+def _shadowing(folder: str, at: str | None = None) -> list[str]:
+    """The entries of `folder` (the workspace's top, a folder Python imports from in it, or a
+    repository's top: `at` the workspace's, whose installed modules count there) whose names make
+    them modules that shadow installed ones."""
+    found = installed(at or folder)
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -434,8 +442,11 @@ def run_watch(workdir: Path, protection: Protection | None, cancel=lambda: None,
     guarded: list[str] = list(programs)
     skip: tuple[str, ...] = ()
     held: list[str] = []
+    worktrees: list[str] = []
     if protection is not None:
-        held = [str(path) for path in _inner_git(protection.workdir, _repositories(protection))]
+        repositories = _repositories(protection)
+        held = [str(path) for path in _inner_git(protection.workdir, repositories)]
+        worktrees = [str(folder) for folder in _worktrees(repositories)]
         guarded += [*map(str, protection.protected), *held]
         skip = tuple(str(path) for path in _walk_skips(protection))
 
@@ -445,7 +456,7 @@ def run_watch(workdir: Path, protection: Protection | None, cancel=lambda: None,
 
     home = os.path.realpath(environ.get("HOME") or Path.home()) == root
     return Watch(root, cancel, folders=imports, guarded=dict.fromkeys(guarded), deep=skip, by_a_call=by_a_call,
-                 held=held, home=home)
+                 held=held, home=home, worktrees=worktrees)
 
 
 def _walk_skips(protection: Protection) -> list[Path]:

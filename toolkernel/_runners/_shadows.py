@@ -106,13 +106,21 @@ class Watch:
     def __init__(self, workdir: str | os.PathLike[str], cancel: Callable[[], None] = lambda: None, *,
                  folders: Iterable[str] = (), guarded: Iterable[str] = (), deep: Iterable[str] | None = None,
                  workspace: str | None = None, by_a_call: Callable[[str], bool] = lambda path: False,
-                 held: Iterable[str] = (), home: bool = False) -> None:
+                 held: Iterable[str] = (), home: bool = False, worktrees: Iterable[str] = (),
+                 installed_at: str | None = None) -> None:
         self.root = os.fspath(workdir)  # a real path (the session resolved it)
         self.workspace = workspace or self.root  # where the quarantine is (a watched folder's is its workspace's)
         self.cancel = cancel  # ends the run: at the interpreter's exit, before the last look
         self.installed = Installed(frozenset(), frozenset())
         self.before: dict[str, tuple | None] | None = None  # identities of the entries that may shadow
+        # The folders Python imports from first (`src/`), and the top of each repository below: git
+        # runs a filter or driver there (nbstripout's `python -m nbstripout`, which imports a
+        # `nbstripout.py` of that folder first) as the person adds a file. Those import what the
+        # workspace's top would (`installed_at`); an import folder is left out of its own.
         self.folders = [Watch(folder, workspace=self.root) for folder in folders if folder != self.root]
+        self.folders += [Watch(folder, workspace=self.root, installed_at=self.root) for folder in worktrees
+                         if folder != self.root and folder not in folders]
+        self.installed_at = installed_at or self.root
         self.guarded = tuple(guarded)  # real paths in the workspace no run may make
         self.missing: list[str] = []  # those that were not there as the run began
         self.deep = None if deep is None else tuple(deep)  # walk below the top, not into these folders
@@ -135,7 +143,7 @@ class Watch:
 
     def start(self) -> None:
         """Note the top before the run; raises OSError when the workspace cannot be listed."""
-        self.installed = installed(self.root)
+        self.installed = installed(self.installed_at)
         self.before = dict(self._candidates())
         for folder in self.folders:
             try:
