@@ -276,7 +276,7 @@ def _bubblewrapped(argv: Sequence[str], plan: Plan, options: Sequence[str] = ())
     # What the allow-list shows in a hidden folder, or in the workspace (a home folder's; git's
     # settings are shown as a copy there, over the file itself)
     rebound = [place for place, _, _ in plan.home_shown
-               if any(_inside(place, hidden) for hidden in plan.hidden) or any(_inside(place, w) for w in plan.writable)]
+               if any(_inside(place, other) for other in (*plan.hidden, *plan.writable))]
     for place, source, writable in plan.home_shown:
         if place in rebound:
             args += ["--bind" if writable else "--ro-bind", source, place]
