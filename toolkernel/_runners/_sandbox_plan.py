@@ -251,7 +251,8 @@ def _git_copy(path: str, identity: tuple) -> str:
     import subprocess
 
     try:
-        listed = subprocess.run(["git", "config", "--file", path, "--list", "-z"], capture_output=True,
+        # From `/`: git looks for a repository where it starts, and the workspace's is no business of this.
+        listed = subprocess.run(["git", "config", "--file", path, "--list", "-z"], capture_output=True, cwd="/",
                                 timeout=10, stdin=subprocess.DEVNULL, env={"PATH": os.environ.get("PATH", os.defpath)})
         entries = listed.stdout.decode("utf-8", "replace").split("\0") if listed.returncode == 0 else []
     except (OSError, subprocess.TimeoutExpired):
