@@ -16,11 +16,9 @@ per process; where libseccomp cannot be loaded there is none, and no sandbox is 
 
 from __future__ import annotations
 
-import atexit
 import errno
 import functools
 import os
-import shutil
 import tempfile
 
 REFUSED_CALLS = ("keyctl", "add_key", "request_key")
@@ -57,13 +55,15 @@ def program() -> bytes:
     return found
 
 
-@functools.lru_cache(maxsize=1)
 def program_file() -> str:
-    """A private file (0600, in a 0700 folder outside any sandbox's sight) holding `program()`,
-    which bubblewrap reads from a descriptor each start (`--seccomp FD`)."""
-    folder = tempfile.mkdtemp(prefix="toolkernel-seccomp-")
-    atexit.register(shutil.rmtree, folder, True)
-    path = os.path.join(folder, "filter.bpf")
-    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
-        out.write(program())
-    return path
+    """A path that opens `program()` anew each time, for bubblewrap to read from a descriptor
+    (`--seccomp FD`) at each start: this process's memory file, nothing on disk (a kernel that
+    is killed leaves nothing behind); made again in a forked child."""
+    return f"/proc/{os.getpid()}/fd/{_memory_file(os.getpid())}"
+
+
+@functools.lru_cache(maxsize=2)
+def _memory_file(pid: int) -> int:
+    fd = os.memfd_create("toolkernel-seccomp")  # close-on-exec: no child holds it
+    os.write(fd, program())
+    return fd

@@ -72,8 +72,9 @@ def sandbox_plan(protection: Protection, settings: SandboxSettings = SandboxSett
     private = _private_roots(home, str(root))
     shown = (*_runs_from(str(root), home, private, tuple(sys.path), environ.get("PATH", "")), *visible)
     repositories = tuple(_repositories(protection))
+    git_copies = git_settings(home) if for_a_run else ()  # doctor makes nothing
     return _plan(protection, settings, shown, tuple(visible), hidden_places(environ), _host_sockets(), home,
-                 searched, repositories, status, _domains(settings, environ), git_settings(home))
+                 searched, repositories, status, _domains(settings, environ), git_copies)
 
 
 def _domains(settings: SandboxSettings, environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -237,14 +238,15 @@ def git_settings(home: str) -> tuple[tuple[str, str], ...]:
             info = os.stat(place)
         except OSError:
             continue
-        found.append((place, _git_copy(os.path.realpath(place), (info.st_ino, info.st_mtime_ns, info.st_size))))
+        content = _git_copy(os.path.realpath(place), (info.st_ino, info.st_mtime_ns, info.st_size))
+        found.append((place, _kept(content)))
     return tuple(found)
 
 
 @functools.lru_cache(maxsize=8)
-def _git_copy(path: str, identity: tuple) -> str:
-    """A copy of the git config file `path` (as it is at `identity`), kept while the process lives,
-    with every entry that may carry a credential left out: the sections `credential`, `http`
+def _git_copy(path: str, identity: tuple) -> bytes:
+    """The git config file `path` (as it is at `identity`) with every entry that may carry a
+    credential left out: the sections `credential`, `http`
     (`extraHeader`), `include` and `includeIf` (a hidden file's entries would come in), a key
     named like one (`github.token`), and a URL with a user in it (`url.https://TOKEN@host/`). git
     reads it (so its syntax is git's); where it cannot, the copy is empty."""
@@ -266,11 +268,26 @@ def _git_copy(path: str, identity: tuple) -> str:
             continue
         head = f'[{section} "{_git_quoted(subsection)}"]' if subsection else f"[{section}]"
         lines += [head, f'\t{name} = "{_git_quoted(value)}"' if "\n" in entry else f"\t{name}"]
+    return "".join(line + "\n" for line in lines).encode()
+
+
+def _kept(content: bytes) -> str:
+    """A file holding `content`, named by it in a private folder of this process (made again if
+    something removed it: a sandbox whose source is gone does not start)."""
+    import hashlib
+
     folder = _git_copies_folder()
-    fd, copy = tempfile.mkstemp(dir=folder, suffix=".gitconfig")
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write("".join(line + "\n" for line in lines))
-    return copy
+    path = os.path.join(folder, f"gitconfig-{hashlib.sha256(content).hexdigest()[:32]}")
+    if not os.path.isfile(path):
+        if not os.path.isdir(folder):
+            _git_copies_folder.cache_clear()
+            folder = _git_copies_folder()
+            path = os.path.join(folder, os.path.basename(path))
+        fd, part = tempfile.mkstemp(dir=folder, prefix=".part-")
+        with os.fdopen(fd, "wb") as out:
+            out.write(content)
+        os.replace(part, path)
+    return path
 
 
 def _git_quoted(text: str) -> str:
@@ -279,10 +296,13 @@ def _git_quoted(text: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _git_copies_folder() -> str:
+    """Where the copies are kept: a private folder (0700) in /tmp, which every sandbox shows
+    empty, and never in the workspace (a home folder's `.cache` is, where a new folder would be
+    taken for the cell's)."""
     import atexit
     import shutil
 
-    folder = tempfile.mkdtemp(prefix="toolkernel-gitconfig-")  # 0700, outside any sandbox's sight
+    folder = tempfile.mkdtemp(prefix="toolkernel-gitconfig-")
     atexit.register(shutil.rmtree, folder, True)
     return folder
 
@@ -386,7 +406,7 @@ def doctor(workdir: Path, environ: Mapping[str, str] | None = None) -> str:
     if found.name == "bubblewrap":
         home = os.path.realpath(environ.get("HOME") or Path.home())
         shown = [f"{os.path.relpath(p, home)}{' (writable)' if w else ''}" for p, source, w in plan.home_shown
-                 if not _inside(source, _git_copies_folder())]
+                 if not os.path.basename(source).startswith("gitconfig-")]
         lines += [f"  home folder: {'empty' if plan.home else 'the workspace, its dot entries hidden'} but"
                   f" {', '.join(dict.fromkeys(shown)) or 'nothing'} ([sandbox] home, home_writable add); git's"
                   " settings without what may carry a credential",
