@@ -296,14 +296,23 @@ def _git_quoted(text: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _git_copies_folder() -> str:
-    """Where the copies are kept: a private folder (0700) in /tmp, which every sandbox shows
-    empty, and never in the workspace (a home folder's `.cache` is, where a new folder would be
-    taken for the cell's)."""
-    import atexit
-    import shutil
+    """Where the copies are kept: this user's private folder (0700) in /tmp, shared by its
+    processes (the copies are named by their content: a killed kernel leaves none of its own),
+    which every sandbox shows empty, and never in the workspace (a home folder's `.cache` may be,
+    where a new folder would be taken for the cell's). One that is not this user's own, private
+    folder (another user made the name first) is not used: a folder of this process's is."""
+    import stat
 
-    folder = tempfile.mkdtemp(prefix="toolkernel-gitconfig-")
-    atexit.register(shutil.rmtree, folder, True)
+    folder = os.path.join(tempfile.gettempdir(), f"toolkernel-gitconfig-{os.getuid()}")
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return tempfile.mkdtemp(prefix="toolkernel-gitconfig-")
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
+        return tempfile.mkdtemp(prefix="toolkernel-gitconfig-")
     return folder
 
 
