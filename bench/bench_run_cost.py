@@ -85,7 +85,7 @@ def ours_without_the_journal(session: Session, script: str) -> float:
     from toolkernel._runners import _shell
 
     kept = _shell.workspace_before
-    _shell.workspace_before = lambda runner, command: None
+    _shell.workspace_before = lambda runner, command, script: None
     try:
         return ours(session, script)
     finally:
