@@ -137,6 +137,12 @@ def unload_ipython_extension(ipython) -> None:
     _default_session = None
 
 
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """The Jupyter Server extension (enabled by the jupyter-config file the wheel installs): the
+    calls waiting for a person, listed and answered for JupyterLab (`_frontends/_lab_server.py`)."""
+    return [{"module": "toolkernel._frontends._lab_server"}]
+
+
 # Public names print as `toolkernel.X`, not the private module they live in.
 for _name in __all__:
     _value = globals()[_name]

@@ -11,7 +11,7 @@ can answer from a terminal (`toolkernel approve`) or a notebook
 (`%tools approve ID`). One file per request, written atomically:
 
     <id>.json          {"version": 1, "id", "tool", "input", "kind", "reason",
-                        "before_start", "created", "pid"}
+                        "before_start", "created", "pid", "project"}
     <id>.answer.json   {"version": 1, "id", "answer": "once"|"always"|"deny",
                         "call": <canonical key of the call the person saw>}
 
@@ -28,7 +28,10 @@ repository) may have put files here. So:
   answer names the exact call (tool and input) that process asked about: a
   forged or rewritten entry cannot make it grant another call;
 - files must be regular files of this user that nobody else may write, ids
-  are 12 hex digits, sizes are bounded; anything else is skipped and said.
+  are 12 hex digits, sizes are bounded; anything else is skipped and said;
+- a request's `project` (the folder it was asked in) only says where to look: it counts
+  only in the folder that project's digest names (`projects_under`, for JupyterLab's list),
+  so a file cannot put itself in another project's list.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ FOLDER = "pending"
 DECISIONS = ("once", "always", "deny")
 _VERSION = 1
 _ID = re.compile(r"[0-9a-f]{12}")
+_FOLDER = re.compile(r"[0-9a-f]{16}")  # a project's folder: the start of its path's sha256
 # MCP tool names (and toolkernel's own) are ASCII: anything else in a name is refused.
 _TOOL = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
 _KINDS = ("read", "edit", "execute")
@@ -76,6 +80,7 @@ class PendingRequest:
     before_start: bool
     created: str
     pid: int
+    project: str = ""  # the real path of the project that asked; checked against its folder where read
 
     @property
     def command(self) -> str:
@@ -107,7 +112,7 @@ class PendingRequest:
     def to_json(self) -> dict[str, Any]:
         return {"version": _VERSION, "id": self.id, "tool": self.tool, "input": dict(self.input),
                 "kind": self.kind, "reason": self.reason, "before_start": self.before_start,
-                "created": self.created, "pid": self.pid}
+                "created": self.created, "pid": self.pid, "project": self.project}
 
 
 class PendingStore:
@@ -118,15 +123,19 @@ class PendingStore:
         # Every file is reached through the folder opened name by name from the state folder,
         # never through a link.
         self.project = os.path.realpath(project_dir)
+        self._at(_digest(self.project))
+
+    def _at(self, digest: str) -> None:
         self.root = str(store_path().parent)
-        self.below = os.path.join(FOLDER, hashlib.sha256(os.fsencode(self.project)).hexdigest()[:16])
+        self.below = os.path.join(FOLDER, digest)
         self.folder = Path(self.root) / self.below
 
     # -- the asking process ------------------------------------------------------
 
     def publish(self, call: CallInfo, reason: str, *, before_start: bool = False) -> PendingRequest:
         request = PendingRequest(secrets.token_hex(6), normalize_qualified_name(call.qualified_name),
-                                 dict(call.input), call.kind, reason, before_start, _now(), os.getpid())
+                                 dict(call.input), call.kind, reason, before_start, _now(), os.getpid(),
+                                 self.project)
         self._write(self._entry_path(request.id), request.to_json())
         return request
 
@@ -262,6 +271,51 @@ class PendingStore:
                 os.unlink(path.name, dir_fd=folder)
 
 
+def projects_under(root: Path | str) -> list[str]:
+    """The projects at or below the folder `root` (a Jupyter Server's root) with requests waiting,
+    each a real path, sorted. A request names the project that asked; the name counts only when
+    that project's digest is the folder it lies in, so each project's list is the one
+    `toolkernel approve` run there gives, and a planted file adds no project of its choosing."""
+    top = os.path.realpath(root)
+    found: set[str] = set()
+    for name in _project_folders():
+        for request in _FolderOnly(name).waiting()[0]:
+            claim = request.project
+            if claim and _digest(claim) == name and _within(claim, top) and os.path.realpath(claim) == claim:
+                found.add(claim)
+                break
+    return sorted(found)
+
+
+def _project_folders() -> list[str]:
+    """The names of the per-project folders under pending/ (a link, or anything odd, is skipped)."""
+    root = str(store_path().parent)
+    try:
+        folder = open_folder_below(root, FOLDER, create=False)
+    except (FileNotFoundError, NotAFolder, NotADirectoryError):
+        return []
+    try:
+        return sorted(name for name in os.listdir(folder) if _FOLDER.fullmatch(name))
+    finally:
+        os.close(folder)
+
+
+class _FolderOnly(PendingStore):
+    """One folder under pending/ named by its digest: its requests read, to learn their project."""
+
+    def __init__(self, digest: str) -> None:
+        self.project = ""
+        self._at(digest)
+
+
+def _digest(project: str) -> str:
+    return hashlib.sha256(os.fsencode(project)).hexdigest()[:16]
+
+
+def _within(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip(os.sep) + os.sep)
+
+
 def _parse(data: Any, request_id: str) -> PendingRequest:
     """A request as read from a file that anyone of this user may have written."""
     if not isinstance(data, dict) or data.get("version") != _VERSION:
@@ -279,11 +333,12 @@ def _parse(data: Any, request_id: str) -> PendingRequest:
         raise ValueError("its tool names a whole server")
     if not isinstance(data.get("input"), dict) or data.get("kind") not in _KINDS:
         raise ValueError("its input or kind is malformed")
-    pid, reason = data.get("pid"), data.get("reason", "")
+    pid, reason, project = data.get("pid"), data.get("reason", ""), data.get("project", "")
     if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(reason, str):
         raise ValueError("its pid or reason is malformed")
     return PendingRequest(request_id, tool, data["input"], data["kind"], reason[:300],
-                          data.get("before_start") is True, str(data.get("created", "")), pid)
+                          data.get("before_start") is True, str(data.get("created", "")), pid,
+                          project if isinstance(project, str) else "")
 
 
 def _private(info: os.stat_result) -> bool:

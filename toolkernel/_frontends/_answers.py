@@ -126,17 +126,39 @@ def _take_pending(session, call: Mapping[str, Any] | None) -> CallInfo:
 
 def waiting_requests(workdir) -> str:
     """`toolkernel approve` with no id: what waits, and what each answer would do."""
-    requests, skipped = PendingStore(workdir).waiting()
+    requests, skipped = waiting_overview(workdir)
     lines = [f"ignored {line}" for line in skipped]
     if not requests:
         return "\n".join(lines + ["no call waits for an approval"])
     lines.append(f"{len(requests)} {'call waits' if len(requests) == 1 else 'calls wait'} for a person;"
                  " answer with `toolkernel approve ID once|always|deny`:")
     for request in requests:
-        ended = "" if request.alive() else " (the process that asked has ended: only `always` still counts)"
-        lines.append(f"  {request.id}  {request.describe()}{ended}")
-        lines.append(f"      {_always_says(request, workdir)}")
+        ended = "" if request["alive"] else " (the process that asked has ended: only `always` still counts)"
+        lines.append(f"  {request['id']}  {request['line']}{ended}")
+        lines.append(f"      {request['always_says']}")
     return "\n".join(lines)
+
+
+def waiting_overview(workdir) -> tuple[list[dict[str, Any]], list[str]]:
+    """What waits in `workdir`'s pending store, as `toolkernel approve` lists it and JupyterLab's
+    notification and Tools sidebar show it: each request's id, its call (the tool as `tools` names
+    it, its input), the line a terminal shows (escaped), why it asks, whether the process that
+    asked still runs (a "once" needs it), and the rule "always" would save, or why it is not
+    offered; then one line per file skipped."""
+    requests, skipped = PendingStore(workdir).waiting()
+    return [_overview(request, workdir) for request in requests], skipped
+
+
+def _overview(request, workdir) -> dict[str, Any]:
+    try:
+        rule: str | None = _rule(request, workdir)
+        says = f"always allows {printable(request.command)} from now on (the rule {rule})"
+    except PendingError as exc:
+        rule, says = None, str(exc)
+    return {"id": request.id, "call": {"tool": request.command, "input": dict(request.input)},
+            "line": request.describe(), "kind": request.kind, "reason": printable(request.reason),
+            "before_start": request.before_start, "created": request.created, "alive": request.alive(),
+            "always": rule, "always_says": says}
 
 
 def answer_request(workdir, request_id: str, decision: str) -> str:
@@ -182,13 +204,6 @@ def _check_always_covers(workdir, info: CallInfo) -> None:
     if not lasting_rule_covers(Policy.from_config(config.policy, config.admin_policy), info):
         raise ValueError("always would not let this call run unasked (an ask rule or the path it touches"
                          " asks anyway); answer once or deny")
-
-
-def _always_says(request, workdir) -> str:
-    try:
-        return f"always allows {printable(request.command)} from now on (the rule {_rule(request, workdir)})"
-    except PendingError as exc:
-        return str(exc)
 
 
 # -- `%tools approve | deny | approvals | pair | unpair | lint` ----------------
