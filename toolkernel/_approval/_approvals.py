@@ -264,8 +264,9 @@ class Approvals(ApprovalStore):
     def take_answer(self, request_id: str) -> str | None:
         """The answer a person gave elsewhere to the request `request_id` this process published,
         taken: the request is withdrawn and nothing is granted here (its waiting caller applies
-        the answer, `_approver.PendingApprover`); None while there is none. "" when the request
-        is no longer published (answered and applied meanwhile, as `collect_answers` does)."""
+        the answer, `_approver.PendingApprover` or `_approver.FirstAnswer`); None while there is
+        none. "" when the request is no longer published (answered and applied meanwhile, as
+        `collect_answers` does)."""
         if self._shared is None:
             return ""
         with self._guard:
@@ -284,7 +285,8 @@ class Approvals(ApprovalStore):
         return answer
 
     def withdraw(self, request_id: str) -> None:
-        """Remove one of this process's requests (its caller stopped waiting for the answer)."""
+        """Remove one of this process's requests (its caller stopped waiting, or it was answered
+        another way)."""
         with self._guard:
             entry = self._published.pop(request_id, None)
             if entry is not None:

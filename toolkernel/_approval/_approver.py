@@ -10,6 +10,8 @@ as the MCP SDK injects its elicitation callback:
     ElicitApprover    an MCP client, through elicitation (`toolkernel serve`)
     PendingApprover   a run nobody waits on (`serve`'s background runs): the call is published
                       where `toolkernel approve` answers it, and the run waits for the answer
+    FirstAnswer       the client's elicitation and the pending store at once (`toolkernel serve`):
+                      JupyterLab's notification, `toolkernel approve`; the first answer counts
 
 Where a person is at the cell (stdin offered), a question asks there, before the start
 and mid-run alike: JupyterLab's buttons answer the same stdin request. A "later" question
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import enum
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping, Protocol
@@ -273,3 +276,65 @@ class ElicitApprover:
             return Answer(content.get("decision"))
         except ValueError:
             return Answer.DENY
+
+
+class FirstAnswer:
+    """Asks through the MCP client (an `ElicitApprover`) and, at the same time, where a person
+    answers outside it: the call is published in the pending store (`Approvals`, which must share
+    one), which JupyterLab shows (a notification, the Tools sidebar) and `toolkernel approve`
+    answers. The first answer counts, and the other question is withdrawn: an elicitation no
+    longer needed is cancelled (`first_of`), a request answered through the client is removed
+    from the store. A declined elicitation leaves the request published, where the person may
+    still answer it, and the run stops and reports."""
+
+    def __init__(self, asked: ElicitApprover, approvals: Callable[[], Any], poll: float = 0.25) -> None:
+        self.asked, self._approvals, self._poll = asked, approvals, poll
+        self.stops_first = asked.stops_first
+        self.waiting: list[str] = []  # the ids asked about now (as `PendingApprover.waiting`)
+
+    async def __call__(self, request: ApprovalRequest) -> Answer:
+        approvals = self._approvals()
+        approvals.add_pending(request.call, request.reason, before_start=request.before_start)
+        request_id = approvals.published_id(request.call)
+        if request_id is None:  # nothing shares the pending store: the client alone can answer
+            return await self.asked(request)
+        self.waiting.append(request_id)
+        try:
+            answer, by_client = await first_of(self.asked(request), lambda: approvals.take_answer(request_id),
+                                               self._poll)
+        except BaseException:
+            approvals.withdraw(request_id)  # the run ended (an interrupt, a cancel): nobody waits for it
+            raise
+        finally:
+            self.waiting.remove(request_id)
+        if by_client:
+            if answer is not Answer.LATER:  # answered there: nobody answers the request here
+                approvals.withdraw(request_id)
+            return answer
+        if answer is None:  # taken meanwhile by another reader of the store, which applied it
+            key = canonical_call_key(request.call.qualified_name, request.call.input)
+            return Answer.ONCE if approvals.consume_once(key) else Answer.LATER
+        return answer
+
+
+async def first_of(question: Awaitable[Answer], elsewhere: Callable[[], "str | None"],
+                   poll: float = 0.25) -> "tuple[Answer | None, bool]":
+    """The first answer, and whether the client gave it: the client's to `question`, or one a
+    person gave elsewhere, which `elsewhere()` returns when it comes (polled every `poll` s:
+    once, always or deny; "" for an answer another reader took; None while there is none; the
+    answer is then None). The question that lost is cancelled: for an elicitation the SDK tells
+    the client (notifications/cancelled), whose form goes away."""
+    asked = asyncio.ensure_future(question)
+    try:
+        while True:
+            done, _ = await asyncio.wait({asked}, timeout=poll)
+            if done:
+                return asked.result(), True
+            answer = elsewhere()
+            if answer is not None:
+                return (Answer(answer) if answer else None), False
+    finally:
+        if not asked.done():
+            asked.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asked

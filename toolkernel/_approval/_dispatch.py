@@ -445,8 +445,8 @@ class Dispatcher:
         request = self.env.approvals.published_id(info)
         if request is not None:  # an agent's run: its person answers outside it
             raise NeedsApproval(f"{info.command} needs a person's approval ({decision.reason}); the call was not"
-                                f" made. A person answers request {request} (`toolkernel approve {request} once`"
-                                " in a terminal); then make it again", request=request)
+                                f" made. A person answers request {request} (in JupyterLab, or `toolkernel approve"
+                                f" {request} once` in a terminal); then make it again", request=request)
         # How to answer is the front end's to say: a cell's report (its buttons, or `%tools approve`
         # in its text), a direct call's message (`_direct`); advice here sat red beside the buttons.
         raise NeedsApproval(f"{info.command} needs a person's approval ({decision.reason}); the call was not made")

@@ -7,11 +7,10 @@ write_todos, which shapes the turn), and what `[tools_in_shell] keep_visible` na
 tool is listed directly (the classic behaviour, for side-by-side measures).
 
 Every call goes through `Session`: the same dispatcher, policy and approvals
-as a notebook. A person is asked through MCP elicitation when the client
-offers it (`_approver.ElicitApprover`); otherwise the run stops, its
-report says `needs_approval`, and the call is published under
-$XDG_STATE_HOME/toolkernel/pending/ (`_pending`), where `toolkernel approve` or
-`%tools approve ID` answers it. With `--notebook`, one pairing serves every
+as a notebook. Every question is published under $XDG_STATE_HOME/toolkernel/pending/
+(`_pending`), where JupyterLab (`_lab_server`), `toolkernel approve` or `%tools approve ID`
+answers it; when the client offers MCP elicitation it is asked there too, and the first answer
+counts (`_approver.FirstAnswer`). Otherwise the run stops and its report says `needs_approval`. With `--notebook`, one pairing serves every
 client of this process, and no other notebook is reachable.
 
 The SDK's handlers run on the server's event loop; a run blocks (its runner
@@ -40,8 +39,8 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 
 from .. import _loop
-from .._approval._approver import (Answer, ApprovalRequest, Approver, ElicitApprover, PendingApprover,
-                                   stop_and_report)
+from .._approval._approver import (Answer, ApprovalRequest, Approver, ElicitApprover, FirstAnswer, PendingApprover,
+                                   first_of, stop_and_report)
 from .._approval._run import NO_EVENTS, NoEvents, RunEvents
 from .._runners._background import BackgroundRun, BackgroundRuns, KeepingEvents
 from .._runners._shell import RunControl, ShellResult
@@ -299,10 +298,11 @@ class ToolServer:
                 notify = _notifier(ctx, loop)
                 return await anyio.to_thread.run_sync(self.start_background, key, bash, approver, notify)
             control = bash.control()
-            approver = _approver_for(ctx, loop, stops_first=True, label=bash.description)
+            approver = _approver_for(ctx, loop, stops_first=True, label=bash.description,
+                                     session=lambda: self.client(key)[0])
             return await self._watched(ctx, key, lambda: self.run_bash(key, bash, approver, control, newest),
                                        control.stop, newest, control.calls, token)
-        approver = _approver_for(ctx, loop, stops_first=False)
+        approver = _approver_for(ctx, loop, stops_first=False, session=lambda: self.client(key)[0])
         call = _DirectCall(newest)
         return await self._watched(ctx, key, lambda: self.call_direct(key, name, arguments, approver, call),
                                    call.stop, newest, call.count, token)
@@ -465,17 +465,22 @@ class ToolServer:
     async def _ask_for_cell(self, request: str, approver: Approver) -> bool:
         """An agent's cell in the paired kernel waits for a person (request `request`, which that
         kernel published): asked through the client when it can ask, and answered for the kernel
-        as `toolkernel approve` would. True when the person allowed it (run the cell again)."""
-        if not isinstance(approver, ElicitApprover):
-            return False  # the request waits for `toolkernel approve`, as its message says
+        as `toolkernel approve` would. True when the person allowed it (run the cell again). The
+        request is in the store too (JupyterLab shows it): answered there first, the client's
+        question is cancelled."""
+        asked = getattr(approver, "asked", approver)  # the client's own question, not a second request
+        if not isinstance(asked, ElicitApprover):
+            return False  # the request waits for JupyterLab or `toolkernel approve`, as its message says
         for project in self._kernel_projects():
+            store = PendingStore(project)
             try:
-                waiting = PendingStore(project).find(request)
+                waiting = store.find(request)
             except PendingError:
                 continue
-            answer = await approver(ApprovalRequest(waiting.call_info(), waiting.reason, before_start=True,
-                                                    always_offered=False))
-            if answer in (Answer.ONCE, Answer.DENY):
+            question = asked(ApprovalRequest(waiting.call_info(), waiting.reason, before_start=True,
+                                             always_offered=False))
+            answer, by_client = await first_of(question, lambda: _answered(store, waiting))
+            if by_client and answer in (Answer.ONCE, Answer.DENY):
                 answer_request(project, request, answer.value)
             return answer is Answer.ONCE
         return False
@@ -501,6 +506,19 @@ def trust_advice(environ: Mapping[str, str] | None = None) -> str:
         return f"toolkernel trust (serve reads trust from {where})"
     return (f"toolkernel trust (serve reads trust from {where}, as $XDG_STATE_HOME is not set for it: where"
             " your shell sets it, pass it to serve in the MCP client's `env`)")
+
+
+def _answered(store: PendingStore, request: Any) -> str | None:
+    """The answer a person gave elsewhere to a request the paired kernel published (the kernel
+    applies it itself); "" once the request is gone without one seen here; None while it waits."""
+    answer = store.answer_for(request)
+    if answer is not None:
+        return answer
+    try:
+        store.find(request.id)
+    except PendingError:
+        return ""
+    return None
 
 
 def _cell_request(called: Called) -> str | None:
@@ -766,9 +784,10 @@ def _client_key(ctx: Any) -> str:
 
 def _approver_for(ctx: Any, loop: asyncio.AbstractEventLoop, *, stops_first: bool, label: str | None = None,
                   background: bool = False, session: Callable[[], Session] | None = None) -> Approver:
-    """Elicitation when the client offers it, else the run stops and reports; a background run's
-    waits for the answer instead (`PendingApprover`: `toolkernel approve` answers). `label`
-    (the call's description) heads the question."""
+    """Elicitation when the client offers it, raced against the pending store where JupyterLab and
+    `toolkernel approve` answer (`FirstAnswer`, with the client's `session`); else the run stops and
+    reports, and the call waits in the store; a background run's waits there for the answer
+    (`PendingApprover`). `label` (the call's description) heads the question."""
     wanted = types.ClientCapabilities(elicitation=types.ElicitationCapability())
     if not ctx.session.check_client_capability(wanted):
         if background and session is not None:
@@ -783,7 +802,8 @@ def _approver_for(ctx: Any, loop: asyncio.AbstractEventLoop, *, stops_first: boo
         result = await asyncio.wrap_future(asked)
         return result.content if result.action == "accept" else None
 
-    return ElicitApprover(elicit, stops_first=stops_first)
+    asked = ElicitApprover(elicit, stops_first=stops_first)
+    return FirstAnswer(asked, lambda: session().approvals) if session is not None else asked
 
 
 def _waiting_ids(session: Session) -> frozenset[str]:
@@ -815,8 +835,9 @@ def _worth_telling(body: Mapping[str, Any]) -> bool:
 
 
 def _answer_with(waiting: Mapping[str, Any], again: str = "write a new script") -> str:
-    # A person answers from a terminal; the agent reading this has no notebook to type in.
-    return (f"[waiting for a person] {printable(waiting['call']['tool'])}: a person answers in a terminal with"
+    # A person answers in JupyterLab or a terminal; the agent reading this has no notebook to type in.
+    return (f"[waiting for a person] {printable(waiting['call']['tool'])}: a person answers in JupyterLab"
+            f" (toolkernel's notification, or the Tools sidebar) or in a terminal with"
             f" `toolkernel approve {waiting['id']} once|always|deny`; then {again}")
 
 
