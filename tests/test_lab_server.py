@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import httpx
 import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
 
-from approval_helpers import recorder_server_section
+from approval_helpers import policy_section, recorder_server_section
 from jupyter_server_helpers import NO_COLLABORATION, start_server, stop_server
 from test_pending import entry, plant
-from test_serve import bash, connected, pending_ids, recorded, run
+from test_serve import bash, connected, pending_ids, recorded, run, server_env
 from toolkernel._approval._pending import PendingStore
 from toolkernel._approval._policy import CallInfo
 
@@ -167,3 +171,40 @@ def test_a_planted_or_rewritten_request_answered_in_lab_grants_nothing(jupyter_s
         assert result.structured_content["report"]["tools"]["stopped"]["reason"] == "needs_approval"
     assert recorded(record) == []
     assert genuine in seen["waiting"]  # the agent's call still waits for its person
+
+
+@asynccontextmanager
+async def connected_with(work: Path, env: dict[str, str]):
+    """serve with the environment a Jupyter Server hands what it starts (Jupyter AI's MCP servers)."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", "toolkernel", "serve"], env=env, cwd=str(work))
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as client:
+            await client.initialize()
+            yield client
+
+
+def test_the_servers_token_reaches_no_agent(jupyter_server, tmp_path):
+    """serve started with the server's token in its environment: nothing the agent reads carries it,
+    not its script's environment, not a command tool's (run in the OS sandbox), not the question it
+    waits on, nor what Lab lists."""
+    token = jupyter_server["token"]
+    work = Path(jupyter_server["root"]) / "token"
+    work.mkdir()
+    (work / "toolkernel.toml").write_text(recorder_server_section(tmp_path / "record.jsonl")
+                                          + '[tools.showenv]\ncommand = ["env"]\n'
+                                          + policy_section(allow=["tool__showenv"]))
+    seen = {}
+
+    async def body():
+        async with connected_with(work, {**server_env(), "JUPYTER_TOKEN": token, "JPY_API_TOKEN": token}) as client:
+            result = await bash(client, "env\ntools showenv\n" + SCRIPT)
+            seen["files"] = [p.read_text() for p in PendingStore(work).folder.glob("*.json")]
+            seen["listed"] = await anyio.to_thread.run_sync(lambda: lab_api(jupyter_server, "GET").text)
+            return result
+
+    result = run(body)
+    said = json.dumps(result.structured_content) + "".join(c.text for c in result.content if c.type == "text")
+    assert "PATH=" in said and result.structured_content["waiting"]  # the environments were printed; it waits
+    assert token not in said
+    assert seen["files"] and not any(token in text for text in seen["files"])
+    assert result.structured_content["waiting"][0]["id"] in seen["listed"] and token not in seen["listed"]

@@ -120,3 +120,40 @@ def test_a_declined_elicitation_leaves_the_question_where_a_person_can_still_ans
     assert answered.returncode == 0, answered.stderr
     assert again.structured_content["exit_code"] == 0
     assert recorded(record) == [{"tool": "delete_branch", "input": {"branch": "old"}}]
+
+
+@pytest.mark.slow
+def test_an_agents_cell_answered_elsewhere_runs_and_the_clients_question_is_cancelled(tmp_path):
+    """The paired kernel publishes its agent's cell; serve asks its client too. Answered in the store
+    first (as JupyterLab does), the elicitation is cancelled and the cell runs."""
+    from test_serve_notebook import POLICY, new_notebook, run_code, serving, text
+
+    work = project(tmp_path, POLICY)
+    new_notebook(work / "nb.ipynb")
+    cancelled = anyio.Event()
+
+    async def never_answers(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.set()
+
+    async def body():
+        async with serving(work, "--notebook", "nb.ipynb", "--kernel", "python3", elicit=never_answers) as client:
+            await run_code(client, "nb.ipynb", "%load_ext toolkernel")
+            results = {}
+
+            async def cell():
+                results["ran"] = await run_code(client, "nb.ipynb", "%%bash\ntouch made.txt && echo made")
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(cell)
+                request = await published(work)
+                answered = await anyio.to_thread.run_sync(approve_cli, work, request, "once")
+                assert answered.returncode == 0, answered.stderr
+            return results["ran"]
+
+    ran = run(body)
+    assert cancelled.is_set()
+    assert not ran.is_error and "made" in text(ran), text(ran)
+    assert (work / "made.txt").exists()

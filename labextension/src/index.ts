@@ -1,7 +1,8 @@
 /**
  * toolkernel in JupyterLab. Per notebook, renderers that can reach that notebook's kernel:
- * the before-start question and the stop report, both with approval buttons; and a "Tools"
- * sidebar for the current notebook.
+ * the before-start question and the stop report, both with approval buttons; a "Tools"
+ * sidebar for the current notebook; and, from the server, the calls an agent's `toolkernel
+ * serve` or cell left waiting for a person: a notification each, and a list in the sidebar.
  */
 import { ILabShell, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
@@ -28,6 +29,7 @@ import { ChangesPanel } from './changes';
 import { control, request } from './comm';
 import { QUESTION_MIME, QuestionRenderer } from './question';
 import { IHost, REPORT_MIME, ReportRenderer } from './report';
+import { PendingRequests } from './pending';
 import { ToolsSidebar } from './sidebar';
 import { TRUST_MIME, TrustRenderer } from './trust';
 
@@ -69,10 +71,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
   requires: [INotebookTracker, ILabShell],
   activate: (app: JupyterFrontEnd, tracker: INotebookTracker, shell: ILabShell) => {
     const current = (data: Record<string, any>) => request(tracker.currentWidget?.sessionContext.session?.kernel, data);
-    const sidebar = new ToolsSidebar(current);
+    const pending = new PendingRequests(() => shell.activateById('toolkernel-tools'));
+    const sidebar = new ToolsSidebar(current, pending);
     sidebar.title.icon = toolsIcon;
     sidebar.title.label = 'Tools';
     shell.add(sidebar, 'left', { rank: 650 });
+    pending.start();
     const changes = new ChangesPanel(current, tracker);
     changes.title.icon = changesIcon;
     shell.add(changes, 'left', { rank: 651 });

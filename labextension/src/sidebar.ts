@@ -1,12 +1,14 @@
 /**
- * The "Tools" sidebar: the current notebook's MCP servers with their state and tools,
- * `tools search`, each tool's input schema, and the lasting approvals with "Revoke". What runs
- * changed has a sidebar entry of its own ("Changes", changes.ts).
+ * The "Tools" sidebar: the calls waiting for you (an agent's `toolkernel serve` or cell, with
+ * the buttons that answer them; pending.ts), the current notebook's MCP servers with their
+ * state and tools, `tools search`, each tool's input schema, and the lasting approvals with
+ * "Revoke". What runs changed has a sidebar entry of its own ("Changes", changes.ts).
  */
 import { Widget } from '@lumino/widgets';
 
 import { IReply } from './comm';
-import { button, el, json } from './dom';
+import { button, callLine, el, json } from './dom';
+import { Decision, IPendingRequest, PendingRequests } from './pending';
 
 interface ITool {
   command: string;
@@ -33,8 +35,13 @@ export class ToolsSidebar extends Widget {
   private body = el('div', 'toolkernel-sidebar-body');
   private results = el('pre', 'toolkernel-search-results');
   private searchBox = el('input', 'jp-mod-styled toolkernel-search') as HTMLInputElement;
+  private waiting = el('div', 'toolkernel-waiting');
+  private said = el('div', 'toolkernel-said');
 
-  constructor(private request: (data: Record<string, any>) => Promise<IReply>) {
+  constructor(
+    private request: (data: Record<string, any>) => Promise<IReply>,
+    private pending: PendingRequests
+  ) {
     super();
     this.id = 'toolkernel-tools';
     this.addClass('toolkernel-sidebar');
@@ -47,10 +54,64 @@ export class ToolsSidebar extends Widget {
     });
     this.node.append(
       el('div', 'toolkernel-sidebar-head', '', [el('h2', '', 'Tools'), button('Refresh', () => void this.refresh())]),
+      this.waiting,
+      this.said,
       el('div', 'toolkernel-search-row', '', [this.searchBox, button('Search', () => void this.search())]),
       this.results,
       this.body
     );
+    pending.onChange(() => this.showWaiting());
+  }
+
+  /** The calls waiting for a person, each with its buttons; nothing when none waits. */
+  private showWaiting(): void {
+    const { requests, skipped, problem } = this.pending;
+    this.waiting.textContent = '';
+    if (!requests.length && !problem) {
+      return;
+    }
+    this.waiting.append(el('h3', '', `Waiting for you (${requests.length})`));
+    if (problem) {
+      this.waiting.append(el('div', 'toolkernel-refused', problem));
+    }
+    this.waiting.append(...requests.map(r => this.waitingCall(r)));
+    if (skipped.length) {
+      this.waiting.append(el('details', 'toolkernel-skipped', '', [
+        el('summary', '', `${skipped.length} file(s) not used`), el('pre', '', skipped.join('\n'))]));
+    }
+  }
+
+  private waitingCall(request: IPendingRequest): HTMLElement {
+    const when = request.before_start ? 'before its script starts' : 'mid-run';
+    const parts = [
+      el('div', 'toolkernel-waiting-where', `${request.project === '.' ? 'this folder' : request.project}, ${when}`),
+      el('pre', 'toolkernel-waiting-call', callLine(request.call)),
+      el('div', 'toolkernel-description', request.reason)
+    ];
+    if (!request.alive) {
+      parts.push(el('div', 'toolkernel-description', 'the process that asked has ended: only Always allow still counts'));
+    }
+    const buttons: HTMLButtonElement[] = [];
+    const answer = (decision: Decision) => async () => {
+      buttons.forEach(b => (b.disabled = true));
+      const { ok, message } = await this.pending.answer(request, decision);
+      this.said.textContent = '';
+      this.said.append(el('div', ok ? 'toolkernel-taken' : 'toolkernel-refused', message));
+      buttons.forEach(b => (b.disabled = false)); // a refused answer may be given again; an answered call is gone
+    };
+    if (request.alive) {
+      buttons.push(button('Allow once', answer('once')));
+    }
+    if (request.always) {
+      const always = button('Always allow', answer('always'));
+      always.title = request.always_says;
+      buttons.push(always);
+    } else {
+      parts.push(el('div', 'toolkernel-description', request.always_says));
+    }
+    buttons.push(button('Deny', answer('deny'), 'toolkernel-deny'));
+    parts.push(el('div', 'toolkernel-answers', '', buttons));
+    return el('div', 'toolkernel-waiting-request', '', parts);
   }
 
   protected onAfterShow(): void {
