@@ -87,7 +87,7 @@ def test_an_agents_waiting_call_is_listed_and_answered_through_the_server(jupyte
                                               "deny": "denied"}[decision])
     assert all(r["id"] != request["id"] for r in seen["after"])  # answered: no longer shown
     if decision == "deny":
-        assert again.structured_content["report"]["tools"]["stopped"]["reason"] == "needs_approval"
+        assert again.structured_content["tools"]["stopped"]["reason"] == "needs_approval"
         assert recorded(record) == []
     else:
         assert again.structured_content["exit_code"] == 0 and "deleted" in again.structured_content["stdout"]
@@ -168,7 +168,7 @@ def test_a_planted_or_rewritten_request_answered_in_lab_grants_nothing(jupyter_s
     assert seen["rewritten"].status_code == 200 and seen["planted"].status_code == 200
     # ...and the agent's call, which the person never saw, is not allowed by it, nor by the planted file.
     for result in (first, again):
-        assert result.structured_content["report"]["tools"]["stopped"]["reason"] == "needs_approval"
+        assert result.structured_content["tools"]["stopped"]["reason"] == "needs_approval"
     assert recorded(record) == []
     assert genuine in seen["waiting"]  # the agent's call still waits for its person
 

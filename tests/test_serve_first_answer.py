@@ -65,7 +65,7 @@ def test_an_answer_given_elsewhere_counts_and_the_clients_question_is_cancelled(
     if script == BEFORE_START:  # allowed before the start: the script runs in the same call
         assert first["exit_code"] == 0 and "after" in first["stdout"]
     else:  # mid-run: the script stopped there, and the once covers that call in the next script
-        assert first["report"]["tools"]["stopped"]["approval"] == "granted"
+        assert first["tools"]["stopped"]["approval"] == "granted"
         assert results["again"].structured_content["exit_code"] == 0
     assert recorded(record) == [{"tool": "delete_branch", "input": {"branch": "old"}}]
 
@@ -95,7 +95,7 @@ def test_an_answer_through_the_client_removes_the_published_request(tmp_path, de
     if decision == "once":
         assert result["exit_code"] == 0 and recorded(record) == [{"tool": "delete_branch", "input": {"branch": "old"}}]
     else:
-        assert result["report"]["tools"]["stopped"]["approval"] == "denied" and recorded(record) == []
+        assert result["tools"]["stopped"]["approval"] == "denied" and recorded(record) == []
 
 
 @pytest.mark.slow
@@ -115,7 +115,7 @@ def test_a_declined_elicitation_leaves_the_question_where_a_person_can_still_ans
             return first, waiting, answered, await bash(client, BEFORE_START)
 
     first, waiting, answered, again = run(body)
-    assert first.structured_content["report"]["tools"]["stopped"]["reason"] == "needs_approval"
+    assert first.structured_content["tools"]["stopped"]["reason"] == "needs_approval"
     assert waiting == [first.structured_content["waiting"][0]["id"]]  # one request, not one per channel
     assert answered.returncode == 0, answered.stderr
     assert again.structured_content["exit_code"] == 0

@@ -121,7 +121,7 @@ def test_an_agent_that_cannot_elicit_is_answered_from_the_notification(shared_la
     expect, steps = lab.expect, lab.steps
     try:
         first = agent.bash(SCRIPT).result(timeout=AGENT_WAIT).structured_content
-        assert first["report"]["tools"]["stopped"]["reason"] == "needs_approval" and first["waiting"]
+        assert first["tools"]["stopped"]["reason"] == "needs_approval" and first["waiting"]
         toast = lab.question(CALL)
         expect(toast).to_be_visible()
         listed = lab.waiting_list()
@@ -189,7 +189,7 @@ def test_answering_in_lab_makes_the_clients_elicitation_go_away(shared_lab, tmp_
             assert recorded(record) == [{"tool": "delete_branch", "input": {"branch": "main"}}]
             assert (work / "notes.txt").read_text() == "changed\n"
         else:  # nothing ran: the workspace is as it was
-            assert done["report"]["tools"]["stopped"]["approval"] == "denied", done
+            assert done["tools"]["stopped"]["approval"] == "denied", done
             assert recorded(record) == [] and (work / "notes.txt").read_text() == "as the person left it\n"
     except Exception:
         steps.shot("failure")
