@@ -52,6 +52,7 @@ export class PendingRequests {
   private listeners: Array<() => void> = [];
   private notices = new Map<string, string>(); // request key -> notification id
   private timer: number | undefined;
+  private missing = false;
   private settings = ServerConnection.makeSettings();
 
   constructor(private showSidebar: () => void) {}
@@ -70,10 +71,11 @@ export class PendingRequests {
     try {
       const response = await ServerConnection.makeRequest(this.url(), {}, this.settings);
       if (!response.ok) {
-        this.problem =
-          response.status === 404
-            ? "toolkernel's server extension is not enabled (`jupyter server extension enable toolkernel`)"
-            : `the list of waiting calls failed: ${response.status} ${await response.text()}`;
+        this.missing = response.status === 404; // not there until the server starts again: asked no more
+        this.problem = this.missing
+          ? "toolkernel's server extension is not enabled (`jupyter server extension enable toolkernel`," +
+            ' then start JupyterLab again): calls that wait for you are not shown here'
+          : `the list of waiting calls failed: ${response.status} ${await response.text()}`;
         this.changed([]);
         return;
       }
@@ -113,7 +115,7 @@ export class PendingRequests {
 
   private schedule(delay: number): void {
     window.clearTimeout(this.timer);
-    if (document.visibilityState !== 'visible') {
+    if (document.visibilityState !== 'visible' || this.missing) {
       return; // no request from a page nobody looks at; `visibilitychange` starts it again
     }
     this.timer = window.setTimeout(async () => {

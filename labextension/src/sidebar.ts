@@ -89,7 +89,8 @@ export class ToolsSidebar extends Widget {
       el('div', 'toolkernel-description', request.reason)
     ];
     if (!request.alive) {
-      parts.push(el('div', 'toolkernel-description', 'the process that asked has ended: only Always allow still counts'));
+      const ended = 'the process that asked has ended: only Always allow still counts';
+      parts.push(el('div', 'toolkernel-description', ended));
     }
     const buttons: HTMLButtonElement[] = [];
     const answer = (decision: Decision) => async () => {

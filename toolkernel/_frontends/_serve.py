@@ -10,8 +10,9 @@ Every call goes through `Session`: the same dispatcher, policy and approvals
 as a notebook. Every question is published under $XDG_STATE_HOME/toolkernel/pending/
 (`_pending`), where JupyterLab (`_lab_server`), `toolkernel approve` or `%tools approve ID`
 answers it; when the client offers MCP elicitation it is asked there too, and the first answer
-counts (`_approver.FirstAnswer`). Otherwise the run stops and its report says `needs_approval`. With `--notebook`, one pairing serves every
-client of this process, and no other notebook is reachable.
+counts (`_approver.FirstAnswer`). Otherwise the run stops and its report says
+`needs_approval`. With `--notebook`, one pairing serves every client of this process, and no
+other notebook is reachable.
 
 The SDK's handlers run on the server's event loop; a run blocks (its runner
 pumps output on the calling thread), so it runs on a worker thread, and
