@@ -134,11 +134,14 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--no-token", action="store_true",
                        help="on loopback only: no token (any local user or program can then run tools)")
     serve.add_argument("--workdir", type=Path, default=Path.cwd(), help="the working directory (default: here)")
-    paired = serve.add_argument_group("a notebook the agent edits and runs (notebook_read, notebook_edit, notebook_run)")
-    paired.add_argument("--notebook", metavar="PATH", help="the notebook (.ipynb); with --kernel, --existing or --server")
+    paired = serve.add_argument_group("notebooks the agent edits and runs (notebook_read, notebook_edit, notebook_run)")
+    paired.add_argument("--notebook", metavar="PATH", help="the notebook (.ipynb) calls without a path are about;"
+                        " with --kernel, --existing or --server (then its path from the server's root)")
     paired.add_argument("--kernel", metavar="NAME", help="start a kernel NAME for it (shut down when serve ends)")
     paired.add_argument("--existing", metavar="CONNECTION_FILE", help="use a running kernel")
-    paired.add_argument("--server", metavar="URL", help="edit and run it through this Jupyter Server")
+    paired.add_argument("--server", metavar="URL", help="edit and run notebooks through this Jupyter Server: each"
+                        " call's notebook, by its path from the server's root, in the kernel of its session there"
+                        " (config `[serve] start_kernels = true` lets a call start one)")
     paired.add_argument("--server-token", metavar="T", default=None,
                         help="the Jupyter Server's token (or ?token= in URL, or $JUPYTER_TOKEN);"
                              " --token is serve's own bearer token")
@@ -218,16 +221,18 @@ def run_trust(folder: Path) -> int:
 def run_serve(args: argparse.Namespace) -> int:
     from ._frontends._serve import serve_command
 
-    notebook = None
+    options = {"kernel": args.kernel, "existing": args.existing, "server": args.server, "token": args.server_token}
+    notebook = {k: v for k, v in options.items() if v}
     if args.notebook:
-        options = {"kernel": args.kernel, "existing": args.existing, "server": args.server,
-                   "token": args.server_token}
-        notebook = {"notebook": args.notebook, **{k: v for k, v in options.items() if v}}
-    elif args.kernel or args.existing or args.server or args.server_token:
-        print("toolkernel serve: --kernel, --existing and --server pair a notebook: give --notebook PATH",
-              file=sys.stderr)
+        notebook["notebook"] = args.notebook
+    elif notebook and not args.server:
+        print("toolkernel serve: --kernel, --existing and --server-token pair a notebook: give --notebook PATH"
+              " (or --server URL, whose notebooks are paired per call)", file=sys.stderr)
         return 2
-    return serve_command(args.workdir, http=args.http, token=args.token, notebook=notebook,
+    elif args.existing:
+        print("toolkernel serve: --existing pairs one notebook: give --notebook PATH", file=sys.stderr)
+        return 2
+    return serve_command(args.workdir, http=args.http, token=args.token, notebook=notebook or None,
                          no_token=args.no_token)
 
 

@@ -7,7 +7,7 @@ highest-precedence `mode` wins; the admin file's `[policy]` is kept apart
 settings merge key by key, the nearer file winning, except a command tool: like a
 server, it replaces an earlier definition whole. `[tools_in_shell]` and `[shell]`
 and `[rewind]`
-merge key by key; `[sandbox]` lists join.
+merge key by key; `[sandbox]` lists join; `[serve]` merges key by key, from trusted files only.
 
 A file with a doubt (an untrusted project folder, `_sources.Doubts`) is checked all
 the same, but only what tightens is kept: its deny and ask rules and a stricter mode.
@@ -33,12 +33,14 @@ from ._limits import ShellLimits, shell_section
 from ._policy import PolicySection, policy_section, stricter
 from ._rewind import RewindLimits, rewind_section
 from ._sandbox import SandboxSettings, sandbox_section
+from ._serve import ServeSettings, serve_section
 from ._servers import ServerConfig, digest, servers_section
 from ._sources import Source
 from ._tools import freeze, merge_settings, own_settings, tools_section
 from ._tools_in_shell import ToolsInShell, tools_in_shell_section
 
-SECTIONS = ("mcp_servers", "policy", "hooks", "tools", "tools_in_shell", "shell", "approvals", "rewind", "sandbox")
+SECTIONS = ("mcp_servers", "policy", "hooks", "tools", "tools_in_shell", "shell", "approvals", "rewind", "sandbox",
+            "serve")
 
 
 def _no_mapping() -> Mapping[str, Any]:
@@ -80,6 +82,8 @@ class Config:
     mid_run: str = "ask"
     # [sandbox]: what an agent's host processes see beyond the sandbox's defaults (trusted files').
     sandbox: SandboxSettings = SandboxSettings()
+    # [serve]: whether a `serve --server` call may start a kernel session (trusted files').
+    serve: ServeSettings = ServeSettings().settled()
 
     def server(self, name: str) -> ServerConfig | None:
         """The server called `name`, hyphens and underscores being the same."""
@@ -107,6 +111,7 @@ class Builder:
         self.mid_run = "ask"
         self.rewind: dict[str, object] = {}
         self.sandbox = SandboxSettings()
+        self.serve = ServeSettings()
         self.files: list[str] = []
         self.strictest: str | None = None  # the strictest mode of an untrusted file
 
@@ -133,9 +138,11 @@ class Builder:
         shell = source.attempt(shell_section, source, data.get("shell", {}), default={})
         rewind = source.attempt(rewind_section, source, data.get("rewind", {}), default={})
         sandbox = source.attempt(sandbox_section, source, data.get("sandbox", {}))
+        serve = source.attempt(serve_section, source, data.get("serve", {}))
         if trusted:  # raising a limit loosens, as [tools] settings do
             self.shell.update(shell)
             self.sandbox = self.sandbox.then(sandbox or SandboxSettings())
+            self.serve = self.serve.then(serve or ServeSettings())  # starts kernels: as a server starts code
             self.rewind.update(rewind)  # recording less (an ignore glob) must not come from a clone
             # hooks and command tools run code: only from trusted config
             self.hooks.extend(hooks)
@@ -185,6 +192,7 @@ class Builder:
             code_paths=code_paths,
             mid_run=self.mid_run,
             sandbox=self.sandbox,
+            serve=self.serve.settled(),
         )
 
 

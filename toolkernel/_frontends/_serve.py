@@ -11,8 +11,9 @@ as a notebook. Every question is published under $XDG_STATE_HOME/toolkernel/pend
 (`_pending`), where JupyterLab (`_lab_server`), `toolkernel approve` or `%tools approve ID`
 answers it; when the client offers MCP elicitation it is asked there too, and the first answer
 counts (`_approver.FirstAnswer`). Otherwise the run stops and its report says
-`needs_approval`. With `--notebook`, one pairing serves every client of this process, and no
-other notebook is reachable.
+`needs_approval`. With `--notebook`, one pairing serves every client of this process; with
+`--server`, each client pairs every notebook of that server its calls name, in pairings of its
+own (`_serve_notebooks`).
 
 The SDK's handlers run on the server's event loop; a run blocks (its runner
 pumps output on the calling thread), so it runs on a worker thread, and
@@ -59,20 +60,14 @@ from .._errors import CallError, ConfigError, UnknownCommand, printable, printab
 from .._longtext import whole
 from .._names import fold
 from .._approval._policy import CallInfo, deny_rule_covers, rule_matches
-from .._providers._notebook import pair, pairings, unpair
 from .._providers._notebook._pairing import STATE_KEY as PAIRINGS_KEY
+from ._serve_notebooks import NOTEBOOK, PAIR_AGAIN, ServeNotebooks  # noqa: F401 (PAIR_AGAIN: serve's words)
 from .._session import Session
 from .._tool import Tool
 
 # Seed 000 keeps these direct: structured file editing, and write_todos (here `todo_write`),
 # which shapes the turn: the agent must see there is a task list to keep.
 DIRECT = ("read_file", "write_file", "edit_file", "todo_write")
-NOTEBOOK = ("notebook_read", "notebook_edit", "notebook_run")
-# How a notebook tool's message says to pair again, to an agent that cannot: the one who started serve pairs.
-PAIR_AGAIN = ("ask whoever started `toolkernel serve` to start it again: its options --notebook, --kernel, "
-              "--existing, --server and --server-token pair the notebook")
-PAIR_FIRST = ("`toolkernel serve` reaches only the notebook its --notebook option names; another notebook "
-              "needs a `toolkernel serve --notebook` of its own, started by whoever runs serve")
 
 # Written for a model, and as short as it goes: it is the whole cost of the tools moved
 # into the shell. Every command form, input form and error code it names is real;
@@ -154,11 +149,9 @@ class ToolServer:
 
     def __init__(self, workdir: Path, *, notebook: Mapping[str, Any] | None = None) -> None:
         self.workdir = Path(workdir).resolve()
-        # `--notebook PATH` and how to reach its kernel: the notebook tools are listed too.
-        self._pairing_args = dict(notebook) if notebook is not None else None
-        self.notebook = notebook is not None
-        self._notebook_state: dict[str, Any] = {}  # the one pairing every client of this serve uses
-        pairings(self._notebook_state).pair_first = PAIR_FIRST
+        # `--notebook PATH`, `--server URL` and how to reach the kernels: the notebook tools are listed too.
+        self.notebooks = ServeNotebooks(self.workdir, notebook)
+        self.notebook = self.notebooks.listed
         self._clients: dict[str, tuple[Session, _Runs]] = {}
         self._used: dict[str, float] = {}  # when each client last asked for its session
         self._clients_guard = threading.Lock()
@@ -166,12 +159,10 @@ class ToolServer:
         # answers 404) has its Session closed: its MCP servers and pairings go with it.
         self.forget_after: float | None = None
 
-    def pair(self) -> str:
-        """Pair `--notebook` with its kernel (before any client comes). Raises CallError."""
-        if self._pairing_args is None:
-            return ""
-        return _loop.run(pair(self._notebook_state, self.workdir, **self._pairing_args,
-                              pair_again=PAIR_AGAIN)).describe()
+    def pair(self) -> list[str]:
+        """Pair `--notebook` with its kernel, and check `--server` answers (before any client comes):
+        the lines serve says at its start. Raises CallError."""
+        return self.notebooks.pair()
 
     def client(self, key: str) -> tuple[Session, "_Runs"]:
         with self._clients_guard:
@@ -180,8 +171,8 @@ class ToolServer:
                 session.trust_advice = trust_advice()  # what serve's user runs; no notebook here
                 # A client that cannot be asked leaves its calls where a person can answer them.
                 session.approvals.share_pending(PendingStore(self.workdir))
-                # No other notebook is reachable: this serve's pairing, never another session's.
-                session.state[PAIRINGS_KEY] = pairings(self._notebook_state)
+                # This serve's pairing, and the notebooks this client's calls pair: never another client's.
+                session.state[PAIRINGS_KEY] = self.notebooks.registry()
                 self._clients[key] = (session, _Runs())
             self._used[key] = time.monotonic()
             client, stale = self._clients[key], self._stale()
@@ -236,7 +227,7 @@ class ToolServer:
         for session, runs in list(self._clients.values()):
             runs.stop_all("killed: serve ended")
             _close_client(session)
-        _loop.run(unpair(self._notebook_state), timeout=30)  # a kernel serve started is shut down
+        self.notebooks.close()
 
     def server(self) -> Server:
         from .. import __version__
@@ -264,12 +255,13 @@ class ToolServer:
         policy = command.dispatcher.env.policy
         tools = [t for t in await self._direct_tools(command.catalog, settings)
                  if not deny_rule_covers(policy, t.qualified_name, t.command, t.kind)]
+        listed = self.notebooks.listed_tool
         if not settings.enabled:
-            return [_mcp_tool(t) for t in tools]
+            return [listed(t, _mcp_tool(t)) for t in tools]
         # No outputSchema: the structured content comes anyway, and the schema would only cost bytes.
         bash = types.Tool(name="bash", description=BASH_DESCRIPTION, input_schema=BASH_INPUT)
         return ([bash, *BACKGROUND_TOOLS]
-                + [_terse_tool(t) if t.name in TERSE and not t.server else _mcp_tool(t) for t in tools])
+                + [_terse_tool(t) if t.name in TERSE and not t.server else listed(t, _mcp_tool(t)) for t in tools])
 
     async def _direct_tools(self, catalog: Catalog, settings: ShellSettings) -> list[Tool]:
         everything = await _all_tools(catalog)
@@ -451,10 +443,10 @@ class ToolServer:
             tool = await _find_listed(self, command.catalog, name)
         except CallError as exc:
             raise command.noted(exc) from None
-        arguments = parse_input([], tool.input_schema, json.dumps(arguments))
+        arguments = parse_input([], tool.input_schema, json.dumps(self.notebooks.filled(tool, arguments)))
         called = await command.call(tool, arguments)
         request = _cell_request(called)
-        if request is not None and await self._ask_for_cell(request, approver):
+        if request is not None and await self._ask_for_cell(request, approver, arguments):
             called = await command.call(tool, arguments)  # the kernel now holds the person's once-grant
         if called.failure is not None:
             raise called.failure
@@ -463,7 +455,7 @@ class ToolServer:
         return types.CallToolResult(content=content)
 
 
-    async def _ask_for_cell(self, request: str, approver: Approver) -> bool:
+    async def _ask_for_cell(self, request: str, approver: Approver, arguments: Mapping[str, Any]) -> bool:
         """An agent's cell in the paired kernel waits for a person (request `request`, which that
         kernel published): asked through the client when it can ask, and answered for the kernel
         as `toolkernel approve` would. True when the person allowed it (run the cell again). The
@@ -472,7 +464,7 @@ class ToolServer:
         asked = getattr(approver, "asked", approver)  # the client's own question, not a second request
         if not isinstance(asked, ElicitApprover):
             return False  # the request waits for JupyterLab or `toolkernel approve`, as its message says
-        for project in self._kernel_projects():
+        for project in self.notebooks.kernel_projects(arguments):
             store = PendingStore(project)
             try:
                 waiting = store.find(request)
@@ -485,14 +477,6 @@ class ToolServer:
                 answer_request(project, request, answer.value)
             return answer is Answer.ONCE
         return False
-
-    def _kernel_projects(self) -> list[Path]:
-        """Where the paired kernel's session may have published: its notebook's folder, or here."""
-        places = [self.workdir]
-        notebook = (self._pairing_args or {}).get("notebook")
-        if notebook:
-            places.insert(0, (self.workdir / notebook).resolve().parent)
-        return list(dict.fromkeys(places))
 
 
 def trust_advice(environ: Mapping[str, str] | None = None) -> str:
@@ -889,11 +873,15 @@ def serve_command(workdir: Path, *, http: str | None = None, token: str | None =
     import sys
 
     token = token or None  # an empty token (`TOOLKERNEL_SERVE_TOKEN=`) would let `Bearer ` in
-    tool_server = ToolServer(workdir, notebook=notebook)
+    try:
+        tool_server = ToolServer(workdir, notebook=notebook)
+    except CallError as exc:  # a --server that is no URL
+        print(f"toolkernel serve: {exc.message}", file=sys.stderr)
+        return 2
     try:
         address = parse_address(http, token, no_token) if http is not None else None
-        if paired := tool_server.pair():
-            print(f"toolkernel serve: {paired}", file=sys.stderr)
+        for line in tool_server.pair():
+            print(f"toolkernel serve: {line}", file=sys.stderr)
         if address is None:
             anyio.run(serve_stdio, tool_server)
         else:

@@ -63,7 +63,7 @@ class ServerApi:
     """The REST side; every failure is translated here, without the token."""
 
     def __init__(self, url: str, token: str | None, pair_again: str = PAIR_AGAIN) -> None:
-        self.base, url_token = _split_token(url)
+        self.base, url_token = split_token(url)
         self.pair_again = pair_again  # how the front end that paired says to pair again
         self.token = token or url_token or os.environ.get("JUPYTER_TOKEN") or None
         self.http = httpx.AsyncClient(headers=self.auth_headers(), timeout=HTTP_TIMEOUT_SECONDS)
@@ -169,7 +169,7 @@ def _server_message(response: httpx.Response) -> str:
     return str(message)[:300] if message else ""
 
 
-def _split_token(url: str) -> tuple[str, str | None]:
+def split_token(url: str) -> tuple[str, str | None]:
     """A URL copied from `jupyter server list` carries ?token=...; keep it out of the base URL."""
     scheme, netloc, path, query, _ = urlsplit(url)
     if scheme not in ("http", "https") or not netloc:
@@ -405,12 +405,12 @@ class ServerConnection(KernelConnection):
         gateway takes up the gateway's kernel again, variables and all (a server with kernels of its own
         starts a new one under that id: the next run's execution count tells which, `_tell_reattached`)."""
         old, path = self.kernel_id, server_path(self.session.get("path") or "")
-        session = await _live_session(self.api, path, gone=old)
+        session = await live_session(self.api, path, gone=old)
         created = session is None
         if session is None:
             # Only a server that restarted (our websocket closed with it) may take up a kernel it does not
             # know: one its gateway kept.
-            session = await _start_session(self.api, path, self.label, old if self._server_restarted else "")
+            session = await start_session(self.api, path, self.label, old if self._server_restarted else "")
         await self._close_channels()
         self.session, self.kernel_id, self.created = session, session["kernel"]["id"], created
         self._kernel, self._ready_kernel, self._lost_state, self._gone = 0, -1, "", False
@@ -622,13 +622,13 @@ def server_path(notebook: str) -> str:
 
 
 async def _find_or_start_session(api: ServerApi, path: str, kernel_name: str | None) -> tuple[dict[str, Any], bool]:
-    session = await _live_session(api, path)
+    session = await live_session(api, path)
     if session is not None:
         return session, False
-    return await _start_session(api, path, kernel_name), True
+    return await start_session(api, path, kernel_name), True
 
 
-async def _live_session(api: ServerApi, path: str, gone: str = "") -> dict[str, Any] | None:
+async def live_session(api: ServerApi, path: str, gone: str = "") -> dict[str, Any] | None:
     """`path`'s session on the server; never one whose kernel is `gone` (the server may still name it
     until it learns that the kernel's gateway lost it: that session is ended)."""
     for session in await api.request("GET", "api/sessions") or []:
@@ -642,7 +642,7 @@ async def _live_session(api: ServerApi, path: str, gone: str = "") -> dict[str, 
     return None
 
 
-async def _start_session(api: ServerApi, path: str, kernel_name: str | None, kernel_id: str = "") -> dict[str, Any]:
+async def start_session(api: ServerApi, path: str, kernel_name: str | None, kernel_id: str = "") -> dict[str, Any]:
     """A new session for `path`, on kernel `kernel_id` when the server can take it up (else on a new kernel)."""
     body = {"path": path, "name": PurePosixPath(path).name, "type": "notebook"}
     kernel = {"name": kernel_name} if kernel_name else {}

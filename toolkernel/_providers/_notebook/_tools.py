@@ -149,8 +149,9 @@ async def _edit_ready(arguments: Mapping[str, Any], ctx: ToolContext) -> None:
     with it open."""
     if not arguments.get("notebook_path"):
         return  # the call itself says what is missing
-    store = await _store(dict(arguments), ctx)
-    if (arguments.get("edit_mode") or "replace") != "insert":
+    inserting = (arguments.get("edit_mode") or "replace") == "insert"
+    store = await _store(dict(arguments), ctx, missing_ok=inserting)
+    if not inserting:
         store.last_read(ctx.state)
     await _not_open_elsewhere(store)
 
@@ -170,7 +171,7 @@ async def _not_open_elsewhere(store: NotebookStore) -> None:
     "file changed since this session last read it, or someone is editing that cell. Returns the ids touched."))
 async def notebook_edit(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     mode = arguments.get("edit_mode") or "replace"
-    store = await _store(arguments, ctx)
+    store = await _store(arguments, ctx, missing_ok=mode == "insert")
     notebook = await store.load(missing_ok=mode == "insert")
     change = EDITS[mode](notebook, arguments)
     if ctx.journal is not None and _is_local(store):  # a local file: the journal keeps it as it was
@@ -259,7 +260,7 @@ def _paired(arguments: Mapping[str, Any], ctx: ToolContext) -> None:
     """Nothing to run in when the notebook is not paired: said before anyone is asked to allow it."""
     path = arguments.get("notebook_path")
     if path:  # without one, the call itself says what is missing
-        _pairings(ctx.state).require(ctx.workdir, path)
+        _pairings(ctx.state).reachable(ctx.workdir, path)
 
 
 def _code_to_run(arguments: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
@@ -279,11 +280,16 @@ def _code_to_run(arguments: Mapping[str, Any], ctx: ToolContext) -> dict[str, An
 
 
 async def _run_ready(arguments: Mapping[str, Any], ctx: ToolContext) -> None:
-    """A cell run needs what an edit does (it writes the cell's outputs): said before anyone is asked."""
+    """A run needs a kernel (a notebook paired per call: its session, or leave to start one), and a
+    cell run what an edit does (it writes the cell's outputs): said before anyone is asked."""
     path, cell_id = arguments.get("notebook_path"), arguments.get("cell_id")
-    if not path or not cell_id:
+    if not path:
+        return  # the call itself says what is missing
+    pairing = await _pairings(ctx.state).pairing_for(ctx.workdir, path)
+    await pairing.kernel_ready()
+    if not cell_id:
         return  # code runs in the kernel alone
-    store = await _pairings(ctx.state).require(ctx.workdir, path).notebook_store()
+    store = await pairing.notebook_store()
     store.last_read(ctx.state)
     await _not_open_elsewhere(store)
 
@@ -294,25 +300,28 @@ async def _run_ready(arguments: Mapping[str, Any], ctx: ToolContext) -> None:
     "paired notebook by cell_id and write its outputs into the notebook. Returns stream text, the result, errors "
     "and images. Default timeout 120 s, at most 600; on timeout the kernel is interrupted."))
 async def notebook_run(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    pairing = _pairings(ctx.state).require(ctx.workdir, _path_argument(arguments))
     code, cell_id = arguments.get("code"), arguments.get("cell_id")
     timeout = _timeout(arguments)
     if code is not None and cell_id:
         raise ToolInputError("give code or cell_id, not both")
-    notice = ""  # a kernel that was gone, and the new one that took its place
+    pairing = await _pairings(ctx.state).pairing_for(ctx.workdir, _path_argument(arguments))
+    connection = await pairing.kernel()
+    # The kernel a call paired (found, or started), said once; then a kernel that was gone, and the new one
+    # that took its place.
+    notices = [pairing.take_news()]
     if arguments.get("restart"):
-        notice = await pairing.connection.restart()
+        notices.append(await connection.restart())
         if code is None and not cell_id:
-            return ToolResult.text(notice or f"restarted the {pairing.connection.label} kernel")
+            return ToolResult.text("\n".join(n for n in notices if n) or f"restarted the {connection.label} kernel")
     if cell_id:
         result, seen = await _run_cell(pairing, cell_id, timeout, ctx.state, ctx), pairing.store
     elif code is None:
         raise ToolInputError("give code to run, or the cell_id of a code cell of the notebook")
     else:
-        execution = await pairing.connection.execute(code, timeout, _reporting(ctx))
+        execution = await connection.execute(code, timeout, _reporting(ctx))
         result, seen = _execution_result(execution, timeout, where="output"), None
-    if notice:
-        result.texts = ["\n".join(part for part in (*result.texts, notice) if part)]
+    if any(notices):
+        result.texts = ["\n".join(part for part in (*result.texts, *notices) if part)]
     return await _with_warnings(result, ctx.state, seen)
 
 
@@ -351,9 +360,10 @@ async def _run_cell(pairing: Pairing, cell_id: str, timeout: float, state: dict[
     async def show(execution: Execution) -> None:
         await store.output_changed(cell_id, execution)
 
+    connection = await pairing.kernel()
     try:
-        execution = await pairing.connection.execute(join_source(cell.source), timeout,
-                                                     show if ctx is None else _reporting(ctx, show))
+        execution = await connection.execute(join_source(cell.source), timeout,
+                                             show if ctx is None else _reporting(ctx, show))
     except BaseException:
         await store.run_stopped(cell_id)
         raise
@@ -400,11 +410,13 @@ def _path_argument(arguments: dict[str, Any]) -> str:
     return path
 
 
-async def _store(arguments: dict[str, Any], ctx: ToolContext) -> NotebookStore:
-    """Where the named notebook lives: through the server that serves it, else the local file."""
+async def _store(arguments: dict[str, Any], ctx: ToolContext, *, missing_ok: bool = False) -> NotebookStore:
+    """Where the named notebook lives: through the server that serves it, else the local file
+    (`missing_ok`: the call makes it)."""
     path = _path_argument(arguments)
     # A local notebook is opened where the dispatcher's checks saw it lead, not resolved again.
-    return await _pairings(ctx.state).store(ctx.workdir, path, ctx.real_name(arguments, "notebook_path"))
+    return await _pairings(ctx.state).store(ctx.workdir, path, ctx.real_name(arguments, "notebook_path"),
+                                            missing_ok=missing_ok)
 
 
 def notebook_tools() -> list[Tool]:
