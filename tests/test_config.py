@@ -888,3 +888,17 @@ def test_sandbox_counts_only_from_trusted_files(tree):
     del tree.environ["TOOLKERNEL_TRUST_ALL"]  # the project's file is not trusted now: it only tightens
     config = tree.load()
     assert config.sandbox.env == ("HF_TOKEN",) and config.sandbox.home == ()
+
+
+def test_serve_may_start_kernels_only_where_a_trusted_file_says_so(tree):
+    assert tree.load().serve.start_kernels is False  # the default: a call never starts a kernel
+    tree.toml(tree.project, "[serve]\nstart_kernels = true\n")
+    assert tree.load().serve.start_kernels is True
+    del tree.environ["TOOLKERNEL_TRUST_ALL"]  # a cloned repository's file must not start kernels
+    assert tree.load().serve.start_kernels is False
+    tree.user("[serve]\nstart_kernels = true\n")  # the person's own file counts
+    assert tree.load().serve.start_kernels is True
+    tree.user('[serve]\nstart_kernels = "yes"\nkernels = 1\n')
+    with pytest.raises(ConfigError) as caught:
+        tree.load()
+    assert "serve.start_kernels" in str(caught.value) and "serve.kernels" in str(caught.value)

@@ -8,7 +8,6 @@ JupyterLab makes it (POST /api/sessions) and runs code over the kernel's websock
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -93,15 +92,16 @@ def person_runs(server, notebook: str, code: str) -> dict:
     return session
 
 
-def session_paths(server) -> list[str]:
-    return sorted(s["path"] for s in server_api(server, "GET", "api/sessions"))
+def session_paths(server, folder: str = "") -> list[str]:
+    """The notebooks the server has sessions for, in `folder` (each test has its own)."""
+    return sorted(s["path"] for s in server_api(server, "GET", "api/sessions") if s["path"].startswith(folder))
 
 
-def until(condition, seconds: float = WAIT) -> None:
-    """Wait for a state the server reports (a session that ends after serve's own reply went out)."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "the server never got there"
+def sessions_become(server, folder: str, expected: list[str]) -> None:
+    """Wait for the server's sessions in `folder` to be `expected` (one ends after serve's reply went out)."""
+    deadline = time.monotonic() + WAIT
+    while (now := session_paths(server, folder)) != expected:
+        assert time.monotonic() < deadline, f"the server's sessions stay {now}, not {expected}"
         time.sleep(0.2)
 
 
@@ -118,7 +118,7 @@ def test_each_call_pairs_its_notebook_with_its_session_and_starts_a_kernel_only_
             seen["listed"] = {t.name: t for t in (await client.list_tools()).tools}
             seen["a"] = await run_code(client, "per-call/a.ipynb", "print(shared + 1)")
             seen["b refused"] = await run_code(client, "per-call/b.ipynb", "print('b')")
-            seen["sessions refused"] = await anyio.to_thread.run_sync(session_paths, server)
+            seen["sessions refused"] = await anyio.to_thread.run_sync(session_paths, server, "per-call/")
             seen["b read"] = await client.call_tool("notebook_read", {"notebook_path": "per-call/b.ipynb"})
             seen["b edit"] = await client.call_tool("notebook_edit", {
                 "notebook_path": "per-call/b.ipynb", "edit_mode": "insert", "cell_type": "code",
@@ -127,7 +127,7 @@ def test_each_call_pairs_its_notebook_with_its_session_and_starts_a_kernel_only_
             (work / "toolkernel.toml").write_text(policy_section(allow=ALLOW) + "[serve]\nstart_kernels = true\n")
             seen["b started"] = await run_code(client, "per-call/b.ipynb", "print('b', 'shared' in dir())")
             seen["b again"] = await run_code(client, "per-call/b.ipynb", "print('b again')")
-            seen["sessions"] = await anyio.to_thread.run_sync(session_paths, server)
+            seen["sessions"] = await anyio.to_thread.run_sync(session_paths, server, "per-call/")
 
     try:
         run(body)
@@ -149,7 +149,7 @@ def test_each_call_pairs_its_notebook_with_its_session_and_starts_a_kernel_only_
         assert "started" not in text(seen["b again"])  # said once
         assert seen["sessions"] == ["per-call/a.ipynb", "per-call/b.ipynb"]
         # serve ended: the session it started ended with it; the person's stays.
-        assert session_paths(server) == ["per-call/a.ipynb"]
+        sessions_become(server, "per-call/", ["per-call/a.ipynb"])
         sources = [c.source for c in nbformat.read(work / "b.ipynb", as_version=4).cells]
         assert sources == ["print('inserted')", "# b"]  # edited through the server
     finally:
@@ -161,7 +161,8 @@ def test_a_notebook_is_named_from_the_servers_root_a_missing_one_is_refused_with
         jupyter_server, tmp_path):
     server = jupyter_server
     root = server["root"]
-    work = folder(server, "naming", policy_section(allow=ALLOW, deny=["notebook_edit(notebook_path=naming/locked*)"]),
+    work = folder(server, "naming", policy_section(allow=[*ALLOW, "write_file"],
+                                                   deny=["notebook_edit(notebook_path=naming/locked*)"]),
                   notebooks={"notebooks/Untitled.ipynb": "# untitled", "locked.ipynb": "# locked"})
     inside = work / "notebooks"
     # The reported bug: from a subfolder, `--notebook Untitled.ipynb` paired a notebook the server does
@@ -171,7 +172,7 @@ def test_a_notebook_is_named_from_the_servers_root_a_missing_one_is_refused_with
     assert started.returncode == 2 and "Traceback" not in started.stderr, started.stderr
     assert "no notebook Untitled.ipynb under the root of the Jupyter Server" in started.stderr
     assert "nearest: naming/notebooks/Untitled.ipynb" in started.stderr
-    assert session_paths(server) == []  # no session was started for it
+    assert not [path for path in session_paths(server) if path.endswith("Untitled.ipynb")]  # nor a session started
     outside = tmp_path / "elsewhere.ipynb"
     nbformat.write(nbformat.v4.new_notebook(), outside)
     seen: dict = {}
@@ -190,6 +191,7 @@ def test_a_notebook_is_named_from_the_servers_root_a_missing_one_is_refused_with
                 "notebook_path": (root / "naming" / "locked.ipynb").as_uri(), "edit_mode": "insert",
                 "cell_type": "code", "new_source": "leaked = 1"})
             seen["outside"] = await read(client, outside.as_uri())
+            seen["file write"] = await client.call_tool("write_file", {"path": "Untitled.ipynb", "content": "{}"})
 
     run(body)
     listed = seen["listed"]["notebook_read"].input_schema
@@ -205,13 +207,16 @@ def test_a_notebook_is_named_from_the_servers_root_a_missing_one_is_refused_with
     assert seen["uri edit"].is_error and "denied" in text(seen["uri edit"])  # the rule saw the server's path
     assert "leaked" not in (work / "locked.ipynb").read_text()
     assert seen["outside"].is_error and "outside the root of the Jupyter Server" in text(seen["outside"])
+    # Its file, under the server's root, changes only through the server, though no call paired it yet.
+    assert seen["file write"].is_error and "served by the Jupyter Server" in text(seen["file write"])
+    assert "# untitled" in (inside / "Untitled.ipynb").read_text()
 
 
 @contextmanager
-def serving_http(work: Path, server):
+def serving_http(work: Path, server, *options: str):
     port, token = free_port(), "serve-token-47"
-    proc = subprocess.Popen([*serve_args(server), "--http", f"127.0.0.1:{port}", "--token", token], cwd=work,
-                            env=serve_env(server), stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*serve_args(server, *options), "--http", f"127.0.0.1:{port}", "--token", token],
+                            cwd=work, env=serve_env(server), stderr=subprocess.PIPE, text=True)
     wait_for_port(proc, port)
     try:
         yield f"http://127.0.0.1:{port}/mcp", token
@@ -224,7 +229,7 @@ def serving_http(work: Path, server):
 def test_two_http_sessions_of_one_serve_never_reach_each_others_kernels(jupyter_server):
     server = jupyter_server
     work = folder(server, "two", policy_section(allow=ALLOW), "[serve]\nstart_kernels = true\n",
-                  notebooks={"c.ipynb": "# c"})
+                  notebooks={"c.ipynb": "# c", "shared.ipynb": "# shared"})
     seen: dict = {}
 
     async def body(url: str, token: str):
@@ -232,11 +237,14 @@ def test_two_http_sessions_of_one_serve_never_reach_each_others_kernels(jupyter_
             async with over_http(url, token) as first:
                 seen["first"] = await run_code(first, "two/c.ipynb", "who = 'first'")
                 seen["second while first"] = await run_code(second, "two/c.ipynb", "print(who)")
-            # The first session ended (the client's DELETE): the kernel it started ends with it.
-            await anyio.to_thread.run_sync(until, lambda: session_paths(server) == [])
+                seen["first default"] = await first.call_tool("notebook_run", {"code": "mark = 'both see it'"})
+            # The first session ended (the client's DELETE): the kernel it started ends with it, and
+            # --notebook's pairing, which every session shares, stays.
+            await anyio.to_thread.run_sync(sessions_become, server, "two/", ["two/shared.ipynb"])
             seen["second after"] = await run_code(second, "two/c.ipynb", "print('who' in dir())")
+            seen["second default"] = await second.call_tool("notebook_run", {"code": "print(mark)"})
 
-    with serving_http(work, server) as (url, token):
+    with serving_http(work, server, "--notebook", "two/shared.ipynb") as (url, token):
         run(body, url, token)
     assert not seen["first"].is_error and "started a new" in text(seen["first"]), text(seen["first"])
     refused = text(seen["second while first"])
@@ -244,4 +252,6 @@ def test_two_http_sessions_of_one_serve_never_reach_each_others_kernels(jupyter_
     assert "first" not in refused.replace("'first'", "")  # nothing of the first session's kernel came back
     after = text(seen["second after"])
     assert not seen["second after"].is_error and after.startswith("False") and "started a new" in after, after
-    until(lambda: session_paths(server) == [])  # serve ended: the second's kernel too
+    assert not seen["first default"].is_error, text(seen["first default"])
+    assert text(seen["second default"]).startswith("both see it"), text(seen["second default"])
+    sessions_become(server, "two/", [])  # serve ended (SIGTERM): the second's kernel and --notebook's too

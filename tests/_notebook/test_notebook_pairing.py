@@ -101,6 +101,53 @@ def test_existing_kernel_that_died_is_unavailable_and_not_restarted_by_us(ctx):
         manager.cleanup_resources()
 
 
+# --- serve --server: a notebook named per call, from the server's root ---------------------
+
+def server_root(tmp_path, monkeypatch, *, published: bool = True):
+    """A `ServerRoot` for a server at `root`, published (or not) in the runtime folder as a running one."""
+    from toolkernel._providers._notebook._pairing import ServerRoot
+
+    root, runtime = tmp_path / "root", tmp_path / "runtime"
+    root.mkdir()
+    runtime.mkdir()
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(runtime))
+    if published:
+        (runtime / "jpserver-1.json").write_text(json.dumps(
+            {"url": "http://127.0.0.1:8890/", "root_dir": str(root), "pid": os.getpid(), "token": ""}))
+    return ServerRoot("http://127.0.0.1:8890/", None, lambda: False, "allow it"), root
+
+
+def test_a_per_call_notebook_is_named_from_the_servers_root_and_uris_under_it_map_there(tmp_path, monkeypatch):
+    server, root = server_root(tmp_path, monkeypatch)
+    (root / "my notes").mkdir()
+    (tmp_path / "link").symlink_to(root / "my notes")
+    assert server.key("reports/a.ipynb") == "reports/a.ipynb"
+    assert server.key("/reports/x/../a.ipynb") == "reports/a.ipynb"  # a path that is no local one: the server's
+    assert server.key((root / "my notes" / "a b.ipynb").as_uri()) == "my notes/a b.ipynb"  # %20 and all
+    assert server.key("file://localhost" + str(root / "a.ipynb")) == "a.ipynb"
+    assert server.key(str(tmp_path / "link" / "a.ipynb")) == "my notes/a.ipynb"  # through a symlink
+    for bad, said in [((tmp_path / "a.ipynb").as_uri(), "is outside the root of the Jupyter Server"),
+                      ("../a.ipynb", "leads out of the server's root"), ("notes.txt", "is not a notebook"),
+                      ("file://elsewhere/a.ipynb", "not a file:// URI of this machine")]:
+        with pytest.raises(InvalidInput, match=said):
+            server.key(bad)
+
+
+def test_a_file_uri_needs_the_server_to_run_here(tmp_path, monkeypatch):
+    server, root = server_root(tmp_path, monkeypatch, published=False)
+    with pytest.raises(InvalidInput, match="does not run on this machine"):
+        server.key((root / "a.ipynb").as_uri())
+
+
+def test_the_nearest_notebooks_share_the_name_first_then_read_close():
+    from toolkernel._providers._notebook._nearest import rank
+
+    found = {"notebooks/Untitled.ipynb", "Untitled1.ipynb", "reports/q3.ipynb", "deep/er/untitled.ipynb"}
+    assert rank("Untitled.ipynb", found) == ["notebooks/Untitled.ipynb", "deep/er/untitled.ipynb",
+                                             "Untitled1.ipynb"]
+    assert rank("zzz.ipynb", found) == []
+
+
 # --- --server -------------------------------------------------------------------
 
 @pytest.fixture

@@ -873,6 +873,7 @@ def serve_command(workdir: Path, *, http: str | None = None, token: str | None =
     import sys
 
     token = token or None  # an empty token (`TOOLKERNEL_SERVE_TOKEN=`) would let `Bearer ` in
+    _close_on_sigterm()
     try:
         tool_server = ToolServer(workdir, notebook=notebook)
     except CallError as exc:  # a --server that is no URL
@@ -894,6 +895,19 @@ def serve_command(workdir: Path, *, http: str | None = None, token: str | None =
     finally:
         tool_server.close()
     return 0
+
+
+def _close_on_sigterm() -> None:
+    """A SIGTERM ends serve as Ctrl-C does, through its `finally`: the kernels and server sessions it
+    started are shut down (by default the signal ends the process at once; uvicorn, which handles it
+    while it serves, raises it again when it stops, to the same effect)."""
+    import signal
+
+    def ended(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, ended)
 
 
 def parse_address(text: str, token: str | None, no_token: bool = False) -> tuple[str, int]:

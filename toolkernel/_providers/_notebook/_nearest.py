@@ -60,15 +60,17 @@ async def nearest_notebooks(api: Any, path: str, guesses: list[str] = ()) -> lis
 
 
 def rank(path: str, candidates: set[str]) -> list[str]:
-    """The candidates that share `path`'s file name or read close to it, nearest first."""
-    name, wanted = PurePosixPath(path).name.casefold(), path.casefold()
+    """The candidates that share `path`'s file name (as spelled, then in any case) or read close to
+    it, nearest first."""
+    name, wanted = PurePosixPath(path).name, path.casefold()
 
-    def closeness(candidate: str) -> tuple[bool, float, int, str]:
-        same = PurePosixPath(candidate).name.casefold() == name
-        return not same, -SequenceMatcher(None, wanted, candidate.casefold()).ratio(), len(candidate), candidate
+    def closeness(candidate: str) -> tuple[bool, bool, float, int, str]:
+        own = PurePosixPath(candidate).name
+        ratio = SequenceMatcher(None, wanted, candidate.casefold()).ratio()
+        return own != name, own.casefold() != name.casefold(), -ratio, len(candidate), candidate
 
     scored = sorted(closeness(candidate) for candidate in candidates)
-    return [candidate for other, ratio, _, candidate in scored if not other or -ratio >= CLOSE_ENOUGH][:SHOWN]
+    return [candidate for _, other, ratio, _, candidate in scored if not other or -ratio >= CLOSE_ENOUGH][:SHOWN]
 
 
 async def _exists(api: Any, path: str) -> bool:
