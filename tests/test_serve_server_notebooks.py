@@ -123,6 +123,10 @@ def test_each_call_pairs_its_notebook_with_its_session_and_starts_a_kernel_only_
             seen["b edit"] = await client.call_tool("notebook_edit", {
                 "notebook_path": "per-call/b.ipynb", "edit_mode": "insert", "cell_type": "code",
                 "new_source": "print('inserted')"})
+            # The person shuts their notebook's kernel down (JupyterLab ends its session): a run gets no new one.
+            await anyio.to_thread.run_sync(lambda: server_api(server, "DELETE", f"api/sessions/{person['id']}"))
+            seen["a gone"] = await run_code(client, "per-call/a.ipynb", "print('again')")
+            seen["sessions gone"] = await anyio.to_thread.run_sync(session_paths, server, "per-call/")
             # The person allows it in their config (read again at each call):
             (work / "toolkernel.toml").write_text(policy_section(allow=ALLOW) + "[serve]\nstart_kernels = true\n")
             seen["b started"] = await run_code(client, "per-call/b.ipynb", "print('b', 'shared' in dir())")
@@ -141,19 +145,22 @@ def test_each_call_pairs_its_notebook_with_its_session_and_starts_a_kernel_only_
         assert seen["b refused"].is_error and "per-call/b.ipynb has no kernel session" in refused
         assert "start_kernels = true" in refused and "connection_required" in refused
         assert seen["sessions refused"] == ["per-call/a.ipynb"]  # nothing was started for b
+        gone = text(seen["a gone"])
+        assert seen["a gone"].is_error and "per-call/a.ipynb has no kernel session" in gone, gone
+        assert seen["sessions gone"] == []
         assert not seen["b read"].is_error and "# b" in text(seen["b read"])  # a read needs no kernel
         assert not seen["b edit"].is_error, text(seen["b edit"])
         started = text(seen["b started"])
         assert not seen["b started"].is_error and started.startswith("b False"), started  # a kernel of its own
         assert "started a new python3 kernel session for per-call/b.ipynb" in started
         assert "started" not in text(seen["b again"])  # said once
-        assert seen["sessions"] == ["per-call/a.ipynb", "per-call/b.ipynb"]
-        # serve ended: the session it started ended with it; the person's stays.
-        sessions_become(server, "per-call/", ["per-call/a.ipynb"])
+        assert seen["sessions"] == ["per-call/b.ipynb"]
+        sessions_become(server, "per-call/", [])  # serve ended: the session it started ended with it
         sources = [c.source for c in nbformat.read(work / "b.ipynb", as_version=4).cells]
         assert sources == ["print('inserted')", "# b"]  # edited through the server
     finally:
-        server_api(server, "DELETE", f"api/sessions/{person['id']}")
+        if person["id"] in [s["id"] for s in server_api(server, "GET", "api/sessions")]:
+            server_api(server, "DELETE", f"api/sessions/{person['id']}")
 
 
 @pytest.mark.slow

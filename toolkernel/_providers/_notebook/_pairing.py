@@ -357,20 +357,31 @@ class _ServerKernel:
                     "session of this serve: it is that session's until it ends (each session reaches its own "
                     "kernels and those of the server's own sessions, such as a notebook open in JupyterLab)")
             return session
+        self.may_start()
+        return None
+
+    def may_start(self) -> None:
+        """Refuses a new kernel session unless the person's config allows it."""
         if not self.root.may_start():
             raise ConnectionRequired(
                 f"{self.key} has no kernel session on the Jupyter Server at {self.root.base}: open it in JupyterLab "
                 f"(which starts its kernel) and call again, or {self.root.allow_start}")
-        return None
+
+    async def start(self, kernel_id: str = "", name: str | None = None) -> dict[str, Any]:
+        """A new session for the notebook, this MCP session's (on kernel `kernel_id` when the server can
+        take it up; a new kernel `name`, else serve's --kernel, else the server's default)."""
+        self.may_start()
+        session = await start_session(self.api, self.key, name or self.root.kernel, kernel_id)
+        self.root.started[session["id"]] = self.owner
+        return session
 
     async def connect(self) -> tuple[KernelConnection, str]:
         """The kernel connection, and what the run's result says about it."""
         session = await self.session()
         created = session is None
         if session is None:
-            session = await start_session(self.api, self.key, self.root.kernel)
-            self.root.started[session["id"]] = self.owner
-        connection = ServerConnection(self.api, session, created=created)
+            session = await self.start()
+        connection = _PerCallConnection(self, session, created=created)
         connection.pair_again = self.root.pair_again
         try:
             await connection.open()
@@ -387,6 +398,18 @@ class _ServerKernel:
             news = (f"(ran in the {connection.label} kernel of {self.key}'s session on the Jupyter Server at "
                     f"{self.root.base}, the kernel JupyterLab shows for it: its variables are there)")
         return connection, printable(news)
+
+
+class _PerCallConnection(ServerConnection):
+    """A per-call pairing's kernel: one that is gone is replaced by a new session only where a call
+    may start one (the person who shut their notebook's kernel down gets no new one from a run)."""
+
+    def __init__(self, kernel: _ServerKernel, session: dict[str, Any], *, created: bool) -> None:
+        super().__init__(kernel.api, session, created=created)
+        self._per_call = kernel
+
+    async def new_session(self, path: str, kernel_id: str) -> dict[str, Any]:
+        return await self._per_call.start(kernel_id, self.label)
 
 
 def _notebook_on_server(notebook: str) -> str:

@@ -410,7 +410,7 @@ class ServerConnection(KernelConnection):
         if session is None:
             # Only a server that restarted (our websocket closed with it) may take up a kernel it does not
             # know: one its gateway kept.
-            session = await start_session(self.api, path, self.label, old if self._server_restarted else "")
+            session = await self.new_session(path, old if self._server_restarted else "")
         await self._close_channels()
         self.session, self.kernel_id, self.created = session, session["kernel"]["id"], created
         self._kernel, self._ready_kernel, self._lost_state, self._gone = 0, -1, "", False
@@ -422,6 +422,10 @@ class ServerConnection(KernelConnection):
         self._last_count = None  # a new kernel: nothing of ours ran in it yet
         how = "a new kernel was started" if created else f"the notebook's session there has kernel {self.kernel_id}"
         return self._gone_notice(old, f"{how}, without the old one's variables")
+
+    async def new_session(self, path: str, kernel_id: str) -> dict[str, Any]:
+        """A session started in place of a gone kernel's (see `start_session`)."""
+        return await start_session(self.api, path, self.label, kernel_id)
 
     def _gone_notice(self, old: str, how: str) -> str:
         # Ids and names as the server gave them: shown where a terminal may read them.
