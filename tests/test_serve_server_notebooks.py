@@ -199,6 +199,9 @@ def test_a_notebook_is_named_from_the_servers_root_a_missing_one_is_refused_with
                 "cell_type": "code", "new_source": "leaked = 1"})
             seen["outside"] = await read(client, outside.as_uri())
             seen["file write"] = await client.call_tool("write_file", {"path": "Untitled.ipynb", "content": "{}"})
+            seen["new"] = await client.call_tool("notebook_edit", {  # an insert still makes a notebook
+                "notebook_path": "naming/new.ipynb", "edit_mode": "insert", "cell_type": "code",
+                "new_source": "made = 1"})
 
     run(body)
     listed = seen["listed"]["notebook_read"].input_schema
@@ -217,6 +220,8 @@ def test_a_notebook_is_named_from_the_servers_root_a_missing_one_is_refused_with
     # Its file, under the server's root, changes only through the server, though no call paired it yet.
     assert seen["file write"].is_error and "served by the Jupyter Server" in text(seen["file write"])
     assert "# untitled" in (inside / "Untitled.ipynb").read_text()
+    assert not seen["new"].is_error, text(seen["new"])
+    assert [c.source for c in nbformat.read(work / "new.ipynb", as_version=4).cells] == ["made = 1"]
 
 
 @contextmanager
