@@ -27,8 +27,10 @@ Figures of 2026-12-07, `echo hi`, 10 files (the machine shared by five, so its l
   removes a run file, reads /proc for the process's start, walks, loads the index) and after
   0.13; the script 0.86; the run's Bash and mounts 0.57; the config 0.25; the look for shadowed
   modules 0.4 (0.15 before issue 48's change); the before-start check 0.03.
-  The 2 ms target is not met at this load: the journal's per-run work and Bashkit's byte-sink
+  The 2 ms target is not met at that load: the journal's per-run work and Bashkit's byte-sink
   bridge are most of what is left.
+- main at 49bd752 (the journal watching, not walking), quiet machine, load 2.3, 300 rounds: a run
+  2.29 ms, bare 0.37 ms, over bare 1.90 ms (target met); without the journal's look 1.57 ms.
 """
 
 from __future__ import annotations
