@@ -285,9 +285,9 @@ def test_a_newer_protocol_keeps_the_session_s_path():
 
 
 def _request(headers):
-    import httpx2
+    from toolkernel._mcp_sdk import httpx
 
-    return httpx2.Request("POST", "http://127.0.0.1:1/mcp", headers=headers)
+    return httpx.Request("POST", "http://127.0.0.1:1/mcp", headers=headers)
 
 
 @pytest.mark.parametrize("path, error", [

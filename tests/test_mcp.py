@@ -14,12 +14,10 @@ import threading
 import time
 from pathlib import Path
 
-import mcp_types as types
 import pytest
 
-from mcp import ClientSession
-
 from toolkernel import _loop
+from toolkernel._mcp_sdk import ClientSession, types, validated, wire
 from toolkernel._config._config import load_config
 from toolkernel._config._servers import ServerConfig
 from toolkernel._errors import ConnectionRequired, Unavailable
@@ -370,7 +368,8 @@ def test_calls_from_many_threads_and_the_session_at_once_each_get_their_own_resu
     # session's own requests share the pipes all the same.
     private = [run(tools["stats"].call({"numbers": [i, 100]}, ctx())).structured["total"] for i in range(15)]
     session = pool._connections["structured"].session
-    own = [run(session.call_tool("stats", {"numbers": [i, 200]})).structured_content["total"] for i in range(15)]
+    own = [wire(run(session.call_tool("stats", {"numbers": [i, 200]})))["structuredContent"]["total"]
+           for i in range(15)]
     for thread in threads:
         thread.join(WAIT)
     assert private == [i + 100 for i in range(15)] and own == [i + 200 for i in range(15)]
@@ -1039,23 +1038,23 @@ def test_announced_tool_list_change_is_listed_on_next_use(pool):
 # --- result conversion of blocks the fixtures do not send ------------------------------
 
 def test_convert_blob_resource_and_audio():
-    result = convert_result(types.CallToolResult(content=[
+    result = convert_result(wire(types.CallToolResult(content=[
         types.EmbeddedResource(type="resource", resource=types.BlobResourceContents(
-            uri="file:///report.pdf", mime_type="application/pdf", blob="JVBERg==")),
-        types.AudioContent(type="audio", data="AAAA", mime_type="audio/wav"),
-    ]))
+            uri="file:///report.pdf", mimeType="application/pdf", blob="JVBERg==")),
+        types.AudioContent(type="audio", data="AAAA", mimeType="audio/wav"),
+    ])))
     assert result.texts == ["[resource file:///report.pdf (application/pdf)]", "[audio (audio/wav), not shown]"]
 
 
 def test_convert_keeps_an_object_named_result_without_a_wrapping_schema():
-    result = convert_result(types.CallToolResult(content=[types.TextContent(type="text", text="{}")],
-                                                 structured_content={"result": [1, 2]}))
+    result = convert_result(wire(types.CallToolResult(content=[types.TextContent(type="text", text="{}")],
+                                                      structuredContent={"result": [1, 2]})))
     assert result.structured == {"result": [1, 2]}
 
 
 def test_convert_error_result():
-    result = convert_result(types.CallToolResult(
-        content=[types.TextContent(type="text", text="rate limited")], is_error=True))
+    result = convert_result(wire(types.CallToolResult(
+        content=[types.TextContent(type="text", text="rate limited")], isError=True)))
     assert result.is_error and result.texts == ["rate limited"]
 
 
@@ -1088,7 +1087,7 @@ def test_a_call_past_the_session_reads_a_result_as_the_sdks_model_does(shape, wr
     texts = _plain_texts(raw)
     assert (texts is not None) == (shape in {"text", "structured", "wrapper", "wrapped", "null structured", "error"})
     try:
-        expected = convert_result(types.CallToolResult.model_validate(raw, by_name=False), wrapped)
+        expected = convert_result(wire(validated(types.CallToolResult, raw)), wrapped)
     except ValidationError:
         assert texts is None
         return

@@ -2,7 +2,8 @@
 
 The server runs as `python -m toolkernel serve` in a project folder whose
 toolkernel.toml points at real fixture MCP servers; the client is
-`mcp.ClientSession` over stdio (and over streamable HTTP in the HTTP tests).
+`mcp.ClientSession` over stdio (and over streamable HTTP in the HTTP tests), its answers read as
+tests/mcp_client.py reads them under either major of the SDK.
 """
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ from typing import Any
 
 import anyio
 import httpx
-import mcp_types as types
 import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
 
 from toolkernel._errors import CallError
+from toolkernel._mcp_sdk import StdioServerParameters, types
 
 from approval_helpers import SERVERS, policy_section, recorder_server_section, toml_string
 from jupyter_server_helpers import free_port
+from mcp_client import Client, Question, Result, over_stdio
+from mcp_client import over_http as _over_http
 
 REPO = Path(__file__).resolve().parent.parent
 WAIT = 180  # generous: a loaded, shared machine
@@ -54,16 +55,14 @@ def server_env() -> dict[str, str]:
 async def connected(work: Path, elicit=None):
     params = StdioServerParameters(command=sys.executable, args=["-m", "toolkernel", "serve"],
                                    env=server_env(), cwd=str(work))
-    async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write, elicitation_callback=elicit) as client:
-            await client.initialize()
-            yield client
+    async with over_stdio(params, elicit=elicit) as client:
+        yield client
 
 
 def answering(decision: str | None, asked: list):
     """An elicitation callback that records the question and answers `decision` (None: declines)."""
 
-    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def elicit(context: Any, params: Question) -> types.ElicitResult:
         asked.append(params)
         if decision is None:
             return types.ElicitResult(action="decline")
@@ -81,7 +80,7 @@ async def _bounded(coro_fn, *args):
         return await coro_fn(*args)
 
 
-async def bash(client: ClientSession, script: str) -> types.CallToolResult:
+async def bash(client: Client, script: str) -> Result:
     return await client.call_tool("bash", {"script": script})
 
 
@@ -304,7 +303,7 @@ def test_images_come_back_as_image_content_and_files(tmp_path):
     assert_one_image(run(body), work)
 
 
-def assert_one_image(result: types.CallToolResult, work: Path) -> None:
+def assert_one_image(result: Result, work: Path) -> None:
     """One PNG as image content, and the same bytes saved under tool-images/."""
     images = [c for c in result.content if c.type == "image"]
     assert len(images) == 1 and images[0].mime_type == "image/png"
@@ -472,14 +471,8 @@ def wait_for_port(proc: subprocess.Popen, port: int) -> None:
 
 @asynccontextmanager
 async def over_http(url: str, token: str, elicit=None):
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
-    async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
-        async with streamable_http_client(url, http_client=http) as streams:
-            async with ClientSession(streams[0], streams[1], elicitation_callback=elicit) as client:
-                await client.initialize()
-                yield client
+    async with _over_http(url, {"Authorization": f"Bearer {token}"}, elicit=elicit) as client:
+        yield client
 
 
 HELLO = {"jsonrpc": "2.0", "id": 1, "method": "initialize",

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import anyio
-import mcp_types as types
 import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+
+from toolkernel._mcp_sdk import StdioServerParameters, types
 
 from approval_helpers import policy_section, recorder_server_section
+from mcp_client import Client as SessionClient
+from mcp_client import Question, Result, over_stdio
 from test_serve import WAIT, approve_cli, over_http, project, recorded, run, server_env, server_section, serving_http
 
 pytestmark = pytest.mark.timeout(300)
@@ -42,13 +43,13 @@ def lines(path: Path) -> int:
 class Client:
     """A connected client with what the server told it: log messages, progress."""
 
-    def __init__(self, session: ClientSession, logs: list) -> None:
+    def __init__(self, session: SessionClient, logs: list) -> None:
         self.session, self.logs = session, logs
 
-    async def bash(self, script: str, **more: Any) -> types.CallToolResult:
+    async def bash(self, script: str, **more: Any) -> Result:
         return await self.session.call_tool("bash", {"script": script, **more})
 
-    async def call(self, name: str, **arguments: Any) -> types.CallToolResult:
+    async def call(self, name: str, **arguments: Any) -> Result:
         return await self.session.call_tool(name, arguments)
 
     def logged(self, event: str) -> list[dict]:
@@ -64,10 +65,8 @@ async def connected(work: Path, *options: str):
 
     params = StdioServerParameters(command=sys.executable, args=["-m", "toolkernel", "serve", *options],
                                    env=server_env(), cwd=str(work))
-    async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write, logging_callback=on_log) as session:
-            await session.initialize()
-            yield Client(session, logs)
+    async with over_stdio(params, logging_callback=on_log) as session:
+        yield Client(session, logs)
 
 
 async def until(condition: Callable[[], Any], what: str, within: float = WAIT) -> Any:
@@ -549,18 +548,16 @@ def test_the_description_is_in_the_question_and_the_report(tmp_path):
     work = project(tmp_path, recorder_server_section(record), policy_section(ask=["mcp_github__delete_branch"]))
     asked: list = []
 
-    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def elicit(context: Any, params: Question) -> types.ElicitResult:
         asked.append(params.message)
         return types.ElicitResult(action="accept", content={"decision": "deny"})
 
     async def body():
         params = StdioServerParameters(command=sys.executable, args=["-m", "toolkernel", "serve"],
                                        env=server_env(), cwd=str(work))
-        async with stdio_client(params) as (read, write):
-            async with ClientSession(read, write, elicitation_callback=elicit) as client:
-                await client.initialize()
-                return await client.call_tool("bash", {"script": "tools github delete_branch branch=old",
-                                                       "description": "Clean up old branches"})
+        async with over_stdio(params, elicit=elicit) as client:
+            return await client.call_tool("bash", {"script": "tools github delete_branch branch=old",
+                                                   "description": "Clean up old branches"})
 
     result = run(body).structured_content
     assert asked and asked[0].startswith("[Clean up old branches] ")

@@ -19,11 +19,12 @@ import anyio
 import nbformat
 import pytest
 from jupyter_client import KernelManager
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+
+from toolkernel._mcp_sdk import StdioServerParameters
 
 from approval_helpers import policy_section
 from jupyter_server_helpers import NO_COLLABORATION, SERVER_TOKEN, server_api, start_server, stop_server
+from mcp_client import Client, over_stdio
 from test_serve import WAIT, answering, approve_cli, project, run, server_env
 
 POLICY = policy_section(allow=["notebook_run", "notebook_edit", "notebook_read", "Bash(echo *)"],
@@ -34,17 +35,15 @@ POLICY = policy_section(allow=["notebook_run", "notebook_edit", "notebook_read",
 async def serving(work: Path, *options: str, elicit=None):
     params = StdioServerParameters(command=sys.executable, args=["-m", "toolkernel", "serve", *options],
                                    env=server_env(), cwd=str(work))
-    async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write, elicitation_callback=elicit) as client:
-            await client.initialize()
-            yield client
+    async with over_stdio(params, elicit=elicit) as client:
+        yield client
 
 
 def new_notebook(path: Path) -> None:
     nbformat.write(nbformat.v4.new_notebook(), path)
 
 
-async def run_code(client: ClientSession, notebook: str, code: str):
+async def run_code(client: Client, notebook: str, code: str):
     return await client.call_tool("notebook_run", {"notebook_path": notebook, "code": code})
 
 
@@ -214,7 +213,7 @@ def test_notebook_options_without_a_notebook_or_a_kernel_are_one_line_errors(tmp
 
 
 
-async def read_edit_run(client: ClientSession, notebook: str) -> dict:
+async def read_edit_run(client: Client, notebook: str) -> dict:
     """The three notebook tools: list, read (an edit needs it first), insert a cell, run code, read back."""
     listed = [t.name for t in (await client.list_tools()).tools]
     first = await client.call_tool("notebook_read", {"notebook_path": notebook})

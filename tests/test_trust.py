@@ -430,8 +430,9 @@ def _cell_with_stdin(kernel: Kernel, code: str, answer: str) -> dict:
 @pytest.mark.slow
 def test_under_serve_the_error_says_what_serves_user_runs(tmp_path):
     import anyio
-    from mcp import ClientSession, StdioServerParameters
-    from mcp.client.stdio import stdio_client
+
+    from mcp_client import over_stdio
+    from toolkernel._mcp_sdk import StdioServerParameters
 
     work = write_project(tmp_path / "project", f'[mcp_servers.github]\ncommand = "{sys.executable}"\n'
                          'args = ["-m", "toolkernel.demo_server"]\n').parent
@@ -444,11 +445,9 @@ def test_under_serve_the_error_says_what_serves_user_runs(tmp_path):
             return await _first_text(params)
 
     async def _first_text(params) -> str:
-        async with stdio_client(params) as (read, write):
-            async with ClientSession(read, write) as client:
-                await client.initialize()
-                result = await client.call_tool("bash", {"script": "tools github list-pulls"})
-                return "".join(getattr(c, "text", "") for c in result.content)
+        async with over_stdio(params) as client:
+            result = await client.call_tool("bash", {"script": "tools github list-pulls"})
+            return "".join(c.text or "" for c in result.content)
 
     text = anyio.run(body)
     assert "no server or tool named 'github' (this folder's config is not trusted: toolkernel trust (serve reads" \
@@ -461,10 +460,10 @@ def test_serve_started_by_an_mcp_client_finds_trust_given_the_documented_env(tmp
     # Issue 48 item 7: the SDK's stdio client passes HOME, LOGNAME, PATH, SHELL, TERM and USER
     # only; a folder trusted where XDG_STATE_HOME is set was "not trusted" for serve.
     import anyio
-    from mcp import ClientSession, StdioServerParameters
-    from mcp.client.stdio import stdio_client
 
     import toolkernel
+    from mcp_client import Client
+    from toolkernel._mcp_sdk import ClientSession, StdioServerParameters, stdio_client, wire
 
     work = write_project(tmp_path / "project", f'[mcp_servers.github]\ncommand = "{sys.executable}"\n'
                          'args = ["-m", "toolkernel.demo_server"]\n').parent
@@ -479,11 +478,11 @@ def test_serve_started_by_an_mcp_client_finds_trust_given_the_documented_env(tmp
                                        cwd=str(work))
         with anyio.fail_after(180):
             async with stdio_client(params) as (read, write):
-                async with ClientSession(read, write) as client:
-                    hello = await client.initialize()
+                async with ClientSession(read, write) as session:
+                    hello = wire(await session.initialize())
                     script = "tools github list-pulls repo=acme/api >/dev/null && echo reached"
-                    result = await client.call_tool("bash", {"script": script})
-                    return hello.server_info.version, "".join(getattr(c, "text", "") for c in result.content)
+                    result = await Client(session).call_tool("bash", {"script": script})
+                    return hello["serverInfo"]["version"], "".join(c.text or "" for c in result.content)
 
     version, bare = anyio.run(call, {"PYTHONPATH": repo})
     assert version == toolkernel.__version__ != ""

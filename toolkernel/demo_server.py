@@ -18,9 +18,7 @@ import argparse
 import itertools
 from typing import Any, Literal
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from ._mcp_sdk import MCPServer, ToolError, run_server, types
 
 PULLS: dict[str, list[dict[str, Any]]] = {
     "acme/api": [
@@ -47,8 +45,8 @@ PULLS: dict[str, list[dict[str, Any]]] = {
 
 BRANCHES = {"main", "fix-x", "feature/search-limits", "wip-auth"}
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
-DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True)
+READ_ONLY = types.ToolAnnotations(readOnlyHint=True, destructiveHint=False, openWorldHint=False)
+DESTRUCTIVE = types.ToolAnnotations(readOnlyHint=False, destructiveHint=True)
 
 State = Literal["open", "closed", "all"]
 
@@ -110,11 +108,11 @@ def main(argv: list[str] | None = None, server: MCPServer | None = None) -> None
     args = parser.parse_args(argv)
     server = server or build_server()
     if args.http is not None:
-        server.run("streamable-http", host="127.0.0.1", port=args.http)
+        run_server(server, "streamable-http", port=args.http)
     elif args.sse is not None:
-        server.run("sse", host="127.0.0.1", port=args.sse)
+        run_server(server, "sse", port=args.sse)
     else:
-        server.run()
+        run_server(server)
 
 
 if __name__ == "__main__":

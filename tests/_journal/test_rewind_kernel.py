@@ -251,8 +251,9 @@ def test_an_agents_rewind_asks_as_a_write_and_its_listing_does_not(tmp_path, mon
 
 def test_a_serve_agents_rm_is_listed_as_serve_and_its_own_rewind_asks(tmp_path):
     import anyio
-    from mcp import ClientSession, StdioServerParameters, types
-    from mcp.client.stdio import stdio_client
+
+    from mcp_client import over_stdio
+    from toolkernel._mcp_sdk import StdioServerParameters, types
 
     work = tmp_path / "work"
     work.mkdir()
@@ -269,13 +270,11 @@ def test_a_serve_agents_rm_is_listed_as_serve_and_its_own_rewind_asks(tmp_path):
     async def body():
         params = StdioServerParameters(command=sys.executable, args=["-m", "toolkernel", "serve"], env=env,
                                        cwd=str(work))
-        async with stdio_client(params) as (read, write):
-            async with ClientSession(read, write, elicitation_callback=decline) as client:
-                await client.initialize()
-                removed = await client.call_tool("bash", {"script": "rm -rf build"})
-                listed = await client.call_tool("bash", {"script": "tools changes"})
-                refused = await client.call_tool("bash", {"script": "tools rewind --run last"})
-                return removed, listed, refused
+        async with over_stdio(params, elicit=decline) as client:
+            removed = await client.call_tool("bash", {"script": "rm -rf build"})
+            listed = await client.call_tool("bash", {"script": "tools changes"})
+            refused = await client.call_tool("bash", {"script": "tools rewind --run last"})
+            return removed, listed, refused
 
     async def bounded():
         with anyio.fail_after(180):

@@ -4,14 +4,14 @@ or `--sse PORT` (the older SSE transport)."""
 
 import sys
 
-from mcp.server.mcpserver import MCPServer
+from toolkernel._mcp_sdk import MCPServer, run_server
 
 
 def serve(server: MCPServer) -> None:
     if "--http" in sys.argv:
         port = int(sys.argv[sys.argv.index("--http") + 1])
-        server.run("streamable-http", host="127.0.0.1", port=port, json_response="--json" in sys.argv)
+        run_server(server, "streamable-http", port=port, json_response="--json" in sys.argv)
     elif "--sse" in sys.argv:
-        server.run("sse", host="127.0.0.1", port=int(sys.argv[sys.argv.index("--sse") + 1]))
+        run_server(server, "sse", port=int(sys.argv[sys.argv.index("--sse") + 1]))
     else:
-        server.run()
+        run_server(server)

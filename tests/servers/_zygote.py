@@ -123,11 +123,9 @@ def serve(ready_fd: int) -> None:
 def _preload() -> None:
     """What the fixture servers import, imported once (forks share it)."""
     import anyio  # noqa: F401
-    import mcp  # noqa: F401
-    import mcp.server.lowlevel  # noqa: F401
-    import mcp.server.mcpserver  # noqa: F401
     import mcp.server.stdio  # noqa: F401
-    import mcp_types  # noqa: F401
+
+    import toolkernel._mcp_sdk  # noqa: F401  (the SDK's client, servers and types, either major)
 
 
 _REQUEST_SECONDS = 2  # a stand-in sends its request as it connects

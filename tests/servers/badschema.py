@@ -9,8 +9,7 @@ if __name__ == "__main__":  # the suite's fork server runs it, when there is one
     del sys.path[0]
     _zygote.hand_over()
 
-import mcp_types as types
-from mcp.server import Server
+from toolkernel._mcp_sdk import make_server, types
 
 BAD_SCHEMAS = {
     "bad_type": {"type": "object", "properties": {"n": {"type": "integr"}}},
@@ -24,7 +23,7 @@ BAD_SCHEMAS = {
 
 async def list_tools(ctx, params) -> types.ListToolsResult:
     return types.ListToolsResult(tools=[
-        types.Tool(name=name, description=f"A tool whose schema is {name}.", input_schema=schema)
+        types.Tool(name=name, description=f"A tool whose schema is {name}.", inputSchema=schema)
         for name, schema in BAD_SCHEMAS.items()
     ])
 
@@ -34,11 +33,11 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
 
-server = Server("badschema", on_list_tools=list_tools, on_call_tool=call_tool)
+server = make_server("badschema", on_list_tools=list_tools, on_call_tool=call_tool)
 
 if __name__ == "__main__":
     import anyio
-    from mcp.server.stdio import stdio_server
+    from mcp.server.stdio import stdio_server  # the same in both majors
 
     async def main() -> None:
         async with stdio_server() as (read, write):

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import anyio
 
-from mcp.server.mcpserver import MCPServer
-from mcp_types import CallToolResult, ImageContent, TextContent
+from toolkernel._mcp_sdk import MCPServer
+from toolkernel._mcp_sdk import types
 
 server = MCPServer("big")
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -54,12 +54,12 @@ def listing(megabytes: float) -> list[dict[str, Any]]:
 
 
 @server.tool()
-def pictured_rows(megabytes: float) -> CallToolResult:
+def pictured_rows(megabytes: float) -> types.CallToolResult:
     """The rows of `rows` with a picture beside them (a one-pixel PNG)."""
     table = rows(megabytes)
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(table)),
-                                   ImageContent(type="image", data=PIXEL, mime_type="image/png")],
-                          structured_content=table)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(table)),
+                                         types.ImageContent(type="image", data=PIXEL, mimeType="image/png")],
+                                structuredContent=table)
 
 
 @server.tool()
@@ -69,9 +69,10 @@ def record(megabytes: float) -> dict[str, Any]:
 
 
 @server.tool()
-def fail_long(megabytes: float, echo: str = "") -> CallToolResult:
+def fail_long(megabytes: float, echo: str = "") -> types.CallToolResult:
     """Fails with a message of about `megabytes` MB that starts with `echo`."""
-    return CallToolResult(content=[TextContent(type="text", text=echo + blob_text(megabytes))], is_error=True)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=echo + blob_text(megabytes))],
+                                isError=True)
 
 
 @server.tool()

@@ -12,7 +12,7 @@ if __name__ == "__main__":  # the suite's fork server runs it, when there is one
 import os
 import sys
 
-from mcp.server.mcpserver import MCPServer
+from toolkernel._mcp_sdk import MCPServer
 
 server = MCPServer("crash")
 

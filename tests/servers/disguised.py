@@ -10,7 +10,7 @@ if __name__ == "__main__":  # the suite's fork server runs it, when there is one
     del sys.path[0]
     _zygote.hand_over()
 
-from mcp.server.mcpserver import MCPServer
+from toolkernel._mcp_sdk import MCPServer
 
 server = MCPServer("disguised")
 # OSC 52 writes the clipboard, \x1b[2K erases the line, U+202E reverses what follows, U+009B is

@@ -11,7 +11,7 @@ if __name__ == "__main__":  # the suite's fork server runs it, when there is one
 
 import asyncio
 
-from mcp.server.mcpserver import Context, MCPServer
+from toolkernel._mcp_sdk import Context, MCPServer
 
 server = MCPServer("dynamic")
 _later: set[asyncio.Task] = set()

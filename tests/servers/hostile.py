@@ -17,7 +17,7 @@ from pathlib import Path
 
 import anyio
 
-from mcp.server.mcpserver import Context, MCPServer
+from toolkernel._mcp_sdk import Context, MCPServer
 
 sys.path.insert(0, str(Path(__file__).parent))  # run as a program, with PYTHONSAFEPATH set
 from _wire import write_raw  # noqa: E402

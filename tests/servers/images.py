@@ -12,8 +12,8 @@ if __name__ == "__main__":  # the suite's fork server runs it, when there is one
 import struct
 import zlib
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.utilities.types import Image
+from toolkernel._mcp_sdk import MCPServer
+from toolkernel._mcp_sdk import Image
 
 server = MCPServer("images")
 
@@ -39,9 +39,9 @@ def red_square(size: int = 4) -> list:
 @server.tool(structured_output=False)
 def broken_image() -> list:
     """An image whose data is not base64 (cut short), then a good one and a caption."""
-    from mcp import types
+    from toolkernel._mcp_sdk import types
 
-    return [types.ImageContent(type="image", data="iVBORw0", mime_type="image/png"),
+    return [types.ImageContent(type="image", data="iVBORw0", mimeType="image/png"),
             Image(data=png(2, 2, (0, 0, 255)), format="png"), "a blue square, after a broken image"]
 
 

@@ -13,8 +13,7 @@ if __name__ == "__main__":  # the suite's fork server runs it, when there is one
 import sys
 from pathlib import Path
 
-import mcp_types as types
-from mcp.server import Server
+from toolkernel._mcp_sdk import make_server, types
 
 sys.path.insert(0, str(Path(__file__).parent))  # run as a program, with PYTHONSAFEPATH set
 from _wire import write_raw  # noqa: E402
@@ -25,8 +24,8 @@ INPUT = {"type": "object", "properties": {}}
 
 async def list_tools(ctx, params) -> types.ListToolsResult:
     return types.ListToolsResult(tools=[
-        types.Tool(name=name, description=f"{name}: a result against its output schema.", input_schema=INPUT,
-                   output_schema=OUTPUT)
+        types.Tool(name=name, description=f"{name}: a result against its output schema.", inputSchema=INPUT,
+                   outputSchema=OUTPUT)
         for name in ("wrong_type", "no_structure", "honest", "noisy")
     ])
 
@@ -34,19 +33,19 @@ async def list_tools(ctx, params) -> types.ListToolsResult:
 async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
     text = [types.TextContent(type="text", text=params.name)]
     if params.name == "wrong_type":
-        return types.CallToolResult(content=text, structured_content={"n": "seven"})
+        return types.CallToolResult(content=text, structuredContent={"n": "seven"})
     if params.name == "no_structure":
         return types.CallToolResult(content=text)
     if params.name == "noisy":
         write_raw("<html>not json</html>\n")
-    return types.CallToolResult(content=text, structured_content={"n": 7})
+    return types.CallToolResult(content=text, structuredContent={"n": 7})
 
 
-server = Server("liar", on_list_tools=list_tools, on_call_tool=call_tool)
+server = make_server("liar", on_list_tools=list_tools, on_call_tool=call_tool)
 
 if __name__ == "__main__":
     import anyio
-    from mcp.server.stdio import stdio_server
+    from mcp.server.stdio import stdio_server  # the same in both majors
 
     async def main() -> None:
         async with stdio_server() as (read, write):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import anyio
 
-from mcp.server.mcpserver import MCPServer
+from toolkernel._mcp_sdk import MCPServer
 
 server = MCPServer("meeting")
 ticks: list[int] = []

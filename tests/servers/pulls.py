@@ -14,7 +14,7 @@ if __name__ == "__main__":  # the suite's fork server runs it, when there is one
     del sys.path[0]
     _zygote.hand_over()
 
-from mcp.server.mcpserver import Context
+from toolkernel._mcp_sdk import Context
 
 from toolkernel.demo_server import READ_ONLY, build_server, main
 

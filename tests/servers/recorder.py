@@ -19,11 +19,11 @@ if __name__ == "__main__":  # the suite's fork server runs it, when there is one
 import json
 import os
 
-from mcp.server.mcpserver import MCPServer
-from mcp_types import ToolAnnotations
+from toolkernel._mcp_sdk import MCPServer
+from toolkernel._mcp_sdk import types
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
-DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True)
+READ_ONLY = types.ToolAnnotations(readOnlyHint=True, destructiveHint=False, openWorldHint=False)
+DESTRUCTIVE = types.ToolAnnotations(readOnlyHint=False, destructiveHint=True)
 
 server = MCPServer("github")
 

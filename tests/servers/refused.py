@@ -11,8 +11,8 @@ if __name__ == "__main__":  # the suite's fork server runs it, when there is one
 
 import os
 
-import mcp_types as types
-from mcp.server.mcpserver import MCPServer
+from toolkernel._mcp_sdk import types
+from toolkernel._mcp_sdk import MCPServer
 
 server = MCPServer("refused")
 
@@ -24,14 +24,14 @@ def _refused() -> str:
 @server.tool()
 def login() -> types.CallToolResult:
     """An error result naming the token."""
-    return types.CallToolResult(content=[types.TextContent(type="text", text=_refused())], is_error=True)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=_refused())], isError=True)
 
 
 @server.tool()
 def login_structured() -> types.CallToolResult:
     """The same refusal, as an error result whose structured content says it."""
     return types.CallToolResult(content=[types.TextContent(type="text", text=_refused())],
-                                structured_content={"error": _refused()}, is_error=True)
+                                structuredContent={"error": _refused()}, isError=True)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import anyio
 
-from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.message import ServerMessageMetadata
-from mcp_types import EmptyResult, PingRequest
+
+from toolkernel._mcp_sdk import Context, MCPServer, server_request, types
 
 server = MCPServer("slow")
 # What happened to each `wait` call, so a test can see a cancellation arrive here.
@@ -61,8 +61,8 @@ async def chatty(ctx: Context) -> str:
 @server.tool()
 async def asks(ctx: Context) -> str:
     """Ping the client on the call's own stream (a request it must answer) before answering."""
-    await ctx.session.send_request(PingRequest(), EmptyResult, metadata=ServerMessageMetadata(
-        related_request_id=ctx.request_id))
+    await ctx.session.send_request(server_request(types.PingRequest()), types.EmptyResult,
+                                   metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
     return "answered on the call's stream"
 
 

@@ -11,9 +11,9 @@ if __name__ == "__main__":  # the suite's fork server runs it, when there is one
 
 from pydantic import BaseModel
 
-import mcp_types as types
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from toolkernel._mcp_sdk import types
+from toolkernel._mcp_sdk import MCPServer
+from toolkernel._mcp_sdk import ToolError
 
 server = MCPServer("structured")
 
@@ -49,7 +49,7 @@ def listing(path: str) -> types.CallToolResult:
     """A directory listing as server-filesystem sends it: text, and the same text as {"content": ...}."""
     text = f"[FILE] {path}/a.txt\n[DIR] {path}/sub"
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                structured_content={"content": text})
+                                structuredContent={"content": text})
 
 
 @server.tool()
@@ -58,7 +58,7 @@ def read_text_file(lines: int) -> types.CallToolResult:
     same text as {"content": ...}."""
     text = "\n".join(f"line {n} of the file" for n in range(1, lines + 1))
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                structured_content={"content": text})
+                                structuredContent={"content": text})
 
 
 @server.tool(structured_output=False)
@@ -67,7 +67,7 @@ def resources() -> list:
     return [
         types.EmbeddedResource(
             type="resource",
-            resource=types.TextResourceContents(uri="memo://notes/1", mime_type="text/plain", text="first note"),
+            resource=types.TextResourceContents(uri="memo://notes/1", mimeType="text/plain", text="first note"),
         ),
         types.ResourceLink(type="resource_link", uri="memo://notes/2", name="second note"),
     ]

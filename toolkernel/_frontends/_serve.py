@@ -37,8 +37,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import anyio
-import mcp_types as types
-from mcp.server.lowlevel import Server
 
 from .. import _loop
 from .._approval._approver import (Answer, ApprovalRequest, Approver, ElicitApprover, FirstAnswer, PendingApprover,
@@ -58,6 +56,7 @@ from .._config._tools_in_shell import ToolsInShell
 from .._config._trust import store_path
 from .._errors import CallError, ConfigError, UnknownCommand, printable, printable_json
 from .._longtext import whole
+from .._mcp_sdk import Server, make_server, streamable_http_app, types, validated, wire
 from .._names import fold
 from .._approval._policy import CallInfo, deny_rule_covers, rule_matches
 from .._providers._notebook._pairing import STATE_KEY as PAIRINGS_KEY
@@ -236,9 +235,9 @@ class ToolServer:
         # is told to the client as `notifications/message` (seed 002). The SDK warns on each use
         # that the capability is deprecated from protocol 2026-07-28 on; the older ones have it.
         warnings.filterwarnings("ignore", message="The logging capability is deprecated")
-        return Server("toolkernel", version=__version__, instructions=_INSTRUCTIONS,
-                      on_list_tools=self._on_list_tools, on_call_tool=self._on_call_tool,
-                      on_set_logging_level=_set_logging_level)
+        return make_server("toolkernel", version=__version__, instructions=_INSTRUCTIONS,
+                           on_list_tools=self._on_list_tools, on_call_tool=self._on_call_tool,
+                           on_set_logging_level=_set_logging_level)
 
     # -- listing -------------------------------------------------------------
 
@@ -259,7 +258,7 @@ class ToolServer:
         if not settings.enabled:
             return [listed(t, _mcp_tool(t)) for t in tools]
         # No outputSchema: the structured content comes anyway, and the schema would only cost bytes.
-        bash = types.Tool(name="bash", description=BASH_DESCRIPTION, input_schema=BASH_INPUT)
+        bash = types.Tool(name="bash", description=BASH_DESCRIPTION, inputSchema=BASH_INPUT)
         return ([bash, *BACKGROUND_TOOLS]
                 + [_terse_tool(t) if t.name in TERSE and not t.server else listed(t, _mcp_tool(t)) for t in tools])
 
@@ -314,7 +313,7 @@ class ToolServer:
                 await send_progress(send, newest, count)
 
         async def cancelled(result: types.CallToolResult) -> None:  # said to a client still there
-            body = result.structured_content or {}
+            body = wire(result).get("structuredContent") or {}
             await ctx.session.send_log_message("notice", {"event": "cancelled", **body}, logger="toolkernel.bash")
 
         runs = self.client(key)[1]
@@ -347,7 +346,7 @@ class ToolServer:
             body["waiting"] = waiting
         content: list[Any] = [types.TextContent(type="text", text=_bash_text(body))]
         content += [_image(self.workdir / p) for p in result.images]
-        return types.CallToolResult(content=content, structured_content=body, is_error=result.exit_code != 0)
+        return types.CallToolResult(content=content, structuredContent=body, isError=result.exit_code != 0)
 
     # -- background runs (seed 002: run_in_background, BashOutput, KillShell) ---------------
 
@@ -388,7 +387,7 @@ class ToolServer:
             body["description"] = bash.description
         text = (f"started {background.id} in the background; read its output with bash_output"
                 f" bash_id={background.id}, end it with kill_shell shell_id={background.id}")
-        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=body)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structuredContent=body)
 
     def background_tool(self, key: str, name: str, arguments: Mapping[str, Any]) -> types.CallToolResult:
         """`bash_output` and `kill_shell`."""
@@ -404,7 +403,7 @@ class ToolServer:
             body = dict(_background_state(background))
             text = (f"{background.id} was killed; what it printed stays readable with bash_output" if killed
                     else f"{background.id} had ended already ({background.status})")
-            return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=body)
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structuredContent=body)
         pattern = arguments.get("filter")
         try:
             regex = re.compile(pattern) if isinstance(pattern, str) and pattern else None
@@ -415,7 +414,7 @@ class ToolServer:
         if waiting := [w for w in _waiting(self.client(key)[0]) if w["id"] in asking]:
             body["waiting"] = waiting
         return types.CallToolResult(content=[types.TextContent(type="text", text=_output_text(body))],
-                                    structured_content=body)
+                                    structuredContent=body)
 
     def call_direct(self, key: str, name: str, arguments: dict[str, Any], approver: Approver,
                     call: _DirectCall | None = None) -> types.CallToolResult:
@@ -431,7 +430,7 @@ class ToolServer:
                 waiting = "".join(f"\n{_answer_with(w, again='make the call again')}"
                                   for w in _waiting(session) if w["id"] == asked or w["id"] not in before)
                 return types.CallToolResult(content=[types.TextContent(type="text", text=exc.json_line() + waiting)],
-                                            is_error=True)
+                                            isError=True)
             except ConfigError as exc:
                 return _error("config_error", str(exc))
 
@@ -743,16 +742,16 @@ def _mcp_tool(tool: Tool) -> types.Tool:
     direct call returns the result as `tools` renders it, not the server's structured
     content, and a client rejects a result that lacks what a declared outputSchema promises."""
     name = tool.qualified_name if tool.server else tool.name
-    annotations = types.ToolAnnotations.model_validate(tool.annotations) if tool.annotations else None
+    annotations = validated(types.ToolAnnotations, tool.annotations) if tool.annotations else None
     return types.Tool(name=name, title=tool.title, description=tool.description or "",
-                      input_schema=dict(tool.input_schema), annotations=annotations)
+                      inputSchema=dict(tool.input_schema), annotations=annotations)
 
 
 def _terse_tool(tool: Tool) -> types.Tool:
     description, properties, required = TERSE[tool.name]
     schema = {"type": "object", "required": required,
               "properties": {k: {"type": t} if isinstance(t, str) else t for k, t in properties.items()}}
-    return types.Tool(name=tool.name, description=description, input_schema=schema)
+    return types.Tool(name=tool.name, description=description, inputSchema=schema)
 
 
 def _close_client(session: Session) -> None:
@@ -845,16 +844,16 @@ def _bash_text(body: Mapping[str, Any]) -> str:
 def _image(path: Path) -> types.ImageContent:
     mime = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
             ".webp": "image/webp", ".svg": "image/svg+xml"}.get(path.suffix.lower(), "application/octet-stream")
-    return types.ImageContent(type="image", data=base64.b64encode(path.read_bytes()).decode(), mime_type=mime)
+    return types.ImageContent(type="image", data=base64.b64encode(path.read_bytes()).decode(), mimeType=mime)
 
 
 def _error(code: str, message: str) -> types.CallToolResult:
     line = json.dumps({"error": {"code": code, "message": message}})
-    return types.CallToolResult(content=[types.TextContent(type="text", text=line)], is_error=True)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=line)], isError=True)
 
 
 async def serve_stdio(tool_server: ToolServer) -> None:
-    from mcp.server.stdio import stdio_server
+    from mcp.server.stdio import stdio_server  # the same in both majors
 
     server = tool_server.server()
     async with stdio_server() as (read, write):
@@ -944,8 +943,7 @@ SESSION_IDLE_SECONDS = 30 * 60
 def http_app(tool_server: ToolServer, host: str, token: str | None) -> Any:
     """The ASGI app: the SDK's streamable HTTP at /mcp, behind the token check; a session's
     end (a DELETE, or the SDK's idle timeout) closes its Session, MCP servers and all."""
-    app = tool_server.server().streamable_http_app(streamable_http_path="/mcp", host=host,
-                                                   session_idle_timeout=SESSION_IDLE_SECONDS)
+    app = streamable_http_app(tool_server.server(), path="/mcp", host=host, session_idle_timeout=SESSION_IDLE_SECONDS)
     tool_server.forget_after = SESSION_IDLE_SECONDS + 60
     app = _CallsGone(_SessionEnds(app, tool_server), tool_server)
     return app if token is None else _TokenCheck(app, token)

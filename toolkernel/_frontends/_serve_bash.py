@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
 import anyio
-import mcp_types as types
 
 from .._errors import InvalidInput, printable
+from .._mcp_sdk import types
 from .._runners._shell import RunControl
 
 DEFAULT_TIMEOUT_MS = 120_000
@@ -48,13 +48,13 @@ BASH_OUTPUT = types.Tool(
     name="bash_output",
     description=("A background bash run's output since the last read, status and exit code; with filter (a regex)"
                  " only matching lines, the rest consumed."),
-    input_schema={"type": "object", "properties": {"bash_id": {"type": "string"}, "filter": {"type": "string"}},
+    inputSchema={"type": "object", "properties": {"bash_id": {"type": "string"}, "filter": {"type": "string"}},
                   "required": ["bash_id"]},
 )
 KILL_SHELL = types.Tool(
     name="kill_shell",
     description="End a background bash run; its output stays readable.",
-    input_schema={"type": "object", "properties": {"shell_id": {"type": "string"}}, "required": ["shell_id"]},
+    inputSchema={"type": "object", "properties": {"shell_id": {"type": "string"}}, "required": ["shell_id"]},
 )
 BACKGROUND_TOOLS = (BASH_OUTPUT, KILL_SHELL)
 

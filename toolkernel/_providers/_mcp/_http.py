@@ -29,11 +29,7 @@ import secrets
 from typing import Any, AsyncIterator
 from urllib.parse import urljoin, urlsplit
 
-import httpx2
-import mcp_types as types
-from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from ..._mcp_sdk import MODERN_PROTOCOL_VERSIONS, UNCAPPED, MCPError, error_from, httpx, mcp_error, message_from, types
 
 from ._lane import (ID_PREFIX, ProgressFn, cancelled_message, closed, line_of, report_progress, request_message,
                     send_soon)
@@ -48,7 +44,7 @@ SESSION_CAP = 32 << 20
 _FIELD_CAP = 1024  # bytes kept of an SSE field's name, and of an event's type
 _REDIRECTS = 3  # same-origin 307/308 redirects followed, as the SDK follows them
 # No read timeout of the client's: the call's own clock (`timeout`, restarted by progress) governs.
-_CALL_TIMEOUT = httpx2.Timeout(30.0, read=None)
+_CALL_TIMEOUT = httpx.Timeout(30.0, read=None)
 _EOL = re.compile(rb"[\r\n]")
 
 class HttpLane:
@@ -56,21 +52,21 @@ class HttpLane:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._client: httpx2.AsyncClient | None = None
+        self._client: httpx.AsyncClient | None = None
         self._to_session: Any = None  # a send stream into the session's read side
         self._headers: dict[str, str] = {}
         self._ids = itertools.count(1)
         self._nonce = secrets.token_hex(8)  # in a LongLine's markers: no server can send one
         self._notices: set[asyncio.Task[None]] = set()
 
-    async def watch(self, request: httpx2.Request) -> None:
+    async def watch(self, request: httpx.Request) -> None:
         """A request hook of the session's client: the session's id and protocol version, as sent."""
         for name in (_SESSION, _VERSION):
             value = request.headers.get(name)
             if value is not None:
                 self._headers[name] = value
 
-    def open(self, client: httpx2.AsyncClient, to_session: Any) -> None:
+    def open(self, client: httpx.AsyncClient, to_session: Any) -> None:
         self._client, self._to_session = client, to_session
 
     def close(self) -> None:
@@ -82,7 +78,7 @@ class HttpLane:
 
     async def request(self, method: str, params: dict[str, Any], on_progress: ProgressFn) -> dict[str, Any]:
         """Send a request and await its result. Raises MCPError: the server's error, a reply that
-        is not one, or CONNECTION_CLOSED; httpx2.TransportError when the connection fails.
+        is not one, or CONNECTION_CLOSED; httpx.TransportError when the connection fails.
         Cancelled (a timeout, an interrupt), it tells the server with `notifications/cancelled`."""
         request_id = f"{ID_PREFIX}{next(self._ids)}"
         body = line_of(request_message(request_id, method, params))
@@ -106,23 +102,23 @@ class HttpLane:
         url = self.url
         for _ in range(_REDIRECTS + 1):
             async with self._client.stream("POST", url, content=body, headers=self._request_headers(),
-                                           timeout=_CALL_TIMEOUT) as response:
+                                           timeout=_CALL_TIMEOUT, extensions=UNCAPPED) as response:
                 if response.status_code not in (307, 308):
                     return await self._reply(response, request_id, on_progress)
                 url = _same_origin(url, response.headers.get("location", ""))
-        raise MCPError(code=types.INVALID_REQUEST, message=f"the server redirected the call more than {_REDIRECTS} times")
+        raise mcp_error(types.INVALID_REQUEST, f"the server redirected the call more than {_REDIRECTS} times")
 
     def _request_headers(self) -> dict[str, str]:
         return {"accept": "application/json, text/event-stream", "content-type": "application/json", **self._headers}
 
-    async def _reply(self, response: httpx2.Response, request_id: str, on_progress: ProgressFn) -> dict[str, Any]:
+    async def _reply(self, response: httpx.Response, request_id: str, on_progress: ProgressFn) -> dict[str, Any]:
         status, kind = response.status_code, response.headers.get("content-type", "").lower()
         if status == 404 and _SESSION in self._headers:
             raise closed("the server no longer knows the session (HTTP 404)")
         if status >= 400:
             raise await _http_error(response, kind)
         if status == 202:
-            raise MCPError(code=types.INVALID_REQUEST, message="the server answered the call with 202 Accepted")
+            raise mcp_error(types.INVALID_REQUEST, "the server answered the call with 202 Accepted")
         if kind.startswith("application/json"):
             data = _Data(self._nonce)
             async for chunk in response.aiter_bytes():
@@ -130,9 +126,9 @@ class HttpLane:
             return result_of(message_of(data))
         if kind.startswith("text/event-stream"):
             return await self._events(response, request_id, on_progress)
-        raise MCPError(code=types.INVALID_REQUEST, message=f"the server answered with content of type {kind!r}")
+        raise mcp_error(types.INVALID_REQUEST, f"the server answered with content of type {kind!r}")
 
-    async def _events(self, response: httpx2.Response, request_id: str, on_progress: ProgressFn) -> dict[str, Any]:
+    async def _events(self, response: httpx.Response, request_id: str, on_progress: ProgressFn) -> dict[str, Any]:
         async for kind, data in Events(self._nonce).stream(response):
             if kind != "message" or not data.size:
                 continue  # a priming event (an id alone), or one that is not a message
@@ -153,9 +149,9 @@ class HttpLane:
                 and params.get("progressToken") == request_id):
             return report_progress(params, on_progress)
         with contextlib.suppress(ValueError):  # not JSON-RPC: the session would have dropped it too
-            parsed = types.jsonrpc_message_adapter.validate_python(message, by_name=False)
+            parsed = message_from(message)
             with contextlib.suppress(Exception):  # the session is gone
-                await self._to_session.send(SessionMessage(parsed))
+                await self._to_session.send(parsed)
 
 
 
@@ -197,14 +193,14 @@ def message_of(data: _Data) -> Any:
         if line is None:
             return json.loads(data.joined())
         if line.failed is not None:
-            raise MCPError(code=types.INTERNAL_ERROR, message=not_taken(line))
+            raise mcp_error(types.INTERNAL_ERROR, not_taken(line))
         texts = line.finish()
         message = long_reply(line.skeleton, line.marker)
         give_back_heap()
     except RecursionError:
-        raise MCPError(code=types.INTERNAL_ERROR, message="the server's reply is nested too deep to read") from None
+        raise mcp_error(types.INTERNAL_ERROR, "the server's reply is nested too deep to read") from None
     except ValueError as exc:
-        raise MCPError(code=types.PARSE_ERROR, message=f"the server sent a message that is not JSON: {exc}") from None
+        raise mcp_error(types.PARSE_ERROR, f"the server sent a message that is not JSON: {exc}") from None
     if texts and type(message) is dict and type(message.get("result")) is dict:
         message["result"] = placed(message["result"], texts, line.markers())
     elif texts:
@@ -218,14 +214,14 @@ def result_of(message: Any) -> dict[str, Any]:
         try:
             error = types.ErrorData.model_validate(message["error"])
         except ValueError:
-            raise MCPError(code=types.PARSE_ERROR, message="the server sent an error that is not JSON-RPC's") from None
-        raise MCPError.from_error_data(error)
+            raise mcp_error(types.PARSE_ERROR, "the server sent an error that is not JSON-RPC's") from None
+        raise error_from(error)
     if type(message) is not dict or message.get("jsonrpc") != "2.0" or not isinstance(message.get("result"), dict):
-        raise MCPError(code=types.PARSE_ERROR, message="the server's answer to the call is not a JSON-RPC result")
+        raise mcp_error(types.PARSE_ERROR, "the server's answer to the call is not a JSON-RPC result")
     return message["result"]
 
 
-async def _http_error(response: httpx2.Response, kind: str) -> MCPError:
+async def _http_error(response: httpx.Response, kind: str) -> MCPError:
     """A status of 400 or more: the JSON-RPC error in its body if there is one (a spec-correct
     server may send one, as the SDK reads it), else the status."""
     if kind.startswith("application/json"):
@@ -235,16 +231,16 @@ async def _http_error(response: httpx2.Response, kind: str) -> MCPError:
             if len(body) > _SPOOL_AT:
                 break
         with contextlib.suppress(ValueError, AttributeError):
-            return MCPError.from_error_data(types.ErrorData.model_validate(json.loads(body).get("error")))
-    return MCPError(code=types.INTERNAL_ERROR, message=f"the server answered HTTP {response.status_code}")
+            return error_from(types.ErrorData.model_validate(json.loads(body).get("error")))
+    return mcp_error(types.INTERNAL_ERROR, f"the server answered HTTP {response.status_code}")
 
 
 def _same_origin(url: str, location: str) -> str:
     target = urljoin(url, location)
     here, there = urlsplit(url), urlsplit(target)
     if (here.scheme, here.netloc) != (there.scheme, there.netloc):
-        raise MCPError(code=types.INVALID_REQUEST, message="the server redirected the call to another origin;"
-                                                           " not followed (set `url` to where it should go)")
+        raise mcp_error(types.INVALID_REQUEST, "the server redirected the call to another origin;"
+                                               " not followed (set `url` to where it should go)")
     return target
 
 
@@ -261,7 +257,7 @@ class Events:
         self._type = b""
         self._data: _Data | None = None
 
-    async def stream(self, response: httpx2.Response) -> AsyncIterator[tuple[str, _Data]]:
+    async def stream(self, response: httpx.Response) -> AsyncIterator[tuple[str, _Data]]:
         """The events of `response`'s body, as they arrive."""
         async for chunk in response.aiter_bytes():
             for event in self.feed(chunk):

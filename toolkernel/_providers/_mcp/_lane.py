@@ -23,8 +23,7 @@ import contextlib
 import json
 from typing import Any, Callable, Mapping, Protocol
 
-import mcp_types as types
-from mcp.shared.exceptions import MCPError
+from ..._mcp_sdk import MCPError, mcp_error, types
 
 ID_PREFIX = "toolkernel-"  # of a lane's request ids
 ProgressFn = Callable[[float, "float | None", "str | None"], None]
@@ -70,7 +69,7 @@ def line_of(message: Mapping[str, Any]) -> bytes:
 
 
 def closed(why: str = "Connection closed") -> MCPError:
-    return MCPError(code=types.CONNECTION_CLOSED, message=why)
+    return mcp_error(types.CONNECTION_CLOSED, why)
 
 
 def send_soon(notices: set[asyncio.Task[Any]], sending: Any) -> None:

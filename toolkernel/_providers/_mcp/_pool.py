@@ -58,11 +58,9 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Mappin
 from urllib.parse import urlsplit
 
 import anyio
-import httpx2
-import mcp_types as types
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
+
+from ..._mcp_sdk import (ClientSession, MCPError, event_capped_client, httpx, notification, streamable_http_client,
+                         types, validated, wire)
 
 from ... import _tool
 from ... import _loop
@@ -202,18 +200,20 @@ class ServerPool:
             lock = self._locks[name] = asyncio.Lock()
         return lock
 
-    def _build_tool(self, cfg: ServerConfig, listed: types.Tool) -> Tool:
+    def _build_tool(self, cfg: ServerConfig, listed: Mapping[str, Any]) -> Tool:
+        """A tool from its entry of the server's list (its wire JSON, `_mcp_sdk.wire`)."""
         annotations = _annotations_of(listed)
-        call = _ToolCall(self, cfg, listed.name, _is_wrapped_schema(listed.output_schema), listed.output_schema)
+        output_schema = listed.get("outputSchema")
+        call = _ToolCall(self, cfg, listed["name"], _is_wrapped_schema(output_schema), output_schema)
         return Tool(
-            name=listed.name,
-            description=listed.description or "",
-            input_schema=listed.input_schema,
+            name=listed["name"],
+            description=listed.get("description") or "",
+            input_schema=listed["inputSchema"],
             call=call,
             kind=_kind_of(annotations, cfg.trust_annotations),
             provider=ProviderRef("mcp", cfg.name, loop_bound=True),
             annotations=annotations,
-            title=listed.title,
+            title=listed.get("title"),
         )
 
 
@@ -275,17 +275,17 @@ class _ToolCall:
                 progress = _Progress(ctx, clock, timeout)
                 if lane is None:
                     called = await session.call_tool(self.name, arguments, progress_callback=progress)
-                    return convert_result(called, self.wrapped)
+                    return convert_result(wire(called), self.wrapped)
                 return await self._call_past_session(lane, arguments, progress)
         except TimeoutError:
             if clock.expired():  # the server was told the call is cancelled (by the SDK, or the lane)
                 raise conn.timed_out(self.name, timeout) from None
             raise
         except MCPError as exc:
-            if exc.code == types.CONNECTION_CLOSED:
-                raise conn.lost(f"while running {self.name}", exc.message) from exc
-            return ToolResult.error(exc.message)  # the server refused the request
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, httpx2.HTTPError) as exc:
+            if exc.error.code == types.CONNECTION_CLOSED:
+                raise conn.lost(f"while running {self.name}", exc.error.message) from exc
+            return ToolResult.error(exc.error.message)  # the server refused the request
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, httpx.HTTPError) as exc:
             raise conn.lost(f"while running {self.name}") from exc  # (an HTTP body that does not decode too)
         except RuntimeError as exc:  # the SDK found the output does not match the tool's outputSchema
             return ToolResult.error(str(exc))
@@ -298,9 +298,14 @@ class _ToolCall:
         texts = _plain_texts(raw)
         if texts is None:  # any other shape: the SDK's model checks it, as the session would
             plain = raw if type(raw) is dict else _whole_values(dict(raw))
-            result = types.CallToolResult.model_validate(plain, by_name=False)
-            if not result.is_error and self.output_schema is not None:
-                self._check_output(result.structured_content, "structured_content" in result.model_fields_set)
+            structured = plain.get("structuredContent")
+            if type(structured) is LongJSON:  # an object, checked by the schema below: {} stands in for it
+                plain = {**plain, "structuredContent": {}}
+            result = wire(validated(types.CallToolResult, plain))
+            if "structuredContent" in plain:
+                result["structuredContent"] = structured
+            if not result.get("isError") and self.output_schema is not None:
+                self._check_output(result.get("structuredContent"), "structuredContent" in result)
             return convert_result(result, self.wrapped)
         is_error, structured = raw.get("isError", False), raw.get("structuredContent")
         checked = None
@@ -384,7 +389,7 @@ class _Connection:
     """One server's transport and session, held open by one task."""
 
     cfg: ServerConfig
-    build_tool: Callable[[ServerConfig, types.Tool], Tool]
+    build_tool: Callable[[ServerConfig, Mapping[str, Any]], Tool]
     session: ClientSession | None = None
     tools: list[Tool] = field(default_factory=list)
     broken: str | None = None  # why this connection can no longer be used
@@ -401,7 +406,7 @@ class _Connection:
 
     @classmethod
     async def open(
-        cls, cfg: ServerConfig, timeout: float, build_tool: Callable[[ServerConfig, types.Tool], Tool]
+        cls, cfg: ServerConfig, timeout: float, build_tool: Callable[[ServerConfig, Mapping[str, Any]], Tool]
     ) -> _Connection:
         if cfg.missing_vars:
             raise ConnectionRequired(_missing_vars_message(cfg), retryable=False)
@@ -454,9 +459,9 @@ class _Connection:
         try:
             self.tools = await self._list(self.session)
         except MCPError as exc:
-            if exc.code == types.CONNECTION_CLOSED:
+            if exc.error.code == types.CONNECTION_CLOSED:
                 raise self.lost("while listing its tools") from exc
-            raise self._unavailable(f"failed to list its tools: {exc.message}") from exc
+            raise self._unavailable(f"failed to list its tools: {exc.error.message}") from exc
 
     def _transport(self) -> contextlib.AbstractAsyncContextManager[Any]:
         cfg = self.cfg
@@ -484,7 +489,7 @@ class _Connection:
             self.broken = "the server closed the connection"
 
     async def _on_message(self, message: Any) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
+        if isinstance(notification(message), types.ToolListChangedNotification):
             self.stale = True
             return
         # Transport faults arrive here as exception items: for stdio, a line on
@@ -533,7 +538,7 @@ class _Connection:
         if isinstance(leaf, PermissionError) and self.cfg.transport == "stdio":
             return self._unavailable(f"could not start: permission denied running {self.cfg.command}",
                                      retryable=False)
-        if (isinstance(leaf, MCPError) and leaf.code == types.CONNECTION_CLOSED) or isinstance(leaf, ConnectionError):
+        if (isinstance(leaf, MCPError) and leaf.error.code == types.CONNECTION_CLOSED) or isinstance(leaf, ConnectionError):
             if isinstance(self.lane, StdioLane) and self.lane.stray is not None:
                 # Read before the end, but the session hands it on in a task of its own, which the
                 # end may beat: a program that prints a line and exits is named for its line.
@@ -543,9 +548,9 @@ class _Connection:
         if self.cfg.transport == "sse" and isinstance(leaf, RuntimeError) and "task_status.started" in str(leaf):
             # The SDK's own words name its task group, not what the server did.
             return self._unavailable("closed its event stream before it named its endpoint")
-        if isinstance(leaf, httpx2.HTTPStatusError):
+        if isinstance(leaf, httpx.HTTPStatusError):
             return self._unavailable(f"answered HTTP {leaf.response.status_code} while starting")
-        if isinstance(leaf, httpx2.TransportError):
+        if isinstance(leaf, httpx.TransportError):
             return self._unavailable(f"could not be reached: {type(leaf).__name__}")
         return self._unavailable(f"failed while starting: {type(leaf).__name__}: {leaf}")
 
@@ -582,11 +587,10 @@ async def _http_transport(cfg: ServerConfig, lane: HttpLane) -> AsyncIterator[An
     """The SDK's streamable-HTTP transport, on a client that sends the config's headers, with
     `lane` open on it. The session reads the transport's messages, and those `lane` hands it."""
     # Same timeouts as the SDK's own default client (30 s, 300 s for a held stream).
-    timeout = httpx2.Timeout(30.0, read=300.0)
-    async with httpx2.AsyncClient(headers=dict(cfg.headers), timeout=timeout,
-                                  event_hooks={"request": [lane.watch]}) as client:
-        async with streamable_http_client(cfg.url or "", http_client=client,
-                                          max_sse_event_size=HTTP_EVENT_CAP) as (read, write):
+    timeout = httpx.Timeout(30.0, read=300.0)
+    async with event_capped_client(HTTP_EVENT_CAP, headers=dict(cfg.headers), timeout=timeout,
+                                   event_hooks={"request": [lane.watch]}) as client:
+        async with streamable_http_client(cfg.url or "", client, HTTP_EVENT_CAP) as (read, write):
             to_session, merged = anyio.create_memory_object_stream[Any](0)
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(_pass_on, read, to_session)
@@ -648,20 +652,21 @@ class _WatchedStream:
         return await self._inner.__aexit__(*exc_info)
 
 
-async def _list_all_tools(session: ClientSession) -> list[types.Tool]:
-    listed: list[types.Tool] = []
+async def _list_all_tools(session: ClientSession) -> list[dict[str, Any]]:
+    """Every page of the server's tool list, each tool as its wire JSON."""
+    listed: list[dict[str, Any]] = []
     cursor: str | None = None
     while True:
         params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-        page = await session.list_tools(params=params)
-        listed.extend(page.tools)
-        cursor = page.next_cursor
+        page = wire(await session.list_tools(params=params))
+        listed.extend(page["tools"])
+        cursor = page.get("nextCursor")
         if not cursor:
             return listed
 
 
-def convert_result(result: types.CallToolResult, wrapped: bool = False) -> ToolResult:
-    """An MCP tool result as a `ToolResult`.
+def convert_result(result: Mapping[str, Any], wrapped: bool = False) -> ToolResult:
+    """An MCP tool result (its wire JSON, as the SDK's model checked it) as a `ToolResult`.
 
     Servers often send a text result twice: as text and as structured content
     that only wraps it (`{"result": text}`, `{"content": text}`); that wrapper is
@@ -671,9 +676,9 @@ def convert_result(result: types.CallToolResult, wrapped: bool = False) -> ToolR
     """
     texts: list[str] = []
     images: list[Image] = []
-    for block in result.content:
+    for block in result["content"]:
         _add_block(block, texts, images)
-    return _converted(texts, images, result.structured_content, result.is_error, wrapped)
+    return _converted(texts, images, result.get("structuredContent"), result.get("isError", False), wrapped)
 
 
 def _converted(texts: list[str], images: list[Image], structured: Any, is_error: bool, wrapped: bool) -> ToolResult:
@@ -776,24 +781,26 @@ def _plain_texts(raw: Mapping[str, Any]) -> list[str | LongText] | None:
     return texts
 
 
-def _add_block(block: Any, texts: list[str], images: list[Image]) -> None:
-    if isinstance(block, types.TextContent):
-        texts.append(block.text)
-    elif isinstance(block, types.ImageContent):
+def _add_block(block: Mapping[str, Any], texts: list[str], images: list[Image]) -> None:
+    """One content block (wire JSON the SDK's model checked: each type has its fields)."""
+    kind = block["type"]
+    if kind == "text":
+        texts.append(block["text"])
+    elif kind == "image":
         try:
-            images.append(Image(base64.b64decode(block.data), block.mime_type))
+            images.append(Image(base64.b64decode(block["data"]), block["mimeType"]))
         except binascii.Error:  # the server's fault, not the call's: the rest of the result stands
-            texts.append(f"[image ({block.mime_type}): the server sent data that is not base64; not shown]")
-    elif isinstance(block, types.EmbeddedResource):
-        resource = block.resource
-        if isinstance(resource, types.TextResourceContents):
-            texts.append(resource.text)
+            texts.append(f"[image ({block['mimeType']}): the server sent data that is not base64; not shown]")
+    elif kind == "resource":
+        resource = block["resource"]
+        if "text" in resource:
+            texts.append(resource["text"])
         else:
-            texts.append(f"[resource {resource.uri} ({resource.mime_type or 'binary'})]")
-    elif isinstance(block, types.ResourceLink):
-        texts.append(str(block.uri))
-    elif isinstance(block, types.AudioContent):
-        texts.append(f"[audio ({block.mime_type}), not shown]")
+            texts.append(f"[resource {resource['uri']} ({resource.get('mimeType') or 'binary'})]")
+    elif kind == "resource_link":
+        texts.append(str(block["uri"]))
+    elif kind == "audio":
+        texts.append(f"[audio ({block['mimeType']}), not shown]")
 
 
 def _is_text_wrapper(structured: Any, texts: list[str]) -> bool:
@@ -825,10 +832,9 @@ def _is_wrapped_schema(schema: Mapping[str, Any] | None) -> bool:
     )
 
 
-def _annotations_of(listed: types.Tool) -> dict[str, Any]:
-    if listed.annotations is None:
-        return {}
-    return listed.annotations.model_dump(by_alias=True, exclude_none=True)
+def _annotations_of(listed: Mapping[str, Any]) -> dict[str, Any]:
+    annotations = listed.get("annotations")
+    return {key: value for key, value in annotations.items() if value is not None} if annotations else {}
 
 
 def _kind_of(annotations: Mapping[str, Any], trusted: bool) -> Kind:

@@ -19,11 +19,8 @@ import itertools
 from typing import Any, AsyncIterator, Mapping
 
 import anyio
-import httpx2
-import mcp_types as types
-from mcp.client.sse import sse_client
-from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
+
+from ..._mcp_sdk import SSE_EVENT_CAP, body, error_from, event_capped_client, httpx, mcp_error, sse_client, types
 
 from ._lane import (ID_PREFIX, ProgressFn, cancelled_message, closed, line_of, report_progress, request_message,
                     send_soon)
@@ -37,7 +34,7 @@ class SseLane:
     """`tools/call` requests POSTed to an older-SSE server's endpoint, answered on its stream."""
 
     def __init__(self) -> None:
-        self._client: httpx2.AsyncClient | None = None
+        self._client: httpx.AsyncClient | None = None
         self._endpoint: str | None = None  # seen on the session's first POST (its handshake)
         self._calls: dict[str, tuple[asyncio.Future[Any], ProgressFn]] = {}
         self._ids = itertools.count(1)
@@ -47,20 +44,21 @@ class SseLane:
     def usable(self) -> bool:
         return self._client is not None and self._endpoint is not None
 
-    def client(self, headers: dict[str, str] | None = None, timeout: httpx2.Timeout | None = None,
-               auth: httpx2.Auth | None = None) -> httpx2.AsyncClient:
+    def client(self, headers: dict[str, str] | None = None, timeout: httpx.Timeout | None = None,
+               auth: httpx.Auth | None = None) -> httpx.AsyncClient:
         """The transport's HTTP client (`sse_client`'s `httpx_client_factory`): the lane POSTs on it."""
-        self._client = httpx2.AsyncClient(headers=headers, auth=auth, event_hooks={"request": [self._watch]},
-                                          timeout=timeout or httpx2.Timeout(_TIMEOUT, read=_READ_TIMEOUT))
+        self._client = event_capped_client(SSE_EVENT_CAP, headers=headers, auth=auth,
+                                           event_hooks={"request": [self._watch]},
+                                           timeout=timeout or httpx.Timeout(_TIMEOUT, read=_READ_TIMEOUT))
         return self._client
 
-    async def _watch(self, request: httpx2.Request) -> None:
+    async def _watch(self, request: httpx.Request) -> None:
         if request.method == "POST" and self._endpoint is None:
             self._endpoint = str(request.url)  # where the SDK POSTs: the endpoint the stream named
 
     async def request(self, method: str, params: dict[str, Any], on_progress: ProgressFn) -> Mapping[str, Any]:
         """Send a request and await its result. Raises MCPError: the server's error, or
-        CONNECTION_CLOSED; httpx2 errors when the POST fails. Cancelled, it tells the server."""
+        CONNECTION_CLOSED; httpx errors when the POST fails. Cancelled, it tells the server."""
         request_id = f"{ID_PREFIX}{next(self._ids)}"
         answer = asyncio.get_running_loop().create_future()
         self._calls[request_id] = (answer, on_progress)
@@ -75,7 +73,7 @@ class SseLane:
         if message is None:
             raise closed(ENDED)
         if isinstance(message, types.JSONRPCError):
-            raise MCPError.from_error_data(message.error)
+            raise error_from(message.error)
         return message.result
 
     def cancel(self, request_id: str, reason: str) -> None:
@@ -90,24 +88,24 @@ class SseLane:
         if response.status_code == 404:
             raise closed("the server no longer knows the session (HTTP 404)")
         if response.status_code >= 300:
-            raise MCPError(code=types.INTERNAL_ERROR, message=f"the server answered HTTP {response.status_code}")
+            raise mcp_error(types.INTERNAL_ERROR, f"the server answered HTTP {response.status_code}")
 
     def taken(self, message: Any) -> bool:
         """Whether a message of the stream is a lane call's (its reply or progress), handed to it if so."""
-        body = message.message if isinstance(message, SessionMessage) else None
-        if isinstance(body, types.JSONRPCNotification) and body.method == "notifications/progress":
-            params = body.params or {}
+        inner = body(message)
+        if isinstance(inner, types.JSONRPCNotification) and inner.method == "notifications/progress":
+            params = inner.params or {}
             token = params.get("progressToken")
             waiting = self._calls.get(token) if isinstance(token, str) else None
             if waiting is not None:
                 report_progress(params, waiting[1])
             return waiting is not None
-        if not isinstance(body, (types.JSONRPCResponse, types.JSONRPCError)) or not isinstance(body.id, str):
+        if not isinstance(inner, (types.JSONRPCResponse, types.JSONRPCError)) or not isinstance(inner.id, str):
             return False
-        waiting = self._calls.get(body.id)
+        waiting = self._calls.get(inner.id)
         if waiting is not None and not waiting[0].done():
-            waiting[0].set_result(body)
-        return body.id.startswith(ID_PREFIX)  # a late reply to a call nobody waits for: dropped
+            waiting[0].set_result(inner)
+        return inner.id.startswith(ID_PREFIX)  # a late reply to a call nobody waits for: dropped
 
     def close(self) -> None:
         """The stream ended: no reply will come, no request goes."""

@@ -44,16 +44,14 @@ import json
 import os
 import secrets
 import select
+import signal
 import threading
 from typing import IO, Any, AsyncIterator, Callable, Mapping, Sequence
 
 import anyio
-import mcp_types as types
 from anyio.abc import Process
-from mcp.client.stdio import get_default_environment
-from mcp.os.posix.utilities import terminate_posix_process_tree
-from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
+
+from ..._mcp_sdk import SessionMessage, body, error_from, get_default_environment, parse, types
 
 from ..._longtext import LongText
 from ..._process import program_env
@@ -311,7 +309,7 @@ class StdioLane:
         if isinstance(outcome, types.JSONRPCResponse):
             return outcome.result
         if isinstance(outcome, types.JSONRPCError):
-            raise MCPError.from_error_data(outcome.error)
+            raise error_from(outcome.error)
         raise closed()
 
     def cancel(self, request_id: str, reason: str) -> None:
@@ -497,13 +495,13 @@ class StdioLane:
         if isinstance(message, Exception) and self.stray is None:
             self.stray = message
         if self._calls and isinstance(message, SessionMessage):
-            body = message.message
-            if isinstance(body, (types.JSONRPCResponse, types.JSONRPCError)):
-                waiter = self._calls.get(body.id) if isinstance(body.id, str) else None
+            inner = body(message)
+            if isinstance(inner, (types.JSONRPCResponse, types.JSONRPCError)):
+                waiter = self._calls.get(inner.id) if isinstance(inner.id, str) else None
                 if waiter is not None:
-                    return waiter.answer(body, loop)
-            elif isinstance(body, types.JSONRPCNotification) and body.method == "notifications/progress":
-                params = body.params or {}
+                    return waiter.answer(inner, loop)
+            elif isinstance(inner, types.JSONRPCNotification) and inner.method == "notifications/progress":
+                params = inner.params or {}
                 token = params.get("progressToken")
                 waiter = self._calls.get(token) if isinstance(token, str) else None
                 if waiter is not None:
@@ -647,17 +645,44 @@ def _part(chunk: bytes, start: int, end: int) -> bytes | memoryview:
 def _parse(line: bytes) -> SessionMessage | Exception:
     """One message; what is not JSON-RPC goes to the session as an exception item, as the SDK does."""
     try:
-        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+        return parse(line)
     except ValueError as exc:
         return exc
 
 
 async def _stop(process: Process) -> None:
     if not await _exited(process, _EXIT_GRACE):
-        await terminate_posix_process_tree(process, _KILL_GRACE)
+        await _terminate_group(process.pid, _KILL_GRACE)
         await _exited(process, _KILL_GRACE)
     with anyio.move_on_after(_KILL_GRACE):
         await process.aclose()  # reaps the process and closes its transport
+
+
+async def _terminate_group(group: int, grace: float) -> None:
+    """SIGTERM the server's process group (it leads it: start_new_session), and SIGKILL what is
+    left of it after `grace` seconds. The group outlives its leader while a grandchild is in it;
+    only ESRCH says it is gone (EPERM may be an unreaped zombie)."""
+    with contextlib.suppress(PermissionError):
+        try:
+            os.killpg(group, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+    with anyio.move_on_after(grace):
+        while _group_alive(group):
+            await anyio.sleep(_POLL)
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 async def _exited(process: Process, within: float) -> bool:

@@ -1,0 +1,142 @@
+"""The `mcp` SDK's own client, as the tests read what a server sends it, under either major.
+
+A tool list, a call's result and an elicitation's question are read back from their wire JSON
+(`toolkernel._mcp_sdk.wire`) into plain objects named as mcp 2.x names them (`is_error`,
+`structured_content`, `input_schema`, ...), so that an assertion reads alike under 1.x and 2.x.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
+
+from toolkernel._mcp_sdk import (ClientSession, StdioServerParameters, event_capped_client, httpx, stdio_client,
+                                 streamable_http_client, types, wire)
+
+
+@dataclass(frozen=True)
+class Block:
+    type: str
+    text: str | None = None
+    data: str | None = None
+    mime_type: str | None = None
+    uri: str | None = None
+
+    @classmethod
+    def of(cls, block: Mapping[str, Any]) -> "Block":
+        return cls(block["type"], block.get("text"), block.get("data"), block.get("mimeType"), block.get("uri"))
+
+
+@dataclass(frozen=True)
+class Result:
+    content: list[Block]
+    structured_content: Any = None
+    is_error: bool = False
+
+    @classmethod
+    def of(cls, result: Mapping[str, Any]) -> "Result":
+        return cls([Block.of(b) for b in result["content"]], result.get("structuredContent"),
+                   result.get("isError", False))
+
+
+@dataclass(frozen=True)
+class Annotations:
+    title: str | None = None
+    read_only_hint: bool | None = None
+    destructive_hint: bool | None = None
+    idempotent_hint: bool | None = None
+    open_world_hint: bool | None = None
+
+
+@dataclass(frozen=True)
+class ListedTool:
+    name: str
+    input_schema: dict[str, Any]
+    description: str | None = None
+    title: str | None = None
+    output_schema: dict[str, Any] | None = None
+    annotations: Annotations | None = None
+
+    @classmethod
+    def of(cls, tool: Mapping[str, Any]) -> "ListedTool":
+        hints = tool.get("annotations")
+        annotations = None if hints is None else Annotations(
+            hints.get("title"), hints.get("readOnlyHint"), hints.get("destructiveHint"), hints.get("idempotentHint"),
+            hints.get("openWorldHint"))
+        return cls(tool["name"], tool["inputSchema"], tool.get("description"), tool.get("title"),
+                   tool.get("outputSchema"), annotations)
+
+
+@dataclass(frozen=True)
+class Listed:
+    tools: list[ListedTool]
+
+
+@dataclass(frozen=True)
+class Question:
+    """An elicitation's question (form mode)."""
+
+    message: str
+    requested_schema: dict[str, Any]
+
+
+Elicit = Callable[[Any, Question], Awaitable[Any]]  # answers with a `types.ElicitResult`
+
+
+class Client:
+    """A `ClientSession` whose answers are read as above; anything else is the session's own."""
+
+    def __init__(self, session: ClientSession) -> None:
+        self.session = session
+
+    async def list_tools(self) -> Listed:
+        return Listed([ListedTool.of(t) for t in wire(await self.session.list_tools())["tools"]])
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, **options: Any) -> Result:
+        return Result.of(wire(await self.session.call_tool(name, dict(arguments or {}), **options)))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)
+
+
+def elicitation(elicit: Elicit | None) -> Any:
+    """`elicit` as the session's `elicitation_callback`, handed the question as a `Question`."""
+    if elicit is None:
+        return None
+
+    async def callback(context: Any, params: Any) -> Any:
+        asked = wire(params)
+        return await elicit(context, Question(asked.get("message", ""), asked.get("requestedSchema") or {}))
+
+    return callback
+
+
+@asynccontextmanager
+async def session_on(read: Any, write: Any, *, elicit: Elicit | None = None, **options: Any) -> AsyncIterator[Client]:
+    """An initialized session on a transport's streams."""
+    async with ClientSession(read, write, elicitation_callback=elicitation(elicit), **options) as session:
+        await session.initialize()
+        yield Client(session)
+
+
+@asynccontextmanager
+async def over_stdio(params: StdioServerParameters, *, elicit: Elicit | None = None,
+                     **options: Any) -> AsyncIterator[Client]:
+    async with stdio_client(params) as (read, write):
+        async with session_on(read, write, elicit=elicit, **options) as client:
+            yield client
+
+
+@asynccontextmanager
+async def over_http(url: str, headers: Mapping[str, str], *, elicit: Elicit | None = None,
+                    **options: Any) -> AsyncIterator[Client]:
+    """Streamable HTTP, on a client with the SDK's default limits (an event of 1 MiB at most)."""
+    async with event_capped_client(1 << 20, headers=dict(headers), timeout=httpx.Timeout(30.0, read=300.0)) as http:
+        async with streamable_http_client(url, http, 1 << 20) as (read, write):
+            async with session_on(read, write, elicit=elicit, **options) as client:
+                yield client
+
+
+def accepted(decision: str) -> Any:
+    return types.ElicitResult(action="accept", content={"decision": decision})
