@@ -8,11 +8,14 @@ A tool list, a call's result and an elicitation's question are read back from th
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
 
-from toolkernel._mcp_sdk import (ClientSession, StdioServerParameters, event_capped_client, httpx, stdio_client,
-                                 streamable_http_client, types, wire)
+import anyio
+
+from toolkernel._mcp_sdk import (MAJOR, ClientSession, StdioServerParameters, body, event_capped_client, httpx,
+                                 stdio_client, streamable_http_client, types, wire)
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,10 @@ Elicit = Callable[[Any, Question], Awaitable[Any]]  # answers with a `types.Elic
 
 
 class Client:
-    """A `ClientSession` whose answers are read as above; anything else is the session's own."""
+    """A `ClientSession` whose answers are read as above; anything else is the session's own.
+
+    A call cancelled (its task's scope) tells the server with `notifications/cancelled`, as every
+    real client does: mcp 2.x's session says so itself, 1.x's leaves it to its caller."""
 
     def __init__(self, session: ClientSession) -> None:
         self.session = session
@@ -94,7 +100,15 @@ class Client:
         return Listed([ListedTool.of(t) for t in wire(await self.session.list_tools())["tools"]])
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, **options: Any) -> Result:
-        return Result.of(wire(await self.session.call_tool(name, dict(arguments or {}), **options)))
+        try:
+            return Result.of(wire(await self.session.call_tool(name, dict(arguments or {}), **options)))
+        except anyio.get_cancelled_exc_class():
+            if MAJOR < 2 and _last_call.get(None) is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                    cancel = types.CancelledNotification(
+                        params=types.CancelledNotificationParams(requestId=_last_call.get(), reason="cancelled"))
+                    await self.session.send_notification(types.ClientNotification(cancel))
+            raise
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.session, name)
@@ -112,9 +126,37 @@ def elicitation(elicit: Elicit | None) -> Any:
     return callback
 
 
+_last_call: ContextVar[Any] = ContextVar("last_call")  # the id of the task's last `tools/call` request
+
+
+class _Noting:
+    """A session's write stream that notes, in the sending task's context, the id of each
+    `tools/call` it sends (1.x's session sends a request from its caller's task)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def send(self, message: Any) -> None:
+        request = body(message)
+        if isinstance(request, types.JSONRPCRequest) and request.method == "tools/call":
+            _last_call.set(request.id)
+        await self._inner.send(message)
+
+    async def __aenter__(self) -> "_Noting":
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> Any:
+        return await self._inner.__aexit__(*exc_info)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 @asynccontextmanager
 async def session_on(read: Any, write: Any, *, elicit: Elicit | None = None, **options: Any) -> AsyncIterator[Client]:
     """An initialized session on a transport's streams."""
+    write = _Noting(write) if MAJOR < 2 else write
     async with ClientSession(read, write, elicitation_callback=elicitation(elicit), **options) as session:
         await session.initialize()
         yield Client(session)

@@ -20,6 +20,7 @@ from test_mcp import ENV, SERVERS, by_name, call, ctx, free_port, run, start_htt
 from toolkernel._config._servers import ServerConfig
 from toolkernel._errors import Unavailable
 from toolkernel._longtext import LongJSON, LongText
+from toolkernel._mcp_sdk import MAJOR
 from toolkernel._providers._mcp import _http as _http_lane
 from toolkernel._providers._mcp._http import Events, message_of
 from toolkernel._providers._mcp import ServerPool
@@ -276,6 +277,7 @@ def test_a_stream_that_ends_without_the_result_or_a_lost_session_restarts_the_co
     assert call(pool, cfg, "json_body").texts == ["json_body answered"]  # a new connection
 
 
+@pytest.mark.skipif(MAJOR < 2, reason="mcp 1.x negotiates no 2026 protocol: its session never sends one")
 def test_a_newer_protocol_keeps_the_session_s_path():
     lane = _http_lane.HttpLane("http://127.0.0.1:1/mcp")
     lane.open(object(), object())

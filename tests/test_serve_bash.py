@@ -19,7 +19,7 @@ from typing import Any, Callable
 import anyio
 import pytest
 
-from toolkernel._mcp_sdk import StdioServerParameters, types
+from toolkernel._mcp_sdk import StdioServerParameters, types, wire
 
 from approval_helpers import policy_section, recorder_server_section
 from mcp_client import Client as SessionClient
@@ -597,9 +597,9 @@ def test_the_list_stays_the_same_size_as_servers_are_added(tmp_path):
 
         async def body():
             async with connected(work) as client:
-                return (await client.session.list_tools()).tools
+                return wire(await client.session.session.list_tools())["tools"]  # as sent
 
-        listed.append([t.model_dump_json(by_alias=True, exclude_none=True) for t in run(body)])
+        listed.append([json.dumps(t, sort_keys=True) for t in run(body)])
     assert listed[0] == listed[1] == listed[2]
     assert [json.loads(t)["name"] for t in listed[0]] == ["bash", "bash_output", "kill_shell", "read_file",
                                                           "write_file", "edit_file", "todo_write"]
