@@ -14,8 +14,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
 
 import anyio
 
-from toolkernel._mcp_sdk import (MAJOR, ClientSession, StdioServerParameters, body, event_capped_client, httpx,
-                                 stdio_client, streamable_http_client, types, wire)
+from toolkernel._mcp_sdk import (MAJOR, ClientSession, StdioServerParameters, event_capped_client, httpx,
+                                 jsonrpc_of, stdio_client, streamable_http_client, types, wire)
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class _Noting:
         self._inner = inner
 
     async def send(self, message: Any) -> None:
-        request = body(message)
+        request = jsonrpc_of(message)
         if isinstance(request, types.JSONRPCRequest) and request.method == "tools/call":
             _last_call.set(request.id)
         await self._inner.send(message)

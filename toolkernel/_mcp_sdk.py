@@ -9,7 +9,7 @@ Jupyter AI 3 (through fastmcp 3) needs mcp 1.x; mcp 2 is the newer line. Where t
   (`wire`), never by attribute, but for the JSON-RPC envelope (id, method, params, result,
   error), spelled alike in both;
 - the JSON-RPC message: 1.x wraps it in a `RootModel` (`JSONRPCMessage`, `ServerNotification`);
-  `parse`, `message_from`, `body` and `notification` take and give the message itself;
+  `parse`, `message_from`, `jsonrpc_of` and `notification` take and give the message itself;
 - the error: `McpError(ErrorData)` in 1.x, `MCPError(code, message)` in 2.x. Caught as `MCPError`,
   read as `exc.error.code` / `exc.error.message` (both have `error`), made by `mcp_error`;
 - HTTP: 2.x speaks httpx2, 1.x httpx (one API); `httpx` here is the SDK's own;
@@ -93,7 +93,7 @@ def message_from(data: Mapping[str, Any]) -> SessionMessage:
     return SessionMessage(types.JSONRPCMessage.model_validate(data))
 
 
-def body(message: Any) -> Any:
+def jsonrpc_of(message: Any) -> Any:
     """The JSON-RPC request, notification, response or error a `SessionMessage` carries; None
     for anything else (an exception item of a read stream)."""
     if not isinstance(message, SessionMessage):

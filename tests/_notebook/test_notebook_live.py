@@ -241,9 +241,10 @@ class Person:
                + urlencode({"sessionId": session["sessionId"]}))
         self.ws = await websockets.connect(url, additional_headers=headers, max_size=None)
         self.notebook = YNotebook(Doc())
-        self.provider = Provider(self.notebook.ydoc, _WebsocketChannel(self.ws, room))
+        channel = _WebsocketChannel(self.ws, room)
+        self.provider = Provider(self.notebook.ydoc, channel)
         self.task = asyncio.create_task(self.provider.start())
-        await asyncio.wait_for(self.provider.synced.wait(), 120)
+        await asyncio.wait_for(channel.synced.wait(), 120)
         return self
 
     async def __aexit__(self, *exc) -> None:

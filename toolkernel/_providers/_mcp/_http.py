@@ -29,7 +29,8 @@ import secrets
 from typing import Any, AsyncIterator
 from urllib.parse import urljoin, urlsplit
 
-from ..._mcp_sdk import MODERN_PROTOCOL_VERSIONS, UNCAPPED, MCPError, error_from, httpx, mcp_error, message_from, types
+from ..._mcp_sdk import (MODERN_PROTOCOL_VERSIONS, UNCAPPED, MCPError, error_from, httpx, jsonrpc_of,
+                         mcp_error, message_from, types)
 
 from ._lane import (ID_PREFIX, ProgressFn, cancelled_message, closed, line_of, report_progress, request_message,
                     send_soon)
@@ -58,6 +59,7 @@ class HttpLane:
         self._ids = itertools.count(1)
         self._nonce = secrets.token_hex(8)  # in a LongLine's markers: no server can send one
         self._notices: set[asyncio.Task[None]] = set()
+        self._progress: dict[str, ProgressFn] = {}  # the calls waiting, by request id (their progress token)
 
     async def watch(self, request: httpx.Request) -> None:
         """A request hook of the session's client: the session's id and protocol version, as sent."""
@@ -82,11 +84,28 @@ class HttpLane:
         Cancelled (a timeout, an interrupt), it tells the server with `notifications/cancelled`."""
         request_id = f"{ID_PREFIX}{next(self._ids)}"
         body = line_of(request_message(request_id, method, params))
+        self._progress[request_id] = on_progress
         try:
             return await self._post(body, request_id, on_progress)
         except asyncio.CancelledError:
             self.cancel(request_id, "caller cancelled")
             raise
+        finally:
+            del self._progress[request_id]
+
+    def taken(self, message: Any) -> bool:
+        """Whether a message of the session's own streams is a call's progress, handed to it if so: a
+        server may send it unrelated to the call's request (mcp 1.x's FastMCP before 1.30 does), and
+        then it comes on the session's stream, whose session never knew the call."""
+        inner = jsonrpc_of(message)
+        if not isinstance(inner, types.JSONRPCNotification) or inner.method != "notifications/progress":
+            return False
+        params = inner.params or {}
+        token = params.get("progressToken")
+        on_progress = self._progress.get(token) if isinstance(token, str) else None
+        if on_progress is not None:
+            report_progress(params, on_progress)
+        return on_progress is not None
 
     def cancel(self, request_id: str, reason: str) -> None:
         """`notifications/cancelled`, POSTed and not waited for (on the lane's loop). A server on

@@ -538,7 +538,8 @@ class _Connection:
         if isinstance(leaf, PermissionError) and self.cfg.transport == "stdio":
             return self._unavailable(f"could not start: permission denied running {self.cfg.command}",
                                      retryable=False)
-        if (isinstance(leaf, MCPError) and leaf.error.code == types.CONNECTION_CLOSED) or isinstance(leaf, ConnectionError):
+        closed = isinstance(leaf, MCPError) and leaf.error.code == types.CONNECTION_CLOSED
+        if closed or isinstance(leaf, ConnectionError):
             if isinstance(self.lane, StdioLane) and self.lane.stray is not None:
                 # Read before the end, but the session hands it on in a task of its own, which the
                 # end may beat: a program that prints a line and exits is named for its line.
@@ -593,7 +594,7 @@ async def _http_transport(cfg: ServerConfig, lane: HttpLane) -> AsyncIterator[An
         async with streamable_http_client(cfg.url or "", client, HTTP_EVENT_CAP) as (read, write):
             to_session, merged = anyio.create_memory_object_stream[Any](0)
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(_pass_on, read, to_session)
+                tasks.start_soon(_pass_on, read, to_session, lane)
                 lane.open(client, to_session)
                 try:
                     yield merged, write
@@ -602,10 +603,13 @@ async def _http_transport(cfg: ServerConfig, lane: HttpLane) -> AsyncIterator[An
                     tasks.cancel_scope.cancel()
 
 
-async def _pass_on(read: Any, to_session: Any) -> None:
-    """The transport's messages to the session, until the transport's read side ends."""
+async def _pass_on(read: Any, to_session: Any, lane: HttpLane) -> None:
+    """The transport's messages to the session (but a lane call's progress), until the transport's
+    read side ends."""
     async with to_session:
         async for message in read:
+            if lane.taken(message):
+                continue
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # the session is gone
                 await to_session.send(message)
 

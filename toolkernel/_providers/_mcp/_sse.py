@@ -20,7 +20,8 @@ from typing import Any, AsyncIterator, Mapping
 
 import anyio
 
-from ..._mcp_sdk import SSE_EVENT_CAP, body, error_from, event_capped_client, httpx, mcp_error, sse_client, types
+from ..._mcp_sdk import (SSE_EVENT_CAP, error_from, event_capped_client, httpx, jsonrpc_of, mcp_error, sse_client,
+                         types)
 
 from ._lane import (ID_PREFIX, ProgressFn, cancelled_message, closed, line_of, report_progress, request_message,
                     send_soon)
@@ -92,7 +93,7 @@ class SseLane:
 
     def taken(self, message: Any) -> bool:
         """Whether a message of the stream is a lane call's (its reply or progress), handed to it if so."""
-        inner = body(message)
+        inner = jsonrpc_of(message)
         if isinstance(inner, types.JSONRPCNotification) and inner.method == "notifications/progress":
             params = inner.params or {}
             token = params.get("progressToken")

@@ -51,7 +51,7 @@ from typing import IO, Any, AsyncIterator, Callable, Mapping, Sequence
 import anyio
 from anyio.abc import Process
 
-from ..._mcp_sdk import SessionMessage, body, error_from, get_default_environment, parse, types
+from ..._mcp_sdk import SessionMessage, error_from, get_default_environment, jsonrpc_of, parse, types
 
 from ..._longtext import LongText
 from ..._process import program_env
@@ -495,7 +495,7 @@ class StdioLane:
         if isinstance(message, Exception) and self.stray is None:
             self.stray = message
         if self._calls and isinstance(message, SessionMessage):
-            inner = body(message)
+            inner = jsonrpc_of(message)
             if isinstance(inner, (types.JSONRPCResponse, types.JSONRPCError)):
                 waiter = self._calls.get(inner.id) if isinstance(inner.id, str) else None
                 if waiter is not None:

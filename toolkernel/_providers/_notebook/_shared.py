@@ -30,7 +30,7 @@ import nbformat
 import websockets
 from jupyter_ydoc import YNotebook
 from nbformat import NotebookNode
-from pycrdt import Array, Doc, Map, Provider, Text, YMessageType, create_update_message
+from pycrdt import Array, Doc, Map, Provider, Text, YMessageType, YSyncMessageType, create_update_message
 from websockets.asyncio.client import ClientConnection
 
 from ..._errors import Unavailable
@@ -65,7 +65,12 @@ _QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 
 class _WebsocketChannel:
     """A websocket as the `pycrdt.Channel` the provider syncs through. The provider only speaks
-    the sync protocol: awareness messages go to `editors` instead."""
+    the sync protocol: awareness messages go to `editors` instead.
+
+    `synced` is set as the room's answer to the provider's first sync message (its SYNC_STEP2)
+    goes to the provider, which applies it before it next waits, so before anyone woken by the
+    event runs: the document then holds the room's content (pycrdt's own `Provider.synced`
+    came only with 0.14.10, and jupyter-collaboration 4 runs on 0.12 and 0.13)."""
 
     def __init__(self, ws: ClientConnection, path: str, editors: CellEditors | None = None) -> None:
         self._ws = ws
@@ -74,6 +79,7 @@ class _WebsocketChannel:
         self._socket = ws.transport.get_extra_info("socket")
         self.closed = False
         self.heard_at = time.monotonic()  # when the room last sent anything
+        self.synced = asyncio.Event()
 
     @property
     def path(self) -> str:
@@ -86,6 +92,8 @@ class _WebsocketChannel:
         try:
             while True:
                 message = await self.recv()
+                if message[:2] == bytes([YMessageType.SYNC, YSyncMessageType.SYNC_STEP2]):
+                    self.synced.set()
                 if message[:1] != bytes([YMessageType.AWARENESS]) or self._editors is None:
                     return message
                 self._editors.apply(message[1:])
@@ -149,7 +157,7 @@ class SharedStore(NotebookStore):
         self._provider = Provider(self._ynb.ydoc, self._channel)
         self._task = asyncio.create_task(self._provider.start())
         try:
-            await asyncio.wait_for(self._provider.synced.wait(), SYNC_TIMEOUT_SECONDS)
+            await asyncio.wait_for(self._channel.synced.wait(), SYNC_TIMEOUT_SECONDS)
         except asyncio.TimeoutError:
             await self.close()
             raise Unavailable(f"the shared document of {self.path} on {self.api.base} did not sync",
@@ -270,7 +278,7 @@ class SharedStore(NotebookStore):
             self._ynb.set_cell(index, validated_cell(cell, self.name))
             return
         # The same cell object stays: its text changes by the difference only, metadata stays.
-        self._ynb.set_cell(index, source=cell.source)
+        _set_source(ycell, cell.source)
         if cell.cell_type == "code":
             _set_outputs(ycell, [], None)
 
@@ -353,6 +361,29 @@ def _being_edited(editor: Editor, cell_id: str, name: str) -> ToolInputError:
         f"{editor.name} is editing cell {cell_id} of {name} right now (their cursor is in it; they last typed or "
         f"moved it {editor.seconds_ago:.0f} s ago), so it was not changed. Edit another cell, or try again once "
         f"they have left it (read it again first)")
+
+
+def _set_source(ycell: Map, source: str) -> None:
+    """Make the cell's shared text `source` by replacing only the part between the first and the
+    last character that differ, so that the text object stays and a person's cursor or typing
+    outside that part survives (as jupyter-ydoc 4.2's `set_cell(index, source=...)` does; the 3.x
+    that jupyter-collaboration 4 runs on has no such way). pycrdt counts a text's offsets in UTF-8 bytes."""
+    text = ycell["source"]
+    old = str(text)
+    if old == source:
+        return
+    shorter = min(len(old), len(source))
+    head = 0
+    while head < shorter and old[head] == source[head]:
+        head += 1
+    tail = 0
+    while tail < shorter - head and old[len(old) - 1 - tail] == source[len(source) - 1 - tail]:
+        tail += 1
+    start, end = len(old[:head].encode()), len(old[:len(old) - tail].encode())
+    if end > start:
+        del text[start:end]
+    if new := source[head:len(source) - tail]:
+        text.insert(start, new)
 
 
 def _set_outputs(ycell: Map, outputs: list[NotebookNode], count: int | None) -> None:
