@@ -15,15 +15,15 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
 
 from approval_helpers import policy_section, recorder_server_section
+from mcp_client import over_stdio
 from jupyter_server_helpers import NO_COLLABORATION, start_server, stop_server
 from test_pending import entry, plant
 from test_serve import bash, connected, pending_ids, recorded, run, server_env
 from toolkernel._approval._pending import PendingStore
 from toolkernel._approval._policy import CallInfo
+from toolkernel._mcp_sdk import StdioServerParameters
 
 SCRIPT = "b=main\ntools github delete_branch branch=$b && echo deleted"
 
@@ -177,10 +177,8 @@ def test_a_planted_or_rewritten_request_answered_in_lab_grants_nothing(jupyter_s
 async def connected_with(work: Path, env: dict[str, str]):
     """serve with the environment a Jupyter Server hands what it starts (Jupyter AI's MCP servers)."""
     params = StdioServerParameters(command=sys.executable, args=["-m", "toolkernel", "serve"], env=env, cwd=str(work))
-    async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write) as client:
-            await client.initialize()
-            yield client
+    async with over_stdio(params) as client:
+        yield client
 
 
 def test_the_servers_token_reaches_no_agent(jupyter_server, tmp_path):

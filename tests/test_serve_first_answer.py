@@ -8,10 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
-import mcp_types as types
 import pytest
 
+from toolkernel._mcp_sdk import types
+
 from approval_helpers import policy_section, recorder_server_section
+from mcp_client import Question
 from test_serve import approve_cli, bash, connected, pending_ids, project, recorded, run
 
 BEFORE_START = "tools github delete_branch branch=old && echo after"
@@ -33,7 +35,7 @@ def test_an_answer_given_elsewhere_counts_and_the_clients_question_is_cancelled(
     asked: list = []
     cancelled = anyio.Event()
 
-    async def never_answers(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def never_answers(context: Any, params: Question) -> types.ElicitResult:
         asked.append(params)
         try:
             await anyio.sleep_forever()
@@ -77,7 +79,7 @@ def test_an_answer_through_the_client_removes_the_published_request(tmp_path, de
     work = project(tmp_path, recorder_server_section(record), policy_section(ask=["mcp_github__delete_branch"]))
     seen: dict[str, Any] = {}
 
-    async def answers_once_both_ask(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def answers_once_both_ask(context: Any, params: Question) -> types.ElicitResult:
         seen["published"] = await published(work)  # the question waits in the store as well
         return types.ElicitResult(action="accept", content={"decision": decision})
 
@@ -103,7 +105,7 @@ def test_a_declined_elicitation_leaves_the_question_where_a_person_can_still_ans
     record = tmp_path / "record.jsonl"
     work = project(tmp_path, recorder_server_section(record), policy_section(ask=["mcp_github__delete_branch"]))
 
-    async def declines(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def declines(context: Any, params: Question) -> types.ElicitResult:
         return types.ElicitResult(action="decline")
 
     async def body():
@@ -132,7 +134,7 @@ def test_an_agents_cell_answered_elsewhere_runs_and_the_clients_question_is_canc
     new_notebook(work / "nb.ipynb")
     cancelled = anyio.Event()
 
-    async def never_answers(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def never_answers(context: Any, params: Question) -> types.ElicitResult:
         try:
             await anyio.sleep_forever()
         finally:

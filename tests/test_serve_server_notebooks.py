@@ -17,14 +17,14 @@ from pathlib import Path
 import anyio
 import nbformat
 import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
 
 from approval_helpers import policy_section
 from jupyter_server_helpers import NO_COLLABORATION, SERVER_TOKEN, free_port, server_api, start_server, stop_server
+from mcp_client import Client, over_stdio
 from test_serve import WAIT, over_http, run, server_env, wait_for_port
 
 from toolkernel import _loop
+from toolkernel._mcp_sdk import StdioServerParameters
 from toolkernel._providers._notebook._server import ServerApi, connect_server
 
 ALLOW = ["notebook_run", "notebook_edit", "notebook_read"]
@@ -62,17 +62,15 @@ def serve_args(server, *options: str) -> list[str]:
 async def serving(work: Path, server, *options: str):
     argv = serve_args(server, *options)
     params = StdioServerParameters(command=argv[0], args=argv[1:], env=serve_env(server), cwd=str(work))
-    async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write) as client:
-            await client.initialize()
-            yield client
+    async with over_stdio(params) as client:
+        yield client
 
 
 def text(result) -> str:
     return "".join(c.text for c in result.content if c.type == "text")
 
 
-async def run_code(client: ClientSession, notebook: str, code: str):
+async def run_code(client: Client, notebook: str, code: str):
     return await client.call_tool("notebook_run", {"notebook_path": notebook, "code": code})
 
 

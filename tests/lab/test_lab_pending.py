@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import mcp_types as types
 import pytest
+from toolkernel._mcp_sdk import types
 from approval_helpers import recorder_server_section
 from test_browser import CHROMIUM, WAIT_MS, Steps, browser_ready, running_lab  # noqa: F401
 from test_serve import bash, connected, recorded

@@ -14,11 +14,10 @@ import copy
 from pathlib import Path
 from typing import Any, Mapping
 
-import mcp_types as types
-
 from .. import _loop
 from .._config._config import load_config
 from .._errors import CallError, ConfigError, printable
+from .._mcp_sdk import types, validated, wire
 from .._providers._notebook import Pairings, pair, pairings, unpair
 from .._providers._notebook._pairing import ServerRoot
 from .._tool import Tool
@@ -108,11 +107,12 @@ class ServeNotebooks:
         and left out for `--notebook`'s."""
         if not self.is_notebook_tool(tool):
             return listed
-        schema = copy.deepcopy(dict(listed.input_schema))
+        tool_json = wire(listed)  # its wire names: mcp 1.x's fields are camelCase, 2.x's snake_case
+        schema = tool_json["inputSchema"] = copy.deepcopy(dict(tool_json["inputSchema"]))
         schema["properties"]["notebook_path"]["description"] = self._path_description(tool.name)
         if self.default is not None:
             schema["required"] = [key for key in schema.get("required", ()) if key != "notebook_path"]
-        return listed.model_copy(update={"input_schema": schema})
+        return validated(types.Tool, tool_json)
 
     def _path_description(self, name: str) -> str:
         default = f" Leave it out for {self.default}." if self.default is not None else ""
