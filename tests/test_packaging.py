@@ -1,0 +1,73 @@
+"""toolkernel shares one environment with Jupyter AI and JupyterLab's collaboration (issue 47).
+
+What pip resolves against is the installed metadata: its requirements must admit what Jupyter AI 3.2
+(through jupyter-server-mcp and fastmcp 3: mcp<2) and jupyter-collaboration 4 and 5 (their pycrdt and
+jupyter-ydoc) bring, and keep out what toolkernel does not work with. `.ci/run` runs the files that reach
+the SDK and the shared notebook on the ends of each range."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from importlib.metadata import requires, version
+
+import pytest
+from packaging.requirements import Requirement
+
+ADMITTED = [
+    ("mcp", "1.27.0"),            # the oldest 1.x taken (ci/oldest.txt)
+    ("mcp", "1.30.0"),            # what jupyter-ai 3.2 resolves to (fastmcp 3.4: mcp>=1.24,<2)
+    ("mcp", "2.3.0"),             # the 2.x line
+    ("pycrdt", "0.12.23"),        # jupyter-collaboration 4.0 (ci/oldest.txt)
+    ("pycrdt", "0.13.1"),         # jupyter-collaboration 4 beside jupyter-ai 3.2
+    ("pycrdt", "0.14.13"),        # jupyter-collaboration 5
+    ("jupyter-ydoc", "3.1.0"),
+    ("jupyter-ydoc", "3.5.0"),    # jupyter-collaboration 4 beside jupyter-ai 3.2
+    ("jupyter-ydoc", "4.2.1"),    # jupyter-collaboration 5
+]
+
+REFUSED = [
+    ("mcp", "1.26.0"),            # its HTTP sessions never end when idle
+    ("mcp", "2.2.0"),             # caps no server-sent event's size
+    ("mcp", "2.4.0"),             # not tried
+    ("pycrdt", "0.12.22"),        # no sticky indexes
+    ("pycrdt", "0.15.0"),         # not tried
+    ("jupyter-ydoc", "3.0.5"),    # wants pycrdt<0.11
+    ("jupyter-ydoc", "5.0.0"),    # not tried
+]
+
+
+def declared(name: str) -> Requirement:
+    """toolkernel's own requirement on `name` (its extras' left out), as pip reads it."""
+    found = [r for r in map(Requirement, requires("toolkernel") or ()) if r.name == name
+             and (r.marker is None or "extra" not in str(r.marker))]
+    assert len(found) == 1, f"toolkernel declares {name} {len(found)} times"
+    return found[0]
+
+
+@pytest.mark.parametrize(("name", "wanted"), ADMITTED, ids=[f"{n}-{v}" for n, v in ADMITTED])
+def test_the_declared_range_admits_what_jupyter_ai_and_collaboration_bring(name, wanted):
+    assert declared(name).specifier.contains(wanted), f"toolkernel's {declared(name)} refuses {name} {wanted}"
+
+
+@pytest.mark.parametrize(("name", "refused"), REFUSED, ids=[f"{n}-{v}" for n, v in REFUSED])
+def test_the_declared_range_keeps_out_what_does_not_work(name, refused):
+    assert not declared(name).specifier.contains(refused), f"toolkernel's {declared(name)} admits {name} {refused}"
+
+
+def test_jupyter_ai_shares_the_environment():
+    """The README's test environment (the `test` extra) has Jupyter AI beside toolkernel, pip finds
+    nothing broken, and Jupyter AI's server extensions import on the mcp that toolkernel runs on.
+    Elsewhere (.ci/run's venvs of the other ends) skipped: they leave Jupyter AI out."""
+    if os.environ.get("TOOLKERNEL_ENDS"):
+        pytest.skip(f"the {os.environ['TOOLKERNEL_ENDS']} ends' venv has no Jupyter AI")
+    if not os.environ.get("CI"):
+        pytest.importorskip("jupyter_ai")
+    assert version("jupyter-ai") == "3.2.0"
+    checked = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    imported = subprocess.run(
+        [sys.executable, "-c", "import jupyter_ai, jupyter_server_mcp, jupyter_ai_acp_client, toolkernel._mcp_sdk as s;"
+         " print(s.MAJOR)"], capture_output=True, text=True)
+    assert imported.returncode == 0 and imported.stdout.strip() == "1", imported.stderr
