@@ -71,3 +71,16 @@ def test_jupyter_ai_shares_the_environment():
         [sys.executable, "-c", "import jupyter_ai, jupyter_server_mcp, jupyter_ai_acp_client, toolkernel._mcp_sdk as s;"
          " print(s.MAJOR)"], capture_output=True, text=True)
     assert imported.returncode == 0 and imported.stdout.strip() == "1", imported.stderr
+
+
+ENDS = {  # what .ci/run's venvs of the other ends must hold, or they test nothing new
+    "newest": {"mcp": "2.3."},
+    "oldest": {"mcp": "1.27.0", "pycrdt": "0.12.23", "jupyter-ydoc": "3.1.0", "jupyter-collaboration": "4.0.2"},
+}
+
+
+@pytest.mark.skipif(not os.environ.get("TOOLKERNEL_ENDS"), reason="only in .ci/run's venvs of the other ends")
+def test_the_ends_venv_holds_its_ends():
+    wanted = ENDS[os.environ["TOOLKERNEL_ENDS"]]
+    held = {name: version(name) for name in wanted}
+    assert all(held[name].startswith(v) if v.endswith(".") else held[name] == v for name, v in wanted.items()), held
