@@ -7,10 +7,11 @@ A tool list, a call's result and an elicitation's question are read back from th
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
+import math
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Mapping
 
 import anyio
 
@@ -114,16 +115,54 @@ class Client:
         return getattr(self.session, name)
 
 
-def elicitation(elicit: Elicit | None) -> Any:
-    """`elicit` as the session's `elicitation_callback`, handed the question as a `Question`."""
+def elicitation(elicit: Elicit | None, cancels: "_Cancels | None" = None) -> Any:
+    """`elicit` as the session's `elicitation_callback`, handed the question as a `Question`; under
+    1.x cancelled through `cancels` when the server withdraws the question."""
     if elicit is None:
         return None
 
     async def callback(context: Any, params: Any) -> Any:
         asked = wire(params)
-        return await elicit(context, Question(asked.get("message", ""), asked.get("requestedSchema") or {}))
+        question = Question(asked.get("message", ""), asked.get("requestedSchema") or {})
+        if cancels is None:
+            return await elicit(context, question)
+        with cancels.scope(context.request_id):
+            return await elicit(context, question)
+        return types.ErrorData(code=0, message="Request cancelled")  # as 2.x's session answers it
 
     return callback
+
+
+class _Cancels:
+    """mcp 1.x's `ClientSession` runs a server's request (an elicitation) inside its receive loop,
+    so the server's `notifications/cancelled` for it waits behind it, and the client's question
+    would never go away: the messages are read ahead here, and the callback's scope cancelled."""
+
+    def __init__(self) -> None:
+        self._scopes: dict[Any, anyio.CancelScope] = {}
+        self._cancelled: set[Any] = set()  # read ahead before its request reached the callback
+
+    @contextmanager
+    def scope(self, request_id: Any) -> Iterator[anyio.CancelScope]:
+        with anyio.CancelScope() as scope:
+            self._scopes[request_id] = scope
+            if request_id in self._cancelled:
+                scope.cancel()
+            try:
+                yield scope
+            finally:
+                self._scopes.pop(request_id, None)
+
+    async def pump(self, read: Any, ahead: Any) -> None:
+        async with ahead:
+            async for message in read:
+                notified = jsonrpc_of(message)
+                if isinstance(notified, types.JSONRPCNotification) and notified.method == "notifications/cancelled":
+                    request_id = (notified.params or {}).get("requestId")
+                    self._cancelled.add(request_id)
+                    if request_id in self._scopes:
+                        self._scopes[request_id].cancel()
+                await ahead.send(message)
 
 
 _last_call: ContextVar[Any] = ContextVar("last_call")  # the id of the task's last `tools/call` request
@@ -156,10 +195,20 @@ class _Noting:
 @asynccontextmanager
 async def session_on(read: Any, write: Any, *, elicit: Elicit | None = None, **options: Any) -> AsyncIterator[Client]:
     """An initialized session on a transport's streams."""
-    write = _Noting(write) if MAJOR < 2 else write
-    async with ClientSession(read, write, elicitation_callback=elicitation(elicit), **options) as session:
-        await session.initialize()
-        yield Client(session)
+    if MAJOR >= 2:
+        async with ClientSession(read, write, elicitation_callback=elicitation(elicit), **options) as session:
+            await session.initialize()
+            yield Client(session)
+        return
+    cancels = _Cancels()
+    ahead, behind = anyio.create_memory_object_stream[Any](math.inf)
+    async with anyio.create_task_group() as group:
+        group.start_soon(cancels.pump, read, ahead)
+        async with ClientSession(behind, _Noting(write), elicitation_callback=elicitation(elicit, cancels),
+                                 **options) as session:
+            await session.initialize()
+            yield Client(session)
+        group.cancel_scope.cancel()
 
 
 @asynccontextmanager

@@ -34,6 +34,8 @@ import re
 from importlib.metadata import version as _version
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
 
+import anyio
+
 MAJOR = int(_version("mcp").split(".")[0])
 
 import mcp.types as types  # noqa: E402  (mcp 2.x mirrors mcp_types here)
@@ -290,6 +292,24 @@ class _TooLarge(Exception):
 async def _too_large(send: Any) -> None:
     await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"text/plain")]})
     await send({"type": "http.response.body", "body": b"request body too large"})
+
+
+async def elicit_form(session: Any, message: str, schema: dict[str, Any], related_request_id: Any = None) -> Any:
+    """The server session's `elicit_form`. Cancelled, it tells the client (notifications/cancelled),
+    whose form goes away: mcp 2.x's session says so itself, 1.x's leaves it to its caller."""
+    if MAJOR >= 2:
+        return await session.elicit_form(message, schema, related_request_id)
+    # 1.x's send_request takes the session's next id before its first await: this request's id.
+    request_id = session._request_id
+    try:
+        return await session.elicit_form(message, schema, related_request_id)
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            cancel = types.CancelledNotification(params=types.CancelledNotificationParams(
+                requestId=request_id, reason="answered elsewhere or no longer needed"))
+            with contextlib.suppress(Exception):  # a client already gone
+                await session.send_notification(types.ServerNotification(cancel), related_request_id)
+        raise
 
 
 def server_request(request: Any) -> Any:

@@ -56,7 +56,7 @@ from .._config._tools_in_shell import ToolsInShell
 from .._config._trust import store_path
 from .._errors import CallError, ConfigError, UnknownCommand, printable, printable_json
 from .._longtext import whole
-from .._mcp_sdk import Server, make_server, streamable_http_app, types, validated, wire
+from .._mcp_sdk import Server, elicit_form, make_server, streamable_http_app, types, validated, wire
 from .._names import fold
 from .._approval._policy import CallInfo, deny_rule_covers, rule_matches
 from .._providers._notebook._pairing import STATE_KEY as PAIRINGS_KEY
@@ -782,7 +782,7 @@ def _approver_for(ctx: Any, loop: asyncio.AbstractEventLoop, *, stops_first: boo
     async def elicit(message: str, schema: Mapping[str, Any]) -> Mapping[str, Any] | None:
         if label:
             message = f"[{printable(label)}] {message}"
-        asked = asyncio.run_coroutine_threadsafe(ctx.session.elicit_form(message, dict(schema), related), loop)
+        asked = asyncio.run_coroutine_threadsafe(elicit_form(ctx.session, message, dict(schema), related), loop)
         result = await asyncio.wrap_future(asked)
         return result.content if result.action == "accept" else None
 
