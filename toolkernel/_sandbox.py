@@ -125,13 +125,28 @@ def mechanism() -> Mechanism:
     calls = _seccomp.made()
     if isinstance(calls, str):  # the keyrings would stay in reach: no sandbox, the callers ask
         return Mechanism("none", calls, False)
-    bwrap = _probe_bwrap(shutil.which(BWRAP)) if choice != "landlock" else None
+    bwrap = _probe_bwrap(_which_bwrap(os.environ.get("PATH"))) if choice != "landlock" else None
     if bwrap is not None and bwrap.available:
         return bwrap
     landlock = _probe_landlock()
     if landlock.available:
         return landlock
     return Mechanism("none", "; ".join(m.detail for m in (bwrap, landlock) if m is not None), False)
+
+
+_found_bwrap: dict[str | None, str] = {}
+
+
+def _which_bwrap(path: str | None) -> str | None:
+    """`shutil.which(BWRAP)` for this PATH, without walking its folders again on every cell
+    while the program found last is still there (one that is gone, or not found, is looked for)."""
+    found = _found_bwrap.get(path)
+    if found is not None and os.access(found, os.X_OK):
+        return found
+    found = shutil.which(BWRAP, path=path)
+    if found is not None:
+        _found_bwrap[path] = found
+    return found
 
 
 @functools.lru_cache(maxsize=1)
@@ -178,14 +193,18 @@ def _probe_bwrap(path: str | None) -> Mechanism:
     return Mechanism("bubblewrap", f"{version or 'bwrap'} at {path}", True)
 
 
-def wrap(argv: Sequence[str], plan: Plan, options: Sequence[str] = ()) -> list[str]:
+def wrap(argv: Sequence[str], plan: Plan, options: Sequence[str] = (), *, seccomp_fd: int | None = None) -> list[str]:
     """`argv` as it runs inside the sandbox `plan` describes (call only where `mechanism()` is
     available; under Landlock only without the network, which it cannot hold: the callers ask).
-    `options`: more of bubblewrap's (`--info-fd`)."""
+    `options`: more of bubblewrap's (`--info-fd`). `seccomp_fd`: a descriptor open on
+    `_seccomp.program_file()` that the caller passes to bubblewrap (`pass_fds`), which saves the
+    shell that opens it otherwise (`_filtered`)."""
     if mechanism().name == "landlock":
         if plan.network:
             raise RuntimeError("Landlock cannot hold a network grant: the call must ask a person")
         return _landlocked(argv, plan)
+    if seccomp_fd is not None:
+        return _bubblewrapped(argv, plan, (*options, "--seccomp", str(seccomp_fd)))
     return _filtered(_bubblewrapped(argv, plan, options))
 
 

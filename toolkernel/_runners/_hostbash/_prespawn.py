@@ -42,22 +42,29 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from ..._sandbox import Plan, mechanism, wrap
+from ..._seccomp import program_file
 
-# Reads NUL-ended fields from stdin: the script, the environment file (read whole, not byte by
-# byte as `read` reads a pipe), the two output FIFOs, then the private variables. Exit 125: told
+# First says it is running (one byte on stdout: bwrap has laid every mount and the filter by
+# then). Then reads NUL-ended fields from stdin: the name of the run's file in the channel's
+# folder ($1), then the private variables (bash reads a pipe byte by byte, so the rest comes in
+# that file, read whole: the script, the two output FIFOs and the environment). Exit 125: told
 # nothing (ended unused).
-_LOADER = ("IFS= read -r -d '' script && IFS= read -r -d '' envfile && IFS= read -r -d '' out"
-           " && IFS= read -r -d '' err || exit 125\n"
+_LOADER = ("printf r || exit 125\n"
+           "IFS= read -r -d '' name || exit 125\n"
            "private=(); while IFS= read -r -d '' entry; do private+=(\"$entry\"); done\n"
-           "exec </dev/null >\"$out\" 2>\"$err\" || exit 125\n"
+           "mapfile -d '' -t run < \"$1/run-$name\" && (( ${#run[@]} >= 3 )) || exit 125\n"
+           "exec </dev/null >\"${run[1]}\" 2>\"${run[2]}\" || exit 125\n"
            "printf '\\0'; printf '\\0' >&2\n"  # opened: the kernel takes the FIFOs' names away
-           "mapfile -d '' -t env < \"$envfile\" || exit 125\n"
-           "exec \"$0\" -i -- \"${env[@]}\" \"${private[@]}\" bash \"$script\"\n")
+           "exec \"$0\" -i -- \"${run[@]:3}\" \"${private[@]}\" bash \"${run[0]}\"\n")
 
 
 _NOT_OPENED_POLL = 0.2  # seconds between looks at whether a sandbox ended before the cell's output began
 _MAKING = 5.0  # seconds a cell waits for the one being made before it makes its own
-_INFO_TIMEOUT = 30.0  # seconds bwrap may take to say its sandbox's process is made
+_INFO_TIMEOUT = 30.0  # seconds bwrap may take to say its sandbox's process is made, and is running
+# Seconds the next cell's sandbox waits before it is made, unless a cell wants it sooner: making
+# one takes CPU (bash, bwrap, the mounts), which the cell that asked for it and the kernel's reply
+# to it would otherwise share on a busy machine; an agent's next cell comes far later.
+_SETTLE = 0.03
 
 
 @dataclass
@@ -65,6 +72,7 @@ class _Waiting:
     key: tuple
     proc: subprocess.Popen
     child: int  # the process inside (bwrap's `--info-fd`): its mount table is the sandbox's
+    table: bytes = b""  # that mount table as it was checked against the plan, once it was running
 
 
 class Prespawned:
@@ -79,6 +87,7 @@ class Prespawned:
         self._wanted: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._hurry = threading.Event()  # a cell waits: make it now, not after `_SETTLE`
         self.made = 0  # sandboxes made ahead, and taken by a cell (tests, the bench)
         self.taken = 0
 
@@ -105,21 +114,24 @@ class Prespawned:
         down the pipe, never written to the file (other cells of the channel can read its folder)."""
         with self._lock:
             # One being made (a cell right after the last) is nearer ready than one started now.
+            if self._pending:
+                self._hurry.set()
             self._made.wait_for(lambda: self._waiting is not None or not self._pending, timeout=_MAKING)
             waiting, self._waiting = self._waiting, None
         if waiting is None:
             return None
         if mechanism().name != "bubblewrap" or waiting.proc.poll() is not None or waiting.key != _key(plan, workdir) \
-                or not _mounts_hold(waiting.child, plan):
+                or not _mounts_still_hold(waiting, plan):
             self._end(waiting)
             return None
         taken = _Taken.made_in(self.folder, waiting.proc)
         try:
-            with os.fdopen(os.open(taken.env_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-                f.write(b"".join(_entry(name, value) for name, value in env.items() if name not in private))
-            fields = [os.fsencode(path) + b"\0" for path in (script, taken.env_file, *taken.fifos)]
-            fields += [_entry(name, value) for name, value in env.items() if name in private]
-            waiting.proc.stdin.write(b"".join(fields))
+            fields = [os.fsencode(path) + b"\0" for path in (script, *taken.fifos)]
+            with os.fdopen(os.open(taken.run_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+                f.write(b"".join([*fields, *(_entry(name, value) for name, value in env.items() if name not in private)]))
+            told = [os.fsencode(taken.run_file.name.removeprefix("run-")) + b"\0"]
+            told += [_entry(name, value) for name, value in env.items() if name in private]
+            waiting.proc.stdin.write(b"".join(told))
             waiting.proc.stdin.close()
         except OSError:  # it died since: a sandbox of the cell's own
             taken.close()
@@ -149,6 +161,8 @@ class Prespawned:
                 wanted, skipped = self._wanted.get(), skipped + 1
             if wanted is None:
                 return
+            self._hurry.wait(_SETTLE)
+            self._hurry.clear()
             made = self._make(*wanted)
             with self._lock:
                 old, self._waiting = self._waiting, made
@@ -164,23 +178,32 @@ class Prespawned:
         # taken when a cell comes differs, and this one is not used.
         key = _key(plan, workdir)
         info, info_w = os.pipe()
+        calls = -1
         try:
+            calls = os.open(program_file(), os.O_RDONLY | os.O_CLOEXEC)  # the filter, which bwrap reads
             # bwrap's own stderr (a sandbox that could not be made says why there) is read once it
-            # has ended; its stdout is nobody's: the cell's output goes to FIFOs only the cell holds.
-            argv = wrap(_loader(), plan, options=("--info-fd", str(info_w)))
+            # has ended; its stdout only says the loader runs: the cell's output goes to FIFOs
+            # only the cell holds.
+            argv = wrap([*_loader(), str(self.folder)], plan, options=("--info-fd", str(info_w)), seccomp_fd=calls)
             proc = subprocess.Popen(argv, cwd=workdir, env={"PATH": os.environ.get("PATH", os.defpath)},
-                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                    start_new_session=True, pass_fds=(info_w,))
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True, pass_fds=(info_w, calls))
             os.set_blocking(proc.stderr.fileno(), False)
         except OSError:
             return None  # the cell starts its own, and says what went wrong
         finally:
             os.close(info_w)
+            if calls >= 0:
+                os.close(calls)
         child = _child_pid(info)
         waiting = _Waiting(key, proc, child or 0)
-        if child is None:
+        # Offered only once its loader runs (every mount laid: bwrap names its process before that
+        # process has made them) and its mounts hold the plan, checked here, not on a cell's time.
+        if child is None or not _running(proc) or (table := _mount_table(child)) is None \
+                or not _table_holds(table, plan):
             self._end(waiting)
             return None
+        waiting.table = table
         self.made += 1
         return waiting
 
@@ -190,7 +213,7 @@ class Prespawned:
             os.killpg(waiting.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        for stream in (waiting.proc.stdin, waiting.proc.stderr):
+        for stream in (waiting.proc.stdin, waiting.proc.stdout, waiting.proc.stderr):
             try:
                 stream.close()
             except OSError:
@@ -211,7 +234,7 @@ class _Taken:
     so another cell of the channel (which sees its folder) cannot open it while the cell runs."""
 
     proc: subprocess.Popen
-    env_file: Path
+    run_file: Path
     fifos: tuple[Path, Path]
     fds: tuple[int, int]
 
@@ -224,7 +247,7 @@ class _Taken:
         # Not blocking: no writer yet. `read_output` waits with poll, which tells a FIFO whose
         # writer has not come yet (nothing) from one whose writers have all gone (POLLHUP).
         fds = tuple(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK) for fifo in fifos)
-        return cls(proc, folder / f"env-{name}", fifos, fds)
+        return cls(proc, folder / f"run-{name}", fifos, fds)
 
     def read_output(self, which: int, take: Callable[[bytes], None]) -> None:
         """Everything the cell writes to its stdout (0) or stderr (1), as it comes, until the
@@ -264,7 +287,7 @@ class _Taken:
                 os.close(fd)
             except OSError:
                 pass
-        for path in (self.env_file, *self.fifos):
+        for path in (self.run_file, *self.fifos):
             path.unlink(missing_ok=True)
         try:
             self.proc.stderr.close()
@@ -293,18 +316,38 @@ def _child_pid(info: int) -> int | None:
     return pid if isinstance(pid, int) and pid > 0 else None
 
 
-def _mounts_hold(child: int, plan: Plan) -> bool:
+def _running(proc: subprocess.Popen) -> bool:
+    """Whether the loader said it runs (one byte on bwrap's stdout) in time. Closes the pipe."""
+    try:
+        said = select.select([proc.stdout], [], [], _INFO_TIMEOUT)[0] and os.read(proc.stdout.fileno(), 1) == b"r"
+    except OSError:
+        said = False
+    proc.stdout.close()
+    return bool(said)
+
+
+def _mounts_still_hold(waiting: _Waiting, plan: Plan) -> bool:
     """Whether the waiting sandbox still has a read-only mount at every protected place, and one
     over every hidden place. A file or folder replaced on the host (renamed over, removed) takes
     its mount away in every other namespace, and the path's identity cannot tell: a new file may
-    get the old inode. Unreadable counts as not held."""
+    get the old inode. A mount table just as it was when it was checked against this plan (the
+    key says the plan is the same) holds; any other is checked again. Unreadable counts as not
+    held."""
+    table = _mount_table(waiting.child)
+    return table is not None and (table == waiting.table or _table_holds(table, plan))
+
+
+def _mount_table(child: int) -> bytes | None:
     try:
         with open(f"/proc/{child}/mountinfo", "rb") as table:
-            lines = table.read().splitlines()
+            return table.read()
     except OSError:
-        return False
+        return None
+
+
+def _table_holds(table: bytes, plan: Plan) -> bool:
     mounted: dict[bytes, bool] = {}
-    for line in lines:
+    for line in table.splitlines():
         fields = line.split()
         if len(fields) > 5:
             mounted[fields[4]] = mounted.get(fields[4], False) or b"ro" in fields[5].split(b",")
