@@ -61,10 +61,6 @@ _LOADER = ("printf r || exit 125\n"
 _NOT_OPENED_POLL = 0.2  # seconds between looks at whether a sandbox ended before the cell's output began
 _MAKING = 5.0  # seconds a cell waits for the one being made before it makes its own
 _INFO_TIMEOUT = 30.0  # seconds bwrap may take to say its sandbox's process is made, and is running
-# Seconds the next cell's sandbox waits before it is made, unless a cell wants it sooner: making
-# one takes CPU (bash, bwrap, the mounts), which the cell that asked for it and the kernel's reply
-# to it would otherwise share on a busy machine; an agent's next cell comes far later.
-_SETTLE = 0.03
 
 
 @dataclass
@@ -87,7 +83,6 @@ class Prespawned:
         self._wanted: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._hurry = threading.Event()  # a cell waits: make it now, not after `_SETTLE`
         self.made = 0  # sandboxes made ahead, and taken by a cell (tests, the bench)
         self.taken = 0
 
@@ -114,8 +109,6 @@ class Prespawned:
         down the pipe, never written to the file (other cells of the channel can read its folder)."""
         with self._lock:
             # One being made (a cell right after the last) is nearer ready than one started now.
-            if self._pending:
-                self._hurry.set()
             self._made.wait_for(lambda: self._waiting is not None or not self._pending, timeout=_MAKING)
             waiting, self._waiting = self._waiting, None
         if waiting is None:
@@ -161,8 +154,6 @@ class Prespawned:
                 wanted, skipped = self._wanted.get(), skipped + 1
             if wanted is None:
                 return
-            self._hurry.wait(_SETTLE)
-            self._hurry.clear()
             made = self._make(*wanted)
             with self._lock:
                 old, self._waiting = self._waiting, made
