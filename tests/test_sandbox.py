@@ -440,8 +440,18 @@ def bubblewrap(monkeypatch):
 
 
 @needs_sandbox
-def test_an_agents_next_cell_runs_in_the_sandbox_made_ahead_and_sees_the_same_view(project, bubblewrap):
-    _, channel = project
+@pytest.mark.parametrize("passed", [None, "odd_name", "TMPDIR"])
+def test_an_agents_next_cell_runs_in_the_sandbox_made_ahead_and_sees_the_same_view(project, bubblewrap, monkeypatch,
+                                                                                  passed):
+    # The loader exports plain names itself; a lower-case one (its own variables' case) or one
+    # bash reads as it runs (`TMPDIR`) goes through `env -i`: the cell sees the same either way.
+    from toolkernel._runners._hostbash._prespawn import _plain
+
+    session, channel = project
+    assert _plain(["PATH", "HOME", "TOOLKERNEL_TOOLS_SECRET", *([passed] if passed else [])]) == (passed is None)
+    if passed is not None:
+        monkeypatch.setenv(passed, "kept as it was")
+        write_config(session.workdir, config(["Bash(*)"], f'\n[sandbox]\nenv = ["{passed}"]\n'))
     fresh = run_agent_cell(project, VIEW)  # nothing was made ahead for the first
     assert channel.sandboxes.taken == 0
     waiting = channel.sandboxes.ready()
@@ -449,6 +459,16 @@ def test_an_agents_next_cell_runs_in_the_sandbox_made_ahead_and_sees_the_same_vi
     ahead = run_agent_cell(project, VIEW)
     assert channel.sandboxes.taken == 1 and waiting.wait(timeout=60) == 0  # that one ran this cell
     assert ahead == fresh
+    assert passed is None or f"{passed}=kept as it was" in ahead.splitlines()
+
+
+def test_the_loader_exports_only_names_bash_leaves_alone():
+    from toolkernel._runners._hostbash._prespawn import _plain
+
+    assert _plain(["PATH", "HOME", "LANG", "LC_ALL", "TERM", "USER", "TZ", "TOOLKERNEL_TOOLS_SOCKET"])
+    for name in ("RANDOM", "SECONDS", "SHELLOPTS", "BASH_ENV", "BASH_FUNC_x%%", "IFS", "PWD", "SHLVL", "_", "name",
+                 "run", "a.b", "9X", ""):
+        assert not _plain(["PATH", name]), name
 
 
 @needs_sandbox

@@ -128,16 +128,31 @@ def _pip_config(environ: Mapping[str, str]) -> list[str]:
              str(Path(environ.get("XDG_CONFIG_HOME") or home / ".config") / "pip" / "pip.conf")]
     if environ.get("PIP_CONFIG_FILE"):
         files.append(environ["PIP_CONFIG_FILE"])
+    return list(_pip_urls(tuple(files), tuple(_identity(file) for file in files)))
+
+
+def _identity(path: str) -> tuple | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
+@functools.lru_cache(maxsize=8)
+def _pip_urls(files: tuple[str, ...], identities: tuple) -> tuple[str, ...]:
+    """The URLs pip's config `files` name, as the files are at `identities` (read again for each
+    plan otherwise: an agent's every cell would parse them)."""
     parser = configparser.ConfigParser(interpolation=None)
     try:
         parser.read(files, encoding="utf-8")
     except (configparser.Error, UnicodeDecodeError):
-        return []
-    urls = []
+        return ()
+    urls: list[str] = []
     for section in ("global", "install"):
         for key in ("index-url", "extra-index-url"):
             urls += parser.get(section, key, fallback="").split()
-    return urls
+    return tuple(urls)
 
 
 def _host_of(url: str) -> str:

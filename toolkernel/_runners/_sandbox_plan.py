@@ -322,14 +322,18 @@ def _host_sockets() -> tuple[str, ...]:
     ssh or password agent's. The caller hides those in sight."""
     try:
         with open("/proc/net/unix", "rb") as table:
-            lines = table.read().splitlines()[1:]
+            listed = table.read()
     except OSError:
         return ()
     found = set()
-    for line in lines:
-        fields = line.split(None, 7)
+    at = listed.find(b" /")  # most lines name no path: passed over without a split
+    while at != -1:
+        end = listed.find(b"\n", at)
+        end = len(listed) if end == -1 else end
+        fields = listed[listed.rfind(b"\n", 0, at) + 1:end].split(None, 7)
         if len(fields) == 8 and fields[7].startswith(b"/"):
             found.add(os.fsdecode(fields[7]))
+        at = listed.find(b" /", end)
     return tuple(sorted(found))
 
 

@@ -30,6 +30,7 @@ import functools
 import json
 import os
 import queue
+import re
 import secrets
 import select
 import shutil
@@ -47,15 +48,39 @@ from ..._seccomp import program_file
 # First says it is running (one byte on stdout: bwrap has laid every mount and the filter by
 # then). Then reads NUL-ended fields from stdin: the name of the run's file in the channel's
 # folder ($1), then the private variables (bash reads a pipe byte by byte, so the rest comes in
-# that file, read whole: the script, the two output FIFOs and the environment). Exit 125: told
-# nothing (ended unused).
+# that file, read whole: how to pass the environment, the script, the two output FIFOs and the
+# environment). The cell's bash gets exactly that environment: from `env -i` (`$0`), or where
+# every name is a plain one (`_plain`), from the loader itself, which then drops every variable
+# it exports and exports those (one program less to start). Exit 125: told nothing (ended unused).
 _LOADER = ("printf r || exit 125\n"
            "IFS= read -r -d '' name || exit 125\n"
            "private=(); while IFS= read -r -d '' entry; do private+=(\"$entry\"); done\n"
-           "mapfile -d '' -t run < \"$1/run-$name\" && (( ${#run[@]} >= 3 )) || exit 125\n"
-           "exec </dev/null >\"${run[1]}\" 2>\"${run[2]}\" || exit 125\n"
+           "mapfile -d '' -t run < \"$1/run-$name\" && (( ${#run[@]} >= 4 )) || exit 125\n"
+           "exec </dev/null >\"${run[2]}\" 2>\"${run[3]}\" || exit 125\n"
            "printf '\\0'; printf '\\0' >&2\n"  # opened: the kernel takes the FIFOs' names away
-           "exec \"$0\" -i -- \"${run[@]:3}\" \"${private[@]}\" bash \"${run[0]}\"\n")
+           "script=${run[1]}\n"
+           "if [[ ${run[0]} == plain ]] && export -n $(compgen -e) && export -- \"${run[@]:4}\" \"${private[@]}\"; then\n"
+           "  exec bash \"$script\"\n"
+           "fi\n"
+           "exec \"$0\" -i -- \"${run[@]:4}\" \"${private[@]}\" bash \"$script\"\n")
+# Names the loader may export itself: upper case (the loader's own variables are lower case), none
+# that bash sets, computes or reads as it runs (`BASH*`, `SHELLOPTS`, `RANDOM`, `IFS`, ...).
+_PLAIN_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+_BASHS_OWN = frozenset({
+    "BASHOPTS", "BASHPID", "CDPATH", "COLUMNS", "COMP_CWORD", "COMP_KEY", "COMP_LINE", "COMP_POINT", "COMP_TYPE",
+    "COMP_WORDBREAKS", "COMP_WORDS", "COMPREPLY", "DIRSTACK", "ENV", "EPOCHREALTIME", "EPOCHSECONDS", "EUID",
+    "EXECIGNORE", "FCEDIT", "FIGNORE", "FUNCNAME", "FUNCNEST", "GLOBIGNORE", "GLOBSORT", "GROUPS", "HISTCMD",
+    "HISTCONTROL", "HISTFILE", "HISTFILESIZE", "HISTIGNORE", "HISTSIZE", "HISTTIMEFORMAT", "HOSTFILE", "HOSTNAME",
+    "HOSTTYPE", "IFS", "IGNOREEOF", "INPUTRC", "LINENO", "LINES", "MACHTYPE", "MAIL", "MAILCHECK", "MAILPATH",
+    "MAPFILE", "OLDPWD", "OPTARG", "OPTERR", "OPTIND", "OSTYPE", "PIPESTATUS", "POSIXLY_CORRECT", "PPID",
+    "PROMPT_COMMAND", "PROMPT_DIRTRIM", "PS0", "PS1", "PS2", "PS3", "PS4", "PWD", "RANDOM", "READLINE_ARGUMENT",
+    "READLINE_LINE", "READLINE_MARK", "READLINE_POINT", "REPLY", "SECONDS", "SHELL", "SHELLOPTS", "SHLVL",
+    "SRANDOM", "TIMEFORMAT", "TMOUT", "TMPDIR", "UID", "_"})
+
+
+def _plain(names) -> bool:
+    return all(_PLAIN_NAME.fullmatch(name) and not name.startswith("BASH") and name not in _BASHS_OWN
+               for name in names)
 
 
 _NOT_OPENED_POLL = 0.2  # seconds between looks at whether a sandbox ended before the cell's output began
@@ -119,7 +144,8 @@ class Prespawned:
             return None
         taken = _Taken.made_in(self.folder, waiting.proc)
         try:
-            fields = [os.fsencode(path) + b"\0" for path in (script, *taken.fifos)]
+            fields = [b"plain\0" if _plain(env) else b"env\0"]
+            fields += [os.fsencode(path) + b"\0" for path in (script, *taken.fifos)]
             with os.fdopen(os.open(taken.run_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
                 f.write(b"".join([*fields, *(_entry(name, value) for name, value in env.items() if name not in private)]))
             told = [os.fsencode(taken.run_file.name.removeprefix("run-")) + b"\0"]
