@@ -50,8 +50,10 @@ from ..._seccomp import program_file
 # folder ($1), then the private variables (bash reads a pipe byte by byte, so the rest comes in
 # that file, read whole: how to pass the environment, the script, the two output FIFOs and the
 # environment). The cell's bash gets exactly that environment: from `env -i` (`$0`), or where
-# every name is a plain one (`_plain`), from the loader itself, which then drops every variable
-# it exports and exports those (one program less to start). Exit 125: told nothing (ended unused).
+# every name is a plain one (`_plain`), from the loader itself, which then stops exporting what it
+# exports (it starts with PATH alone, and bash adds PWD and SHLVL; named, not listed by `compgen`,
+# whose `$(...)` would cost a fork) and exports those: one program less to start. Exit 125: told
+# nothing (ended unused).
 _LOADER = ("printf r || exit 125\n"
            "IFS= read -r -d '' name || exit 125\n"
            "private=(); while IFS= read -r -d '' entry; do private+=(\"$entry\"); done\n"
@@ -59,7 +61,7 @@ _LOADER = ("printf r || exit 125\n"
            "exec </dev/null >\"${run[2]}\" 2>\"${run[3]}\" || exit 125\n"
            "printf '\\0'; printf '\\0' >&2\n"  # opened: the kernel takes the FIFOs' names away
            "script=${run[1]}\n"
-           "if [[ ${run[0]} == plain ]] && export -n $(compgen -e) && export -- \"${run[@]:4}\" \"${private[@]}\"; then\n"
+           "if [[ ${run[0]} == plain ]] && export -n PATH PWD SHLVL OLDPWD && export -- \"${run[@]:4}\" \"${private[@]}\"; then\n"
            "  exec bash \"$script\"\n"
            "fi\n"
            "exec \"$0\" -i -- \"${run[@]:4}\" \"${private[@]}\" bash \"$script\"\n")
