@@ -182,8 +182,7 @@ class HostRun:
         except OSError as exc:
             self.close()
             raise Unavailable(f"could not start bash: {exc}", retryable=False) from exc
-        if self._ahead:  # the next cell's, made while this one runs
-            channel.sandboxes.prepare(sandbox, workdir)
+        self._sandbox = sandbox
         if timeout is not None:
             self._timer = threading.Timer(timeout, on_timeout, args=(self,))
             self._timer.daemon = True
@@ -221,6 +220,8 @@ class HostRun:
         self.script_file.unlink(missing_ok=True)
         if self._taken is not None:
             self._taken.close()
+        if self._ahead:  # the next cell's, made once this one is over
+            self.channel.sandboxes.prepare(self._sandbox, self.command.workdir)
 
     def read_output(self, is_stderr: int, events: RunEvents) -> None:
         """Move the cell's stdout or stderr into the run's events until it ends."""
