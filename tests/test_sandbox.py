@@ -515,13 +515,7 @@ def test_a_protected_file_replaced_on_the_host_is_not_left_writable_even_under_i
     run_agent_cell(project, "true")
     stale = channel.sandboxes.ready()
     assert stale is not None
-    config_path = work / "toolkernel.toml"
-    # bwrap says its process is made before that process has laid its mounts: wait for them, or
-    # the mount is made on the file as it is after the swap below, and holds.
-    child, deadline = channel.sandboxes._waiting.child, time.monotonic() + 60
-    while str(config_path.resolve()) not in Path(f"/proc/{child}/mountinfo").read_text():
-        assert time.monotonic() < deadline and stale.poll() is None
-        time.sleep(0.01)
+    config_path = work / "toolkernel.toml"  # mounted by now: one is offered once its mounts are laid
     os.link(config_path, work / "kept")
     write_config(work, config(["Bash(*)"]))  # renamed over: the stale sandbox's mount is detached
     os.rename(work / "kept", config_path)
@@ -532,41 +526,84 @@ def test_a_protected_file_replaced_on_the_host_is_not_left_writable_even_under_i
 
 
 @needs_sandbox
-def test_a_cell_cannot_reach_the_sandbox_waiting_for_the_next_and_it_holds_no_secret(project, bubblewrap):
-    # While a cell runs, the next cell's sandbox waits: the cell gets its process id (a barrier
-    # file in the workspace) and tries to see, signal and find it (pid 1 is its own sandbox's).
-    # Its own output FIFOs have no names left in the channel's folder (other cells see it).
-    import threading
-    import time
+def test_a_sandbox_made_ahead_is_offered_only_once_every_mount_is_laid(project, bubblewrap):
+    # bwrap names its process before that process has laid its mounts: one offered then failed the
+    # check of a cell that came at once (its mounts half laid), which started a sandbox of its own.
+    _, channel = project
+    run_agent_cell(project, "true")
+    assert channel.sandboxes.ready() is not None
+    waiting = channel.sandboxes._waiting
+    plan = waiting.key[0]
+    mounted = {line.split()[4] for line in Path(f"/proc/{waiting.child}/mountinfo").read_text().splitlines()}
+    assert plan.read_only and all(place in mounted for place in plan.read_only if os.path.lexists(place))
+    assert "/proc/sys" in mounted
+    run_agent_cell(project, "true")
+    assert channel.sandboxes.taken == 1
 
+
+@needs_sandbox
+def test_the_next_cells_sandbox_is_made_once_the_cell_is_over(project, bubblewrap):
+    # Not while the cell runs: making one (bash, bwrap, its mounts) takes CPU the cell would share.
+    session, channel = project
+    work = session.workdir
+    run_agent_cell(project, "true")
+    assert channel.sandboxes.ready() is not None and channel.sandboxes.made == 1
+    got: dict = {}
+    cell = threading.Thread(target=lambda: got.update(out=run_agent_cell(
+        project, "touch out/running; until [ -e out/go ]; do sleep 0.05; done; echo done")))
+    cell.start()
+    deadline = time.monotonic() + 120
+    while not (work / "out" / "running").exists():
+        assert time.monotonic() < deadline and cell.is_alive()
+        time.sleep(0.05)
+    with channel.sandboxes._lock:
+        assert channel.sandboxes.taken == 1 and channel.sandboxes._pending == 0
+        assert channel.sandboxes._waiting is None
+    (work / "out" / "go").touch()
+    cell.join(timeout=120)
+    assert got["out"].split() == ["done"]
+    assert channel.sandboxes.ready() is not None and channel.sandboxes.made == 2
+
+
+@needs_sandbox
+def test_a_cell_cannot_reach_the_sandbox_waiting_for_the_next_and_it_holds_no_secret(project, bubblewrap):
+    # The next cell's sandbox is made once a cell is over, and waits while other cells run (a
+    # `--bg` one, which starts its own): such a cell gets its process id and tries to see,
+    # signal and find it (pid 1 is its own sandbox's). Then the cell that takes it finds its own
+    # output FIFOs without names in the channel's folder (other cells see it).
     from toolkernel._runners._hostbash._channel import SECRET_ENV
+    from toolkernel._runners._hostbash._runner import HostBashRunner, start_background
+    from toolkernel._runners._shell import ShellResult
 
     session, channel = project
     work = session.workdir
     run_agent_cell(project, "true")
-    first = channel.sandboxes.ready()
-    got: dict = {}
-    cell = threading.Thread(target=lambda: got.update(out=run_agent_cell(project, """
-until [ -s out/waiting ]; do sleep 0.05; done; pid=$(cat out/waiting)
-kill -0 "$pid" 2>/dev/null && echo SIGNALLED; [ -e /proc/$pid ] && echo SEEN
+    waiting = channel.sandboxes.ready()
+    assert waiting is not None and waiting.poll() is None
+    probe = start_background(session, HostBashRunner(channel, agent=True), f"""
+pid={waiting.pid}; kill -0 "$pid" && echo SIGNALLED; [ -e /proc/$pid ] && echo SEEN
 grep -l -s 'read -r -[d]' /proc/[0-9]*/cmdline | grep -v -x /proc/1/cmdline && echo FOUND-LOADER
-ls "${TOOLKERNEL_TOOLS_SOCKET%/*}" | grep -e '^out-' -e '^err-' && echo FOUND-ITS-OUTPUT; echo done
-""")))
-    cell.start()
+touch out/probed; until [ -e out/go ]; do sleep 0.05; done; echo done
+""", keep_stdout=True, keep_stderr=False)
+    assert not isinstance(probe, ShellResult), probe
     deadline = time.monotonic() + 120
-    waiting = first  # the next is made once the cell above has taken the first
-    while waiting in (None, first) and time.monotonic() < deadline:
-        waiting = channel.sandboxes.ready(timeout=1)
-    assert waiting not in (None, first) and channel.sandboxes.taken == 1
+    while not (work / "out" / "probed").exists():
+        assert time.monotonic() < deadline and probe.poll() is None
+        time.sleep(0.05)
     group = [pid for pid in os.listdir("/proc") if pid.isdigit() and _group_of(pid) == waiting.pid]
     assert str(waiting.pid) in group
     secrets = [run.secret for run in list(channel._runs.values())]
+    assert secrets  # the probe's run is open
     for pid in group:
         seen = Path(f"/proc/{pid}/environ").read_bytes() + Path(f"/proc/{pid}/cmdline").read_bytes()
         assert SECRET_ENV.encode() + b"=" not in seen and not any(s.encode() in seen for s in secrets)
-    (work / "out" / "waiting").write_text(str(waiting.pid))
-    cell.join(timeout=120)
-    assert got["out"].split() == ["done"] and waiting.poll() is None
+    (work / "out" / "go").touch()
+    assert probe.stdout.read().decode().split() == ["done"] and probe.wait(timeout=60) == 0
+    assert waiting.poll() is None and channel.sandboxes.taken == 0
+    out = run_agent_cell(project, """
+ls "${TOOLKERNEL_TOOLS_SOCKET%/*}" | grep -e '^out-' -e '^err-' && echo FOUND-ITS-OUTPUT; echo done
+""")
+    assert out.split() == ["done"] and channel.sandboxes.taken == 1
 
 
 def _group_of(pid: str) -> int | None:

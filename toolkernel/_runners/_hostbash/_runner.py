@@ -174,15 +174,19 @@ class HostRun:
         taken = channel.sandboxes.take(sandbox, workdir, self.script_file, env, frozenset({SECRET_ENV})) \
             if self._ahead else None
         self._taken = taken
+        # The next cell's, made once this one is over (`close`), not while it runs: making one
+        # (bash, bwrap, its mounts) takes CPU the cell would share on a busy machine, and an
+        # agent's next cell comes long after.
+        self._next = (sandbox, workdir) if self._ahead else None
         try:
             argv = ["bash", str(self.script_file)]
             self.proc = taken.proc if taken is not None else subprocess.Popen(
                 argv if sandbox is None else wrap(argv, sandbox), cwd=workdir, env=env, stdin=subprocess.DEVNULL,
                 stdout=stdout, stderr=stderr, start_new_session=True)
         except OSError as exc:
+            self._next = None  # none for a host where bash cannot start
             self.close()
             raise Unavailable(f"could not start bash: {exc}", retryable=False) from exc
-        self._sandbox = sandbox
         if timeout is not None:
             self._timer = threading.Timer(timeout, on_timeout, args=(self,))
             self._timer.daemon = True
@@ -220,8 +224,9 @@ class HostRun:
         self.script_file.unlink(missing_ok=True)
         if self._taken is not None:
             self._taken.close()
-        if self._ahead:  # the next cell's, made once this one is over
-            self.channel.sandboxes.prepare(self._sandbox, self.command.workdir)
+        if self._next is not None:
+            self.channel.sandboxes.prepare(*self._next)
+        self._next = None
 
     def read_output(self, is_stderr: int, events: RunEvents) -> None:
         """Move the cell's stdout or stderr into the run's events until it ends."""
