@@ -600,8 +600,10 @@ touch out/probed; until [ -e out/go ]; do sleep 0.05; done; echo done
     (work / "out" / "go").touch()
     assert probe.stdout.read().decode().split() == ["done"] and probe.wait(timeout=60) == 0
     assert waiting.poll() is None and channel.sandboxes.taken == 0
+    # (Their names go once the kernel has read the loader's first byte on each: a moment after.)
     out = run_agent_cell(project, """
-ls "${TOOLKERNEL_TOOLS_SOCKET%/*}" | grep -e '^out-' -e '^err-' && echo FOUND-ITS-OUTPUT; echo done
+names() { ls "${TOOLKERNEL_TOOLS_SOCKET%/*}" | grep -e '^out-' -e '^err-'; }
+for _ in $(seq 200); do names >/dev/null || break; sleep 0.05; done; names && echo FOUND-ITS-OUTPUT; echo done
 """)
     assert out.split() == ["done"] and channel.sandboxes.taken == 1
 
