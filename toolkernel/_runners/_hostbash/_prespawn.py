@@ -87,6 +87,11 @@ def _plain(names) -> bool:
 
 _NOT_OPENED_POLL = 0.2  # seconds between looks at whether a sandbox ended before the cell's output began
 _MAKING = 5.0  # seconds a cell waits for the one being made before it makes its own
+# Seconds a wanted sandbox waits before it is made, unless a cell wants it now: the cell that
+# asked for it has ended, and the kernel is sending its reply, which the making (Popen, the
+# command line, the checks: this process's own CPU, and bwrap's) would slow by 2-3 ms on a busy
+# machine. An agent's next cell comes long after; one right after the last hurries it.
+_SETTLE = 0.05
 _INFO_TIMEOUT = 30.0  # seconds bwrap may take to say its sandbox's process is made, and is running
 
 
@@ -110,6 +115,7 @@ class Prespawned:
         self._wanted: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._hurry = threading.Event()  # a cell waits for the one wanted: no `_SETTLE`
         self.made = 0  # sandboxes made ahead, and taken by a cell (tests, the bench)
         self.taken = 0
 
@@ -136,6 +142,8 @@ class Prespawned:
         down the pipe, never written to the file (other cells of the channel can read its folder)."""
         with self._lock:
             # One being made (a cell right after the last) is nearer ready than one started now.
+            if self._pending:
+                self._hurry.set()
             self._made.wait_for(lambda: self._waiting is not None or not self._pending, timeout=_MAKING)
             waiting, self._waiting = self._waiting, None
         if waiting is None:
@@ -171,6 +179,7 @@ class Prespawned:
         with self._lock:
             self._closed = True
             waiting, self._waiting = self._waiting, None
+        self._hurry.set()
         self._wanted.put(None)
         if waiting is not None:
             self._end(waiting)
@@ -182,6 +191,8 @@ class Prespawned:
                 wanted, skipped = self._wanted.get(), skipped + 1
             if wanted is None:
                 return
+            self._hurry.wait(_SETTLE)
+            self._hurry.clear()
             made = self._make(*wanted)
             with self._lock:
                 old, self._waiting = self._waiting, made
