@@ -90,7 +90,8 @@ _MAKING = 5.0  # seconds a cell waits for the one being made before it makes its
 # Seconds a wanted sandbox waits before it is made, unless a cell wants it now: the cell that
 # asked for it has ended, and the kernel is sending its reply, which the making (Popen, the
 # command line, the checks: this process's own CPU, and bwrap's) would slow by 2-3 ms on a busy
-# machine. An agent's next cell comes long after; one right after the last hurries it.
+# machine. An agent's next cell comes long after; one right after the last hurries it, and
+# while cells come that fast (the last one came before its sandbox was ready) none waits.
 _SETTLE = 0.05
 _INFO_TIMEOUT = 30.0  # seconds bwrap may take to say its sandbox's process is made, and is running
 
@@ -116,6 +117,7 @@ class Prespawned:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._hurry = threading.Event()  # a cell waits for the one wanted: no `_SETTLE`
+        self._behind = False  # the last cell came before its sandbox was ready
         self.made = 0  # sandboxes made ahead, and taken by a cell (tests, the bench)
         self.taken = 0
 
@@ -142,7 +144,8 @@ class Prespawned:
         down the pipe, never written to the file (other cells of the channel can read its folder)."""
         with self._lock:
             # One being made (a cell right after the last) is nearer ready than one started now.
-            if self._pending:
+            self._behind = self._waiting is None and self._pending > 0
+            if self._behind:
                 self._hurry.set()
             self._made.wait_for(lambda: self._waiting is not None or not self._pending, timeout=_MAKING)
             waiting, self._waiting = self._waiting, None
@@ -191,7 +194,8 @@ class Prespawned:
                 wanted, skipped = self._wanted.get(), skipped + 1
             if wanted is None:
                 return
-            self._hurry.wait(_SETTLE)
+            if not self._behind:
+                self._hurry.wait(_SETTLE)
             self._hurry.clear()
             made = self._make(*wanted)
             with self._lock:
