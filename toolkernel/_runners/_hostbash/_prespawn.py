@@ -3,7 +3,11 @@
 Starting bubblewrap (namespaces, mounts, a process table) costs several times what bash's
 own start does, and an agent's cell paid it each time. So once a sandboxed cell ends, one
 sandbox is made in the background for the next: `bwrap` with the plan that cell ran under,
-holding a small bash loader that waits on its stdin (a pipe only the kernel holds).
+holding a small bash loader that waits on its stdin (a pipe only the kernel holds). It is made
+after the cell, not while it runs, and `_SETTLE` later, once the kernel has replied: its making
+takes CPU (and this process's own) that the cell and the reply would share on a busy machine.
+It is offered to a cell only once its loader runs (bwrap has laid every mount by then) and its
+mount table holds the plan: bwrap names its process before that process has made its mounts.
 
 A cell takes it only if it was made for exactly the sandbox the cell would get now: the same
 wrapped command line (every mount and the network, as `_sandbox.wrap` makes it from the plan
@@ -11,17 +15,19 @@ and what exists), the same working folder, the same file or folder at every moun
 (device and inode: a protected folder renamed and made anew is not left writable under a
 stale mount), and every read-only and hiding mount still in the sandbox's own mount table
 (Linux takes a mount away in every other namespace when its file is renamed over on the host,
-and a new file can get the old inode). Anything else ends it and the cell starts a sandbox of
+and a new file can get the old inode): a table just as it was when it was checked against this
+plan holds, any other is checked again. Anything else ends it and the cell starts a sandbox of
 its own (fail closed).
 Each is used once, so each cell still has a fresh private /tmp and process table.
 
 What waits holds nothing of a run's: its command line is the plan's and the loader's, its
-environment PATH alone. When a cell takes it, the kernel writes the script's path, the path
-of a file with the run's environment (no secret in it) and the run's secret down the pipe;
-the loader makes stdin /dev/null and execs `env -i` with exactly that environment and
-`bash SCRIPT`, as a sandbox started for the cell would. A cell cannot reach one that waits:
-every sandbox has a process table of its own, and the pipe's other end is in no child
-(`close_fds`). Only bubblewrap is prepared ahead (Landlock has no start to save).
+environment PATH alone. When a cell takes it, the kernel writes a file with the script's path,
+its output FIFOs and the run's environment (no secret in it), and sends the file's name and
+the run's secret down the pipe; the loader makes stdin /dev/null and execs `bash SCRIPT` with
+exactly that environment (`_LOADER`), as a sandbox started for the cell would. A cell
+cannot reach one that waits: every sandbox has a process table of its own, and the pipe's
+other end is in no child (`close_fds`). Only bubblewrap is prepared ahead (Landlock has no
+start to save).
 """
 
 from __future__ import annotations
@@ -108,7 +114,7 @@ class Prespawned:
     """At most one sandbox waiting for the next cell of one channel; made on a thread of its own."""
 
     def __init__(self, folder: Path) -> None:
-        self.folder = folder  # where a run's environment file is written (the channel's, 0700)
+        self.folder = folder  # where a run's file is written (the channel's, 0700)
         self._lock = threading.Lock()
         self._made = threading.Condition(self._lock)  # notified when a wanted one is made (or not)
         self._pending = 0  # wanted, not made yet
@@ -257,8 +263,8 @@ class Prespawned:
 
 @dataclass
 class _Taken:
-    """A sandbox a cell took: its process, the run's environment file (removed when the run
-    ends), and its output FIFOs with the kernel's read ends.
+    """A sandbox a cell took: its process, the run's file (what the loader is told but the
+    secret; removed when the run ends), and its output FIFOs with the kernel's read ends.
 
     The output goes through FIFOs the loader opens, not through the pipes bwrap was given: bwrap
     holds those until its namespaces are torn down (milliseconds after the cell's end), and a
