@@ -20,6 +20,8 @@ Both sides make the same checks; only the `bwrap` wrap differs. Each figure is t
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -84,12 +86,25 @@ _OUTSIDE = ("from toolkernel._runners._hostbash._runner import HostBashRunner as
 _INSIDE = "from toolkernel._runners._hostbash._runner import HostBashRunner as _R\n_R._sandbox = _R._kept_sandbox"
 
 
-def kernel_cells(kernel, runs: int, outside: bool, gap: float = 0.0) -> tuple[float, float]:
+# The kernel's count of sandboxes made ahead for its agent cells, and taken by one.
+_AHEAD = ("import json as _j\nfrom toolkernel._frontends._bash_magic import HostBashMagics as _M\n"
+          "_c = [m for m in get_ipython().magics_manager.registry.values() if isinstance(m, _M)][0].channel\n"
+          "print(_j.dumps([_c.sandboxes.made, _c.sandboxes.taken]))")
+
+
+def ahead_in(kernel) -> tuple[int, int]:
+    made, taken = json.loads(kernel.execute_ok(_AHEAD).stream("stdout"))
+    return made, taken
+
+
+def kernel_cells(kernel, runs: int, outside: bool, gap: float = 0.0,
+                 taken: list[int] | None = None) -> tuple[float, float]:
     """Seconds from each request to its reply, summed (the gaps between cells left out), and
-    this process's CPU seconds."""
+    this process's CPU seconds. `taken` gets how many of the cells took a sandbox made ahead."""
     from toolkernel._providers._notebook._connection import AGENT_METADATA, EXECUTE_CONTENT
 
     kernel.execute_ok(_OUTSIDE if outside else _INSIDE)
+    before = ahead_in(kernel)[1] if taken is not None else 0
     spent, cpu = 0.0, time.process_time()
     for _ in range(runs):
         time.sleep(gap)
@@ -99,7 +114,10 @@ def kernel_cells(kernel, runs: int, outside: bool, gap: float = 0.0) -> tuple[fl
         kernel.client.shell_channel.send(msg)
         assert kernel.finish(msg["header"]["msg_id"]).status == "ok"
         spent += time.perf_counter() - started
-    return spent, time.process_time() - cpu
+    cpu = time.process_time() - cpu
+    if taken is not None:
+        taken.append(ahead_in(kernel)[1] - before)
+    return spent, cpu
 
 
 def main() -> None:
@@ -122,11 +140,13 @@ def main() -> None:
         kernel.execute_ok("from toolkernel._runners._hostbash._runner import HostBashRunner as _R\n"
                           "_R._kept_sandbox = _R._sandbox")
         gap = args.gap / 1000
+        paced: list[int] = []
+        back_to_back: list[int] = []
         in_kernel = interleaved(args.repeat, {
             "kernel outside": lambda: kernel_cells(kernel, runs, outside=True, gap=gap),
-            "kernel inside": lambda: kernel_cells(kernel, runs, outside=False, gap=gap),
+            "kernel inside": lambda: kernel_cells(kernel, runs, outside=False, gap=gap, taken=paced),
             "back to back outside": lambda: kernel_cells(kernel, runs, outside=True),
-            "back to back inside": lambda: kernel_cells(kernel, runs, outside=False),
+            "back to back inside": lambda: kernel_cells(kernel, runs, outside=False, taken=back_to_back),
         })
     measured = in_kernel | interleaved(args.repeat, {
         "cell outside": lambda: cells(session, channel, _Unsandboxed, runs),
@@ -142,8 +162,9 @@ def main() -> None:
         print(f"  agent {what:<12} outside {outside[0] / runs * 1000:7.2f} ms ({outside[1] / runs * 1000:.2f})"
               f"  inside {inside[0] / runs * 1000:7.2f} ms ({inside[1] / runs * 1000:.2f})"
               f"  ratio {inside[0] / outside[0]:.2f}x" + (f" (target <= {TARGET_RATIO}x)" if what == "kernel" else ""))
-    print(f"  sandboxes made ahead for the cell rows: {channel.sandboxes.made}, taken by a cell:"
-          f" {channel.sandboxes.taken} of {runs * args.repeat}")
+    print(f"  cells that took a sandbox made ahead: agent kernel {sum(paced)}, back to back {sum(back_to_back)},"
+          f" agent cell {channel.sandboxes.taken}, each of {runs * args.repeat}"
+          f" (load {os.getloadavg()[0]:.1f})")
     channel.close()
     session.close()
 
