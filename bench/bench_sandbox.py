@@ -24,8 +24,9 @@ Figures (bubblewrap 0.8.0, 2 CPUs shared by five engineers; ratios move by 0.1-0
 - After (--repeat 7): agent kernel 1.23x (load 2.9-3.2), 1.07x (load 4.6-6.3); back to back
   1.34x, 1.64x; cell 3.40x, 3.08x; call 6.9x, 8.2x; taken: 139 of 140 in every row.
 - Main and this code side by side, each in a kernel of its own, their rounds interleaved (the
-  rows of this bench, --repeat 9, load 3.2): agent kernel main 1.20x, after 1.10x; back to
-  back main 1.77x, after 1.65x.
+  rows of this bench, --repeat 9): agent kernel main 1.20x, after 1.10x (load 3.2); main 1.33x,
+  after 0.99x (load 4.3-5.8); back to back main 1.77x, after 1.65x; main 1.56x, after 1.29x.
+  Two kernels running the same code differ by up to 10% here, so read a ratio to +-0.1x.
 
 Where an agent's sandboxed cell spent its time over an unsandboxed one (main, cells 100 ms apart,
 spans in the kernel and in-process, load 2-3): working out the plan, 0.6-1.0 ms (reading
