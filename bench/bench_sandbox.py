@@ -21,11 +21,13 @@ Figures (bubblewrap 0.8.0, 2 CPUs shared by five engineers; ratios move by 0.1-0
 - 2026-12-07, main before this work: agent kernel 1.39x (load 0.9-3.0), 1.47x (load 4.1, --repeat 7);
   back to back 1.40x; cell 3.47-3.89x; call 8.8-9.0x; cell rows took a sandbox made ahead in
   51-76 of 100-140.
-- After (--repeat 7): agent kernel 1.23x (load 2.9-3.2), 1.07x (load 4.6-6.3); back to back
-  1.34x, 1.64x; cell 3.40x, 3.08x; call 6.9x, 8.2x; taken: 139 of 140 in every row.
+- After (--repeat 7): agent kernel 1.21x (load 2.2-3.2), 1.23x (load 2.9-3.2), 1.07x (load
+  4.6-6.3); back to back 1.73x, 1.34x, 1.64x; cell 2.64x, 3.40x, 3.08x; call 6.3x, 6.9x, 8.2x;
+  taken: 139 of 140 in every row (the first cell has none).
 - Main and this code side by side, each in a kernel of its own, their rounds interleaved (the
-  rows of this bench, --repeat 9): agent kernel main 1.20x, after 1.10x (load 3.2); main 1.33x,
-  after 0.99x (load 4.3-5.8); back to back main 1.77x, after 1.65x; main 1.56x, after 1.29x.
+  rows of this bench, --repeat 9): agent kernel main 1.46x, after 1.19x (load 1.9); main 1.20x,
+  after 1.10x (load 3.2); main 1.33x, after 0.99x (load 4.3-5.8); back to back main 1.67x,
+  after 1.74x; main 1.77x, after 1.65x; main 1.56x, after 1.29x.
   Two kernels running the same code differ by up to 10% here, so read a ratio to +-0.1x.
 
 Where an agent's sandboxed cell spent its time over an unsandboxed one (main, cells 100 ms apart,
