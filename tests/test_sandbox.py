@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -613,3 +614,14 @@ def _group_of(pid: str) -> int | None:
         return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[2])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def test_landlocks_private_tmp_goes_with_the_process(tmp_path):
+    """The temporary folder an agent's processes get under Landlock is the kernel's own: it goes
+    when the kernel exits (one was left in /tmp per kernel start)."""
+    script = ("from toolkernel import _sandbox; import pathlib; folder = pathlib.Path(_sandbox._private_tmp()); "
+              "(folder / 'left.txt').write_text('x'); print(folder)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    folder = done.stdout.strip()
+    assert folder and "toolkernel-sandbox-tmp-" in folder
+    assert not os.path.exists(folder)

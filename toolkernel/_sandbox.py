@@ -43,6 +43,7 @@ at each place, and the start of a grant's proxy.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import json
@@ -258,7 +259,10 @@ def _grantable(folder: str, protected: set[str]) -> list[str]:
 @functools.lru_cache(maxsize=1)
 def _private_tmp() -> str:
     """The one temporary folder Landlock lets an agent's processes write (this user's, 0700)."""
-    return tempfile.mkdtemp(prefix="toolkernel-sandbox-tmp-")
+    folder = tempfile.mkdtemp(prefix="toolkernel-sandbox-tmp-")
+    # The process's own: what its agents left there goes with it (a kernel left one per start).
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def _bubblewrapped(argv: Sequence[str], plan: Plan, options: Sequence[str] = ()) -> list[str]:
