@@ -16,14 +16,17 @@ servers start as forks of one process that has imported `mcp` (tests/servers/_zy
 about 400 starts a run, at 0.7 s of CPU each otherwise.
 """
 
+import atexit
 import functools
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
 os.environ["TOOLKERNEL_TRUST_ALL"] = "1"
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="toolkernel-test-state-")
+atexit.register(shutil.rmtree, os.environ["XDG_STATE_HOME"], ignore_errors=True)  # one per worker was left
 
 
 import traceback
