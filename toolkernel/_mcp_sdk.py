@@ -300,10 +300,14 @@ async def elicit_form(session: Any, message: str, schema: dict[str, Any], relate
     if MAJOR >= 2:
         return await session.elicit_form(message, schema, related_request_id)
     # 1.x's send_request takes the session's next id before its first await: this request's id.
-    request_id = session._request_id
+    # A private name, read only here and only under 1.x; a 1.x without it gets no cancel (the
+    # client's form then stays until the client closes it), never a failed question.
+    request_id = getattr(session, "_request_id", None)
     try:
         return await session.elicit_form(message, schema, related_request_id)
     except anyio.get_cancelled_exc_class():
+        if not isinstance(request_id, int):
+            raise
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
             cancel = types.CancelledNotification(params=types.CancelledNotificationParams(
                 requestId=request_id, reason="answered elsewhere or no longer needed"))
