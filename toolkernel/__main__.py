@@ -22,6 +22,8 @@ from pathlib import Path
 from ._config._trust import TRUST_ALL_VARIABLE
 
 DEMOS = ("quickstart", "approvals", "data-science", "agent-notebook-editing")
+# `serve --server` with no URL: the Jupyter Server running here that serve works for.
+HERE = object()
 
 
 def demo_folder() -> Path:
@@ -139,11 +141,15 @@ def main(argv: list[str] | None = None) -> int:
                         " with --kernel, --existing or --server (then its path from the server's root)")
     paired.add_argument("--kernel", metavar="NAME", help="start a kernel NAME for it (shut down when serve ends)")
     paired.add_argument("--existing", metavar="CONNECTION_FILE", help="use a running kernel")
-    paired.add_argument("--server", metavar="URL", help="edit and run notebooks through this Jupyter Server: each"
+    paired.add_argument("--server", metavar="URL", nargs="?", const=HERE,
+                        help="edit and run notebooks through this Jupyter Server: each"
                         " call's notebook, by its path from the server's root, in the kernel of its session there"
-                        " (config `[serve] start_kernels = true` lets a call start one)")
+                        " (config `[serve] start_kernels = true` lets a call start one); with no URL, the server"
+                        " running here that serve runs under (an agent Jupyter AI started), else the one whose"
+                        " root holds --workdir")
     paired.add_argument("--server-token", metavar="T", default=None,
-                        help="the Jupyter Server's token (or ?token= in URL, or $JUPYTER_TOKEN);"
+                        help="the Jupyter Server's token (or ?token= in URL; a server running here: the token it"
+                             " published in `jupyter --runtime-dir`; else $JUPYTER_TOKEN);"
                              " --token is serve's own bearer token")
     doctor = sub.add_parser("doctor", help="check the setup here: the JupyterLab extension, the kernelspec, the"
                             " config and its trust, the servers, node, the OS sandbox; each failing line says"
@@ -221,6 +227,15 @@ def run_trust(folder: Path) -> int:
 def run_serve(args: argparse.Namespace) -> int:
     from ._frontends._serve import serve_command
 
+    if args.server is HERE:
+        from ._errors import InvalidInput
+        from ._providers._notebook._roots import server_here
+
+        try:
+            args.server = server_here(args.workdir).url
+        except InvalidInput as exc:
+            print(f"toolkernel serve: {exc}", file=sys.stderr)
+            return 2
     options = {"kernel": args.kernel, "existing": args.existing, "server": args.server, "token": args.server_token}
     notebook = {k: v for k, v in options.items() if v}
     if args.notebook:

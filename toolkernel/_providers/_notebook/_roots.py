@@ -4,7 +4,9 @@ A notebook a Jupyter Server serves is only changed through that server: written 
 its back, the open document reloads from the file and a person's typing is lost. The servers
 running on this machine publish themselves in Jupyter's runtime folder (`jpserver-<pid>.json`:
 URL, root folder, token); that is how a path spelled on this machine (relative, absolute,
-through a symlink) is known to lie under a server's root.
+through a symlink) is known to lie under a server's root, and how `serve --server` with no URL
+finds the server it works for and its token without the token passing through an agent's config:
+the file is readable by its user only, and the agent's sandbox hides the folder.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..._errors import ConnectionRequired
+from ..._errors import ConnectionRequired, InvalidInput
 
 LOOPBACK = {"localhost", "127.0.0.1", "::1", "0.0.0.0", ""}
 SESSIONS_TIMEOUT_SECONDS = 10.0
@@ -29,6 +31,7 @@ class RunningServer:
     url: str
     root: Path  # symlinks resolved
     token: str = ""
+    pid: int = 0
 
     def relative(self, real: Path | str) -> str | None:
         """`real` (symlinks resolved) from this server's root, or None when it lies outside it."""
@@ -48,7 +51,48 @@ def running_servers() -> list[RunningServer]:
         if info is not None and _runs(info.get("pid")):
             token = info.get("token")
             root = Path(os.path.realpath(info["root_dir"]))
-            found.append(RunningServer(info["url"], root, token if isinstance(token, str) else ""))
+            found.append(RunningServer(info["url"], root, token if isinstance(token, str) else "", info["pid"]))
+    return found
+
+
+def published_token(url: str) -> str:
+    """The token the server at `url` published in this machine's runtime folder ("" when it runs elsewhere,
+    or publishes none)."""
+    return next((server.token for server in running_servers() if same_server(server.url, url)), "")
+
+
+def server_here(workdir: Path) -> RunningServer:
+    """The Jupyter Server `serve --server` (no URL) works for: the one this process runs under (Jupyter AI
+    starts an agent, which starts serve), else the one whose root holds `workdir`, the nearest root."""
+    servers = running_servers()
+    ancestors = set(_ancestors())
+    above = [server for server in servers if server.pid in ancestors]
+    if above:
+        return above[0]
+    real = Path(os.path.realpath(workdir))
+    holding = sorted((server for server in servers if server.relative(real) is not None),
+                     key=lambda server: len(server.root.parts), reverse=True)
+    if not holding:
+        raise InvalidInput(f"no Jupyter Server running on this machine serves {real} (none this process runs under, "
+                           f"and no root holds it; they publish themselves in `jupyter --runtime-dir`): "
+                           f"give its URL, --server URL")
+    nearest = [server for server in holding if server.root == holding[0].root]
+    if len(nearest) > 1:
+        raise InvalidInput(f"{len(nearest)} Jupyter Servers serve {holding[0].root} "
+                           f"({', '.join(server.url for server in nearest)}): give one, --server URL")
+    return holding[0]
+
+
+def _ancestors() -> list[int]:
+    """The ids of this process's parent, its parent's parent, ... (Linux's /proc; elsewhere the parent)."""
+    found, pid = [], os.getppid()
+    while pid > 1 and pid not in found:
+        found.append(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the name, in parentheses, may hold spaces
     return found
 
 

@@ -32,6 +32,7 @@ from ..._errors import CallError, InvalidInput, Unavailable, printable
 from ._connection import (AGENT_METADATA, EXECUTE_CONTENT, PAIR_AGAIN, Execution, KernelConnection, Message,
                           OnOutput)
 from ._hub import redirected
+from ._roots import published_token
 from ._hub import refusal as hub_refusal
 from ._shared import ack_at_once, open_shared
 from ._stores import ContentsStore, NotebookStore
@@ -65,7 +66,9 @@ class ServerApi:
     def __init__(self, url: str, token: str | None, pair_again: str = PAIR_AGAIN) -> None:
         self.base, url_token = split_token(url)
         self.pair_again = pair_again  # how the front end that paired says to pair again
-        self.token = token or url_token or os.environ.get("JUPYTER_TOKEN") or None
+        # A server running here published its own token (readable by this user only): no token need pass
+        # through an agent's config or environment.
+        self.token = token or url_token or published_token(self.base) or os.environ.get("JUPYTER_TOKEN") or None
         self.http = httpx.AsyncClient(headers=self.auth_headers(), timeout=HTTP_TIMEOUT_SECONDS)
 
     def auth_headers(self) -> dict[str, str]:
