@@ -206,3 +206,17 @@ def test_the_servers_token_reaches_no_agent(jupyter_server, tmp_path):
     assert token not in said
     assert seen["files"] and not any(token in text for text in seen["files"])
     assert result.structured_content["waiting"][0]["id"] in seen["listed"] and token not in seen["listed"]
+
+
+def test_a_root_under_the_home_folder_lists_its_requests(tmp_path, monkeypatch):
+    """Jupyter Server spells a root under the home folder `~/project` in its settings (the common case:
+    a person's project in their home): the list must read it as the folder it names."""
+    from toolkernel._frontends._lab_server import listing, server_root
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    project = tmp_path / "project"
+    project.mkdir()
+    plant(project, "aaaaaaaaaaaa.json", entry("aaaaaaaaaaaa", project=str(project)))
+    root = server_root({"server_root_dir": "~/project"})
+    assert root == str(project)
+    assert [request["id"] for request in listing(root)["requests"]] == ["aaaaaaaaaaaa"]

@@ -69,7 +69,7 @@ class PendingHandler(APIHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        self.finish(json.dumps(await asyncio.to_thread(listing, self.settings["server_root_dir"])))
+        self.finish(json.dumps(await asyncio.to_thread(listing, server_root(self.settings))))
 
 
 class AnswerHandler(APIHandler):
@@ -85,11 +85,17 @@ class AnswerHandler(APIHandler):
         if not isinstance(body, dict):
             raise web.HTTPError(400, "the body is not a JSON object")
         try:
-            said = await asyncio.to_thread(answer, self.settings["server_root_dir"], body.get("project"),
+            said = await asyncio.to_thread(answer, server_root(self.settings), body.get("project"),
                                            request_id, body.get("decision"))
         except (PendingError, ToolkernelError) as exc:
             raise web.HTTPError(409, str(exc)) from None
         self.finish(json.dumps({"message": said}))
+
+
+def server_root(settings: Any) -> str:
+    """The server's root folder. Jupyter Server's `server_root_dir` setting spells a root under the home
+    folder `~/...` (for its pages), which a path function would take as a folder named `~`."""
+    return os.path.expanduser(settings["server_root_dir"])
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
