@@ -198,7 +198,7 @@ class ScriptedAgent:
                                      {"notebook_path": notebook, "cell_id": cell}, "execute")
         if ran.is_error:
             return f"I inserted cell {cell} into {notebook}, but it did not run: {text}"
-        return f"I inserted cell {cell} into {notebook} and ran it. Output:\n{text}"
+        return f"I inserted cell {cell} into {notebook} and ran it. Output: {_first_line(text)}"
 
     async def _edit_and_run_in_bash(self, session_id: str, session: Session, notebook: str,
                                     edit: dict[str, Any]) -> str:
@@ -222,10 +222,16 @@ class ScriptedAgent:
                    f"{notebook} is unchanged.\n{text}"
         if report.get("exit_code") != 0:
             return f"The script failed:\n{text}"
-        return f"I inserted a cell into {notebook} and ran it. Output:\n{report.get('stdout', text)}"
+        return f"I inserted a cell into {notebook} and ran it. Output: {_first_line(report.get('stdout', text))}"
 
     async def _say(self, session_id: str, text: str) -> None:
         await self.conn.session_update(session_id, acp.update_agent_message(acp.text_block(text)))
+
+
+def _first_line(output: str) -> str:
+    """The run's first line of output. The rest names the server's URL, and JupyterLab takes a chat
+    message's link to its own root for a folder path "" (a "Directory not found" dialog)."""
+    return output.strip().splitlines()[0] if output.strip() else "(none)"
 
 
 def _request(prompt: list[Any]) -> tuple[str | None, str | None]:

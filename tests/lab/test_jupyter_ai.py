@@ -173,6 +173,12 @@ class Lab:
     def cells(self):
         return self.page.locator(".jp-Notebook .jp-Cell")
 
+    def cells_shown(self) -> int:
+        """How many cells the open notebook shows (the live document: its file is saved a moment later)."""
+        self.tab(NOTEBOOK)
+        self.expect(self.cells().first).to_be_visible()
+        return self.cells().count()
+
     def saved_cells(self) -> list[str]:
         """The notebook's cell sources as the server has them."""
         response = httpx.get(f"{self.base}/api/contents/{NOTEBOOK}", params={"content": 1},
@@ -234,9 +240,9 @@ def _wait_for_chat_to_take_messages(base: str, token: str) -> None:
 
 
 def test_an_agent_that_forwards_elicitation_is_answered_with_the_chats_buttons(jai_lab):
-    lab, page = jai_lab, jai_lab.page
+    lab = jai_lab
     expect, steps = lab.expect, lab.steps
-    before = lab.saved_cells()
+    before = lab.cells_shown()
     try:
         lab.ask("Forwarder", f"Add `print(x * 7)` to {NOTEBOOK} and run it")
         allow = lab.chat.get_by_role("button", name="Allow once", exact=True)
@@ -249,33 +255,38 @@ def test_an_agent_that_forwards_elicitation_is_answered_with_the_chats_buttons(j
         expect(lab.waiting("print(x * 7)")).to_have_count(0)  # answered in the chat: Lab's question goes
         steps.shot("agent-reported")
         lab.tab(NOTEBOOK)
-        new = lab.cells().nth(len(before))
+        new = lab.cells().nth(before)
         expect(new.locator(".jp-InputArea")).to_contain_text("print(x * 7)")
         expect(new.locator(".jp-OutputArea")).to_contain_text("42")  # x from the person's run: their kernel
         steps.shot("cell-and-output-in-the-open-notebook")
-        assert "print(x * 7)" in lab.saved_cells()
     except Exception:
         steps.shot("failure")
         print(lab.lab_log())
         raise
 
 
-def test_an_agent_that_does_not_forward_is_answered_in_toolkernels_sidebar(jai_lab):
-    lab = jai_lab
+def test_an_agent_that_does_not_forward_is_answered_through_toolkernels_notification_and_sidebar(jai_lab):
+    lab, page = jai_lab, jai_lab.page
     expect, steps = lab.expect, lab.steps
-    before = lab.saved_cells()
+    before = lab.cells_shown()
     try:
         lab.ask("Quiet", f"Add `print(x * 8)` to {NOTEBOOK} and run it")
+        # A notebook edit is too long for a notification's 140 characters: it says so and shows the sidebar.
+        toast = page.locator(".Toastify__toast").filter(has_text="An agent asks to run a call too long to show here")
+        expect(toast.filter(has_text="tools notebook-edit")).to_be_visible(timeout=AGENT_WAIT_MS)
+        steps.shot("notified")
+        toast.get_by_role("button", name="Show").click()
         request = lab.waiting("print(x * 8)")
-        expect(request).to_be_visible(timeout=AGENT_WAIT_MS)
+        expect(request).to_be_visible()
         expect(lab.chat.get_by_role("button", name="Allow once", exact=True)).to_have_count(0)  # not in the chat
         steps.shot("asked-in-lab")
         request.get_by_role("button", name="Allow once", exact=True).click()
         expect(request).to_have_count(0)
+        expect(toast).to_have_count(0)  # answered: the notification goes too
         expect(lab.chat.get_by_text(re.compile(r"ran it\. Output:\s*48"))).to_be_visible(timeout=AGENT_WAIT_MS)
         steps.shot("agent-reported")
         lab.tab(NOTEBOOK)
-        new = lab.cells().nth(len(before))
+        new = lab.cells().nth(before)
         expect(new.locator(".jp-InputArea")).to_contain_text("print(x * 8)")
         expect(new.locator(".jp-OutputArea")).to_contain_text("48")
         steps.shot("cell-and-output-in-the-open-notebook")
@@ -286,9 +297,9 @@ def test_an_agent_that_does_not_forward_is_answered_in_toolkernels_sidebar(jai_l
 
 
 def test_denied_in_the_sidebar_the_notebook_is_unchanged(jai_lab):
-    lab = jai_lab
+    lab, page = jai_lab, jai_lab.page
     expect, steps = lab.expect, lab.steps
-    before = lab.saved_cells()
+    before = lab.cells_shown()
     try:
         lab.ask("Quiet", f"Add `print(x * 9)` to {NOTEBOOK} and run it")
         request = lab.waiting("print(x * 9)")
@@ -298,8 +309,9 @@ def test_denied_in_the_sidebar_the_notebook_is_unchanged(jai_lab):
         expect(lab.agent_said(f"{NOTEBOOK} is unchanged")).to_be_visible(timeout=AGENT_WAIT_MS)
         steps.shot("agent-reported-the-deny")
         lab.tab(NOTEBOOK)
-        expect(lab.cells()).to_have_count(len(before))
-        assert lab.saved_cells() == before
+        expect(lab.cells()).to_have_count(before)
+        expect(page.locator(".jp-Notebook")).not_to_contain_text("print(x * 9)")
+        assert not any("x * 9" in source for source in lab.saved_cells())
     except Exception:
         steps.shot("failure")
         print(lab.lab_log())
