@@ -166,7 +166,8 @@ class ScriptedAgent:
         self._count += 1
         session.tool_call = call_id = f"call-{self._count}"
         await self.conn.session_update(session_id, acp.start_tool_call(
-            call_id, f"toolkernel {tool}", kind=kind, status="in_progress", raw_input=arguments))
+            call_id, f"toolkernel {tool} {arguments.get('notebook_path', '')}".rstrip(), kind=kind,
+            status="in_progress", raw_input=arguments))
         result = await client.call_tool(tool, arguments)
         text = "\n".join(block.text or "" for block in result.content if block.type == "text")
         await self.conn.session_update(session_id, acp.update_tool_call(
@@ -183,6 +184,7 @@ class ScriptedAgent:
         if read.is_error:
             return f"I could not read {notebook}: {text}"
         ids = CELL_ID.findall(text)
+        log(f"notebook {notebook}, last cell {ids[-1] if ids else None}")
         edit = {"notebook_path": notebook, "edit_mode": "insert", "cell_type": "code", "new_source": code,
                 "cell_id": ids[-1] if ids else ""}
         if self.forward:
@@ -197,8 +199,8 @@ class ScriptedAgent:
         ran, text = await self._call(session_id, session, "notebook_run",
                                      {"notebook_path": notebook, "cell_id": cell}, "execute")
         if ran.is_error:
-            return f"I inserted cell {cell} into {notebook}, but it did not run: {text}"
-        return f"I inserted cell {cell} into {notebook} and ran it. Output: {_first_line(text)}"
+            return f"I inserted cell {cell} into {_name(notebook)}, but it did not run: {text}"
+        return f"I inserted cell {cell} into {_name(notebook)} and ran it. Output: {_first_line(text)}"
 
     async def _edit_and_run_in_bash(self, session_id: str, session: Session, notebook: str,
                                     edit: dict[str, Any]) -> str:
@@ -219,13 +221,18 @@ class ScriptedAgent:
         stopped = (report.get("tools") or {}).get("stopped")
         if stopped:
             return f"toolkernel stopped the script ({stopped.get('approval') or stopped.get('reason')}): " \
-                   f"{notebook} is unchanged.\n{text}"
+                   f"{_name(notebook)} is unchanged.\n{text}"
         if report.get("exit_code") != 0:
             return f"The script failed:\n{text}"
-        return f"I inserted a cell into {notebook} and ran it. Output: {_first_line(report.get('stdout', text))}"
+        return f"I inserted a cell into {_name(notebook)} and ran it. Output: {_first_line(report.get('stdout', text))}"
 
     async def _say(self, session_id: str, text: str) -> None:
         await self.conn.session_update(session_id, acp.update_agent_message(acp.text_block(text)))
+
+
+def _name(notebook: str) -> str:
+    """How the chat names a notebook: its file name (an attachment's is a file:// URI)."""
+    return notebook.rsplit("/", 1)[-1]
 
 
 def _first_line(output: str) -> str:
