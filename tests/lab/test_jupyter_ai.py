@@ -235,8 +235,9 @@ class _browser:
 
 def _close_transient_listing_errors(page) -> None:
     """Close JupyterLab's "Directory not found" dialog, as a person would. The file browser shows it
-    when one refresh of its listing got a 404 (the server saving a notebook, a temporary file of its
-    atomic write gone between the folder's listing and its stat); the next refresh lists the folder.
+    when one refresh of the root's listing got a 404: a file went between the folder's listing and its
+    stat (jupyter-collaboration's SQLite journal, `.jupyter_ystore.db-journal` in the root, comes and
+    goes with the documents' updates: the server logs "... doesn't exist"); the next refresh lists it.
     It is JupyterLab's and the server's, not what these tests check, and its modal takes their clicks."""
     dialog = page.locator(".jp-Dialog", has_text="Directory not found")
     page.add_locator_handler(dialog, lambda found: found.get_by_role("button", name="Close").click())
