@@ -252,9 +252,13 @@ def test_private_run_var_run_and_tmp(home, session_in, bubblewrap):
         marker.unlink()
     run, var_run, tmp = out.split("--\n")
     assert run.split() == [] and var_run.split() == [] and os.listdir("/run"), (out, err)
-    # In /tmp only what is bound in: the `tools` channel, and the way to the workspace (here in /tmp).
+    # In /tmp only what is bound in: the `tools` channel, the way to the workspace (here in /tmp),
+    # and to the interpreter's environment when it lies in /tmp (a CI clone's .venv, what runs).
     channel, workspace = home["channel"].folder, session.workdir
-    assert set(tmp.split()) == {channel.name, workspace.relative_to("/tmp").parts[0]} and marker.name not in tmp
+    shown = {channel.name, workspace.relative_to("/tmp").parts[0]}
+    shown |= {Path(place).relative_to("/tmp").parts[0] for place in (sys.prefix, os.path.realpath(sys.prefix))
+              if Path(place).is_relative_to("/tmp")}
+    assert set(tmp.split()) == shown and marker.name not in tmp
 
 
 class _Jupyter(http.server.BaseHTTPRequestHandler):
