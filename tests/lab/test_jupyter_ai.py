@@ -210,7 +210,6 @@ class _browser:
             "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
         page = self._browser.new_page(viewport={"width": 1400, "height": 1000})
         keep_waiting_for_slow_documents(page)
-        _close_transient_listing_errors(page)
         page.set_default_timeout(WAIT_MS)
         lab = Lab(page, base, token, root, log)
         lab.expect.set_options(timeout=WAIT_MS)
@@ -231,16 +230,6 @@ class _browser:
     def __exit__(self, *exc_info) -> None:
         self._browser.close()
         self._pw.stop()
-
-
-def _close_transient_listing_errors(page) -> None:
-    """Close JupyterLab's "Directory not found" dialog, as a person would. The file browser shows it
-    when one refresh of the root's listing got a 404: a file went between the folder's listing and its
-    stat (jupyter-collaboration's SQLite journal, `.jupyter_ystore.db-journal` in the root, comes and
-    goes with the documents' updates: the server logs "... doesn't exist"); the next refresh lists it.
-    It is JupyterLab's and the server's, not what these tests check, and its modal takes their clicks."""
-    dialog = page.locator(".jp-Dialog", has_text="Directory not found")
-    page.add_locator_handler(dialog, lambda found: found.get_by_role("button", name="Close").click())
 
 
 def _wait_for_chat_to_take_messages(base: str, token: str) -> None:
