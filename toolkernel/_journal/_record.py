@@ -143,6 +143,19 @@ def _process_start(pid: int) -> str | None:
         return None
 
 
+_own: tuple[int, str | None] | None = None  # (pid, start) of this process, read once (a fork reads its own)
+
+
+def _own_start() -> str | None:
+    """This process's start time: read once per process, as it cannot change (a run's file names it)."""
+    global _own
+    pid = os.getpid()
+    own = _own
+    if own is None or own[0] != pid:
+        own = _own = (pid, _process_start(pid))
+    return own[1]
+
+
 def still_running(owner: tuple[int, str | None] | None) -> bool:
     if owner is None:
         return False
@@ -450,7 +463,7 @@ class RunJournal:
                          | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             self._file = os.fdopen(fd, "ab", buffering=0)
             head = {"version": _VERSION, "run": self.id, "time": self.time, "route": self.route,
-                    "pid": os.getpid(), "started": _process_start(os.getpid())}
+                    "pid": os.getpid(), "started": _own_start()}
             if self.about:
                 head["about"] = self.about
             self._write(head)
