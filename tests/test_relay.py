@@ -73,6 +73,7 @@ def run(session: Session, script: str, **kwargs):
     ("for i in 1 2; do tools sized size=3 2>&1 >/dev/null && echo |& cat &>/dev/null; done", "relayed"),
     ("echo no tool; x=1; [ $x = 1 ] && mkdir -p d; cd d; pwd", "sync"),  # quick commands only (`_QUICK`)
     ("echo no tool; sleep 1", "streamed"),  # a cancel lands in `sleep` only under the async execute
+    ("for i in 1 2; do echo no tool; done", "streamed"),  # the byte sinks join a loop's lines
     ("echo no tool | cat", "streamed"),  # `cat` is handed on in chunks
     ("f() { echo; }; f", "streamed"),
     ("eval echo no tool", "streamed"),

@@ -451,7 +451,7 @@ def _way(script: str, analysis) -> str:
     at about 8x its size, but Bashkit's function trap (`_Relay`) needs a live command, which
     this way has not; its background jobs' calls are all made, one after another.
     A script that calls no tool streams ("streamed"), but one made only of quick commands
-    (`_QUICK`), which runs with `execute_sync` ("sync"): see `_QUICK`.
+    (`_QUICK`) and no loop, which runs with `execute_sync` ("sync"): see `_QUICK`.
 
     A script that may redirect a streaming command into a file (`streams_to_a_file`) keeps
     `execute_sync` too, where the file is written once (`cat` of 2 MB into a file: 5.6 s
@@ -462,7 +462,7 @@ def _way(script: str, analysis) -> str:
     if streams_to_a_file(analysis, script) and not _BACKGROUND.search(script):
         return "sync"
     if "tools" not in script:
-        return "sync" if _only_quick(analysis) else "streamed"
+        return "sync" if _only_quick(analysis) and not _LOOPS.search(script) else "streamed"
     if _READS.search(script):
         return "sync" if _FUNCTIONS.search(script) else "live"
     if _BACKGROUND.search(script):  # background jobs' live calls run at once; the relay's would not
@@ -472,13 +472,15 @@ def _way(script: str, analysis) -> str:
     return "live"
 
 
-# Commands that end at once and print little: a script of only these (no tool, no function of its
-# own, none the analysis cannot name) runs with `execute_sync`. Bashkit's async `execute` with
-# byte sinks costs a run about 0.5 ms more (bashkit 0.20.1: 0.48 ms for `true`, 0.01 under
-# `execute_sync`), and buys such a script nothing: only the commands of `_STREAMING` are handed on
-# in chunks, every other command's output as it ends under either; and a cancel lands between
-# commands under either. Not `sleep`, `wait` or `read` (under `execute_sync` a cancel waits for
-# them to end), nor a command that may work long on many files (`find`, `rm -r`, `ls -R`).
+# Commands that end at once and print little: a script of only these, with no loop (no tool, no
+# function of its own, none the analysis cannot name), runs with `execute_sync`. Bashkit's async
+# `execute` with byte sinks costs a run about 0.5 ms more (bashkit 0.20.1: 0.48 ms for `true`, 0.01
+# under `execute_sync`), and buys such a script nothing: only the commands of `_STREAMING` are
+# handed on in chunks, every other command's output as it ends under either; and a cancel lands
+# between commands under either. Not `sleep`, `wait` or `read` (under `execute_sync` a cancel waits
+# for them to end), nor a command that may work long on many files (`find`, `rm -r`, `ls -R`). Not
+# a loop: `execute_sync` hands on each command's output by itself, which a loop of 20,000 `echo`s
+# made 1.5-2x slower than the byte sinks, which join what comes in quick succession.
 _QUICK = frozenset({
     "echo", "printf", "true", "false", ":", "cd", "pwd", "export", "unset", "set", "shopt", "local",
     "declare", "typeset", "readonly", "test", "[", "[[", "exit", "return", "shift", "let", "basename",
