@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "toolkernel._imports", "toolkernel._loop", "toolkernel._process", "toolkernel._atomic",
                 "toolkernel._checked_open", "toolkernel._saved", "toolkernel._sandbox", "toolkernel._landlock_exec",
                 "toolkernel._egress", "toolkernel._netbridge", "toolkernel._seccomp",
-                "toolkernel._pycode", "toolkernel._shadowing", "toolkernel._mcp_sdk")),
+                "toolkernel._pycode", "toolkernel._shadowing", "toolkernel._mcp_sdk", "toolkernel._tempdirs")),
 ]
 
 # (importer, imported) imports under TYPE_CHECKING that only feed annotations and may close a

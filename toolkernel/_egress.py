@@ -28,13 +28,13 @@ import os
 import shutil
 import socket
 import socketserver
-import tempfile
 import threading
 from pathlib import Path
 from typing import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from ._netbridge import pipe
+from ._tempdirs import private_folder
 
 _HEAD_LIMIT = 65536
 _DEFAULT_PORTS = (443, 80)
@@ -295,7 +295,7 @@ def proxy_for(domains: tuple[str, ...]) -> str:
     with _lock:
         kept = _proxies.get(domains)
         if kept is None:
-            folder = tempfile.mkdtemp(prefix="toolkernel-egress-")  # 0700
+            folder = private_folder("toolkernel-egress-")  # 0700; a killed process's is swept
             path = os.path.join(folder, "proxy.sock")
             server = _Server(path, domains)
             threading.Thread(target=server.serve_forever, name="toolkernel-egress", daemon=True).start()

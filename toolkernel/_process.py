@@ -281,3 +281,41 @@ def kill_tree(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+# -- which process ------------------------------------------------------------------------
+
+def process_start(pid: int) -> str | None:
+    """What tells a process from a later one given the same pid: its start time (Linux; None elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+_own: tuple[int, str | None] | None = None  # (pid, start) of this process, read once (a fork reads its own)
+
+
+def own_start() -> str | None:
+    """This process's start time, read once per process: it cannot change."""
+    global _own
+    pid = os.getpid()
+    own = _own
+    if own is None or own[0] != pid:
+        own = _own = (pid, process_start(pid))
+    return own[1]
+
+
+def still_running(owner: tuple[int, str | None] | None) -> bool:
+    """Whether the process `owner` names (pid, start time or None) is still there."""
+    if owner is None:
+        return False
+    pid, started = owner
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return started is None or process_start(pid) in (None, started)

@@ -52,11 +52,11 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from . import _seccomp
+from ._tempdirs import private_folder
 
 BWRAP = "bwrap"
 # "0" refuses the sandbox (agent host code then asks a person every time, as where none
@@ -259,8 +259,9 @@ def _grantable(folder: str, protected: set[str]) -> list[str]:
 @functools.lru_cache(maxsize=1)
 def _private_tmp() -> str:
     """The one temporary folder Landlock lets an agent's processes write (this user's, 0700)."""
-    folder = tempfile.mkdtemp(prefix="toolkernel-sandbox-tmp-")
-    # The process's own: what its agents left there goes with it (a kernel left one per start).
+    folder = private_folder("toolkernel-sandbox-tmp-")
+    # The process's own: what its agents left there goes with it (a kernel left one per start;
+    # one killed leaves it to the next kernel's sweep).
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return folder
 

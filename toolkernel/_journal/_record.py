@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from .._errors import RewindError
+from .._process import own_start
 
 if TYPE_CHECKING:
     from ._store import Journal
@@ -131,43 +132,6 @@ def compared_state(entry: "Entry", path: str) -> dict[str, Any] | None:
     if entry.folder and now is not None and now["type"] == "folder":
         return {"type": "folder"}
     return now
-
-
-
-def _process_start(pid: int) -> str | None:
-    """What tells this process from a later one given the same pid: its start time (Linux)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[19].decode()
-    except (OSError, IndexError):
-        return None
-
-
-_own: tuple[int, str | None] | None = None  # (pid, start) of this process, read once (a fork reads its own)
-
-
-def _own_start() -> str | None:
-    """This process's start time: read once per process, as it cannot change (a run's file names it)."""
-    global _own
-    pid = os.getpid()
-    own = _own
-    if own is None or own[0] != pid:
-        own = _own = (pid, _process_start(pid))
-    return own[1]
-
-
-def still_running(owner: tuple[int, str | None] | None) -> bool:
-    if owner is None:
-        return False
-    pid, started = owner
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return started is None or _process_start(pid) in (None, started)
-
 
 
 def _counted_files(tomb: Mapping[str, Any]) -> str:
@@ -463,7 +427,7 @@ class RunJournal:
                          | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             self._file = os.fdopen(fd, "ab", buffering=0)
             head = {"version": _VERSION, "run": self.id, "time": self.time, "route": self.route,
-                    "pid": os.getpid(), "started": _own_start()}
+                    "pid": os.getpid(), "started": own_start()}
             if self.about:
                 head["about"] = self.about
             self._write(head)

@@ -53,11 +53,12 @@ from typing import Any, Iterable, Iterator, Mapping
 from .._config._rewind import RewindLimits
 from .._config._trust import store_path
 from .._errors import RewindError
+from .._process import still_running
 from . import _git
 from ._ignore import Ignores
 from ._packs import Packs
 from ._parts import PART, Ahead, checked as checked_part, copy_part, is_part, name_of, new_part, remove as remove_part
-from ._record import HASH, RUN_ID, RunJournal, RunRecord, parse_run, states_after, still_running
+from ._record import HASH, RUN_ID, RunJournal, RunRecord, parse_run, states_after
 from ._named import Named
 from ._scan import UNKEPT, Comparison, Knowledge, compared_entries, walk
 from ._tree import TreeRecord, write_new

@@ -33,7 +33,6 @@ import socket
 import socketserver
 import struct
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Callable
 
 from ... import _loop
+from ..._tempdirs import private_folder
 from ..._command._command import Outcome, ToolsCommand, _failure, internal_failure
 from ..._command._cli import split_command
 from ..._errors import Denied, InvalidInput
@@ -102,7 +102,7 @@ class Channel:
 
     def __init__(self, *, idle: float = IDLE, readers: int = READERS) -> None:
         self.idle = idle
-        self.folder = Path(tempfile.mkdtemp(prefix="toolkernel-bash-"))  # mkdtemp makes it 0700
+        self.folder = Path(private_folder("toolkernel-bash-"))  # 0700; a killed kernel's is swept
         self.bin = self.folder / "bin"
         self.bin.mkdir(mode=0o700)
         self.socket_path = self.folder / "tools.sock"
