@@ -45,6 +45,7 @@ import collections
 import functools
 import inspect
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -156,7 +157,8 @@ class Phases:
         self.wrap(_shadows.Watch, "start", "shadowed modules: before")
         self.wrap(_shadows.Watch, "end", "shadowed modules: after")
         self.wrap(_bashkit, "_new_bash", "the run's Bash and its mounts")
-        self.wrap(_bashkit, "_streamed", "the script (async execute, its loop)")
+        self.wrap(_bashkit.BashkitRunner, "run", "the runner (its Bash, the script)")
+        self.wrap(_bashkit, "_streamed", "the script, streamed (async execute, its loop)")
         self.wrap(_session, "execute", "execute (the script's thread, the pump)")
 
     def ended(self, total: float) -> None:
@@ -215,6 +217,7 @@ def main() -> None:
             phases.show()
     finally:
         session.close()
+        shutil.rmtree(work.parent, ignore_errors=True)
 
 
 if __name__ == "__main__":
