@@ -22,8 +22,26 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-# Extensions a plain Jupyter Server must not load even when they are installed (the Contents API path).
-NO_COLLABORATION = '{"jupyter_server_ydoc": False, "jupyter_collaboration": False, "jupyterlab": False}'
+# The server extensions Jupyter AI 3.x brings (`jupyter server extension list` beside jupyter-ai 3.2).
+# Only tests/lab/test_jupyter_ai.py uses them: every other test server leaves them off. Loaded, they
+# took 1.5-2 s of CPU at each server's start (jupyter_server_mcp's import alone about 0.8 s), and
+# jupyter_server_mcp binds port 3001 in each. A name that is not installed (the other ends' venvs in
+# .ci/run have no Jupyter AI) is harmless: Jupyter Server imports only the extensions it enables.
+JUPYTER_AI_EXTENSIONS = ("jupyter_ai_acp_client", "jupyter_ai_chat_commands", "jupyter_ai_persona_manager",
+                         "jupyter_ai_router", "jupyter_ai_tools", "jupyter_live_content", "jupyter_server_mcp",
+                         "jupyterlab_chat", "jupyterlab_commands_toolkit")
+COLLABORATION_EXTENSIONS = ("jupyter_server_ydoc", "jupyter_collaboration", "jupyterlab")
+
+
+def extensions_off(*names: str) -> str:
+    """A `--ServerApp.jpserver_extensions=` value that turns these extensions off."""
+    return "{" + ", ".join(f'"{name}": False' for name in names) + "}"
+
+
+# A plain Jupyter Server (the Contents API path): neither collaboration nor Jupyter AI, even when installed.
+NO_COLLABORATION = extensions_off(*COLLABORATION_EXTENSIONS, *JUPYTER_AI_EXTENSIONS)
+# A server with collaboration (or JupyterLab) that does not test Jupyter AI: start_server's default.
+NO_JUPYTER_AI = extensions_off(*JUPYTER_AI_EXTENSIONS)
 
 
 def start_server(tmp_path_factory, *args: str, app: str = "jupyter_server", env: dict[str, str] | None = None,
@@ -33,7 +51,11 @@ def start_server(tmp_path_factory, *args: str, app: str = "jupyter_server", env:
 
     A free port is picked here and taken by the server later: another xdist worker's server or
     kernel may take it first. Then the server exits, and it is started again on another port
-    (a port given by the test is kept: that test starts a server again where it was)."""
+    (a port given by the test is kept: that test starts a server again where it was).
+
+    Jupyter AI's extensions are off unless `args` set `--ServerApp.jpserver_extensions` themselves."""
+    if not any(arg.startswith("--ServerApp.jpserver_extensions=") for arg in args):
+        args = (*args, f"--ServerApp.jpserver_extensions={NO_JUPYTER_AI}")
     root = root or tmp_path_factory.mktemp("server-root")
     runtime = tmp_path_factory.mktemp("runtime")  # where it publishes itself (jpserver-<pid>.json)
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime), **(env or {}))

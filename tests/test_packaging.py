@@ -7,13 +7,16 @@ the SDK and the shared notebook on the ends of each range."""
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import subprocess
 import sys
-from importlib.metadata import requires, version
+from importlib.metadata import PackageNotFoundError, distribution, requires, version
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ADMITTED = [
     ("mcp", "1.27.0"),            # the oldest 1.x taken (ci/oldest.txt)
@@ -72,6 +75,51 @@ def test_jupyter_ai_shares_the_environment():
          " print(s.MAJOR)"], capture_output=True, text=True)
     assert imported.returncode == 0 and imported.stdout.strip() == "1", imported.stderr
 
+
+
+def _closure(*names: str) -> set[str]:
+    """These distributions and every one they require (extras left out), as installed here."""
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            needs = distribution(name).requires or ()
+        except PackageNotFoundError:
+            continue
+        todo += [r.name for r in map(Requirement, needs) if r.marker is None or "extra" not in str(r.marker)]
+    return seen
+
+
+def _server_extensions_enabled_by(names: set[str]) -> set[str]:
+    """The server extensions these distributions enable (their jupyter_server_config.d files)."""
+    enabled = set()
+    for name in names:
+        for file in distribution(name).files or ():
+            if "jupyter_server_config.d" in file.parts and file.suffix == ".json":
+                said = json.loads(file.read_text())["ServerApp"]["jpserver_extensions"]
+                enabled |= {extension for extension, on in said.items() if on}
+    return enabled
+
+
+def test_the_test_servers_leave_off_every_server_extension_jupyter_ai_brings():
+    """Every test Jupyter Server but the Jupyter AI test's loaded them, at 1.5-2 s of CPU each
+    (issue 44: the suite's 10 minutes): what jupyter-ai brings beyond JupyterLab and collaboration
+    must be in the helpers' lists, also after a Jupyter AI upgrade adds an extension."""
+    if os.environ.get("TOOLKERNEL_ENDS"):
+        pytest.skip(f"the {os.environ['TOOLKERNEL_ENDS']} ends' venv has no Jupyter AI")
+    if not os.environ.get("CI"):
+        pytest.importorskip("jupyter_ai")
+    from jupyter_server_helpers import NO_COLLABORATION, NO_JUPYTER_AI
+
+    brought = _server_extensions_enabled_by(_closure("jupyter-ai") - _closure("jupyterlab", "jupyter-collaboration"))
+    assert "jupyter_server_mcp" in brought, brought
+    for turned_off in (NO_COLLABORATION, NO_JUPYTER_AI):
+        off = {extension for extension, on in ast.literal_eval(turned_off).items() if not on}
+        assert brought <= off, f"left on: {sorted(brought - off)}"
 
 ENDS = {  # what .ci/run's venvs of the other ends must hold, or they test nothing new
     "newest": {"mcp": "2.3."},
