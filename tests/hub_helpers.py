@@ -4,7 +4,7 @@ SimpleLocalProcessSpawner, with a service token that may start servers and make 
 Every user's server is reached only through the hub's proxy, at `/jupyter/user/NAME/` (the hub
 is served under a prefix). It is the same
 single-user server a team's hub starts (`jupyterhub.singleuser`), with the extensions installed
-here, jupyter-collaboration among them.
+here, jupyter-collaboration among them (Jupyter AI's left off: no test here uses them).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from jupyter_server_helpers import SERVER_START_SECONDS, free_port
+from jupyter_server_helpers import NO_JUPYTER_AI, SERVER_START_SECONDS, free_port
 
 ADMIN_TOKEN = "hub-admin-service-token-7c1d9e"  # the test's own service: starts servers, makes tokens
 PROXY_VERSION = "4.6.3"  # what .ci/run installs from npm
@@ -40,7 +40,7 @@ c.JupyterHub.spawner_class = "simple"
 c.Authenticator.allowed_users = {{"ada", "bob"}}
 c.SimpleLocalProcessSpawner.home_dir_template = {folder!r} + "/home/{{username}}"
 c.Spawner.cmd = [{python!r}, "-m", "jupyterhub.singleuser"]
-c.Spawner.args = ["--allow-root", "--YDocExtension.document_save_delay=0.3"]
+c.Spawner.args = ["--allow-root", "--YDocExtension.document_save_delay=0.3", {no_jupyter_ai!r}]
 c.Spawner.start_timeout = c.Spawner.http_timeout = {start_seconds}  # a loaded machine starts servers slowly
 # At the hub's shutdown a user's server ignores the first SIGINT (it asks on its terminal), and
 # with jupyter-collaboration's rooms open it did not end on SIGTERM either: each waited out its
@@ -87,7 +87,8 @@ def start_hub(tmp_path_factory) -> tuple[subprocess.Popen, dict]:
     public = f"http://127.0.0.1:{public_port}/jupyter/"
     (folder / "jupyterhub_config.py").write_text(CONFIG.format(
         public=public, hub_port=hub_port, proxy_api_port=proxy_api_port, proxy=proxy, folder=str(folder),
-        python=sys.executable, start_seconds=SERVER_START_SECONDS, admin=ADMIN_TOKEN))
+        python=sys.executable, start_seconds=SERVER_START_SECONDS, admin=ADMIN_TOKEN,
+        no_jupyter_ai=f"--ServerApp.jpserver_extensions={NO_JUPYTER_AI}"))
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(folder / "runtime"))
     env.pop("JUPYTER_TOKEN", None)
     log = folder / "hub.log"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
@@ -30,6 +32,12 @@ def free_port() -> int:
 JUPYTER_AI_EXTENSIONS = ("jupyter_ai_acp_client", "jupyter_ai_chat_commands", "jupyter_ai_persona_manager",
                          "jupyter_ai_router", "jupyter_ai_tools", "jupyter_live_content", "jupyter_server_mcp",
                          "jupyterlab_chat", "jupyterlab_commands_toolkit")
+# ... and their parts in JupyterLab's page: left on without their server side, they asked it for
+# what it no longer had (404s, a websocket tried again and again, errors in the browser's console).
+JUPYTER_AI_LAB_EXTENSIONS = ("@jupyter-ai/acp-client", "@jupyter-ai/chat-commands", "@jupyter-ai/persona-manager",
+                             "@jupyter-ai/router", "@jupyter-ai-contrib/live-content", "jupyterlab-ai-commands",
+                             "jupyterlab-cell-input-footer-extension", "jupyterlab-chat-extension",
+                             "jupyterlab-commands-toolkit", "jupyterlab-diff")
 COLLABORATION_EXTENSIONS = ("jupyter_server_ydoc", "jupyter_collaboration", "jupyterlab")
 
 
@@ -44,6 +52,17 @@ NO_COLLABORATION = extensions_off(*COLLABORATION_EXTENSIONS, *JUPYTER_AI_EXTENSI
 NO_JUPYTER_AI = extensions_off(*JUPYTER_AI_EXTENSIONS)
 
 
+def lab_page_without_jupyter_ai(folder: Path, env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The environment variable that makes a JupyterLab's page leave Jupyter AI's parts off: a
+    config folder (under `folder`) with their names in `labconfig/page_config.json`, first in
+    JUPYTER_CONFIG_PATH."""
+    config = folder / "no-jupyter-ai-config"
+    (config / "labconfig").mkdir(parents=True, exist_ok=True)
+    (config / "labconfig" / "page_config.json").write_text(
+        json.dumps({"disabledExtensions": dict.fromkeys(JUPYTER_AI_LAB_EXTENSIONS, True)}))
+    return {"JUPYTER_CONFIG_PATH": os.pathsep.join(filter(None, [str(config), env.get("JUPYTER_CONFIG_PATH")]))}
+
+
 def start_server(tmp_path_factory, *args: str, app: str = "jupyter_server", env: dict[str, str] | None = None,
                  root: Path | None = None, port: int | None = None) -> tuple[subprocess.Popen, dict]:
     """A Jupyter Server (or JupyterLab) on loopback serving a fresh root folder (or `root`, on `port`:
@@ -53,12 +72,14 @@ def start_server(tmp_path_factory, *args: str, app: str = "jupyter_server", env:
     kernel may take it first. Then the server exits, and it is started again on another port
     (a port given by the test is kept: that test starts a server again where it was).
 
-    Jupyter AI's extensions are off unless `args` set `--ServerApp.jpserver_extensions` themselves."""
-    if not any(arg.startswith("--ServerApp.jpserver_extensions=") for arg in args):
-        args = (*args, f"--ServerApp.jpserver_extensions={NO_JUPYTER_AI}")
+    Jupyter AI's extensions are off (also in JupyterLab's page) unless `args` set
+    `--ServerApp.jpserver_extensions` themselves."""
     root = root or tmp_path_factory.mktemp("server-root")
     runtime = tmp_path_factory.mktemp("runtime")  # where it publishes itself (jpserver-<pid>.json)
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime), **(env or {}))
+    if not any(arg.startswith("--ServerApp.jpserver_extensions=") for arg in args):
+        args = (*args, f"--ServerApp.jpserver_extensions={NO_JUPYTER_AI}")
+        env.update(lab_page_without_jupyter_ai(tmp_path_factory.mktemp("lab-config"), env))
     env.pop("JUPYTER_TOKEN", None)
     for attempt in range(1 if port else PORT_ATTEMPTS):
         taken = port or free_port()

@@ -105,21 +105,39 @@ def _server_extensions_enabled_by(names: set[str]) -> set[str]:
     return enabled
 
 
-def test_the_test_servers_leave_off_every_server_extension_jupyter_ai_brings():
+def _lab_extensions_installed_by(names: set[str]) -> set[str]:
+    """The JupyterLab extensions these distributions install (share/jupyter/labextensions)."""
+    installed = set()
+    for name in names:
+        for file in distribution(name).files or ():
+            parts = file.parts
+            if "labextensions" in parts and file.name == "package.json":
+                depth = len(parts) - parts.index("labextensions")  # labextensions/[@scope/]name/package.json
+                if depth == 3 or (depth == 4 and parts[-3].startswith("@")):
+                    installed.add(json.loads(file.read_text())["name"])
+    return installed
+
+
+def test_the_test_servers_leave_off_every_extension_jupyter_ai_brings():
     """Every test Jupyter Server but the Jupyter AI test's loaded them, at 1.5-2 s of CPU each
-    (issue 44: the suite's 10 minutes): what jupyter-ai brings beyond JupyterLab and collaboration
-    must be in the helpers' lists, also after a Jupyter AI upgrade adds an extension."""
+    (issue 44: the suite's 10 minutes): what jupyter-ai brings beyond JupyterLab and collaboration,
+    server extensions and their parts in Lab's page, must be in the helpers' lists, also after a
+    Jupyter AI upgrade adds one."""
     if os.environ.get("TOOLKERNEL_ENDS"):
         pytest.skip(f"the {os.environ['TOOLKERNEL_ENDS']} ends' venv has no Jupyter AI")
     if not os.environ.get("CI"):
         pytest.importorskip("jupyter_ai")
-    from jupyter_server_helpers import NO_COLLABORATION, NO_JUPYTER_AI
+    from jupyter_server_helpers import JUPYTER_AI_LAB_EXTENSIONS, NO_COLLABORATION, NO_JUPYTER_AI
 
-    brought = _server_extensions_enabled_by(_closure("jupyter-ai") - _closure("jupyterlab", "jupyter-collaboration"))
+    jupyter_ai_alone = _closure("jupyter-ai") - _closure("jupyterlab", "jupyter-collaboration")
+    brought = _server_extensions_enabled_by(jupyter_ai_alone)
     assert "jupyter_server_mcp" in brought, brought
     for turned_off in (NO_COLLABORATION, NO_JUPYTER_AI):
         off = {extension for extension, on in ast.literal_eval(turned_off).items() if not on}
         assert brought <= off, f"left on: {sorted(brought - off)}"
+    in_the_page = _lab_extensions_installed_by(jupyter_ai_alone)  # left on, they ask for the servers' parts
+    assert "jupyterlab-chat-extension" in in_the_page, in_the_page
+    assert in_the_page <= set(JUPYTER_AI_LAB_EXTENSIONS), f"left on: {sorted(in_the_page - set(JUPYTER_AI_LAB_EXTENSIONS))}"
 
 ENDS = {  # what .ci/run's venvs of the other ends must hold, or they test nothing new
     "newest": {"mcp": "2.3."},

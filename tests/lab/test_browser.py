@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from jupyter_server_helpers import free_port, keep_waiting_for_slow_documents, stop_server
+from jupyter_server_helpers import (NO_JUPYTER_AI, free_port, keep_waiting_for_slow_documents, lab_page_without_jupyter_ai,
+                                    stop_server)
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -96,7 +97,8 @@ def lab(browser_ready, tmp_path):
 @contextlib.contextmanager
 def running_lab(tmp: Path, workdir: Path, env: dict[str, str] | None = None) -> Iterator[str]:
     """JupyterLab on loopback serving `workdir`, with this tree's extension and no news pop-up,
-    its settings and workspaces under `tmp`; its base URL. `env`: the server's environment."""
+    its settings and workspaces under `tmp`; its base URL. `env`: the server's environment.
+    Jupyter AI's extensions are off (tests/lab/test_jupyter_ai.py starts its own Lab)."""
     settings = tmp / "settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
@@ -106,10 +108,12 @@ def running_lab(tmp: Path, workdir: Path, env: dict[str, str] | None = None) -> 
            "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
            "XDG_CONFIG_HOME": str(tmp / "xdg"), "TOOLKERNEL_ADMIN_CONFIG": str(tmp / "no-admin.toml"),
            **_extension_path(tmp)}
+    env.update(lab_page_without_jupyter_ai(tmp, env))
     log = open(tmp / "lab.log", "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
-         "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={workdir}"],
+         "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={workdir}",
+         f"--ServerApp.jpserver_extensions={NO_JUPYTER_AI}"],
         cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
