@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from jupyter_server_helpers import (NO_JUPYTER_AI, free_port, keep_waiting_for_slow_documents, lab_page_without_jupyter_ai,
-                                    stop_server)
+from jupyter_server_helpers import (NO_JUPYTER_AI, free_port, keep_waiting_for_slow_documents,
+                                    lab_page_without_jupyter_ai, stop_server)
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
