@@ -35,6 +35,21 @@ Figures of 2026-12-07, `echo hi`, 10 files (the machine shared by five, so its l
   6310ad3 alternating in one venv alike (2.2-2.7 against 2.3-2.4): the 2 ms target is met only in
   some runs; the journal's look before a run (0.46 ms) and Bashkit's byte-sink bridge (about 1 ms
   over execute_sync) are what is left.
+- 2026-12-07 evening: a script of only quick commands and no loop (`echo hi`; `_bashkit._QUICK`)
+  runs under `execute_sync`, as bare Bashkit does: the async `execute` with byte sinks bought it
+  nothing and cost it 0.5-0.8 ms (`true` alone: 0.48 ms, 0.01 under `execute_sync`), and the
+  thread hand-offs it made cost as much again on a busy machine. This process's start time is
+  read once. `echo hi`, 300 rounds: over bare 1.29 ms (load 1.8), 1.13 (load 3.1), 1.80 (load
+  0.8, bare itself 35% slower than in the run before: the machine's speed moves), 2.03 once while
+  another engineer's browser tests ran (load 2.1); it was 2.70 ms just before the change (load
+  2.1). A script that streams (`--script 'cat file-0.txt'`) keeps the byte sinks: 1.05-2.58 ms
+  over bare, of which the byte sinks' own cost ("bare, byte sinks - bare") is 0.7-0.9 ms. What
+  is left of ours, in the order of --phases: the run's Bash and its mounts (0.4-0.57 ms; 0.09 more
+  than the bare row's own `Bash` when both are timed alone), the look for shadowed modules before
+  and after (0.3-0.45), the journal's look before (0.19-0.34: the run's file made, its head and
+  tree written), the config and catalog (0.16-0.23), and the hand-offs between the kernel's
+  thread and the script's (about 0.1: running the script on the kernel's thread saved 0.1 ms in
+  an A/B run, not worth a second way to run).
 """
 
 from __future__ import annotations
