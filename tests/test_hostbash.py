@@ -659,6 +659,31 @@ def test_a_persons_cell_is_asked_about_the_calls_it_writes_out_before_it_starts(
     assert session.approvals.pending_once() == []  # the call that ran spent the grant
 
 
+def test_an_interrupt_in_a_mid_run_question_ends_the_group_before_the_call_is_let_go(person_session, monkeypatch):
+    # The interrupt lands in `input()`; the run is stopped a moment later (a busy machine's delay,
+    # made here). Until it is, the question must stay open: a question ended first answered the
+    # shim "cancelled", and bash ran on to `echo after` before its process group was ended.
+    from kernel_helpers import RecordingSink
+    from toolkernel._runners import _shell
+    from toolkernel._runners._hostbash._runner import HostBashRunner
+
+    session, channel = person_session
+    stop_run = _shell.stop_run
+
+    def stop_late(*args):
+        time.sleep(0.5)
+        stop_run(*args)
+
+    def interrupted(prompt: str) -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_shell, "stop_run", stop_late)
+    sink = RecordingSink()
+    built = 'for b in fix-x; do tools github delete-branch "branch=$b"; done\necho after\n'
+    result = session.run_script(built, sink, runner=HostBashRunner(channel), ask=interrupted)
+    assert result.interrupted and "after" not in "".join(sink.out), sink.out
+
+
 @pytest.mark.parametrize("script", [
     "f=w.txt; echo x > m.txt; tools write-file path=$f content=hi",  # built at run time
     "echo x > m.txt; tools write-file path=w.txt content=\"$(echo hi)\"",

@@ -211,6 +211,7 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
     except (KeyboardInterrupt, _StopRequested) as exc:
         interrupted = True
         stop_run(command, runner, control.reason if isinstance(exc, _StopRequested) else "interrupted")
+        pump.let_go()  # the question the interrupt landed in ends only now that the script is stopped
         # A builtin such as `sleep` under `execute_sync` only sees the cancel when it ends: past
         # the grace the run is left to finish on its own thread, and the cell returns now.
         pump.drain(events.queue, deadline=time.monotonic() + _STOP_GRACE, future=future)
@@ -482,6 +483,8 @@ class _Pump:
         self.limiter = OutputLimiter(workdir, sink.stdout)
         self.stderr: list[str] = []
         self.images: list[Path] = []
+        # Questions an interrupt landed in (`_call_into`), let go once the run is stopped.
+        self.held: list[concurrent.futures.Future] = []
 
     def until_done(self, events: queue.SimpleQueue, future, overdue: "_Overdue") -> None:
         """Pump until the run ends; `overdue()` once if it is still running at its deadline, and
@@ -517,7 +520,14 @@ class _Pump:
         elif kind == "progress":
             self.sink.progress(*payload)
         elif kind == "call":
-            _call_into(*payload)
+            _call_into(*payload, held=None if stopping else self.held)
+
+    def let_go(self) -> None:
+        """End each question an interrupt landed in: its call is cancelled (`stop_run` cancelled it already)."""
+        for future in self.held:
+            if not future.done():
+                future.set_exception(concurrent.futures.CancelledError())
+        self.held = []
 
     def _output(self, out: str, err: str) -> None:
         if out:
@@ -540,14 +550,24 @@ class _Pump:
                            stdout_file=None if saved is None else self.limiter.workdir / saved)
 
 
-def _call_into(fn: Callable[..., Any], args: tuple, future: concurrent.futures.Future) -> None:
+def _call_into(fn: Callable[..., Any], args: tuple, future: concurrent.futures.Future,
+               held: list[concurrent.futures.Future] | None = None) -> None:
+    """`fn(*args)` (asking a person) here, its result or error to `future`. An interrupt during
+    `input()` ends the question too, then the run; with `held`, the question is left there for
+    the caller to end once it stopped the run (`_Pump.let_go`): a question ended first let the
+    call answer "cancelled", and the script ran on past it (a host bash cell's `echo after`)
+    before its process group was ended."""
     try:
         future.set_result(fn(*args))
     except BaseException as exc:
-        # An interrupt during `input()` ends the question too, then the run.
-        future.set_exception(exc if isinstance(exc, Exception) else concurrent.futures.CancelledError())
-        if not isinstance(exc, Exception):
-            raise
+        if isinstance(exc, Exception):
+            future.set_exception(exc)
+            return
+        if held is None:
+            future.set_exception(concurrent.futures.CancelledError())
+        else:
+            held.append(future)
+        raise
 
 
 def _result(future) -> ShellResult | None:
