@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
+import socket
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -300,3 +302,20 @@ def _cell_magic_call(python: str) -> tuple[str, str, str] | None:
     except ValueError:
         return None
     return (name, line, body) if all(isinstance(v, str) for v in (name, line, body)) else None
+
+
+def ack_at_once(sock: socket.socket | None) -> None:
+    """Acknowledge received data at once instead of after Linux's 40 ms delayed-ACK timer.
+
+    Jupyter Server's websocket leaves Nagle's algorithm on, so after a small
+    frame ("busy") it holds the next one until that frame is acknowledged; with
+    delayed ACKs every execution (and every acknowledged edit) then waits about
+    40 ms. Linux turns quick-ack mode off again by itself, so it is set after
+    each frame.
+    """
+    if sock is not None and _QUICKACK is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+
+
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)

@@ -30,11 +30,10 @@ from websockets.asyncio.client import ClientConnection
 
 from ..._errors import CallError, InvalidInput, Unavailable, printable
 from ._connection import (AGENT_METADATA, EXECUTE_CONTENT, PAIR_AGAIN, Execution, KernelConnection, Message,
-                          OnOutput)
+                          OnOutput, ack_at_once)
 from ._hub import redirected
 from ._roots import published_token
 from ._hub import refusal as hub_refusal
-from ._shared import ack_at_once, open_shared
 from ._stores import ContentsStore, NotebookStore
 
 HTTP_TIMEOUT_SECONDS = 30.0
@@ -615,6 +614,10 @@ async def open_notebook(api: ServerApi, path: str) -> NotebookStore | None:
     """How this server's copy of `path` is read and changed; None while the notebook does not exist."""
     if await api.request("GET", "api/contents", quote(path), params={"content": "0"}, missing_ok=True) is None:
         return None
+    # Here, not at the top: the shared document's libraries (jupyter_ydoc loads every installed
+    # document type: Jupyter AI's chat brings the MCP server SDK) cost `serve` 0.2-0.4 s to start.
+    from ._shared import open_shared
+
     return await open_shared(api, path) or ContentsStore(api, path)
 
 

@@ -35,7 +35,7 @@ from websockets.asyncio.client import ClientConnection
 
 from ..._errors import Unavailable
 from ..._tool import ToolInputError
-from ._connection import Execution
+from ._connection import Execution, ack_at_once
 from ._editors import CellEditors, Editor
 from ._stores import (CellEdit, Loaded, NotebookStore, Read, cell_digest, cell_source, find_cell, notebook_digest,
                       validated)
@@ -44,23 +44,6 @@ SYNC_TIMEOUT_SECONDS = 30.0
 ACK_TIMEOUT_SECONDS = 30.0  # an unanswered ping means the connection is gone, even if it looks open
 CLOSE_TIMEOUT_SECONDS = 2.0  # a dropped connection is not waited on for its closing handshake
 HEARD_RECENTLY_SECONDS = 1.0  # a connection that spoke this recently is taken as open without a ping
-
-
-def ack_at_once(sock: socket.socket | None) -> None:
-    """Acknowledge received data at once instead of after Linux's 40 ms delayed-ACK timer.
-
-    Jupyter Server's websocket leaves Nagle's algorithm on, so after a small
-    frame ("busy") it holds the next one until that frame is acknowledged; with
-    delayed ACKs every execution (and every acknowledged edit) then waits about
-    40 ms. Linux turns quick-ack mode off again by itself, so it is set after
-    each frame.
-    """
-    if sock is not None and _QUICKACK is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
-
-
-_QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 
 
 class _WebsocketChannel:
