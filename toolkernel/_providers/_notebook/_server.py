@@ -42,6 +42,11 @@ HTTP_TIMEOUT_SECONDS = 30.0
 # as the server's reason, not as our own timeout.
 KERNEL_LIST_TIMEOUT_SECONDS = 60.0
 READY_TIMEOUT_SECONDS = 60.0
+# How long the kernel channels' websocket may take to open: the server answers the upgrade once its
+# kernel has started and is alive (Jupyter Server's channels handler awaits both, the second for up
+# to its kernel_info_timeout, 60 s). A kernel it has just started takes that long on a loaded machine,
+# where a 30 s limit failed a pairing whose kernel came up a moment later (a fresh-clone CI run).
+CHANNELS_OPEN_SECONDS = 60.0
 READY_ASK_AGAIN_SECONDS = 3.0
 # How long a request that the kernel replaced under it never acknowledged waits to learn whether
 # the new kernel took it (a kernel starts in seconds; a loaded machine makes that tens).
@@ -244,7 +249,7 @@ class ServerConnection(KernelConnection):
                               query=urlencode({"session_id": self._client_session}))
         try:
             self._ws = await websockets.connect(url, additional_headers=self.api.auth_headers(), max_size=None,
-                                                open_timeout=HTTP_TIMEOUT_SECONDS)
+                                                open_timeout=CHANNELS_OPEN_SECONDS)
         except (OSError, websockets.WebSocketException, asyncio.TimeoutError) as exc:
             raise Unavailable(f"could not open the kernel channels of {self.label} on {self.api.base}: "
                               f"{type(exc).__name__}", retryable=True) from exc
