@@ -210,8 +210,10 @@ def execute(runner: ScriptRunner, command: ToolsCommand, script: str, events: Sc
         pump.until_done(events.queue, future, overdue)
     except (KeyboardInterrupt, _StopRequested) as exc:
         interrupted = True
-        stop_run(command, runner, control.reason if isinstance(exc, _StopRequested) else "interrupted")
-        pump.let_go()  # the question the interrupt landed in ends only now that the script is stopped
+        try:
+            stop_run(command, runner, control.reason if isinstance(exc, _StopRequested) else "interrupted")
+        finally:
+            pump.let_go()  # the question the interrupt landed in ends only once the script is stopped
         # A builtin such as `sleep` under `execute_sync` only sees the cancel when it ends: past
         # the grace the run is left to finish on its own thread, and the cell returns now.
         pump.drain(events.queue, deadline=time.monotonic() + _STOP_GRACE, future=future)
