@@ -521,13 +521,14 @@ def test_a_listing_counts_files_and_cells_apart():
 
 def test_what_a_jupyter_server_writes_while_a_cell_runs_is_not_the_runs(session, monkeypatch):
     # Its collaboration store, its checkpoints, and the notebook the cell runs in (which it saves
-    # with the cell's outputs): a rewind would write them behind its back, and refuse as "changed since".
+    # with the cell's outputs, through a `.~` file renamed over it: one mid-save as the run ends): a rewind would write them behind its back, and refuse as "changed since".
     from kernel_helpers import RecordingSink
 
     root = session.workdir
     (root / "nb.ipynb").write_text("{}")
     monkeypatch.setenv("JPY_SESSION_NAME", str(root / "nb.ipynb"))
-    script = ("echo saved > nb.ipynb; echo db > .jupyter_ystore.db; mkdir -p sub/.ipynb_checkpoints; "
+    script = ("echo saved > nb.ipynb; echo saving > .~nb.ipynb; echo db > .jupyter_ystore.db; "
+              "mkdir -p sub/.ipynb_checkpoints; "
               "echo c > sub/.ipynb_checkpoints/a-checkpoint.ipynb; echo mine > data.txt")
     changes = session.run_script(script, RecordingSink()).changes
     assert [e.path for e in session.journal.run(changes["run"]).entries] == ["data.txt"]

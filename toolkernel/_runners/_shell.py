@@ -238,13 +238,17 @@ def workspace_before(runner: ScriptRunner, command: ToolsCommand, script: str | 
 def _own_notebook(workdir: str) -> frozenset[str]:
     """The notebook a Jupyter Server started this kernel for (`JPY_SESSION_NAME`), relative to the
     workspace: the server saves it while the cell runs (outputs, counts), so its changes are not
-    the run's, and a rewind must not write it behind the server's back."""
+    the run's, and a rewind must not write it behind the server's back. Nor is the file it writes
+    first and renames over it (Jupyter Server's atomic save: `.~` and the notebook's name)."""
     named = os.environ.get("JPY_SESSION_NAME")
     if not named:
         return frozenset()
     path = named if os.path.isabs(named) else os.path.join(os.getcwd(), os.path.basename(named))
     relative = os.path.relpath(os.path.realpath(path), workdir)
-    return frozenset() if relative.startswith("..") else frozenset({relative})
+    if relative.startswith(".."):
+        return frozenset()
+    folder, name = os.path.split(relative)
+    return frozenset({relative, os.path.join(folder, ".~" + name)})
 
 
 def stop_run(command: ToolsCommand, runner: ScriptRunner, reason: str = "interrupted") -> None:
