@@ -20,7 +20,7 @@ import pytest
 from approval_helpers import policy_section, recorder_server_section
 from test_serve import approve_cli, bash, connected, pending_ids, project, recorded, run
 from toolkernel._approval._pending import PendingStore
-from toolkernel._approval._policy import canonical_call_key
+from toolkernel._approval._policy import CallInfo, canonical_call_key
 
 SCRIPT = "b=main\ntools github delete_branch branch=$b && echo deleted"
 
@@ -202,3 +202,24 @@ def test_the_list_counts_in_words_a_person_reads(tmp_path):
     said = approve_cli(work, "aaaaaaaaaaaa", "always").stdout
     assert said.startswith('always allowed: tools github delete-branch {"branch": "main"} (the rule'
                            " mcp_github__delete_branch, saved in"), said
+
+
+def test_a_file_is_private_when_it_appears_and_not_touched_after(tmp_path, monkeypatch):
+    """The asker takes an answer the moment it appears (reads it, removes it): the answer must
+    be written whole and 0o600 before its name is in place, with nothing done by name after.
+    A fresh-clone CI run failed `toolkernel approve` so: its chmod after the rename found no file."""
+    store = PendingStore(tmp_path)
+    request = store.publish(CallInfo("mcp_github__delete_branch", "tools github delete_branch",
+                                     {"branch": "main"}, "execute"), "the mode asks")
+    real_replace, seen = os.replace, []
+
+    def taken_at_once(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+        seen.append(os.stat(src, dir_fd=src_dir_fd).st_mode & 0o777)
+        real_replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+        if str(dst).endswith(".answer.json"):
+            assert store.answer_for(request) == "once"
+            os.unlink(dst, dir_fd=dst_dir_fd)  # what the asker does with an answer it took
+
+    monkeypatch.setattr(os, "replace", taken_at_once)
+    store.answer(request, "once")
+    assert seen == [0o600]

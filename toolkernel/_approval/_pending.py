@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .._atomic import write_atomic
+from .._atomic import write_at
 from .._checked_open import NotAFolder, named_in, open_folder_below
 from .._config._trust import store_path
 from .._names import display, parse_qualified
@@ -254,16 +254,16 @@ class PendingStore:
             return None
 
     def _write(self, path: Path, data: Mapping[str, Any]) -> None:
+        payload = (json.dumps(data, ensure_ascii=False, indent=1) + "\n").encode("utf-8")
         try:
-            with self._opened(create=True):
-                pass  # made, and no link on the way
-        except OSError as exc:
+            with self._opened(create=True) as folder:
+                # 0o600 before the name appears: the asker reads an answer and removes it at once,
+                # so nothing may be done to the file by name after it is in place.
+                write_at(folder, path.name, payload, mode=0o600)
+        except NotAFolder as exc:
             raise PendingError(f"{self.folder} cannot hold requests: {exc}") from None
-        if os.path.islink(path):
-            raise PendingError(f"{path} is a symbolic link; not written")
-        # The real path as named: the write opens its folder as checked, so a link is refused.
-        write_atomic(path, json.dumps(data, ensure_ascii=False, indent=1) + "\n", resolved=True)
-        os.chmod(path, 0o600)  # readers refuse what others may write, whatever the umask
+        except OSError as exc:
+            raise PendingError(f"{path} not written: {exc}") from None
 
     def _remove(self, path: Path) -> None:
         with contextlib.suppress(OSError), self._opened() as folder:
