@@ -93,3 +93,14 @@ def test_the_command_and_the_magic_run_the_same_checks(tmp_path):
     finally:
         session.close()
     assert "[  ok] config: reads without a problem" in said and "servers: none configured" in said
+
+
+def test_a_config_that_does_not_parse_is_a_failing_line_not_a_traceback(tmp_path, jupyter_dirs):
+    work = _project(tmp_path)
+    (work / "toolkernel.toml").write_text("[mcp_servers.x\ncommand = ")  # as a person's typo leaves it
+    report, passed = _doctor.doctor(work)
+    assert not passed
+    assert "[FAIL] config: 1 problem(s), the first:" in report and "invalid TOML at line 1" in report
+    # The sandbox's section still shows, on the defaults, and says why.
+    assert "OS sandbox for an agent's host code" in report
+    assert "(the config has a problem (" in report and "the defaults below" in report

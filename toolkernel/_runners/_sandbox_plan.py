@@ -443,7 +443,7 @@ def _settings(workdir: Path, environ: Mapping[str, str]) -> tuple[SandboxSetting
     try:
         return load_config(Path(workdir), environ=environ).sandbox, ""
     except ConfigError as exc:
-        return SandboxSettings(), f"the config has a problem ({exc.message.splitlines()[0]})"
+        return SandboxSettings(), f"the config has a problem ({str(exc).splitlines()[0]})"
 
 
 def _is_socket(path: str) -> bool:
