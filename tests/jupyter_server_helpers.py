@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,9 +20,49 @@ PORT_ATTEMPTS = 3
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port free now, for a server this test starts, which binds it a moment later.
+
+    Not one the system hands out (`bind(("", 0))`): in that moment every outgoing connection and
+    every kernel's ports come from the same ephemeral range, and a CI run lost a test to a port
+    taken so (its HTTP request reached another program, which hung up: RemoteProtocolError). So the
+    port is below that range, in a slice of its own for each xdist worker, taken in turn: no other
+    program is handed it, and no other test of the run picks it meanwhile."""
+    low, high = _PORTS
+    for _ in range(high - low):
+        with _CURSOR_LOCK:  # fixtures may start servers from threads
+            port = next(_CURSOR)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # a server of this run, or a program of the machine's, has it
+            return port
+    raise RuntimeError(f"no free loopback port in {low}-{high}")
+
+
+def _worker_ports(span: int = 1500) -> tuple[int, int]:
+    """This process's slice of the ports below the ephemeral range (`gw3` the fourth)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+            ephemeral = int(ranges.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    slots = max(1, (ephemeral - 10_000) // span)
+    low = 10_000 + (int(worker) if worker.isdigit() else 0) % slots * span
+    return low, low + span
+
+
+def _cycle(low: int, high: int):
+    start = low + os.getpid() % (high - low)  # a rerun in the same worker slot starts elsewhere
+    while True:
+        yield from range(start, high)
+        yield from range(low, start)
+
+
+_PORTS = _worker_ports()
+_CURSOR = _cycle(*_PORTS)
+_CURSOR_LOCK = threading.Lock()
 
 
 # The server extensions Jupyter AI 3.x brings (`jupyter server extension list` beside jupyter-ai 3.2).

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from jupyter_server_helpers import free_port
 
 from toolkernel import _loop
 from toolkernel._mcp_sdk import ClientSession, types, validated, wire
@@ -794,10 +795,6 @@ def test_missing_variables_need_a_connection(pool):
 
 # --- streamable HTTP -------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_http_server(port: int, transport: str = "--http", script: str = "pulls.py") -> subprocess.Popen:
