@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import time
 from typing import Any, Callable
 from urllib.parse import quote, urlencode
