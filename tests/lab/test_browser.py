@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from jupyter_server_helpers import (NO_JUPYTER_AI, free_port, keep_waiting_for_slow_documents,
+from jupyter_server_helpers import (NO_JUPYTER_AI, free_port, keep_waiting_for_slow_documents, launch,
                                     lab_page_without_jupyter_ai, stop_server)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,7 +111,7 @@ def running_lab(tmp: Path, workdir: Path, env: dict[str, str] | None = None) -> 
     env.update(lab_page_without_jupyter_ai(tmp, env))
     log = open(tmp / "lab.log", "w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+        [*launch("jupyterlab"), "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
          "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={workdir}",
          f"--ServerApp.jpserver_extensions={NO_JUPYTER_AI}"],
         cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
