@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from jupyter_server_helpers import keep_waiting_for_slow_documents
-from test_browser import CHROMIUM, REPO, WAIT_MS, Steps, browser_ready, running_lab  # noqa: F401
+from test_browser import REPO, WAIT_MS, Steps, browser_ready, chromium, opened_page, running_lab  # noqa: F401
 
 BUTTONS = {"once": "Allow once", "always": "Always allow", "deny": "Deny"}
 
@@ -37,8 +37,8 @@ def _answers(workdir: Path) -> dict[int, list[str]]:
 
 
 @pytest.mark.slow
-def test_the_approvals_demo_runs_all_in_jupyterlab_answered_with_the_buttons(untrusted_lab):
-    from playwright.sync_api import expect, sync_playwright
+def test_the_approvals_demo_runs_all_in_jupyterlab_answered_with_the_buttons(untrusted_lab, chromium):
+    from playwright.sync_api import expect
 
     base, workdir = untrusted_lab
     answers = _answers(workdir)
@@ -48,10 +48,7 @@ def test_the_approvals_demo_runs_all_in_jupyterlab_answered_with_the_buttons(unt
     artifacts = Path(tempfile.mkdtemp(prefix="toolkernel-lab-demo-"))
     print(f"\nscreenshots: {artifacts}")
     started = time.monotonic()
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    with opened_page(chromium) as page:
         keep_waiting_for_slow_documents(page)
         page.set_default_timeout(WAIT_MS)
         expect.set_options(timeout=WAIT_MS)
@@ -99,24 +96,19 @@ def test_the_approvals_demo_runs_all_in_jupyterlab_answered_with_the_buttons(unt
         except Exception:
             steps.shot("failure")
             raise
-        finally:
-            browser.close()
     print(f"browser steps took {time.monotonic() - started:.1f} s")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["quickstart", "data-science", "agent-notebook-editing"])
-def test_the_other_demos_run_all_in_jupyterlab_once_the_folder_is_trusted(untrusted_lab, name):
-    from playwright.sync_api import expect, sync_playwright
+def test_the_other_demos_run_all_in_jupyterlab_once_the_folder_is_trusted(untrusted_lab, name, chromium):
+    from playwright.sync_api import expect
 
     base, workdir = untrusted_lab
     cells = json.loads((workdir / f"{name}.ipynb").read_text())["cells"]
     first_tools = next(i for i, c in enumerate(cells) if "".join(c["source"]).startswith("%%tools"))
     last = max(i for i, c in enumerate(cells) if c["cell_type"] == "code")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    with opened_page(chromium) as page:
         keep_waiting_for_slow_documents(page)
         page.set_default_timeout(WAIT_MS)
         expect.set_options(timeout=WAIT_MS)
@@ -134,5 +126,3 @@ def test_the_other_demos_run_all_in_jupyterlab_once_the_folder_is_trusted(untrus
         except Exception:
             steps.shot("failure")
             raise
-        finally:
-            browser.close()

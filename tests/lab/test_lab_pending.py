@@ -19,7 +19,7 @@ import anyio
 import pytest
 from toolkernel._mcp_sdk import types
 from approval_helpers import recorder_server_section
-from test_browser import CHROMIUM, WAIT_MS, Steps, browser_ready, running_lab  # noqa: F401
+from test_browser import WAIT_MS, Steps, browser_ready, chromium, running_lab  # noqa: F401
 from test_serve import bash, connected, recorded
 
 SCRIPT = "b=main\ntools github delete_branch branch=$b && echo deleted"  # asks mid-run (its input is built)
@@ -76,14 +76,12 @@ class Agent:
 
 
 class Page:
-    def __init__(self, base: str, name: str) -> None:
-        from playwright.sync_api import expect, sync_playwright
+    def __init__(self, chromium, base: str, name: str) -> None:
+        from playwright.sync_api import expect
 
         self.expect = expect
-        self._pw = sync_playwright().start()
-        self.browser = self._pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
-        self.page = self.browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.context = chromium.new_context(viewport={"width": 1400, "height": 1000})  # a profile of its own
+        self.page = self.context.new_page()
         self.page.set_default_timeout(WAIT_MS)
         expect.set_options(timeout=WAIT_MS)
         self.steps = Steps(self.page, Path(tempfile.mkdtemp(prefix=f"toolkernel-lab-{name}-")))
@@ -102,8 +100,7 @@ class Page:
         return self.page.locator("#toolkernel-tools .toolkernel-waiting")
 
     def close(self) -> None:
-        self.browser.close()
-        self._pw.stop()
+        self.context.close()
 
 
 def _project(root: Path, name: str, record: Path) -> Path:
@@ -113,11 +110,11 @@ def _project(root: Path, name: str, record: Path) -> Path:
     return work
 
 
-def test_an_agent_that_cannot_elicit_is_answered_from_the_notification(shared_lab, tmp_path):
+def test_an_agent_that_cannot_elicit_is_answered_from_the_notification(shared_lab, chromium, tmp_path):
     base, root = shared_lab
     record = tmp_path / "record.jsonl"
     work = _project(root, "no-elicitation", record)
-    agent, lab = Agent(work), Page(base, "no-elicitation")
+    agent, lab = Agent(work), Page(chromium, base, "no-elicitation")
     expect, steps = lab.expect, lab.steps
     try:
         first = agent.bash(SCRIPT).result(timeout=AGENT_WAIT).structured_content
@@ -159,7 +156,7 @@ def never_answers(asked: list, cancelled: threading.Event):
 
 
 @pytest.mark.parametrize("decision", ["Allow once", "Deny"])
-def test_answering_in_lab_makes_the_clients_elicitation_go_away(shared_lab, tmp_path, decision):
+def test_answering_in_lab_makes_the_clients_elicitation_go_away(shared_lab, chromium, tmp_path, decision):
     base, root = shared_lab
     record = tmp_path / "record.jsonl"
     name = f"elicitation-{decision.split()[0].lower()}"
@@ -167,7 +164,7 @@ def test_answering_in_lab_makes_the_clients_elicitation_go_away(shared_lab, tmp_
     (work / "notes.txt").write_text("as the person left it\n")
     asked: list = []
     cancelled = threading.Event()
-    agent, lab = Agent(work, never_answers(asked, cancelled)), Page(base, name)
+    agent, lab = Agent(work, never_answers(asked, cancelled)), Page(chromium, base, name)
     expect, steps = lab.expect, lab.steps
     try:
         result = agent.bash(WRITES_THEN_DELETES)
@@ -199,7 +196,7 @@ def test_answering_in_lab_makes_the_clients_elicitation_go_away(shared_lab, tmp_
         lab.close()
 
 
-def test_answering_through_the_client_takes_the_question_out_of_lab(shared_lab, tmp_path):
+def test_answering_through_the_client_takes_the_question_out_of_lab(shared_lab, chromium, tmp_path):
     base, root = shared_lab
     record = tmp_path / "record.jsonl"
     work = _project(root, "elicitation-answered", record)
@@ -209,7 +206,7 @@ def test_answering_through_the_client_takes_the_question_out_of_lab(shared_lab, 
         await anyio.to_thread.run_sync(shown_in_lab.wait, AGENT_WAIT)
         return types.ElicitResult(action="accept", content={"decision": "once"})
 
-    agent, lab = Agent(work, answers_once_lab_shows_it), Page(base, "elicitation-answered")
+    agent, lab = Agent(work, answers_once_lab_shows_it), Page(chromium, base, "elicitation-answered")
     expect, steps = lab.expect, lab.steps
     try:
         result = agent.bash(WRITES_THEN_DELETES)

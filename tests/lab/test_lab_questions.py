@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from jupyter_server_helpers import keep_waiting_for_slow_documents
-from test_browser import CHROMIUM, WAIT_MS, Steps, _cells, browser_ready, running_lab  # noqa: F401
+from test_browser import WAIT_MS, Steps, _cells, browser_ready, chromium, running_lab  # noqa: F401
 
 
 @pytest.fixture(scope="module")
@@ -28,14 +28,12 @@ def shared_lab(browser_ready, tmp_path_factory):
 
 
 class Browser:
-    def __init__(self, base: str, name: str) -> None:
-        from playwright.sync_api import expect, sync_playwright
+    def __init__(self, chromium, base: str, name: str) -> None:
+        from playwright.sync_api import expect
 
         self.expect = expect
-        self._pw = sync_playwright().start()
-        self.browser = self._pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
-        self.page = self.browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.context = chromium.new_context(viewport={"width": 1400, "height": 1000})  # a profile of its own
+        self.page = self.context.new_page()
         keep_waiting_for_slow_documents(self.page)
         self.page.set_default_timeout(WAIT_MS)
         expect.set_options(timeout=WAIT_MS)
@@ -55,18 +53,17 @@ class Browser:
         expect(prompt).to_have_text("[1]:")
 
     def close(self) -> None:
-        self.browser.close()
-        self._pw.stop()
+        self.context.close()
 
 
-def _open(base: str, workdir: Path, name: str, *cells: str) -> Browser:
+def _open(chromium, base: str, workdir: Path, name: str, *cells: str) -> Browser:
     (workdir / f"{name}.ipynb").write_text(json.dumps(_cells("%load_ext toolkernel", *cells)))
-    return Browser(base, name)
+    return Browser(chromium, base, name)
 
 
-def test_one_question_for_a_cells_calls_answered_a_line_at_a_time_with_no_stdin_box(shared_lab):
+def test_one_question_for_a_cells_calls_answered_a_line_at_a_time_with_no_stdin_box(shared_lab, chromium):
     base, workdir = shared_lab
-    b = _open(base, workdir, "two-calls",
+    b = _open(chromium, base, workdir, "two-calls",
               "%%tools\ntools write-file path=notes.txt content=hi\ntools github delete-branch branch=fix-x\necho ran")
     expect, steps = b.expect, b.steps
     try:
@@ -98,9 +95,9 @@ def test_one_question_for_a_cells_calls_answered_a_line_at_a_time_with_no_stdin_
         b.close()
 
 
-def test_after_an_interrupt_nothing_looks_as_if_it_still_waits(shared_lab):
+def test_after_an_interrupt_nothing_looks_as_if_it_still_waits(shared_lab, chromium):
     base, workdir = shared_lab
-    b = _open(base, workdir, "interrupted", "%%tools\ntools write-file path=never.txt content=x")
+    b = _open(chromium, base, workdir, "interrupted", "%%tools\ntools write-file path=never.txt content=x")
     expect, steps, page = b.expect, b.steps, b.page
     try:
         steps.run(1)
@@ -121,10 +118,11 @@ def test_after_an_interrupt_nothing_looks_as_if_it_still_waits(shared_lab):
         b.close()
 
 
-def test_the_changes_sidebar_names_the_cell_colours_the_diff_marks_a_rewind_and_forces_after_asking(shared_lab):
+def test_the_changes_sidebar_names_the_cell_colours_the_diff_marks_a_rewind_and_forces_after_asking(shared_lab,
+                                                                                                   chromium):
     base, workdir = shared_lab
     (workdir / "data.txt").write_text("old line\n")
-    b = _open(base, workdir, "changes", "%%tools\nprintf 'new line\\n' > data.txt\necho wrote")
+    b = _open(chromium, base, workdir, "changes", "%%tools\nprintf 'new line\\n' > data.txt\necho wrote")
     expect, steps, page = b.expect, b.steps, b.page
     try:
         steps.run(1)

@@ -10,14 +10,14 @@ import re
 import tempfile
 from pathlib import Path
 
-from test_browser import CHROMIUM, WAIT_MS, Steps, _cells, browser_ready, lab  # noqa: F401 - fixtures
+from test_browser import WAIT_MS, Steps, _cells, browser_ready, chromium, lab, opened_page  # noqa: F401 - fixtures
 from jupyter_server_helpers import keep_waiting_for_slow_documents
 
 LOOP = 'for b in {branch}; do tools github delete-branch "branch=$b"{handle}; done\n'
 
 
-def test_a_mid_run_question_is_answered_in_place_and_ends_with_its_buttons(lab):
-    from playwright.sync_api import expect, sync_playwright
+def test_a_mid_run_question_is_answered_in_place_and_ends_with_its_buttons(lab, chromium):
+    from playwright.sync_api import expect
 
     base, workdir = lab
     config = workdir / "toolkernel.toml"
@@ -30,10 +30,7 @@ def test_a_mid_run_question_is_answered_in_place_and_ends_with_its_buttons(lab):
     )))
     artifacts = Path(tempfile.mkdtemp(prefix="toolkernel-lab-midrun-"))
     print(f"\nscreenshots: {artifacts}")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    with opened_page(chromium) as page:
         keep_waiting_for_slow_documents(page)
         page.set_default_timeout(WAIT_MS)
         expect.set_options(timeout=WAIT_MS)
@@ -95,5 +92,3 @@ def test_a_mid_run_question_is_answered_in_place_and_ends_with_its_buttons(lab):
         except Exception:
             steps.shot("failure")
             raise
-        finally:
-            browser.close()
