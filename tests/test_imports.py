@@ -99,3 +99,13 @@ def test_jsonschema_imported_after_toolkernel_builds_no_grammar_until_a_format_c
 def _env_with_repo() -> dict[str, str]:
     repo = str(Path(__file__).resolve().parent.parent)
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+
+
+def test_serve_starts_without_the_kernel_clients_it_needs_only_to_pair_a_kernel():
+    # `serve` is started for each agent session; jupyter_client and zmq are imported when a
+    # notebook is first paired with a kernel over ZMQ (`_pairing.pair`), not at every start.
+    probe = ("import sys, toolkernel._frontends._serve\n"
+             "print(sorted(m for m in ('jupyter_client', 'zmq') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], env=_env_with_repo(), capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.split() == ["[]"], done.stdout

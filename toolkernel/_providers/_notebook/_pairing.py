@@ -39,7 +39,6 @@ from ._roots import local_root, refuse_if_open_elsewhere, relative_path
 from ._server import (ServerApi, ServerConnection, connect_server, live_session, open_notebook, server_path,
                       split_token, start_session)
 from ._stores import ContentsStore, FileStore, NotebookStore
-from ._zmq import connect_existing, start_kernel
 
 STATE_KEY = "notebook_pairings"
 
@@ -512,6 +511,10 @@ async def pair(state: dict, workdir: Path, notebook: str, *, kernel: str | None 
                                      missing_in=None if missing_ok else workdir)
     else:
         path = _notebook_path(workdir, notebook)
+        # Here, not with the module: `serve` imports this module at its start, and jupyter_client
+        # with zmq (0.04 s) is needed only once a kernel is paired over ZMQ.
+        from ._zmq import connect_existing, start_kernel
+
         if kind == "existing":
             connection: KernelConnection = await connect_existing(existing)
         else:
