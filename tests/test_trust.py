@@ -512,3 +512,24 @@ def test_a_question_the_untrusted_config_may_have_caused_says_so(tmp_path):
         assert session.run_script("tools write-file path=a.txt content=x", sink).exit_code == 0, sink.stderr_text
     finally:
         session.close()
+
+
+@pytest.mark.parametrize("name, text, problem", [
+    ("toolkernel.toml", "[mcp_servers.github\ncommand = 'x'\n", "Expected ']'"),
+    (".mcp.json", '{"mcpServers": ', "Expecting value"),
+])
+def test_a_config_that_does_not_parse_is_not_trusted_and_the_command_says_why(tmp_path, name, text, problem):
+    # Trusted as it was, it was of no use (its fix changes it, so it needs trust again), and
+    # `toolkernel trust` said "trusted" without a word of what was wrong.
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / name).write_text(text)
+    done = subprocess.run([sys.executable, "-m", "toolkernel", "trust", str(work)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and done.stdout == "", (done.stdout, done.stderr)
+    said = done.stderr.strip()
+    assert said.startswith(f"toolkernel trust: {work / name}: does not parse (") and problem in said, said
+    assert "fix it, then trust the folder" in said and len(said.splitlines()) == 1, said
+    assert str(work) not in TrustStore().folders()
+    (work / name).write_text("" if name == "toolkernel.toml" else "{}")  # fixed: trusted as before
+    assert name in TrustStore().trust(work)

@@ -91,6 +91,24 @@ def _parsed(path: Path) -> Any:
         return None
 
 
+def _unparsable(folder: Path, names: Mapping[str, str]) -> ConfigError | None:
+    """The first config file in `names` that does not parse. Trusted so, it would be of no use (a
+    fix changes it, and a changed file needs trust again), and `toolkernel trust` said nothing."""
+    for name in FINGERPRINTED:
+        if name not in names:
+            continue
+        try:
+            text = read_config_file(folder / name).decode("utf-8-sig")
+            json.loads(text) if name.endswith(".json") else tomllib.loads(text)
+        except OSError:
+            continue  # said as unreadable before this
+        except (ValueError, RecursionError) as exc:  # JSON, TOML and UTF-8 errors are ValueErrors
+            problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            return ConfigError(str(folder / name), None,
+                               f"does not parse ({problem}), so it cannot be trusted; fix it, then trust the folder")
+    return None
+
+
 class TrustStore:
     """The trust records of one user: {folder: {file name: sha256}}."""
 
@@ -128,6 +146,9 @@ class TrustStore:
         if unreadable:
             raise ConfigError(str(folder / unreadable[0]), None,
                               "cannot be read, so it cannot be trusted; fix or remove it")
+        broken = _unparsable(folder, current)
+        if broken is not None:
+            raise broken
         records = self._records()
         records[_key(folder)] = current
         self._save(records)
