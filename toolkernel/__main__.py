@@ -161,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     approve.add_argument("decision", nargs="?", choices=("once", "always", "deny"))
     approve.add_argument("--workdir", type=Path, default=Path.cwd(), help="the project folder (default: here)")
     _add_journal_commands(sub)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's own parser: its usage, not the list of all commands
+        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command in ("changes", "rewind"):
         return run_journal_command(args)
     if args.command == "serve":
