@@ -27,7 +27,7 @@ from .. import _loop
 from .._command._command import INTERRUPTED_EXIT
 from .._config._limits import limit_notice
 from ._outputs import OutputLimiter
-from ._shadows import Moved, Watch, moved_notice
+from ._shadows import Moved, moved_notice
 
 if TYPE_CHECKING:
     from .._command._command import ToolsCommand
