@@ -97,6 +97,9 @@ class Recorder(Protocol):
     record and a runner may ask of it. Defined here, below every layer that holds one."""
 
     id: str
+    # The workspace's journal this run writes to (`_journal.Journal`, a layer above this module,
+    # so not named as its type): the rewind tool reads the runs there.
+    journal: Any
     # Once finished: the runs the day's limit dropped to make room for this one (their records).
     dropped: list[Mapping[str, Any]]
 
