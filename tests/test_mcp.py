@@ -795,8 +795,6 @@ def test_missing_variables_need_a_connection(pool):
 
 # --- streamable HTTP -------------------------------------------------------------------
 
-
-
 def start_http_server(port: int, transport: str = "--http", script: str = "pulls.py") -> subprocess.Popen:
     process = subprocess.Popen(
         [sys.executable, str(SERVERS / script), transport, str(port)],

@@ -49,9 +49,9 @@ LAUNCH_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no
 
 @pytest.fixture(scope="module")
 def chromium(browser_ready):
-    """One Chromium for a module's tests: a launch, with Playwright's driver, took 1.8 s of CPU, and
-    about 25 a run were made. Each test has a context of its own (`opened_page`): a fresh profile,
-    as a browser of its own had."""
+    """One Chromium for a module's tests, each test in a context of its own (`opened_page`): a fresh
+    profile, as a browser of its own had. A launch with Playwright's driver is 1.8 s of CPU, and a run
+    made about 25; Chromium's CPU is still mostly JupyterLab's page loads, about 4 s each."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

@@ -31,7 +31,8 @@ import pytest
 from jupyter_server_helpers import free_port, keep_waiting_for_slow_documents, stop_server
 from toolkernel._config._rules import parse_rule
 
-from test_browser import CHROMIUM, REPO, WAIT_MS, Steps, _extension_path, _wait_for, browser_ready  # noqa: F401
+from test_browser import (CHROMIUM, LAUNCH_ARGS, REPO, WAIT_MS, Steps, _extension_path, _wait_for,  # noqa: F401
+                          browser_ready)
 
 DOC = REPO / "docs" / "jupyter-ai.md"
 PERSONAS = REPO / "tests" / "lab" / "jai_personas" / "toolkernel_agent_personas.py"
@@ -206,8 +207,7 @@ class _browser:
 
         base, token, root, log = self.args
         self._pw = sync_playwright().start()
-        self._browser = self._pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
+        self._browser = self._pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=list(LAUNCH_ARGS))
         page = self._browser.new_page(viewport={"width": 1400, "height": 1000})
         keep_waiting_for_slow_documents(page)
         page.set_default_timeout(WAIT_MS)
